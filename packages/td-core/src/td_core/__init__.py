@@ -1,0 +1,26 @@
+"""td-core: TensorDict, a dict of tensors that behaves like a tensor over its batch dims."""
+
+from td_core import errors
+from td_core._extensions import has_extension, load_extension
+from td_core._interaction import InteractionType, interaction_type, set_interaction_type
+from td_core._lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
+from td_core._mappings import biased_softplus, expln, inv_softplus, mappings
+from td_core._version import __version__
+
+__all__ = [
+    "__version__",
+    "errors",
+    # shared vocabulary of the siblings
+    "InteractionType",
+    "interaction_type",
+    "set_interaction_type",
+    "composite_lp_aggregate",
+    "set_composite_lp_aggregate",
+    "biased_softplus",
+    "expln",
+    "inv_softplus",
+    "mappings",
+    # extension lookup
+    "has_extension",
+    "load_extension",
+]

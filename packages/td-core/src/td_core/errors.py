@@ -1,0 +1,42 @@
+"""Exceptions raised by td.
+
+Each class also subclasses the builtin that upstream tensordict raises for the
+same mistake, so ``except RuntimeError`` or ``except KeyError`` clauses written
+for upstream keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TDError",
+    "KeyNotFoundError",
+    "BatchSizeError",
+    "LockedError",
+    "ExtensionMissingError",
+]
+
+
+class TDError(Exception):
+    """Base class of every td exception."""
+
+
+class KeyNotFoundError(TDError, KeyError):
+    """A key is not in the TensorDict.
+
+    ``KeyError`` quotes its message with ``repr``; this one prints it as written.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class BatchSizeError(TDError, ValueError, RuntimeError):
+    """A batch size does not fit an entry, or two batch sizes disagree."""
+
+
+class LockedError(TDError, RuntimeError):
+    """A write was attempted on a locked TensorDict."""
+
+
+class ExtensionMissingError(TDError, ImportError):
+    """A method needs a sibling package (td-memmap, ...) that is not installed."""
