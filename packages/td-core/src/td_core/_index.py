@@ -1,0 +1,222 @@
+"""Indexing over the batch dims: ``td[idx]`` and ``td[idx] = value``.
+
+An index is normalised once: lists and numpy arrays become tensors, and an
+Ellipsis expands to full slices over the *batch* dims only (so ``td[..., :2]``
+slices the last batch dim, never a feature dim). The normalised tuple then
+indexes every leaf directly: trailing (feature) dims are untouched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from td_core._map import is_nt, is_td, map_batch
+from td_core._nontensor import NonTensorData
+from td_core._utils import NO_DEFAULT
+from td_core.errors import BatchSizeError, LockedError
+
+if TYPE_CHECKING:
+    from td_core._base import TensorDictBase
+
+__all__ = ["IndexingMixin", "normalize_index", "indexed_shape"]
+
+Tensor = torch.Tensor
+_SLICE_ALL = slice(None)
+
+
+def _convert(item: Any) -> Any:
+    if isinstance(item, (list, range)):
+        return torch.tensor(list(item)) if len(item) else torch.zeros(0, dtype=torch.long)
+    if isinstance(item, np.ndarray):
+        return torch.from_numpy(item)
+    if isinstance(item, np.integer):
+        return int(item)
+    if isinstance(item, np.bool_):
+        return bool(item)
+    return item
+
+
+def _dims_used(item: Any) -> int:
+    if item is None or item is Ellipsis:
+        return 0
+    if isinstance(item, Tensor) and item.dtype == torch.bool:
+        return max(item.ndim, 1)
+    if isinstance(item, bool):
+        return 0
+    return 1
+
+
+def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
+    """``index`` as a tuple that indexes only batch dims, with Ellipsis expanded.
+
+    Raises:
+        IndexError: naming the index and the batch size when the index uses more
+            dims than there are batch dims, or a boolean mask's shape does not
+            match the batch dims it covers.
+    """
+    items = index if type(index) is tuple else (index,)
+    items = tuple(_convert(i) for i in items)
+    for item in items:
+        if not (item is None or item is Ellipsis or isinstance(item, (int, slice, Tensor))):
+            raise IndexError(
+                f"invalid index {item!r} of type {type(item).__name__} for a TensorDict"
+            )
+    used = sum(_dims_used(i) for i in items)
+    ndim = len(batch_size)
+    if used > ndim:
+        raise IndexError(
+            f"too many indices for TensorDict: index {index!r} uses {used} dims but batch_size "
+            f"{list(batch_size)} has {ndim}"
+        )
+    n_ellipsis = sum(1 for i in items if i is Ellipsis)
+    if n_ellipsis > 1:
+        raise IndexError(f"an index can only have a single ellipsis, got {index!r}")
+    if n_ellipsis:
+        at = next(k for k, i in enumerate(items) if i is Ellipsis)
+        items = items[:at] + (_SLICE_ALL,) * (ndim - used) + items[at + 1 :]
+    pos = 0
+    for item in items:
+        if isinstance(item, Tensor) and item.dtype == torch.bool and item.ndim:
+            expected = batch_size[pos : pos + item.ndim]
+            if item.shape != expected:
+                raise IndexError(
+                    f"boolean mask of shape {list(item.shape)} does not match the batch dims "
+                    f"{list(expected)} it indexes (batch_size {list(batch_size)})"
+                )
+        pos += _dims_used(item)
+    return items
+
+
+def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
+    """The batch size after indexing (computed on a stride-0 stand-in, no data copied)."""
+    return torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape
+
+
+class IndexingMixin:
+    """``__getitem__`` over batch dims and ``__setitem__`` with an index."""
+
+    __slots__ = ()
+
+    def _index(self: TensorDictBase, index: Any) -> TensorDictBase:
+        bs = self.batch_size
+        cls = type(index)
+        if cls is int:
+            if not bs:
+                raise IndexError(f"cannot index a TensorDict with batch_size [] by {index!r}")
+            if not -bs[0] <= index < bs[0]:
+                raise IndexError(f"index {index} is out of range for batch_size {list(bs)}")
+            return map_batch(self, lambda t: t[index], bs[1:])
+        if cls is slice:
+            if not bs:
+                raise IndexError("cannot slice a TensorDict with batch_size []")
+            length = len(range(*index.indices(bs[0])))
+            return map_batch(self, lambda t: t[index], torch.Size((length, *bs[1:])))
+        norm = normalize_index(index, bs)
+        lead = indexed_shape(bs, norm)
+        return map_batch(self, lambda t: t[norm], lead)
+
+    def _setitem_index(self: TensorDictBase, index: Any, value: Any) -> None:
+        norm = normalize_index(index, self.batch_size)
+        sub = indexed_shape(self.batch_size, norm)
+        if is_td(value):
+            _check_sub(self, value, sub, norm, ())
+            _write_sub(self, value, norm, len(self.batch_size))
+        elif isinstance(value, dict):
+            from td_core._td import TensorDict
+
+            value = TensorDict(value, batch_size=sub)
+            _check_sub(self, value, sub, norm, ())
+            _write_sub(self, value, norm, len(self.batch_size))
+        else:
+            if not isinstance(value, Tensor):
+                value = torch.as_tensor(value)
+            n = len(self.batch_size)
+            leaves = list(self.items(include_nested=True, leaves_only=True))
+            for key, dest in leaves:
+                slot = sub + dest.shape[n:]
+                try:
+                    if torch.broadcast_shapes(value.shape, slot) != slot:
+                        raise RuntimeError
+                except RuntimeError:
+                    raise BatchSizeError(
+                        f"cannot write a tensor of shape {list(value.shape)} into entry {key!r} at index "
+                        f"{index!r}: the slot has shape {list(slot)}"
+                    ) from None
+            for _, dest in leaves:
+                dest[norm] = value
+
+
+def _check_sub(
+    td: TensorDictBase, value: TensorDictBase, sub: torch.Size, index: Any, prefix: tuple[str, ...]
+) -> None:
+    """Validate ``td[index] = value`` completely before anything is written."""
+    n_sub = len(sub)
+    vbs = value.batch_size
+    try:
+        torch.broadcast_shapes(vbs[:n_sub], sub)
+    except RuntimeError:
+        raise BatchSizeError(
+            f"cannot write a TensorDict of batch_size {list(vbs)} at index {index!r}: "
+            f"the indexed batch_size is {list(sub)}"
+        ) from None
+    if len(vbs) < n_sub:
+        raise BatchSizeError(
+            f"cannot write a TensorDict of batch_size {list(vbs)} at index {index!r}: "
+            f"the indexed batch_size is {list(sub)}"
+        )
+    n = len(td.batch_size)
+    for key, src in value._items_str():
+        full = (*prefix, key)
+        dest = td._get_str(key, NO_DEFAULT)
+        if dest is NO_DEFAULT:
+            if td._is_locked:
+                raise LockedError(
+                    f"cannot add key {full!r} through an indexed write: the TensorDict is locked"
+                )
+            continue
+        if isinstance(dest, Tensor):
+            if not isinstance(src, Tensor):
+                raise TypeError(f"cannot write a {type(src).__name__} into tensor entry {full!r}")
+            if dest.shape[n:] != src.shape[len(vbs) :] and src.shape[len(vbs) :]:
+                try:
+                    torch.broadcast_shapes(src.shape[len(vbs) :], dest.shape[n:])
+                except RuntimeError:
+                    raise BatchSizeError(
+                        f"cannot write entry {full!r} of shape {list(src.shape)} into shape "
+                        f"{list(dest.shape)} at index {index!r}"
+                    ) from None
+        elif is_td(dest):
+            if not is_td(src):
+                raise TypeError(
+                    f"cannot write a {type(src).__name__} into TensorDict entry {full!r}"
+                )
+            _check_sub(dest, src, sub, index, full)
+
+
+def _write_sub(td: TensorDictBase, value: TensorDictBase, index: Any, n: int) -> None:
+    """Write ``value`` at ``index`` into ``td``; missing entries are pre-allocated."""
+    nv = len(value.batch_size)
+    for key, src in value._items_str():
+        dest = td._get_str(key, NO_DEFAULT)
+        if dest is NO_DEFAULT:
+            dest = _allocate(td, src, nv)
+            td._set_str(key, dest)
+        if isinstance(dest, Tensor):
+            dest[index] = src
+        elif is_nt(dest):
+            td._set_str(key, dest._set_at(index, src if is_nt(src) else NonTensorData(src, ())))
+        else:
+            _write_sub(dest, src, index, n)
+
+
+def _allocate(td: TensorDictBase, src: Any, nv: int) -> Any:
+    """An empty entry of ``td``'s batch size shaped like ``src`` beyond its ``nv`` batch dims."""
+    bs = td.batch_size
+    if isinstance(src, Tensor):
+        return torch.zeros(bs + src.shape[nv:], dtype=src.dtype, device=td.device or src.device)
+    if is_nt(src):
+        return NonTensorData(None, bs, td.device)
+    return td._new({}, bs + src.batch_size[nv:])

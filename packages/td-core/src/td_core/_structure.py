@@ -1,0 +1,411 @@
+"""Operations on the key structure: select, exclude, flatten/unflatten keys, update, dicts.
+
+Writes that can fail (``update``, ``update_``, ``load_state_dict``) validate
+every entry first and only then write, so a failure leaves the TensorDict as
+it was.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from td_core._keys import NestedKey, as_tuple, unravel_key
+from td_core._map import is_nt, is_td
+from td_core._utils import NO_DEFAULT
+from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+
+if TYPE_CHECKING:
+    from td_core._base import TensorDictBase
+
+__all__ = ["StructureMixin"]
+
+Tensor = torch.Tensor
+
+
+def _select(
+    td: TensorDictBase, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
+) -> TensorDictBase:
+    """A new TensorDict with only ``paths`` (paths of length 1 take the whole entry)."""
+    groups: dict[str, list[tuple[str, ...]]] = {}
+    for path in paths:
+        groups.setdefault(path[0], []).append(path[1:])
+    out: dict[str, Any] = {}
+    for key, rests in groups.items():
+        value = td._get_str(key, NO_DEFAULT)
+        if value is NO_DEFAULT:
+            if strict:
+                raise KeyNotFoundError(
+                    f"select: key {(*prefix, key)!r} not found (keys there: {sorted(td._keys_str())}); "
+                    "pass strict=False to skip missing keys"
+                )
+            continue
+        if any(not rest for rest in rests):
+            out[key] = value
+        elif is_td(value):
+            out[key] = _select(value, rests, strict, (*prefix, key))
+        elif strict:
+            raise KeyNotFoundError(
+                f"select: {(*prefix, key)!r} is a leaf, it has no key {rests[0]!r}"
+            )
+    ordered = {k: out[k] for k in td._keys_str() if k in out}
+    return td._new(ordered, td.batch_size)
+
+
+def _exclude(td: TensorDictBase, paths: list[tuple[str, ...]]) -> TensorDictBase:
+    drop = {p[0] for p in paths if len(p) == 1}
+    deeper: dict[str, list[tuple[str, ...]]] = {}
+    for path in paths:
+        if len(path) > 1:
+            deeper.setdefault(path[0], []).append(path[1:])
+    out: dict[str, Any] = {}
+    for key, value in td._items_str():
+        if key in drop:
+            continue
+        if key in deeper and is_td(value):
+            value = _exclude(value, deeper[key])
+        out[key] = value
+    return td._new(out, td.batch_size)
+
+
+def _flatten(
+    td: TensorDictBase,
+    sep: str,
+    prefix: str,
+    out: dict[str, Any],
+    is_leaf: Callable[[type], bool] | None,
+) -> None:
+    for key, value in td._items_str():
+        name = f"{prefix}{sep}{key}" if prefix else key
+        if is_td(value) and not (is_leaf and is_leaf(type(value))) and not value.is_empty():
+            _flatten(value, sep, name, out, is_leaf)
+            continue
+        if name in out:
+            raise KeyError(
+                f"flatten_keys: two entries map to the key {name!r} with separator {sep!r}"
+            )
+        out[name] = value
+
+
+class StructureMixin:
+    """Key-structure methods of TensorDictBase."""
+
+    __slots__ = ()
+
+    def select(
+        self: TensorDictBase, *keys: NestedKey, inplace: bool = False, strict: bool = True
+    ) -> TensorDictBase:
+        """Only the given (possibly nested) keys; with ``inplace`` the others are removed from self."""
+        paths = [as_tuple(unravel_key(k)) for k in keys]
+        result = _select(self, paths, strict, ())
+        return _assign(self, result) if inplace else result
+
+    def exclude(self: TensorDictBase, *keys: NestedKey, inplace: bool = False) -> TensorDictBase:
+        """Everything but the given (possibly nested) keys."""
+        paths = [as_tuple(unravel_key(k)) for k in keys]
+        result = _exclude(self, paths)
+        return _assign(self, result) if inplace else result
+
+    def split_keys(
+        self: TensorDictBase,
+        *key_sets: Iterable[NestedKey],
+        inplace: bool = False,
+        strict: bool = True,
+    ) -> tuple[TensorDictBase, ...]:
+        """One TensorDict per key set, then one with the remaining keys."""
+        parts = [self.select(*keys, strict=strict) for keys in key_sets]
+        taken = [k for keys in key_sets for k in keys]
+        rest = self.exclude(*taken, inplace=inplace)
+        return (*parts, rest)
+
+    def flatten_keys(
+        self: TensorDictBase,
+        separator: str = ".",
+        inplace: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+    ) -> TensorDictBase:
+        """A flat TensorDict whose keys join nested keys with ``separator``.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": {"b": torch.zeros(2)}}, [2])
+            >>> list(td.flatten_keys(".").keys())
+            ['a.b']
+        """
+        out: dict[str, Any] = {}
+        _flatten(self, separator, "", out, is_leaf)
+        result = self._new(out, self.batch_size)
+        return _assign(self, result) if inplace else result
+
+    def unflatten_keys(
+        self: TensorDictBase, separator: str = ".", inplace: bool = False
+    ) -> TensorDictBase:
+        """The inverse of :meth:`flatten_keys`: split keys on ``separator`` into nested TensorDicts."""
+        result = self._new({}, self.batch_size)
+        for key, value in self._items_str():
+            if is_td(value):
+                value = value.unflatten_keys(separator)
+            parts = tuple(key.split(separator)) if separator in key else key
+            if type(parts) is tuple:
+                parent = result._parent_for(parts, create=True)
+                if parts[-1] in parent._keys_str():
+                    raise KeyError(
+                        f"unflatten_keys: key {key!r} collides with another entry at {parts!r}"
+                    )
+                parent._set_str(parts[-1], value)
+            else:
+                existing = result._get_str(key, NO_DEFAULT)
+                if existing is not NO_DEFAULT and is_td(existing) and is_td(value):
+                    existing.update(value)
+                else:
+                    result._set_str(key, value)
+        return _assign(self, result) if inplace else result
+
+    def rename_key_(
+        self: TensorDictBase, old_key: NestedKey, new_key: NestedKey, safe: bool = False
+    ) -> TensorDictBase:
+        """Move the entry at ``old_key`` to ``new_key`` (``safe``: refuse to overwrite)."""
+        if self.is_locked:
+            raise LockedError(f"cannot rename {old_key!r}: the TensorDict is locked")
+        value = self.get(old_key)
+        if safe and new_key in self.keys(include_nested=True):
+            raise KeyError(f"rename_key_: {new_key!r} already exists (safe=True)")
+        self.set(new_key, value)
+        if unravel_key(old_key) != unravel_key(new_key):
+            self.del_(old_key)
+        return self
+
+    def update(
+        self: TensorDictBase,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        keys_to_update: Iterable[NestedKey] | None = None,
+        non_blocking: bool = False,
+    ) -> TensorDictBase:
+        """Write every entry of ``input_dict_or_td`` into self (sub-TensorDicts are merged).
+
+        Every entry is validated before any is written: on error, self is unchanged.
+        """
+        allowed = (
+            None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
+        )
+        plan: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]] = []
+        _plan_update(self, input_dict_or_td, clone, inplace, allowed, (), plan)
+        for target, key, value, full in plan:
+            if inplace and key in target._keys_str():
+                target._copy_into(key, target._get_str(key), value, full)
+            else:
+                target._set_str(key, value)
+        return self
+
+    def update_(
+        self: TensorDictBase,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
+        clone: bool = False,
+        *,
+        keys_to_update: Iterable[NestedKey] | None = None,
+        non_blocking: bool = False,
+    ) -> TensorDictBase:
+        """Copy every entry of the input into the existing entry of self, in place.
+
+        Raises ``KeyError`` naming the first key that self lacks, before writing anything.
+        """
+        allowed = (
+            None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
+        )
+        pairs: list[tuple[Tensor, Any, tuple[str, ...]]] = []
+        _plan_update_(self, input_dict_or_td, allowed, (), pairs)
+        for dest, value, _ in pairs:
+            dest.copy_(value, non_blocking=non_blocking)
+        return self
+
+    def empty(
+        self: TensorDictBase,
+        recurse: bool = False,
+        *,
+        batch_size: Any = None,
+        device: Any = NO_DEFAULT,
+    ) -> TensorDictBase:
+        """A TensorDict with the same batch size and device and no leaves.
+
+        With ``recurse=True`` the sub-TensorDicts are kept (empty).
+        """
+        out = {}
+        if recurse:
+            out = {k: v.empty(recurse=True) for k, v in self._items_str() if is_td(v)}
+        bs = self.batch_size if batch_size is None else torch.Size(batch_size)
+        return self._new(out, bs, self.device if device is NO_DEFAULT else device)
+
+    def copy(self: TensorDictBase) -> TensorDictBase:
+        """A shallow copy: new containers, the same tensors."""
+        return self.clone(recurse=False)
+
+    def to_dict(self: TensorDictBase, *, convert_tensors: bool = False) -> dict[str, Any]:
+        """A nested ``dict``: tensors (or lists with ``convert_tensors``), and non-tensor values."""
+        out: dict[str, Any] = {}
+        for key, value in self._items_str():
+            if isinstance(value, Tensor):
+                out[key] = value.tolist() if convert_tensors else value
+            elif is_nt(value):
+                out[key] = value.data
+            else:
+                out[key] = value.to_dict(convert_tensors=convert_tensors)
+        return out
+
+    def state_dict(
+        self: TensorDictBase,
+        destination: dict[str, Any] | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+    ) -> OrderedDict[str, Any]:
+        """Tensor leaves under dotted keys, like ``nn.Module.state_dict`` (detached unless ``keep_vars``)."""
+        out: OrderedDict[str, Any] = OrderedDict() if destination is None else destination  # type: ignore[assignment]
+        for key, value in self.items(include_nested=True, leaves_only=True):
+            name = prefix + (key if type(key) is str else ".".join(key))
+            out[name] = value if keep_vars else value.detach()
+        return out
+
+    def load_state_dict(
+        self: TensorDictBase,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+    ) -> TensorDictBase:
+        """Copy (or, with ``assign``, set) the entries of a :meth:`state_dict` into self.
+
+        With ``strict``, the keys must match exactly; missing or unexpected keys
+        are all named in the ``KeyError``, and nothing is written.
+        """
+        mine = {
+            k if type(k) is str else ".".join(k)
+            for k in self.keys(include_nested=True, leaves_only=True)
+        }
+        theirs = set(state_dict)
+        if strict and mine != theirs:
+            raise KeyError(
+                f"load_state_dict: missing keys {sorted(mine - theirs)}, unexpected keys {sorted(theirs - mine)}"
+            )
+        nested = {tuple(k.split(".")) if "." in k else k: v for k, v in state_dict.items()}
+        if assign:
+            return self.update(nested)
+        existing = {k: v for k, v in nested.items() if k in self.keys(include_nested=True)}
+        self.update_(existing)
+        new = {k: v for k, v in nested.items() if k not in existing}
+        return self.update(new) if new else self
+
+
+def _assign(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:
+    """Make ``td`` hold ``result``'s entries (for ``inplace=True`` variants)."""
+    if td.is_locked:
+        raise LockedError("cannot restructure a locked TensorDict in place")
+    for key in list(td._keys_str()):
+        td._del_str(key)
+    for key, value in result._items_str():
+        td._set_str(key, value)
+    return td
+
+
+def _plan_update(
+    td: TensorDictBase,
+    source: Mapping[Any, Any] | TensorDictBase,
+    clone: bool,
+    inplace: bool,
+    allowed: set[tuple[str, ...]] | None,
+    prefix: tuple[str, ...],
+    plan: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]],
+) -> None:
+    items = source._items_str() if is_td(source) else source.items()
+    for raw_key, value in items:
+        key = unravel_key(raw_key)
+        if type(key) is tuple:
+            target = td._parent_for(key, create=False) if _has_parent(td, key) else None
+            if target is None:
+                if td.is_locked:
+                    raise LockedError(
+                        f"update: cannot create {(*prefix, *key)!r}: the TensorDict is locked"
+                    )
+                target = td._parent_for(key, create=True)
+            _plan_update(
+                target, {key[-1]: value}, clone, inplace, allowed, (*prefix, *key[:-1]), plan
+            )
+            continue
+        full = (*prefix, key)
+        if allowed is not None and not any(
+            full[: len(a)] == a or a[: len(full)] == full for a in allowed
+        ):
+            continue
+        existing = td._get_str(key, NO_DEFAULT)
+        if is_td(existing) and (is_td(value) or isinstance(value, Mapping)):
+            _plan_update(existing, value, clone, inplace, allowed, full, plan)
+            continue
+        if clone and isinstance(value, Tensor):
+            value = value.clone()
+        elif clone and is_td(value):
+            value = value.clone()
+        if existing is NO_DEFAULT or not inplace:
+            if td.is_locked:
+                raise LockedError(f"update: cannot set {full!r}: the TensorDict is locked")
+            value = td._validate(value, full if len(full) > 1 else key)
+        elif isinstance(existing, Tensor):
+            _check_copy(existing, value, full)
+        plan.append((td, key, value, full))
+
+
+def _has_parent(td: TensorDictBase, key: tuple[str, ...]) -> bool:
+    try:
+        td._parent_for(key, create=False)
+    except KeyError:
+        return False
+    return True
+
+
+def _check_copy(dest: Tensor, value: Any, full: tuple[str, ...]) -> None:
+    shape = value.shape if isinstance(value, Tensor) else torch.as_tensor(value).shape
+    try:
+        ok = torch.broadcast_shapes(shape, dest.shape) == dest.shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise BatchSizeError(
+            f"cannot copy a value of shape {list(shape)} into {full!r} of shape {list(dest.shape)}"
+        )
+
+
+def _plan_update_(
+    td: TensorDictBase,
+    source: Mapping[Any, Any] | TensorDictBase,
+    allowed: set[tuple[str, ...]] | None,
+    prefix: tuple[str, ...],
+    pairs: list[tuple[Tensor, Any, tuple[str, ...]]],
+) -> None:
+    items = source._items_str() if is_td(source) else source.items()
+    for raw_key, value in items:
+        full = (*prefix, *as_tuple(unravel_key(raw_key)))
+        if allowed is not None and not any(
+            full[: len(a)] == a or a[: len(full)] == full for a in allowed
+        ):
+            continue
+        if is_nt(value):
+            continue
+        dest = td.get(raw_key, NO_DEFAULT)
+        if dest is NO_DEFAULT:
+            raise KeyNotFoundError(
+                f"update_: key {full!r} is not in the TensorDict (update_ only copies into existing entries)"
+            )
+        if is_td(dest):
+            if not (is_td(value) or isinstance(value, Mapping)):
+                raise TypeError(
+                    f"update_: cannot copy a {type(value).__name__} into sub-TensorDict {full!r}"
+                )
+            _plan_update_(dest, value, allowed, full, pairs)
+        elif isinstance(dest, Tensor):
+            if not isinstance(value, Tensor):
+                value = torch.as_tensor(value, device=dest.device)
+            _check_copy(dest, value, full)
+            pairs.append((dest, value, full))

@@ -1,0 +1,285 @@
+"""``TensorDict``: the dense container, a plain dict of entries plus a batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from td_core._base import TensorDictBase
+from td_core._map import is_nt, is_td
+from td_core._nontensor import NonTensorData
+from td_core._utils import NO_DEFAULT, as_device, as_size
+from td_core.errors import BatchSizeError, LockedError
+
+__all__ = ["TensorDict"]
+
+Tensor = torch.Tensor
+
+
+class TensorDict(TensorDictBase):
+    """A dictionary of tensors that behaves like a tensor over its leading (batch) dims.
+
+    Every entry's leading dims equal ``batch_size``. Entries are tensors,
+    nested TensorDicts (nested dicts are converted), or any other Python value
+    (stored as a non-tensor leaf).
+
+    Args:
+        source: a mapping of keys to values (nested mappings become nested TensorDicts).
+        batch_size: an int, a sequence of ints or a ``torch.Size``. Omitted: ``[]``.
+            ``None``: the largest leading shape common to every leaf (see
+            :meth:`auto_batch_size_`).
+        device: if given, every entry is moved there now and when written later.
+        lock: lock the result (see :meth:`lock_`).
+        **kwargs: more entries, as with ``dict(**kwargs)``.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict
+        >>> td = TensorDict({"obs": torch.zeros(3, 4, 5), "done": torch.zeros(3, 4, dtype=torch.bool)}, batch_size=[3, 4])
+        >>> td[..., :2]["obs"].shape
+        torch.Size([3, 2, 5])
+        >>> td["nested", "key"] = torch.zeros(3, 4)
+        >>> td["nested"].batch_size
+        torch.Size([3, 4])
+    """
+
+    __slots__ = ("_tensordict", "_batch_size", "_device", "_is_locked", "__weakref__")
+
+    def __init__(
+        self,
+        source: Mapping[Any, Any] | None = None,
+        batch_size: Any = NO_DEFAULT,
+        device: Any = None,
+        *,
+        lock: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        auto = batch_size is None
+        self._batch_size = torch.Size() if auto or batch_size is NO_DEFAULT else as_size(batch_size)
+        self._device = as_device(device)
+        self._is_locked = False
+        self._tensordict: dict[str, Any] = {}
+        if source is not None:
+            if not isinstance(source, Mapping):
+                raise TypeError(f"TensorDict source must be a mapping, got {type(source).__name__}")
+            self._fill(source)
+        if kwargs:
+            self._fill(kwargs)
+        if auto:
+            self.auto_batch_size_()
+        if lock:
+            self.lock_()
+
+    def _fill(self, source: Mapping[Any, Any]) -> None:
+        data = self._tensordict
+        validate = self._validate
+        for key, value in source.items():
+            if type(key) is str:
+                data[key] = validate(value, key)
+            else:
+                self.set(key, value)
+
+    @classmethod
+    def _new_unsafe(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None = None
+    ) -> TensorDict:
+        """Build from entries already known to be valid; no checks, no copies."""
+        td = cls.__new__(cls)
+        td._tensordict = source
+        td._batch_size = batch_size
+        td._device = device
+        td._is_locked = False
+        return td
+
+    def _new(
+        self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
+    ) -> TensorDict:
+        td = TensorDict.__new__(TensorDict)
+        td._tensordict = source
+        td._batch_size = batch_size
+        td._device = self._device if device is NO_DEFAULT else device
+        td._is_locked = False
+        return td
+
+    # ---------------------------------------------------------------- primitives
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        value = self._tensordict.get(key, NO_DEFAULT)
+        if value is NO_DEFAULT:
+            if default is NO_DEFAULT:
+                raise self._missing(key)
+            return default
+        return value
+
+    def _set_str(self, key: str, value: Any) -> None:
+        self._tensordict[key] = value
+
+    def _del_str(self, key: str) -> None:
+        del self._tensordict[key]
+
+    def _keys_str(self) -> Any:
+        return self._tensordict.keys()
+
+    def _items_str(self) -> Any:
+        return self._tensordict.items()
+
+    def _values_str(self) -> Any:
+        return self._tensordict.values()
+
+    # fast paths of the hottest reads
+    def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
+        if type(key) is str:
+            value = self._tensordict.get(key, NO_DEFAULT)
+            if value is not NO_DEFAULT:
+                return value
+            if default is NO_DEFAULT:
+                raise self._missing(key)
+            return default
+        return TensorDictBase.get(self, key, default)
+
+    def __getitem__(self, index: Any) -> Any:
+        if type(index) is str:
+            value = self._tensordict.get(index, NO_DEFAULT)
+            if value is NO_DEFAULT:
+                raise self._missing(index)
+            return value.data if is_nt(value) else value
+        return TensorDictBase.__getitem__(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) is str:
+            if self._is_locked:
+                raise LockedError(
+                    f"cannot set key {index!r}: the TensorDict is locked; use set_() for in-place writes"
+                )
+            if type(value) is Tensor and self._device is None:
+                bs = self._batch_size
+                if value.shape[: len(bs)] != bs:
+                    raise self._shape_error(index, value.shape)
+                self._tensordict[index] = value
+                return
+            self._tensordict[index] = self._validate(value, index)
+            return
+        TensorDictBase.__setitem__(self, index, value)
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def batch_size(self) -> torch.Size:
+        """The leading dims shared by every entry."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, new_size: Any) -> None:
+        self._set_batch_size(as_size(new_size))
+
+    def _set_batch_size(self, size: torch.Size) -> None:
+        if self._is_locked and size != self._batch_size:
+            raise LockedError("cannot change the batch_size of a locked TensorDict")
+        n = len(size)
+        updates: dict[str, Any] = {}
+        for key, value in self._tensordict.items():
+            if isinstance(value, Tensor):
+                if value.shape[:n] != size:
+                    raise BatchSizeError(
+                        f"cannot set batch_size {list(size)}: entry {key!r} has shape {list(value.shape)}"
+                    )
+            elif is_nt(value):
+                if value.batch_size[:n] != size:
+                    if not isinstance(value, NonTensorData):
+                        raise BatchSizeError(
+                            f"cannot set batch_size {list(size)}: non-tensor entry {key!r} has batch_size "
+                            f"{list(value.batch_size)}"
+                        )
+                    updates[key] = NonTensorData(value.data, size, value.device)
+            elif value.batch_size[:n] != size:
+                sub = value.clone(recurse=False) if value._is_locked else value
+                try:
+                    sub._set_batch_size(size)
+                except BatchSizeError as err:
+                    raise BatchSizeError(
+                        f"cannot set batch_size {list(size)}: in entry {key!r}, {err}"
+                    ) from None
+                updates[key] = sub
+        self._tensordict.update(updates)
+        self._batch_size = size
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device every entry lives on, or None if not fixed."""
+        return self._device
+
+    @device.setter
+    def device(self, value: Any) -> None:
+        raise RuntimeError(
+            "the device of a TensorDict cannot be set; use td.to(device) or td.clear_device_()"
+        )
+
+    def _set_device(self, device: Any) -> None:
+        self._device = as_device(device)
+
+    def auto_batch_size_(self, batch_dims: int | None = None) -> TensorDict:
+        """Set the batch size to the longest leading shape common to every leaf.
+
+        Sub-TensorDicts are sized first (bottom up). ``batch_dims`` caps the
+        number of dims.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.zeros(3, 4, 2), "b": torch.zeros(3, 4)})
+            >>> td.auto_batch_size_().batch_size
+            torch.Size([3, 4])
+        """
+        shapes = []
+        for value in self._tensordict.values():
+            if is_td(value):
+                value.auto_batch_size_(batch_dims)
+            shapes.append(value.batch_size if not isinstance(value, Tensor) else value.shape)
+        if not shapes:
+            common: list[int] = list(self._batch_size)
+        else:
+            common = list(shapes[0])
+            for shape in shapes[1:]:
+                i = 0
+                while i < len(common) and i < len(shape) and common[i] == shape[i]:
+                    i += 1
+                del common[i:]
+        if batch_dims is not None:
+            del common[batch_dims:]
+        self._set_batch_size(torch.Size(common))
+        return self
+
+    # ---------------------------------------------------------------- locking
+    def lock_(self) -> TensorDict:
+        """Lock this TensorDict and its sub-TensorDicts: no entry may be added, replaced or removed.
+
+        In-place writes (``set_``, ``td[idx] = ...`` on existing entries) stay allowed.
+        """
+        self._is_locked = True
+        for value in self._tensordict.values():
+            if is_td(value):
+                value.lock_()
+        return self
+
+    def unlock_(self) -> TensorDict:
+        """Unlock this TensorDict and its sub-TensorDicts."""
+        self._is_locked = False
+        for value in self._tensordict.values():
+            if is_td(value):
+                value.unlock_()
+        return self
+
+    # ---------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "source": self._tensordict,
+            "batch_size": tuple(self._batch_size),
+            "device": None if self._device is None else str(self._device),
+            "locked": self._is_locked,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._tensordict = state["source"]
+        self._batch_size = torch.Size(state["batch_size"])
+        self._device = as_device(state["device"])
+        self._is_locked = state["locked"]

@@ -1,0 +1,101 @@
+"""Small parsing helpers shared by the container modules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from td_core.errors import BatchSizeError
+
+__all__ = ["NO_DEFAULT", "as_size", "as_device", "normalize_dim", "shape_args", "infer_shape"]
+
+
+class _NoDefault:
+    """Sentinel: no default was given (``None`` is a legitimate default)."""
+
+    _instance: _NoDefault | None = None
+
+    def __new__(cls) -> _NoDefault:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NO_DEFAULT: Any = _NoDefault()
+
+
+def as_size(batch_size: Any) -> torch.Size:
+    """A ``torch.Size`` from an int, a sequence of ints or a ``torch.Size``."""
+    if type(batch_size) is torch.Size:
+        return batch_size
+    if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
+        batch_size = (int(batch_size),)
+    elif isinstance(batch_size, torch.Tensor) and batch_size.ndim <= 1:
+        batch_size = batch_size.reshape(-1).tolist()
+    if not isinstance(batch_size, Sequence) or isinstance(batch_size, str):
+        raise TypeError(f"batch_size must be an int or a sequence of ints, got {batch_size!r}")
+    try:
+        size = torch.Size(batch_size)
+    except TypeError:
+        raise TypeError(
+            f"batch_size must be an int or a sequence of ints, got {batch_size!r}"
+        ) from None
+    if any(d < 0 for d in size):
+        raise ValueError(f"batch_size dims must be non-negative, got {list(size)}")
+    return size
+
+
+def as_device(device: Any) -> torch.device | None:
+    """``None`` or a ``torch.device`` (ints mean the default accelerator's index)."""
+    if device is None or type(device) is torch.device:
+        return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return torch.device("cuda", device)
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"invalid device {device!r}") from None
+
+
+def normalize_dim(dim: int, ndim: int, what: str = "batch dims") -> int:
+    """``dim`` in ``[0, ndim)``; negative dims count from the end."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {dim!r}")
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"dim {dim} is out of range for {ndim} {what}")
+    return dim + ndim if dim < 0 else dim
+
+
+def shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
+    """``(2, 3)`` from ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` or ``f(torch.Size([2, 3]))``."""
+    if len(args) == 1 and not isinstance(args[0], int):
+        args = tuple(args[0])
+    return tuple(int(a) for a in args)
+
+
+def infer_shape(shape: Sequence[int], numel: int, old: torch.Size) -> torch.Size:
+    """Resolve one ``-1`` in a view shape; raise naming both shapes if the sizes differ."""
+    shape = list(shape)
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    if len(unknown) > 1:
+        raise ValueError(f"only one dimension can be -1, got shape {shape}")
+    known = math.prod(s for s in shape if s != -1)
+    if unknown:
+        if known == 0 or numel % known:
+            raise BatchSizeError(f"cannot view batch_size {list(old)} as {shape}")
+        shape[unknown[0]] = numel // known
+    elif known != numel:
+        raise BatchSizeError(
+            f"cannot view batch_size {list(old)} ({numel} elements) as {shape} ({known} elements)"
+        )
+    return torch.Size(shape)

@@ -1,0 +1,277 @@
+"""Shape operations over the batch dims, and the torch functions that dispatch to them."""
+
+import pytest
+import torch
+
+from td_core import TensorDict
+
+
+def make_td(batch=(3, 4)):
+    g = torch.Generator().manual_seed(0)
+    return TensorDict(
+        {
+            "a": torch.randn(*batch, 5, generator=g),
+            "i": torch.arange(torch.Size(batch).numel()).reshape(batch),
+            "nested": {"b": torch.randn(*batch, 2, 2, generator=g)},
+        },
+        batch_size=batch,
+    )
+
+
+# (name, td method call, the same op on a leaf with `f` trailing feature dims, expected batch)
+SHAPE_OPS = [
+    ("view-flat", lambda td: td.view(-1), lambda t, f: t.reshape(12, *t.shape[2:]), [12]),
+    ("view-2d", lambda td: td.view(2, 6), lambda t, f: t.view(2, 6, *t.shape[2:]), [2, 6]),
+    (
+        "view-size",
+        lambda td: td.view(torch.Size([6, 2])),
+        lambda t, f: t.view(6, 2, *t.shape[2:]),
+        [6, 2],
+    ),
+    ("reshape-flat", lambda td: td.reshape(-1), lambda t, f: t.reshape(12, *t.shape[2:]), [12]),
+    (
+        "reshape-3d",
+        lambda td: td.reshape(2, 3, 2),
+        lambda t, f: t.reshape(2, 3, 2, *t.shape[2:]),
+        [2, 3, 2],
+    ),
+    (
+        "reshape-tuple",
+        lambda td: td.reshape((4, 3)),
+        lambda t, f: t.reshape(4, 3, *t.shape[2:]),
+        [4, 3],
+    ),
+    ("unsqueeze-0", lambda td: td.unsqueeze(0), lambda t, f: t.unsqueeze(0), [1, 3, 4]),
+    ("unsqueeze-1", lambda td: td.unsqueeze(1), lambda t, f: t.unsqueeze(1), [3, 1, 4]),
+    ("unsqueeze-neg", lambda td: td.unsqueeze(-1), lambda t, f: t.unsqueeze(2), [3, 4, 1]),
+    ("permute", lambda td: td.permute(1, 0), lambda t, f: t.transpose(0, 1), [4, 3]),
+    ("permute-list", lambda td: td.permute([1, 0]), lambda t, f: t.transpose(0, 1), [4, 3]),
+    ("permute-neg", lambda td: td.permute(-1, -2), lambda t, f: t.transpose(0, 1), [4, 3]),
+    ("transpose", lambda td: td.transpose(0, 1), lambda t, f: t.transpose(0, 1), [4, 3]),
+    ("transpose-neg", lambda td: td.transpose(-1, 0), lambda t, f: t.transpose(0, 1), [4, 3]),
+    ("expand", lambda td: td.expand(2, 3, 4), lambda t, f: t.expand(2, *t.shape), [2, 3, 4]),
+    (
+        "expand-size",
+        lambda td: td.expand(torch.Size([2, 3, 4])),
+        lambda t, f: t.expand(2, *t.shape),
+        [2, 3, 4],
+    ),
+    ("flatten", lambda td: td.flatten(0, 1), lambda t, f: t.flatten(0, 1), [12]),
+    ("flatten-neg", lambda td: td.flatten(0, -1), lambda t, f: t.flatten(0, 1), [12]),
+]
+
+
+@pytest.mark.parametrize(
+    ("op", "tensor_op", "batch"), [c[1:] for c in SHAPE_OPS], ids=[c[0] for c in SHAPE_OPS]
+)
+def test_shape_op_matches_tensor_op(op, tensor_op, batch):
+    td = make_td()
+    out = op(td)
+    assert isinstance(out, TensorDict)
+    assert out.batch_size == torch.Size(batch)
+    assert out["nested"].batch_size == torch.Size(batch)
+    for key in ["a", "i", ("nested", "b")]:
+        leaf = td[key]
+        assert torch.equal(out[key], tensor_op(leaf, leaf.ndim - 2)), key
+    # the source is unchanged
+    assert td.batch_size == torch.Size([3, 4])
+
+
+def test_squeeze_all_and_dim():
+    td = TensorDict({"a": torch.randn(1, 3, 1, 2), "n": {"b": torch.zeros(1, 3, 1)}}, [1, 3, 1])
+    assert td.squeeze().batch_size == torch.Size([3])
+    assert td.squeeze()["a"].shape == torch.Size([3, 2])
+    assert td.squeeze()["n", "b"].shape == torch.Size([3])
+    assert td.squeeze(0).batch_size == torch.Size([3, 1])
+    assert td.squeeze(-1).batch_size == torch.Size([1, 3])
+    assert td.squeeze(-1)["a"].shape == torch.Size([1, 3, 2])
+    # squeezing a dim that is not 1 is a no-op, like for tensors
+    assert td.squeeze(1).batch_size == torch.Size([1, 3, 1])
+
+
+def test_squeeze_never_touches_feature_dims():
+    td = TensorDict({"a": torch.zeros(3, 1)}, [3])
+    assert td.squeeze()["a"].shape == torch.Size([3, 1])
+
+
+def test_view_shares_storage():
+    td = make_td()
+    v = td.view(-1)
+    v["a"].zero_()
+    assert (td["a"] == 0).all()
+
+
+def test_unflatten():
+    td = make_td((6, 2))
+    out = td.unflatten(0, (2, 3))
+    assert out.batch_size == torch.Size([2, 3, 2])
+    assert torch.equal(out["a"], td["a"].unflatten(0, (2, 3)))
+    assert out["nested"].batch_size == torch.Size([2, 3, 2])
+    back = out.flatten(0, 1)
+    assert back.batch_size == td.batch_size
+    assert torch.equal(back["nested", "b"], td["nested", "b"])
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unbind(dim):
+    td = make_td()
+    parts = td.unbind(dim)
+    assert isinstance(parts, tuple)
+    assert len(parts) == td.batch_size[dim]
+    for j, part in enumerate(parts):
+        assert part.batch_size == torch.Size([4] if dim == 0 else [3])
+        assert torch.equal(part["a"], td["a"].select(dim % 2, j))
+        assert torch.equal(part["nested", "b"], td["nested", "b"].select(dim % 2, j))
+
+
+@pytest.mark.parametrize(
+    ("split", "dim", "sizes"),
+    [(2, 0, [2, 1]), ([1, 2], 0, [1, 2]), (3, 1, [3, 1]), ([2, 2], -1, [2, 2]), (4, 0, [3])],
+)
+def test_split(split, dim, sizes):
+    td = make_td()
+    parts = td.split(split, dim)
+    assert [p.batch_size[dim] for p in parts] == sizes
+    expected = td["a"].split(split, dim % 2)
+    for part, leaf in zip(parts, expected):
+        assert torch.equal(part["a"], leaf)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "dim", "sizes"), [(2, 0, [2, 1]), (2, 1, [2, 2]), (4, 1, [1, 1, 1, 1])]
+)
+def test_chunk(chunks, dim, sizes):
+    td = make_td()
+    parts = td.chunk(chunks, dim)
+    assert [p.batch_size[dim] for p in parts] == sizes
+    for part, leaf in zip(parts, td["i"].chunk(chunks, dim)):
+        assert torch.equal(part["i"], leaf)
+
+
+def test_batch_size_setter_shrink_and_grow():
+    td = TensorDict({"a": torch.zeros(3, 4, 2), "n": {"b": torch.zeros(3, 4)}}, [3, 4])
+    td.batch_size = [3]
+    assert td.batch_size == torch.Size([3])
+    assert td["n"].batch_size[:1] == torch.Size([3])
+    td.batch_size = torch.Size([3, 4])
+    assert td.batch_size == torch.Size([3, 4])
+    td.batch_size = []
+    assert td.batch_size == torch.Size([])
+    assert td["a"].shape == torch.Size([3, 4, 2])
+
+
+def test_batch_size_setter_rejects_incompatible():
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3])
+    with pytest.raises(RuntimeError, match="a"):
+        td.batch_size = [3, 5]
+    assert td.batch_size == torch.Size([3])
+
+
+def test_nested_longer_batch_is_reshaped_with_parent():
+    sub = TensorDict({"x": torch.zeros(2, 3, 4)}, [2, 3, 4])
+    td = TensorDict({"s": sub}, [2, 3])
+    assert td.reshape(-1)["s"].batch_size == torch.Size([6, 4])
+    assert td.view(-1)["s", "x"].shape == torch.Size([6, 4])
+    assert td.permute(1, 0)["s"].batch_size == torch.Size([3, 2, 4])
+    assert td.unsqueeze(0)["s"].batch_size == torch.Size([1, 2, 3, 4])
+
+
+# ---------------------------------------------------------------- torch functions
+
+
+def test_torch_stack_is_dense():
+    tds = [make_td() for _ in range(3)]
+    out = torch.stack(tds, 0)
+    assert type(out) is TensorDict
+    assert out.batch_size == torch.Size([3, 3, 4])
+    assert torch.equal(out["a"], torch.stack([t["a"] for t in tds], 0))
+    assert type(out["nested"]) is TensorDict
+    # dense: writes to the stack do not reach the originals
+    out["a"].zero_()
+    assert not (tds[0]["a"] == 0).all()
+
+
+@pytest.mark.parametrize(
+    ("dim", "batch"), [(0, [2, 3, 4]), (1, [3, 2, 4]), (2, [3, 4, 2]), (-1, [3, 4, 2])]
+)
+def test_torch_stack_dims(dim, batch):
+    tds = [make_td(), make_td() + 1]
+    out = torch.stack(tds, dim)
+    assert out.batch_size == torch.Size(batch)
+    # for leaves, stacking at batch dim `dim` (counted among batch dims) is the tensor stack
+    tensor_dim = dim if dim >= 0 else len(batch) + dim
+    assert torch.equal(out["nested", "b"], torch.stack([t["nested", "b"] for t in tds], tensor_dim))
+    assert torch.equal(out["i"], torch.stack([t["i"] for t in tds], tensor_dim))
+
+
+def test_torch_stack_keeps_non_tensor():
+    tds = [TensorDict({"x": torch.zeros(2), "s": "same"}, [2]) for _ in range(3)]
+    out = torch.stack(tds)
+    assert out.batch_size == torch.Size([3, 2])
+    assert out[0]["s"] == "same"
+
+
+@pytest.mark.parametrize(("dim", "batch"), [(0, [6, 4]), (1, [3, 8]), (-1, [3, 8])])
+def test_torch_cat(dim, batch):
+    tds = [make_td(), make_td() * 2]
+    out = torch.cat(tds, dim)
+    assert type(out) is TensorDict
+    assert out.batch_size == torch.Size(batch)
+    tensor_dim = dim % 2
+    assert torch.equal(out["a"], torch.cat([t["a"] for t in tds], tensor_dim))
+    assert torch.equal(out["nested", "b"], torch.cat([t["nested", "b"] for t in tds], tensor_dim))
+    assert out["nested"].batch_size == torch.Size(batch)
+
+
+def test_torch_unbind_and_split_and_chunk():
+    td = make_td()
+    parts = torch.unbind(td, 1)
+    assert len(parts) == 4
+    assert torch.equal(parts[2]["a"], td["a"][:, 2])
+    splits = torch.split(td, 2, 0)
+    assert [s.batch_size for s in splits] == [torch.Size([2, 4]), torch.Size([1, 4])]
+    chunks = torch.chunk(td, 2, 1)
+    assert [c.batch_size for c in chunks] == [torch.Size([3, 2]), torch.Size([3, 2])]
+
+
+@pytest.mark.parametrize(
+    ("fn", "batch"),
+    [
+        (lambda td: torch.unsqueeze(td, 0), [1, 3, 4]),
+        (lambda td: torch.permute(td, (1, 0)), [4, 3]),
+        (lambda td: torch.squeeze(td.unsqueeze(0)), [3, 4]),
+        (lambda td: torch.clone(td), [3, 4]),
+        (lambda td: torch.flatten(td, 0, 1), [12]),
+        (lambda td: torch.reshape(td, (12,)), [12]),
+    ],
+    ids=["unsqueeze", "permute", "squeeze", "clone", "flatten", "reshape"],
+)
+def test_torch_functions_dispatch(fn, batch):
+    out = fn(make_td())
+    assert isinstance(out, TensorDict)
+    assert out.batch_size == torch.Size(batch)
+
+
+@pytest.mark.parametrize(
+    ("fn", "value"),
+    [(torch.zeros_like, 0), (torch.ones_like, 1), (lambda td: torch.full_like(td, 3), 3)],
+    ids=["zeros_like", "ones_like", "full_like"],
+)
+def test_torch_like_functions(fn, value):
+    td = make_td()
+    out = fn(td)
+    assert out.batch_size == td.batch_size
+    assert (out["a"] == value).all()
+    assert (out["nested", "b"] == value).all()
+    assert out["i"].dtype == torch.int64
+    assert not (td["a"] == value).all()
+
+
+def test_stack_then_unbind_round_trip():
+    tds = [make_td() * k for k in range(4)]
+    back = torch.stack(tds, 1).unbind(1)
+    assert len(back) == 4
+    for orig, got in zip(tds, back):
+        assert got.batch_size == orig.batch_size
+        assert torch.equal(got["a"], orig["a"])
+        assert torch.equal(got["nested", "b"], orig["nested", "b"])

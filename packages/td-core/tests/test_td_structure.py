@@ -1,0 +1,369 @@
+"""Key structure: select/exclude/split, flatten/unflatten keys, rename, update, empty, lock,
+dict and state-dict round trips."""
+
+import numpy as np
+import pytest
+import torch
+
+from td_core import TensorDict
+
+
+def make_td():
+    return TensorDict(
+        {
+            "a": torch.arange(3.0),
+            "n": {"b": torch.ones(3), "c": torch.ones(3, 2), "deep": {"d": torch.zeros(3, 4)}},
+            "z": torch.zeros(3, dtype=torch.int64),
+        },
+        batch_size=[3],
+    )
+
+
+ALL_LEAVES = {"a", ("n", "b"), ("n", "c"), ("n", "deep", "d"), "z"}
+
+
+def leaves(td):
+    return set(td.keys(include_nested=True, leaves_only=True))
+
+
+# ---------------------------------------------------------------- select / exclude / split
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        (["a"], {"a"}),
+        (["a", "z"], {"a", "z"}),
+        ([("n", "b")], {("n", "b")}),
+        ([("n", "deep", "d"), "a"], {("n", "deep", "d"), "a"}),
+        (["n"], {("n", "b"), ("n", "c"), ("n", "deep", "d")}),
+        ([], set()),
+    ],
+)
+def test_select(keys, expected):
+    td = make_td()
+    out = td.select(*keys)
+    assert leaves(out) == expected
+    assert out.batch_size == td.batch_size
+    for key in expected:
+        assert out[key] is td[key]
+    assert leaves(td) == ALL_LEAVES
+
+
+def test_select_non_strict_skips_missing():
+    out = make_td().select("a", "missing", strict=False)
+    assert leaves(out) == {"a"}
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        (["a"], ALL_LEAVES - {"a"}),
+        ([("n", "b"), "z"], ALL_LEAVES - {("n", "b"), "z"}),
+        (["n"], {"a", "z"}),
+        ([("n", "deep")], ALL_LEAVES - {("n", "deep", "d")}),
+        (["missing"], ALL_LEAVES),
+    ],
+)
+def test_exclude(keys, expected):
+    td = make_td()
+    out = td.exclude(*keys)
+    assert leaves(out) == expected
+    assert leaves(td) == ALL_LEAVES
+
+
+def test_split_keys():
+    td = make_td()
+    first, rest = td.split_keys(["a", ("n", "b")])
+    assert leaves(first) == {"a", ("n", "b")}
+    assert leaves(rest) == ALL_LEAVES - {"a", ("n", "b")}
+    assert first.batch_size == rest.batch_size == td.batch_size
+    assert first["a"] is td["a"]
+
+
+def test_split_keys_several_groups():
+    td = make_td()
+    g1, g2, rest = td.split_keys(["a"], ["z"])
+    assert leaves(g1) == {"a"}
+    assert leaves(g2) == {"z"}
+    assert leaves(rest) == ALL_LEAVES - {"a", "z"}
+
+
+# ---------------------------------------------------------------- flatten / unflatten keys
+
+
+@pytest.mark.parametrize("separator", [".", "/", "__"])
+def test_flatten_unflatten_keys(separator):
+    td = make_td()
+    flat = td.flatten_keys(separator)
+    expected = {
+        "a",
+        f"n{separator}b",
+        f"n{separator}c",
+        f"n{separator}deep{separator}d",
+        "z",
+    }
+    assert set(flat.keys()) == expected
+    assert set(flat.keys(include_nested=True)) == expected
+    assert flat[f"n{separator}deep{separator}d"] is td["n", "deep", "d"]
+    back = flat.unflatten_keys(separator)
+    assert leaves(back) == ALL_LEAVES
+    assert isinstance(back["n", "deep"], TensorDict)
+    assert back["n"].batch_size == td.batch_size
+    for key in ALL_LEAVES:
+        assert torch.equal(back[key], td[key])
+
+
+def test_flatten_keys_default_separator_is_dot():
+    assert set(make_td().flatten_keys().keys()) == {"a", "n.b", "n.c", "n.deep.d", "z"}
+
+
+def test_flatten_keys_keyword_separator():
+    assert "n-b" in make_td().flatten_keys(separator="-").keys()
+
+
+def test_unflatten_keys_from_state_dict_like_source():
+    td = TensorDict(
+        {"0.weight": torch.zeros(4, 3), "0.bias": torch.zeros(4), "1.bias": torch.zeros(2)}, []
+    )
+    out = td.unflatten_keys(".")
+    assert leaves(out) == {("0", "weight"), ("0", "bias"), ("1", "bias")}
+
+
+# ---------------------------------------------------------------- rename
+
+
+def test_rename_key_():
+    td = make_td()
+    a = td["a"]
+    out = td.rename_key_("a", "A")
+    assert out is td
+    assert "a" not in td.keys()
+    assert td["A"] is a
+
+
+def test_rename_nested_key():
+    td = make_td()
+    b = td["n", "b"]
+    td.rename_key_(("n", "b"), ("n", "B"))
+    assert td["n", "B"] is b
+    assert ("n", "b") not in td.keys(include_nested=True)
+    td.rename_key_(("n", "B"), "top")
+    assert td["top"] is b
+    assert "B" not in td["n"].keys()
+
+
+# ---------------------------------------------------------------- update
+
+
+def test_update_from_dict_merges_nested():
+    td = make_td()
+    c = td["n", "c"]
+    out = td.update({"a": torch.ones(3), "n": {"q": torch.full((3,), 2.0)}, "new": torch.zeros(3)})
+    assert out is td
+    assert torch.equal(td["a"], torch.ones(3))
+    assert torch.equal(td["n", "q"], torch.full((3,), 2.0))
+    # the nested tensordict is merged into, not replaced
+    assert td["n", "c"] is c
+    assert leaves(td) == ALL_LEAVES | {("n", "q"), "new"}
+
+
+def test_update_from_tensordict_is_not_in_place():
+    td = make_td()
+    a = td["a"]
+    td.update(TensorDict({"a": torch.full((3,), 7.0)}, [3]))
+    assert torch.equal(td["a"], torch.full((3,), 7.0))
+    assert torch.equal(a, torch.arange(3.0))
+
+
+def test_update_in_place():
+    td = make_td()
+    a = td["a"]
+    d = td["n", "deep", "d"]
+    out = td.update_({"a": torch.full((3,), 5.0), "n": {"deep": {"d": torch.ones(3, 4)}}})
+    assert out is td
+    assert td["a"] is a
+    assert torch.equal(a, torch.full((3,), 5.0))
+    assert td["n", "deep", "d"] is d
+    assert (d == 1).all()
+
+
+def test_update_in_place_from_tensordict():
+    td = make_td()
+    z = td["z"]
+    td.update_(TensorDict({"z": torch.full((3,), 4, dtype=torch.int64)}, [3]))
+    assert td["z"] is z
+    assert (z == 4).all()
+
+
+def test_update_in_place_missing_key_names_it():
+    td = make_td()
+    with pytest.raises(KeyError, match="missing"):
+        td.update_({"missing": torch.ones(3)})
+
+
+# ---------------------------------------------------------------- empty
+
+
+def test_empty_keeps_batch_and_device():
+    td = TensorDict({"a": torch.zeros(3, 2), "n": {"b": torch.zeros(3)}}, [3], device="meta")
+    out = td.empty()
+    assert out.batch_size == torch.Size([3])
+    assert out.device == torch.device("meta")
+    assert list(out.keys()) == []
+    assert out.is_empty()
+    assert not td.is_empty()
+    assert leaves(td) == {"a", ("n", "b")}
+
+
+def test_empty_recurse_keeps_nested_structure():
+    td = make_td()
+    out = td.empty(recurse=True)
+    assert leaves(out) == set()
+    assert isinstance(out["n"], TensorDict)
+    assert isinstance(out["n", "deep"], TensorDict)
+    assert out["n"].batch_size == torch.Size([3])
+    assert out.is_empty()
+
+
+# ---------------------------------------------------------------- lock
+
+
+def test_lock_and_unlock():
+    td = make_td()
+    assert not td.is_locked
+    assert td.lock_() is td
+    assert td.is_locked
+    assert td["n"].is_locked
+    assert td["n", "deep"].is_locked
+    assert td.unlock_() is td
+    assert not td.is_locked
+    assert not td["n"].is_locked
+    td["new"] = torch.zeros(3)
+    assert "new" in td.keys()
+
+
+def write_new(td):
+    td["new"] = torch.zeros(3)
+
+
+def overwrite(td):
+    td["a"] = torch.ones(3)
+
+
+def set_method(td):
+    td.set("a", torch.ones(3))
+
+
+def write_nested(td):
+    td["n", "new"] = torch.zeros(3)
+
+
+def delete(td):
+    del td["a"]
+
+
+def pop(td):
+    td.pop("a")
+
+
+def rename(td):
+    td.rename_key_("a", "A")
+
+
+def update(td):
+    td.update({"a": torch.ones(3), "new": torch.zeros(3)})
+
+
+def write_in_subtree(td):
+    td["n"]["new"] = torch.zeros(3)
+
+
+LOCKED_WRITES = [
+    write_new,
+    overwrite,
+    set_method,
+    write_nested,
+    delete,
+    pop,
+    rename,
+    update,
+    write_in_subtree,
+]
+
+
+@pytest.mark.parametrize("write", LOCKED_WRITES, ids=[f.__name__ for f in LOCKED_WRITES])
+def test_locked_writes_raise_and_change_nothing(write):
+    td = make_td().lock_()
+    before = td.clone()
+    with pytest.raises(RuntimeError):
+        write(td)
+    assert leaves(td) == ALL_LEAVES
+    for key in ALL_LEAVES:
+        assert torch.equal(td[key], before[key]), key
+    assert td.is_locked
+
+
+def test_locked_allows_in_place_writes():
+    td = make_td().lock_()
+    a = td["a"]
+    td.set_("a", torch.full((3,), 9.0))
+    td[0] = td[0].clone().zero_()
+    assert td["a"] is a
+    assert torch.equal(a, torch.tensor([0.0, 9.0, 9.0]))
+
+
+def test_lock_is_not_inherited_by_results():
+    td = make_td().lock_()
+    assert not td.clone().is_locked
+    assert not td.apply(lambda x: x + 1).is_locked
+
+
+# ---------------------------------------------------------------- dict round trips
+
+
+def test_to_dict():
+    td = make_td()
+    d = td.to_dict()
+    assert type(d) is dict
+    assert set(d) == {"a", "n", "z"}
+    assert type(d["n"]) is dict
+    assert type(d["n"]["deep"]) is dict
+    assert torch.equal(d["n"]["deep"]["d"], td["n", "deep", "d"])
+
+
+def test_to_dict_from_dict_round_trip():
+    td = make_td()
+    back = TensorDict.from_dict(td.to_dict(), batch_size=td.batch_size)
+    assert back.batch_size == td.batch_size
+    assert leaves(back) == ALL_LEAVES
+    for key in ALL_LEAVES:
+        assert torch.equal(back[key], td[key])
+
+
+def test_state_dict_round_trip():
+    td = make_td()
+    sd = td.state_dict()
+    assert set(sd) >= {"a", "n.b", "n.c", "n.deep.d", "z"}
+    target = td.clone().zero_()
+    out = target.load_state_dict(sd)
+    assert out is target
+    for key in ALL_LEAVES:
+        assert torch.equal(target[key], td[key])
+
+
+def test_load_state_dict_rejects_mismatched_keys():
+    td = make_td()
+    sd = td.state_dict()
+    sd["extra"] = torch.zeros(3)
+    with pytest.raises((KeyError, RuntimeError), match="extra"):
+        td.clone().load_state_dict(sd)
+
+
+def test_numpy_values_set_and_update():
+    td = make_td()
+    td["np"] = np.ones((3, 2), dtype=np.float32)
+    assert isinstance(td["np"], torch.Tensor)
+    assert td["np"].dtype == torch.float32
+    td.update({"np2": np.zeros(3, dtype=np.int64)})
+    assert td["np2"].dtype == torch.int64
