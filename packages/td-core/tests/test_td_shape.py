@@ -208,7 +208,10 @@ def test_torch_stack_keeps_non_tensor():
     tds = [TensorDict({"x": torch.zeros(2), "s": "same"}, [2]) for _ in range(3)]
     out = torch.stack(tds)
     assert out.batch_size == torch.Size([3, 2])
-    assert out[0]["s"] == "same"
+    # one rule: stacking equal values gives one value per element, as for different values
+    assert out[0]["s"] == ["same", "same"]
+    assert out[0, 1]["s"] == "same"
+    assert out["s"] == [["same", "same"]] * 3
 
 
 @pytest.mark.parametrize(("dim", "batch"), [(0, [6, 4]), (1, [3, 8]), (-1, [3, 8])])

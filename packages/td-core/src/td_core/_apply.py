@@ -133,10 +133,16 @@ def _gather_pairs(
             _gather_pairs(value, item, out, (*prefix, key))
 
 
+def _scaled(other: Any, alpha: Any) -> Any:
+    """``alpha * other`` for ``add``/``sub`` with ``alpha`` (TensorDicts scaled leaf-wise)."""
+    return other if alpha is None else other * alpha
+
+
 def _binary(
     name: str, foreach: Callable[..., list[Tensor]] | None, op: Callable[[Any, Any], Any]
 ) -> Callable[..., Any]:
-    def method(self: TensorDictBase, other: Any) -> TensorDictBase:
+    def method(self: TensorDictBase, other: Any, *, alpha: Any = None) -> TensorDictBase:
+        other = _scaled(other, alpha)
         leaves = tensor_leaves(self)
         if is_td(other):
             others = _other_leaves(self, other)
@@ -159,7 +165,8 @@ def _binary(
 def _binary_(
     name: str, foreach_: Callable[..., None] | None, op_: Callable[[Any, Any], Any]
 ) -> Callable[..., Any]:
-    def method(self: TensorDictBase, other: Any) -> TensorDictBase:
+    def method(self: TensorDictBase, other: Any, *, alpha: Any = None) -> TensorDictBase:
+        other = _scaled(other, alpha)
         leaves = tensor_leaves(self)
         if not leaves:
             return self
@@ -257,8 +264,11 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     non_blocking = kwargs.pop("non_blocking", False)
     if kwargs.pop("batch_size", None) is not None:
         raise TypeError("to(batch_size=...) is not supported; set td.batch_size instead")
-    if args and (is_td(args[0]) or isinstance(args[0], Tensor)):
+    if args and is_td(args[0]):
         device, dtype = args[0].device, None
+        args = args[1:]
+    elif args and isinstance(args[0], Tensor):
+        device, dtype = args[0].device, args[0].dtype
         args = args[1:]
     else:
         device, dtype = None, None

@@ -128,7 +128,7 @@ class KeysView:
             leaf = is_leaf(cls)
             if leaf or not self._leaves_only:
                 yield full
-            if not leaf and self._include_nested and _is_subtree(cls):
+            if self._include_nested and _is_subtree(cls):
                 yield from self._walk(value, prefix + (key,))
 
     def __len__(self) -> int:

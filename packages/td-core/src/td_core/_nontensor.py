@@ -36,6 +36,11 @@ def _positions(shape: torch.Size) -> torch.Tensor:
     return torch.arange(shape.numel()).view(shape)
 
 
+def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
+    """``flat`` at positions ``idx``, always as an array of ``idx``'s shape (0-d included)."""
+    return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
+
+
 class _NonTensorBase:
     """What both kinds of non-tensor leaf share: batch metadata and device."""
 
@@ -182,7 +187,7 @@ class NonTensorStack(_NonTensorBase):
 
     def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorStack | NonTensorData:
         idx = fn(_positions(self.batch_size))
-        return _from_array(self._values.reshape(-1)[idx.numpy()], self.device)
+        return _from_array(_gather(self._values.reshape(-1), idx), self.device)
 
     def clone(self, recurse: bool = True) -> NonTensorStack:
         return NonTensorStack(

@@ -103,14 +103,29 @@ class TensorDict(TensorDictBase):
         td._is_locked = False
         return td
 
+    @classmethod
+    def from_dict(
+        cls,
+        input_dict: Mapping[Any, Any],
+        batch_size: Any = None,
+        device: Any = None,
+        *,
+        batch_dims: int | None = None,
+    ) -> TensorDict:
+        """A TensorDict from a (nested) mapping; the batch size is inferred unless given.
+
+        Args:
+            batch_size: the batch size; ``None`` infers the longest common leading shape.
+            batch_dims: with an inferred batch size, keep at most this many dims.
+        """
+        if batch_size is not None:
+            return cls(input_dict, batch_size=batch_size, device=device)
+        return cls(input_dict, device=device).auto_batch_size_(batch_dims)
+
     # ---------------------------------------------------------------- primitives
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
-        value = self._tensordict.get(key, NO_DEFAULT)
-        if value is NO_DEFAULT:
-            if default is NO_DEFAULT:
-                raise self._missing(key)
-            return default
-        return value
+        """The entry at ``key``, or ``default`` (never raises: callers decide)."""
+        return self._tensordict.get(key, default)
 
     def _set_str(self, key: str, value: Any) -> None:
         self._tensordict[key] = value
