@@ -123,7 +123,9 @@ def stack_case(draw):
     batch = draw(batch_sizes(max_dims=2))
     first = draw(tensordicts(batch=batch))
     n = draw(st.integers(1, 4))
-    members = [first] + [first.apply(lambda x, k=k: (x + k) if x.dtype != torch.bool else ~x) for k in range(1, n)]
+    members = [first] + [
+        first.apply(lambda x, k=k: (x + k) if x.dtype != torch.bool else ~x) for k in range(1, n)
+    ]
     dim = draw(st.integers(-(len(batch) + 1), len(batch)))
     return members, dim
 

@@ -15,7 +15,7 @@ import torch
 
 from td_core._map import is_nt, is_td, map_batch
 from td_core._nontensor import NonTensorData
-from td_core._utils import NO_DEFAULT
+from td_core._utils import NO_DEFAULT, broadcast_shape
 from td_core.errors import BatchSizeError, LockedError
 
 if TYPE_CHECKING:
@@ -137,14 +137,11 @@ class IndexingMixin:
             leaves = list(self.items(include_nested=True, leaves_only=True))
             for key, dest in leaves:
                 slot = sub + dest.shape[n:]
-                try:
-                    if torch.broadcast_shapes(value.shape, slot) != slot:
-                        raise RuntimeError
-                except RuntimeError:
+                if broadcast_shape(value.shape, slot) != slot:
                     raise BatchSizeError(
                         f"cannot write a tensor of shape {list(value.shape)} into entry {key!r} at index "
                         f"{index!r}: the slot has shape {list(slot)}"
-                    ) from None
+                    )
             for _, dest in leaves:
                 dest[norm] = value
 
@@ -155,14 +152,7 @@ def _check_sub(
     """Validate ``td[index] = value`` completely before anything is written."""
     n_sub = len(sub)
     vbs = value.batch_size
-    try:
-        torch.broadcast_shapes(vbs[:n_sub], sub)
-    except RuntimeError:
-        raise BatchSizeError(
-            f"cannot write a TensorDict of batch_size {list(vbs)} at index {index!r}: "
-            f"the indexed batch_size is {list(sub)}"
-        ) from None
-    if len(vbs) < n_sub:
+    if len(vbs) < n_sub or broadcast_shape(vbs[:n_sub], sub) != sub:
         raise BatchSizeError(
             f"cannot write a TensorDict of batch_size {list(vbs)} at index {index!r}: "
             f"the indexed batch_size is {list(sub)}"
@@ -181,13 +171,11 @@ def _check_sub(
             if not isinstance(src, Tensor):
                 raise TypeError(f"cannot write a {type(src).__name__} into tensor entry {full!r}")
             if dest.shape[n:] != src.shape[len(vbs) :] and src.shape[len(vbs) :]:
-                try:
-                    torch.broadcast_shapes(src.shape[len(vbs) :], dest.shape[n:])
-                except RuntimeError:
+                if broadcast_shape(src.shape[len(vbs) :], dest.shape[n:]) != dest.shape[n:]:
                     raise BatchSizeError(
                         f"cannot write entry {full!r} of shape {list(src.shape)} into shape "
                         f"{list(dest.shape)} at index {index!r}"
-                    ) from None
+                    )
         elif is_td(dest):
             if not is_td(src):
                 raise TypeError(

@@ -15,7 +15,7 @@ import torch
 
 from td_core._keys import NestedKey, as_tuple, unravel_key
 from td_core._map import is_nt, is_td
-from td_core._utils import NO_DEFAULT
+from td_core._utils import NO_DEFAULT, broadcast_shape
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
@@ -367,11 +367,7 @@ def _has_parent(td: TensorDictBase, key: tuple[str, ...]) -> bool:
 
 def _check_copy(dest: Tensor, value: Any, full: tuple[str, ...]) -> None:
     shape = value.shape if isinstance(value, Tensor) else torch.as_tensor(value).shape
-    try:
-        ok = torch.broadcast_shapes(shape, dest.shape) == dest.shape
-    except RuntimeError:
-        ok = False
-    if not ok:
+    if broadcast_shape(shape, dest.shape) != dest.shape:
         raise BatchSizeError(
             f"cannot copy a value of shape {list(shape)} into {full!r} of shape {list(dest.shape)}"
         )

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core.errors import BatchSizeError
+from td_core.errors import BatchSizeError, DeviceError
 
 __all__ = ["NO_DEFAULT", "as_size", "as_device", "normalize_dim", "shape_args", "infer_shape"]
 
@@ -64,7 +64,7 @@ def as_device(device: Any) -> torch.device | None:
     try:
         return torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"invalid device {device!r}") from None
+        raise DeviceError(f"invalid device {device!r}: expected e.g. 'cpu', 'cuda:0' or a torch.device") from None
 
 
 def normalize_dim(dim: int, ndim: int, what: str = "batch dims") -> int:
@@ -99,3 +99,21 @@ def infer_shape(shape: Sequence[int], numel: int, old: torch.Size) -> torch.Size
             f"cannot view batch_size {list(old)} ({numel} elements) as {shape} ({known} elements)"
         )
     return torch.Size(shape)
+
+
+def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> torch.Size | None:
+    """The broadcast of two shapes, or None if they do not broadcast.
+
+    Pure Python on purpose: ``torch.broadcast_shapes`` imports sympy on first use (~1.5 s).
+    """
+    out = []
+    for x, y in zip(
+        reversed((1,) * (len(b) - len(a)) + tuple(a)), reversed((1,) * (len(a) - len(b)) + tuple(b))
+    ):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return torch.Size(reversed(out))

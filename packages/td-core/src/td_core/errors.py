@@ -12,6 +12,7 @@ __all__ = [
     "KeyNotFoundError",
     "BatchSizeError",
     "LockedError",
+    "DeviceError",
     "ExtensionMissingError",
 ]
 
@@ -36,6 +37,10 @@ class BatchSizeError(TDError, ValueError, RuntimeError):
 
 class LockedError(TDError, RuntimeError):
     """A write was attempted on a locked TensorDict."""
+
+
+class DeviceError(TDError, ValueError, RuntimeError):
+    """A device could not be parsed (torch raises ``RuntimeError`` for these)."""
 
 
 class ExtensionMissingError(TDError, ImportError):

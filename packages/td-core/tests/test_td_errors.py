@@ -1,0 +1,311 @@
+"""Bad input: the error type is the builtin users catch, and the message names the culprit."""
+
+import re
+
+import pytest
+import torch
+
+from td_core import TensorDict
+from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+
+
+def make_td():
+    return TensorDict({"a": torch.zeros(3, 4), "n": {"b": torch.zeros(3)}}, batch_size=[3])
+
+
+def leaves(td):
+    return set(td.keys(include_nested=True, leaves_only=True))
+
+
+def names(msg, *parts):
+    """Every part appears in the message, literally."""
+    return all(str(part) in msg for part in parts)
+
+
+# ---------------------------------------------------------------- batch size
+
+
+def set_bad(td):
+    td.set("obs", torch.zeros(5, 2))
+
+
+def setitem_bad(td):
+    td["obs"] = torch.zeros(5, 2)
+
+
+def set_nested_bad(td):
+    td.set(("n", "obs"), torch.zeros(5, 2))
+
+
+def update_bad(td):
+    td.update({"obs": torch.zeros(5, 2)})
+
+
+def construct_bad(td):
+    TensorDict({"ok": torch.zeros(3), "obs": torch.zeros(5, 2)}, batch_size=td.batch_size)
+
+
+BATCH_MISMATCH = [set_bad, setitem_bad, set_nested_bad, update_bad, construct_bad]
+
+
+@pytest.mark.parametrize("write", BATCH_MISMATCH, ids=[f.__name__ for f in BATCH_MISMATCH])
+def test_batch_mismatch_names_key_and_shapes(write):
+    td = make_td()
+    with pytest.raises(RuntimeError, match="obs") as info:
+        write(td)
+    assert names(str(info.value), "[3]", "[5, 2]")
+    assert "obs" not in td.keys()
+    assert ("n", "obs") not in td.keys(include_nested=True)
+
+
+@pytest.mark.parametrize("write", BATCH_MISMATCH, ids=[f.__name__ for f in BATCH_MISMATCH])
+def test_batch_mismatch_is_batch_size_error(write):
+    with pytest.raises(BatchSizeError):
+        write(make_td())
+    with pytest.raises(ValueError):
+        write(make_td())
+
+
+def test_set_in_place_wrong_shape_names_key():
+    td = make_td()
+    before = td["a"].clone()
+    with pytest.raises(RuntimeError, match="a"):
+        td.set_("a", torch.zeros(5, 4))
+    assert torch.equal(td["a"], before)
+
+
+def test_batch_size_setter_incompatible_names_key():
+    td = TensorDict({"leaf": torch.zeros(3, 4)}, [3])
+    with pytest.raises(RuntimeError, match="leaf"):
+        td.batch_size = [3, 5]
+    assert td.batch_size == torch.Size([3])
+
+
+def test_batch_size_setter_incompatible_nested_names_key():
+    td = TensorDict({"n": {"deep": torch.zeros(3)}}, [3])
+    with pytest.raises(RuntimeError, match="deep"):
+        td.batch_size = [3, 2]
+
+
+def test_setitem_index_value_with_wrong_batch():
+    td = make_td()
+    value = TensorDict({"a": torch.ones(3, 4), "n": {"b": torch.ones(3)}}, [3])
+    before = td.clone()
+    with pytest.raises((RuntimeError, ValueError, IndexError)) as info:
+        td[0:2] = value
+    assert names(str(info.value), "[2]", "[3]")
+    assert (td == before).all()
+
+
+@pytest.mark.parametrize("batch_size", ["abc", 2.5, [1.5]])
+def test_bad_batch_size_type(batch_size):
+    with pytest.raises((TypeError, ValueError)):
+        TensorDict({}, batch_size=batch_size)
+
+
+@pytest.mark.parametrize("source", [[1, 2, 3], 5, torch.zeros(3)], ids=["list", "int", "tensor"])
+def test_bad_source_type(source):
+    with pytest.raises((TypeError, ValueError)):
+        TensorDict(source, batch_size=[])
+
+
+def test_bad_device():
+    with pytest.raises(RuntimeError, match="notadevice"):
+        TensorDict({}, [], device="notadevice")
+
+
+# ---------------------------------------------------------------- missing keys
+
+
+MISSING = [
+    ("getitem", lambda td: td["missing"], "missing"),
+    ("getitem-nested", lambda td: td["n", "missing"], "missing"),
+    ("getitem-nested-parent", lambda td: td["missing", "b"], "missing"),
+    ("pop", lambda td: td.pop("missing"), "missing"),
+    ("set_", lambda td: td.set_("missing", torch.zeros(3)), "missing"),
+    ("select", lambda td: td.select("missing"), "missing"),
+    ("select-nested", lambda td: td.select(("n", "missing")), "missing"),
+    ("rename_key_", lambda td: td.rename_key_("missing", "other"), "missing"),
+    ("fill_", lambda td: td.fill_("missing", 1.0), "missing"),
+    ("update_", lambda td: td.update_({"missing": torch.zeros(3)}), "missing"),
+]
+
+
+@pytest.mark.parametrize(("fn", "key"), [c[1:] for c in MISSING], ids=[c[0] for c in MISSING])
+def test_missing_key_raises_key_error_naming_it(fn, key):
+    td = make_td()
+    with pytest.raises(KeyError, match=key):
+        fn(td)
+    assert leaves(td) == {"a", ("n", "b")}
+
+
+@pytest.mark.parametrize(
+    ("fn", "key"), [c[1:] for c in MISSING[:3]], ids=[c[0] for c in MISSING[:3]]
+)
+def test_missing_key_is_key_not_found_error(fn, key):
+    with pytest.raises(KeyNotFoundError) as info:
+        fn(make_td())
+    # printed as written, not quoted by KeyError's repr
+    assert not str(info.value).startswith(("'", '"'))
+
+
+def test_missing_key_message_lists_existing_keys():
+    with pytest.raises(KeyError) as info:
+        make_td()["missing"]
+    assert names(str(info.value), "missing", "a", "n")
+
+
+@pytest.mark.parametrize(
+    "key", [3, 1.5, ("a", 1), ()], ids=["int", "float-str", "tuple-int", "empty"]
+)
+def test_bad_key_type_in_get_set(key):
+    td = make_td()
+    with pytest.raises((KeyError, TypeError)):
+        td.set(key, torch.zeros(3))
+    assert leaves(td) == {"a", ("n", "b")}
+
+
+def test_bad_key_type_names_it():
+    with pytest.raises((KeyError, TypeError), match="3"):
+        make_td().get(3)
+
+
+# ---------------------------------------------------------------- indexing
+
+
+@pytest.mark.parametrize(
+    "idx", [3, -4, (0, 0)], ids=["past-end", "before-start", "past-batch-dims"]
+)
+def test_index_out_of_range(idx):
+    with pytest.raises(IndexError):
+        make_td()[idx]
+
+
+def test_float_index():
+    with pytest.raises((IndexError, TypeError)):
+        make_td()[1.5]
+
+
+# ---------------------------------------------------------------- shape ops
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda td: td.view(5),
+        lambda td: td.reshape(2, 2),
+        lambda td: td.expand(4),
+        lambda td: td.unflatten(0, (2, 2)),
+        lambda td: td.split([1, 1], 0),
+    ],
+    ids=["view", "reshape", "expand", "unflatten", "split"],
+)
+def test_shape_op_bad_size(op):
+    with pytest.raises(RuntimeError):
+        op(make_td())
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda td: td.unsqueeze(3),
+        lambda td: td.squeeze(3),
+        lambda td: td.unbind(1),
+        lambda td: td.transpose(0, 2),
+        lambda td: td.permute(0, 1),
+        lambda td: td.permute(0, 0),
+        lambda td: td.flatten(0, 2),
+    ],
+    ids=["unsqueeze", "squeeze", "unbind", "transpose", "permute-len", "permute-dup", "flatten"],
+)
+def test_shape_op_bad_dim(op):
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3])
+    with pytest.raises((IndexError, ValueError, RuntimeError)):
+        op(td)
+
+
+def test_view_bad_size_names_shape():
+    with pytest.raises(RuntimeError, match=re.escape("5")):
+        make_td().view(5)
+
+
+# ---------------------------------------------------------------- stack / cat / ops between tensordicts
+
+
+def test_stack_mismatched_keys_names_key():
+    tds = [TensorDict({"a": torch.zeros(3)}, [3]), TensorDict({"zz": torch.zeros(3)}, [3])]
+    with pytest.raises((RuntimeError, KeyError, ValueError), match="zz"):
+        torch.stack(tds)
+
+
+def test_stack_mismatched_batch_sizes_names_shapes():
+    tds = [TensorDict({"a": torch.zeros(3)}, [3]), TensorDict({"a": torch.zeros(4)}, [4])]
+    with pytest.raises(RuntimeError) as info:
+        torch.stack(tds)
+    assert names(str(info.value), "[3]", "[4]")
+
+
+def test_cat_mismatched_keys_names_key():
+    tds = [TensorDict({"a": torch.zeros(3)}, [3]), TensorDict({"zz": torch.zeros(3)}, [3])]
+    with pytest.raises((KeyError, RuntimeError), match="zz"):
+        torch.cat(tds)
+
+
+def test_stack_empty_list():
+    with pytest.raises((RuntimeError, ValueError)):
+        torch.stack([])
+
+
+def test_binary_op_mismatched_keys_names_key():
+    other = TensorDict({"a": torch.zeros(3, 4)}, [3])
+    with pytest.raises(KeyError, match="b"):
+        make_td() + other
+
+
+def test_apply_mismatched_keys_names_key():
+    other = TensorDict({"a": torch.zeros(3, 4)}, [3])
+    with pytest.raises(KeyError, match="n"):
+        make_td().apply(lambda x, y: x + y, other)
+
+
+def test_flatten_keys_collision_names_key():
+    td = TensorDict({"a.b": torch.zeros(3), "a": {"b": torch.zeros(3)}}, [3])
+    with pytest.raises((KeyError, ValueError), match=r"a.*b"):
+        td.flatten_keys(".")
+
+
+# ---------------------------------------------------------------- locked tensordicts
+
+
+def test_locked_write_is_locked_error():
+    td = make_td().lock_()
+    with pytest.raises(LockedError):
+        td["new"] = torch.zeros(3)
+    with pytest.raises(RuntimeError):
+        td.set("a", torch.zeros(3, 4))
+
+
+def test_locked_write_names_key():
+    td = make_td().lock_()
+    with pytest.raises(RuntimeError, match="new"):
+        td["new"] = torch.zeros(3)
+
+
+# ---------------------------------------------------------------- failed operations change nothing
+
+
+def test_failed_update_is_not_half_applied():
+    td = make_td()
+    before = td.clone()
+    with pytest.raises(RuntimeError, match="bad"):
+        td.update({"good": torch.ones(3), "bad": torch.ones(4)})
+    assert leaves(td) == leaves(before)
+    assert "good" not in td.keys()
+    assert (td == before).all()
+
+
+def test_failed_construction_leaves_source_dict_alone():
+    source = {"ok": torch.zeros(3), "bad": torch.zeros(4)}
+    with pytest.raises(RuntimeError, match="bad"):
+        TensorDict(source, [3])
+    assert set(source) == {"ok", "bad"}
