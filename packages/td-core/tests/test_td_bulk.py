@@ -212,15 +212,19 @@ COMPARE = [
 
 
 @pytest.mark.parametrize("op", [c[1] for c in COMPARE], ids=[c[0] for c in COMPARE])
-@pytest.mark.parametrize("other_kind", ["scalar", "tensordict"])
+@pytest.mark.parametrize("other_kind", ["scalar", "tensor", "tensordict"])
 def test_comparisons_give_bool_tensordict(op, other_kind):
     td = make_td()
-    other = 2.0 if other_kind == "scalar" else make_td().apply(lambda x: torch.full_like(x, 2.0))
+    other = {
+        "scalar": 2.0,
+        "tensor": torch.tensor(2.0),
+        "tensordict": make_td().apply(lambda x: torch.full_like(x, 2.0)),
+    }[other_kind]
     out = op(td, other)
     assert isinstance(out, TensorDict)
     assert out.batch_size == td.batch_size
     for key in LEAVES:
-        rhs = other if other_kind == "scalar" else other[key]
+        rhs = other[key] if other_kind == "tensordict" else other
         assert out[key].dtype == torch.bool, key
         assert torch.equal(out[key], op(td[key], rhs)), key
 
@@ -394,7 +398,7 @@ def test_share_memory_():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path; CUDA is available")
 def test_pin_memory_without_cuda_raises():
     td = make_td()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="(?i)cuda|nvidia"):
         td.pin_memory()
 
 

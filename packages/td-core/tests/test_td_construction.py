@@ -216,6 +216,20 @@ def test_auto_batch_size(source, expected):
     assert td.batch_size == torch.Size(expected)
 
 
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ({"a": torch.zeros(2, 3), "b": {"c": torch.zeros(2, 3, 5)}}, [2, 3]),
+        ({"a": torch.zeros(2, 3), "b": torch.zeros(2, 4)}, [2]),
+        ({"a": torch.zeros(2), "b": torch.zeros(3)}, []),
+    ],
+)
+def test_batch_size_none_infers(source, expected):
+    # td: batch_size=None asks for the largest common leading shape (upstream 0.15 gives [])
+    td = TensorDict(source, batch_size=None)
+    assert td.batch_size == torch.Size(expected)
+
+
 def test_auto_batch_size_limited_dims():
     td = TensorDict({"a": torch.zeros(2, 3), "b": {"c": torch.zeros(2, 3, 5)}})
     td.auto_batch_size_(batch_dims=1)

@@ -155,9 +155,7 @@ def test_missing_key_message_lists_existing_keys():
     assert names(str(info.value), "missing", "a", "n")
 
 
-@pytest.mark.parametrize(
-    "key", [3, 1.5, ("a", 1), ()], ids=["int", "float-str", "tuple-int", "empty"]
-)
+@pytest.mark.parametrize("key", [3, 1.5, ("a", 1), ()], ids=["int", "float", "tuple-int", "empty"])
 def test_bad_key_type_in_get_set(key):
     td = make_td()
     with pytest.raises((KeyError, TypeError)):

@@ -280,7 +280,7 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     if device is None and dtype is None:
         return td
     if device is None:
-        return map_leaves(td, lambda t: t.to(dtype))
+        return _cast_all(td, dtype)
     if dtype is None:
         return map_leaves(
             td,
@@ -296,9 +296,23 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     )
 
 
+def _cast_all(td: TensorDictBase, dtype: torch.dtype) -> TensorDictBase:
+    """Every tensor leaf cast to ``dtype``, in one fused copy where autograd allows."""
+    leaves = tensor_leaves(td)
+    if any(t.requires_grad for t in leaves):
+        return map_leaves(td, lambda t: t.to(dtype))
+    todo = [t for t in leaves if t.dtype != dtype]
+    if not todo:
+        return rebuild(td, iter(leaves))
+    outs = [torch.empty_like(t, dtype=dtype) for t in todo]
+    torch._foreach_copy_(outs, todo)
+    done = iter(outs)
+    return rebuild(td, iter([next(done) if t.dtype != dtype else t for t in leaves]))
+
+
 def _cast(name: str, dtype: torch.dtype) -> Callable[..., Any]:
     def method(self: TensorDictBase) -> TensorDictBase:
-        return map_leaves(self, lambda t: t.to(dtype))
+        return _cast_all(self, dtype)
 
     method.__name__ = name
     method.__doc__ = f"Every tensor leaf cast to ``{dtype}``."

@@ -119,17 +119,21 @@ class IndexingMixin:
         return map_batch(self, lambda t: t[norm], lead)
 
     def _setitem_index(self: TensorDictBase, index: Any, value: Any) -> None:
-        norm = normalize_index(index, self.batch_size)
-        sub = indexed_shape(self.batch_size, norm)
-        if is_td(value):
-            _check_sub(self, value, sub, norm, ())
-            _write_sub(self, value, norm, len(self.batch_size))
-        elif isinstance(value, dict):
+        bs = self.batch_size
+        if type(index) is int and bs and -bs[0] <= index < bs[0]:
+            norm, sub = index, bs[1:]
+        else:
+            norm = normalize_index(index, bs)
+            sub = indexed_shape(bs, norm)
+        if isinstance(value, dict):
             from td_core._td import TensorDict
 
             value = TensorDict(value, batch_size=sub)
-            _check_sub(self, value, sub, norm, ())
-            _write_sub(self, value, norm, len(self.batch_size))
+        if is_td(value):
+            writes: list[tuple[Tensor, Any]] = []
+            later: list[tuple[TensorDictBase, str, Any, int]] = []
+            _plan_sub(self, value, sub, norm, (), writes, later)
+            _apply_plan(writes, later, norm, sub)
         else:
             if not isinstance(value, Tensor):
                 value = torch.as_tensor(value)
@@ -146,58 +150,87 @@ class IndexingMixin:
                 dest[norm] = value
 
 
-def _check_sub(
-    td: TensorDictBase, value: TensorDictBase, sub: torch.Size, index: Any, prefix: tuple[str, ...]
+def _plan_sub(
+    td: TensorDictBase,
+    value: TensorDictBase,
+    sub: torch.Size,
+    index: Any,
+    prefix: tuple[str, ...],
+    writes: list[tuple[Tensor, Any]],
+    later: list[tuple[TensorDictBase, str, Any, int]],
 ) -> None:
-    """Validate ``td[index] = value`` completely before anything is written."""
+    """Validate ``td[index] = value`` completely, collecting the writes to make.
+
+    Nothing is written here, so a failure leaves ``td`` as it was.
+    """
     n_sub = len(sub)
     vbs = value.batch_size
-    if len(vbs) < n_sub or broadcast_shape(vbs[:n_sub], sub) != sub:
+    nv = len(vbs)
+    if nv < n_sub or (vbs[:n_sub] != sub and broadcast_shape(vbs[:n_sub], sub) != sub):
         raise BatchSizeError(
             f"cannot write a TensorDict of batch_size {list(vbs)} at index {index!r}: "
             f"the indexed batch_size is {list(sub)}"
         )
     n = len(td.batch_size)
+    get = td._get_str
     for key, src in value._items_str():
-        full = (*prefix, key)
-        dest = td._get_str(key, NO_DEFAULT)
-        if dest is NO_DEFAULT:
-            if td._is_locked:
-                raise LockedError(
-                    f"cannot add key {full!r} through an indexed write: the TensorDict is locked"
-                )
-            continue
+        dest = get(key, NO_DEFAULT)
         if isinstance(dest, Tensor):
             if not isinstance(src, Tensor):
-                raise TypeError(f"cannot write a {type(src).__name__} into tensor entry {full!r}")
-            if dest.shape[n:] != src.shape[len(vbs) :] and src.shape[len(vbs) :]:
-                if broadcast_shape(src.shape[len(vbs) :], dest.shape[n:]) != dest.shape[n:]:
-                    raise BatchSizeError(
-                        f"cannot write entry {full!r} of shape {list(src.shape)} into shape "
-                        f"{list(dest.shape)} at index {index!r}"
-                    )
-        elif is_td(dest):
+                raise TypeError(
+                    f"cannot write a {type(src).__name__} into tensor entry {(*prefix, key)!r}"
+                )
+            feat = dest.shape[n:]
+            if (
+                feat != src.shape[nv:]
+                and src.ndim > nv
+                and broadcast_shape(src.shape[nv:], feat) != feat
+            ):
+                raise BatchSizeError(
+                    f"cannot write entry {(*prefix, key)!r} of shape {list(src.shape)} into shape "
+                    f"{list(dest.shape)} at index {index!r}"
+                )
+            writes.append((dest, src))
+        elif dest is NO_DEFAULT:
+            if td._is_locked:
+                raise LockedError(
+                    f"cannot add key {(*prefix, key)!r} through an indexed write: the TensorDict is locked"
+                )
+            later.append((td, key, src, nv))
+        elif is_nt(dest):
+            later.append((td, key, src, -1))
+        else:
             if not is_td(src):
                 raise TypeError(
-                    f"cannot write a {type(src).__name__} into TensorDict entry {full!r}"
+                    f"cannot write a {type(src).__name__} into TensorDict entry {(*prefix, key)!r}"
                 )
-            _check_sub(dest, src, sub, index, full)
+            _plan_sub(dest, src, sub, index, (*prefix, key), writes, later)
 
 
-def _write_sub(td: TensorDictBase, value: TensorDictBase, index: Any, n: int) -> None:
-    """Write ``value`` at ``index`` into ``td``; missing entries are pre-allocated."""
-    nv = len(value.batch_size)
-    for key, src in value._items_str():
-        dest = td._get_str(key, NO_DEFAULT)
-        if dest is NO_DEFAULT:
-            dest = _allocate(td, src, nv)
-            td._set_str(key, dest)
+def _apply_plan(
+    writes: list[tuple[Tensor, Any]],
+    later: list[tuple[TensorDictBase, str, Any, int]],
+    index: Any,
+    sub: torch.Size,
+) -> None:
+    for dest, src in writes:
+        dest[index] = src
+    for td, key, src, nv in later:
+        if nv < 0:  # an existing non-tensor leaf: replace it with the updated values
+            dest = td._get_str(key)
+            td._set_str(key, dest._set_at(index, src if is_nt(src) else NonTensorData(src, ())))
+            continue
+        dest = _allocate(td, src, nv)  # lazy pre-allocation on first write
+        td._set_str(key, dest)
         if isinstance(dest, Tensor):
             dest[index] = src
         elif is_nt(dest):
-            td._set_str(key, dest._set_at(index, src if is_nt(src) else NonTensorData(src, ())))
+            td._set_str(key, dest._set_at(index, src))
         else:
-            _write_sub(dest, src, index, n)
+            writes_: list[tuple[Tensor, Any]] = []
+            later_: list[tuple[TensorDictBase, str, Any, int]] = []
+            _plan_sub(dest, src, sub, index, (key,), writes_, later_)
+            _apply_plan(writes_, later_, index, sub)
 
 
 def _allocate(td: TensorDictBase, src: Any, nv: int) -> Any:

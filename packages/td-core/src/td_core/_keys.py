@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Union
 
+from torch import Tensor
+
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
@@ -109,20 +111,23 @@ class KeysView:
         self._sort = sort
 
     def __iter__(self) -> Iterator[str | tuple[str, ...]]:
+        it = self._iter()
         if self._sort:
-            yield from sorted(self._iter(), key=lambda k: k if type(k) is str else ".".join(k))
-        else:
-            yield from self._iter()
+            return iter(sorted(it, key=lambda k: k if type(k) is str else ".".join(k)))
+        return it
 
     def _iter(self) -> Iterator[str | tuple[str, ...]]:
         if not self._include_nested and not self._leaves_only:
-            yield from self._td._keys_str()
-            return
-        yield from self._walk(self._td, ())
+            return iter(self._td._keys_str())
+        return self._walk(self._td, ())
 
     def _walk(self, td: TensorDictBase, prefix: tuple[str, ...]) -> Iterator[str | tuple[str, ...]]:
         is_leaf = self._is_leaf
+        default = is_leaf is default_is_leaf
         for key, value in td._items_str():
+            if default and type(value) is Tensor:  # fast path: a tensor is a leaf, never a subtree
+                yield (*prefix, key) if prefix else key
+                continue
             full = prefix + (key,) if prefix else key
             cls = type(value)
             leaf = is_leaf(cls)

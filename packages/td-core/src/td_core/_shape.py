@@ -34,14 +34,18 @@ class ShapeMixin:
         bs = self.batch_size
         new = infer_shape(shape_args(shape), bs.numel(), bs)
         n = len(bs)
-        return map_batch(self, lambda t: t.view(new + t.shape[n:]), new)
+        if not new:  # t.view() with no sizes is an error: pass the trailing shape as one tuple
+            return map_batch(self, lambda t: t.view(t.shape[n:]), new)
+        return map_batch(self, lambda t: t.view(*new, *t.shape[n:]), new)
 
     def reshape(self: TensorDictBase, *shape: Any) -> TensorDictBase:
         """Like ``view``, copying where a view is impossible."""
         bs = self.batch_size
         new = infer_shape(shape_args(shape), bs.numel(), bs)
         n = len(bs)
-        return map_batch(self, lambda t: t.reshape(new + t.shape[n:]), new)
+        if not new:
+            return map_batch(self, lambda t: t.reshape(t.shape[n:]), new)
+        return map_batch(self, lambda t: t.reshape(*new, *t.shape[n:]), new)
 
     def squeeze(self: TensorDictBase, dim: int | None = None) -> TensorDictBase:
         """Remove batch dims of size 1 (all of them, or ``dim`` if it has size 1)."""
@@ -98,7 +102,9 @@ class ShapeMixin:
                     f"cannot expand batch_size {list(bs)} to {list(shape_args(shape))}"
                 )
         new = torch.Size(target)
-        return map_batch(self, lambda t: t.expand(new + t.shape[n:]), new)
+        if not new:
+            return map_batch(self, lambda t: t.expand(t.shape[n:]), new)
+        return map_batch(self, lambda t: t.expand(*new, *t.shape[n:]), new)
 
     def expand_as(self: TensorDictBase, other: Any) -> TensorDictBase:
         return self.expand(other.batch_size if hasattr(other, "batch_size") else other.shape)

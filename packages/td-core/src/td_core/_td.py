@@ -75,11 +75,16 @@ class TensorDict(TensorDictBase):
     def _fill(self, source: Mapping[Any, Any]) -> None:
         data = self._tensordict
         validate = self._validate
+        bs = self._batch_size
+        n = len(bs)
+        plain = self._device is None
         for key, value in source.items():
-            if type(key) is str:
-                data[key] = validate(value, key)
-            else:
+            if type(key) is not str:
                 self.set(key, value)
+            elif plain and type(value) is Tensor and value.shape[:n] == bs:
+                data[key] = value
+            else:
+                data[key] = validate(value, key)
 
     @classmethod
     def _new_unsafe(
@@ -155,10 +160,13 @@ class TensorDict(TensorDictBase):
 
     def __getitem__(self, index: Any) -> Any:
         if type(index) is str:
-            value = self._tensordict.get(index, NO_DEFAULT)
-            if value is NO_DEFAULT:
-                raise self._missing(index)
-            return value.data if is_nt(value) else value
+            try:
+                value = self._tensordict[index]
+            except KeyError:
+                raise self._missing(index) from None
+            if type(value) is Tensor or not is_nt(value):
+                return value
+            return value.data
         return TensorDictBase.__getitem__(self, index)
 
     def __setitem__(self, index: Any, value: Any) -> None:

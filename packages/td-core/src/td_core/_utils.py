@@ -64,7 +64,9 @@ def as_device(device: Any) -> torch.device | None:
     try:
         return torch.device(device)
     except (RuntimeError, TypeError):
-        raise DeviceError(f"invalid device {device!r}: expected e.g. 'cpu', 'cuda:0' or a torch.device") from None
+        raise DeviceError(
+            f"invalid device {device!r}: expected e.g. 'cpu', 'cuda:0' or a torch.device"
+        ) from None
 
 
 def normalize_dim(dim: int, ndim: int, what: str = "batch dims") -> int:
