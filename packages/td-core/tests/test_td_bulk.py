@@ -398,7 +398,7 @@ def test_share_memory_():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path; CUDA is available")
 def test_pin_memory_without_cuda_raises():
     td = make_td()
-    with pytest.raises(RuntimeError, match="(?i)cuda|nvidia"):
+    with pytest.raises(RuntimeError, match=r"(?i)cuda|nvidia"):
         td.pin_memory()
 
 

@@ -113,11 +113,27 @@ def test_setitem_with_tensor_broadcasts_to_every_leaf(idx):
     assert not (td["a"][rest] == 5).any()
 
 
-def test_setitem_with_python_scalar():
+@pytest.mark.parametrize(
+    "idx",
+    [
+        1,
+        slice(1, 3),
+        torch.tensor([0, 2]),
+        [2, 0],
+        torch.tensor([True, False, True, False]),
+        (0, torch.tensor([1, 3])),
+    ],
+    ids=["int", "slice", "long", "list", "bool", "int-long"],
+)
+def test_setitem_with_python_scalar(idx):
+    # like tensor[idx] = 3.0, the scalar is cast to each leaf's dtype (int64 leaf "i" included)
     td = make_td()
-    td[1:3] = 0.0
-    assert (td["a"][1:3] == 0).all()
-    assert (td["nested", "b"][1:3] == 0).all()
+    expected = {key: td[key].clone() for key in LEAVES}
+    td[idx] = 3.0
+    for key in LEAVES:
+        expected[key][idx] = 3.0
+        assert td[key].dtype == expected[key].dtype, key
+        assert torch.equal(td[key], expected[key]), key
 
 
 def test_setitem_with_plain_dict():

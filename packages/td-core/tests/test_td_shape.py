@@ -270,6 +270,29 @@ def test_torch_like_functions(fn, value):
     assert not (td["a"] == value).all()
 
 
+def test_torch_where():
+    td = make_td()
+    cond = torch.tensor([[True, False, True, False]] * 3)
+    other = td.apply(torch.zeros_like)
+    out = torch.where(cond, td, other)
+    assert out.batch_size == td.batch_size
+    assert torch.equal(out["a"], torch.where(cond.unsqueeze(-1), td["a"], 0.0))
+    assert torch.equal(out["i"], torch.where(cond, td["i"], 0))
+    assert torch.equal(
+        out["nested", "b"], torch.where(cond[..., None, None], td["nested", "b"], 0.0)
+    )
+
+
+def test_torch_gather():
+    td = make_td()
+    index = torch.tensor([[0, 3], [1, 1], [2, 0]])
+    out = torch.gather(td, 1, index)
+    assert out.batch_size == torch.Size([3, 2])
+    assert torch.equal(out["i"], torch.gather(td["i"], 1, index))
+    expanded = index.unsqueeze(-1).expand(3, 2, 5)
+    assert torch.equal(out["a"], torch.gather(td["a"], 1, expanded))
+
+
 def test_stack_then_unbind_round_trip():
     tds = [make_td() * k for k in range(4)]
     back = torch.stack(tds, 1).unbind(1)

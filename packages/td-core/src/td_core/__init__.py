@@ -13,7 +13,9 @@ from td_core._keys import (
 )
 from td_core._lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
 from td_core._mappings import biased_softplus, expln, inv_softplus, mappings
+from td_core._modules import from_module, from_modules, make_tensordict, to_module
 from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
+from td_core._params import TensorDictParams
 from td_core._stack import cat, stack
 from td_core._td import TensorDict
 from td_core._version import __version__
@@ -30,6 +32,12 @@ __all__ = [
     "is_non_tensor",
     "stack",
     "cat",
+    "make_tensordict",
+    # module parameters
+    "TensorDictParams",
+    "from_module",
+    "from_modules",
+    "to_module",
     # keys
     "NestedKey",
     "unravel_key",

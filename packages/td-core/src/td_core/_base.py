@@ -464,6 +464,26 @@ class TensorDictBase(
     def _set_device(self, device: Any) -> None:
         raise TypeError(f"{type(self).__name__} does not support changing its device")
 
+    # ---------------------------------------------------------------- modules
+    def to_module(
+        self,
+        module: Any,
+        *,
+        inplace: bool = False,
+        return_swap: bool = True,
+        use_state_dict: bool = False,
+    ) -> Any:
+        """Write these tensors into ``module``'s parameters and buffers (see :func:`td_core.from_module`).
+
+        Returns what was replaced, a TensorDict that restores it when used as a
+        context manager: ``with params.to_module(model): model(x)``.
+        """
+        from td_core._modules import to_module
+
+        return to_module(
+            self, module, inplace=inplace, return_swap=return_swap, use_state_dict=use_state_dict
+        )
+
     # ---------------------------------------------------------------- extension
     def memmap(self, prefix: Any = None, **kwargs: Any) -> TensorDictBase:
         """Write to memory-mapped files under ``prefix`` (needs td-memmap)."""

@@ -135,10 +135,17 @@ class IndexingMixin:
             _plan_sub(self, value, sub, norm, (), writes, later)
             _apply_plan(writes, later, norm, sub)
         else:
+            leaves = list(self.items(include_nested=True, leaves_only=True))
+            if isinstance(value, (bool, int, float)):
+                for (
+                    _,
+                    dest,
+                ) in leaves:  # a Python scalar is cast to each leaf's dtype, as torch does
+                    dest[norm] = value
+                return
             if not isinstance(value, Tensor):
                 value = torch.as_tensor(value)
             n = len(self.batch_size)
-            leaves = list(self.items(include_nested=True, leaves_only=True))
             for key, dest in leaves:
                 slot = sub + dest.shape[n:]
                 if broadcast_shape(value.shape, slot) != slot:
@@ -147,7 +154,7 @@ class IndexingMixin:
                         f"{index!r}: the slot has shape {list(slot)}"
                     )
             for _, dest in leaves:
-                dest[norm] = value
+                dest[norm] = value if value.dtype == dest.dtype else value.to(dest.dtype)
 
 
 def _plan_sub(

@@ -10,6 +10,7 @@ import torch
 from td_core._base import TensorDictBase
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
+from td_core._pytree import register
 from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, LockedError
 
@@ -98,6 +99,12 @@ class TensorDict(TensorDictBase):
         td._is_locked = False
         return td
 
+    @classmethod
+    def _from_pytree(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: Any
+    ) -> TensorDict:
+        return cls._new_unsafe(source, batch_size, device)
+
     def _new(
         self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
     ) -> TensorDict:
@@ -126,6 +133,22 @@ class TensorDict(TensorDictBase):
         if batch_size is not None:
             return cls(input_dict, batch_size=batch_size, device=device)
         return cls(input_dict, device=device).auto_batch_size_(batch_dims)
+
+    @staticmethod
+    def from_module(
+        module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
+    ) -> Any:
+        """The parameters and buffers of ``module`` (see :func:`td_core.from_module`)."""
+        from td_core._modules import from_module
+
+        return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
+
+    @staticmethod
+    def from_modules(*modules: Any, **kwargs: Any) -> Any:
+        """The stacked parameters of several modules (see :func:`td_core.from_modules`)."""
+        from td_core._modules import from_modules
+
+        return from_modules(*modules, **kwargs)
 
     # ---------------------------------------------------------------- primitives
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
@@ -306,3 +329,6 @@ class TensorDict(TensorDictBase):
         self._batch_size = torch.Size(state["batch_size"])
         self._device = as_device(state["device"])
         self._is_locked = state["locked"]
+
+
+register(TensorDict)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._map import is_td, map_leaves
+from td_core._map import is_td, map_batch, map_leaves
 from td_core._stack import cat, stack
+from td_core._utils import normalize_dim
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
@@ -138,3 +139,30 @@ def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) 
             condition.reshape(condition.shape + (1,) * (t.ndim - condition.ndim)), input, t
         )
     )
+
+
+@implements(torch.gather)
+def _gather(
+    input: TensorDictBase,
+    dim: int,
+    index: torch.Tensor,
+    *,
+    sparse_grad: bool = False,
+    out: Any = None,
+) -> TensorDictBase:
+    """``index`` has one entry per batch dim; it is expanded over each leaf's feature dims."""
+    if out is not None:
+        raise TypeError("torch.gather(..., out=) is not supported for TensorDicts")
+    n = input.batch_dims
+    d = normalize_dim(dim, n)
+    if index.ndim != n:
+        raise ValueError(
+            f"torch.gather: index has {index.ndim} dims, the TensorDict has {n} batch dims "
+            f"(batch_size {list(input.batch_size)})"
+        )
+
+    def gather(t: torch.Tensor) -> torch.Tensor:
+        idx = index.reshape(*index.shape, *(1,) * (t.ndim - n)).expand(*index.shape, *t.shape[n:])
+        return torch.gather(t, d, idx, sparse_grad=sparse_grad)
+
+    return map_batch(input, gather, index.shape)

@@ -1,0 +1,183 @@
+"""``TensorDictParams``: a TensorDict that is also an ``nn.Module`` owning its leaves.
+
+Its storage *is* the module's registries: tensor entries live in
+``_parameters`` (floating point, converted to ``nn.Parameter``) or ``_buffers``,
+sub-TensorDicts become child ``TensorDictParams`` modules in ``_modules``, so
+``parameters()``, ``state_dict()``, optimizers and ``module.to(device)`` all see
+them, with dotted names like ``"0.weight"``.
+
+Device and dtype moves follow ``nn.Module`` (in place, return self), because
+optimizers hold references to the parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from td_core._base import TensorDictBase
+from td_core._map import is_nt, is_td
+from td_core._td import TensorDict
+from td_core._utils import NO_DEFAULT, as_device
+
+__all__ = ["TensorDictParams"]
+
+Tensor = torch.Tensor
+
+
+class TensorDictParams(TensorDictBase, nn.Module):
+    """A TensorDict of parameters and buffers that can be stored in an ``nn.Module``.
+
+    Args:
+        parameters: the TensorDict (or mapping) to hold.
+        no_convert: keep tensors that are not ``nn.Parameter`` as buffers
+            instead of converting floating-point ones to parameters.
+        lock: lock the result.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, TensorDictParams
+        >>> params = TensorDictParams(TensorDict({"w": torch.zeros(3), "nested": {"b": torch.ones(2)}}))
+        >>> sorted(name for name, _ in params.named_parameters())
+        ['nested.b', 'w']
+    """
+
+    def __init__(
+        self, parameters: Any = None, *, no_convert: bool = False, lock: bool = False
+    ) -> None:
+        nn.Module.__init__(self)
+        if parameters is None:
+            parameters = TensorDict()
+        elif not is_td(parameters):
+            parameters = TensorDict(parameters)
+        self._batch_size = parameters.batch_size
+        self._device = parameters.device
+        self._is_locked = False
+        self._no_convert = no_convert
+        self._order: dict[str, None] = {}
+        self._non_tensor: dict[str, Any] = {}
+        for key, value in parameters._items_str():
+            self._set_str(key, value)
+        if lock:
+            self.lock_()
+
+    # ---------------------------------------------------------------- primitives
+    def _set_str(self, key: str, value: Any) -> None:
+        self._drop(key)
+        if isinstance(value, nn.Parameter):
+            self._parameters[key] = value
+        elif isinstance(value, Tensor):
+            if not self._no_convert and (value.is_floating_point() or value.is_complex()):
+                self._parameters[key] = nn.Parameter(value)
+            else:
+                self._buffers[key] = value
+        elif is_nt(value):
+            self._non_tensor[key] = value
+        elif isinstance(value, TensorDictParams):
+            self._modules[key] = value
+        else:
+            self._modules[key] = TensorDictParams(
+                value, no_convert=self._no_convert, lock=value.is_locked
+            )
+        self._order[key] = None
+
+    def _drop(self, key: str) -> None:
+        for registry in (self._parameters, self._buffers, self._modules, self._non_tensor):
+            registry.pop(key, None)
+
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        for registry in (self._parameters, self._buffers, self._modules, self._non_tensor):
+            value = registry.get(key, NO_DEFAULT)
+            if value is not NO_DEFAULT:
+                return value
+        return default
+
+    def _del_str(self, key: str) -> None:
+        self._drop(key)
+        del self._order[key]
+
+    def _keys_str(self) -> Any:
+        return self._order.keys()
+
+    def _items_str(self) -> Any:
+        return [(key, self._get_str(key)) for key in self._order]
+
+    def _values_str(self) -> Any:
+        return [self._get_str(key) for key in self._order]
+
+    def _new(
+        self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
+    ) -> TensorDict:
+        return TensorDict._new_unsafe(
+            source, batch_size, self._device if device is NO_DEFAULT else device
+        )
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError("the batch_size of a TensorDictParams is fixed at construction")
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._device
+
+    def _set_device(self, device: Any) -> None:
+        self._device = as_device(device)
+
+    def lock_(self) -> TensorDictParams:
+        self._is_locked = True
+        for child in self._modules.values():
+            child.lock_()
+        return self
+
+    def unlock_(self) -> TensorDictParams:
+        self._is_locked = False
+        for child in self._modules.values():
+            child.unlock_()
+        return self
+
+    # ----------------------------------------------------- nn.Module semantics
+    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        """Move/cast in place like ``nn.Module.to`` (returns self)."""
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        nn.Module.to(self, *args, **kwargs)
+        if device is not None:
+            self._set_all_devices(device)
+        return self
+
+    def _set_all_devices(self, device: torch.device | None) -> None:
+        self._device = device
+        for child in self._modules.values():
+            child._set_all_devices(device)
+
+    def cpu(self) -> TensorDictParams:  # type: ignore[override]
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> TensorDictParams:  # type: ignore[override]
+        return self.to(torch.device("cuda") if device is None else torch.device("cuda", device))
+
+    def float(self) -> TensorDictParams:  # type: ignore[override]
+        return nn.Module.float(self)
+
+    def double(self) -> TensorDictParams:  # type: ignore[override]
+        return nn.Module.double(self)
+
+    def half(self) -> TensorDictParams:  # type: ignore[override]
+        return nn.Module.half(self)
+
+    def bfloat16(self) -> TensorDictParams:  # type: ignore[override]
+        return nn.Module.bfloat16(self)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("TensorDictParams holds parameters; it is not callable")
+
+    def __repr__(self) -> str:
+        return TensorDictBase.__repr__(self)
+
+    __hash__ = nn.Module.__hash__
