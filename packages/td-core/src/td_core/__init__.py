@@ -11,6 +11,7 @@ from td_core._keys import (
     unravel_key,
     unravel_key_list,
 )
+from td_core._lazy import LazyStackedTensorDict, lazy_stack, lazy_stack_enabled, set_lazy_stack
 from td_core._lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
 from td_core._mappings import biased_softplus, expln, inv_softplus, mappings
 from td_core._modules import from_module, from_modules, make_tensordict, to_module
@@ -32,6 +33,10 @@ __all__ = [
     "is_non_tensor",
     "stack",
     "cat",
+    "LazyStackedTensorDict",
+    "lazy_stack",
+    "set_lazy_stack",
+    "lazy_stack_enabled",
     "make_tensordict",
     # module parameters
     "TensorDictParams",

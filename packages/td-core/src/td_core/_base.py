@@ -342,8 +342,8 @@ class TensorDictBase(
                     raise KeyNotFoundError(f"key {key!r} not found: {key[: i + 1]!r} is missing")
                 if td._is_locked:
                     raise LockedError(f"cannot create {key[: i + 1]!r}: the TensorDict is locked")
-                sub = td._new({}, td.batch_size)
-                td._set_str(part, sub)
+                td._set_str(part, td._new({}, td.batch_size))
+                sub = td._get_str(part)  # re-read: a lazy stack hands back a view of its members
             elif not is_td(sub):
                 raise KeyError(
                     f"cannot reach key {key!r}: {key[: i + 1]!r} is a leaf, not a TensorDict"

@@ -12,7 +12,7 @@ from td_core._map import is_td
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = ["td_repr", "leaf_repr"]
+__all__ = ["td_repr", "leaf_repr", "fields_repr"]
 
 _INDENT = "    "
 
@@ -28,21 +28,39 @@ def leaf_repr(value: Any) -> str:
     return repr(value)
 
 
-def _field(key: str, value: Any) -> str:
-    text = td_repr(value) if is_td(value) else leaf_repr(value)
-    return textwrap.indent(f"{key}: {text}", _INDENT)
+def td_repr(
+    td: TensorDictBase,
+    extra: dict[str, Any] | None = None,
+    fields: list[tuple[str, str]] | None = None,
+    after: dict[str, Any] | None = None,
+) -> str:
+    """The multi-line repr of a TensorDict-like container.
 
-
-def td_repr(td: TensorDictBase, extra: dict[str, Any] | None = None) -> str:
-    """The multi-line repr of a TensorDict-like container."""
-    fields = ",\n".join(_field(k, v) for k, v in sorted(td._items_str(), key=lambda kv: kv[0]))
-    parts = [f"fields={{\n{fields}}}" if fields else "fields={\n}"]
+    Args:
+        extra: more ``name=value`` parts after ``fields`` (e.g. ``exclusive_fields``).
+        fields: pre-rendered ``(key, text)`` pairs, for containers that render
+            entries without materialising them.
+        after: parts after ``is_shared`` (e.g. ``stack_dim``).
+    """
+    if fields is None:
+        fields = [(k, td_repr(v) if is_td(v) else leaf_repr(v)) for k, v in td._items_str()]
+    parts = [_fields("fields", fields)]
     for name, value in (extra or {}).items():
-        parts.append(f"{name}={value}")
+        parts.append(value if name.endswith("fields") else f"{name}={value}")
     parts += [
         f"batch_size={td.batch_size}",
         f"device={td.device}",
         f"is_shared={td.is_shared()}",
     ]
+    parts += [f"{name}={value}" for name, value in (after or {}).items()]
     body = ",\n".join(textwrap.indent(p, _INDENT) for p in parts)
     return f"{type(td).__name__}(\n{body})"
+
+
+def _fields(name: str, fields: list[tuple[str, str]]) -> str:
+    """``name={`` then one ``key: text`` line per field, sorted by key."""
+    lines = ",\n".join(textwrap.indent(f"{k}: {text}", _INDENT) for k, text in sorted(fields))
+    return f"{name}={{\n{lines}}}" if lines else f"{name}={{\n}}"
+
+
+fields_repr = _fields

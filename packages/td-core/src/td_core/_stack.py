@@ -58,6 +58,12 @@ def stack(
                 f"stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
             )
     d = normalize_dim(dim, len(bs) + 1)
+    from td_core._lazy import LazyStackedTensorDict, lazy_stack_enabled
+
+    if lazy_stack_enabled():
+        if out is not None:
+            raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
+        return LazyStackedTensorDict(*tds, stack_dim=d)
     result = _stack(tds, d, ())
     if out is not None:
         out.update_(result)

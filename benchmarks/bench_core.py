@@ -1,0 +1,279 @@
+"""td-core's dense TensorDict against upstream tensordict, on identical data.
+
+Run: ``uv run python benchmarks/bench_core.py [--quick] [--filter NAME]``.
+
+Ratios are td / upstream (lower is better). Floors show how close td gets to doing the
+same tensor work on a plain dict (``dict``) or with ``torch.utils._pytree.tree_map``.
+Both libraries stack densely with ``torch.stack`` (upstream 0.15 does by default).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import tensordict
+import torch
+from torch.utils import _pytree
+
+from td_core import TensorDict
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+from harness import Suite
+
+Upstream = tensordict.TensorDict
+
+torch.manual_seed(0)
+
+B = 1000  # batch size of the indexing cases
+N_LEAVES = 20
+
+
+# ---------------------------------------------------------------- data
+
+
+def flat_source(n: int, batch: int, feature: int = 3) -> dict[str, torch.Tensor]:
+    return {f"k{i}": torch.randn(batch, feature) for i in range(n)}
+
+
+def nested_source(batch: int = 10) -> dict:
+    """30 leaves over three levels: 10 at the top, 10 under n1, 10 under (n1, n2)."""
+    return {
+        **{f"t{i}": torch.randn(batch, 3) for i in range(10)},
+        "n1": {
+            **{f"l{i}": torch.randn(batch, 3) for i in range(10)},
+            "n2": {f"l{i}": torch.randn(batch, 3) for i in range(10)},
+        },
+    }
+
+
+def both(source: dict, batch_size) -> tuple[TensorDict, Upstream]:
+    """The same tensors in a td TensorDict and an upstream one (shared storage: read-only use)."""
+    return TensorDict(source, batch_size=batch_size), Upstream(source, batch_size=batch_size)
+
+
+def both_copies(source: dict, batch_size) -> tuple[TensorDict, Upstream, dict]:
+    """Independent copies of the same values, for cases that write."""
+    ours = TensorDict(_pytree.tree_map(torch.clone, source), batch_size=batch_size)
+    theirs = Upstream(_pytree.tree_map(torch.clone, source), batch_size=batch_size)
+    plain = _pytree.tree_map(torch.clone, source)
+    return ours, theirs, plain
+
+
+suite = Suite("core")
+
+# ---------------------------------------------------------------- construction
+
+flat10 = flat_source(10, 100)
+nested30 = nested_source(100)
+suite.add(
+    "construct flat 10 leaves",
+    lambda: TensorDict(flat10, batch_size=[100]),
+    lambda: Upstream(flat10, batch_size=[100]),
+)
+suite.add(
+    "construct nested 30 leaves",
+    lambda: TensorDict(nested30, batch_size=[100]),
+    lambda: Upstream(nested30, batch_size=[100]),
+)
+
+# ---------------------------------------------------------------- get / set / keys
+
+ours_n, theirs_n = both(nested30, [100])
+leaf = torch.randn(100, 3)
+suite.add("get flat key", lambda: ours_n["t3"], lambda: theirs_n["t3"])
+suite.add("get nested key", lambda: ours_n["n1", "n2", "l3"], lambda: theirs_n["n1", "n2", "l3"])
+ours_w, theirs_w, _ = both_copies(nested30, [100])
+
+
+def set_flat(td):
+    def run():
+        td["t3"] = leaf
+
+    return run
+
+
+def set_nested(td):
+    def run():
+        td["n1", "n2", "l3"] = leaf
+
+    return run
+
+
+suite.add("set flat key", set_flat(ours_w), set_flat(theirs_w))
+suite.add("set nested key", set_nested(ours_w), set_nested(theirs_w))
+suite.add(
+    "keys(include_nested=True)",
+    lambda: list(ours_n.keys(include_nested=True)),
+    lambda: list(theirs_n.keys(include_nested=True)),
+)
+
+# ---------------------------------------------------------------- indexing, batch [1000] x 20 leaves
+
+big = flat_source(N_LEAVES, B)
+ours_b, theirs_b = both(big, [B])
+mask = torch.rand(B) > 0.5
+index = torch.randperm(B)[:100]
+INDICES = {"int": 5, "slice": slice(10, 510), "bool mask": mask, "index tensor": index}
+
+for name, idx in INDICES.items():
+    suite.add(
+        f"getitem {name}",
+        lambda idx=idx: ours_b[idx],
+        lambda idx=idx: theirs_b[idx],
+        dict=lambda idx=idx: {k: v[idx] for k, v in big.items()},
+    )
+
+for name, idx in INDICES.items():
+    ours_s, theirs_s, plain_s = both_copies(big, [B])
+    value_plain = {k: v[idx].clone() + 1 for k, v in plain_s.items()}
+    sub_batch = torch.empty(B)[idx].shape
+    value_ours = TensorDict(value_plain, batch_size=sub_batch)
+    value_theirs = Upstream(value_plain, batch_size=sub_batch)
+
+    def set_td(td, value, idx=idx):
+        def run():
+            td[idx] = value
+
+        return run
+
+    def set_dict(d=plain_s, value=value_plain, idx=idx):
+        def run():
+            for k, v in d.items():
+                v[idx] = value[k]
+
+        return run
+
+    suite.add(
+        f"setitem {name}",
+        set_td(ours_s, value_ours),
+        set_td(theirs_s, value_theirs),
+        dict=set_dict(),
+    )
+
+# ---------------------------------------------------------------- lazy pre-allocation
+
+row_source = {"a": torch.randn(3), "b": {"c": torch.zeros(2), "d": torch.ones(4, 2)}}
+row_ours = TensorDict(row_source, batch_size=[])
+row_theirs = Upstream(row_source, batch_size=[])
+
+
+def preallocate(cls, row):
+    def run():
+        td = cls({}, batch_size=[100])
+        for i in range(100):
+            td[i] = row
+        return td
+
+    return run
+
+
+suite.add(
+    "lazy pre-allocation 100 rows",
+    preallocate(TensorDict, row_ours),
+    preallocate(Upstream, row_theirs),
+)
+
+# ---------------------------------------------------------------- apply, clone, to (100 leaves)
+
+hundred = flat_source(100, 10)
+ours_h, theirs_h = both(hundred, [10])
+suite.add(
+    "apply(x + 1) 100 leaves",
+    lambda: ours_h.apply(lambda x: x + 1),
+    lambda: theirs_h.apply(lambda x: x + 1),
+    dict=lambda: {k: v + 1 for k, v in hundred.items()},
+    tree_map=lambda: _pytree.tree_map(lambda x: x + 1, hundred),
+)
+suite.add(
+    "clone 100 leaves",
+    lambda: ours_h.clone(),
+    lambda: theirs_h.clone(),
+    dict=lambda: {k: v.clone() for k, v in hundred.items()},
+)
+suite.add(
+    "to(float64) 100 leaves",
+    lambda: ours_h.to(torch.float64),
+    lambda: theirs_h.to(torch.float64),
+    dict=lambda: {k: v.to(torch.float64) for k, v in hundred.items()},
+)
+suite.add(
+    "getitem slice 100 leaves",
+    lambda: ours_h[2:8],
+    lambda: theirs_h[2:8],
+    dict=lambda: {k: v[2:8] for k, v in hundred.items()},
+)
+
+# ---------------------------------------------------------------- stack / cat of 100 TensorDicts
+
+members_src = [flat_source(10, 4) for _ in range(100)]
+members_ours = [TensorDict(s, batch_size=[4]) for s in members_src]
+members_theirs = [Upstream(s, batch_size=[4]) for s in members_src]
+assert type(torch.stack(members_theirs[:2])) is Upstream  # upstream stacks densely too
+suite.add(
+    "torch.stack 100 tds x 10 leaves",
+    lambda: torch.stack(members_ours),
+    lambda: torch.stack(members_theirs),
+    dict=lambda: {k: torch.stack([s[k] for s in members_src]) for k in members_src[0]},
+)
+suite.add(
+    "torch.cat 100 tds x 10 leaves",
+    lambda: torch.cat(members_ours),
+    lambda: torch.cat(members_theirs),
+    dict=lambda: {k: torch.cat([s[k] for s in members_src]) for k in members_src[0]},
+)
+
+# ---------------------------------------------------------------- shape ops, batch [10, 100] x 20 leaves
+
+grid = {f"k{i}": torch.randn(10, 100, 3) for i in range(N_LEAVES)}
+ours_g, theirs_g = both(grid, [10, 100])
+suite.add("reshape(-1)", lambda: ours_g.reshape(-1), lambda: theirs_g.reshape(-1))
+suite.add("permute(1, 0)", lambda: ours_g.permute(1, 0), lambda: theirs_g.permute(1, 0))
+suite.add("unsqueeze(0)", lambda: ours_g.unsqueeze(0), lambda: theirs_g.unsqueeze(0))
+
+# ---------------------------------------------------------------- structure
+
+flat_ours = ours_n.flatten_keys(".")
+flat_theirs = theirs_n.flatten_keys(".")
+suite.add(
+    "flatten_keys nested 30", lambda: ours_n.flatten_keys("."), lambda: theirs_n.flatten_keys(".")
+)
+suite.add(
+    "unflatten_keys 30",
+    lambda: flat_ours.unflatten_keys("."),
+    lambda: flat_theirs.unflatten_keys("."),
+)
+
+update_src = {f"k{i}": torch.randn(B, 3) for i in range(0, N_LEAVES, 2)}
+ours_u, theirs_u, _ = both_copies(big, [B])
+update_ours = TensorDict(update_src, batch_size=[B])
+update_theirs = Upstream(update_src, batch_size=[B])
+suite.add(
+    "update 10 of 20 leaves",
+    lambda: ours_u.update(update_ours),
+    lambda: theirs_u.update(update_theirs),
+)
+suite.add(
+    "update from dict 10 of 20 leaves",
+    lambda: ours_u.update(update_src),
+    lambda: theirs_u.update(update_src),
+)
+
+picked = [f"k{i}" for i in range(0, N_LEAVES, 4)]
+suite.add("select 5 of 20", lambda: ours_b.select(*picked), lambda: theirs_b.select(*picked))
+suite.add("exclude 5 of 20", lambda: ours_b.exclude(*picked), lambda: theirs_b.exclude(*picked))
+
+# ---------------------------------------------------------------- comparison
+
+ours_c1, theirs_c1 = both(nested30, [100])
+ours_c2, theirs_c2, _ = both_copies(nested30, [100])
+suite.add(
+    "(a == b).all() nested 30",
+    lambda: (ours_c1 == ours_c2).all(),
+    lambda: (theirs_c1 == theirs_c2).all(),
+)
+
+
+if __name__ == "__main__":
+    suite.main()

@@ -1,0 +1,401 @@
+"""``LazyStackedTensorDict``: a stack of TensorDicts that keeps the originals.
+
+Reads stack on demand (``lazy["a"]`` stacks the members' ``"a"``); a sub-TensorDict
+comes back as a lazy stack of the members' sub-TensorDicts, so writes at any
+depth go through. Writes unbind along the stack dim into the members. Members
+share a batch size but may hold keys the others lack (``exclusive_fields``)
+and leaves whose feature shapes differ (read them with ``as_nested_tensor``).
+Shapes are known without stacking (:meth:`get_item_shape`).
+
+Indexing that selects along the stack dim (an int, a slice, a list or 1-d
+index tensor, a 1-d mask) gives members or a lazy stack of indexed members, so
+writes to the result reach the originals. Other indices (``None``, masks over
+several dims, index tensors on other dims together with one on the stack dim)
+give a dense result.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar, Token
+from typing import Any, TypeVar
+
+import torch
+
+from td_core._base import TensorDictBase
+from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
+from td_core._map import is_nt, is_td
+from td_core._nontensor import NonTensorData, stack_non_tensors
+from td_core._pytree import register
+from td_core._repr import fields_repr, leaf_repr, td_repr
+from td_core._td import TensorDict
+from td_core._utils import NO_DEFAULT, normalize_dim
+from td_core.errors import BatchSizeError
+
+__all__ = ["LazyStackedTensorDict", "lazy_stack", "set_lazy_stack", "lazy_stack_enabled"]
+
+Tensor = torch.Tensor
+_F = TypeVar("_F", bound=Callable[..., Any])
+_LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
+
+
+def lazy_stack_enabled() -> bool:
+    """Whether ``torch.stack`` of TensorDicts currently builds a lazy stack."""
+    return _LAZY.get()
+
+
+class set_lazy_stack:
+    """Context manager and decorator: within it, ``torch.stack`` of TensorDicts is lazy.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, set_lazy_stack
+        >>> tds = [TensorDict({"a": torch.rand(10)}, [10]) for _ in range(3)]
+        >>> with set_lazy_stack(True):
+        ...     stacked = torch.stack(tds, 0)  # no stacking happens here
+        >>> stacked["a"] = torch.zeros(3, 10)
+        >>> bool((tds[0]["a"] == 0).all())
+        True
+    """
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+        self._tokens: list[Token[bool]] = []
+
+    def __enter__(self) -> set_lazy_stack:
+        self._tokens.append(_LAZY.set(self.mode))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _LAZY.reset(self._tokens.pop())
+
+    def __call__(self, func: _F) -> _F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with set_lazy_stack(self.mode):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+class LazyStackedTensorDict(TensorDictBase):
+    """A lazy stack of TensorDicts along batch dim ``stack_dim``.
+
+    Args:
+        *tensordicts: the members; they must share a batch size.
+        stack_dim: where the new dim goes among the batch dims.
+    """
+
+    __slots__ = ("__weakref__", "_is_locked", "stack_dim", "tensordicts")
+
+    def __init__(self, *tensordicts: TensorDictBase, stack_dim: int = 0) -> None:
+        if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
+            tensordicts = tuple(tensordicts[0])
+        if not tensordicts:
+            raise ValueError("a LazyStackedTensorDict needs at least one TensorDict")
+        bs = tensordicts[0].batch_size
+        for i, td in enumerate(tensordicts):
+            if not is_td(td):
+                raise TypeError(f"lazy stack: item {i} is a {type(td).__name__}, not a TensorDict")
+            if td.batch_size != bs:
+                raise BatchSizeError(
+                    f"lazy stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
+                )
+        self.tensordicts: list[TensorDictBase] = list(tensordicts)
+        self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
+        self._is_locked = False
+
+    @classmethod
+    def lazy_stack(cls, items: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
+        return cls(*items, stack_dim=dim)
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def batch_size(self) -> torch.Size:
+        bs = self.tensordicts[0].batch_size
+        d = self.stack_dim
+        return torch.Size((*bs[:d], len(self.tensordicts), *bs[d:]))
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError(
+            "the batch_size of a LazyStackedTensorDict follows its members; set theirs"
+        )
+
+    @property
+    def device(self) -> torch.device | None:
+        devices = {td.device for td in self.tensordicts}
+        return devices.pop() if len(devices) == 1 else None
+
+    def _set_device(self, device: Any) -> None:
+        for td in self.tensordicts:
+            td._set_device(device)
+
+    def lock_(self) -> LazyStackedTensorDict:
+        self._is_locked = True
+        for td in self.tensordicts:
+            td.lock_()
+        return self
+
+    def unlock_(self) -> LazyStackedTensorDict:
+        self._is_locked = False
+        for td in self.tensordicts:
+            td.unlock_()
+        return self
+
+    # ---------------------------------------------------------------- primitives
+    def _keys_str(self) -> dict[str, None]:
+        first, *rest = self.tensordicts
+        return {k: None for k in first._keys_str() if all(k in td._keys_str() for td in rest)}
+
+    def exclusive_keys(self) -> list[list[str]]:
+        """For each member, the keys it holds that are not common to all members."""
+        common = self._keys_str()
+        return [[k for k in td._keys_str() if k not in common] for td in self.tensordicts]
+
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        values = [td._get_str(key, NO_DEFAULT) for td in self.tensordicts]
+        if any(v is NO_DEFAULT for v in values):
+            return default
+        return self._stack_values(key, values)
+
+    def _stack_values(self, key: str, values: list[Any]) -> Any:
+        first = values[0]
+        if isinstance(first, Tensor):
+            try:
+                return torch.stack(values, self.stack_dim)
+            except RuntimeError:
+                shapes = [list(v.shape) for v in values]
+                raise BatchSizeError(
+                    f"lazy stack: entry {key!r} has different shapes in the members {shapes}; read it with "
+                    f"get({key!r}, as_nested_tensor=True) or get_item_shape({key!r})"
+                ) from None
+        if is_nt(first):
+            return stack_non_tensors(values, self.stack_dim)
+        return LazyStackedTensorDict(*values, stack_dim=self.stack_dim)
+
+    def get(self, key: Any, default: Any = NO_DEFAULT, *, as_nested_tensor: bool = False) -> Any:
+        """The entry at ``key``, stacked; ``as_nested_tensor`` stacks ragged leaves as a nested tensor."""
+        if not as_nested_tensor:
+            return super().get(key, default)
+        if self.stack_dim != 0:
+            raise ValueError(
+                f"as_nested_tensor needs stack_dim=0, this stack has stack_dim={self.stack_dim}"
+            )
+        with warnings.catch_warnings():
+            # ragged feature dims need the strided layout, which torch flags as a prototype
+            warnings.filterwarnings(
+                "ignore", message="The PyTorch API of nested tensors is in prototype"
+            )
+            return torch.nested.as_nested_tensor([td.get(key) for td in self.tensordicts])
+
+    def get_item_shape(self, key: Any) -> torch.Size:
+        """The shape of the entry at ``key`` without stacking; ragged dims are -1."""
+        values = [td.get(key) for td in self.tensordicts]
+        return _stacked_shape(
+            [v.shape if isinstance(v, Tensor) else v.batch_size for v in values], self.stack_dim
+        )
+
+    def _set_str(self, key: str, value: Any) -> None:
+        d = self.stack_dim
+        if isinstance(value, Tensor):
+            parts: Sequence[Any] = value.unbind(d)
+        elif is_nt(value):
+            if isinstance(value, NonTensorData):
+                member_bs = self.tensordicts[0].batch_size
+                parts = [NonTensorData(value.data, member_bs, value.device)] * len(self.tensordicts)
+            else:
+                parts = value._map_batch_multi(lambda t: t.unbind(d))
+        else:
+            parts = value.unbind(d)
+        for td, part in zip(self.tensordicts, parts):
+            td._set_str(key, part)
+
+    def _del_str(self, key: str) -> None:
+        for td in self.tensordicts:
+            td._del_str(key)
+
+    def _items_str(self) -> list[tuple[str, Any]]:
+        return [(key, self._get_str(key)) for key in self._keys_str()]
+
+    def _values_str(self) -> list[Any]:
+        return [self._get_str(key) for key in self._keys_str()]
+
+    def _new(
+        self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
+    ) -> TensorDict:
+        return TensorDict._new_unsafe(
+            source, batch_size, self.device if device is NO_DEFAULT else device
+        )
+
+    @classmethod
+    def _from_pytree(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: Any
+    ) -> TensorDict:
+        return TensorDict._new_unsafe(source, batch_size, device)
+
+    # ---------------------------------------------------------------- structure
+    def contiguous(self) -> TensorDict:
+        """A dense TensorDict holding the stacked common entries."""
+        from td_core._stack import stack
+
+        if self.exclusive_keys() != [[] for _ in self.tensordicts]:
+            return stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)
+        return stack(self.tensordicts, self.stack_dim)
+
+    def unbind(self, dim: int = 0) -> tuple[TensorDictBase, ...]:
+        if normalize_dim(dim, self.batch_dims) == self.stack_dim:
+            return tuple(self.tensordicts)
+        return super().unbind(dim)
+
+    def is_shared(self) -> bool:
+        return all(td.is_shared() for td in self.tensordicts)
+
+    # ---------------------------------------------------------------- indexing
+    def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...], int] | None:
+        """(item on the stack dim, index for the members, result stack dim), or None if not separable."""
+        norm = normalize_index(index, self.batch_size)
+        pos, result_dim, at = 0, 0, None
+        for i, item in enumerate(norm):
+            if item is None or (
+                isinstance(item, Tensor) and item.dtype == torch.bool and item.ndim > 1
+            ):
+                return None
+            if pos == self.stack_dim:
+                at = i
+                break
+            pos += 1
+            if not isinstance(item, int):
+                result_dim += 1
+        if at is None:  # the index stops before the stack dim
+            return slice(None), norm, result_dim
+        stack_item, rest = norm[at], norm[:at] + norm[at + 1 :]
+        if isinstance(stack_item, Tensor) and stack_item.dtype == torch.bool:
+            stack_item = stack_item.nonzero().squeeze(-1)
+        if isinstance(stack_item, Tensor) and (
+            stack_item.ndim > 1 or any(isinstance(r, Tensor) for r in rest)
+        ):
+            return None
+        if not isinstance(stack_item, int) and any(isinstance(r, Tensor) and r.ndim for r in rest):
+            return None
+        return stack_item, rest, result_dim
+
+    def _members_for(self, stack_item: Any) -> list[int]:
+        n = len(self.tensordicts)
+        if isinstance(stack_item, slice):
+            return list(range(n))[stack_item]
+        positions = stack_item.tolist() if isinstance(stack_item, Tensor) else [stack_item]
+        out = []
+        for p in positions:
+            if not -n <= p < n:
+                raise IndexError(f"index {p} is out of range for the stack dim of size {n}")
+            out.append(p % n)
+        return out
+
+    def _index(self, index: Any) -> TensorDictBase:
+        split = self._split_index(index)
+        if split is None:
+            return self.contiguous()._index(index)
+        stack_item, rest, result_dim = split
+        if isinstance(stack_item, int):
+            member = self.tensordicts[self._members_for(stack_item)[0]]
+            return member._index(rest) if rest else member
+        members = [self.tensordicts[i] for i in self._members_for(stack_item)]
+        if not members:
+            return self.contiguous()._index(index)
+        return LazyStackedTensorDict(
+            *(m._index(rest) if rest else m for m in members), stack_dim=result_dim
+        )
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        split = self._split_index(index)
+        if split is None:
+            raise IndexError(
+                f"cannot write through a lazy stack at index {index!r}: select along the stack dim with "
+                "an int, a slice, a list or a 1-d index tensor, or write to contiguous() instead"
+            )
+        stack_item, rest, result_dim = split
+        picked = self._members_for(stack_item)
+        if isinstance(stack_item, int):
+            parts: list[Any] = [value]
+        elif is_td(value):
+            parts = list(value.unbind(result_dim))
+        elif (
+            isinstance(value, Tensor)
+            and value.ndim > result_dim
+            and value.shape[result_dim] == len(picked)
+        ):
+            parts = list(value.unbind(result_dim))
+        else:
+            parts = [value] * len(picked)
+        if len(parts) != len(picked):
+            raise BatchSizeError(
+                f"lazy stack: {len(parts)} values for {len(picked)} selected members at {index!r}"
+            )
+        member_bs = self.tensordicts[0].batch_size
+        norm = normalize_index(rest, member_bs) if rest else ()
+        sub = indexed_shape(member_bs, norm) if norm else member_bs
+        writes: list[tuple[Tensor, Any]] = []
+        later: list[tuple[TensorDictBase, str, Any, int]] = []
+        plain: list[tuple[TensorDictBase, Any]] = []
+        for i, part in zip(
+            picked, parts
+        ):  # plan every member's TensorDict write before writing any
+            member = self.tensordicts[i]
+            if is_td(part):
+                _plan_sub(member, part, sub, norm, (), writes, later)
+            else:
+                plain.append((member, part))
+        for member, part in plain:
+            member[norm] = part
+        _apply_plan(writes, later, norm, sub)
+
+    def __repr__(self) -> str:
+        fields = [(k, self._render(k)) for k in self._keys_str()]
+        exclusive = [
+            fields_repr(str(i), [(k, self._member_render(td.get(k))) for k in keys])
+            for i, (td, keys) in enumerate(zip(self.tensordicts, self.exclusive_keys()))
+            if keys
+        ]
+        extra = {
+            "exclusive_fields": fields_repr("exclusive_fields", [])
+            if not exclusive
+            else "exclusive_fields={\n" + ",\n".join(_indent(e) for e in exclusive) + "}"
+        }
+        return td_repr(self, extra=extra, fields=fields, after={"stack_dim": self.stack_dim})
+
+    def _render(self, key: str) -> str:
+        first = self.tensordicts[0]._get_str(key)
+        if is_td(first):
+            return repr(self._get_str(key))
+        shape = self.get_item_shape(key)
+        if isinstance(first, Tensor):  # a stacked read is a plain tensor, whatever the members hold
+            return f"Tensor(shape={shape}, device={first.device}, dtype={first.dtype}, is_shared={first.is_shared()})"
+        return leaf_repr(self._get_str(key))
+
+    def _member_render(self, value: Any) -> str:
+        return repr(value) if is_td(value) else leaf_repr(value)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _stacked_shape(shapes: list[torch.Size], stack_dim: int) -> torch.Size:
+    first = shapes[0]
+    if any(len(s) != len(first) for s in shapes):
+        raise BatchSizeError(
+            f"lazy stack: the members' entries have different numbers of dims {[list(s) for s in shapes]}"
+        )
+    dims = [d if all(s[i] == d for s in shapes) else -1 for i, d in enumerate(first)]
+    return torch.Size((*dims[:stack_dim], len(shapes), *dims[stack_dim:]))
+
+
+def lazy_stack(tensordicts: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
+    """Stack TensorDicts lazily along batch dim ``dim`` (see :class:`LazyStackedTensorDict`)."""
+    return LazyStackedTensorDict(*tensordicts, stack_dim=dim)
+
+
+register(LazyStackedTensorDict)

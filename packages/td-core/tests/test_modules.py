@@ -1,0 +1,191 @@
+import pytest
+import torch
+from torch import nn
+
+from td_core import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictParams,
+    from_modules,
+    make_tensordict,
+)
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2), nn.BatchNorm1d(2))
+
+
+def test_readme_seed_functional_example():
+    layer1 = nn.Linear(3, 4)
+    layer2 = nn.Linear(4, 4)
+    model = nn.Sequential(layer1, layer2)
+    params = TensorDict.from_module(model)
+    weights1 = TensorDict(layer1.state_dict(), []).unflatten_keys(".")
+    weights2 = TensorDict(layer2.state_dict(), []).unflatten_keys(".")
+    assert (params == TensorDict({"0": weights1, "1": weights2}, [])).all()
+    x = torch.randn(10, 3)
+    with params.to_module(model):
+        out = model(x)
+    assert out.shape == (10, 4)
+    params_stack = torch.stack([params, params], 0)
+
+    def func(x, params):
+        with params.to_module(model):
+            return model(x)
+
+    y = torch.vmap(func, (None, 0))(x, params_stack)
+    assert y.shape == torch.Size([2, 10, 4])
+    assert torch.allclose(y[0], model(x)) and torch.allclose(y[1], model(x))
+
+
+def test_from_module_holds_the_module_tensors():
+    model = mlp()
+    params = TensorDict.from_module(model)
+    assert params["0", "weight"] is model[0].weight
+    assert params["3", "running_mean"] is model[3].running_mean
+    assert "1" not in params.keys()  # ReLU has no parameters
+    assert set(params.keys(True, True)) == {
+        ("0", "weight"),
+        ("0", "bias"),
+        ("2", "weight"),
+        ("2", "bias"),
+        ("3", "weight"),
+        ("3", "bias"),
+        ("3", "running_mean"),
+        ("3", "running_var"),
+        ("3", "num_batches_tracked"),
+    }
+    assert TensorDict.from_module(model, lock=True).is_locked
+    via_state_dict = TensorDict.from_module(model, use_state_dict=True)
+    assert (via_state_dict == params).all()
+
+
+def test_to_module_swaps_and_restores():
+    model = nn.Linear(3, 2)
+    original = model.weight
+    zeros = TensorDict.from_module(model).apply(torch.zeros_like)
+    with zeros.to_module(model) as swap:
+        assert torch.equal(model(torch.ones(1, 3)), torch.zeros(1, 2))
+        assert swap["weight"] is original
+    assert model.weight is original
+    assert isinstance(model.weight, nn.Parameter)
+
+
+def test_to_module_inplace_copies_into_parameters():
+    model = nn.Linear(3, 2)
+    original = model.weight
+    before = original.detach().clone()
+    ones = TensorDict.from_module(model).apply(torch.ones_like)
+    with ones.to_module(model, inplace=True):
+        assert model.weight is original and torch.equal(original, torch.ones(2, 3))
+    assert torch.equal(original, before)
+    ones.to_module(model, inplace=True, return_swap=False)
+    assert torch.equal(model.weight, torch.ones(2, 3))
+
+
+def test_to_module_names_missing_parameter():
+    params = TensorDict({"nope": torch.zeros(2)})
+    with pytest.raises(KeyError, match="'nope'"):
+        params.to_module(nn.Linear(3, 2))
+    with pytest.raises(KeyError, match="'sub'"):
+        TensorDict({"sub": {"weight": torch.zeros(2)}}).to_module(nn.Linear(3, 2))
+
+
+def test_from_modules_seed_dense():
+    torch.manual_seed(0)
+    empty_module = nn.Linear(3, 4, device="meta")
+    modules = [nn.Linear(3, 4) for _ in range(2)]
+    params = from_modules(*modules)
+    assert params.batch_size == torch.Size([2]) and params.is_locked
+    assert isinstance(params["weight"], nn.Parameter)
+    assert "Parameter(shape=torch.Size([2, 4, 3])" in repr(params)
+
+    def exec_module(params, x):
+        with params.to_module(empty_module):
+            return empty_module(x)
+
+    x = torch.randn(3)
+    y = torch.vmap(exec_module, (0, None))(params, x)
+    assert y.shape == (2, 4)
+    assert torch.allclose(y[1], modules[1](x))
+    y.sum().backward()
+    assert params["weight"].grad.norm() > 0
+    assert modules[0].weight.grad is None
+
+
+def test_from_modules_seed_lazy():
+    empty_module = nn.Linear(3, 4, device="meta")
+    modules = [nn.Linear(3, 4) for _ in range(2)]
+    params = TensorDict.from_modules(*modules, lazy_stack=True)
+    assert isinstance(params, LazyStackedTensorDict)
+    text = repr(params)
+    assert (
+        "bias: Tensor(shape=torch.Size([2, 4])" in text
+        and "exclusive_fields={" in text
+        and "stack_dim=0" in text
+    )
+
+    def exec_module(params, x):
+        with params.to_module(empty_module):
+            return empty_module(x)
+
+    y = torch.vmap(exec_module, (0, None))(params, torch.randn(3))
+    assert y.shape == (2, 4)
+    y.sum().backward()
+    assert modules[0].weight.grad is not None
+
+
+def test_from_modules_expand_identical_and_errors():
+    shared = nn.Parameter(torch.randn(4))
+    a, b = nn.Linear(3, 4), nn.Linear(3, 4)
+    a.bias = b.bias = shared
+    params = from_modules(a, b, expand_identical=True)
+    assert params["bias"].stride(0) == 0 and torch.equal(params["bias"][1], shared)
+    with pytest.raises(ValueError, match="'weight'"):
+        from_modules(nn.Linear(3, 4), nn.Linear(3, 5))
+    with pytest.raises(ValueError, match="cannot be combined"):
+        from_modules(a, b, lazy_stack=True, as_module=True)
+
+
+def test_tensordict_params_is_a_module():
+    params = from_modules(nn.Linear(3, 4), nn.Linear(3, 4), as_module=True)
+    assert isinstance(params, TensorDictParams) and isinstance(params, nn.Module)
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.params = TensorDictParams(
+                TensorDict({"w": torch.zeros(3), "n": {"b": torch.ones(2)}})
+            )
+
+    holder = Holder()
+    assert sorted(n for n, _ in holder.named_parameters()) == ["params.n.b", "params.w"]
+    assert set(holder.state_dict()) == {"params.w", "params.n.b"}
+    holder.double()
+    assert holder.params["w"].dtype == torch.float64 and isinstance(
+        holder.params["w"], nn.Parameter
+    )
+    opt = torch.optim.SGD(holder.parameters(), lr=1.0)
+    holder.params["w"].sum().backward()
+    opt.step()
+    assert torch.equal(holder.params["w"].detach(), -torch.ones(3, dtype=torch.float64))
+
+
+def test_tensordict_params_buffers_and_no_convert():
+    params = TensorDictParams(
+        TensorDict({"f": torch.zeros(2), "i": torch.zeros(2, dtype=torch.long)})
+    )
+    assert [n for n, _ in params.named_parameters()] == ["f"]
+    assert [n for n, _ in params.named_buffers()] == ["i"]
+    kept = TensorDictParams(TensorDict({"f": torch.zeros(2)}), no_convert=True)
+    assert [n for n, _ in kept.named_parameters()] == []
+    params["new"] = torch.ones(2)
+    assert "new" in dict(params.named_parameters())
+    del params["new"]
+    assert "new" not in params.keys() and "new" not in dict(params.named_parameters())
+
+
+def test_make_tensordict():
+    td = make_tensordict({"a": torch.zeros(3, 4)}, b=torch.zeros(3, 4, 2))
+    assert td.batch_size == torch.Size([3, 4])
+    assert make_tensordict(a=torch.zeros(3, 4), batch_size=[3]).batch_size == torch.Size([3])
