@@ -180,8 +180,13 @@ def _plan_sub(
         )
     n = len(td.batch_size)
     get = td._get_str
+    append = writes.append
     for key, src in value._items_str():
         dest = get(key, NO_DEFAULT)
+        if type(dest) is Tensor and type(src) is Tensor:  # the common case, checked tightly
+            if dest.shape[n:] == src.shape[nv:]:
+                append((dest, src))
+                continue
         if isinstance(dest, Tensor):
             if not isinstance(src, Tensor):
                 raise TypeError(

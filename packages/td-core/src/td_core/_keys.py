@@ -119,7 +119,25 @@ class KeysView:
     def _iter(self) -> Iterator[str | tuple[str, ...]]:
         if not self._include_nested and not self._leaves_only:
             return iter(self._td._keys_str())
+        if self._is_leaf is default_is_leaf:
+            out: list[str | tuple[str, ...]] = []
+            self._collect(self._td, (), out)
+            return iter(out)
         return self._walk(self._td, ())
+
+    def _collect(
+        self, td: TensorDictBase, prefix: tuple[str, ...], out: list[str | tuple[str, ...]]
+    ) -> None:
+        """``_walk`` for the default ``is_leaf``, eagerly: no generator per level."""
+        nested, leaves_only = self._include_nested, self._leaves_only
+        for key, value in td._items_str():
+            if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
+                out.append((*prefix, key) if prefix else key)
+                continue
+            if not leaves_only:
+                out.append((*prefix, key) if prefix else key)
+            if nested and not value._is_non_tensor:
+                self._collect(value, (*prefix, key), out)
 
     def _walk(self, td: TensorDictBase, prefix: tuple[str, ...]) -> Iterator[str | tuple[str, ...]]:
         is_leaf = self._is_leaf

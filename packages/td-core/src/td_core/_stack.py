@@ -38,12 +38,21 @@ def _same_keys(tds: list[TensorDictBase], prefix: tuple[str, ...], what: str) ->
     keys = tds[0]._keys_str()
     for i, td in enumerate(tds[1:], 1):
         other = td._keys_str()
-        if len(other) != len(keys) or any(k not in other for k in keys):
+        if other != keys and set(other) != set(keys):
             missing = [k for k in keys if k not in other] or [k for k in other if k not in keys]
             raise KeyNotFoundError(
                 f"{what}: TensorDicts 0 and {i} have different keys at {prefix or 'the root'!r}: "
                 f"{sorted(set(keys) ^ set(other))} (first: {(*prefix, missing[0])!r})"
             )
+
+
+def _getters(tds: list[TensorDictBase]) -> list[Any]:
+    """Per-member lookups: the entry dict's own ``__getitem__`` for dense TensorDicts (fastest)."""
+    out = []
+    for td in tds:
+        entries = getattr(td, "_tensordict", None)
+        out.append(entries.__getitem__ if type(entries) is dict else td._get_str)
+    return out
 
 
 def stack(
@@ -74,9 +83,10 @@ def stack(
 def _stack(tds: list[TensorDictBase], d: int, prefix: tuple[str, ...]) -> TensorDictBase:
     first = tds[0]
     _same_keys(tds, prefix, "stack")
+    getters = _getters(tds)
     entries: dict[str, Any] = {}
     for key, value in first._items_str():
-        values = [td._get_str(key) for td in tds]
+        values = [get(key) for get in getters]
         if isinstance(value, Tensor):
             try:
                 entries[key] = torch.stack(values, d)
@@ -123,9 +133,10 @@ def cat(
 def _cat(tds: list[TensorDictBase], d: int, prefix: tuple[str, ...]) -> TensorDictBase:
     first = tds[0]
     _same_keys(tds, prefix, "cat")
+    getters = _getters(tds)
     entries: dict[str, Any] = {}
     for key, value in first._items_str():
-        values = [td._get_str(key) for td in tds]
+        values = [get(key) for get in getters]
         if isinstance(value, Tensor):
             try:
                 entries[key] = torch.cat(values, d)

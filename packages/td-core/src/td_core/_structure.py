@@ -99,8 +99,18 @@ class StructureMixin:
         self: TensorDictBase, *keys: NestedKey, inplace: bool = False, strict: bool = True
     ) -> TensorDictBase:
         """Only the given (possibly nested) keys; with ``inplace`` the others are removed from self."""
-        paths = [as_tuple(unravel_key(k)) for k in keys]
-        result = _select(self, paths, strict, ())
+        if all(type(k) is str for k in keys):  # fast path: top-level keys only
+            wanted = set(keys)
+            present = self._keys_str()
+            if strict and any(k not in present for k in wanted):
+                missing = sorted(k for k in wanted if k not in present)
+                raise KeyNotFoundError(
+                    f"select: key {missing[0]!r} not found (keys: {sorted(present)}); "
+                    "pass strict=False to skip missing keys"
+                )
+            result = self._new({k: v for k, v in self._items_str() if k in wanted}, self.batch_size)
+        else:
+            result = _select(self, [as_tuple(unravel_key(k)) for k in keys], strict, ())
         return _assign(self, result) if inplace else result
 
     def exclude(self: TensorDictBase, *keys: NestedKey, inplace: bool = False) -> TensorDictBase:
@@ -192,6 +202,13 @@ class StructureMixin:
 
         Every entry is validated before any is written: on error, self is unchanged.
         """
+        if (
+            keys_to_update is None
+            and not clone
+            and not inplace
+            and _update_flat(self, input_dict_or_td)
+        ):
+            return self
         allowed = (
             None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
         )
@@ -298,6 +315,31 @@ class StructureMixin:
         self.update_(existing)
         new = {k: v for k, v in nested.items() if k not in existing}
         return self.update(new) if new else self
+
+
+def _update_flat(td: TensorDictBase, source: Any) -> bool:
+    """``update`` when every entry is a plain tensor under a top-level key that is not a sub-TensorDict.
+
+    Validates everything first, then writes; returns False (having written
+    nothing) when the fast path does not apply, so the general path takes over.
+    """
+    entries = getattr(td, "_tensordict", None)
+    if type(entries) is not dict or td.is_locked or td.device is not None:
+        return False
+    items = source._items_str() if is_td(source) else source.items()
+    bs = td.batch_size
+    n = len(bs)
+    get = entries.get
+    staged = {}
+    for key, value in items:
+        if type(key) is not str or type(value) is not Tensor:
+            return False
+        existing = get(key)
+        if (existing is not None and type(existing) is not Tensor) or value.shape[:n] != bs:
+            return False
+        staged[key] = value
+    entries.update(staged)
+    return True
 
 
 def _assign(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:

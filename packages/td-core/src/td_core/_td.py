@@ -171,7 +171,23 @@ class TensorDict(TensorDictBase):
         return self._tensordict.values()
 
     # fast paths of the hottest reads
+    def _walk(self, path: tuple[Any, ...]) -> Any:
+        """Fast lookup of a flat tuple of str through dense TensorDicts; NO_DEFAULT if it does not apply."""
+        value: Any = self
+        for part in path:
+            if type(part) is not str:
+                return NO_DEFAULT
+            try:
+                value = value._tensordict[part]
+            except (AttributeError, KeyError):
+                return NO_DEFAULT
+        return value
+
     def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
+        if type(key) is tuple and key and type(key[0]) is str:
+            value = self._walk(key)
+            if value is not NO_DEFAULT:
+                return value
         if type(key) is str:
             value = self._tensordict.get(key, NO_DEFAULT)
             if value is not NO_DEFAULT:
@@ -182,6 +198,10 @@ class TensorDict(TensorDictBase):
         return TensorDictBase.get(self, key, default)
 
     def __getitem__(self, index: Any) -> Any:
+        if type(index) is tuple and index and type(index[0]) is str:
+            value = self._walk(index)
+            if value is not NO_DEFAULT:
+                return value if type(value) is Tensor or not is_nt(value) else value.data
         if type(index) is str:
             try:
                 value = self._tensordict[index]
