@@ -19,6 +19,7 @@ from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
 from td_core._params import TensorDictParams
 from td_core._stack import cat, stack
 from td_core._td import TensorDict
+from td_core._tensorclass import is_tensorclass, tensorclass
 from td_core._version import __version__
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "set_lazy_stack",
     "lazy_stack_enabled",
     "make_tensordict",
+    "tensorclass",
+    "is_tensorclass",
     # module parameters
     "TensorDictParams",
     "from_module",

@@ -28,7 +28,7 @@ from td_core._base import TensorDictBase
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData, stack_non_tensors
-from td_core._pytree import register
+from td_core._pytree import allow_weights_only, register
 from td_core._repr import fields_repr, leaf_repr, td_repr
 from td_core._td import TensorDict
 from td_core._utils import NO_DEFAULT, normalize_dim
@@ -352,6 +352,18 @@ class LazyStackedTensorDict(TensorDictBase):
             member[norm] = part
         _apply_plan(writes, later, norm, sub)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "tensordicts": self.tensordicts,
+            "stack_dim": self.stack_dim,
+            "locked": self._is_locked,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.tensordicts = list(state["tensordicts"])
+        self.stack_dim = state["stack_dim"]
+        self._is_locked = state["locked"]
+
     def __repr__(self) -> str:
         fields = [(k, self._render(k)) for k in self._keys_str()]
         exclusive = [
@@ -399,3 +411,4 @@ def lazy_stack(tensordicts: Sequence[TensorDictBase], dim: int = 0) -> LazyStack
 
 
 register(LazyStackedTensorDict)
+allow_weights_only(LazyStackedTensorDict)

@@ -143,6 +143,18 @@ class NonTensorData(_NonTensorBase):
     def tolist(self) -> Any:
         return self.data if not self.batch_size else super().tolist()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "data": self.data,
+            "batch_size": tuple(self.batch_size),
+            "device": _dev(self.device),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.data = state["data"]
+        self.batch_size = torch.Size(state["batch_size"])
+        self.device = None if state["device"] is None else torch.device(state["device"])
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorData):
             return bool(self.data == other.data) and self.batch_size == other.batch_size
@@ -194,6 +206,22 @@ class NonTensorStack(_NonTensorBase):
             copy.deepcopy(self._values) if recurse else self._values.copy(), self.device
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a flat list and a shape (no numpy object in the pickle: weights_only loads accept it)
+        return {
+            "flat": list(self._values.flat),
+            "shape": tuple(self._values.shape),
+            "device": _dev(self.device),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        values = np.empty(len(state["flat"]), dtype=object)
+        for i, v in enumerate(state["flat"]):
+            values[i] = v
+        self._values = values.reshape(state["shape"])
+        self.batch_size = torch.Size(state["shape"])
+        self.device = None if state["device"] is None else torch.device(state["device"])
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorStack):
             return self.batch_size == other.batch_size and bool(
@@ -207,6 +235,10 @@ class NonTensorStack(_NonTensorBase):
         return (
             f"NonTensorStack({self.tolist()!r}, batch_size={self.batch_size}, device={self.device})"
         )
+
+
+def _dev(device: torch.device | None) -> str | None:
+    return None if device is None else str(device)
 
 
 def _from_array(values: np.ndarray, device: torch.device | None) -> NonTensorStack | NonTensorData:

@@ -18,7 +18,7 @@ import torch.utils._pytree as pytree
 
 from td_core._map import is_nt
 
-__all__ = ["register"]
+__all__ = ["register", "allow_weights_only"]
 
 Tensor = torch.Tensor
 
@@ -72,3 +72,12 @@ def register(cls: type) -> None:
         serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
         flatten_with_keys_fn=_flatten_with_keys,
     )
+
+
+def allow_weights_only(*classes: type) -> None:
+    """Let ``torch.load(..., weights_only=True)`` rebuild ``classes``.
+
+    Their pickled state is made of tensors, strings, numbers, tuples, lists and
+    dicts only, so allowing them runs no code from the file.
+    """
+    torch.serialization.add_safe_globals(list(classes))

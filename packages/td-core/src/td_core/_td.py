@@ -9,8 +9,8 @@ import torch
 
 from td_core._base import TensorDictBase
 from td_core._map import is_nt, is_td
-from td_core._nontensor import NonTensorData
-from td_core._pytree import register
+from td_core._nontensor import NonTensorData, NonTensorStack
+from td_core._pytree import allow_weights_only, register
 from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, LockedError
 
@@ -352,3 +352,4 @@ class TensorDict(TensorDictBase):
 
 
 register(TensorDict)
+allow_weights_only(TensorDict, NonTensorData, NonTensorStack)

@@ -1,0 +1,121 @@
+import pickle
+
+import pytest
+import torch
+
+from td_core import TensorDict, is_tensorclass, lazy_stack, tensorclass
+
+
+@tensorclass
+class MyData:
+    image: torch.Tensor
+    mask: torch.Tensor
+    label: torch.Tensor
+
+    def mask_image(self):
+        return self.image[self.mask.expand_as(self.image)].view(*self.batch_size, -1)
+
+    def select_label(self, label):
+        return self[self.label == label]
+
+
+@tensorclass
+class Episode:
+    obs: torch.Tensor
+    name: str
+    inner: MyData = None
+
+
+def seed_data():
+    torch.manual_seed(0)
+    images = torch.randn(100, 3, 64, 64)
+    label = torch.randint(10, (100,))
+    mask = torch.zeros(1, 64, 64, dtype=torch.bool).bernoulli_().expand(100, 1, 64, 64)
+    return MyData(images, mask, label=label, batch_size=[100]), images, mask, label
+
+
+def test_readme_seed():
+    data, _, mask, label = seed_data()
+    picked = data.select_label(1)
+    n = int((label == 1).sum())
+    assert isinstance(picked, MyData) and picked.batch_size == torch.Size([n])
+    text = repr(picked)
+    assert text.startswith(f"MyData(\n    image=Tensor(shape=torch.Size([{n}, 3, 64, 64])")
+    assert "label=Tensor" in text and "mask=Tensor" in text and text.endswith("is_shared=False)")
+    assert data.mask_image().shape == torch.Size([100, int(mask[0].sum()) * 3])
+    reshaped = data.reshape(10, 10)
+    assert isinstance(reshaped, MyData) and reshaped.image.shape == torch.Size([10, 10, 3, 64, 64])
+
+
+def test_fields_and_constructor():
+    data, images, _, label = seed_data()
+    assert data.image is images and data.label is label
+    with pytest.raises(TypeError, match=r"missing field\(s\) \['label'\]"):
+        MyData(images, images, batch_size=[100])
+    with pytest.raises(TypeError, match="'colour'"):
+        MyData(images, images, label, colour=1, batch_size=[100])
+    with pytest.raises(RuntimeError, match="'label'"):
+        MyData(images, images, torch.zeros(7), batch_size=[100])
+    data.label = torch.zeros(100, dtype=torch.long)
+    assert (data.label == 0).all()
+    assert is_tensorclass(data) and is_tensorclass(MyData) and not is_tensorclass(TensorDict())
+
+
+def test_every_op_returns_the_class():
+    data, *_ = seed_data()
+    small = data[:4]
+    results = [
+        small.clone(),
+        small.apply(lambda x: x),
+        small.to(torch.float64),
+        small.unsqueeze(0),
+        torch.stack([small, small]),
+        torch.cat([small, small]),
+        small == small,
+        small.detach(),
+        small[torch.tensor([True, False, True, False])],
+        lazy_stack([small, small]).contiguous(),
+    ]
+    for result in results:
+        assert isinstance(result, MyData), type(result)
+    assert torch.stack([small, small]).batch_size == torch.Size([2, 4])
+    assert (small == small).all()
+
+
+def test_non_tensor_and_nested_fields():
+    data, *_ = seed_data()
+    episode = Episode(torch.zeros(4, 2), "run-1", inner=data[:4], batch_size=[4])
+    assert episode.name == "run-1"
+    assert isinstance(episode.inner, MyData)
+    sub = episode[1:3]
+    assert (
+        sub.name == "run-1"
+        and isinstance(sub.inner, MyData)
+        and sub.inner.batch_size == torch.Size([2])
+    )
+    stacked = torch.stack([episode, episode])
+    assert stacked.name == [["run-1"] * 4] * 2
+    no_inner = Episode(torch.zeros(4, 2), "x", batch_size=[4])
+    assert no_inner.inner is None
+
+
+def test_inside_a_tensordict_and_pytree():
+    data, *_ = seed_data()
+    td = TensorDict({"d": data}, [100])
+    assert isinstance(td[:3]["d"], MyData)
+    out = torch.vmap(lambda d: d.label * 2)(data[:5])
+    assert torch.equal(out, data.label[:5] * 2)
+
+
+def test_pickle_round_trip():
+    data, *_ = seed_data()
+    back = pickle.loads(pickle.dumps(data[:3]))
+    assert isinstance(back, MyData) and torch.equal(back.image, data.image[:3])
+
+
+def test_reserved_field_names():
+    with pytest.raises(AttributeError, match="'batch_size'"):
+
+        @tensorclass
+        class Bad:
+            batch_size: torch.Tensor
