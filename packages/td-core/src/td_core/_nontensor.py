@@ -77,6 +77,8 @@ class _NonTensorBase:
 
     def _set_at(self, index: Any, value: Any) -> NonTensorStack | NonTensorData:
         """A leaf equal to this one with ``value`` written at batch ``index``."""
+        if isinstance(self, NonTensorData) and isinstance(value, NonTensorData) and _same(value.data, self.data):
+            return self  # writing the shared value back changes nothing (and needs no numpy)
         values = self.as_array().copy()
         flat = values.reshape(-1)
         where = _positions(self.batch_size)[index].numpy()
@@ -235,6 +237,15 @@ class NonTensorStack(_NonTensorBase):
         return (
             f"NonTensorStack({self.tolist()!r}, batch_size={self.batch_size}, device={self.device})"
         )
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):  # e.g. arrays, whose == is element-wise
+        return False
 
 
 def _dev(device: torch.device | None) -> str | None:

@@ -165,3 +165,18 @@ class ShapeMixin:
         d = normalize_dim(dim, self.batch_dims)
         size = self.batch_size[d]
         return self.split(max(1, math.ceil(size / chunks)), d)
+
+    def flip(self: TensorDictBase, *dims: Any) -> TensorDictBase:
+        """Reverse the order of elements along the given batch dims."""
+        n = self.batch_dims
+        ds = tuple(normalize_dim(d, n) for d in shape_args(dims))
+        return map_batch(self, lambda t: t.flip(ds), self.batch_size)
+
+    def roll(
+        self: TensorDictBase, shifts: int | Sequence[int], dims: int | Sequence[int]
+    ) -> TensorDictBase:
+        """Roll the elements along the given batch dims, as ``torch.roll`` does."""
+        n = self.batch_dims
+        ds = tuple(normalize_dim(d, n) for d in ((dims,) if isinstance(dims, int) else dims))
+        sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        return map_batch(self, lambda t: t.roll(sh, ds), self.batch_size)

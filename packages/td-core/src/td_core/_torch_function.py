@@ -166,3 +166,17 @@ def _gather(
         return torch.gather(t, d, idx, sparse_grad=sparse_grad)
 
     return map_batch(input, gather, index.shape)
+
+
+@implements(torch.flip)
+def _flip(input: TensorDictBase, dims: Any) -> TensorDictBase:
+    return input.flip(dims)
+
+
+@implements(torch.roll)
+def _roll(input: TensorDictBase, shifts: Any, dims: Any = None) -> TensorDictBase:
+    if dims is None:
+        raise TypeError(
+            "torch.roll of a TensorDict needs dims= (rolling the flattened batch is ambiguous)"
+        )
+    return input.roll(shifts, dims)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -14,15 +15,13 @@ from td_core.errors import BatchSizeError, DeviceError
 __all__ = ["NO_DEFAULT", "as_size", "as_device", "normalize_dim", "shape_args", "infer_shape"]
 
 
-class _NoDefault:
-    """Sentinel: no default was given (``None`` is a legitimate default)."""
+class _NoDefault(enum.Enum):
+    """Sentinel: no default was given (``None`` is a legitimate default).
 
-    _instance: _NoDefault | None = None
+    An enum member, because torch.compile can trace enum constants.
+    """
 
-    def __new__(cls) -> _NoDefault:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    NO_DEFAULT = "NO_DEFAULT"
 
     def __repr__(self) -> str:
         return "NO_DEFAULT"
@@ -31,7 +30,7 @@ class _NoDefault:
         return False
 
 
-NO_DEFAULT: Any = _NoDefault()
+NO_DEFAULT: Any = _NoDefault.NO_DEFAULT
 
 
 def as_size(batch_size: Any) -> torch.Size:

@@ -1,0 +1,100 @@
+"""TensorDicts through torch.vmap, torch.func, torch.compile and torch.export (CPU)."""
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounter
+
+from td_core import TensorDict, lazy_stack, tensorclass
+
+
+def sample():
+    return TensorDict({"a": torch.randn(4, 3), "n": {"b": torch.randn(4, 3)}, "tag": "x"}, [4])
+
+
+def test_vmap_in_and_out_dims():
+    td = TensorDict({"a": torch.randn(4, 5, 3)}, [4, 5])
+
+    def per_sample(t):
+        assert t.batch_size == torch.Size([4])
+        return t.apply(lambda x: x * 2)
+
+    out = torch.vmap(per_sample, in_dims=1, out_dims=1)(td)
+    assert out.batch_size == torch.Size([4, 5])
+    assert torch.equal(out["a"], td["a"] * 2)
+
+
+def test_vmap_keeps_non_tensor_data():
+    td = sample()
+    out = torch.vmap(lambda t: t.apply(torch.neg))(td)
+    assert out["tag"] == "x" and out.batch_size == td.batch_size
+
+
+def test_functional_call_with_tensordict_params():
+    module = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    params = TensorDict.from_module(module).apply(torch.zeros_like)
+    out = torch.func.functional_call(
+        module, params.flatten_keys(".").to_dict(), (torch.ones(1, 3),)
+    )
+    assert torch.equal(out, torch.zeros(1, 2))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compile_fullgraph_get_set_apply_index(backend):
+    def step(td):
+        out = td.apply(lambda x: x * 2)
+        out["c"] = out["a"].sum(-1) + out["n", "b"].mean(-1)
+        out[0] = out[1]
+        return out[1:3]
+
+    td = sample()
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    got, want = compiled(td), step(td)
+    assert got.batch_size == want.batch_size == torch.Size([2])
+    assert (got == want).all()
+
+
+def test_compile_does_not_recompile_on_new_values():
+    counter = CompileCounter()
+
+    @torch.compile(backend=counter, fullgraph=True)
+    def f(td):
+        return (td["a"] * td["n", "b"]).sum()
+
+    for _ in range(3):
+        f(sample())
+    assert counter.frame_count == 1
+
+
+def test_compile_lazy_stack_and_tensorclass():
+    @tensorclass
+    class Pair:
+        x: torch.Tensor
+        y: torch.Tensor
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def f(p):
+        return p.x + p.y
+
+    pair = Pair(torch.ones(3), torch.ones(3), batch_size=[3])
+    assert torch.equal(f(pair), torch.full((3,), 2.0))
+    lazy = lazy_stack([sample(), sample()])
+    assert torch.compile(lambda t: t["a"] + 1, backend="eager")(lazy).shape == torch.Size([2, 4, 3])
+
+
+def test_export_module_taking_a_tensordict():
+    class Model(torch.nn.Module):
+        def forward(self, td):
+            return td["a"] * 2 + td["n", "b"]
+
+    td = sample().exclude("tag")
+    exported = torch.export.export(Model(), (td,))
+    assert torch.allclose(exported.module()(td), Model()(td))
+
+
+def test_flip_and_roll_keep_non_tensor_values_aligned():
+    td = torch.stack(
+        [TensorDict({"v": torch.tensor(float(i)), "s": f"row{i}"}, []) for i in range(4)]
+    )
+    for op in (lambda t: t.flip(0), lambda t: t.roll(1, 0), lambda t: torch.flip(t, (0,))):
+        out = op(td)
+        assert out["s"] == [f"row{int(v)}" for v in out["v"].tolist()]
