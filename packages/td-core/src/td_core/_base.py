@@ -484,6 +484,81 @@ class TensorDictBase(
             self, module, inplace=inplace, return_swap=return_swap, use_state_dict=use_state_dict
         )
 
+    # ---------------------------------------------------------------- workers
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        dim: int = 0,
+        num_workers: int | None = None,
+        *,
+        chunksize: int | None = None,
+        num_chunks: int | None = None,
+        pool: Any = None,
+        pbar: bool = False,
+        mp_start_method: str | None = None,
+    ) -> TensorDictBase:
+        """Apply ``fn`` to chunks along ``dim`` in a process pool and gather the results.
+
+        Leaves are moved to shared memory first (unless already shared or
+        memory-mapped), so ``fn`` may update its chunk in place. ``chunksize=0``
+        calls ``fn`` on single elements (results stacked), ``chunksize=k`` on
+        chunks of ``k`` (results concatenated); by default there is one chunk
+        per worker. A worker's exception is raised here with its traceback.
+
+        Args:
+            fn: a picklable function of a TensorDict; ``None`` keeps the (updated) chunk.
+            num_workers: pool size (default: the CPU count).
+            pool: an existing ``multiprocessing`` pool to use instead.
+            pbar: show a tqdm progress bar.
+        """
+        from td_core._workers import map_td
+
+        return map_td(
+            self,
+            fn,
+            dim,
+            num_workers,
+            chunksize=chunksize,
+            num_chunks=num_chunks,
+            pool=pool,
+            pbar=pbar,
+            mp_start_method=mp_start_method,
+        )
+
+    def send(self, dst: int, *, init_tag: int = 0, group: Any = None) -> int:
+        """Send the tensor leaves to rank ``dst`` (``torch.distributed``); see :meth:`recv`."""
+        from td_core._distributed import send
+
+        return send(self, dst, init_tag=init_tag, group=group)
+
+    def recv(self, src: int, *, init_tag: int = 0, group: Any = None) -> int:
+        """Receive into this TensorDict's leaves (a template of the sender's) from rank ``src``."""
+        from td_core._distributed import recv
+
+        return recv(self, src, init_tag=init_tag, group=group)
+
+    def isend(
+        self, dst: int, *, init_tag: int = 0, group: Any = None, return_early: bool = False
+    ) -> Any:
+        """Non-blocking :meth:`send`."""
+        from td_core._distributed import isend
+
+        return isend(self, dst, init_tag=init_tag, group=group, return_early=return_early)
+
+    def irecv(
+        self, src: int, *, init_tag: int = 0, group: Any = None, return_premature: bool = False
+    ) -> Any:
+        """Non-blocking :meth:`recv`."""
+        from td_core._distributed import irecv
+
+        return irecv(self, src, init_tag=init_tag, group=group, return_premature=return_premature)
+
+    def init_remote(self, dst: int, *, group: Any = None) -> int:
+        """Send structure then data to ``dst``; the receiver calls ``TensorDict.from_remote_init``."""
+        from td_core._distributed import init_remote
+
+        return init_remote(self, dst, group=group)
+
     # ---------------------------------------------------------------- extension
     def memmap(self, prefix: Any = None, **kwargs: Any) -> TensorDictBase:
         """Write to memory-mapped files under ``prefix`` (needs td-memmap)."""

@@ -77,7 +77,11 @@ class _NonTensorBase:
 
     def _set_at(self, index: Any, value: Any) -> NonTensorStack | NonTensorData:
         """A leaf equal to this one with ``value`` written at batch ``index``."""
-        if isinstance(self, NonTensorData) and isinstance(value, NonTensorData) and _same(value.data, self.data):
+        if (
+            isinstance(self, NonTensorData)
+            and isinstance(value, NonTensorData)
+            and _same(value.data, self.data)
+        ):
             return self  # writing the shared value back changes nothing (and needs no numpy)
         values = self.as_array().copy()
         flat = values.reshape(-1)

@@ -150,6 +150,13 @@ class TensorDict(TensorDictBase):
 
         return from_modules(*modules, **kwargs)
 
+    @staticmethod
+    def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDict:
+        """Receive a TensorDict sent with ``init_remote`` (no template needed)."""
+        from td_core._distributed import from_remote_init
+
+        return from_remote_init(src, group=group, device=device)  # type: ignore[return-value]
+
     # ---------------------------------------------------------------- primitives
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
         """The entry at ``key``, or ``default`` (never raises: callers decide)."""

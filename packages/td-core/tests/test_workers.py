@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from td_core import TensorDict
+
+
+def double(chunk):
+    return chunk.apply(lambda x: x * 2)
+
+
+def process_data(data):
+    # the README seed's example: update the chunk in place, return nothing
+    images = data.get("images").flip(-2).clone()
+    labels = data.get("labels") // 10
+    data.set_("images", images)
+    data.set_("labels", labels)
+
+
+def boom(chunk):
+    raise ValueError(f"bad chunk of size {chunk.batch_size[0]}")
+
+
+def dataset(n=12):
+    return TensorDict(
+        {
+            "images": torch.arange(n * 4, dtype=torch.float32).view(n, 2, 2),
+            "labels": torch.arange(n) * 7,
+        },
+        [n],
+    )
+
+
+@pytest.mark.parametrize(
+    ("chunksize", "num_chunks"), [(None, None), (5, None), (None, 3), (0, None)]
+)
+def test_map_gathers_results(chunksize, num_chunks):
+    data = dataset()
+    out = data.map(double, num_workers=2, chunksize=chunksize, num_chunks=num_chunks)
+    assert out.batch_size == data.batch_size
+    assert torch.equal(out["images"], data["images"] * 2)
+    assert torch.equal(out["labels"], data["labels"] * 2)
+
+
+def test_map_in_place_updates_reach_the_original():
+    data = dataset()
+    expected_images = data["images"].flip(-2)
+    expected_labels = data["labels"] // 10
+    out = data.map(process_data, num_workers=2, chunksize=0, pbar=False)
+    assert torch.equal(data["images"], expected_images)
+    assert torch.equal(data["labels"], expected_labels)
+    assert torch.equal(out["labels"], expected_labels)
+
+
+def test_map_progress_bar(capsys):
+    data = dataset()
+    data.map(double, num_workers=2, chunksize=4, pbar=True)
+    assert "3/3" in capsys.readouterr().err
+
+
+def test_map_raises_worker_errors_with_traceback():
+    with pytest.raises(RuntimeError, match=r"(?s)chunk 0.*ValueError: bad chunk of size 6"):
+        dataset().map(boom, num_workers=2)
+
+
+def test_map_argument_errors():
+    with pytest.raises(ValueError, match="not both"):
+        dataset().map(double, num_workers=1, chunksize=2, num_chunks=2)
+    with pytest.raises(ValueError, match="num_workers"):
+        dataset().map(double, num_workers=0)
