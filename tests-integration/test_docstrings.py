@@ -23,7 +23,7 @@ def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(name)
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    for test in finder.find(module, name, globs={}):
+    for test in finder.find(module, name):
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} docstring example(s) failed in {name}"

@@ -1,0 +1,170 @@
+"""Side-by-side timing: td against a reference (upstream tensordict, torchrl, torch.save, ...).
+
+Every benchmark script builds a :class:`Suite`, adds cases with ``suite.add(name,
+ours, theirs, floor_name=floor_fn, ...)`` and calls ``suite.main()``. The runs of
+each case are interleaved (ours, theirs, floors, ours, theirs, ...) so that drift
+in machine load hits both sides alike, and the report is a ratio per case
+(td / reference, lower is better) with the median and geometric mean across
+cases. Absolute times are printed for context only: they depend on the machine.
+
+Results are also written as JSON under ``benchmarks/results/`` for the docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import pathlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["Case", "Suite", "measure"]
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def _loops_for(fn: Callable[[], object], target: float) -> int:
+    """How many calls of ``fn`` take about ``target`` seconds (at least 1)."""
+    n = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= target / 4 or n >= 1 << 20:
+            return max(1, int(n * target / max(elapsed, 1e-9)))
+        n *= 4
+
+
+def _sample(fn: Callable[[], object], loops: int) -> float:
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        return (time.perf_counter() - start) / loops
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def measure(fn: Callable[[], object], *, target: float = 0.05, repeats: int = 7) -> float:
+    """Median seconds per call of ``fn`` over ``repeats`` samples of ~``target`` s each."""
+    fn()
+    loops = _loops_for(fn, target)
+    return statistics.median(_sample(fn, loops) for _ in range(repeats))
+
+
+@dataclass
+class Case:
+    """One operation timed on td, on the reference, and optionally on floors."""
+
+    name: str
+    ours: Callable[[], object]
+    theirs: Callable[[], object] | None
+    floors: dict[str, Callable[[], object]] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+
+    def run(self, *, target: float, repeats: int) -> None:
+        fns = {"td": self.ours, **({"ref": self.theirs} if self.theirs else {}), **self.floors}
+        loops = {}
+        for key, fn in fns.items():
+            fn()  # warm-up, and fail early
+            loops[key] = _loops_for(fn, target)
+        samples: dict[str, list[float]] = {key: [] for key in fns}
+        for _ in range(repeats):
+            for key, fn in fns.items():
+                samples[key].append(_sample(fn, loops[key]))
+        self.times = {key: statistics.median(v) for key, v in samples.items()}
+
+    @property
+    def ratio(self) -> float | None:
+        if "ref" not in self.times:
+            return None
+        return self.times["td"] / self.times["ref"]
+
+
+def _fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:8.2f} {unit}"
+    return f"{seconds / 1e-9:8.1f} ns"
+
+
+class Suite:
+    """A list of cases with one report.
+
+    Args:
+        title: heading of the report and stem of the JSON results file.
+        reference: what ``theirs`` measures (for the column heading).
+    """
+
+    def __init__(self, title: str, *, reference: str = "upstream") -> None:
+        self.title = title
+        self.reference = reference
+        self.cases: list[Case] = []
+
+    def add(
+        self,
+        name: str,
+        ours: Callable[[], object],
+        theirs: Callable[[], object] | None,
+        **floors: Callable[[], object],
+    ) -> None:
+        self.cases.append(Case(name, ours, theirs, dict(floors)))
+
+    def run(self, *, pattern: str = "", target: float = 0.05, repeats: int = 7) -> list[Case]:
+        selected = [c for c in self.cases if pattern in c.name]
+        for case in selected:
+            case.run(target=target, repeats=repeats)
+            self._print_row(case)
+        self._print_summary(selected)
+        self._save(selected)
+        return selected
+
+    def _print_row(self, case: Case) -> None:
+        ratio = case.ratio
+        parts = [
+            f"{case.name:<40}",
+            f"td {_fmt_time(case.times['td'])}",
+            f"{self.reference} {_fmt_time(case.times['ref'])}" if "ref" in case.times else "",
+            f"td/{self.reference} {ratio:5.2f}" if ratio is not None else "",
+        ]
+        for floor in case.floors:
+            parts.append(f"td/{floor} {case.times['td'] / case.times[floor]:5.2f}")
+        print("  ".join(p for p in parts if p), flush=True)
+
+    def _print_summary(self, cases: list[Case]) -> None:
+        ratios = [c.ratio for c in cases if c.ratio is not None]
+        if not ratios:
+            return
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(
+            f"\n{self.title}: {len(ratios)} cases, td/{self.reference} "
+            f"median {statistics.median(ratios):.2f}, geometric mean {geo:.2f}, "
+            f"worst {max(ratios):.2f} ({max(cases, key=lambda c: c.ratio or 0).name})"
+        )
+
+    def _save(self, cases: list[Case]) -> None:
+        RESULTS.mkdir(exist_ok=True)
+        slug = self.title.lower().replace(" ", "_")
+        rows = [{"name": c.name, "times": c.times, "ratio": c.ratio} for c in cases]
+        (RESULTS / f"{slug}.json").write_text(
+            json.dumps({"title": self.title, "reference": self.reference, "cases": rows}, indent=1)
+        )
+
+    def main(self, argv: list[str] | None = None) -> list[Case]:
+        """Command line: ``--filter SUBSTRING``, ``--quick`` (short samples, for smoke tests)."""
+        parser = argparse.ArgumentParser(description=self.title)
+        parser.add_argument("--filter", default="", help="only cases whose name contains this")
+        parser.add_argument("--quick", action="store_true", help="short samples (smoke test)")
+        parser.add_argument("--repeats", type=int, default=7)
+        args = parser.parse_args(argv)
+        if args.quick:
+            return self.run(pattern=args.filter, target=0.005, repeats=2)
+        return self.run(pattern=args.filter, repeats=args.repeats)
