@@ -1,5 +1,42 @@
-"""td_memmap."""
+"""td-memmap: memory-mapped tensors and safe, crash-proof on-disk TensorDicts."""
 
+from td_memmap._api import is_memmap, load, load_memmap, memmap, memmap_, memmap_like, save
+from td_memmap._errors import (
+    IncompleteSaveError,
+    LeafSizeError,
+    MemmapError,
+    MemmapExistsError,
+    MemmapFormatError,
+    MissingLeafError,
+    PickleNotAllowedError,
+    UnsafePathError,
+)
+from td_memmap._format import DTYPES, encode_key
+from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._version import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # the tensor
+    "MemoryMappedTensor",
+    # saving and loading TensorDicts
+    "save",
+    "load",
+    "memmap",
+    "memmap_",
+    "memmap_like",
+    "load_memmap",
+    "is_memmap",
+    # the format
+    "DTYPES",
+    "encode_key",
+    # errors
+    "MemmapError",
+    "MemmapFormatError",
+    "IncompleteSaveError",
+    "MissingLeafError",
+    "LeafSizeError",
+    "UnsafePathError",
+    "PickleNotAllowedError",
+    "MemmapExistsError",
+]

@@ -1,0 +1,53 @@
+"""Exceptions raised by td-memmap.
+
+Each class also subclasses the builtins a caller would reach for (and the one
+upstream tensordict raises for the same situation), so ``except ValueError``,
+``except FileNotFoundError`` or ``except RuntimeError`` all work.
+"""
+
+from __future__ import annotations
+
+from td_core.errors import TDError
+
+__all__ = [
+    "MemmapError",
+    "MemmapFormatError",
+    "IncompleteSaveError",
+    "MissingLeafError",
+    "LeafSizeError",
+    "UnsafePathError",
+    "PickleNotAllowedError",
+    "MemmapExistsError",
+]
+
+
+class MemmapError(TDError):
+    """Base class of every td-memmap exception."""
+
+
+class MemmapFormatError(MemmapError, ValueError):
+    """A saved folder does not follow the td-memmap format (bad metadata, unknown dtype, ...)."""
+
+
+class IncompleteSaveError(MemmapFormatError, FileNotFoundError):
+    """A folder has no metadata file: it is not a save, or its save never finished."""
+
+
+class MissingLeafError(MemmapFormatError, FileNotFoundError):
+    """A data file named by the metadata does not exist."""
+
+
+class LeafSizeError(MemmapFormatError):
+    """A data file's size does not match the shape and dtype in the metadata."""
+
+
+class UnsafePathError(MemmapFormatError):
+    """The metadata names a path that is not a plain name inside its folder."""
+
+
+class PickleNotAllowedError(MemmapError, ValueError):
+    """A value needs pickle (to save or to load) and the caller did not opt in."""
+
+
+class MemmapExistsError(MemmapError, FileExistsError, RuntimeError):
+    """The target file or folder already exists and ``existsok=False``."""

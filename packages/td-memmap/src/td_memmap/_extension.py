@@ -1,0 +1,12 @@
+"""The module td-core finds through the ``td_core.extensions`` entry point ``memmap``.
+
+``TensorDict.memmap``, ``memmap_``, ``memmap_like``, ``save``, ``is_memmap`` and
+the class methods ``load_memmap``/``load`` delegate here; keep it thin.
+"""
+
+from __future__ import annotations
+
+from td_memmap._api import is_memmap, load_memmap, memmap, memmap_like
+from td_memmap._tensor import MemoryMappedTensor
+
+__all__ = ["memmap", "memmap_like", "load_memmap", "is_memmap", "MemoryMappedTensor"]

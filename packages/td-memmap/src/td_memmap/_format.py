@@ -1,0 +1,246 @@
+"""The fixed vocabulary of the on-disk format: dtype names, file names, JSON values.
+
+Nothing here touches the disk. The metadata schema itself lives in ``_meta``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "META_NAME",
+    "TMP_PREFIX",
+    "LEAF_SUFFIX",
+    "PICKLE_SUFFIX",
+    "DTYPES",
+    "dtype_name",
+    "dtype_from_name",
+    "encode_key",
+    "file_stems",
+    "check_component",
+    "value_to_json",
+    "value_from_json",
+]
+
+FORMAT_NAME = "td-memmap"
+FORMAT_VERSION = 1
+META_NAME = "meta.json"
+TMP_PREFIX = ".td-tmp-"  # every temporary file starts with this; encoded keys never start with "."
+LEAF_SUFFIX = ".bin"
+PICKLE_SUFFIX = ".pkl"
+
+# dtypes whose storage is plain bytes, by the name ``str(dtype)`` gives without "torch.".
+# Looked up with getattr so older torch versions simply have fewer of them.
+_DTYPE_NAMES = (
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex32",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn_x2",
+    "bits8",
+    "bits16",
+    "bits1x8",
+    "bits2x4",
+    "bits4x2",
+    *(f"uint{n}" for n in range(1, 8)),
+    *(f"int{n}" for n in range(1, 8)),
+)
+
+#: Every dtype a leaf file may hold, by its on-disk name.
+DTYPES: dict[str, torch.dtype] = {
+    name: dt for name in _DTYPE_NAMES if isinstance(dt := getattr(torch, name, None), torch.dtype)
+}
+_NAMES: dict[torch.dtype, str] = {dt: name for name, dt in DTYPES.items()}
+
+
+def dtype_name(dtype: torch.dtype, *, key: object = None) -> str:
+    """The on-disk name of ``dtype``; ``TypeError`` for dtypes with no raw storage (quantized)."""
+    try:
+        return _NAMES[dtype]
+    except KeyError:
+        where = f" (entry {key!r})" if key is not None else ""
+        raise TypeError(
+            f"dtype {dtype} cannot be memory-mapped{where}: supported dtypes are {sorted(DTYPES)}"
+        ) from None
+
+
+def dtype_from_name(name: object) -> torch.dtype | None:
+    """The dtype called ``name`` on disk, or ``None`` if the name is not in the table."""
+    return DTYPES.get(name) if isinstance(name, str) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# key -> file name
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_WINDOWS_RESERVED = frozenset(
+    ["CON", "PRN", "AUX", "NUL"] + [f"{p}{i}" for p in ("COM", "LPT") for i in range(1, 10)]
+)
+_MAX_STEM = 120  # leaves room for suffixes in the usual 255-byte name limit
+
+
+def encode_key(key: str) -> str:
+    """A file-name stem for ``key``: safe on every common file system, never empty.
+
+    Letters, digits, ``_`` and ``-`` are kept; every other byte of the UTF-8
+    encoding (``.``, ``/``, ``%``, spaces, NUL, ...) becomes ``%XX``. The empty
+    key is ``%``. Long keys are cut and suffixed with a hash. The stem never
+    contains ``.``, so suffixes such as ``.bin`` cannot collide with a key.
+
+    Examples:
+        >>> encode_key("weight")
+        'weight'
+        >>> encode_key("../evil")
+        '%2E%2E%2Fevil'
+    """
+    if not key:
+        return "%"
+    raw = key.encode("utf-8", "surrogatepass")
+    out = "".join(chr(b) if chr(b) in _SAFE else f"%{b:02X}" for b in raw)
+    if out.upper() in _WINDOWS_RESERVED:
+        out = f"%{ord(out[0]):02X}{out[1:]}"
+    if len(out) > _MAX_STEM:
+        digest = hashlib.sha256(raw).hexdigest()[:16]
+        out = f"{out[: _MAX_STEM - 17]}~{digest}"
+    return out
+
+
+def file_stems(keys: Iterable[str]) -> dict[str, str]:
+    """Encoded stems for the keys of one folder, unique even on case-insensitive file systems.
+
+    A stem that differs from an earlier one only by case gets a ``.N`` suffix
+    (keys never produce a ``.``, so this cannot collide either).
+    """
+    seen: set[str] = set()
+    stems: dict[str, str] = {}
+    for key in keys:
+        stem = encode_key(key)
+        candidate, n = stem, 0
+        while candidate.lower() in seen:
+            n += 1
+            candidate = f"{stem}.{n}"
+        seen.add(candidate.lower())
+        stems[key] = candidate
+    return stems
+
+
+def check_component(name: object) -> str | None:
+    """Why ``name`` is not a safe single path component, or ``None`` if it is.
+
+    Safe: a non-empty printable string of at most 255 UTF-8 bytes, not starting
+    with ``.`` (so neither ``.``, ``..`` nor a hidden or temporary file), with no
+    path separator, drive separator or NUL.
+    """
+    if type(name) is not str:
+        return f"expected a string, got {type(name).__name__}"
+    if not name:
+        return "empty"
+    if name[0] == ".":
+        return "starts with '.' (a relative reference, hidden or temporary name)"
+    if not name.isprintable() or "/" in name or "\\" in name or ":" in name:
+        return "contains a path separator or a non-printable character"
+    if len(name) > 63 and len(name.encode("utf-8", "surrogatepass")) > 255:
+        return "longer than 255 bytes"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# non-tensor values <-> JSON
+
+_TAG = "$td"
+_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def value_to_json(value: Any) -> Any:
+    """``value`` as JSON-compatible data, reversibly; ``TypeError`` if it needs pickle.
+
+    Exact types only (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
+    ``list``, ``tuple``, ``dict``), so a value loads back as the same type.
+    Tuples, bytes, non-finite floats and dicts with non-string keys are tagged
+    objects ``{"$td": kind, "v": ...}``.
+    """
+    try:
+        return _to_json(value)
+    except RecursionError:
+        raise TypeError("value is nested too deeply (or contains itself)") from None
+
+
+def _to_json(value: Any) -> Any:
+    t = type(value)
+    if value is None or t is bool or t is str or t is int:
+        return value
+    if t is float:
+        if math.isfinite(value):
+            return value
+        return {
+            _TAG: "float",
+            "v": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"),
+        }
+    if t is list:
+        return [_to_json(v) for v in value]
+    if t is tuple:
+        return {_TAG: "tuple", "v": [_to_json(v) for v in value]}
+    if t is bytes:
+        return {_TAG: "bytes", "v": base64.b64encode(value).decode("ascii")}
+    if t is dict:
+        if all(type(k) is str for k in value):
+            out = {k: _to_json(v) for k, v in value.items()}
+            return {_TAG: "dict", "v": out} if _TAG in value else out
+        return {_TAG: "items", "v": [[_to_json(k), _to_json(v)] for k, v in value.items()]}
+    raise TypeError(f"a value of type {t.__module__}.{t.__qualname__} has no JSON form")
+
+
+def value_from_json(data: Any) -> Any:
+    """Inverse of :func:`value_to_json`; ``ValueError`` on anything it could not have written."""
+    if data is None or type(data) in (bool, str, int, float):
+        return data
+    if type(data) is list:
+        return [value_from_json(v) for v in data]
+    if type(data) is not dict:
+        raise ValueError(f"unexpected JSON value of type {type(data).__name__}")
+    if _TAG not in data:
+        return {k: value_from_json(v) for k, v in data.items()}
+    tag, payload = data[_TAG], data.get("v")
+    if set(data) != {_TAG, "v"}:
+        raise ValueError(f"tagged value has keys {sorted(data)}, expected ['$td', 'v']")
+    if tag == "float" and payload in _FLOATS:
+        return _FLOATS[payload]
+    if tag == "tuple" and type(payload) is list:
+        return tuple(value_from_json(v) for v in payload)
+    if tag == "bytes" and type(payload) is str:
+        return base64.b64decode(payload.encode("ascii"), validate=True)
+    if tag == "dict" and type(payload) is dict:
+        return {k: value_from_json(v) for k, v in payload.items()}
+    if tag == "items" and type(payload) is list:
+        out = {}
+        for item in payload:
+            if type(item) is not list or len(item) != 2:
+                raise ValueError("'items' value must hold [key, value] pairs")
+            out[value_from_json(item[0])] = value_from_json(item[1])
+        return out
+    raise ValueError(f"unknown tagged value {tag!r}")

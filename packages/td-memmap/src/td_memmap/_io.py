@@ -1,0 +1,330 @@
+"""Low-level file operations: sequential leaf writes, checked mappings, atomic JSON.
+
+Files are never truncated in place: a process that has one mapped would fault
+on the lost pages. A file is either written whole under a temporary name and
+renamed (``"atomic"``), unlinked and created again (``"replace"``), or rewritten
+in place at the same size (``"overwrite"``); see ``_write_file``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from td_memmap._errors import LeafSizeError, MemmapFormatError, MissingLeafError
+from td_memmap._format import TMP_PREFIX
+
+__all__ = [
+    "tensor_bytes",
+    "write_leaf",
+    "allocate_leaf",
+    "write_bytes",
+    "check_leaf",
+    "map_leaf",
+    "write_json",
+    "read_json",
+    "fsync_dir",
+    "remove_if_exists",
+    "clean_stale_tmp",
+]
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_BINARY = getattr(os, "O_BINARY", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CHUNK = 1 << 30  # Linux writes at most ~2 GiB per call
+_MAX_META_BYTES = 256 << 20
+_EXPERIMENTAL = frozenset(
+    d
+    for d in (getattr(torch, "complex32", None), getattr(torch, "bcomplex32", None))
+    if d is not None
+)
+
+
+def tensor_bytes(tensor: torch.Tensor) -> np.ndarray:
+    """The bytes of ``tensor`` in C order, as a 1-d uint8 array (a view when possible)."""
+    if tensor.layout != torch.strided:
+        raise TypeError(f"only strided tensors can be memory-mapped, got layout {tensor.layout}")
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+def _tmp_path(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{name}")
+
+
+def _create(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_BINARY, 0o644)
+
+
+def _write_all(fd: int, buffer: memoryview) -> None:
+    total, done = len(buffer), 0
+    while done < total:
+        done += os.write(fd, buffer[done : done + _CHUNK])
+
+
+def _open_for_write(path: str, mode: str, nbytes: int) -> tuple[int, str]:
+    """An fd to write ``nbytes`` for ``path`` and the name it is written under (see ``_write_file``)."""
+    if mode == "atomic":
+        tmp = _tmp_path(path)
+        return _create(tmp), tmp
+    if mode == "overwrite":
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return _create(path), path
+        if stat.S_ISREG(st.st_mode) and st.st_size == nbytes:
+            return os.open(path, os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY), path
+    remove_if_exists(path)  # a link is removed, never followed; a folder raises
+    return _create(path), path
+
+
+def _write_file(
+    path: str, nbytes: int, fill: Callable[[int], None], *, mode: str, durable: bool
+) -> None:
+    """Write ``nbytes`` to ``path`` through ``fill``, in one of three ways.
+
+    - ``"atomic"``: into a temporary file renamed over ``path``: readers see the
+      old or the new file, never a partial one.
+    - ``"replace"``: unlink ``path``, then create it: processes that have the old
+      file mapped keep its data (a truncated mapping would fault instead).
+    - ``"overwrite"``: write into ``path`` in place when it is a regular file of
+      exactly ``nbytes`` bytes (no new inode: the fastest; mappings of the file
+      see the new data, as after any write), else ``"replace"``.
+
+    On error the partial file is removed.
+    """
+    fd, target = _open_for_write(path, mode, nbytes)
+    try:
+        fill(fd)
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        remove_if_exists(target)
+        raise
+    os.close(fd)
+    if target != path:
+        try:
+            os.replace(target, path)
+        except BaseException:
+            remove_if_exists(target)
+            raise
+
+
+def write_bytes(
+    path: str,
+    data: bytes | memoryview | np.ndarray,
+    *,
+    mode: str = "atomic",
+    durable: bool = False,
+) -> None:
+    """Write ``data`` to ``path`` in large sequential writes (``mode``: see ``_write_file``)."""
+    view = memoryview(data).cast("B")
+    _write_file(path, len(view), lambda fd: _write_all(fd, view), mode=mode, durable=durable)
+
+
+def write_leaf(
+    path: str, tensor: torch.Tensor, *, mode: str = "atomic", durable: bool = False
+) -> None:
+    """Write the raw bytes of ``tensor`` (C order, native byte order) to ``path``."""
+    write_bytes(path, tensor_bytes(tensor), mode=mode, durable=durable)
+
+
+def allocate_leaf(path: str, nbytes: int, *, mode: str = "atomic", durable: bool = False) -> None:
+    """Create ``path`` as ``nbytes`` zero bytes without writing them (a sparse file)."""
+    if mode == "overwrite":
+        mode = "replace"  # the old contents must not survive
+    _write_file(path, nbytes, lambda fd: os.ftruncate(fd, nbytes), mode=mode, durable=durable)
+
+
+def check_leaf(path: str, nbytes: int, *, what: str) -> None:
+    """Raise unless ``path`` is a regular file of exactly ``nbytes`` bytes."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise MissingLeafError(f"{what}: data file {path!r} is missing") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MemmapFormatError(f"{what}: {path!r} is not a regular file")
+    if st.st_size != nbytes:
+        raise LeafSizeError(
+            f"{what}: data file {path!r} has {st.st_size} bytes, the metadata's shape and "
+            f"dtype need {nbytes} (the file is truncated, or does not belong to this save)"
+        )
+
+
+def map_leaf(
+    path: str,
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+    *,
+    writable: bool,
+    nbytes: int | None = None,
+) -> torch.Tensor:
+    """Map ``path`` as a tensor; writable mappings write through, others are copy-on-write.
+
+    The caller has checked the file size (``check_leaf``): a shared mapping of a
+    short file would otherwise grow it.
+    """
+    if nbytes is None:
+        nbytes = dtype.itemsize
+        for s in shape:
+            nbytes *= s
+    if nbytes == 0:  # nothing to map (mmap refuses empty files)
+        return torch.empty(shape, dtype=dtype)
+    if dtype in _EXPERIMENTAL:  # creating an empty one warns; this path does not
+        return torch.from_file(
+            path, shared=writable, size=nbytes // dtype.itemsize, dtype=dtype
+        ).view(shape)
+    storage = _from_file(path, writable, nbytes)
+    return _empty(0, dtype=dtype).set_(storage, 0, shape, _strides(shape))
+
+
+_from_file = torch.UntypedStorage.from_file
+_empty = torch.empty
+
+
+@functools.lru_cache(maxsize=4096)
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * max(shape[i + 1], 1)
+    return tuple(strides)
+
+
+def write_json(folder: str, name: str, data: Any, *, durable: bool = False) -> None:
+    """Write ``data`` as ``folder/name`` atomically (temp file, rename).
+
+    ``durable`` adds an fsync of the file before the rename and of the folder after it.
+    """
+    payload = _dumps(data).encode("ascii")
+    write_bytes(os.path.join(folder, name), payload, durable=durable)
+    if durable:
+        fsync_dir(folder)
+
+
+def _dumps(data: Any) -> str:
+    """Compact JSON: one line per top-level field and per item of ``entries``."""
+
+    def one(value: Any) -> str:
+        return json.dumps(value, allow_nan=False, separators=(", ", ": "))
+
+    if type(data) is not dict:
+        return one(data) + "\n"
+    lines = []
+    for key, value in data.items():
+        if key == "entries" and type(value) is list and value:
+            items = ",\n".join(f"  {one(v)}" for v in value)
+            lines.append(f" {one(key)}: [\n{items}\n ]")
+        else:
+            lines.append(f" {one(key)}: {one(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {dup!r}")
+    return out
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+
+
+def read_json(path: str, size: int | None = None) -> Any:
+    """Parse the JSON file ``path`` strictly (no NaN literals, no duplicate keys).
+
+    ``size`` is the file's size if the caller has just stat-ed it (saves a syscall).
+    """
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_BINARY)
+    try:
+        if size is None:
+            size = os.fstat(fd).st_size
+        if size > _MAX_META_BYTES:
+            raise MemmapFormatError(
+                f"metadata file {path!r} is larger than {_MAX_META_BYTES} bytes"
+            )
+        raw = os.read(fd, size + 1)
+        if len(raw) > size:  # it grew since: read the rest, within the limit
+            chunks = [raw]
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+                if sum(map(len, chunks)) > _MAX_META_BYTES:
+                    raise MemmapFormatError(
+                        f"metadata file {path!r} is larger than {_MAX_META_BYTES} bytes"
+                    )
+            raw = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if not raw:
+        raise MemmapFormatError(f"metadata file {path!r} is empty (truncated)")
+    try:
+        return _DECODER.decode(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise MemmapFormatError(f"metadata file {path!r} is not valid JSON: {e}") from None
+
+
+def fsync_dir(folder: str) -> None:
+    """Make a rename in ``folder`` durable (no-op where directories cannot be opened)."""
+    flags = getattr(os, "O_DIRECTORY", None)
+    if flags is None:
+        return
+    fd = os.open(folder, os.O_RDONLY | flags | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_if_exists(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill would terminate the process there
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def clean_stale_tmp(folder: str) -> None:
+    """Remove temporary files left in ``folder`` by saves whose process has died."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if not name.startswith(TMP_PREFIX):
+            continue
+        pid_text = name[len(TMP_PREFIX) :].split("-", 1)[0]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+            remove_if_exists(os.path.join(folder, name))

@@ -1,0 +1,311 @@
+"""Writing a tree to disk.
+
+Order of a save, which is what makes it crash-safe:
+
+1. plan everything (file names, metadata, JSON forms of non-tensor values) and
+   raise on any problem before the disk is touched;
+2. create the folders and remove their old metadata files, top folder first, so
+   from here on no folder of the save loads as complete;
+3. write every leaf (one sequential write each, into a temporary file renamed
+   over the final name; a thread pool when ``num_threads > 0``);
+4. write the metadata files, deepest folders first, each atomically.
+
+A process killed at any point leaves folders without metadata, which the
+loader refuses; saving again over them succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from td_memmap._errors import MemmapExistsError, PickleNotAllowedError
+from td_memmap._format import (
+    LEAF_SUFFIX,
+    META_NAME,
+    PICKLE_SUFFIX,
+    dtype_name,
+    file_stems,
+    value_to_json,
+)
+from td_memmap._io import (
+    allocate_leaf,
+    clean_stale_tmp,
+    fsync_dir,
+    remove_if_exists,
+    write_bytes,
+    write_json,
+    write_leaf,
+)
+from td_memmap._meta import MAX_DEPTH, header
+from td_memmap._tensor import MemoryMappedTensor
+from td_memmap._tree import Node, NonTensorLeaf
+
+__all__ = ["save_tree", "share_tree", "nontensor_json"]
+
+
+@dataclass
+class _Job:
+    action: str  # "write", "alloc", "reuse" or "bytes"
+    src: Any
+    path: str
+    out: Node
+    key: str
+    dtype: torch.dtype | None = None
+    shape: tuple[int, ...] = ()
+
+
+@dataclass
+class _Folder:
+    path: str
+    meta: dict[str, Any]
+    out: Node
+    depth: int
+    children: list[_Folder] = field(default_factory=list)
+
+
+def nontensor_json(leaf: NonTensorLeaf) -> Any:
+    """The JSON form of a non-tensor leaf's value (``TypeError`` if it has none)."""
+    if leaf.stacked:
+        return value_to_json(np.asarray(leaf.value, dtype=object).tolist())
+    return value_to_json(leaf.value)
+
+
+def _same_file(mmt: MemoryMappedTensor, path: str) -> bool:
+    if mmt._mm_file is None:
+        return False
+    try:
+        return os.path.samefile(mmt._mm_file, path)
+    except OSError:
+        return False
+
+
+def _whole_file(mmt: MemoryMappedTensor) -> bool:
+    plain = torch.Tensor._make_subclass(torch.Tensor, mmt)
+    return (
+        plain.storage_offset() == 0
+        and plain.is_contiguous()
+        and plain.untyped_storage().nbytes() == plain.numel() * plain.element_size()
+    )
+
+
+class _Planner:
+    def __init__(self, *, copy_existing: bool, like: bool, allow_pickle: bool) -> None:
+        self.copy_existing = copy_existing
+        self.like = like
+        self.allow_pickle = allow_pickle
+        self.jobs: list[_Job] = []
+
+    def folder(self, node: Node, path: str, where: tuple[str, ...] = ()) -> _Folder:
+        if len(where) > MAX_DEPTH:
+            raise ValueError(f"entry {where[:3]!r}... is nested more than {MAX_DEPTH} deep")
+        for key in node.entries:
+            if type(key) is not str:
+                raise TypeError(f"keys must be strings, got {key!r} in {where!r}")
+        out = Node(node.batch_size, node.device, {}, node.kind)
+        entries: list[dict[str, Any]] = []
+        meta = header(node.kind, node.batch_size, node.device)
+        meta["entries"] = entries
+        plan = _Folder(path, meta, out, len(where))
+        stems = file_stems(node.entries)
+        for key, value in node.entries.items():
+            full_key = (*where, key)
+            stem = stems[key]
+            if isinstance(value, Node):
+                child = self.folder(value, os.path.join(path, stem), full_key)
+                plan.children.append(child)
+                out.entries[key] = child.out
+                entries.append({"key": key, "type": "tensordict", "dir": stem})
+            elif isinstance(value, NonTensorLeaf):
+                entries.append(
+                    self._nontensor(
+                        value, os.path.join(path, stem + PICKLE_SUFFIX), out, key, full_key
+                    )
+                )
+                out.entries[key] = value
+            elif isinstance(value, torch.Tensor):
+                entries.append(
+                    self._tensor(value, os.path.join(path, stem + LEAF_SUFFIX), out, key, full_key)
+                )
+                out.entries[key] = value
+            else:
+                raise TypeError(f"entry {full_key!r}: cannot save a {type(value).__name__}")
+        return plan
+
+    def _tensor(
+        self, t: torch.Tensor, path: str, out: Node, key: str, full_key: tuple[str, ...]
+    ) -> dict[str, Any]:
+        if t.layout != torch.strided:
+            raise TypeError(
+                f"entry {full_key!r}: only strided tensors can be saved, got layout {t.layout}"
+            )
+        name = dtype_name(t.dtype, key=full_key)
+        shape = tuple(t.shape)
+        action = "alloc" if self.like else "write"
+        if isinstance(t, MemoryMappedTensor) and t._mm_file is not None and not self.like:
+            if _same_file(t, path):
+                if t._mm_writable and _whole_file(t):
+                    action = "reuse"
+            elif not self.copy_existing:
+                raise RuntimeError(
+                    f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}; pass "
+                    f"copy_existing=True to copy it to {path!r}"
+                )
+        self.jobs.append(_Job(action, t, path, out, key, t.dtype, shape))
+        return {
+            "key": key,
+            "type": "tensor",
+            "file": os.path.basename(path),
+            "dtype": name,
+            "shape": list(shape),
+        }
+
+    def _nontensor(
+        self, leaf: NonTensorLeaf, path: str, out: Node, key: str, full_key: tuple[str, ...]
+    ) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "key": key,
+            "type": "non_tensor",
+            "batch_size": list(leaf.batch_size),
+            "stacked": leaf.stacked,
+        }
+        try:
+            value = nontensor_json(leaf)
+            entry["encoding"] = "json"
+            entry["value"] = value
+            return entry
+        except TypeError as e:
+            if not self.allow_pickle:
+                raise PickleNotAllowedError(
+                    f"non-tensor entry {full_key!r} ({e}) can only be saved with pickle: pass "
+                    "allow_pickle=True to td_memmap.save, and to load it later"
+                ) from None
+        try:
+            payload = pickle.dumps(leaf.value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            raise TypeError(f"non-tensor entry {full_key!r} cannot be pickled: {e}") from e
+        self.jobs.append(_Job("bytes", payload, path, out, key))
+        entry["encoding"] = "pickle"
+        entry["file"] = os.path.basename(path)
+        return entry
+
+
+def _each(pool: ThreadPoolExecutor | None, fn: Callable[[Any], None], items: list[Any]) -> None:
+    """``fn`` on every item, in the pool if there is one; the first error is raised."""
+    if pool is None or len(items) < 2:
+        for item in items:
+            fn(item)
+        return
+    for _ in pool.map(fn, items):
+        pass
+
+
+def _preorder(folder: _Folder) -> list[_Folder]:
+    out = [folder]
+    for child in folder.children:
+        out.extend(_preorder(child))
+    return out
+
+
+def _run(job: _Job, durable: bool) -> None:
+    # no temporary names: the metadata, written last, is what makes the folder
+    # complete. A leaf file of the same size is rewritten in place (the fastest);
+    # one of another size is unlinked and created again, never truncated under a mapping.
+    if job.action == "reuse":
+        return
+    if job.action == "bytes":
+        write_bytes(job.path, job.src, mode="replace", durable=durable)
+        return
+    assert job.dtype is not None
+    if job.action == "write":
+        write_leaf(job.path, job.src, mode="overwrite", durable=durable)
+    else:
+        numel = 1
+        for d in job.shape:
+            numel *= d
+        allocate_leaf(job.path, numel * job.dtype.itemsize, mode="replace", durable=durable)
+    job.out.entries[job.key] = MemoryMappedTensor._map(
+        job.path, job.dtype, job.shape, writable=True
+    )
+
+
+def save_tree(
+    node: Node,
+    prefix: str | os.PathLike,
+    *,
+    copy_existing: bool = False,
+    num_threads: int = 0,
+    like: bool = False,
+    allow_pickle: bool = False,
+    existsok: bool = True,
+    durable: bool = False,
+) -> Node:
+    """Save ``node`` under ``prefix``; the same tree with memory-mapped leaves.
+
+    Args:
+        like: allocate zero-filled files of the right size without copying data.
+        durable: also fsync every data file (survive power loss, not only a crash).
+    """
+    root = os.path.abspath(os.fspath(prefix))
+    planner = _Planner(copy_existing=copy_existing, like=like, allow_pickle=allow_pickle)
+    plan = planner.folder(node, root)
+    folders = _preorder(plan)
+    if not existsok:
+        taken = [os.path.join(root, META_NAME)] + [j.path for j in planner.jobs]
+        clash = next((p for p in taken if os.path.lexists(p)), None)
+        if clash is not None:
+            raise MemmapExistsError(
+                f"{clash!r} already exists: pass existsok=True to overwrite the save in {root!r}"
+            )
+    for folder in folders:  # top folder first: from now on no part of the save looks complete
+        if folder is plan:
+            os.makedirs(folder.path, exist_ok=True)
+        else:  # its parent exists by now
+            try:
+                os.mkdir(folder.path)
+            except FileExistsError:
+                pass
+        remove_if_exists(os.path.join(folder.path, META_NAME))
+        clean_stale_tmp(folder.path)
+        if durable:
+            fsync_dir(folder.path)
+    pool = ThreadPoolExecutor(max_workers=num_threads) if num_threads > 0 else None
+    try:
+        _each(pool, lambda job: _run(job, durable), planner.jobs)
+        if durable:  # the new leaves' directory entries, before any metadata names them
+            _each(pool, lambda f: fsync_dir(f.path), folders)
+        by_depth: dict[int, list[_Folder]] = {}
+        for folder in folders:
+            by_depth.setdefault(folder.depth, []).append(folder)
+        for depth in sorted(by_depth, reverse=True):  # deepest first, the top folder last
+            _each(
+                pool,
+                lambda f: write_json(f.path, META_NAME, f.meta, durable=durable),
+                by_depth[depth],
+            )
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return plan.out
+
+
+def share_tree(node: Node, *, copy_existing: bool = False, like: bool = False) -> Node:
+    """``node`` with every tensor leaf in anonymous shared memory (``memmap(prefix=None)``)."""
+    out = Node(node.batch_size, node.device, {}, node.kind)
+    for key, value in node.entries.items():
+        if isinstance(value, Node):
+            out.entries[key] = share_tree(value, copy_existing=copy_existing, like=like)
+        elif isinstance(value, MemoryMappedTensor) and not (copy_existing or like):
+            out.entries[key] = value
+        elif isinstance(value, torch.Tensor):
+            out.entries[key] = MemoryMappedTensor.from_tensor(value, copy_data=not like)
+        else:
+            out.entries[key] = value
+    return out

@@ -1,0 +1,288 @@
+import os
+from concurrent.futures import Future
+
+import pytest
+import torch
+
+from td_core import NonTensorData, NonTensorStack, TensorDict, stack
+from td_memmap import (
+    MemmapExistsError,
+    MemoryMappedTensor,
+    is_memmap,
+    load,
+    load_memmap,
+    memmap,
+    memmap_,
+    memmap_like,
+    save,
+)
+
+
+def _td() -> TensorDict:
+    td = TensorDict(
+        {
+            "obs": torch.randn(4, 3),
+            "done": torch.tensor([True, False, True, False]),
+            "half": torch.randn(4, 2).to(torch.bfloat16),
+            "idx": torch.arange(4),
+            "nested": {
+                "a": torch.randn(4, 2, 2),
+                "deeper": {"b": torch.randint(0, 255, (4,), dtype=torch.uint8)},
+            },
+            "empty": torch.zeros(4, 0),
+        },
+        batch_size=[4],
+    )
+    td["name"] = "cartpole"
+    return td
+
+
+def _assert_same(a: TensorDict, b: TensorDict) -> None:
+    assert a.batch_size == b.batch_size
+    assert list(a.keys()) == list(b.keys())
+    for key in a.keys(include_nested=True, leaves_only=True):
+        x, y = a.get(key), b.get(key)
+        assert x.dtype == y.dtype and torch.equal(x, y), key
+    assert a["name"] == b["name"]
+
+
+class TestRoundTrip:
+    @pytest.mark.parametrize("num_threads", [0, 3])
+    def test_save_and_load(self, tmp_path, num_threads):
+        td = _td()
+        out = save(td, tmp_path / "td", num_threads=num_threads)
+        _assert_same(out, td)
+        assert out.is_locked and is_memmap(out)
+        assert isinstance(out["nested", "deeper", "b"], MemoryMappedTensor)
+        back = load(tmp_path / "td", num_threads=num_threads)
+        _assert_same(back, td)
+        assert is_memmap(back) and not back.is_locked
+        assert back["nested"].batch_size == torch.Size([4])
+
+    def test_methods_on_tensordict(self, tmp_path):
+        td = _td()
+        out = td.memmap(tmp_path / "a", num_threads=2)
+        assert out.is_memmap() and not td.is_memmap()
+        back = TensorDict.load_memmap(tmp_path / "a", num_threads=2)
+        _assert_same(back, td)
+        td.save(tmp_path / "b")
+        _assert_same(TensorDict.load(tmp_path / "b"), td)
+        td.dumps(tmp_path / "c")
+        _assert_same(TensorDict.load_memmap(tmp_path / "c", writable=True), td)
+
+    def test_plain_mapping(self, tmp_path):
+        out = save({"w": torch.ones(3), "sub": {"b": torch.zeros(2)}}, tmp_path / "m")
+        assert isinstance(out, TensorDict) and out.batch_size == torch.Size([])
+        assert load(tmp_path / "m")["sub", "b"].tolist() == [0.0, 0.0]
+
+    def test_batch_size_and_device_survive(self, tmp_path):
+        td = TensorDict({"a": torch.zeros(2, 3, 5)}, batch_size=[2, 3], device="cpu")
+        save(td, tmp_path / "d")
+        back = load(tmp_path / "d")
+        assert back.batch_size == torch.Size([2, 3]) and back.device == torch.device("cpu")
+        assert load(tmp_path / "d", device="cpu")["a"].shape == (2, 3, 5)
+
+    def test_device_argument_copies_off_the_mapping(self, tmp_path):
+        save(_td(), tmp_path / "d")
+        back = load(tmp_path / "d", device="cpu")
+        assert back.device == torch.device("cpu")
+        assert _td()["obs"].shape == back["obs"].shape
+
+    def test_durable(self, tmp_path):
+        td = _td()
+        save(td, tmp_path / "d", durable=True, num_threads=2)
+        _assert_same(load(tmp_path / "d"), td)
+
+    def test_num_threads_must_be_non_negative(self, tmp_path):
+        with pytest.raises(ValueError, match="num_threads"):
+            save(_td(), tmp_path / "d", num_threads=-1)
+        with pytest.raises(ValueError, match="num_threads"):
+            load(tmp_path / "d", num_threads=-2)
+
+    def test_empty_tensordict(self, tmp_path):
+        save(TensorDict(batch_size=[3]), tmp_path / "e")
+        back = load(tmp_path / "e")
+        assert back.batch_size == torch.Size([3]) and len(list(back.keys())) == 0
+
+    def test_non_tensor_data_and_stacks(self, tmp_path):
+        a = TensorDict({"x": torch.zeros(2)}, [2])
+        a["s"] = "u"
+        b = TensorDict({"x": torch.ones(2)}, [2])
+        b["s"] = "v"
+        td = stack([a, b])
+        td["cfg"] = NonTensorData({"lr": 0.1, "layers": (64, 64)}, batch_size=[2, 2])
+        save(td, tmp_path / "s")
+        back = load(tmp_path / "s")
+        assert isinstance(back.get("s"), NonTensorStack)
+        assert back["s"] == [["u", "u"], ["v", "v"]]
+        assert back["cfg"] == {"lr": 0.1, "layers": (64, 64)}
+        assert back[1, 0]["s"] == "v"
+
+    def test_stacked_list_values_keep_their_depth(self, tmp_path):
+        values = NonTensorStack.from_list([[1, 2], [3], []])
+        td = TensorDict(batch_size=[3])
+        td["v"] = values
+        save(td, tmp_path / "s")
+        assert load(tmp_path / "s")["v"] == [[1, 2], [3], []]
+
+    def test_share_non_tensor_is_refused_with_non_tensor_data(self, tmp_path):
+        with pytest.raises(NotImplementedError, match="share_non_tensor"):
+            save(_td(), tmp_path / "x", share_non_tensor=True)
+        save(TensorDict({"a": torch.zeros(1)}, [1]), tmp_path / "y", share_non_tensor=True)
+
+    def test_return_early(self, tmp_path):
+        td = _td()
+        fut = save(td, tmp_path / "f", num_threads=2, return_early=True)
+        assert isinstance(fut, Future)
+        _assert_same(fut.result(timeout=60), td)
+        _assert_same(load(tmp_path / "f"), td)
+
+    def test_out(self, tmp_path):
+        td = _td()
+        save(td, tmp_path / "o")
+        dest = _td().apply(torch.zeros_like)
+        dest["name"] = "cartpole"
+        res = load(tmp_path / "o", out=dest)
+        assert res is dest
+        _assert_same(dest, td)
+
+
+class TestInPlaceAndShared:
+    def test_memmap_in_place(self, tmp_path):
+        td = _td()
+        obs = td["obs"].clone()
+        res = memmap_(td, tmp_path / "p")
+        assert res is td and td.is_locked and is_memmap(td)
+        assert isinstance(td["obs"], MemoryMappedTensor) and torch.equal(td["obs"], obs)
+        td["obs"][0] = 42.0  # in-place writes reach the file
+        assert load(tmp_path / "p")["obs"][0].eq(42.0).all()
+
+    def test_memmap_in_place_method(self, tmp_path):
+        td = _td()
+        assert td.memmap_(tmp_path / "p") is td and td.is_memmap()
+
+    def test_memmap_in_place_of_a_locked_tensordict(self, tmp_path):
+        td = _td().lock_()
+        memmap_(td, tmp_path / "p")
+        assert td.is_locked and is_memmap(td)
+
+    def test_anonymous_shared_memory(self):
+        td = _td()
+        out = memmap(td)
+        assert is_memmap(out) and out["obs"].is_shared()
+        with pytest.raises(RuntimeError, match="no file"):
+            _ = out["obs"].filename
+        _assert_same(out, td)
+
+    def test_already_mapped_elsewhere_needs_copy_existing(self, tmp_path):
+        first = save(_td(), tmp_path / "a")
+        with pytest.raises(RuntimeError, match="copy_existing=True"):
+            save(first, tmp_path / "b")
+        assert not (tmp_path / "b" / "meta.json").exists()
+        second = save(first, tmp_path / "b", copy_existing=True)
+        assert second["obs"].filename.startswith(str(tmp_path / "b"))
+        _assert_same(load(tmp_path / "b"), first)
+
+    def test_saving_onto_its_own_files_reuses_them(self, tmp_path):
+        first = save(_td(), tmp_path / "a")
+        before = os.stat(first["obs"].filename).st_ino
+        again = save(first, tmp_path / "a")
+        assert again["obs"] is first["obs"]
+        assert os.stat(first["obs"].filename).st_ino == before
+        _assert_same(load(tmp_path / "a"), first)
+
+    def test_saving_a_modified_read_only_load_over_itself(self, tmp_path):
+        save(_td(), tmp_path / "a")
+        back = load(tmp_path / "a")  # copy-on-write leaves
+        back["obs"][:] = 7.0
+        back.unlock_()
+        save(back, tmp_path / "a")  # writes new files; the old mappings stay valid
+        assert load(tmp_path / "a")["obs"].eq(7.0).all()
+        assert back["obs"].eq(7.0).all()
+
+    def test_resaving_with_other_shapes_keeps_earlier_loads_valid(self, tmp_path):
+        save(TensorDict({"w": torch.arange(1 << 16)}, []), tmp_path / "a")
+        old = load(tmp_path / "a")
+        save(TensorDict({"w": torch.zeros(3, dtype=torch.int64)}, []), tmp_path / "a")
+        # the old file was replaced, not truncated under the mapping: no SIGBUS, old values
+        assert old["w"][-1].item() == (1 << 16) - 1
+        assert load(tmp_path / "a")["w"].tolist() == [0, 0, 0]
+
+    def test_resaving_same_shapes_rewrites_in_place(self, tmp_path):
+        first = save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
+        inode = os.stat(first["w"].filename).st_ino
+        save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
+        assert os.stat(first["w"].filename).st_ino == inode
+        assert first["w"].tolist() == [1.0] * 4  # a shared mapping of the same file
+        assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
+
+    def test_resaving_never_follows_a_planted_link(self, tmp_path):
+        save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
+        outside = tmp_path / "outside.bin"
+        outside.write_bytes(b"\0" * 16)
+        os.unlink(tmp_path / "a" / "w.bin")
+        os.symlink(outside, tmp_path / "a" / "w.bin")
+        save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
+        assert outside.read_bytes() == b"\0" * 16
+        assert not os.path.islink(tmp_path / "a" / "w.bin")
+        assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
+
+    def test_existsok_false(self, tmp_path):
+        save(_td(), tmp_path / "a")
+        with pytest.raises(MemmapExistsError, match="existsok=True"):
+            save(_td(), tmp_path / "a", existsok=False)
+        save(_td(), tmp_path / "new", existsok=False)
+
+
+class TestMemmapLike:
+    def test_seed_dataset_example(self, tmp_path):
+        data = TensorDict(
+            {
+                "images": torch.zeros((16, 16, 3), dtype=torch.uint8),
+                "labels": torch.zeros((), dtype=torch.int),
+            },
+            batch_size=[],
+        )
+        data = data.expand(10_000)
+        data = data.memmap_like(tmp_path / "dataset")
+        assert data.batch_size == torch.Size([10_000]) and data.is_memmap()
+        images = tmp_path / "dataset" / "images.bin"
+        assert images.stat().st_size == 10_000 * 16 * 16 * 3
+        assert images.stat().st_blocks * 512 < images.stat().st_size  # sparse: nothing written
+        data[500] = TensorDict(
+            {"images": torch.full((16, 16, 3), 9, dtype=torch.uint8), "labels": torch.tensor(3)}, []
+        )
+        rows = data[torch.tensor([1, 500, 9_999])]
+        assert rows["labels"].tolist() == [0, 3, 0]
+        assert rows["images"][1].eq(9).all() and rows["images"][0].eq(0).all()
+        back = load_memmap(tmp_path / "dataset")
+        assert back["labels"][500].item() == 3
+
+    def test_memmap_like_function_and_non_tensor(self, tmp_path):
+        td = _td()
+        like = memmap_like(td, tmp_path / "l", num_threads=2)
+        assert like["name"] == "cartpole"
+        assert like["obs"].shape == td["obs"].shape and like["obs"].abs().sum().item() == 0
+        assert like["half"].dtype == torch.bfloat16
+
+    def test_memmap_like_anonymous(self):
+        like = memmap_like(_td())
+        assert is_memmap(like) and like["obs"].sum().item() == 0
+
+
+class TestSeedParameterExample:
+    def test_checkpoint_and_slice(self, tmp_path):
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 3))
+        params = TensorDict(
+            {name: dict(module.named_parameters()) for name, module in model.named_children()},
+            batch_size=[],
+        )
+        params.memmap(tmp_path / "folder", num_threads=16)
+        loaded = TensorDict.load_memmap(tmp_path / "folder", num_threads=16)
+        assert torch.equal(loaded["0", "weight"], model[0].weight.detach())
+        params0 = TensorDict.load_memmap(tmp_path / "folder" / "0", num_threads=16)
+        assert set(params0.keys()) == {"weight", "bias"}
+        assert torch.equal(params0["bias"], model[0].bias.detach())
+        with torch.no_grad():
+            model[0].weight.copy_(params0["weight"] * 0)
+        assert model[0].weight.abs().sum().item() == 0
