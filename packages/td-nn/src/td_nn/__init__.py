@@ -1,5 +1,63 @@
-"""td_nn."""
+"""td-nn: nn.Modules that read and write TensorDicts by key.
 
+The interaction-type switch, the positive mappings and ``TensorDictParams``
+live in td-core (they are shared with td-distributions) and are re-exported here.
+"""
+
+from td_core import (
+    InteractionType,
+    TensorDictParams,
+    biased_softplus,
+    composite_lp_aggregate,
+    interaction_type,
+    inv_softplus,
+    make_tensordict,
+    mappings,
+    set_composite_lp_aggregate,
+    set_interaction_type,
+)
+from td_nn._base import TensorDictModuleBase
+from td_nn._common import TensorDictModule
+from td_nn._dispatch import dispatch
+from td_nn._ensemble import EnsembleModule
+from td_nn._functional import get_functional, is_functional, make_functional, repopulate_module
+from td_nn._probabilistic import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+from td_nn._sequence import TensorDictSequential
+from td_nn._skip import set_skip_existing, skip_existing
+from td_nn._trace import symbolic_trace
 from td_nn._version import __version__
+from td_nn._wrapper import TensorDictModuleWrapper
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # modules
+    "TensorDictModuleBase",
+    "TensorDictModule",
+    "TensorDictSequential",
+    "TensorDictModuleWrapper",
+    "ProbabilisticTensorDictModule",
+    "ProbabilisticTensorDictSequential",
+    "EnsembleModule",
+    # functional API of the seeds
+    "make_functional",
+    "get_functional",
+    "is_functional",
+    "repopulate_module",
+    # tracing
+    "symbolic_trace",
+    # utilities
+    "dispatch",
+    "set_skip_existing",
+    "skip_existing",
+    # shared with td-distributions, defined in td-core
+    "InteractionType",
+    "interaction_type",
+    "set_interaction_type",
+    "composite_lp_aggregate",
+    "set_composite_lp_aggregate",
+    "biased_softplus",
+    "inv_softplus",
+    "mappings",
+    "TensorDictParams",
+    "make_tensordict",
+]

@@ -1,0 +1,144 @@
+"""``TensorDictModuleBase``: the ``in_keys``/``out_keys`` contract of td-nn modules.
+
+A subclass writes ``forward(self, tensordict)``; the base makes every such
+forward accept tensors too (keyword tensors give a TensorDict back, positional
+ones give tensors back) and honour :class:`~td_nn.set_skip_existing`. td-nn's
+own modules do both inline (flag ``_native_call``), which is faster.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from td_core import NestedKey, TensorDictBase, is_tensor_collection, unravel_key_list
+from td_nn._dispatch import call_with_tensors
+from td_nn._skip import _SKIP, should_skip
+
+__all__ = ["TensorDictModuleBase", "format_keys", "indent"]
+
+
+def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` accepting tensors and skipping existing outputs, as every td-nn module does."""
+
+    @functools.wraps(forward)
+    def wrapper(self: Any, tensordict: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if tensordict is None and is_tensor_collection(kwargs.get("tensordict")):
+            tensordict = kwargs.pop("tensordict")
+        if not is_tensor_collection(tensordict):
+            return call_with_tensors(self, lambda td: forward(self, td), tensordict, args, kwargs)
+        mode = _SKIP.get()
+        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
+            return tensordict
+        return forward(self, tensordict, *args, **kwargs)
+
+    wrapper._td_forward = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def format_keys(keys: Any) -> str:
+    return repr(list(keys))
+
+
+def indent(text: str, spaces: int = 4) -> str:
+    pad = " " * spaces
+    return text.replace("\n", "\n" + pad)
+
+
+class TensorDictModuleBase(nn.Module):
+    """Base of the modules that read ``in_keys`` from a TensorDict and write ``out_keys``.
+
+    Subclass it and write ``forward(self, tensordict) -> TensorDict``; set
+    ``in_keys`` and ``out_keys`` as class attributes or in ``__init__``.
+    :class:`TensorDictSequential` reads them to chain modules. The subclass's
+    ``forward`` also accepts tensors (``module(a=x)`` returns a TensorDict,
+    ``module(x)`` the output tensors) and skips its call inside
+    :class:`set_skip_existing` when its outputs are present.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict
+        >>> from td_nn import TensorDictModuleBase
+        >>> class AddOne(TensorDictModuleBase):
+        ...     in_keys = ["a"]
+        ...     out_keys = ["b", "c"]
+        ...     def forward(self, tensordict):
+        ...         b = tensordict["a"] + 1
+        ...         return tensordict.set("b", b).set("c", b + 1)
+        >>> AddOne()(TensorDict(a=torch.zeros(2), batch_size=[2]))["c"]
+        tensor([2., 2.])
+        >>> AddOne()(a=torch.zeros(2)).batch_size
+        torch.Size([2])
+        >>> module = AddOne().select_out_keys("c")
+        >>> sorted(module(TensorDict(a=torch.zeros(2), batch_size=[2])).keys())
+        ['a', 'c']
+    """
+
+    in_keys: list[NestedKey]
+    out_keys: list[NestedKey]
+    _native_call = True  # the base itself has no forward to wrap
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        forward = cls.__dict__.get("forward")
+        if (
+            forward is not None
+            and not cls.__dict__.get("_native_call", False)
+            and not getattr(forward, "_td_forward", False)
+        ):
+            cls.forward = _tensordict_forward(forward)  # type: ignore[method-assign]
+
+    # ---------------------------------------------------------------- out keys
+    def select_out_keys(self, *out_keys: NestedKey) -> TensorDictModuleBase:
+        """Keep only ``out_keys`` in the output (the others are still computed). Returns self.
+
+        Raises:
+            KeyError: naming the keys that are not among ``self.out_keys``.
+        """
+        keys = unravel_key_list(list(out_keys))
+        every = getattr(self, "_all_out_keys", None) or list(self.out_keys)
+        unknown = [k for k in keys if k not in every]
+        if unknown:
+            raise KeyError(
+                f"select_out_keys: {unknown!r} are not output keys of {type(self).__name__} "
+                f"(out_keys: {every!r})"
+            )
+        self._all_out_keys = every
+        self._set_selected_out_keys([k for k in every if k in keys])
+        return self
+
+    def reset_out_keys(self) -> TensorDictModuleBase:
+        """Undo :meth:`select_out_keys`: write every output again. Returns self."""
+        every = getattr(self, "_all_out_keys", None)
+        if every is not None:
+            self._set_selected_out_keys(list(every))
+            self._all_out_keys = None
+        return self
+
+    def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
+        """Make the call write only ``keys``; subclasses that can do it natively override this."""
+        self.out_keys = keys
+        every = self._all_out_keys or []
+        dropped = [k for k in every if k not in keys and k not in self.in_keys]
+        handle = getattr(self, "_select_hook", None)
+        if handle is not None:
+            handle.remove()
+            self._select_hook = None
+        if dropped:
+
+            def hook(module: nn.Module, args: Any, output: Any) -> Any:
+                if isinstance(output, TensorDictBase):
+                    return output.exclude(*dropped, inplace=True)
+                return output
+
+            self._select_hook = self.register_forward_hook(hook)
+
+    # ---------------------------------------------------------------- parameters
+    def reset_parameters_recursive(self) -> None:
+        """Call ``reset_parameters()`` on every sub-module that has one."""
+        for module in self.modules():
+            if module is not self and callable(getattr(module, "reset_parameters", None)):
+                module.reset_parameters()

@@ -1,0 +1,325 @@
+"""``TensorDictModule``: wrap a callable so it reads and writes TensorDict entries by key."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from td_core import (
+    NestedKey,
+    TensorDict,
+    TensorDictBase,
+    is_tensor_collection,
+    unravel_key,
+)
+from td_core.errors import KeyNotFoundError
+from td_nn._base import TensorDictModuleBase, format_keys, indent
+from td_nn._dispatch import call_with_tensors
+from td_nn._errors import KeySpecError, OutputMismatchError
+from td_nn._skip import _SKIP, should_skip
+
+__all__ = ["TensorDictModule", "as_key_list"]
+
+Tensor = torch.Tensor
+
+
+def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
+    """``keys`` (one key or a sequence of keys) as a list of unravelled keys."""
+    if isinstance(keys, (str, tuple)):
+        keys = [keys]
+    elif not isinstance(keys, Sequence):
+        raise KeySpecError(
+            f"{owner} {what} must be a key (str or tuple of str) or a list of keys, got {keys!r}"
+        )
+    out = []
+    for key in keys:
+        try:
+            out.append(unravel_key(key))
+        except (TypeError, KeyError):
+            raise KeySpecError(
+                f"{owner} {what} must be strings or tuples of strings, got {key!r} in {keys!r}"
+            ) from None
+    return out
+
+
+def _unique(keys: list[NestedKey]) -> list[NestedKey]:
+    return list(dict.fromkeys(keys))
+
+
+class TensorDictModule(TensorDictModuleBase):
+    """Wrap ``module`` so that it reads its inputs at ``in_keys`` and writes its outputs at ``out_keys``.
+
+    ``module`` is an ``nn.Module`` or any callable. Its outputs (a tensor, a
+    tuple or list of them, or a mapping or TensorDict holding every out key)
+    are written at ``out_keys`` in order; an output whose key is ``"_"`` or
+    whose value is ``None`` is not written.
+
+    Calls:
+        - ``module(td)``: reads from and (by default) writes into ``td``, returned.
+        - ``module(td, tensordict_out=out)`` (or ``module(td, out)``): writes into ``out``.
+        - ``module(x=tensor, ...)``: keyword tensors named after the in keys
+          (nested keys joined by ``"_"``) give back a TensorDict holding the
+          inputs and outputs, whose batch size is the longest leading shape
+          they share.
+        - ``module(tensor, ...)``: positional tensors give back the output
+          tensor (or a tuple of them).
+
+    Args:
+        module: the callable to wrap.
+        in_keys: a key or a list of keys, passed positionally in order; or a
+            dict, passed as keyword arguments: ``{argument: key}`` (or
+            ``{key: argument}`` with ``out_to_in_map=False``).
+        out_keys: a key or a list of keys, one per output.
+        out_to_in_map: direction of a dict ``in_keys`` (default ``True``:
+            ``{argument: key}``).
+        inplace: ``True`` writes into the input TensorDict; ``False`` into a new
+            TensorDict with an empty batch size; ``"empty"`` into
+            ``tensordict.empty()`` (same batch size, device and class).
+        method: call this method of ``module`` instead of ``module`` itself.
+        method_kwargs: keyword arguments passed at every call.
+        strict: a missing input raises ``KeyError`` at once. When ``False``
+            (the default, as upstream) ``None`` is passed instead, and if the
+            call then fails the ``KeyError`` names the missing keys.
+
+    Raises:
+        KeyError: naming the missing key(s) and the module.
+
+    Attributes the wrapper lacks (such as ``weight``) are read from ``module``.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from td_core import TensorDict
+        >>> from td_nn import TensorDictModule
+        >>> module = TensorDictModule(nn.Linear(3, 4), in_keys=["x"], out_keys=[("out", "y")])
+        >>> td = module(TensorDict(x=torch.ones(2, 3), batch_size=[2]))
+        >>> td["out", "y"].shape
+        torch.Size([2, 4])
+        >>> module(x=torch.ones(5, 3)).batch_size
+        torch.Size([5])
+        >>> split = TensorDictModule(lambda x: (x - 1, x + 1), in_keys="x", out_keys=["lo", "hi"])
+        >>> split(torch.zeros(()))
+        (tensor(-1.), tensor(1.))
+        >>> add = TensorDictModule(lambda a, *, b: a + b, in_keys={"a": "x", "b": "x"}, out_keys="y")
+        >>> add(TensorDict(x=torch.ones(())))["y"]
+        tensor(2.)
+    """
+
+    _native_call = True
+
+    def __init__(
+        self,
+        module: Callable[..., Any],
+        in_keys: NestedKey | Sequence[NestedKey] | Mapping[Any, Any],
+        out_keys: NestedKey | Sequence[NestedKey],
+        *,
+        out_to_in_map: bool | None = None,
+        inplace: bool | str = True,
+        method: str | None = None,
+        method_kwargs: dict[str, Any] | None = None,
+        strict: bool = False,
+    ) -> None:
+        super().__init__()
+        if not callable(module):
+            raise TypeError(
+                f"TensorDictModule wraps a callable (an nn.Module or a function), got "
+                f"{module!r} of type {type(module).__name__}"
+            )
+        if method is not None and not callable(getattr(module, method, None)):
+            raise AttributeError(
+                f"TensorDictModule: {type(module).__name__} has no method {method!r}"
+            )
+        if inplace not in (True, False, "empty"):
+            raise ValueError(
+                f"TensorDictModule inplace must be True, False or 'empty', got {inplace!r}"
+            )
+        self.module = module
+        owner = f"TensorDictModule({type(module).__name__})"
+        if isinstance(in_keys, Mapping):
+            if out_to_in_map is False:
+                pairs = [(arg, key) for key, arg in in_keys.items()]
+            else:
+                pairs = list(in_keys.items())
+            for arg, _ in pairs:
+                if not isinstance(arg, str):
+                    raise KeySpecError(f"{owner} in_keys: argument names must be str, got {arg!r}")
+            self._arg_names: list[str] | None = [arg for arg, _ in pairs]
+            self._read_keys = as_key_list([key for _, key in pairs], "in_keys", owner)
+        else:
+            if out_to_in_map is not None:
+                warnings.warn(
+                    "TensorDictModule: out_to_in_map is only used when in_keys is a dict",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            self._arg_names = None
+            self._read_keys = as_key_list(in_keys, "in_keys", owner)
+        self.in_keys = _unique(self._read_keys)
+        self._out_keys_all = as_key_list(out_keys, "out_keys", owner)
+        self.out_keys = [k for k in self._out_keys_all if k != "_"]
+        self._write = [(i, k) for i, k in enumerate(self._out_keys_all) if k != "_"]
+        self.inplace = inplace
+        self.method = method
+        self.method_kwargs = dict(method_kwargs or {})
+        self.strict = strict
+
+    # ---------------------------------------------------------------- call
+    def forward(
+        self,
+        tensordict: TensorDictBase | Tensor | None = None,
+        *args: Any,
+        tensordict_out: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Read ``in_keys`` from ``tensordict``, call the module, write ``out_keys``."""
+        if not isinstance(tensordict, TensorDictBase):
+            if tensordict is None and isinstance(kwargs.get("tensordict"), TensorDictBase):
+                tensordict = kwargs.pop("tensordict")
+            else:
+                return call_with_tensors(self, self.forward, tensordict, args, kwargs)
+        if args:
+            if tensordict_out is not None or len(args) > 1 or not is_tensor_collection(args[0]):
+                raise TypeError(
+                    f"{self._name()} takes a TensorDict and an optional tensordict_out, "
+                    f"got extra positional arguments {args!r}"
+                )
+            tensordict_out = args[0]
+        mode = _SKIP.get()
+        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
+            return tensordict
+        get = tensordict.get
+        keys = self._read_keys
+        if self.strict:
+            try:
+                values = [get(key) for key in keys]
+            except KeyError as err:
+                raise self._missing_error(tensordict) from err
+        elif len(keys) == 1:
+            values = [get(keys[0], None)]
+        else:
+            values = [get(key, None) for key in keys]
+        fn = self.module if self.method is None else getattr(self.module, self.method)
+        if self.method_kwargs:
+            kwargs = {**self.method_kwargs, **kwargs}
+        try:
+            if self._arg_names is None:
+                out = fn(*values, **kwargs)
+            else:
+                out = fn(**dict(zip(self._arg_names, values)), **kwargs)
+        except Exception as err:
+            if not self.strict and any(v is None for v in values):
+                raise self._missing_error(tensordict) from err
+            raise
+        if tensordict_out is None:
+            inplace = self.inplace
+            if inplace is True:
+                tensordict_out = tensordict
+            elif inplace is False:
+                tensordict_out = TensorDict()
+            else:
+                tensordict_out = tensordict.empty()
+        write = self._write
+        if type(out) is Tensor and len(write) == 1 and len(self._out_keys_all) == 1:
+            key = write[0][1]
+            if type(key) is str and type(tensordict_out) is TensorDict:
+                tensordict_out[key] = out  # the container's fastest checked write
+            else:
+                tensordict_out.set(key, out)
+            return tensordict_out
+        return self._write_outputs(out, tensordict_out)
+
+    def _call_module(self, values: list[Any], kwargs: dict[str, Any]) -> Any:
+        fn = self.module if self.method is None else getattr(self.module, self.method)
+        if self.method_kwargs:
+            kwargs = {**self.method_kwargs, **kwargs}
+        if self._arg_names is None:
+            return fn(*values, **kwargs)
+        return fn(**dict(zip(self._arg_names, values)), **kwargs)
+
+    def _outputs(self, out: Any) -> Sequence[Any]:
+        """The outputs of the module as a sequence aligned with ``_out_keys_all``."""
+        keys = self._out_keys_all
+        if type(out) is Tensor:
+            outs: Sequence[Any] = (out,)
+        elif isinstance(out, (tuple, list)):
+            outs = out
+        elif isinstance(out, (TensorDictBase, Mapping)) and (
+            len(keys) > 1 or (keys[0] != "_" and keys[0] in out)
+        ):
+            missing = [k for k in keys if k != "_" and k not in out]
+            if missing:
+                raise KeyNotFoundError(
+                    f"{self._name()} returned a {type(out).__name__} without the out keys "
+                    f"{missing!r} (it has {list(out.keys())!r})"
+                )
+            outs = [None if k == "_" else out[k] for k in keys]
+        else:
+            outs = (out,)
+        if len(outs) != len(keys):
+            raise OutputMismatchError(
+                f"{self._name()} returned {len(outs)} output(s) but has {len(keys)} out_keys "
+                f"{keys!r}; give one key per output ('_' drops one)"
+            )
+        return outs
+
+    def _write_outputs(self, out: Any, dest: TensorDictBase) -> TensorDictBase:
+        outs = self._outputs(out)
+        for i, key in self._write:
+            value = outs[i]
+            if value is not None:
+                dest.set(key, value)
+        return dest
+
+    def _missing_error(self, tensordict: TensorDictBase) -> KeyNotFoundError:
+        keys = tensordict.keys(include_nested=True)
+        missing = [k for k in self._read_keys if k not in keys]
+        return KeyNotFoundError(
+            f"{self._name()} could not read its input key(s) {missing!r}: "
+            f"the input has keys {sorted(map(str, keys))}"
+        )
+
+    # ---------------------------------------------------------------- out keys
+    def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
+        self.out_keys = keys
+        self._write = [(i, k) for i, k in enumerate(self._out_keys_all) if k in keys]
+
+    # ---------------------------------------------------------------- display
+    def _name(self) -> str:
+        return (
+            f"TensorDictModule({self._module_name()}, in_keys={self.in_keys!r}, "
+            f"out_keys={self.out_keys!r})"
+        )
+
+    def _module_name(self) -> str:
+        module = self.module
+        if isinstance(module, nn.Module):
+            return type(module).__name__
+        return getattr(module, "__qualname__", None) or type(module).__name__
+
+    def __repr__(self) -> str:
+        fields = [f"module={indent(repr(self.module))}"]
+        if self.method is not None:
+            fields.append(f"method={self.method!r}")
+        fields += [f"in_keys={format_keys(self.in_keys)}", f"out_keys={format_keys(self.out_keys)}"]
+        return f"{type(self).__name__}(\n    " + ",\n    ".join(fields) + ")"
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("__") or name == "module":
+                raise
+            module = self.__dict__.get("module", self.__dict__["_modules"].get("module"))
+            if module is None:
+                raise
+            try:
+                return getattr(module, name)
+            except AttributeError:
+                raise AttributeError(
+                    f"neither {type(self).__name__} nor its module "
+                    f"({type(module).__name__}) has an attribute {name!r}"
+                ) from None

@@ -1,0 +1,200 @@
+"""Calling TensorDict functions and modules with tensors: ``dispatch``.
+
+Two entry points share the key-naming rule (a nested key ``("a", "c")`` is the
+keyword ``a_c`` with the default separator):
+
+- :func:`dispatch` decorates a function or method taking a ``tensordict``; a call
+  with tensors returns tensors (one, or a tuple), as upstream.
+- :func:`call_with_tensors` is what td-nn modules do when called without a
+  TensorDict: keyword tensors give a TensorDict back, positional tensors give
+  tensors back.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from td_core import NestedKey, TensorDict, is_tensor_collection, unravel_key_list
+
+__all__ = ["dispatch", "call_with_tensors", "arg_name"]
+
+
+def arg_name(key: NestedKey, separator: str = "_") -> str:
+    """The keyword argument naming ``key``: its parts joined with ``separator``."""
+    return key if type(key) is str else separator.join(key)  # type: ignore[arg-type]
+
+
+def _gather(
+    keys: Sequence[NestedKey],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    separator: str,
+    *,
+    keep_unknown: bool,
+    owner: str,
+) -> tuple[dict[Any, Any], dict[str, Any]]:
+    """Entries ``{key: value}`` from positional and keyword tensors, and the unused kwargs."""
+    if len(args) > len(keys):
+        raise TypeError(
+            f"{owner} takes {len(keys)} positional input(s) (in_keys {list(keys)!r}), "
+            f"got {len(args)}"
+        )
+    entries: dict[Any, Any] = dict(zip(keys, args))
+    names = {arg_name(k, separator): k for k in keys}
+    extra: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        key = names.get(name)
+        if key is None:
+            if not keep_unknown:
+                extra[name] = value
+                continue
+            key = name
+        if key in entries:
+            raise TypeError(
+                f"{owner} got input {key!r} both as a positional and as a keyword argument"
+            )
+        entries[key] = value
+    return entries, extra
+
+
+def _to_td(entries: dict[Any, Any]) -> TensorDict:
+    td = TensorDict()
+    for key, value in entries.items():
+        td.set(key, value)
+    return td
+
+
+def _outputs(td: Any, keys: Sequence[NestedKey]) -> Any:
+    values = tuple(td.get(k) for k in keys if k != "_")
+    return values[0] if len(values) == 1 else values
+
+
+def call_with_tensors(
+    module: Any,
+    forward: Callable[[Any], Any],
+    first: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Run ``forward`` (a TensorDict to TensorDict call of ``module``) on tensors.
+
+    Keyword tensors (``module(x=...)``) are put in a TensorDict with an empty
+    batch size; the result is returned as a TensorDict whose batch size is the
+    longest leading shape shared by its entries (inputs and outputs).
+    Positional tensors are matched to ``module.in_keys`` in order and the
+    output entries at ``module.out_keys`` are returned (a tensor, or a tuple).
+    """
+    positional = args if first is None else (first, *args)
+    owner = type(module).__name__
+    entries, _ = _gather(module.in_keys, positional, kwargs, "_", keep_unknown=True, owner=owner)
+    out = forward(_to_td(entries))
+    if positional:
+        return _outputs(out, module.out_keys)
+    if type(out) is TensorDict:
+        out.auto_batch_size_()
+    return out
+
+
+def dispatch(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    separator: str = "_",
+    source: str | Sequence[NestedKey] = "in_keys",
+    dest: str | Sequence[NestedKey] = "out_keys",
+    auto_batch_size: bool = True,
+) -> Any:
+    """Let a function of a ``tensordict`` be called with tensors.
+
+    Decorate a function whose first argument (after ``self`` for a method) is
+    named ``tensordict``. A call with a TensorDict goes straight through. A
+    call with tensors puts them in a new TensorDict at the ``source`` keys
+    (positional arguments in order; keyword arguments by name, nested keys
+    joined with ``separator``), calls the function, and returns the entries at
+    the ``dest`` keys: one tensor, or a tuple. Other keyword arguments are
+    passed on to the function.
+
+    Args:
+        func: the function (when used as ``@dispatch`` without arguments).
+        separator: joins the parts of a nested key into a keyword name.
+        source: the input keys, or the name of the attribute of ``self`` holding them.
+        dest: the output keys, or the name of the attribute of ``self`` holding them.
+        auto_batch_size: give the new TensorDict the longest leading shape
+            shared by the inputs (else an empty batch size).
+
+    Raises:
+        TypeError: at decoration if the function has no ``tensordict`` first
+            argument; at a call if an input is given twice or ``source`` names
+            an attribute on a plain function.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from td_nn import dispatch
+        >>> class Add(nn.Module):
+        ...     in_keys = [("a", "c"), "d"]
+        ...     out_keys = ["b"]
+        ...     @dispatch(separator="__")
+        ...     def forward(self, tensordict):
+        ...         tensordict["b"] = tensordict["a", "c"] + tensordict["d"]
+        ...         return tensordict
+        >>> Add()(a__c=torch.zeros(2), d=torch.ones(2))
+        tensor([1., 1.])
+        >>> @dispatch(source=["x"], dest=["y", "z"])
+        ... def f(tensordict):
+        ...     return tensordict.set("y", tensordict["x"] + 1).set("z", tensordict["x"] - 1)
+        >>> f(torch.zeros(()))
+        (tensor(1.), tensor(-1.))
+    """
+    if func is None:
+        return functools.partial(
+            dispatch, separator=separator, source=source, dest=dest, auto_batch_size=auto_batch_size
+        )
+    params = list(inspect.signature(func).parameters)
+    is_method = bool(params) and params[0] == "self"
+    index = 1 if is_method else 0
+    if len(params) <= index or params[index] != "tensordict":
+        raise TypeError(
+            f"dispatch decorates functions whose first argument{' after self' if is_method else ''} "
+            f"is named 'tensordict'; {getattr(func, '__qualname__', func)!r} has arguments {params}"
+        )
+    fixed_src = None if isinstance(source, str) else unravel_key_list(source)
+    fixed_dst = None if isinstance(dest, str) else unravel_key_list(dest)
+
+    def keys_of(owner: Any, spec: Any, fixed: Any) -> Any:
+        if fixed is not None:
+            return fixed
+        if owner is None:
+            raise TypeError(
+                f"dispatch(source/dest={spec!r}) names an attribute, which needs a method; "
+                "pass the keys as a list for a plain function"
+            )
+        return unravel_key_list(getattr(owner, spec))
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        owner = args[0] if is_method else None
+        rest = args[1:] if is_method else args
+        if (rest and is_tensor_collection(rest[0])) or is_tensor_collection(
+            kwargs.get("tensordict")
+        ):
+            return func(*args, **kwargs)
+        src = keys_of(owner, source, fixed_src)
+        entries, extra = _gather(
+            src,
+            rest,
+            kwargs,
+            separator,
+            keep_unknown=False,
+            owner=getattr(func, "__qualname__", "function"),
+        )
+        td = _to_td(entries)
+        if auto_batch_size:
+            td.auto_batch_size_()
+        out = func(owner, td, **extra) if is_method else func(td, **extra)
+        return _outputs(out, keys_of(owner, dest, fixed_dst))
+
+    return wrapper

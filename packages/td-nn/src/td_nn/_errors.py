@@ -1,0 +1,20 @@
+"""Exceptions of td-nn.
+
+Like ``td_core.errors``, each class also subclasses the builtin that upstream
+tensordict raises for the same mistake, so existing ``except`` clauses keep
+working.
+"""
+
+from __future__ import annotations
+
+from td_core.errors import TDError
+
+__all__ = ["OutputMismatchError", "KeySpecError"]
+
+
+class OutputMismatchError(TDError, ValueError, RuntimeError):
+    """A module returned a different number of outputs than it has ``out_keys``."""
+
+
+class KeySpecError(TDError, TypeError, ValueError):
+    """``in_keys`` or ``out_keys`` are not keys (upstream raises ``ValueError`` here)."""

@@ -1,0 +1,414 @@
+"""Probabilistic modules: build a distribution from entries, write a sample or a statistic.
+
+td-nn never imports td-distributions: the default ``distribution_class`` is
+found through td-core's extension entry points, and distributions whose
+samples and log-probabilities are TensorDicts (td-distributions'
+``CompositeDistribution``) are recognised by what they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from td_core import (
+    InteractionType,
+    NestedKey,
+    TensorDictBase,
+    composite_lp_aggregate,
+    interaction_type,
+    is_tensor_collection,
+    load_extension,
+)
+from td_core.errors import KeyNotFoundError
+from td_nn._base import TensorDictModuleBase, format_keys
+from td_nn._common import as_key_list
+from td_nn._dispatch import call_with_tensors
+from td_nn._errors import KeySpecError
+from td_nn._sequence import TensorDictSequential
+from td_nn._skip import _SKIP, should_skip
+
+__all__ = ["ProbabilisticTensorDictModule", "ProbabilisticTensorDictSequential"]
+
+_MISSING: Any = object()
+
+
+def default_distribution_class() -> type:
+    """td-distributions' default class (``Delta``), or a ``TypeError`` naming the package."""
+    try:
+        return load_extension("distributions", "td-distributions").DEFAULT_DISTRIBUTION_CLASS
+    except ImportError as err:
+        raise TypeError(
+            "ProbabilisticTensorDictModule needs a distribution_class: none was given, and the "
+            "default (td-distributions' Delta) is unavailable because td-distributions is not "
+            "installed. Pass distribution_class=... or `pip install td-distributions`."
+        ) from err
+
+
+def log_prob_key_for(key: NestedKey) -> NestedKey:
+    """``"sample"`` -> ``"sample_log_prob"``; ``("a", "b")`` -> ``("a", "b_log_prob")``."""
+    if type(key) is str:
+        return f"{key}_log_prob"
+    return (*key[:-1], f"{key[-1]}_log_prob")  # type: ignore[index]
+
+
+def _empirical(dist: Any, what: str, n: int) -> torch.Tensor:
+    samples = dist.sample((n,))
+    if what == "mean":
+        return samples.float().mean(0) if not samples.is_floating_point() else samples.mean(0)
+    if what == "median":
+        return samples.median(0).values
+    # mode: the sample with the highest log-probability, per batch element
+    lp = dist.log_prob(samples)
+    idx = lp.argmax(0, keepdim=True)
+    idx = idx.reshape(idx.shape + (1,) * (samples.ndim - idx.ndim)).expand(1, *samples.shape[1:])
+    return samples.gather(0, idx).squeeze(0)
+
+
+def _statistic(dist: Any, what: str, n: int) -> Any:
+    try:
+        return getattr(dist, what)
+    except (NotImplementedError, AttributeError):
+        return _empirical(dist, what, n)
+
+
+def draw(dist: Any, kind: InteractionType, n_empirical_estimate: int = 1000) -> Any:
+    """A value of ``dist`` for ``kind``: a sample (reparametrised when possible) or a statistic.
+
+    ``MODE``, ``MEAN`` and ``MEDIAN`` fall back to an estimate from
+    ``n_empirical_estimate`` samples when the distribution does not define
+    them. ``DETERMINISTIC`` uses ``dist.deterministic_sample`` when it exists,
+    else the mean of a continuous distribution and the mode of a discrete one.
+    """
+    if kind is InteractionType.RANDOM:
+        return dist.rsample() if getattr(dist, "has_rsample", False) else dist.sample()
+    if kind is InteractionType.DETERMINISTIC:
+        try:
+            return dist.deterministic_sample
+        except AttributeError:
+            pass
+        try:
+            discrete = bool(getattr(dist.support, "is_discrete", False))
+        except (NotImplementedError, AttributeError):
+            discrete = False
+        if discrete:
+            return _statistic(dist, "mode", n_empirical_estimate)
+        try:
+            return dist.mean
+        except NotImplementedError:
+            return _statistic(dist, "mode", n_empirical_estimate)
+    return _statistic(dist, kind.value, n_empirical_estimate)
+
+
+class ProbabilisticTensorDictModule(TensorDictModuleBase):
+    """Build a distribution from the entries at ``in_keys``; write a sample at ``out_keys``.
+
+    What is written depends on the interaction type: the innermost
+    :class:`set_interaction_type` block, else ``default_interaction_type``.
+    ``RANDOM`` samples (with ``rsample`` when the distribution has it);
+    ``MODE``, ``MEAN``, ``MEDIAN`` write that statistic; ``DETERMINISTIC``
+    (the default) the distribution's ``deterministic_sample``, else its mean
+    (continuous) or mode (discrete).
+
+    Any ``torch.distributions`` class works. A distribution whose sample is a
+    TensorDict (like td-distributions' ``CompositeDistribution``) has its
+    leaves written at ``out_keys``, and a TensorDict log-probability is merged
+    into the output.
+
+    Args:
+        in_keys: a key or list of keys, passed to the distribution as keyword
+            arguments named after the last part of each key; or a dict
+            ``{argument: key}``.
+        out_keys: where the sample goes (default ``["sample"]``).
+        default_interaction_type: used outside any ``set_interaction_type`` block.
+        distribution_class: the distribution class (or any callable building
+            one). Default: td-distributions' ``Delta``; without td-distributions
+            omitting it raises ``TypeError``.
+        distribution_kwargs: more keyword arguments for the distribution.
+        return_log_prob: also write the log-probability of the sample.
+        log_prob_key: where to write it. Default: the out key with a
+            ``_log_prob`` suffix (``"sample_log_prob"``); for several out keys,
+            one such key per out key, or ``"sample_log_prob"`` when
+            :func:`composite_lp_aggregate` is on.
+        cache_dist: keep the last distribution built by ``forward`` in ``self.dist``.
+        n_empirical_estimate: samples used to estimate a statistic the
+            distribution does not define.
+
+    Examples:
+        >>> import torch
+        >>> from torch.distributions import Normal
+        >>> from td_core import TensorDict
+        >>> from td_nn import InteractionType, ProbabilisticTensorDictModule, set_interaction_type
+        >>> module = ProbabilisticTensorDictModule(
+        ...     in_keys=["loc", "scale"], out_keys=["action"], distribution_class=Normal,
+        ...     return_log_prob=True,
+        ... )
+        >>> td = TensorDict(loc=torch.zeros(3, 2), scale=torch.ones(3, 2), batch_size=[3])
+        >>> sorted(module(td).keys())
+        ['action', 'action_log_prob', 'loc', 'scale']
+        >>> td["action"]  # deterministic by default: the mean
+        tensor([[0., 0.],
+                [0., 0.],
+                [0., 0.]])
+        >>> with set_interaction_type(InteractionType.RANDOM):
+        ...     module(td)["action"].shape
+        torch.Size([3, 2])
+    """
+
+    _native_call = True
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey] | Mapping[str, NestedKey],
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        *,
+        default_interaction_type: InteractionType | str = InteractionType.DETERMINISTIC,
+        distribution_class: Any = _MISSING,
+        distribution_kwargs: dict[str, Any] | None = None,
+        return_log_prob: bool = False,
+        log_prob_key: NestedKey | None = None,
+        cache_dist: bool = False,
+        n_empirical_estimate: int = 1000,
+    ) -> None:
+        super().__init__()
+        owner = "ProbabilisticTensorDictModule"
+        if isinstance(in_keys, Mapping):
+            for name in in_keys:
+                if not isinstance(name, str):
+                    raise KeySpecError(f"{owner} in_keys: argument names must be str, got {name!r}")
+            names = list(in_keys)
+            keys = as_key_list(list(in_keys.values()), "in_keys", owner)
+        else:
+            keys = as_key_list(in_keys, "in_keys", owner)
+            names = [k if type(k) is str else k[-1] for k in keys]
+        self._dist_keys = list(zip(names, keys))
+        self.in_keys = list(dict.fromkeys(keys))
+        self._sample_keys = as_key_list(
+            ["sample"] if out_keys is None else out_keys, "out_keys", owner
+        )
+        if distribution_class is _MISSING:
+            distribution_class = default_distribution_class()
+        if not callable(distribution_class):
+            raise TypeError(
+                f"{owner}: distribution_class must be callable, got {distribution_class!r}"
+            )
+        self.distribution_class = distribution_class
+        self.distribution_kwargs = dict(distribution_kwargs or {})
+        self.default_interaction_type = InteractionType.from_str(default_interaction_type)
+        self.return_log_prob = return_log_prob
+        self._log_prob_key = (
+            None if log_prob_key is None else as_key_list(log_prob_key, "log_prob_key", owner)[0]
+        )
+        self.cache_dist = cache_dist
+        self.n_empirical_estimate = n_empirical_estimate
+        self.dist: Any = None
+
+    # ---------------------------------------------------------------- keys
+    @property
+    def log_prob_keys(self) -> list[NestedKey]:
+        """Where log-probabilities are written (see ``log_prob_key``)."""
+        if self._log_prob_key is not None:
+            return [self._log_prob_key]
+        if len(self._sample_keys) == 1:
+            return [log_prob_key_for(self._sample_keys[0])]
+        if composite_lp_aggregate():
+            return ["sample_log_prob"]
+        return [log_prob_key_for(k) for k in self._sample_keys]
+
+    @property
+    def log_prob_key(self) -> NestedKey:
+        """The key of an aggregated (single tensor) log-probability."""
+        keys = self.log_prob_keys
+        return keys[0] if len(keys) == 1 else "sample_log_prob"
+
+    @property  # type: ignore[override]
+    def out_keys(self) -> list[NestedKey]:
+        keys = list(self._sample_keys)
+        return keys + self.log_prob_keys if self.return_log_prob else keys
+
+    @out_keys.setter
+    def out_keys(self, value: Sequence[NestedKey]) -> None:
+        value = as_key_list(value, "out_keys", type(self).__name__)
+        lp = set(self.log_prob_keys)
+        self._sample_keys = [k for k in value if k not in lp]
+
+    # ---------------------------------------------------------------- distribution
+    def get_dist(self, tensordict: TensorDictBase) -> Any:
+        """The distribution built from the entries of ``tensordict``.
+
+        Raises:
+            KeyError: naming the missing key and the module.
+        """
+        kwargs = dict(self.distribution_kwargs)
+        get = tensordict.get
+        for name, key in self._dist_keys:
+            value = get(key, None)
+            if value is None:
+                raise KeyNotFoundError(
+                    f"{type(self).__name__}({self._dist_name()}) could not read its input key {key!r} "
+                    f"(argument {name!r}): the input has keys "
+                    f"{sorted(map(str, tensordict.keys(include_nested=True)))}"
+                )
+            kwargs[name] = value
+        return self.distribution_class(**kwargs)
+
+    def _dist_name(self) -> str:
+        return getattr(self.distribution_class, "__name__", repr(self.distribution_class))
+
+    def log_prob(self, tensordict: TensorDictBase, *, dist: Any = None) -> Any:
+        """The log-probability of the sample stored in ``tensordict`` (a tensor or a TensorDict)."""
+        if dist is None:
+            dist = self.get_dist(tensordict)
+        if len(self._sample_keys) == 1:
+            value = tensordict.get(self._sample_keys[0], None)
+            if value is not None and not is_tensor_collection(value):
+                return dist.log_prob(value)
+        return dist.log_prob(tensordict)
+
+    # ---------------------------------------------------------------- call
+    def forward(
+        self,
+        tensordict: TensorDictBase | Any = None,
+        *args: Any,
+        tensordict_out: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Build the distribution, write a value (and its log-probability)."""
+        if not isinstance(tensordict, TensorDictBase):
+            if tensordict is None and isinstance(kwargs.get("tensordict"), TensorDictBase):
+                tensordict = kwargs.pop("tensordict")
+            else:
+                return call_with_tensors(self, self.forward, tensordict, args, kwargs)
+        if args:
+            tensordict_out = args[0]
+        mode = _SKIP.get()
+        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
+            return tensordict
+        dist = self.get_dist(tensordict)
+        if self.cache_dist:
+            self.dist = dist
+        kind = interaction_type() or self.default_interaction_type
+        sample = draw(dist, kind, self.n_empirical_estimate)
+        dest = tensordict if tensordict_out is None else tensordict_out
+        self._write_sample(dest, sample)
+        if self.return_log_prob:
+            self._write_log_prob(dest, dist.log_prob(sample))
+        return dest
+
+    def _write_sample(self, dest: TensorDictBase, sample: Any) -> None:
+        keys = self._sample_keys
+        if is_tensor_collection(sample):
+            present = sample.keys(include_nested=True)
+            if all(k in present for k in keys):
+                for key in keys:
+                    dest.set(key, sample.get(key))
+            else:
+                dest.update(sample)
+            return
+        if len(keys) != 1:
+            raise ValueError(
+                f"{type(self).__name__}: {self._dist_name()} returned one tensor but out_keys "
+                f"has {len(keys)} sample keys {keys!r}"
+            )
+        dest.set(keys[0], sample)
+
+    def _write_log_prob(self, dest: TensorDictBase, log_prob: Any) -> None:
+        if is_tensor_collection(log_prob):
+            dest.update(log_prob)
+        else:
+            dest.set(self.log_prob_key, log_prob)
+
+    def __repr__(self) -> str:
+        fields = [
+            f"in_keys={format_keys(self.in_keys)}",
+            f"out_keys={format_keys(self.out_keys)}",
+            f"distribution_class={self._dist_name()}",
+        ]
+        if self.distribution_kwargs:
+            fields.append(f"distribution_kwargs={self.distribution_kwargs!r}")
+        fields.append(f"default_interaction_type={self.default_interaction_type.value}")
+        return f"{type(self).__name__}(\n    " + ",\n    ".join(fields) + ")"
+
+
+class ProbabilisticTensorDictSequential(TensorDictSequential):
+    """A :class:`TensorDictSequential` whose last member is a :class:`ProbabilisticTensorDictModule`.
+
+    It adds :meth:`get_dist` and :meth:`log_prob`, which run the members
+    before the last on a shallow copy of the input (the input is not changed).
+
+    Examples:
+        >>> import torch
+        >>> from torch.distributions import Normal
+        >>> from td_core import TensorDict
+        >>> from td_nn import (
+        ...     ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule,
+        ... )
+        >>> policy = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(lambda obs: (obs, obs.exp()), in_keys=["obs"], out_keys=["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(
+        ...         in_keys=["loc", "scale"], out_keys=["action"], distribution_class=Normal,
+        ...     ),
+        ... )
+        >>> td = TensorDict(obs=torch.zeros(4), batch_size=[4])
+        >>> policy.get_dist(td).scale
+        tensor([1., 1., 1., 1.])
+        >>> policy.log_prob(policy(td)).shape
+        torch.Size([4])
+    """
+
+    def __init__(
+        self,
+        *modules: Any,
+        partial_tolerant: bool = False,
+        selected_out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        inplace: bool | str | None = None,
+    ) -> None:
+        super().__init__(
+            *modules,
+            partial_tolerant=partial_tolerant,
+            selected_out_keys=selected_out_keys,
+            inplace=inplace,
+        )
+        members = self._members()
+        if not members or not isinstance(members[-1], ProbabilisticTensorDictModule):
+            last = type(members[-1]).__name__ if members else "nothing"
+            raise TypeError(
+                "ProbabilisticTensorDictSequential must end with a ProbabilisticTensorDictModule, "
+                f"got {last}"
+            )
+
+    def _rebuild(self, modules: list[Any]) -> TensorDictSequential:
+        if modules and isinstance(modules[-1], ProbabilisticTensorDictModule):
+            return ProbabilisticTensorDictSequential(
+                *modules, partial_tolerant=self.partial_tolerant
+            )
+        return TensorDictSequential(*modules, partial_tolerant=self.partial_tolerant)
+
+    def _head(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, ProbabilisticTensorDictModule]:
+        *body, last = self._members()
+        td = tensordict.copy()
+        for module in body:
+            td = module(td)
+        return td, last
+
+    def get_dist(self, tensordict: TensorDictBase) -> Any:
+        """The distribution the last member builds after the others ran on ``tensordict``."""
+        td, last = self._head(tensordict)
+        return last.get_dist(td)
+
+    def log_prob(self, tensordict: TensorDictBase) -> Any:
+        """The log-probability of the sample stored in ``tensordict`` under :meth:`get_dist`."""
+        td, last = self._head(tensordict)
+        return last.log_prob(tensordict, dist=last.get_dist(td))
+
+    @property
+    def log_prob_keys(self) -> list[NestedKey]:
+        return self._members()[-1].log_prob_keys
+
+    @property
+    def log_prob_key(self) -> NestedKey:
+        return self._members()[-1].log_prob_key

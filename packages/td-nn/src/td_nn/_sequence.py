@@ -1,0 +1,247 @@
+"""``TensorDictSequential``: run modules one after the other on one TensorDict."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from torch import nn
+
+from td_core import NestedKey, TensorDict, TensorDictBase, is_tensor_collection
+from td_nn._base import TensorDictModuleBase, format_keys, indent
+from td_nn._common import as_key_list
+from td_nn._dispatch import call_with_tensors
+from td_nn._skip import _SKIP, should_skip
+
+__all__ = ["TensorDictSequential", "sequence_keys"]
+
+
+def sequence_keys(modules: Iterable[Any]) -> tuple[list[NestedKey], list[NestedKey]]:
+    """``(in_keys, out_keys)`` of modules run in order.
+
+    The in keys are those some module reads before any earlier module wrote
+    them (they must come from outside); the out keys are everything written.
+    """
+    in_keys: dict[NestedKey, None] = {}
+    out_keys: dict[NestedKey, None] = {}
+    for module in modules:
+        for key in as_key_list(module.in_keys, "in_keys", type(module).__name__):
+            if key not in out_keys:
+                in_keys[key] = None
+        for key in as_key_list(module.out_keys, "out_keys", type(module).__name__):
+            if key != "_":
+                out_keys[key] = None
+    return list(in_keys), list(out_keys)
+
+
+def _check_module(module: Any, index: Any) -> nn.Module:
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"TensorDictSequential: module {index!r} is a {type(module).__name__}, not an nn.Module; "
+            "wrap callables with TensorDictModule(fn, in_keys=..., out_keys=...)"
+        )
+    if not hasattr(module, "in_keys") or not hasattr(module, "out_keys"):
+        raise TypeError(
+            f"TensorDictSequential: module {index!r} ({type(module).__name__}) has no in_keys/out_keys; "
+            "wrap it with TensorDictModule(module, in_keys=..., out_keys=...)"
+        )
+    return module
+
+
+class TensorDictSequential(TensorDictModuleBase):
+    """Run TensorDict modules in order, each reading from and writing to the same TensorDict.
+
+    Any ``nn.Module`` with ``in_keys``/``out_keys`` whose forward maps a
+    TensorDict to a TensorDict can be a member. ``in_keys`` lists what must
+    come from outside (keys read before any member writes them) and
+    ``out_keys`` everything the members write.
+
+    Args:
+        *modules: the members, or one ``OrderedDict`` of named members.
+        partial_tolerant: skip the members whose inputs are missing instead
+            of raising.
+        selected_out_keys: keep only these outputs (and the inputs) in the
+            result; intermediate outputs are removed.
+        inplace: ``None`` or ``True``: the input TensorDict is updated and
+            returned; ``False``: a new TensorDict (empty batch size) holding
+            only the out keys; ``"empty"``: ``tensordict.empty()`` holding them.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict
+        >>> from td_nn import TensorDictModule, TensorDictSequential
+        >>> seq = TensorDictSequential(
+        ...     TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["h"]),
+        ...     TensorDictModule(lambda h, z: h * z, in_keys=["h", "z"], out_keys=["y"]),
+        ... )
+        >>> seq.in_keys, seq.out_keys
+        (['x', 'z'], ['h', 'y'])
+        >>> seq(TensorDict(x=torch.ones(2), z=torch.full((2,), 3.0), batch_size=[2]))["y"]
+        tensor([6., 6.])
+        >>> seq.select_subsequence(out_keys=["h"]).out_keys
+        ['h']
+        >>> len(seq[1:])
+        1
+    """
+
+    _native_call = True
+
+    def __init__(
+        self,
+        *modules: nn.Module | OrderedDict[str, nn.Module],
+        partial_tolerant: bool = False,
+        selected_out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        inplace: bool | str | None = None,
+    ) -> None:
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+            named = OrderedDict((name, _check_module(m, name)) for name, m in modules[0].items())
+            self.module: nn.Module = nn.ModuleDict(named)
+        else:
+            self.module = nn.ModuleList([_check_module(m, i) for i, m in enumerate(modules)])
+        if inplace not in (None, True, False, "empty"):
+            raise ValueError(
+                f"TensorDictSequential inplace must be None, True, False or 'empty', got {inplace!r}"
+            )
+        self.partial_tolerant = partial_tolerant
+        self.inplace = inplace
+        self._all_out_keys: list[NestedKey] | None = None
+        self._dropped: list[NestedKey] = []
+        self.in_keys, self.out_keys = sequence_keys(self._members())
+        if selected_out_keys is not None:
+            self.select_out_keys(
+                *as_key_list(selected_out_keys, "selected_out_keys", "TensorDictSequential")
+            )
+
+    def _members(self) -> list[nn.Module]:
+        return list(self.module._modules.values())
+
+    # ---------------------------------------------------------------- call
+    def forward(
+        self,
+        tensordict: TensorDictBase | Any = None,
+        *args: Any,
+        tensordict_out: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run every member on ``tensordict`` in order."""
+        if not isinstance(tensordict, TensorDictBase):
+            if tensordict is None and isinstance(kwargs.get("tensordict"), TensorDictBase):
+                tensordict = kwargs.pop("tensordict")
+            else:
+                return call_with_tensors(self, self.forward, tensordict, args, kwargs)
+        if args:
+            if tensordict_out is not None or len(args) > 1 or not is_tensor_collection(args[0]):
+                raise TypeError(
+                    f"TensorDictSequential takes a TensorDict and an optional tensordict_out, "
+                    f"got extra positional arguments {args!r}"
+                )
+            tensordict_out = args[0]
+        if kwargs:
+            raise TypeError(
+                f"TensorDictSequential got unexpected keyword arguments {sorted(kwargs)}"
+            )
+        mode = _SKIP.get()
+        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
+            return tensordict
+        inplace = self.inplace
+        copy = tensordict_out is not None or (inplace is not None and inplace is not True)
+        td = tensordict.copy() if copy else tensordict
+        if self.partial_tolerant:
+            for module in self.module._modules.values():
+                present = td.keys(include_nested=True)
+                if all(key in present for key in module.in_keys):
+                    td = module(td)
+        else:
+            for module in self.module._modules.values():
+                td = module(td)
+        if self._dropped:
+            td.exclude(*self._dropped, inplace=True)
+        if not copy:
+            return td
+        if tensordict_out is None:
+            tensordict_out = TensorDict() if inplace is False else tensordict.empty()
+        for key in self.out_keys:
+            value = td.get(key, None)
+            if value is not None:
+                tensordict_out.set(key, value)
+        return tensordict_out
+
+    # ---------------------------------------------------------------- out keys
+    def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
+        self.out_keys = keys
+        every = self._all_out_keys or []
+        self._dropped = [k for k in every if k not in keys and k not in self.in_keys]
+
+    # ---------------------------------------------------------------- structure
+    def _rebuild(self, modules: list[nn.Module]) -> TensorDictSequential:
+        return TensorDictSequential(*modules, partial_tolerant=self.partial_tolerant)
+
+    def select_subsequence(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+    ) -> TensorDictSequential:
+        """A new sequence of only the members needed (the members are shared, not copied).
+
+        Args:
+            in_keys: keep the members that read these keys, directly or through
+                the outputs of other kept members (the keys that change).
+            out_keys: keep the members needed to compute these keys.
+
+        Raises:
+            KeyError: if an ``out_keys`` entry is not written by this sequence.
+            ValueError: if no member is left.
+        """
+        members = self._members()
+        keep = [True] * len(members)
+        if in_keys is not None:
+            changed = set(as_key_list(in_keys, "in_keys", "select_subsequence"))
+            for i, module in enumerate(members):
+                if any(k in changed for k in module.in_keys):
+                    changed.update(module.out_keys)
+                else:
+                    keep[i] = False
+        if out_keys is not None:
+            wanted = as_key_list(out_keys, "out_keys", "select_subsequence")
+            every = self._all_out_keys or self.out_keys
+            unknown = [k for k in wanted if k not in every]
+            if unknown:
+                raise KeyError(
+                    f"select_subsequence: {unknown!r} are not written by this sequence "
+                    f"(out_keys: {every!r})"
+                )
+            needed = set(wanted)
+            for i in reversed(range(len(members))):
+                module = members[i]
+                if keep[i] and any(k in needed for k in module.out_keys):
+                    needed.update(module.in_keys)
+                else:
+                    keep[i] = False
+        kept = [m for m, k in zip(members, keep) if k]
+        if not kept:
+            raise ValueError(
+                f"select_subsequence(in_keys={in_keys!r}, out_keys={out_keys!r}) leaves no module "
+                f"(in_keys: {self.in_keys!r}, out_keys: {self.out_keys!r})"
+            )
+        return self._rebuild(kept)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return self._rebuild(self._members()[index])
+        if isinstance(self.module, nn.ModuleDict) and isinstance(index, str):
+            return self.module[index]
+        return self._members()[index]
+
+    def __len__(self) -> int:
+        return len(self.module)
+
+    def __iter__(self) -> Iterator[nn.Module]:
+        return iter(self._members())
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(\n    module={indent(repr(self.module))},\n"
+            f"    in_keys={format_keys(self.in_keys)},\n    out_keys={format_keys(self.out_keys)})"
+        )

@@ -1,0 +1,90 @@
+"""``TensorDictModuleWrapper``: change a module's call, keep everything else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from td_core import NestedKey
+from td_nn._base import TensorDictModuleBase, indent
+
+__all__ = ["TensorDictModuleWrapper"]
+
+
+class TensorDictModuleWrapper(TensorDictModuleBase):
+    """Behave like ``td_module`` except for what a subclass overrides (usually ``forward``).
+
+    ``in_keys``, ``out_keys`` and any attribute the wrapper lacks are those of
+    ``td_module``; its parameters are the wrapper's.
+
+    Args:
+        td_module: the module to wrap.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict
+        >>> from td_nn import TensorDictModule, TensorDictModuleWrapper
+        >>> class TimesTen(TensorDictModuleWrapper):
+        ...     def forward(self, tensordict):
+        ...         tensordict = self.td_module(tensordict)
+        ...         return tensordict.set("y", tensordict["y"] * 10)
+        >>> wrapped = TimesTen(TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["y"]))
+        >>> wrapped.in_keys, wrapped.out_keys
+        (['x'], ['y'])
+        >>> wrapped(TensorDict(x=torch.zeros(2), batch_size=[2]))["y"]
+        tensor([10., 10.])
+    """
+
+    _native_call = True
+
+    def __init__(self, td_module: TensorDictModuleBase) -> None:
+        super().__init__()
+        if not hasattr(td_module, "in_keys") or not hasattr(td_module, "out_keys"):
+            raise TypeError(
+                f"TensorDictModuleWrapper wraps a module with in_keys and out_keys, got "
+                f"{type(td_module).__name__}"
+            )
+        self.td_module = td_module
+
+    @property  # type: ignore[override]
+    def in_keys(self) -> list[NestedKey]:
+        return self.td_module.in_keys
+
+    @in_keys.setter
+    def in_keys(self, value: list[NestedKey]) -> None:
+        self.td_module.in_keys = value
+
+    @property  # type: ignore[override]
+    def out_keys(self) -> list[NestedKey]:
+        return self.td_module.out_keys
+
+    @out_keys.setter
+    def out_keys(self, value: list[NestedKey]) -> None:
+        self.td_module.out_keys = value
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped module."""
+        return self.td_module(*args, **kwargs)
+
+    def select_out_keys(self, *out_keys: NestedKey) -> TensorDictModuleWrapper:
+        """Select the outputs of the wrapped module (see ``TensorDictModuleBase.select_out_keys``)."""
+        self.td_module.select_out_keys(*out_keys)
+        return self
+
+    def reset_out_keys(self) -> TensorDictModuleWrapper:
+        """Undo :meth:`select_out_keys` on the wrapped module."""
+        self.td_module.reset_out_keys()
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("__") or name == "td_module":
+                raise
+            inner = self.__dict__["_modules"].get("td_module")
+            if inner is None:
+                raise
+            return getattr(inner, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(\n    td_module={indent(repr(self.td_module))})"

@@ -1,0 +1,116 @@
+"""td-nn's probabilistic modules with td-distributions' classes (both packages installed)."""
+
+import pytest
+import torch
+from torch.distributions import Categorical, Normal
+
+import td_distributions
+from td_core import TensorDict
+from td_nn import (
+    InteractionType,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    make_functional,
+    set_composite_lp_aggregate,
+    set_interaction_type,
+)
+
+
+def test_seed_gru_normal_param_wrapper_example():
+    # the tensordict.nn page's example; its printout names the sample "action",
+    # a typo for the out key it declares ("sample")
+    from td_distributions import NormalParamWrapper
+
+    td = TensorDict({"input": torch.randn(3, 4), "hidden": torch.randn(3, 8)}, [3])
+    net = torch.nn.GRUCell(4, 8)
+    module = TensorDictModule(
+        NormalParamWrapper(net), in_keys=["input", "hidden"], out_keys=["loc", "scale"]
+    )
+    prob_module = ProbabilisticTensorDictModule(
+        in_keys=["loc", "scale"],
+        out_keys=["sample"],
+        distribution_class=Normal,
+        return_log_prob=True,
+    )
+    td_module = ProbabilisticTensorDictSequential(module, prob_module)
+    td_module(td)
+    leaves = {
+        key: (tuple(value.shape), value.dtype)
+        for key, value in td.items(include_nested=True, leaves_only=True)
+    }
+    assert leaves == {
+        "sample": ((3, 4), torch.float32),
+        "hidden": ((3, 8), torch.float32),
+        "input": ((3, 4), torch.float32),
+        "loc": ((3, 4), torch.float32),
+        "sample_log_prob": ((3, 4), torch.float32),
+        "scale": ((3, 4), torch.float32),
+    }
+    assert td.batch_size == torch.Size([3]) and td.device is None
+    assert (td["scale"] > 0).all()
+    torch.testing.assert_close(td["sample"], td["loc"])  # deterministic by default
+    # the seed imports make_functional alongside: the same sequence works functionally
+    params = make_functional(td_module)
+    out = td_module(td.exclude("loc", "scale", "sample", "sample_log_prob"), params)
+    torch.testing.assert_close(out["sample"], td["sample"])
+
+
+def test_default_distribution_class_is_delta():
+    module = ProbabilisticTensorDictModule(
+        in_keys=["param"], out_keys=["action"], return_log_prob=True
+    )
+    assert module.distribution_class is td_distributions.Delta
+    td = TensorDict(param=torch.randn(3, 2), batch_size=[3])
+    module(td)
+    torch.testing.assert_close(td["action"], td["param"])
+    with set_interaction_type(InteractionType.RANDOM):
+        torch.testing.assert_close(module(td.copy())["action"], td["param"])
+
+
+def _composite_module(**kwargs):
+    from td_distributions import CompositeDistribution
+
+    return ProbabilisticTensorDictModule(
+        in_keys=["params"],
+        out_keys=["cont", ("nested", "disc")],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs={"distribution_map": {"cont": Normal, ("nested", "disc"): Categorical}},
+        return_log_prob=True,
+        **kwargs,
+    )
+
+
+def _params():
+    params = TensorDict(
+        {
+            "cont": {"loc": torch.randn(3, 4), "scale": torch.rand(3, 4) + 0.1},
+            ("nested", "disc"): {"logits": torch.randn(3, 10)},
+        },
+        [3],
+    )
+    return TensorDict(params=params, batch_size=[3])
+
+
+@pytest.mark.skipif(
+    not hasattr(td_distributions, "CompositeDistribution"),
+    reason="td_distributions does not export CompositeDistribution yet",
+)
+@pytest.mark.parametrize("aggregate", [False, True])
+def test_composite_distribution(aggregate):
+    with set_composite_lp_aggregate(aggregate):
+        module = _composite_module()
+        td = module(_params())
+        assert td["cont"].shape == (3, 4) and td["nested", "disc"].shape == (3,)
+        if aggregate:
+            assert module.log_prob_keys == ["sample_log_prob"]
+            assert td["sample_log_prob"].shape == (3,)
+            lp = module.log_prob(td)
+            torch.testing.assert_close(lp, td["sample_log_prob"])
+        else:
+            assert module.log_prob_keys == ["cont_log_prob", ("nested", "disc_log_prob")]
+            assert td["cont_log_prob"].shape == (3, 4)
+            assert td["nested", "disc_log_prob"].shape == (3,)
+        with set_interaction_type("random"):
+            sampled = module(_params())
+        assert sampled["nested", "disc"].dtype == torch.int64
