@@ -12,7 +12,9 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in {"td_nn", "td_distribu
 
 
 def test_import_is_light_and_loads_no_sibling():
-    out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK], capture_output=True, text=True, check=True
+    ).stdout
     added, forbidden = out.strip().splitlines()
     assert added == "[]", f"import td_core pulled in modules beyond torch: {added}"
     assert forbidden == "[]", f"import td_core loaded {forbidden}"
