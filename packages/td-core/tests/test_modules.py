@@ -189,3 +189,17 @@ def test_make_tensordict():
     td = make_tensordict({"a": torch.zeros(3, 4)}, b=torch.zeros(3, 4, 2))
     assert td.batch_size == torch.Size([3, 4])
     assert make_tensordict(a=torch.zeros(3, 4), batch_size=[3]).batch_size == torch.Size([3])
+
+
+def test_to_module_restores_a_slot_that_held_none():
+    lin = nn.Linear(3, 4, bias=False)
+    td = TensorDict(weight=torch.zeros(4, 3), bias=torch.ones(4))
+    with td.to_module(lin):
+        assert torch.equal(lin.bias, torch.ones(4))
+    assert lin.bias is None
+
+
+def test_vmap_over_tensordict_params():
+    params = from_modules(nn.Linear(2, 2), nn.Linear(2, 2), as_module=True)
+    sums = torch.vmap(lambda p: p["weight"].sum(), (0,))(params)
+    assert torch.allclose(sums, params["weight"].sum((1, 2)))

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from td_core._map import is_td
+from td_core._map import is_nt, is_td
+from td_core._nontensor import NonTensorData
 from td_core._td import TensorDict
 from td_core.errors import KeyNotFoundError
 
@@ -199,6 +200,13 @@ def _swap(
                 swap[key] = TensorDict._new_unsafe(sub, _EMPTY)  # type: ignore[arg-type]
             continue
         if not isinstance(value, Tensor):
+            if (
+                is_nt(value)
+                and value.data is None
+                and (key in module._parameters or key in module._buffers)
+            ):
+                # restoring a slot that held None before to_module filled it
+                (module._parameters if key in module._parameters else module._buffers)[key] = None
             continue
         if key in module._parameters:
             slots = module._parameters
@@ -216,7 +224,7 @@ def _swap(
                 old.copy_(value)
             continue
         if swap is not None:
-            swap[key] = old
+            swap[key] = NonTensorData(None) if old is None else old
         slots[key] = value  # type: ignore[assignment]
 
 

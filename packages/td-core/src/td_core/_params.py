@@ -19,6 +19,7 @@ from torch import nn
 
 from td_core._base import TensorDictBase
 from td_core._map import is_nt, is_td
+from td_core._pytree import register
 from td_core._td import TensorDict
 from td_core._utils import NO_DEFAULT, as_device
 
@@ -181,3 +182,13 @@ class TensorDictParams(TensorDictBase, nn.Module):
         return TensorDictBase.__repr__(self)
 
     __hash__ = nn.Module.__hash__
+
+    @classmethod
+    def _from_pytree(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: Any
+    ) -> TensorDict:
+        # inside torch.vmap/func transforms the leaves are transformed tensors: a plain TensorDict
+        return TensorDict._new_unsafe(source, batch_size, device)
+
+
+register(TensorDictParams)

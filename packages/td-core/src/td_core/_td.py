@@ -219,6 +219,21 @@ class TensorDict(TensorDictBase):
             return value.data
         return TensorDictBase.__getitem__(self, index)
 
+    def set(
+        self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False
+    ) -> TensorDict:
+        if type(key) is str and not inplace and type(item) is Tensor and self._device is None:
+            if self._is_locked:
+                raise LockedError(
+                    f"cannot set key {key!r}: the TensorDict is locked; use set_() for in-place writes"
+                )
+            bs = self._batch_size
+            if item.shape[: len(bs)] != bs:
+                raise self._shape_error(key, item.shape)
+            self._tensordict[key] = item
+            return self
+        return TensorDictBase.set(self, key, item, inplace, non_blocking=non_blocking)  # type: ignore[return-value]
+
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(index) is str:
             if self._is_locked:
