@@ -67,3 +67,11 @@ def test_map_argument_errors():
         dataset().map(double, num_workers=1, chunksize=2, num_chunks=2)
     with pytest.raises(ValueError, match="num_workers"):
         dataset().map(double, num_workers=0)
+
+
+def test_map_after_multithreaded_work_in_the_parent():
+    # a large op warms the parent's OpenMP pool; forked workers must not deadlock on theirs
+    data = TensorDict({"x": torch.randn(2000, 3, 16, 16)}, [2000])
+    (data["x"] * 2).sum()
+    out = data.map(double, num_workers=2, num_chunks=4)
+    assert torch.equal(out["x"], data["x"] * 2)

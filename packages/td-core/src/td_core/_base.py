@@ -496,6 +496,7 @@ class TensorDictBase(
         pool: Any = None,
         pbar: bool = False,
         mp_start_method: str | None = None,
+        worker_threads: int = 1,
     ) -> TensorDictBase:
         """Apply ``fn`` to chunks along ``dim`` in a process pool and gather the results.
 
@@ -510,6 +511,9 @@ class TensorDictBase(
             num_workers: pool size (default: the CPU count).
             pool: an existing ``multiprocessing`` pool to use instead.
             pbar: show a tqdm progress bar.
+            mp_start_method: the multiprocessing start method (default: the platform's).
+            worker_threads: torch intra-op threads per worker (1 avoids OpenMP
+                deadlocks in forked workers and oversubscription).
         """
         from td_core._workers import map_td
 
@@ -523,6 +527,7 @@ class TensorDictBase(
             pool=pool,
             pbar=pbar,
             mp_start_method=mp_start_method,
+            worker_threads=worker_threads,
         )
 
     def send(self, dst: int, *, init_tag: int = 0, group: Any = None) -> int:

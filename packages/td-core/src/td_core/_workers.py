@@ -10,6 +10,7 @@ or ``torch.stack`` (``chunksize == 0``, one element per call).
 
 from __future__ import annotations
 
+import math
 import os
 import traceback
 from collections.abc import Callable, Iterator
@@ -52,19 +53,34 @@ class _Call:
 def _chunks(
     td: TensorDictBase, dim: int, chunksize: int | None, num_chunks: int | None, workers: int
 ) -> tuple[list[Any], bool]:
+    """The pieces handed to workers, cut by basic indexing only.
+
+    Slices (not ``split``/``unbind``) keep memory-mapped leaves as memory-mapped
+    views, which pickle as a file name and offset instead of as data.
+    """
     size = td.batch_size[dim]
     if chunksize is not None and num_chunks is not None:
         raise ValueError("map: pass chunksize or num_chunks, not both")
+    lead = (slice(None),) * dim
     if chunksize == 0:
-        return list(td.unbind(dim)), True
+        return [td[(*lead, i)] for i in range(size)], True
     if chunksize is not None:
         if chunksize < 0:
             raise ValueError(f"map: chunksize must be >= 0, got {chunksize}")
-        return list(td.split(chunksize, dim)), False
-    count = num_chunks if num_chunks is not None else workers
-    if count <= 0:
-        raise ValueError(f"map: num_chunks must be positive, got {count}")
-    return list(td.chunk(min(count, max(size, 1)), dim)), False
+        step = chunksize
+    else:
+        count = num_chunks if num_chunks is not None else workers
+        if count <= 0:
+            raise ValueError(f"map: num_chunks must be positive, got {count}")
+        step = max(1, math.ceil(size / count))
+    return [td[(*lead, slice(start, start + step))] for start in range(0, size, step)], False
+
+
+def _init_worker(threads: int) -> None:
+    # A forked child inherits the parent's OpenMP state; running a multi-threaded
+    # op there can deadlock (libgomp is not fork-safe). One intra-op thread per
+    # worker avoids that and is what a pool of workers wants anyway.
+    torch.set_num_threads(threads)
 
 
 def _share(td: TensorDictBase) -> None:
@@ -98,6 +114,7 @@ def map_td(
     pool: Any = None,
     pbar: bool = False,
     mp_start_method: str | None = None,
+    worker_threads: int = 1,
 ) -> TensorDictBase:
     """See :meth:`TensorDictBase.map`."""
     d = normalize_dim(dim, td.batch_dims)
@@ -114,7 +131,9 @@ def map_td(
         import torch.multiprocessing as mp
 
         context = mp.get_context(mp_start_method)
-        with context.Pool(workers) as own_pool:
+        with context.Pool(
+            workers, initializer=_init_worker, initargs=(worker_threads,)
+        ) as own_pool:
             results = list(_progress(own_pool.imap(call, jobs), len(jobs), pbar))
     for result in results:
         if isinstance(result, _WorkerFailure):
