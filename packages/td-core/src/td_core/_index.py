@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._map import is_nt, is_td, map_batch
+from td_core._map import index_batch, is_nt, is_td, map_batch
 from td_core._nontensor import NonTensorData
 from td_core._utils import NO_DEFAULT, broadcast_shape
 from td_core.errors import BatchSizeError, LockedError
@@ -90,6 +90,36 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
     return items
 
 
+def single_index(norm: tuple[Any, ...], batch_size: torch.Size) -> tuple[int, torch.Tensor] | None:
+    """``(dim, positions)`` when ``norm`` is full slices then one 1-d index tensor or mask.
+
+    Such an index reads with ``index_select`` and writes with ``index_copy_``
+    (each about a third faster than advanced indexing on CPU), and a mask is
+    turned into positions once instead of once per leaf.
+    """
+    if not norm:
+        return None
+    *lead, item = norm
+    if not isinstance(item, Tensor) or item.ndim != 1 or any(i != _SLICE_ALL for i in lead):
+        return None
+    d = len(lead)
+    if item.dtype == torch.bool:
+        return d, item.nonzero().squeeze(-1)
+    if item.dtype not in (torch.int64, torch.int32):
+        return None
+    size = batch_size[d]
+    if not item.numel():
+        return d, item.long()
+    low, high = (int(v) for v in torch.aminmax(item))
+    if high >= size or low < -size:
+        bad = high if high >= size else low
+        raise IndexError(
+            f"index {bad} is out of range for batch dim {d} of size {size} (batch_size {list(batch_size)})"
+        )
+    positions = item if item.dtype == torch.int64 else item.long()
+    return d, positions if low >= 0 else torch.where(positions < 0, positions + size, positions)
+
+
 def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
     """The batch size after indexing (computed on a stride-0 stand-in, no data copied)."""
     return torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape
@@ -108,23 +138,41 @@ class IndexingMixin:
                 raise IndexError(f"cannot index a TensorDict with batch_size [] by {index!r}")
             if not -bs[0] <= index < bs[0]:
                 raise IndexError(f"index {index} is out of range for batch_size {list(bs)}")
-            return map_batch(self, lambda t: t[index], bs[1:])
+            return index_batch(self, index, bs[1:])
         if cls is slice:
             if not bs:
                 raise IndexError("cannot slice a TensorDict with batch_size []")
             length = len(range(*index.indices(bs[0])))
-            return map_batch(self, lambda t: t[index], torch.Size((length, *bs[1:])))
+            return index_batch(self, index, torch.Size((length, *bs[1:])))
         norm = normalize_index(index, bs)
+        single = single_index(norm, bs)
+        if single is not None:
+            d, positions = single
+            lead = torch.Size((*bs[:d], positions.numel(), *bs[d + 1 :]))
+
+            def select(t: Tensor) -> Tensor:
+                try:
+                    return t.index_select(d, positions)
+                except RuntimeError:  # e.g. positions on another device than this leaf
+                    return t[norm]
+
+            return map_batch(self, select, lead)
         lead = indexed_shape(bs, norm)
-        return map_batch(self, lambda t: t[norm], lead)
+        return index_batch(self, norm if len(norm) != 1 else norm[0], lead)
 
     def _setitem_index(self: TensorDictBase, index: Any, value: Any) -> None:
         bs = self.batch_size
+        single = None
         if type(index) is int and bs and -bs[0] <= index < bs[0]:
             norm, sub = index, bs[1:]
         else:
             norm = normalize_index(index, bs)
-            sub = indexed_shape(bs, norm)
+            single = single_index(norm, bs)
+            if single is not None:
+                d, positions = single
+                sub = torch.Size((*bs[:d], positions.numel(), *bs[d + 1 :]))
+            else:
+                sub = indexed_shape(bs, norm)
         if isinstance(value, dict):
             from td_core._td import TensorDict
 
@@ -133,7 +181,7 @@ class IndexingMixin:
             writes: list[tuple[Tensor, Any]] = []
             later: list[tuple[TensorDictBase, str, Any, int]] = []
             _plan_sub(self, value, sub, norm, (), writes, later)
-            _apply_plan(writes, later, norm, sub)
+            _apply_plan(writes, later, norm, sub, single)
         else:
             leaves = list(self.items(include_nested=True, leaves_only=True))
             if isinstance(value, (bool, int, float)):
@@ -224,9 +272,18 @@ def _apply_plan(
     later: list[tuple[TensorDictBase, str, Any, int]],
     index: Any,
     sub: torch.Size,
+    single: tuple[int, torch.Tensor] | None = None,
 ) -> None:
-    for dest, src in writes:
-        dest[index] = src
+    if single is not None:
+        d, positions = single
+        for dest, src in writes:
+            try:
+                dest.index_copy_(d, positions, src)
+            except RuntimeError:  # needs broadcasting or a cast: index_copy_ checks before writing
+                dest[index] = src
+    else:
+        for dest, src in writes:
+            dest[index] = src
     for td, key, src, nv in later:
         if nv < 0:  # an existing non-tensor leaf: replace it with the updated values
             dest = td._get_str(key)

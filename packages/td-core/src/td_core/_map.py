@@ -69,6 +69,25 @@ def _map_batch(
     return td._new(out, lead if len(bs) == n else lead + bs[n:])
 
 
+def index_batch(td: TensorDictBase, index: Any, lead: torch.Size) -> TensorDictBase:
+    """``map_batch`` specialised to ``t[index]``: indexing is the hottest batch op,
+    and inlining it saves a function call per leaf."""
+    return _index_batch(td, index, lead, td.batch_dims)
+
+
+def _index_batch(td: TensorDictBase, index: Any, lead: torch.Size, n: int) -> TensorDictBase:
+    out = {}
+    for key, value in td._items_str():
+        if type(value) is Tensor or isinstance(value, Tensor):
+            out[key] = value[index]
+        elif value._is_non_tensor:
+            out[key] = value._map_batch(lambda t: t[index], lead, n)
+        else:
+            out[key] = _index_batch(value, index, lead, n)
+    bs = td.batch_size
+    return td._new(out, lead if len(bs) == n else lead + bs[n:])
+
+
 def map_batch_multi(
     td: TensorDictBase,
     fn: Callable[[Tensor], Sequence[Tensor]],
