@@ -165,6 +165,8 @@ class IndexingMixin:
         single = None
         if type(index) is int and bs and -bs[0] <= index < bs[0]:
             norm, sub = index, bs[1:]
+        elif type(index) is slice and bs:
+            norm, sub = index, torch.Size((len(range(*index.indices(bs[0]))), *bs[1:]))
         else:
             norm = normalize_index(index, bs)
             single = single_index(norm, bs)
@@ -173,6 +175,8 @@ class IndexingMixin:
                 sub = torch.Size((*bs[:d], positions.numel(), *bs[d + 1 :]))
             else:
                 sub = indexed_shape(bs, norm)
+            if len(norm) == 1:  # a bare index is cheaper for torch than a 1-tuple
+                norm = norm[0]
         if isinstance(value, dict):
             from td_core._td import TensorDict
 
