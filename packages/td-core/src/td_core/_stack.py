@@ -73,40 +73,49 @@ def stack(
         if out is not None:
             raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
         return LazyStackedTensorDict(*tds, stack_dim=d)
-    result = _stack(tds, d, ())
+    result = _combine(tds, d, (), stacking=True)
     if out is not None:
         out.update_(result)
         return out
     return result
 
 
-def _stack(tds: list[TensorDictBase], d: int, prefix: tuple[str, ...]) -> TensorDictBase:
+def _combine(
+    tds: list[TensorDictBase], d: int, prefix: tuple[str, ...], stacking: bool
+) -> TensorDictBase:
+    """Stack (new dim ``d``) or concatenate (along ``d``) matching entries, recursively."""
+    what = "stack" if stacking else "cat"
+    tensor_op = torch.stack if stacking else torch.cat
+    non_tensor_op = stack_non_tensors if stacking else cat_non_tensors
     first = tds[0]
-    _same_keys(tds, prefix, "stack")
+    _same_keys(tds, prefix, what)
     getters = _getters(tds)
     entries: dict[str, Any] = {}
     for key, value in first._items_str():
         values = [get(key) for get in getters]
         if isinstance(value, Tensor):
             try:
-                entries[key] = torch.stack(values, d)
+                entries[key] = tensor_op(values, d)
             except (RuntimeError, TypeError) as err:
                 shapes = sorted({tuple(v.shape) for v in values if isinstance(v, Tensor)})
                 raise BatchSizeError(
-                    f"stack: entry {(*prefix, key)!r} has different shapes {shapes}: {err}"
+                    f"{what}: entry {(*prefix, key)!r} has incompatible shapes {shapes}: {err}"
                 ) from None
         elif value._is_non_tensor:
-            entries[key] = stack_non_tensors(values, d)
+            entries[key] = non_tensor_op(values, d)
         else:
-            sub_bs = value.batch_size
-            if any(v.batch_size != sub_bs for v in values):
+            if stacking and any(v.batch_size != value.batch_size for v in values):
                 raise BatchSizeError(
                     f"stack: sub-TensorDict {(*prefix, key)!r} has different batch sizes "
                     f"{sorted({tuple(v.batch_size) for v in values})}"
                 )
-            entries[key] = _stack(values, d, (*prefix, key))
-    bs = first.batch_size
-    return first._new(entries, torch.Size((*bs[:d], len(tds), *bs[d:])))
+            entries[key] = _combine(values, d, (*prefix, key), stacking)
+    bs = list(first.batch_size)
+    if stacking:
+        bs.insert(d, len(tds))
+    else:
+        bs[d] = sum(td.batch_size[d] for td in tds)
+    return first._new(entries, torch.Size(bs))
 
 
 def cat(
@@ -123,32 +132,8 @@ def cat(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
                 f"{list(bs)}; they may differ only in dim {d}"
             )
-    result = _cat(tds, d, ())
+    result = _combine(tds, d, (), stacking=False)
     if out is not None:
         out.update_(result)
         return out
     return result
-
-
-def _cat(tds: list[TensorDictBase], d: int, prefix: tuple[str, ...]) -> TensorDictBase:
-    first = tds[0]
-    _same_keys(tds, prefix, "cat")
-    getters = _getters(tds)
-    entries: dict[str, Any] = {}
-    for key, value in first._items_str():
-        values = [get(key) for get in getters]
-        if isinstance(value, Tensor):
-            try:
-                entries[key] = torch.cat(values, d)
-            except (RuntimeError, TypeError) as err:
-                shapes = sorted({tuple(v.shape) for v in values if isinstance(v, Tensor)})
-                raise BatchSizeError(
-                    f"cat: entry {(*prefix, key)!r} has incompatible shapes {shapes}: {err}"
-                ) from None
-        elif value._is_non_tensor:
-            entries[key] = cat_non_tensors(values, d)
-        else:
-            entries[key] = _cat(values, d, (*prefix, key))
-    bs = list(first.batch_size)
-    bs[d] = sum(td.batch_size[d] for td in tds)
-    return first._new(entries, torch.Size(bs))

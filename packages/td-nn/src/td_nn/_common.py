@@ -13,12 +13,11 @@ from td_core import (
     NestedKey,
     TensorDict,
     TensorDictBase,
-    is_tensor_collection,
     unravel_key,
 )
 from td_core.errors import KeyNotFoundError
 from td_nn._base import TensorDictModuleBase, format_keys, indent
-from td_nn._dispatch import call_with_tensors
+from td_nn._dispatch import resolve_call
 from td_nn._errors import KeySpecError, OutputMismatchError
 from td_nn._skip import _SKIP, should_skip
 
@@ -176,18 +175,11 @@ class TensorDictModule(TensorDictModuleBase):
         **kwargs: Any,
     ) -> Any:
         """Read ``in_keys`` from ``tensordict``, call the module, write ``out_keys``."""
-        if not isinstance(tensordict, TensorDictBase):
-            if tensordict is None and isinstance(kwargs.get("tensordict"), TensorDictBase):
-                tensordict = kwargs.pop("tensordict")
-            else:
-                return call_with_tensors(self, self.forward, tensordict, args, kwargs)
-        if args:
-            if tensordict_out is not None or len(args) > 1 or not is_tensor_collection(args[0]):
-                raise TypeError(
-                    f"{self._name()} takes a TensorDict and an optional tensordict_out, "
-                    f"got extra positional arguments {args!r}"
-                )
-            tensordict_out = args[0]
+        tensordict, tensordict_out, result = resolve_call(
+            self, self.forward, tensordict, args, tensordict_out, kwargs
+        )
+        if tensordict is None:
+            return result
         mode = _SKIP.get()
         if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
             return tensordict

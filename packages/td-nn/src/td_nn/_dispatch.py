@@ -98,6 +98,36 @@ def call_with_tensors(
     return out
 
 
+def resolve_call(
+    module: Any,
+    forward: Callable[..., Any],
+    tensordict: Any,
+    args: tuple[Any, ...],
+    tensordict_out: Any,
+    kwargs: dict[str, Any],
+) -> tuple[Any, Any, Any]:
+    """Normalise the arguments of a module's ``forward``.
+
+    Returns ``(tensordict, tensordict_out, None)`` for a TensorDict call (the
+    input may also come as ``tensordict=`` and the output TensorDict as a second
+    positional argument), or ``(None, None, result)`` after running the call on
+    tensors (see :func:`call_with_tensors`).
+    """
+    if not is_tensor_collection(tensordict):
+        if tensordict is None and is_tensor_collection(kwargs.get("tensordict")):
+            tensordict = kwargs.pop("tensordict")
+        else:
+            return None, None, call_with_tensors(module, forward, tensordict, args, kwargs)
+    if args:
+        if tensordict_out is not None or len(args) > 1 or not is_tensor_collection(args[0]):
+            raise TypeError(
+                f"{type(module).__name__} takes a TensorDict and an optional tensordict_out, "
+                f"got extra positional arguments {args!r}"
+            )
+        tensordict_out = args[0]
+    return tensordict, tensordict_out, None
+
+
 def dispatch(
     func: Callable[..., Any] | None = None,
     /,

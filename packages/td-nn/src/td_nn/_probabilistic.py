@@ -25,7 +25,7 @@ from td_core import (
 from td_core.errors import KeyNotFoundError
 from td_nn._base import TensorDictModuleBase, format_keys
 from td_nn._common import as_key_list
-from td_nn._dispatch import call_with_tensors
+from td_nn._dispatch import resolve_call
 from td_nn._errors import KeySpecError
 from td_nn._sequence import TensorDictSequential
 from td_nn._skip import _SKIP, should_skip
@@ -276,13 +276,11 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         **kwargs: Any,
     ) -> Any:
         """Build the distribution, write a value (and its log-probability)."""
-        if not isinstance(tensordict, TensorDictBase):
-            if tensordict is None and isinstance(kwargs.get("tensordict"), TensorDictBase):
-                tensordict = kwargs.pop("tensordict")
-            else:
-                return call_with_tensors(self, self.forward, tensordict, args, kwargs)
-        if args:
-            tensordict_out = args[0]
+        tensordict, tensordict_out, result = resolve_call(
+            self, self.forward, tensordict, args, tensordict_out, kwargs
+        )
+        if tensordict is None:
+            return result
         mode = _SKIP.get()
         if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
             return tensordict

@@ -8,10 +8,10 @@ from typing import Any
 
 from torch import nn
 
-from td_core import NestedKey, TensorDict, TensorDictBase, is_tensor_collection
+from td_core import NestedKey, TensorDict, TensorDictBase
 from td_nn._base import TensorDictModuleBase, format_keys, indent
 from td_nn._common import as_key_list
-from td_nn._dispatch import call_with_tensors
+from td_nn._dispatch import resolve_call
 from td_nn._skip import _SKIP, should_skip
 
 __all__ = ["TensorDictSequential", "sequence_keys"]
@@ -126,18 +126,11 @@ class TensorDictSequential(TensorDictModuleBase):
         **kwargs: Any,
     ) -> Any:
         """Run every member on ``tensordict`` in order."""
-        if not isinstance(tensordict, TensorDictBase):
-            if tensordict is None and isinstance(kwargs.get("tensordict"), TensorDictBase):
-                tensordict = kwargs.pop("tensordict")
-            else:
-                return call_with_tensors(self, self.forward, tensordict, args, kwargs)
-        if args:
-            if tensordict_out is not None or len(args) > 1 or not is_tensor_collection(args[0]):
-                raise TypeError(
-                    f"TensorDictSequential takes a TensorDict and an optional tensordict_out, "
-                    f"got extra positional arguments {args!r}"
-                )
-            tensordict_out = args[0]
+        tensordict, tensordict_out, result = resolve_call(
+            self, self.forward, tensordict, args, tensordict_out, kwargs
+        )
+        if tensordict is None:
+            return result
         if kwargs:
             raise TypeError(
                 f"TensorDictSequential got unexpected keyword arguments {sorted(kwargs)}"
