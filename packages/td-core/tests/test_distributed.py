@@ -1,6 +1,5 @@
 """send/recv/isend/irecv and init_remote/from_remote_init between 2 local processes (gloo)."""
 
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,8 +13,9 @@ SCRIPT = textwrap.dedent(
     import torch.distributed as dist
     from td_core import TensorDict
 
-    rank, port, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+    rank, store, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    # a file rendezvous: no fixed port that another process could take first
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
                             timeout=__import__("datetime").timedelta(seconds=30))
 
     def make(fill):
@@ -49,20 +49,14 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("mode", ["sync", "async", "remote"])
 def test_two_processes(tmp_path, mode):
     script = tmp_path / "worker.py"
     script.write_text(SCRIPT)
-    port = str(free_port())
+    store = str(tmp_path / "rendezvous")
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(rank), port, mode],
+            [sys.executable, str(script), str(rank), store, mode],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -165,3 +165,10 @@ def test_vmap_over_a_lazy_stack():
     lazy = lazy_stack(members())
     out = torch.vmap(lambda td: td["a"].sum(-1) + td["n", "b"])(lazy)
     assert torch.equal(out, lazy["a"].sum(-1) + lazy["n", "b"])
+
+
+def test_clear_device_walks_members_without_stacking():
+    ragged = lazy_stack(
+        [TensorDict({"a": torch.zeros(2, 2)}, [2]), TensorDict({"a": torch.zeros(2, 3)}, [2])]
+    )
+    assert ragged.clear_device_() is ragged

@@ -367,3 +367,11 @@ def test_numpy_values_set_and_update():
     assert td["np"].dtype == torch.float32
     td.update({"np2": np.zeros(3, dtype=np.int64)})
     assert td["np2"].dtype == torch.int64
+
+
+def test_update_inplace_copies_non_tensor_values():
+    td = TensorDict({"a": torch.zeros(2), "s": "old"}, [2])
+    td.update_(TensorDict({"a": torch.ones(2), "s": "new"}, [2]))
+    assert td["s"] == "new" and torch.equal(td["a"], torch.ones(2))
+    td.set_("s", "newer")
+    assert td["s"] == "newer"

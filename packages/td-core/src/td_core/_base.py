@@ -383,7 +383,8 @@ class TensorDictBase(
                 ) from err
         elif is_td(dest):
             dest.update_(item)
-        else:  # non-tensor leaves are immutable: replace
+        elif not dest._write_(item.data if is_nt(item) else item):
+            # plain non-tensor leaves are immutable values: replace this one
             self._set_str(key, self._validate(item, full_key))
 
     def _validate(self, value: Any, key: NestedKey) -> Any:
@@ -456,10 +457,13 @@ class TensorDictBase(
     def clear_device_(self) -> TensorDictBase:
         """Forget the device (entries stay where they are)."""
         self._set_device(None)
-        for value in self._values_str():
-            if is_td(value):
-                value.clear_device_()
+        for value in self._subtrees():
+            value.clear_device_()
         return self
+
+    def _subtrees(self) -> list[TensorDictBase]:
+        """The sub-TensorDicts this container holds directly (a lazy stack: its members)."""
+        return [value for value in self._values_str() if is_td(value)]
 
     def _set_device(self, device: Any) -> None:
         raise TypeError(f"{type(self).__name__} does not support changing its device")

@@ -133,6 +133,9 @@ class LazyStackedTensorDict(TensorDictBase):
         for td in self.tensordicts:
             td._set_device(device)
 
+    def _subtrees(self) -> list[TensorDictBase]:
+        return list(self.tensordicts)  # walking members avoids stacking every entry
+
     def lock_(self) -> LazyStackedTensorDict:
         self._is_locked = True
         for td in self.tensordicts:

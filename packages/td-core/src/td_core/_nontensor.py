@@ -93,6 +93,14 @@ class _NonTensorBase:
             flat[where.reshape(-1)] = _full(torch.Size([where.size]), value)
         return _from_array(values, self.device)
 
+    def _write_(self, value: Any) -> bool:
+        """Write ``value`` into this leaf in place, if it supports that.
+
+        Plain non-tensor leaves are immutable values: they return False and the
+        container replaces them. Leaves backed by shared storage override this.
+        """
+        return False
+
     def to(self, device: torch.device | str | None) -> _NonTensorBase:
         out = copy.copy(self)
         out.device = None if device is None else torch.device(device)

@@ -237,9 +237,12 @@ class StructureMixin:
             None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
         )
         pairs: list[tuple[Tensor, Any, tuple[str, ...]]] = []
-        _plan_update_(self, input_dict_or_td, allowed, (), pairs)
+        values: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]] = []
+        _plan_update_(self, input_dict_or_td, allowed, (), pairs, values)
         for dest, value, _ in pairs:
             dest.copy_(value, non_blocking=non_blocking)
+        for td, key, value, full in values:
+            td._copy_into(key, td._get_str(key), value, full)
         return self
 
     def empty(
@@ -421,6 +424,7 @@ def _plan_update_(
     allowed: set[tuple[str, ...]] | None,
     prefix: tuple[str, ...],
     pairs: list[tuple[Tensor, Any, tuple[str, ...]]],
+    values: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]],
 ) -> None:
     items = source._items_str() if is_td(source) else source.items()
     for raw_key, value in items:
@@ -429,9 +433,13 @@ def _plan_update_(
             full[: len(a)] == a or a[: len(full)] == full for a in allowed
         ):
             continue
-        if is_nt(value):
-            continue
         dest = td.get(raw_key, NO_DEFAULT)
+        if is_nt(dest) or (is_nt(value) and dest is not NO_DEFAULT and not is_td(dest)):
+            # non-tensor values are written into (or replace) their leaf, after all checks
+            key = unravel_key(raw_key)
+            target = td if type(key) is str else td._parent_for(key, create=False)
+            values.append((target, key if type(key) is str else key[-1], value, full))
+            continue
         if dest is NO_DEFAULT:
             raise KeyNotFoundError(
                 f"update_: key {full!r} is not in the TensorDict (update_ only copies into existing entries)"
@@ -441,7 +449,7 @@ def _plan_update_(
                 raise TypeError(
                     f"update_: cannot copy a {type(value).__name__} into sub-TensorDict {full!r}"
                 )
-            _plan_update_(dest, value, allowed, full, pairs)
+            _plan_update_(dest, value, allowed, full, pairs, values)
         elif isinstance(dest, Tensor):
             if not isinstance(value, Tensor):
                 value = torch.as_tensor(value, device=dest.device)
