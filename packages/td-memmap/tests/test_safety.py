@@ -360,3 +360,39 @@ class TestCrash:
         os.rmdir(prefix / "zz.bin")
         save(td, prefix)
         assert set(load(prefix).keys()) == {"a", "zz"}
+
+
+class TestOddMetadataFiles:
+    def test_a_fifo_is_refused_without_blocking(self, saved):
+        os.unlink(saved / "n" / "meta.json")
+        os.mkfifo(saved / "n" / "meta.json")
+        with pytest.raises(MemmapFormatError, match="not a regular file"):
+            load(saved)
+
+    def test_a_folder_is_refused(self, saved):
+        os.unlink(saved / "n" / "meta.json")
+        os.mkdir(saved / "n" / "meta.json")
+        with pytest.raises(MemmapFormatError, match="not a regular file"):
+            load(saved)
+
+    def test_a_link_inside_the_save_is_followed(self, saved):
+        os.rename(saved / "n" / "meta.json", saved / "n" / "real-meta.json")
+        os.symlink("real-meta.json", saved / "n" / "meta.json")
+        assert load(saved)["n", "b"].tolist() == [1, 1, 1]
+
+    def test_a_link_leaving_the_save_is_refused(self, saved, tmp_path):
+        os.rename(saved / "n" / "meta.json", tmp_path / "outside.json")
+        os.symlink(tmp_path / "outside.json", saved / "n" / "meta.json")
+        with pytest.raises(UnsafePathError, match="leaves the saved folder"):
+            load(saved)
+
+    @pytest.mark.parametrize("num_threads", [0, 4])
+    def test_many_folders_with_threads(self, tmp_path, num_threads):
+        td = TensorDict({f"m{i}": {"w": torch.full((2,), float(i))} for i in range(600)}, [2])
+        save(td, tmp_path / "many")
+        (tmp_path / "many" / "m599" / "w.bin").write_bytes(b"\0")
+        with pytest.raises(LeafSizeError, match=r"m599/w\.bin"):
+            load(tmp_path / "many", num_threads=num_threads)
+        save(td, tmp_path / "many")
+        back = load(tmp_path / "many", num_threads=num_threads)
+        assert [back[f"m{i}", "w"][0].item() for i in range(600)] == [float(i) for i in range(600)]

@@ -125,11 +125,6 @@ class TestRoundTrip:
         save(td, tmp_path / "s")
         assert load(tmp_path / "s")["v"] == [[1, 2], [3], []]
 
-    def test_share_non_tensor_is_refused_with_non_tensor_data(self, tmp_path):
-        with pytest.raises(NotImplementedError, match="share_non_tensor"):
-            save(_td(), tmp_path / "x", share_non_tensor=True)
-        save(TensorDict({"a": torch.zeros(1)}, [1]), tmp_path / "y", share_non_tensor=True)
-
     def test_return_early(self, tmp_path):
         td = _td()
         fut = save(td, tmp_path / "f", num_threads=2, return_early=True)
@@ -273,16 +268,41 @@ class TestMemmapLike:
 class TestSeedParameterExample:
     def test_checkpoint_and_slice(self, tmp_path):
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 3))
-        params = TensorDict(
-            {name: dict(module.named_parameters()) for name, module in model.named_children()},
-            batch_size=[],
-        )
-        params.memmap(tmp_path / "folder", num_threads=16)
-        loaded = TensorDict.load_memmap(tmp_path / "folder", num_threads=16)
-        assert torch.equal(loaded["0", "weight"], model[0].weight.detach())
-        params0 = TensorDict.load_memmap(tmp_path / "folder" / "0", num_threads=16)
-        assert set(params0.keys()) == {"weight", "bias"}
-        assert torch.equal(params0["bias"], model[0].bias.detach())
+        x = torch.randn(5, 3)
+        expected = model(x).detach()
+        folder = str(tmp_path / "folder")
+
+        params = TensorDict.from_module(model)
+        params.memmap(folder, num_threads=16)
+        params = TensorDict.load_memmap(folder, num_threads=16)
+        assert isinstance(params["0", "weight"], MemoryMappedTensor)
+        with torch.no_grad():  # scramble the model: only the loaded values can restore it
+            for p in model.parameters():
+                p.zero_()
+        assert not torch.allclose(model(x), expected)
+
+        params.to_module(model)
+        assert model[0].weight is params["0", "weight"]
+        torch.testing.assert_close(model(x), expected)
+
         with torch.no_grad():
-            model[0].weight.copy_(params0["weight"] * 0)
-        assert model[0].weight.abs().sum().item() == 0
+            model[0].weight.zero_()  # a copy-on-write leaf: the file keeps its values
+        params["0"].to_module(model[0])
+        params0 = TensorDict.load_memmap(folder + "/0", num_threads=16)
+        assert set(params0.keys()) == {"weight", "bias"}
+        params0.to_module(model[0])
+        assert model[0].weight is params0["weight"]
+        assert model[0].weight.abs().sum().item() > 0
+        torch.testing.assert_close(
+            model[0](x), torch.nn.functional.linear(x, params0["weight"], params0["bias"])
+        )
+
+    def test_to_module_as_a_context_manager_restores_the_model(self, tmp_path):
+        model = torch.nn.Linear(2, 2)
+        saved = TensorDict.from_module(model).memmap(tmp_path / "p")
+        with torch.no_grad():
+            model.weight.fill_(3.0)
+        before = model.weight
+        with TensorDict.load_memmap(tmp_path / "p").to_module(model):
+            assert torch.equal(model.weight, saved["weight"])
+        assert model.weight is before and model.weight.eq(3.0).all()

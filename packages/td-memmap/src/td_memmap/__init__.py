@@ -9,9 +9,11 @@ from td_memmap._errors import (
     MemmapFormatError,
     MissingLeafError,
     PickleNotAllowedError,
+    UnknownClassError,
     UnsafePathError,
 )
 from td_memmap._format import DTYPES, encode_key
+from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._version import __version__
 
@@ -27,6 +29,9 @@ __all__ = [
     "memmap_like",
     "load_memmap",
     "is_memmap",
+    # non-tensor values shared between processes
+    "SharedNonTensorData",
+    "SharedNonTensorStack",
     # the format
     "DTYPES",
     "encode_key",
@@ -39,4 +44,5 @@ __all__ = [
     "UnsafePathError",
     "PickleNotAllowedError",
     "MemmapExistsError",
+    "UnknownClassError",
 ]

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from td_core import TensorDict, is_tensor_collection
-from td_memmap._convert import assign_leaves, from_tree, to_tree
+from td_core import TensorDict, TensorDictBase, is_tensor_collection
+from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_leaves, to_tree
 from td_memmap._load import load_tree
 from td_memmap._save import save_tree, share_tree
 from td_memmap._tensor import MemoryMappedTensor
@@ -21,7 +21,7 @@ __all__ = ["memmap", "memmap_", "memmap_like", "save", "load_memmap", "load", "i
 _Prefix = str | os.PathLike | None
 
 
-def _as_td(td: Any) -> TensorDict:
+def _as_td(td: Any) -> TensorDictBase:
     if isinstance(td, Mapping) and not is_tensor_collection(td):
         return TensorDict(td)
     return td
@@ -48,7 +48,7 @@ def _background(job: Any) -> Future[Any]:
 
 
 def memmap(
-    td: TensorDict | Mapping[str, Any],
+    td: TensorDictBase | Mapping[str, Any],
     prefix: _Prefix = None,
     *,
     copy_existing: bool = False,
@@ -60,23 +60,29 @@ def memmap(
     allow_pickle: bool = False,
     durable: bool = False,
 ) -> Any:
-    """Write ``td`` to memory-mapped files under ``prefix``; a locked TensorDict of them.
+    """Write ``td`` to memory-mapped files under ``prefix``; a locked copy of ``td`` on them.
 
     Each tensor leaf becomes one raw file written sequentially (in parallel
     with ``num_threads > 0``); each (sub-)TensorDict a folder with a
-    ``meta.json`` written last and atomically. Without ``prefix`` the leaves
-    move to anonymous shared memory instead. Non-tensor values are stored as
-    JSON in the metadata.
+    ``meta.json`` written last and atomically. A lazy stack becomes a folder
+    with one sub-folder per member, a tensorclass instance a folder recording
+    its class. Without ``prefix`` the leaves move to anonymous shared memory
+    instead. Non-tensor values are stored as JSON in the metadata.
 
     Args:
-        td: a TensorDict (a plain mapping is wrapped with ``batch_size=[]``).
+        td: a TensorDict, lazy stack or tensorclass instance (a plain mapping is
+            wrapped with ``batch_size=[]``). The result is of the same kind.
         prefix: destination folder (created); None for shared memory.
         copy_existing: copy leaves that are already memory-mapped elsewhere
             (otherwise that raises a ``RuntimeError``, as upstream).
         num_threads: threads writing leaves; 0 writes in the calling thread.
         return_early: return a ``concurrent.futures.Future`` of the result at once.
-        share_non_tensor: not supported (raises ``NotImplementedError`` when
-            the TensorDict holds non-tensor data).
+        share_non_tensor: share the non-tensor values between processes: each
+            is also written to its own file, and the result's non-tensor leaves
+            (:class:`SharedNonTensorData`, :class:`SharedNonTensorStack`) re-read
+            it on every access; ``td.get(key).data = value`` writes it, for
+            every process holding the leaf or loading the folder. Values must
+            have a JSON form, and ``prefix`` must be given.
         existsok: overwrite an existing save in ``prefix``; otherwise a
             ``MemmapExistsError`` (a ``FileExistsError``) is raised.
         inplace: replace ``td``'s own leaves (what ``memmap_`` does).
@@ -87,7 +93,10 @@ def memmap(
     Raises:
         PickleNotAllowedError: (a ``ValueError``) a non-tensor value has no
             JSON form and ``allow_pickle`` is False.
-        TypeError: an entry cannot be memory-mapped (sparse, quantized, ...).
+        TypeError: an entry cannot be memory-mapped (sparse, quantized, ...),
+            or a shared non-tensor value has no JSON form.
+        ValueError: ``share_non_tensor=True`` without a ``prefix`` while ``td``
+            holds non-tensor values.
 
     Examples:
         >>> import tempfile, torch
@@ -103,13 +112,13 @@ def memmap(
     _check_threads(num_threads)
     td = _as_td(td)
     tree = to_tree(td)
-    if share_non_tensor and _has_non_tensor(tree):
-        raise NotImplementedError(
-            "share_non_tensor=True is not supported by td-memmap: non-tensor values are saved in the "
-            "metadata and each process holds its own copy"
+    if share_non_tensor and prefix is None and _has_non_tensor(tree):
+        raise ValueError(
+            "share_non_tensor=True needs a prefix: shared non-tensor values live in files of the "
+            "saved folder (a folder under /dev/shm keeps them in memory)"
         )
 
-    def run() -> TensorDict:
+    def run() -> Any:
         if prefix is None:
             out = share_tree(tree, copy_existing=copy_existing)
         else:
@@ -121,10 +130,11 @@ def memmap(
                 allow_pickle=allow_pickle,
                 existsok=existsok,
                 durable=durable,
+                share_non_tensor=share_non_tensor,
             )
         if inplace:
             if td.device is not None and td.device.type != "cpu":
-                td.clear_device_()
+                clear_device(td)
             td.unlock_()
             assign_leaves(td, out)
             return td.lock_()
@@ -133,13 +143,13 @@ def memmap(
     return _background(run) if return_early else run()
 
 
-def memmap_(td: TensorDict, prefix: _Prefix = None, **kwargs: Any) -> Any:
+def memmap_(td: TensorDictBase, prefix: _Prefix = None, **kwargs: Any) -> Any:
     """:func:`memmap` in place: ``td``'s leaves become memory-mapped tensors; returns ``td``."""
     return memmap(td, prefix, inplace=True, **kwargs)
 
 
 def memmap_like(
-    td: TensorDict | Mapping[str, Any],
+    td: TensorDictBase | Mapping[str, Any],
     prefix: _Prefix = None,
     *,
     copy_existing: bool = False,
@@ -167,7 +177,7 @@ def memmap_like(
     _check_threads(num_threads)
     tree = to_tree(_as_td(td))
 
-    def run() -> TensorDict:
+    def run() -> Any:
         if prefix is None:
             out = share_tree(tree, like=True)
         else:
@@ -185,27 +195,45 @@ def load_memmap(
     num_threads: int = 0,
     device: torch.device | str | None = None,
     non_blocking: bool = False,
-    out: TensorDict | None = None,
+    out: TensorDictBase | None = None,
     writable: bool = False,
     allow_pickle: bool = False,
-) -> TensorDict:
-    """Load a TensorDict saved with :func:`memmap` (or any of its sub-folders).
+    cls: type | None = None,
+) -> Any:
+    """Load what :func:`memmap` saved (or any of its sub-folders).
 
     Every metadata file is validated, and every data file's size checked,
     before anything is mapped; nothing is written. Leaves are memory-mapped:
-    data is read from disk only when touched.
+    data is read from disk only when touched. A saved lazy stack loads as a
+    lazy stack of memory-mapped members, a saved tensorclass instance as an
+    instance of its class.
+
+    A tensorclass is only restored if it is already imported: the loader
+    looks its recorded ``module:qualname`` up in ``sys.modules`` and never
+    imports a module or runs code named by the folder. Otherwise the load
+    raises :class:`UnknownClassError` before mapping anything, unless ``cls``
+    says what to build.
 
     Args:
         prefix: the saved folder, or one of its sub-folders.
-        num_threads: threads mapping leaves (0: the calling thread).
+        num_threads: threads reading the folders and mapping the leaves (0:
+            the calling thread).
         device: move the result there (a copy, no longer memory-mapped).
         non_blocking: passed to ``.to(device)``.
         out: copy the loaded values into this TensorDict (in place) and return it.
         writable: map leaves so that in-place writes reach the files. By
             default files are opened read-only and leaves are copy-on-write:
-            writes stay in this process.
+            writes stay in this process. Values saved with
+            ``share_non_tensor=True`` load as shared leaves when writable, and
+            as their current values otherwise.
         allow_pickle: load values that were saved with pickle. Unpickling
             runs code chosen by whoever wrote the folder: only for trusted data.
+        cls: a tensorclass: the folder loaded becomes an instance of it,
+            whatever class it recorded (its entries must be fields of ``cls``);
+            tensorclasses in its sub-folders are still looked up.
+            ``TensorDict``: no class is restored; every tensorclass of the save
+            loads as a plain TensorDict of its fields. None (the default): the
+            recorded classes.
 
     Raises:
         IncompleteSaveError: (a ``FileNotFoundError``) no metadata: not a save,
@@ -214,10 +242,29 @@ def load_memmap(
             (``ValueError``) malformed content, naming the file at fault.
         PickleNotAllowedError: (a ``ValueError``) the folder holds pickled
             values and ``allow_pickle`` is False.
+        UnknownClassError: (a ``LookupError``, ``RuntimeError``) the save holds a tensorclass
+            that is not imported, and ``cls`` does not replace it.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from td_core import lazy_stack, TensorDict
+        >>> stack = lazy_stack([TensorDict({"a": torch.zeros(2)}, [2]),
+        ...                     TensorDict({"a": torch.ones(2), "b": torch.ones(2, 5)}, [2])])
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = memmap(stack, folder)
+        >>> back = load_memmap(folder)
+        >>> type(back).__name__, back.batch_size, back.exclusive_keys()
+        ('LazyStackedTensorDict', torch.Size([2, 2]), [[], ['b']])
     """
     _check_threads(num_threads)
     td = from_tree(
-        load_tree(prefix, num_threads=num_threads, writable=writable, allow_pickle=allow_pickle)
+        load_tree(
+            prefix,
+            num_threads=num_threads,
+            writable=writable,
+            allow_pickle=allow_pickle,
+            cls=cls,
+        )
     )
     if device is not None:
         td = td.to(device, non_blocking=non_blocking)
@@ -232,11 +279,13 @@ load = load_memmap
 
 
 def is_memmap(td: Any) -> bool:
-    """Whether ``td`` has tensor leaves and every one of them is a :class:`MemoryMappedTensor`."""
+    """Whether ``td`` has tensor leaves and every one of them is a :class:`MemoryMappedTensor`.
+
+    Lazy stacks are looked at member by member, tensorclasses field by field.
+    """
     found = False
-    for value in td.values(include_nested=True, leaves_only=True):
-        if isinstance(value, torch.Tensor):
-            if not isinstance(value, MemoryMappedTensor):
-                return False
-            found = True
+    for value in tensor_leaves(to_tree(td)):
+        if not isinstance(value, MemoryMappedTensor):
+            return False
+        found = True
     return found

@@ -1,24 +1,47 @@
-"""TensorDicts to trees and back, through td-core's public API only."""
+"""TensorDicts, lazy stacks and tensorclasses to trees and back."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from td_core import NonTensorData, NonTensorStack, TensorDict, is_non_tensor, is_tensor_collection
-from td_memmap._tree import Node, NonTensorLeaf
+from td_core import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    is_non_tensor,
+    is_tensor_collection,
+    is_tensorclass,
+)
+from td_memmap._classes import class_name
+from td_memmap._shared import make_shared
+from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
-__all__ = ["to_tree", "from_tree", "assign_leaves"]
+__all__ = ["to_tree", "from_tree", "assign_leaves", "tensor_leaves", "clear_device"]
+
+_CPU = torch.device("cpu")
 
 
 def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
     """The tree of ``td``; a memory-mapped copy lives on the CPU, so a set device becomes "cpu"."""
-    if not isinstance(td, TensorDict):
+    device = None if td.device is None else "cpu"
+    if isinstance(td, LazyStackedTensorDict):
+        node = Node(tuple(td.batch_size), device, {}, KIND_LAZY, td.stack_dim)
+        for i, member in enumerate(td.tensordicts):
+            node.entries[str(i)] = to_tree(member, (*where, f"<member {i}>"))
+        return node
+    if is_tensorclass(td):
+        node = to_tree(td._tensordict, where)
+        node.kind, node.class_name, node.cls = KIND_CLASS, class_name(type(td)), type(td)
+        return node
+    if not is_tensor_collection(td):
         what = f"entry {where!r}" if where else "the argument"
         raise TypeError(
-            f"{what} is a {type(td).__name__}: td-memmap saves TensorDicts (lazy stacks and "
-            "tensorclasses are not supported yet; densify with .contiguous() or .to_tensordict())"
+            f"{what} is a {type(td).__name__}: td-memmap saves TensorDicts, lazy stacks and "
+            "tensorclasses"
         )
     entries: dict[str, Any] = {}
     for key, value in td.items():
@@ -37,30 +60,77 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
             raise TypeError(
                 f"entry {(*where, key)!r} of type {type(value).__name__} cannot be saved"
             )
-    device = None if td.device is None else "cpu"
     return Node(tuple(td.batch_size), device, entries)
 
 
-def from_tree(node: Node) -> TensorDict:
-    """A TensorDict holding the tree's entries (no copies)."""
+def _leaf(leaf: NonTensorLeaf) -> Any:
+    if leaf.shared is not None:
+        return make_shared(leaf.shared, leaf.batch_size, leaf.stacked)
+    if leaf.stacked:
+        return NonTensorStack(leaf.value)
+    return NonTensorData(leaf.value, leaf.batch_size)
+
+
+def from_tree(node: Node) -> Any:
+    """The TensorDict, lazy stack or tensorclass instance holding the tree's entries (no copies).
+
+    Every tree given here is valid by construction: made by :func:`to_tree`
+    from a TensorDict (its leaves possibly replaced by memory-mapped tensors of
+    the same shapes), or by the loader after ``parse_folder`` checked that keys
+    are unique strings, that every tensor's shape and every sub-folder's
+    batch size start with the folder's batch size, that non-tensor batch sizes
+    equal it, and that the device is None or the CPU (where mapped leaves live).
+    """
+    if node.kind == KIND_LAZY:
+        members = [from_tree(member) for member in node.entries.values()]
+        return LazyStackedTensorDict(*members, stack_dim=node.stack_dim)
     entries: dict[str, Any] = {}
     for key, value in node.entries.items():
-        if isinstance(value, Node):
+        if type(value) is Node:
             entries[key] = from_tree(value)
-        elif isinstance(value, NonTensorLeaf):
-            if value.stacked:
-                entries[key] = NonTensorStack(value.value)
-            else:
-                entries[key] = NonTensorData(value.value, value.batch_size)
+        elif type(value) is NonTensorLeaf:
+            entries[key] = _leaf(value)
         else:
             entries[key] = value
-    return TensorDict(entries, batch_size=node.batch_size, device=node.device)
+    # _new_unsafe skips td-core's per-entry checks: sound only because the tree
+    # satisfies TensorDict's invariants, as established above (see the docstring).
+    td = TensorDict._new_unsafe(
+        entries, torch.Size(node.batch_size), None if node.device is None else _CPU
+    )
+    if node.kind == KIND_CLASS and node.cls is not None:
+        return node.cls.from_tensordict(td)  # type: ignore[attr-defined]
+    return td
 
 
-def assign_leaves(td: TensorDict, node: Node) -> None:
-    """Replace ``td``'s tensor leaves, in place, by the tree's (same structure)."""
+def assign_leaves(td: Any, node: Node) -> None:
+    """Replace ``td``'s tensor leaves (and shared values), in place, by the tree's (same structure)."""
+    if node.kind == KIND_LAZY:
+        for member, sub in zip(td.tensordicts, node.entries.values()):
+            assign_leaves(member, sub)  # type: ignore[arg-type]
+        return
     for key, value in node.entries.items():
-        if isinstance(value, Node):
+        if type(value) is Node:
             assign_leaves(td.get(key), value)
-        elif isinstance(value, torch.Tensor) and td.get(key) is not value:
-            td.set(key, value)
+        elif isinstance(value, torch.Tensor):
+            if td.get(key) is not value:
+                td.set(key, value)
+        elif value.shared is not None:
+            td.set(key, _leaf(value))
+
+
+def clear_device(td: Any) -> None:
+    """Forget the device of ``td`` and of everything it holds (without stacking lazy stacks)."""
+    if isinstance(td, LazyStackedTensorDict):
+        for member in td.tensordicts:
+            clear_device(member)
+    else:
+        td.clear_device_()
+
+
+def tensor_leaves(node: Node) -> Iterator[torch.Tensor]:
+    """Every tensor of the tree, depth first."""
+    for value in node.entries.values():
+        if type(value) is Node:
+            yield from tensor_leaves(value)
+        elif isinstance(value, torch.Tensor):
+            yield value

@@ -18,6 +18,7 @@ __all__ = [
     "UnsafePathError",
     "PickleNotAllowedError",
     "MemmapExistsError",
+    "UnknownClassError",
 ]
 
 
@@ -51,3 +52,10 @@ class PickleNotAllowedError(MemmapError, ValueError):
 
 class MemmapExistsError(MemmapError, FileExistsError, RuntimeError):
     """The target file or folder already exists and ``existsok=False``."""
+
+
+class UnknownClassError(MemmapError, LookupError, RuntimeError):
+    """A save holds a tensorclass that is not imported (td-memmap never imports by name).
+
+    Also a ``RuntimeError``, which upstream tensordict raises in this case.
+    """

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "TMP_PREFIX",
     "LEAF_SUFFIX",
     "PICKLE_SUFFIX",
+    "SHARED_SUFFIX",
     "DTYPES",
     "dtype_name",
     "dtype_from_name",
@@ -28,6 +30,7 @@ __all__ = [
     "check_component",
     "value_to_json",
     "value_from_json",
+    "object_array",
 ]
 
 FORMAT_NAME = "td-memmap"
@@ -36,6 +39,7 @@ META_NAME = "meta.json"
 TMP_PREFIX = ".td-tmp-"  # every temporary file starts with this; encoded keys never start with "."
 LEAF_SUFFIX = ".bin"
 PICKLE_SUFFIX = ".pkl"
+SHARED_SUFFIX = ".nt.json"  # a shared non-tensor value; stems have no ".": never "meta.json"
 
 # dtypes whose storage is plain bytes, by the name ``str(dtype)`` gives without "torch.".
 # Looked up with getattr so older torch versions simply have fewer of them.
@@ -244,3 +248,26 @@ def value_from_json(data: Any) -> Any:
             out[value_from_json(item[0])] = value_from_json(item[1])
         return out
     raise ValueError(f"unknown tagged value {tag!r}")
+
+
+def object_array(nested: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """An object array of ``shape`` from nested lists, without numpy guessing the depth.
+
+    Raises:
+        ValueError: ``nested`` is not nested lists of exactly ``shape``.
+    """
+    out = np.empty(shape, dtype=object)
+    flat = out.reshape(-1)
+    items: list[Any] = [nested]
+    for depth, size in enumerate(shape):
+        nxt: list[Any] = []
+        for item in items:
+            if type(item) is not list or len(item) != size:
+                raise ValueError(
+                    f"stacked value does not have batch_size {list(shape)} (level {depth})"
+                )
+            nxt.extend(item)
+        items = nxt
+    for i, item in enumerate(items):
+        flat[i] = item
+    return out

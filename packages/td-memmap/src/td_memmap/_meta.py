@@ -2,18 +2,24 @@
 
 Validation is complete before any data is touched: the loader parses every
 folder's metadata and checks every name, dtype, shape and file size first.
+Folders are parsed level by level, so a thread pool can read the folders of
+one level in parallel.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import stat
 import sys
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Union
 
 import torch
 
+from td_memmap._classes import check_class_name
 from td_memmap._errors import (
     IncompleteSaveError,
     LeafSizeError,
@@ -29,9 +35,11 @@ from td_memmap._format import (
     dtype_from_name,
 )
 from td_memmap._io import read_json
+from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD
 
 __all__ = [
     "KINDS",
+    "MAX_DEPTH",
     "TensorEntry",
     "DirEntry",
     "NonTensorEntry",
@@ -40,12 +48,15 @@ __all__ = [
     "parse_folder",
 ]
 
-#: Folder kinds this version reads. Later versions add e.g. "LazyStackedTensorDict"
-#: (one sub-folder per stacked member plus "stack_dim") and "tensorclass" (a
-#: "class" field naming an already-imported, registered class: never imported by name).
-KINDS = frozenset({"TensorDict"})
+#: Folder kinds this version reads.
+KINDS = frozenset({KIND_TD, KIND_LAZY, KIND_CLASS})
 #: Deepest nesting of sub-folders a loader follows (a hostile folder could recurse forever).
 MAX_DEPTH = 200
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO planted as meta.json must not hang
+_META_FLAGS = os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | getattr(os, "O_BINARY", 0)
 
 
 @dataclass(slots=True)
@@ -60,7 +71,7 @@ class TensorEntry:
 @dataclass(slots=True)
 class DirEntry:
     key: str
-    folder: FolderMeta
+    folder: FolderMeta | None = None  # set once the sub-folder is parsed
 
 
 @dataclass(slots=True)
@@ -71,6 +82,10 @@ class NonTensorEntry:
     encoding: str  # "json" or "pickle"
     value: Any  # the JSON payload, for "json"
     path: str | None  # the pickle file, for "pickle"
+    shared: str | None = None  # the file holding the live value, for shared values
+
+
+MetaEntry = Union[TensorEntry, DirEntry, NonTensorEntry]  # noqa: UP007 (runtime alias, 3.10)
 
 
 @dataclass(slots=True)
@@ -79,7 +94,10 @@ class FolderMeta:
     kind: str
     batch_size: tuple[int, ...]
     device: str | None
-    entries: tuple[TensorEntry | DirEntry | NonTensorEntry, ...]
+    entries: tuple[MetaEntry, ...] = ()
+    stack_dim: int = 0
+    members: list[FolderMeta] = field(default_factory=list)  # lazy stacks: the members, in order
+    class_name: str | None = None  # tensorclasses: "module:qualname"
 
 
 def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[str, Any]:
@@ -95,15 +113,45 @@ def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[s
 
 
 class _Ctx:
-    """What validating one folder needs to know: where it is and where the save's root is."""
+    """One folder to parse: where it is, where the save's root is, and where its result goes."""
 
-    __slots__ = ("folder", "meta_path", "root_real", "folder_real")
+    __slots__ = (
+        "folder",
+        "meta_path",
+        "root_real",
+        "folder_real",
+        "depth",
+        "parent_batch",
+        "exact_batch",
+        "target",
+    )
 
-    def __init__(self, folder: str, root_real: str, folder_real: str) -> None:
+    def __init__(
+        self,
+        folder: str,
+        folder_real: str,
+        root_real: str,
+        depth: int,
+        parent_batch: tuple[int, ...],
+        exact_batch: bool,  # a lazy stack's member: its batch size is given, not a prefix
+        target: DirEntry | tuple[list[FolderMeta], int],  # the entry, or (members, index)
+    ) -> None:
         self.folder = folder
         self.meta_path = folder + os.sep + META_NAME
         self.root_real = root_real
         self.folder_real = folder_real
+        self.depth = depth
+        self.parent_batch = parent_batch
+        self.exact_batch = exact_batch
+        self.target = target
+
+    def attach(self, meta: FolderMeta) -> None:
+        """Put the parsed ``meta`` where the parent expects it."""
+        if type(self.target) is DirEntry:
+            self.target.folder = meta
+        else:
+            members, index = self.target
+            members[index] = meta
 
     def fail(self, message: str, cls: type[Exception] = MemmapFormatError) -> Exception:
         return cls(f"{self.meta_path!r}: {message}")
@@ -112,7 +160,7 @@ class _Ctx:
         self, name: object, key: str | None, label: str
     ) -> tuple[str, os.stat_result, str | None]:
         """``folder/name`` after checking it stays in the save; its ``stat``; its real path if a link."""
-        why = check_component(name)
+        why = _component(name) if type(name) is str else check_component(name)
         if why is not None:
             what = _what(key, label)
             raise self.fail(
@@ -138,6 +186,27 @@ class _Ctx:
             raise self.fail(f"{what}: {path!r} is a dangling link", MissingLeafError) from None
         return path, st, real
 
+    def subfolder(self, name: object, key: str, label: str) -> tuple[str, str]:
+        """``folder/name`` and its real path, after checking it is a folder strictly inside this one."""
+        path, st, real = self.inside(name, key, label)
+        if not stat.S_ISDIR(st.st_mode):
+            raise self.fail(f"entry {key!r}: {path!r} is not a folder")
+        if real is None:
+            return path, self.folder_real + os.sep + name  # type: ignore[operator]
+        if (
+            real == self.folder_real
+            or os.path.commonpath([real, self.folder_real]) != self.folder_real
+        ):
+            raise self.fail(
+                f"entry {key!r}: folder {path!r} is not strictly inside {self.folder_real!r}",
+                UnsafePathError,
+            )
+        return path, real
+
+
+# the same few names ("weight.bin", "meta.json", ...) come back in every folder
+_component = functools.lru_cache(maxsize=4096)(check_component)
+
 
 def _what(key: str | None, label: str) -> str:
     return label if key is None else f"entry {key!r} {label}"
@@ -153,38 +222,63 @@ def _dims(value: object) -> tuple[int, ...] | None:
 
 
 def parse_folder(
-    folder: str,
-    *,
-    root_real: str | None = None,
-    folder_real: str | None = None,
-    parent_batch: tuple[int, ...] = (),
-    depth: int = 0,
+    folder: str, *, map_fn: Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]] = map
 ) -> FolderMeta:
     """Read and validate ``folder``'s metadata and, recursively, its sub-folders'.
+
+    Args:
+        map_fn: how the folders of one level are parsed (``map``, or a thread
+            pool's ``map`` to read them in parallel).
 
     Raises:
         IncompleteSaveError: no metadata file (not a save, or an interrupted one).
         MemmapFormatError: anything malformed, each naming the file at fault.
     """
-    if folder_real is None:  # the folder asked for: anything goes, links included
-        folder = os.path.abspath(folder)
-        if not os.path.isdir(folder):
-            raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
-        folder_real = os.path.realpath(folder)
-    ctx = _Ctx(folder, folder_real if root_real is None else root_real, folder_real)
-    meta_path = ctx.meta_path
-    if depth > MAX_DEPTH:
-        raise ctx.fail(f"sub-folders are nested more than {MAX_DEPTH} deep", UnsafePathError)
+    folder = os.path.abspath(folder)
+    if not os.path.isdir(folder):
+        raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
+    real = os.path.realpath(folder)  # the folder asked for: anything goes, links included
+    root: list[FolderMeta] = [None]  # type: ignore[list-item]
+    level = [_Ctx(folder, real, real, 0, (), False, (root, 0))]
+    while level:
+        parsed = map_fn(_parse_one, level)
+        done, level = level, []
+        for ctx, (meta, children) in zip(done, parsed):
+            ctx.attach(meta)
+            level.extend(children)
+    return root[0]
+
+
+def _open_meta(ctx: _Ctx) -> Any:
+    """The parsed JSON of the folder's metadata file (one open and one fstat when it is plain)."""
+    path = ctx.meta_path
     try:
-        _, st, _ = ctx.inside(META_NAME, None, "metadata file")
-    except MissingLeafError:
+        fd = os.open(path, _META_FLAGS)
+    except FileNotFoundError:
         raise IncompleteSaveError(
-            f"{meta_path!r} not found: {folder!r} is not a td-memmap save, or its save was "
+            f"{path!r} not found: {ctx.folder!r} is not a td-memmap save, or its save was "
             "interrupted before it completed"
         ) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ctx.fail("the metadata is not a regular file")
-    data = read_json(meta_path, st.st_size)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.EMLINK):  # not "it is a link"
+            raise
+        ctx.inside(META_NAME, None, "metadata file")  # a link must stay in the save
+        fd = os.open(path, _META_FLAGS & ~_O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ctx.fail("the metadata is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return read_json(path, st.st_size, fd=fd)
+
+
+def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
+    """Parse and check one folder's metadata; the sub-folders still to parse."""
+    if ctx.depth > MAX_DEPTH:
+        raise ctx.fail(f"sub-folders are nested more than {MAX_DEPTH} deep", UnsafePathError)
+    data = _open_meta(ctx)
     if type(data) is not dict:
         raise ctx.fail(f"expected a JSON object, got {type(data).__name__}")
     if data.get("format") != FORMAT_NAME:
@@ -208,30 +302,73 @@ def parse_folder(
         raise ctx.fail(
             f"'batch_size' {data.get('batch_size')!r} is not a list of non-negative ints"
         )
-    if batch_size[: len(parent_batch)] != parent_batch:
+    parent = ctx.parent_batch
+    if ctx.exact_batch and batch_size != parent:
         raise ctx.fail(
-            f"batch_size {list(batch_size)} does not start with the parent's {list(parent_batch)}"
+            f"batch_size {list(batch_size)} of a stacked member is not the stack's without its "
+            f"stack dim, {list(parent)}"
+        )
+    if batch_size[: len(parent)] != parent:
+        raise ctx.fail(
+            f"batch_size {list(batch_size)} does not start with the parent's {list(parent)}"
         )
     device = data.get("device")
     if device not in (None, "cpu"):  # memory-mapped data lives on the CPU
         raise ctx.fail(f"'device' is {device!r}, expected null or 'cpu'")
+    meta = FolderMeta(ctx.folder, kind, batch_size, device)
+    children: list[_Ctx] = []
+    if kind == KIND_LAZY:
+        _parse_members(data, meta, ctx, children)
+        return meta, children
+    if kind == KIND_CLASS:
+        name = data.get("class")
+        why = check_class_name(name)
+        if why is not None:
+            raise ctx.fail(f"'class' {name!r} is not a class name ({why})")
+        meta.class_name = name  # type: ignore[assignment]
     raw_entries = data.get("entries")
     if type(raw_entries) is not list:
         raise ctx.fail("'entries' is missing or not a list")
     seen: set[str] = set()
     entries = []
     for raw in raw_entries:
-        entry = _parse_entry(raw, ctx, batch_size, depth)
+        entry = _parse_entry(raw, ctx, batch_size)
         if entry.key in seen:
             raise ctx.fail(f"key {entry.key!r} appears twice")
         seen.add(entry.key)
         entries.append(entry)
-    return FolderMeta(folder, kind, batch_size, device, tuple(entries))
+        if type(entry) is DirEntry:
+            path, real = ctx.subfolder(raw["dir"], entry.key, "folder")
+            children.append(
+                _Ctx(path, real, ctx.root_real, ctx.depth + 1, batch_size, False, entry)
+            )
+    meta.entries = tuple(entries)
+    return meta, children
 
 
-def _parse_entry(
-    raw: object, ctx: _Ctx, batch_size: tuple[int, ...], depth: int
-) -> TensorEntry | DirEntry | NonTensorEntry:
+def _parse_members(data: dict[str, Any], meta: FolderMeta, ctx: _Ctx, children: list[_Ctx]) -> None:
+    """A lazy stack's ``stack_dim`` and ``members``: member ``i`` is the sub-folder ``"i"``."""
+    batch_size = meta.batch_size
+    stack_dim, count = data.get("stack_dim"), data.get("members")
+    if type(stack_dim) is not int or not 0 <= stack_dim < len(batch_size):
+        raise ctx.fail(
+            f"'stack_dim' {stack_dim!r} is not a batch dim of batch_size {list(batch_size)}"
+        )
+    if type(count) is not int or count < 1 or count != batch_size[stack_dim]:
+        raise ctx.fail(
+            f"'members' {count!r} is not batch_size[{stack_dim}] = {batch_size[stack_dim]} (at least 1)"
+        )
+    meta.stack_dim = stack_dim
+    member_batch = batch_size[:stack_dim] + batch_size[stack_dim + 1 :]
+    meta.members = [None] * count  # type: ignore[list-item]  # filled as the members are parsed
+    for i in range(count):
+        path, real = ctx.subfolder(str(i), str(i), "member folder")
+        children.append(
+            _Ctx(path, real, ctx.root_real, ctx.depth + 1, member_batch, True, (meta.members, i))
+        )
+
+
+def _parse_entry(raw: object, ctx: _Ctx, batch_size: tuple[int, ...]) -> MetaEntry:
     if type(raw) is not dict:
         raise ctx.fail(f"an entry is a {type(raw).__name__}, expected an object")
     key, kind = raw.get("key"), raw.get("type")
@@ -260,52 +397,42 @@ def _parse_entry(
         if st.st_size != nbytes:
             raise ctx.fail(
                 f"entry {key!r}: data file {path!r} has {st.st_size} bytes, but shape {list(shape)} of "
-                f"{str(dtype).removeprefix('torch.')} needs {numel * dtype.itemsize} "
+                f"{str(dtype).removeprefix('torch.')} needs {nbytes} "
                 "(truncated, or not from this save)",
                 LeafSizeError,
             )
         return TensorEntry(key, path, dtype, shape, nbytes)
     if kind == "tensordict":
-        name = raw.get("dir")
-        path, st, real = ctx.inside(name, key, "folder")
-        if not stat.S_ISDIR(st.st_mode):
-            raise ctx.fail(f"entry {key!r}: {path!r} is not a folder")
-        if real is None:
-            real = ctx.folder_real + os.sep + name  # type: ignore[operator]
-        elif (
-            real == ctx.folder_real
-            or os.path.commonpath([real, ctx.folder_real]) != ctx.folder_real
-        ):
-            raise ctx.fail(
-                f"entry {key!r}: folder {path!r} is not strictly inside {ctx.folder_real!r}",
-                UnsafePathError,
-            )
-        child = parse_folder(
-            path,
-            root_real=ctx.root_real,
-            folder_real=real,
-            parent_batch=batch_size,
-            depth=depth + 1,
-        )
-        return DirEntry(key, child)
+        return DirEntry(key)  # the caller checks and parses the sub-folder
     if kind == "non_tensor":
-        nt_batch = _dims(raw.get("batch_size"))
-        if nt_batch is None or nt_batch[: len(batch_size)] != batch_size:
-            raise ctx.fail(
-                f"entry {key!r} has batch_size {raw.get('batch_size')!r}, expected a list starting with {list(batch_size)}"
-            )
-        stacked = raw.get("stacked", False)
-        if type(stacked) is not bool:
-            raise ctx.fail(f"entry {key!r} has 'stacked' {stacked!r}, expected a boolean")
-        encoding = raw.get("encoding")
-        if encoding == "json":
-            if "value" not in raw:
-                raise ctx.fail(f"entry {key!r} has no 'value'")
-            return NonTensorEntry(key, nt_batch, stacked, "json", raw["value"], None)
-        if encoding == "pickle":
-            path, st, _ = ctx.inside(raw.get("file"), key, "file")
-            if not stat.S_ISREG(st.st_mode):
-                raise ctx.fail(f"entry {key!r}: {path!r} is not a regular file")
-            return NonTensorEntry(key, nt_batch, stacked, "pickle", None, path)
-        raise ctx.fail(f"entry {key!r} has unknown encoding {encoding!r}")
+        return _parse_non_tensor(raw, key, ctx, batch_size)
     raise ctx.fail(f"entry {key!r} has unknown type {kind!r}")
+
+
+def _parse_non_tensor(
+    raw: dict[str, Any], key: str, ctx: _Ctx, batch_size: tuple[int, ...]
+) -> NonTensorEntry:
+    nt_batch = _dims(raw.get("batch_size"))
+    if nt_batch != batch_size:
+        raise ctx.fail(
+            f"entry {key!r} has batch_size {raw.get('batch_size')!r}, expected the folder's {list(batch_size)}"
+        )
+    stacked = raw.get("stacked", False)
+    if type(stacked) is not bool:
+        raise ctx.fail(f"entry {key!r} has 'stacked' {stacked!r}, expected a boolean")
+    encoding = raw.get("encoding")
+    if encoding == "json":
+        if "value" not in raw:
+            raise ctx.fail(f"entry {key!r} has no 'value'")
+        shared = None
+        if "shared" in raw:
+            shared, st, _ = ctx.inside(raw["shared"], key, "shared value file")
+            if not stat.S_ISREG(st.st_mode):
+                raise ctx.fail(f"entry {key!r}: {shared!r} is not a regular file")
+        return NonTensorEntry(key, nt_batch, stacked, "json", raw["value"], None, shared)
+    if encoding == "pickle":
+        path, st, _ = ctx.inside(raw.get("file"), key, "file")
+        if not stat.S_ISREG(st.st_mode):
+            raise ctx.fail(f"entry {key!r}: {path!r} is not a regular file")
+        return NonTensorEntry(key, nt_batch, stacked, "pickle", None, path)
+    raise ctx.fail(f"entry {key!r} has unknown encoding {encoding!r}")

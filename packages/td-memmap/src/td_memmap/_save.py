@@ -16,6 +16,7 @@ loader refuses; saving again over them succeeds.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from td_memmap._format import (
     LEAF_SUFFIX,
     META_NAME,
     PICKLE_SUFFIX,
+    SHARED_SUFFIX,
     dtype_name,
     file_stems,
     value_to_json,
@@ -46,14 +48,14 @@ from td_memmap._io import (
 )
 from td_memmap._meta import MAX_DEPTH, header
 from td_memmap._tensor import MemoryMappedTensor
-from td_memmap._tree import Node, NonTensorLeaf
+from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
 __all__ = ["save_tree", "share_tree", "nontensor_json"]
 
 
 @dataclass
 class _Job:
-    action: str  # "write", "alloc", "reuse" or "bytes"
+    action: str  # "write", "alloc", "reuse", "bytes" or "shared"
     src: Any
     path: str
     out: Node
@@ -97,23 +99,37 @@ def _whole_file(mmt: MemoryMappedTensor) -> bool:
 
 
 class _Planner:
-    def __init__(self, *, copy_existing: bool, like: bool, allow_pickle: bool) -> None:
+    def __init__(
+        self, *, copy_existing: bool, like: bool, allow_pickle: bool, share: bool = False
+    ) -> None:
         self.copy_existing = copy_existing
         self.like = like
         self.allow_pickle = allow_pickle
+        self.share = share
         self.jobs: list[_Job] = []
 
     def folder(self, node: Node, path: str, where: tuple[str, ...] = ()) -> _Folder:
         if len(where) > MAX_DEPTH:
             raise ValueError(f"entry {where[:3]!r}... is nested more than {MAX_DEPTH} deep")
+        out = node.empty_like()
+        meta = header(node.kind, node.batch_size, node.device)
+        plan = _Folder(path, meta, out, len(where))
+        if node.kind == KIND_LAZY:
+            meta["stack_dim"] = node.stack_dim
+            meta["members"] = len(node.entries)
+            for i, (name, member) in enumerate(node.entries.items()):
+                assert type(member) is Node and name == str(i)
+                child = self.folder(member, os.path.join(path, name), (*where, f"<member {i}>"))
+                plan.children.append(child)
+                out.entries[name] = child.out
+            return plan
+        if node.kind == KIND_CLASS:
+            meta["class"] = node.class_name
         for key in node.entries:
             if type(key) is not str:
                 raise TypeError(f"keys must be strings, got {key!r} in {where!r}")
-        out = Node(node.batch_size, node.device, {}, node.kind)
         entries: list[dict[str, Any]] = []
-        meta = header(node.kind, node.batch_size, node.device)
         meta["entries"] = entries
-        plan = _Folder(path, meta, out, len(where))
         stems = file_stems(node.entries)
         for key, value in node.entries.items():
             full_key = (*where, key)
@@ -124,12 +140,7 @@ class _Planner:
                 out.entries[key] = child.out
                 entries.append({"key": key, "type": "tensordict", "dir": stem})
             elif isinstance(value, NonTensorLeaf):
-                entries.append(
-                    self._nontensor(
-                        value, os.path.join(path, stem + PICKLE_SUFFIX), out, key, full_key
-                    )
-                )
-                out.entries[key] = value
+                entries.append(self._nontensor(value, os.path.join(path, stem), out, key, full_key))
             elif isinstance(value, torch.Tensor):
                 entries.append(
                     self._tensor(value, os.path.join(path, stem + LEAF_SUFFIX), out, key, full_key)
@@ -168,7 +179,7 @@ class _Planner:
         }
 
     def _nontensor(
-        self, leaf: NonTensorLeaf, path: str, out: Node, key: str, full_key: tuple[str, ...]
+        self, leaf: NonTensorLeaf, stem_path: str, out: Node, key: str, full_key: tuple[str, ...]
     ) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "key": key,
@@ -176,21 +187,35 @@ class _Planner:
             "batch_size": list(leaf.batch_size),
             "stacked": leaf.stacked,
         }
+        out.entries[key] = leaf
         try:
             value = nontensor_json(leaf)
-            entry["encoding"] = "json"
-            entry["value"] = value
-            return entry
         except TypeError as e:
+            if self.share and not self.like:
+                raise TypeError(
+                    f"non-tensor entry {full_key!r} cannot be shared: share_non_tensor=True stores "
+                    f"values as JSON ({e})"
+                ) from None
             if not self.allow_pickle:
                 raise PickleNotAllowedError(
                     f"non-tensor entry {full_key!r} ({e}) can only be saved with pickle: pass "
                     "allow_pickle=True to td_memmap.save, and to load it later"
                 ) from None
+        else:
+            entry["encoding"] = "json"
+            entry["value"] = value
+            if self.share and not self.like:
+                path = stem_path + SHARED_SUFFIX
+                payload = json.dumps(value, allow_nan=False).encode("utf-8")
+                self.jobs.append(_Job("shared", payload, path, out, key))
+                entry["shared"] = os.path.basename(path)
+                out.entries[key] = NonTensorLeaf(leaf.value, leaf.batch_size, leaf.stacked, path)
+            return entry
         try:
             payload = pickle.dumps(leaf.value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:
             raise TypeError(f"non-tensor entry {full_key!r} cannot be pickled: {e}") from e
+        path = stem_path + PICKLE_SUFFIX
         self.jobs.append(_Job("bytes", payload, path, out, key))
         entry["encoding"] = "pickle"
         entry["file"] = os.path.basename(path)
@@ -223,6 +248,9 @@ def _run(job: _Job, durable: bool) -> None:
     if job.action == "bytes":
         write_bytes(job.path, job.src, mode="replace", durable=durable)
         return
+    if job.action == "shared":  # processes may be reading it: replace it atomically
+        write_bytes(job.path, job.src, mode="atomic", durable=durable)
+        return
     assert job.dtype is not None
     if job.action == "write":
         write_leaf(job.path, job.src, mode="overwrite", durable=durable)
@@ -246,15 +274,20 @@ def save_tree(
     allow_pickle: bool = False,
     existsok: bool = True,
     durable: bool = False,
+    share_non_tensor: bool = False,
 ) -> Node:
     """Save ``node`` under ``prefix``; the same tree with memory-mapped leaves.
 
     Args:
         like: allocate zero-filled files of the right size without copying data.
         durable: also fsync every data file (survive power loss, not only a crash).
+        share_non_tensor: also write each non-tensor value to its own file, which
+            the returned tree's shared leaves read and write (see ``_shared``).
     """
     root = os.path.abspath(os.fspath(prefix))
-    planner = _Planner(copy_existing=copy_existing, like=like, allow_pickle=allow_pickle)
+    planner = _Planner(
+        copy_existing=copy_existing, like=like, allow_pickle=allow_pickle, share=share_non_tensor
+    )
     plan = planner.folder(node, root)
     folders = _preorder(plan)
     if not existsok:
@@ -298,7 +331,7 @@ def save_tree(
 
 def share_tree(node: Node, *, copy_existing: bool = False, like: bool = False) -> Node:
     """``node`` with every tensor leaf in anonymous shared memory (``memmap(prefix=None)``)."""
-    out = Node(node.batch_size, node.device, {}, node.kind)
+    out = node.empty_like()
     for key, value in node.entries.items():
         if isinstance(value, Node):
             out.entries[key] = share_tree(value, copy_existing=copy_existing, like=like)

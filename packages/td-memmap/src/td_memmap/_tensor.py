@@ -11,7 +11,7 @@ import torch
 
 from td_memmap._errors import MemmapExistsError
 from td_memmap._format import dtype_from_name, dtype_name
-from td_memmap._io import allocate_leaf, check_leaf, map_leaf, write_leaf
+from td_memmap._io import allocate_leaf, check_leaf, map_leaf, map_leaves, write_leaf
 
 __all__ = ["MemoryMappedTensor"]
 
@@ -106,6 +106,19 @@ class MemoryMappedTensor(torch.Tensor):
         out._mm_file = path
         out._mm_writable = writable
         return out  # type: ignore[return-value]
+
+    @classmethod
+    def _map_many(
+        cls, leaves: Sequence[tuple[str, torch.dtype, tuple[int, ...], int]], *, writable: bool
+    ) -> list[MemoryMappedTensor]:
+        """``_map`` of many ``(path, dtype, shape, nbytes)`` whose sizes are checked."""
+        out = []
+        for (path, _, _, _), tensor in zip(leaves, map_leaves(leaves, writable=writable)):
+            mmt = _make_subclass(cls, tensor)
+            mmt._mm_file = path
+            mmt._mm_writable = writable
+            out.append(mmt)
+        return out
 
     # Operations run at plain-tensor speed and give plain tensors; only basic
     # indexing is intercepted, to keep views of the file memory-mapped.

@@ -1,0 +1,66 @@
+"""Tensorclasses on disk: the name a save records, and finding the class again safely.
+
+A save records a tensorclass as ``"module:qualname"``. Loading looks the class
+up among modules that are *already imported* (``sys.modules``), reading module
+and class ``__dict__``s only: nothing is imported, and no ``__getattr__`` or
+other code named by the file runs. The object found must be a tensorclass.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from types import MappingProxyType
+from typing import Any
+
+from td_core import is_tensorclass
+
+__all__ = ["class_name", "check_class_name", "find_class"]
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+# a module's name is whatever it is registered under in sys.modules (test runners use
+# names such as "packages.my-pkg.tests.test_x"); a qualname is made of identifiers
+_NAME = re.compile(rf"[^\s:]+:(?:{_IDENT}|<locals>)(?:\.(?:{_IDENT}|<locals>))*")
+_MAX_NAME = 1000
+
+
+def class_name(cls: type) -> str:
+    """The name a save records for ``cls``: ``"module:qualname"``."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def check_class_name(name: object) -> str | None:
+    """Why ``name`` is not a well-formed recorded class name, or ``None`` if it is."""
+    if type(name) is not str:
+        return f"expected a string, got {type(name).__name__}"
+    if len(name) > _MAX_NAME or _NAME.fullmatch(name) is None:
+        return "expected 'module:qualname', a qualname made of Python identifiers"
+    return None
+
+
+def find_class(name: str) -> type | None:
+    """The tensorclass recorded as ``name``, if its module is already imported; else ``None``.
+
+    Examples:
+        >>> find_class("td_core:TensorDict") is None  # not a tensorclass
+        True
+        >>> find_class("some.module.never.imported:Thing") is None
+        True
+    """
+    module_name, _, qualname = name.partition(":")
+    obj: Any = sys.modules.get(module_name)
+    if obj is None:
+        return None
+    for part in qualname.split("."):
+        try:
+            namespace = vars(obj)  # the object's own namespace: no __getattr__ runs
+        except TypeError:
+            return None
+        if not isinstance(namespace, (dict, MappingProxyType)):
+            return None
+        obj = namespace.get(part)
+        if obj is None:
+            return None
+    if not isinstance(obj, type) or not is_tensorclass(obj):
+        return None
+    return obj
