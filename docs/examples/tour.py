@@ -1,99 +1,236 @@
-"""A tour of td on a generated data set.
+"""A tour of td: the five packages at work on a generated image data set.
 
-Run it with ``uv run python docs/examples/tour.py`` (``--rows``, ``--quick``).
-Each step prints what it did and how long it took.
+    uv run python docs/examples/tour.py            # 100k rows, 300 training steps
+    uv run python docs/examples/tour.py --quick    # a small run (CI)
+    uv run python docs/examples/tour.py --out DIR  # keep the data set and checkpoint in DIR
+
+1. generate labelled images and save them with td-memmap (one file per entry);
+2. find repeated images with td-query's ``QueryModule`` (content hashing);
+3. train a td-nn ensemble with a td-distributions head on random batches read from disk;
+4. checkpoint the parameters with memmap and load them into a fresh model.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
 
 import td_core
+import td_distributions
+import td_memmap
+import td_nn
+import td_query
 from td_core import TensorDict
+from td_distributions import OneHotCategorical
+from td_nn import (
+    EnsembleModule,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    set_interaction_type,
+)
+from td_query import QueryModule
+
+CLASSES, SIDE, CHUNK, BATCH, MEMBERS = 10, 16, 10_000, 256, 3
+SUMMARY: list[tuple[str, float, str]] = []  # (stage, seconds, outcome)
 
 
 @contextmanager
-def step(title: str) -> Iterator[None]:
+def stage(name: str, title: str) -> Iterator[list[str]]:
+    """Print a stage's title; record its time and the outcome the body appends."""
+    print(f"\n{len(SUMMARY) + 1}. {title}")
+    outcome: list[str] = []
     start = time.perf_counter()
-    yield
-    print(f"  [{(time.perf_counter() - start) * 1e3:7.1f} ms] {title}")
+    yield outcome
+    SUMMARY.append((name, time.perf_counter() - start, ", ".join(outcome)))
 
 
-def make_dataset(rows: int, generator: torch.Generator) -> TensorDict:
-    """A synthetic labelled image data set with nested metadata."""
-    images = torch.randint(0, 256, (rows, 3, 16, 16), dtype=torch.uint8, generator=generator)
-    labels = torch.randint(0, 10, (rows,), generator=generator)
-    return TensorDict(
-        {
-            "images": images,
-            "labels": labels,
-            "meta": {"brightness": images.float().mean((1, 2, 3)), "index": torch.arange(rows)},
-        },
-        batch_size=[rows],
+# --------------------------------------------------------------------------- data
+def make_rows(start: int, stop: int, prototypes: torch.Tensor) -> TensorDict:
+    """Rows ``start:stop``: a noisy class prototype per image, and about 1 image in 10 repeated."""
+    gen = torch.Generator().manual_seed(start)
+    n = stop - start
+    labels = torch.randint(0, CLASSES, (n,), generator=gen)
+    noise = torch.randn(n, 1, SIDE, SIDE, generator=gen)
+    images = (128 + 25 * prototypes[labels] + 70 * noise).clamp(0, 255).to(torch.uint8)
+    repeat = torch.rand(n, generator=gen) < 0.1  # a camera that sometimes sends a frame twice
+    source = torch.randint(0, n, (n,), generator=gen)[repeat]
+    images[repeat], labels[repeat] = images[source], labels[source]
+    # a TensorDict: entries of any shape sharing the leading batch dims [n]
+    return TensorDict(images=images, labels=labels, batch_size=[n])
+
+
+def generate_and_save(rows: int, folder: Path) -> str:
+    prototypes = F.interpolate(torch.randn(CLASSES, 1, 4, 4), size=SIDE, mode="bilinear")
+    # One row of zeros, expanded to `rows` (no memory), then memmap_like: a folder with one
+    # file per entry, each of the full size but sparse, so nothing is written yet.
+    template = TensorDict(
+        images=torch.zeros(1, SIDE, SIDE, dtype=torch.uint8),
+        labels=torch.zeros((), dtype=torch.long),
+    )
+    store = template.expand(rows).memmap_like(folder)
+    # Fill it chunk by chunk: indexing a memory-mapped TensorDict writes through to the files.
+    for start in tqdm(range(0, rows, CHUNK), desc="   writing chunks", unit="chunk"):
+        stop = min(start + CHUNK, rows)
+        store[start:stop] = make_rows(start, stop, prototypes)
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+    print(f"   {rows:,} rows saved in {folder} ({size:.1f} MB)")
+    return f"{rows:,} rows, {size:.1f} MB"
+
+
+def deduplicate(data: TensorDict) -> torch.Tensor:
+    """Row indices of the first copy of every distinct image."""
+    # QueryModule hashes each row's "images" (SipHash, vectorised) and maps every new hash
+    # to the next free index: equal images get equal ids, across calls too.
+    query = QueryModule(in_keys=["images"], index_key="image_id")
+    ids = torch.cat([query(chunk.select("images"))["image_id"] for chunk in data.split(CHUNK)])
+    distinct = int(ids.max()) + 1
+    rows = torch.arange(len(ids))
+    first = torch.full((distinct,), len(ids)).scatter_reduce_(0, ids, rows, "amin")
+    print(f"   {distinct:,} distinct images; {len(ids) - distinct:,} repeated rows are left out")
+    return first
+
+
+# --------------------------------------------------------------------------- model
+def make_model() -> ProbabilisticTensorDictSequential:
+    """Images in, a vote of MEMBERS classifiers out; modules read and write by key."""
+    net = nn.Sequential(nn.Linear(SIDE * SIDE, 64), nn.ReLU(), nn.Linear(64, CLASSES))
+    return ProbabilisticTensorDictSequential(
+        # uint8 images -> float features
+        TensorDictModule(
+            lambda im: im.float().div(255).flatten(-3), in_keys=["images"], out_keys=["x"]
+        ),
+        # MEMBERS re-initialised copies of the net, run at once with torch.vmap: outputs
+        # (and the TensorDict) get a leading dim of size MEMBERS
+        EnsembleModule(
+            TensorDictModule(net, in_keys=["x"], out_keys=["logits"]), num_copies=MEMBERS
+        ),
+        # a distribution over one-hot labels built from "logits"; a call writes "label"
+        ProbabilisticTensorDictModule(
+            in_keys=["logits"], out_keys=["label"], distribution_class=OneHotCategorical
+        ),
     )
 
 
-def tour_core(rows: int) -> None:
-    print(f"td-core {td_core.__version__} (torch {torch.__version__})")
-    gen = torch.Generator().manual_seed(0)
-    with step(f"generated a data set of {rows} rows"):
-        data = make_dataset(rows, gen)
-    data["source"] = "synthetic"  # any Python value rides along with the batch
-    print(data[:2])
+def predict(model: ProbabilisticTensorDictSequential, batch: TensorDict) -> torch.Tensor:
+    """Every member's vote: one-hot labels of shape [MEMBERS, len(batch), CLASSES]."""
+    with set_interaction_type("mode"):  # write the most likely label, not a random sample
+        return model(batch.copy())["label"]
 
-    with step("indexed it like a tensor: a mask, a slice, an index tensor"):
-        bright = data[data["meta", "brightness"] > 127.5]
-        head = data[:8]
-        picked = data[torch.tensor([3, 1, 4, 1, 5])]
-    print(
-        f"    {bright.batch_size[0]} bright rows; head {list(head.batch_size)}; picked {picked['labels'].tolist()}"
+
+def train(data: TensorDict, train_rows: torch.Tensor, steps: int) -> tuple[nn.Module, list[float]]:
+    model, losses = make_model(), []
+    optim = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(steps + 1):
+        # advanced indexing reads only the rows asked for from the files
+        batch = data[train_rows[torch.randint(len(train_rows), (BATCH,))]]
+        dist = model.get_dist(batch)  # runs the members before the head
+        loss = -dist.log_prob(F.one_hot(batch["labels"], CLASSES)).mean()
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        losses.append(loss.item())
+        if step % max(steps // 6, 1) == 0:
+            print(f"   step {step:4d}  loss {losses[-1]:.4f}")
+    return model, losses
+
+
+def evaluate(model: nn.Module, test: TensorDict) -> float:
+    votes, labels = predict(model, test), test["labels"]
+    ensemble = (votes.sum(0).argmax(-1) == labels).float().mean().item()  # majority vote
+    members = ", ".join(f"{m:.1%}" for m in (votes.argmax(-1) == labels).float().mean(-1))
+    print(f"   accuracy on {len(labels):,} held-out images: {ensemble:.1%} (members: {members})")
+    return ensemble
+
+
+def checkpoint(model: nn.Module, folder: Path, test: TensorDict) -> int:
+    # from_module: every parameter and buffer, nested like the module tree
+    params = TensorDict.from_module(model)
+    params.memmap(folder, num_threads=2)  # one raw file per tensor, written in parallel
+    loaded = TensorDict.load_memmap(folder)  # maps the files: nothing is read yet
+    fresh = make_model()  # new random weights
+    loaded.to_module(fresh, inplace=True)  # copy the checkpoint into its parameters
+    same = torch.equal(predict(fresh, test), predict(model, test))
+    count = len(list(loaded.keys(include_nested=True, leaves_only=True)))
+    print(f"   {count} tensors saved to {folder}, loaded into a fresh model")
+    print(f"   same predictions as the trained model: {same}")
+    if not same:
+        raise SystemExit("the reloaded model predicts differently")
+    return count
+
+
+# --------------------------------------------------------------------------- tour
+def tour(rows: int, steps: int, out: Path) -> None:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # a model this small runs fastest on one thread
+    versions = ", ".join(
+        f"{m.__name__} {m.__version__}"
+        for m in (td_core, td_nn, td_distributions, td_memmap, td_query)
     )
+    print(f"td tour: {rows:,} rows, {steps} training steps, files in {out}")
+    print(f"   {versions}, torch {torch.__version__}")
 
-    with step("reshaped the batch into minibatches of 32, then cast images to float"):
-        usable = rows - rows % 32
-        batches = data[:usable].reshape(-1, 32)
-        floats = batches.apply(lambda x: x.float() / 255 if x.dtype == torch.uint8 else x)
-    print(
-        f"    batches {list(batches.batch_size)}; images {floats['images'].dtype}, source {floats[0, 0]['source']!r}"
-    )
+    with stage("data set", "generate a data set and save it (td-core, td-memmap)") as outcome:
+        outcome.append(generate_and_save(rows, out / "dataset"))
 
-    with step("pre-allocated an empty TensorDict and filled it row by row"):
-        stats = TensorDict(batch_size=[10])
-        for label in range(10):
-            rows_of = data.select("meta")[data["labels"] == label]
-            stats[label] = TensorDict(
-                {
-                    "count": torch.tensor(rows_of.batch_size[0]),
-                    "mean": {"brightness": rows_of["meta", "brightness"].mean()},
-                },
-                [],
-            )
-    print(f"    rows per label {stats['count'].tolist()}")
+    with stage("dedup", "load it back and find repeated images (td-memmap, td-query)") as outcome:
+        data = TensorDict.load_memmap(out / "dataset")  # maps the files: reads nothing yet
+        print(f"   {data!r}".replace("\n", "\n   "))
+        distinct = deduplicate(data)
+        outcome.append(f"{len(distinct):,} distinct images")
 
-    with step("stacked, split and compared whole TensorDicts"):
-        halves = data.split(rows // 2)
-        again = torch.cat(halves, 0)
-        same = bool((again == data).all())
-    print(f"    split in {len(halves)} then concatenated back: identical = {same}")
+    with stage(
+        "training", "train an ensemble with a probabilistic head (td-nn, td-distributions)"
+    ) as outcome:
+        distinct = distinct[torch.randperm(len(distinct))]
+        held_out = min(2_000, len(distinct) // 5)
+        test, train_rows = data[distinct[:held_out]], distinct[held_out:]
+        model, losses = train(data, train_rows, steps)
+        accuracy = evaluate(model, test)
+        outcome += [
+            f"{steps} steps",
+            f"loss {losses[0]:.2f} -> {losses[-1]:.2f}",
+            f"accuracy {accuracy:.1%}",
+        ]
 
-    flat = data.flatten_keys(".")
-    print(f"    flat keys: {sorted(flat.keys())}")
+    with stage(
+        "checkpoint", "checkpoint the parameters and reload them (td-core, td-memmap)"
+    ) as outcome:
+        outcome.append(f"{checkpoint(model, out / 'model', test)} tensors saved and reloaded")
+
+    print("\nsummary")
+    for name, seconds, what in SUMMARY:
+        print(f"   {seconds:6.2f} s  {name:<11} {what}")
+    print(f"   {sum(seconds for _, seconds, _ in SUMMARY):6.2f} s  total")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000, help="rows of the generated data set")
-    parser.add_argument("--quick", action="store_true", help="a small, fast run (used by CI)")
+    parser.add_argument("--rows", type=int, default=100_000, help="rows of the data set")
+    parser.add_argument("--steps", type=int, default=300, help="training steps")
+    parser.add_argument(
+        "--out", type=Path, help="keep the files in this folder (default: a temp dir)"
+    )
+    parser.add_argument("--quick", action="store_true", help="5,000 rows and 60 steps (CI)")
     args = parser.parse_args()
-    rows = 2_000 if args.quick else args.rows
-    start = time.perf_counter()
-    tour_core(rows)
-    print(f"done in {time.perf_counter() - start:.2f} s")
+    rows, steps = (5_000, 60) if args.quick else (args.rows, args.steps)
+    if rows < 10 or steps < 1:
+        parser.error("--rows must be >= 10 and --steps >= 1")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        tour(rows, steps, args.out)
+    else:
+        with tempfile.TemporaryDirectory(prefix="td-tour-") as tmp:  # removed at the end
+            tour(rows, steps, Path(tmp))
 
 
 if __name__ == "__main__":
