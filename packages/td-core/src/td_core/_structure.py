@@ -155,24 +155,31 @@ class StructureMixin:
         self: TensorDictBase, separator: str = ".", inplace: bool = False
     ) -> TensorDictBase:
         """The inverse of :meth:`flatten_keys`: split keys on ``separator`` into nested TensorDicts."""
-        result = self._new({}, self.batch_size)
+        tree: dict[str, Any] = {}
         for key, value in self._items_str():
             if is_td(value):
                 value = value.unflatten_keys(separator)
-            parts = tuple(key.split(separator)) if separator in key else key
-            if type(parts) is tuple:
-                parent = result._parent_for(parts, create=True)
-                if parts[-1] in parent._keys_str():
-                    raise KeyError(
-                        f"unflatten_keys: key {key!r} collides with another entry at {parts!r}"
-                    )
-                parent._set_str(parts[-1], value)
+            *parents, last = key.split(separator) if separator in key else (key,)
+            node = tree
+            for part in parents:
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+                elif type(child) is not dict:  # a sub-TensorDict is already there: merge into it
+                    if not is_td(child):
+                        raise KeyError(
+                            f"unflatten_keys: key {key!r} needs {part!r} to be a TensorDict, but it is a leaf"
+                        )
+                    child = node[part] = dict(child._items_str())
+                node = child
+            existing = node.get(last)
+            if existing is None:
+                node[last] = value
+            elif type(existing) is dict and is_td(value):
+                existing.update(value._items_str())
             else:
-                existing = result._get_str(key, NO_DEFAULT)
-                if existing is not NO_DEFAULT and is_td(existing) and is_td(value):
-                    existing.update(value)
-                else:
-                    result._set_str(key, value)
+                raise KeyError(f"unflatten_keys: key {key!r} collides with another entry")
+        result = _build(self, tree)
         return _assign(self, result) if inplace else result
 
     def rename_key_(
@@ -327,10 +334,15 @@ def _update_flat(td: TensorDictBase, source: Any) -> bool:
     nothing) when the fast path does not apply, so the general path takes over.
     """
     entries = getattr(td, "_tensordict", None)
-    if type(entries) is not dict or td.is_locked or td.device is not None:
+    # dense containers only (their private attributes are read directly: this is a hot path)
+    if type(entries) is not dict or td._is_locked or td._device is not None:  # type: ignore[attr-defined]
         return False
-    items = source._items_str() if is_td(source) else source.items()
-    bs = td.batch_size
+    items = (
+        source.items()
+        if type(source) is dict
+        else (source._items_str() if is_td(source) else source.items())
+    )
+    bs = td._batch_size  # type: ignore[attr-defined]
     n = len(bs)
     get = entries.get
     staged = {}
@@ -343,6 +355,12 @@ def _update_flat(td: TensorDictBase, source: Any) -> bool:
         staged[key] = value
     entries.update(staged)
     return True
+
+
+def _build(td: TensorDictBase, tree: dict[str, Any]) -> TensorDictBase:
+    """A container of ``td``'s batch size from nested dicts (each dict becomes a TensorDict)."""
+    entries = {k: _build(td, v) if type(v) is dict else v for k, v in tree.items()}
+    return td._new(entries, td.batch_size)
 
 
 def _assign(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:

@@ -77,12 +77,11 @@ class TensorDict(TensorDictBase):
         data = self._tensordict
         validate = self._validate
         bs = self._batch_size
-        n = len(bs)
         plain = self._device is None
         for key, value in source.items():
             if type(key) is not str:
                 self.set(key, value)
-            elif plain and type(value) is Tensor and value.shape[:n] == bs:
+            elif plain and type(value) is Tensor and value.shape[: len(bs)] == bs:
                 data[key] = value
             else:
                 data[key] = validate(value, key)
@@ -222,6 +221,13 @@ class TensorDict(TensorDictBase):
     def set(
         self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False
     ) -> TensorDict:
+        if type(key) is tuple and len(key) > 1 and type(item) is Tensor and not inplace:
+            parent = self._walk(
+                key[:-1]
+            )  # dense parents only; anything else takes the general path
+            if type(parent) is TensorDict and type(key[-1]) is str:
+                parent.set(key[-1], item)
+                return self
         if type(key) is str and not inplace and type(item) is Tensor and self._device is None:
             if self._is_locked:
                 raise LockedError(
