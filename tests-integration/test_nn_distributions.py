@@ -114,3 +114,115 @@ def test_composite_distribution(aggregate):
         with set_interaction_type("random"):
             sampled = module(_params())
         assert sampled["nested", "disc"].dtype == torch.int64
+
+
+INTERACTIONS = [
+    InteractionType.MODE,
+    InteractionType.MEAN,
+    InteractionType.RANDOM,
+    InteractionType.DETERMINISTIC,
+]
+
+
+def _gru_policy(distribution_class, distribution_kwargs=None):
+    from td_distributions import NormalParamWrapper
+
+    net = TensorDictModule(
+        NormalParamWrapper(torch.nn.GRUCell(4, 8)),
+        in_keys=["input", "hidden"],
+        out_keys=["loc", "scale"],
+    )
+    head = ProbabilisticTensorDictModule(
+        in_keys=["loc", "scale"],
+        out_keys=["sample"],
+        distribution_class=distribution_class,
+        distribution_kwargs=distribution_kwargs or {},
+        return_log_prob=True,
+    )
+    return ProbabilisticTensorDictSequential(net, head)
+
+
+@pytest.mark.parametrize("interaction", INTERACTIONS, ids=lambda i: i.value)
+@pytest.mark.parametrize("kind", ["normal", "truncated_normal"])
+def test_gru_policy_under_each_interaction_type(kind, interaction):
+    if kind == "normal":
+        policy = _gru_policy(Normal)
+    else:
+        policy = _gru_policy(td_distributions.TruncatedNormal, {"a": -1.0, "b": 1.0})
+    td = TensorDict({"input": torch.randn(3, 4), "hidden": torch.randn(3, 8)}, [3])
+    with set_interaction_type(interaction):
+        out = policy(td)
+    assert out["sample"].shape == (3, 4)
+    assert out["sample_log_prob"].shape == (3, 4)
+    assert torch.isfinite(out["sample_log_prob"]).all()
+    if kind == "truncated_normal":
+        assert (out["sample"].abs() <= 1).all()
+    if interaction is not InteractionType.RANDOM and kind == "normal":
+        torch.testing.assert_close(out["sample"], out["loc"])
+    dist = policy.get_dist(td)
+    assert dist.log_prob(out["sample"]).shape == (3, 4)
+
+
+@pytest.mark.parametrize("interaction", INTERACTIONS, ids=lambda i: i.value)
+def test_composite_over_two_heads_under_each_interaction_type(interaction):
+    from td_distributions import CompositeDistribution, TruncatedNormal
+
+    params = TensorDictModule(
+        lambda x: (x, x.abs() + 0.5, x.tanh() * 0.5, x.abs() + 0.2),
+        in_keys=["obs"],
+        out_keys=[
+            ("params", "move", "loc"),
+            ("params", "move", "scale"),
+            ("params", "turn", "loc"),
+            ("params", "turn", "scale"),
+        ],
+    )
+    head = ProbabilisticTensorDictModule(
+        in_keys=["params"],
+        out_keys=["move", "turn"],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs={
+            "distribution_map": {"move": Normal, "turn": TruncatedNormal},
+            "extra_kwargs": {"turn": {"a": -1.0, "b": 1.0}},
+        },
+        return_log_prob=True,
+    )
+    policy = ProbabilisticTensorDictSequential(params, head)
+    td = TensorDict({"obs": torch.randn(6, 2)}, [6])
+    with set_interaction_type(interaction):
+        out = policy(td)
+    assert out["move"].shape == (6, 2) and out["turn"].shape == (6, 2)
+    assert (out["turn"].abs() <= 1).all()
+    for key in ("move_log_prob", "turn_log_prob"):
+        assert out[key].shape == (6, 2) and torch.isfinite(out[key]).all(), key
+
+
+@pytest.mark.parametrize("interaction", ["mode", "random", "deterministic"])
+def test_composite_with_a_discrete_head(interaction):
+    from td_distributions import CompositeDistribution
+
+    params = TensorDictModule(
+        lambda x: (x, x.abs() + 0.5, x.sum(-1, keepdim=True).expand(-1, 5)),
+        in_keys=["obs"],
+        out_keys=[
+            ("params", "move", "loc"),
+            ("params", "move", "scale"),
+            ("params", "pick", "logits"),
+        ],
+    )
+    head = ProbabilisticTensorDictModule(
+        in_keys=["params"],
+        out_keys=["move", "pick"],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs={"distribution_map": {"move": Normal, "pick": Categorical}},
+        return_log_prob=True,
+    )
+    out = ProbabilisticTensorDictSequential(params, head)(
+        TensorDict({"obs": torch.randn(6, 2)}, [6])
+    )
+    with set_interaction_type(interaction):
+        out = ProbabilisticTensorDictSequential(params, head)(
+            TensorDict({"obs": torch.randn(6, 2)}, [6])
+        )
+    assert out["pick"].shape == (6,) and out["pick_log_prob"].shape == (6,)
+    assert torch.isfinite(out["pick_log_prob"]).all() and torch.isfinite(out["move_log_prob"]).all()
