@@ -217,9 +217,6 @@ def test_composite_with_a_discrete_head(interaction):
         distribution_kwargs={"distribution_map": {"move": Normal, "pick": Categorical}},
         return_log_prob=True,
     )
-    out = ProbabilisticTensorDictSequential(params, head)(
-        TensorDict({"obs": torch.randn(6, 2)}, [6])
-    )
     with set_interaction_type(interaction):
         out = ProbabilisticTensorDictSequential(params, head)(
             TensorDict({"obs": torch.randn(6, 2)}, [6])
