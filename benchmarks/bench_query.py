@@ -13,11 +13,19 @@ workspace's torch; its QueryModule imports and runs there.) Run
 with plain ``uv run python benchmarks/bench_query.py`` and torchrl is missing: td's
 side is timed alone, without ratios. ``--quick`` gives a short smoke run.
 
-``--threads N`` sets ``torch.set_num_threads(N)`` for both sides first. torchrl
-hashes in a single-threaded Python loop while td's torch ops may use OpenMP; on a
-machine whose cores are busy with other work, OpenMP barriers wait for descheduled
-threads and td's timings turn into noise, so ``--threads 1`` (the per-core cost)
-is the comparison to quote there. Without it, torch's default is kept.
+``--threads N`` sets ``torch.set_num_threads(N)`` for both sides first. td does
+its CPU work on one thread (a single-threaded compiled kernel, numpy), but torch
+ops of both sides (torch.stack in the SipHash case, torchrl's storage) use OpenMP;
+on a machine whose cores are busy with other work, OpenMP barriers wait for
+descheduled threads and timings turn into noise, so ``--threads 1`` (the per-core
+cost) is the comparison to quote there. Without it, torch's default is kept.
+
+Steady state is measured. On CPU, td hashes batches of at least 8192 rows with a
+kernel that ``torch.compile`` builds on first use (seconds, once per process and
+row length); every td case is therefore called once before timing, and the time
+of those first calls is printed apart. The ``compiled=False`` cases show td
+without that kernel (numpy only, nothing to build), what a machine without a C++
+compiler gets.
 
 Cases:
 - hashing 100k rows of two keys (per-key SipHash, then the aggregator), on its own
@@ -26,6 +34,9 @@ Cases:
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import torch
 from harness import Suite
@@ -41,6 +52,15 @@ except ImportError:  # run without torchrl: td only
 
 N_HASH = 100_000
 N_MAP = 10_000
+FIRST_CALLS: dict[str, float] = {}  # seconds taken by the first call of each td case
+
+
+def _warm(name: str, fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` after one call, whose time (compilation included) goes to FIRST_CALLS."""
+    start = time.perf_counter()
+    fn()
+    FIRST_CALLS[name] = time.perf_counter() - start
+    return fn
 
 
 def _data(n: int, seed: int) -> dict[str, torch.Tensor]:
@@ -65,14 +85,19 @@ def build_suite() -> Suite:
 
     # ---- hashing 100k rows of two keys
     data = _data(N_HASH, 0)
-    ours_hash = SipHash()
 
-    def ours_siphash() -> torch.Tensor:
-        return ours_hash(torch.stack([ours_hash(data["obs"]), ours_hash(data["action"])], -1))
+    def siphash_fn(ours_hash: SipHash) -> Callable[[], torch.Tensor]:
+        def ours_siphash() -> torch.Tensor:
+            hashes = [ours_hash(data["obs"]), ours_hash(data["action"])]
+            return ours_hash(torch.stack(hashes, -1))
 
+        return ours_siphash
+
+    ours_siphash = _warm("SipHash", siphash_fn(SipHash()))
+    ours_numpy = _warm("SipHash compiled=False", siphash_fn(SipHash(compiled=False)))
     td = TensorDict(dict(data), batch_size=[N_HASH])
     ours_query = QueryModule(keys)
-    ours_query(td)
+    _warm("QueryModule", lambda: ours_query(td))
 
     theirs_siphash = theirs_query_fn = None
     if torchrl_data is not None:
@@ -91,6 +116,7 @@ def build_suite() -> Suite:
             return their_query(their_td)
 
     suite.add(f"SipHash {N_HASH // 1000}k rows x 2 keys + aggregate", ours_siphash, theirs_siphash)
+    suite.add("  the same, td with compiled=False", ours_numpy, theirs_siphash)
     suite.add(
         f"QueryModule {N_HASH // 1000}k rows, 2 keys", lambda: ours_query(td), theirs_query_fn
     )
@@ -101,10 +127,18 @@ def build_suite() -> Suite:
     src_td = TensorDict(dict(src), batch_size=[N_MAP])
     dst_td = TensorDict(dict(dst), batch_size=[N_MAP])
 
-    def ours_map() -> object:
-        td_map = TensorDictMap.from_tensordict_pair(src_td, dst_td, in_keys=keys)
-        td_map[src_td] = dst_td
-        return td_map[src_td]
+    def map_fn(compiled: bool | None) -> Callable[[], object]:
+        def ours_map() -> object:
+            td_map = TensorDictMap.from_tensordict_pair(
+                src_td, dst_td, in_keys=keys, hash_module=SipHash(compiled=compiled)
+            )
+            td_map[src_td] = dst_td
+            return td_map[src_td]
+
+        return ours_map
+
+    ours_map = _warm("TensorDictMap", map_fn(None))
+    ours_map_numpy = _warm("TensorDictMap compiled=False", map_fn(False))
 
     theirs_map = None
     if torchrl_data is not None:
@@ -119,6 +153,7 @@ def build_suite() -> Suite:
             return td_map[their_src]
 
     suite.add(f"TensorDictMap {N_MAP // 1000}k rows write+read", ours_map, theirs_map)
+    suite.add("  the same, td with compiled=False", ours_map_numpy, theirs_map)
     return suite
 
 
@@ -132,4 +167,8 @@ if __name__ == "__main__":
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     logging.getLogger("torchrl").setLevel(logging.WARNING)  # torchrl logs each storage it builds
-    build_suite().main(rest)
+    suite = build_suite()
+    print(f"threads: {torch.get_num_threads()}; first td calls (before timing):")
+    for name, seconds in FIRST_CALLS.items():
+        print(f"  {name:<30} {seconds:8.3f} s")
+    suite.main(rest)

@@ -214,3 +214,56 @@ def test_custom_hash_module_in_from_tensordict_pair():
     td_map[source] = dest
     # rows with the same action share an entry, whatever their obs
     assert td_map[keys_td([[9.0]], [1])]["value"].tolist() == [6.0]
+
+
+def test_indices_taken_outside_the_map_hold_no_value():
+    # the query module's table can be extended by the module itself: such an
+    # index is a storage row without a value until a write fills it
+    td_map = new_map()
+    td_map[keys_td([[0.0], [1.0]], [0, 0])] = values_td([1.0, 2.0])
+    outside = keys_td([[5.0]], [5])
+    td_map.query_module(outside)  # extends the hash table (index 2), stores nothing
+    later = keys_td([[6.0], [0.0]], [6, 0])
+    td_map[later] = values_td([6.0, 10.0])  # index 3, and an overwrite of index 0
+    assert len(td_map) == 3
+    assert td_map.storage.batch_size[0] == 4
+    assert td_map.contains(keys_td([[5.0], [6.0], [1.0]], [5, 6, 0])).tolist() == [
+        False,
+        True,
+        True,
+    ]
+    with pytest.raises(KeyError, match=r"1 of 2 rows .* \(the first is row 0"):
+        td_map[keys_td([[5.0], [6.0]], [5, 6])]
+    assert td_map[keys_td([[0.0], [6.0]], [0, 6])]["value"].tolist() == [10.0, 6.0]
+    td_map[outside] = values_td([55.0])  # fills index 2
+    assert len(td_map) == 4 and td_map[outside]["value"].tolist() == [55.0]
+    restored = new_map()
+    restored.load_state_dict(td_map.state_dict())
+    assert len(restored) == 4 and restored[outside]["value"].tolist() == [55.0]
+
+
+def test_any_dtype_and_row_shape_is_stored():
+    td_map = new_map()
+    k = keys_td([[0.0], [1.0], [2.0]], [0, 1, 2])
+    values = TensorDict(
+        {
+            "bf16": torch.randn(3, 2, 3).to(torch.bfloat16),
+            "flag": torch.tensor([True, False, True]),
+            "z": torch.randn(3, 2, dtype=torch.complex64).conj(),  # a lazy conjugate view
+            "empty": torch.zeros(3, 0),
+            "wide": torch.arange(3 * 40, dtype=torch.int16).reshape(3, 40).t()[:3],  # strided
+        },
+        [3],
+    )
+    td_map[k] = values
+    for step in range(3):  # grow the storage past its first capacity
+        more = keys_td(
+            torch.arange(20.0)[:, None] + 10 * (step + 1), torch.zeros(20, dtype=torch.long)
+        )
+        td_map[more] = TensorDict(
+            {key: values[key][:1].expand(20, *values[key].shape[1:]) for key in values.keys()}, [20]
+        )
+    out = td_map[keys_td([[2.0], [0.0]], [2, 0])]
+    for key in ("bf16", "flag", "z", "empty", "wide"):
+        assert out[key].dtype == values[key].dtype
+        assert torch.equal(out[key], values[key][[2, 0]].resolve_conj()), key

@@ -5,7 +5,6 @@ import textwrap
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from td_query import DEFAULT_KEY, SipHash
 
@@ -142,6 +141,20 @@ def test_random_rows_match_reference(dtype, features):
         assert got == expected
 
 
+@pytest.mark.parametrize("length", [13, 256])
+def test_many_rows_match_reference_across_blocks(length):
+    # numpy hashes rows in blocks of thousands: rows at block edges, and equal
+    # rows in different blocks, must come out as the reference says
+    gen = torch.Generator().manual_seed(length)
+    x = torch.randint(0, 256, (40_000, length), dtype=torch.uint8, generator=gen)
+    x[39_999] = x[0]
+    got = SipHash(compiled=False)(x)
+    for i in (0, 4095, 4096, 16383, 16384, 32768, 39_998):
+        assert unsigned(got[i : i + 1]) == [ref_siphash(x[i].numpy().tobytes())], i
+    assert got[39_999] == got[0]
+    assert got.unique().numel() == 39_999
+
+
 def test_bool_and_complex_rows_match_reference():
     b = torch.tensor([[True, False, True], [False, False, True]])
     assert unsigned(SipHash()(b)) == [ref_siphash(bytes([1, 0, 1])), ref_siphash(bytes([0, 0, 1]))]
@@ -262,28 +275,124 @@ def test_as_tensor_false_returns_row_bytes():
     assert all(isinstance(r, bytes) for r in rows)
 
 
-class _CountOps(TorchFunctionMode):
-    def __init__(self):
-        super().__init__()
-        self.count = 0
+def _lines_run(fn) -> int:
+    """How many lines of td_query's own code ``fn()`` executes (numpy and torch
+    calls run in C and count once each)."""
+    count = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
+    def tracer(frame, event, arg):
+        nonlocal count
+        if "td_query" not in frame.f_code.co_filename:
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
 
 
 @pytest.mark.parametrize("features", [3, 400])
 def test_vectorised_over_rows(features):
-    # the number of torch calls does not grow with the number of rows (on CPU,
-    # rows go through in blocks of a few thousand: a constant factor at most)
+    # the Python work does not grow with the number of rows (on CPU, numpy takes
+    # rows in blocks of thousands: a constant factor at most)
     counts = []
-    for rows in (2, 2000, 60_000 if features < 100 else 600):
+    for rows in (2, 200, 60_000 if features < 100 else 600):
         x = torch.randn(rows, features)
-        with _CountOps() as mode:
-            SipHash()(x)
-        counts.append(mode.count)
+        counts.append(_lines_run(lambda x=x: SipHash(compiled=False)(x)))
     assert counts[0] == counts[1]
     assert counts[2] <= 5 * counts[0]
+
+
+# ------------------------------------------------------------- the torch paths
+# On CPU, SipHash uses numpy unless a batch is large (or ``compiled=True``): then
+# torch.compile fuses the torch implementation (the one other devices run
+# eagerly) into one loop. Both must give the published values.
+
+
+@pytest.mark.parametrize(
+    ("rounds", "vectors"), [((2, 4), PAPER_VECTORS), ((1, 3), VECTORS_1_3)], ids=["2-4", "1-3"]
+)
+def test_torch_ops_eagerly_match_known_vectors(rounds, vectors):
+    # force_eager runs the function handed to torch.compile as plain torch ops:
+    # what a GPU runs, checked here on CPU without compiling
+    with torch.compiler.set_stance("force_eager"):
+        for length, digest in enumerate(vectors):
+            expected = int.from_bytes(bytes.fromhex(digest), "little")
+            row = torch.arange(length, dtype=torch.uint8).expand(3, length)
+            got = SipHash(rounds=rounds, compiled=True)(row)
+            assert unsigned(got) == [expected] * 3, f"length {length}"
+
+
+def test_inside_a_callers_torch_compile():
+    # traced by dynamo (backend="eager": no C++ build), SipHash runs its torch ops
+    # (what other devices run) and gives the published values
+    @torch.compile(backend="eager", fullgraph=True)
+    def hash_1_3(x):
+        return SipHash()(x)
+
+    for length in (0, 7, 8, 15, 63):
+        expected = int.from_bytes(bytes.fromhex(VECTORS_1_3[length]), "little")
+        row = torch.arange(length, dtype=torch.uint8).expand(3, length)
+        assert unsigned(hash_1_3(row)) == [expected] * 3, f"length {length}"
+    long_rows = torch.randint(0, 256, (2, 1100), dtype=torch.uint8)
+    assert torch.equal(hash_1_3(long_rows), SipHash()(long_rows))
+
+
+def test_compiled_kernel_matches_known_vectors_and_numpy():
+    # Compiling takes seconds, once per row length: a few lengths cover no full
+    # word, full words with and without trailing bytes, and several words. Each
+    # length has a kernel of its own, which torch.compile must not count as a
+    # recompilation of another (past its limit, it would stop compiling): with
+    # the limit at one graph per function, every length must still compile.
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for rounds, vectors, lengths in (
+            ((1, 3), VECTORS_1_3, (0, 15, 16, 63)),
+            ((2, 4), PAPER_VECTORS, (15,)),
+        ):
+            for length in lengths:
+                expected = int.from_bytes(bytes.fromhex(vectors[length]), "little")
+                row = torch.arange(length, dtype=torch.uint8).expand(3, length)
+                got = SipHash(rounds=rounds, compiled=True)(row)
+                assert unsigned(got) == [expected] * 3, f"{rounds} length {length}"
+        # a large batch goes through the compiled kernel by default, with the same bits
+        x = torch.randn(20_000, 4)
+        assert torch.equal(SipHash()(x), SipHash(compiled=False)(x))
+        assert torch.equal(SipHash(compiled=True)(x[:5]), SipHash(compiled=False)(x[:5]))
+
+
+def test_when_compiling_fails_large_batches_fall_back_to_numpy():
+    # A torch.compile whose kernels fail when first run, as they do without a
+    # working C++ compiler: the default falls back to numpy (same hashes, one
+    # warning, no second attempt); compiled=True raises the error.
+    code = textwrap.dedent(
+        """
+        import torch
+
+        def failing_compile(fn, **options):
+            def kernel(*args, **kwargs):
+                raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
+            return kernel
+
+        torch.compile = failing_compile
+        from td_query import SipHash
+
+        x = torch.randn(10_000, 4, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(SipHash()(x), SipHash(compiled=False)(x))
+        assert torch.equal(SipHash()(x[:9000]), SipHash(compiled=False)(x[:9000]))
+        try:
+            SipHash(compiled=True)(x)
+        except RuntimeError as error:
+            print("raised", error)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "raised InvalidCxxCompiler" in out.stdout
+    assert out.stderr.count("could not build the SipHash kernel (RuntimeError") == 1, out.stderr
 
 
 def test_errors():
@@ -303,6 +412,8 @@ def test_errors():
         SipHash(rounds=(0, 3))
     with pytest.raises(ValueError, match="rounds"):
         SipHash(rounds=(2,))
+    with pytest.raises(ValueError, match="compiled must be None, True or False, got 'yes'"):
+        SipHash(compiled="yes")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

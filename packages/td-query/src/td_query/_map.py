@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,6 +35,59 @@ def _check_td(obj: Any, what: str) -> None:
 
 def _leaf_keys(td: Any) -> list[Key]:
     return list(td.keys(include_nested=True, leaves_only=True))
+
+
+# Storage rows on CPU are copied by numpy, on one thread, viewing each row as one
+# opaque item (any dtype, bfloat16 included): faster than torch's index_select and
+# index_copy_ for small rows, and free of the OpenMP stalls those show when other
+# processes hold the cores. Other devices use torch ops.
+
+
+def _rows(t: torch.Tensor) -> np.ndarray | None:
+    """The rows of a contiguous CPU tensor as a 1-D numpy array of opaque items
+    sharing its memory, or ``None`` (other devices, rows of no bytes)."""
+    width = t[0].numel() * t.element_size() if t.shape[0] else 0
+    if t.device.type != "cpu" or width == 0 or not t.is_contiguous():
+        return None
+    return t.view(torch.uint8).numpy().reshape(-1).view(np.dtype((np.void, width)))
+
+
+def _zeros(like: torch.Tensor, rows: int) -> torch.Tensor:
+    """A zero tensor of ``rows`` rows shaped like the rows of ``like``, on its device."""
+    shape = (rows, *like.shape[1:])
+    nbytes = math.prod(shape) * like.element_size()
+    if like.device.type != "cpu" or nbytes == 0:
+        return like.new_zeros(shape)
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(like.dtype).reshape(shape)
+
+
+def _take(column: torch.Tensor, index: torch.Tensor, host: np.ndarray) -> torch.Tensor:
+    """``column.index_select(0, index)``; ``host`` is ``index`` as a numpy array."""
+    rows = _rows(column)
+    if rows is None:
+        return column.index_select(0, index.to(column.device))
+    taken = torch.from_numpy(rows.take(host).view(np.uint8))
+    return taken.view(column.dtype).reshape(host.size, *column.shape[1:])
+
+
+def _put(column: torch.Tensor, index: torch.Tensor, host: np.ndarray, value: torch.Tensor) -> None:
+    """``column.index_copy_(0, index, value)`` for distinct indices."""
+    rows, values = _rows(column), _rows(value.resolve_conj().resolve_neg().contiguous())
+    if rows is None or values is None:
+        column.index_copy_(0, index.to(column.device), value)
+    else:
+        rows[host] = values
+
+
+def _last_occurrences(index: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``None`` if ``index`` (non-empty) holds no value twice, else ``(values, last)``:
+    its distinct values and the position of the last occurrence of each."""
+    ordered = np.sort(index)
+    if not (ordered[1:] == ordered[:-1]).any():
+        return None
+    order = np.argsort(index, kind="stable")  # equal values keep their order
+    is_last = np.append(ordered[1:] != ordered[:-1], True)
+    return ordered[is_last], order[is_last]
 
 
 class TensorDictMap(nn.Module):
@@ -92,7 +146,10 @@ class TensorDictMap(nn.Module):
             None if out_keys is None else key_list(out_keys, "TensorDictMap out_keys")
         )
         self._columns: dict[Key, torch.Tensor] = {}
-        self._filled = torch.zeros(0, dtype=torch.bool)
+        # bookkeeping on the host (the indices come from a host-side HashToInt):
+        # which storage rows hold a value, how many, and how many rows are in use
+        self._filled = np.zeros(0, dtype=bool)
+        self._count = 0
         self._size = 0
 
     @classmethod
@@ -148,7 +205,7 @@ class TensorDictMap(nn.Module):
 
     def __len__(self) -> int:
         """The number of distinct keys stored."""
-        return int(self._filled.sum())
+        return self._count
 
     @property
     def storage(self) -> Any:
@@ -159,22 +216,22 @@ class TensorDictMap(nn.Module):
         return f"in_keys={self.in_keys!r}, out_keys={self.out_keys!r}, size={len(self)}"
 
     # -------------------------------------------------------------------- lookup
-    def _indices(self, keys: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Storage index of each row of ``keys`` (flat) and whether it is stored."""
+    def _indices(self, keys: Any) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        """Storage index of each row of ``keys`` (flat; as a tensor and on the host)
+        and whether it is stored."""
         _check_td(keys, "key")
         hashes = self.query_module.hash(keys).reshape(-1)
-        index = (
-            self.query_module.hash_to_int(hashes, extend=False).reshape(-1).to(self._filled.device)
-        )
-        if self._size == 0:
-            return index, torch.zeros_like(index, dtype=torch.bool)
-        valid = (index >= 0) & (index < self._size)
-        present = self._filled.index_select(0, index.clamp(0, self._size - 1)) & valid
-        return index, present
+        index = self.query_module.hash_to_int(hashes, extend=False).reshape(-1).long()
+        host = index.cpu().numpy()
+        present = (host >= 0) & (host < self._size)
+        if self._count != self._size:  # some rows in use hold no value
+            present &= self._filled[np.clip(host, 0, max(self._size - 1, 0))]
+        return index, host, present
 
     def contains(self, keys: Any) -> torch.Tensor:
         """A bool tensor of shape ``keys.batch_size``: which rows of ``keys`` are stored."""
-        return self._indices(keys)[1].reshape(keys.batch_size)
+        index, _, present = self._indices(keys)
+        return torch.from_numpy(present).reshape(keys.batch_size).to(index.device)
 
     def __getitem__(self, keys: Any) -> Any:
         """The stored rows for the rows of ``keys``, as a TensorDict of the same batch size.
@@ -182,19 +239,19 @@ class TensorDictMap(nn.Module):
         Raises:
             KeyError: if some row of ``keys`` is not stored (see :meth:`contains`).
         """
-        index, present = self._indices(keys)
-        if not bool(present.all()):
+        index, host, present = self._indices(keys)
+        if not present.all():
             missing = int((~present).sum())
-            first = int((~present).nonzero()[0, 0])
+            first = int(np.flatnonzero(~present)[0])
             raise KeyNotFoundError(
-                f"{missing} of {present.numel()} rows of the query are not in the TensorDictMap "
+                f"{missing} of {present.size} rows of the query are not in the TensorDictMap "
                 f"(the first is row {first} in flattened order); check with contains() first"
             )
         batch = list(keys.batch_size)
         return _tensordict(
             batch,
             {
-                k: v.index_select(0, index.to(v.device)).reshape(*batch, *v.shape[1:])
+                k: _take(v, index, host).reshape(*batch, *v.shape[1:])
                 for k, v in self._columns.items()
             },
         )
@@ -238,20 +295,22 @@ class TensorDictMap(nn.Module):
         return gathered
 
     def _grow(self, needed: int, like: dict[Key, torch.Tensor]) -> None:
-        capacity = self._filled.numel()
+        capacity = self._filled.size
         if needed <= capacity and self._columns:
             return
         new_capacity = max(needed, 2 * capacity, 16)
         if not self._columns:  # the first write sets the schema
-            device = next(iter(like.values())).device
-            self._columns = {k: v.new_zeros((new_capacity, *v.shape[1:])) for k, v in like.items()}
-            self._filled = torch.zeros(new_capacity, dtype=torch.bool, device=device)
-            return
-        for key, column in self._columns.items():
-            grown = column.new_zeros((new_capacity, *column.shape[1:]))
-            grown[:capacity] = column
-            self._columns[key] = grown
-        filled = self._filled.new_zeros(new_capacity)
+            self._columns = {k: _zeros(v, new_capacity) for k, v in like.items()}
+        else:
+            for key, column in self._columns.items():
+                grown = _zeros(column, new_capacity)
+                rows, old = _rows(grown), _rows(column)
+                if rows is None or old is None:
+                    grown[:capacity] = column
+                else:
+                    rows[:capacity] = old
+                self._columns[key] = grown
+        filled = np.zeros(new_capacity, dtype=bool)
         filled[:capacity] = self._filled
         self._filled = filled
 
@@ -273,32 +332,33 @@ class TensorDictMap(nn.Module):
         n = math.prod(keys.batch_size)
         gathered = self._gather_values(values, n)  # validate before touching any state
         hashes = self.query_module.hash(keys).reshape(-1)
-        index = self.query_module.hash_to_int(hashes, extend=True).reshape(-1)
-        if n and int(index.min()) < 0:
+        index = self.query_module.hash_to_int(hashes, extend=True).reshape(-1).long()
+        host = index.cpu().numpy()
+        if n and host.min() < 0:
             raise RuntimeError("the query module's hash_to_int returned a negative index on insert")
         if self.out_keys is None:
             self.out_keys = list(gathered)
         if n == 0:
             return
-        top = int(index.max()) + 1
+        top = int(host.max()) + 1
         self._grow(top, gathered)
-        index = index.to(self._filled.device)
-        uniq, inverse = torch.unique(index, return_inverse=True)
-        if uniq.numel() != n:  # equal keys in one write: the last one wins
-            last = torch.full_like(uniq, -1).scatter_reduce_(
-                0, inverse, torch.arange(n, device=index.device), "amax"
-            )
-            index = uniq
-            gathered = {k: v.index_select(0, last.to(v.device)) for k, v in gathered.items()}
+        duplicates = _last_occurrences(host)
+        if duplicates is not None:  # equal keys in one write: the last one wins
+            host, last = duplicates
+            index = torch.from_numpy(host)
+            last_t = torch.from_numpy(last)
+            gathered = {k: v.index_select(0, last_t.to(v.device)) for k, v in gathered.items()}
         for key, value in gathered.items():
-            self._columns[key].index_copy_(0, index.to(value.device), value)
-        self._filled.index_fill_(0, index, True)
+            _put(self._columns[key], index, host, value)
+        self._count += int(np.count_nonzero(~self._filled[host]))
+        self._filled[host] = True
         self._size = max(self._size, top)
 
     def clear(self) -> None:
         """Forget every key and stored row (``out_keys`` are kept)."""
         self._columns = {}
-        self._filled = torch.zeros(0, dtype=torch.bool)
+        self._filled = np.zeros(0, dtype=bool)
+        self._count = 0
         self._size = 0
         clear = getattr(self.query_module.hash_to_int, "clear", None)
         if clear is not None:
@@ -310,7 +370,6 @@ class TensorDictMap(nn.Module):
         # .to(), .cuda(), .double(), ... reach the storage like they reach buffers
         super()._apply(fn, recurse)
         self._columns = {key: fn(column) for key, column in self._columns.items()}
-        self._filled = fn(self._filled)
         return self
 
     # ---------------------------------------------------------------- state dict
@@ -320,7 +379,7 @@ class TensorDictMap(nn.Module):
             "out_keys": list(self.out_keys) if self.out_keys is not None else None,
             "keys": keys,
             "values": [self._columns[k][: self._size] for k in keys],
-            "filled": self._filled[: self._size],
+            "filled": torch.from_numpy(self._filled[: self._size].copy()),
         }
 
     def set_extra_state(self, state: Any) -> None:
@@ -349,5 +408,6 @@ class TensorDictMap(nn.Module):
         self._columns = {
             (k if isinstance(k, str) else tuple(k)): v.clone() for k, v in zip(keys, values)
         }
-        self._filled = filled.clone().to(torch.bool)
+        self._filled = filled.detach().cpu().numpy().astype(bool)  # a copy
+        self._count = int(np.count_nonzero(self._filled))
         self._size = size

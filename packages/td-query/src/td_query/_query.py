@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -22,6 +23,19 @@ HashFn = Callable[[torch.Tensor], torch.Tensor]
 def _check_callable(fn: Any, what: str) -> None:
     if not callable(fn):
         raise TypeError(f"{what} must be callable, got {type(fn).__name__} {fn!r}")
+
+
+def _join(tensors: list[torch.Tensor], *, stack: bool) -> torch.Tensor:
+    """``torch.stack(tensors, -1)`` if ``stack`` else ``torch.cat(tensors)``.
+
+    CPU tensors are joined by numpy, on one thread: torch copies megabytes with
+    OpenMP threads, which stall for milliseconds when other processes hold the
+    cores.
+    """
+    if all(t.device.type == "cpu" for t in tensors):
+        arrays = [t.numpy() for t in tensors]
+        return torch.from_numpy(np.stack(arrays, -1) if stack else np.concatenate(arrays))
+    return torch.stack(tensors, -1) if stack else torch.cat(tensors)
 
 
 def _shallow_copy(tensordict: Any) -> Any:
@@ -208,7 +222,7 @@ class QueryModule(nn.Module):
             if len(members) == 1:
                 hashes[members[0]] = fn(rows[members[0]])
                 continue
-            joint = fn(torch.cat([row_bytes(rows[i], 1) for i in members]))
+            joint = fn(_join([row_bytes(rows[i], 1) for i in members], stack=False))
             for j, i in enumerate(members):
                 hashes[i] = joint[j * n : (j + 1) * n]
         return [
@@ -239,7 +253,7 @@ class QueryModule(nn.Module):
         if self.aggregator is None:
             combined = hashes[0]
         else:
-            stacked = torch.stack(hashes, dim=-1)
+            stacked = _join(hashes, stack=True)
             combined = self._check_hashes(self.aggregator(stacked), n, "aggregator")
         return combined.reshape(batch)
 

@@ -1,12 +1,21 @@
-"""SipHash of each row of a tensor, vectorised over rows with int64 torch ops."""
+"""SipHash of each row of a tensor, vectorised over rows (numpy, torch or compiled)."""
 
 from __future__ import annotations
 
 import math
 import sys
 
+import numpy as np
 import torch
 from torch import nn
+
+from td_query._sipkernels import (
+    compiled_kernel,
+    init_state,
+    siphash_numpy,
+    siphash_torch,
+    to_int64,
+)
 
 __all__ = ["DEFAULT_KEY", "SipHash"]
 
@@ -18,50 +27,10 @@ DEFAULT_KEY: bytes = bytes(range(16))
 #: Rows longer than this many bytes are hashed as a tree of ``CHUNK``-byte chunks.
 TREE_THRESHOLD = 1024
 CHUNK = 256
-#: On CPU, rows are hashed in blocks of this many (just below ATen's parallel grain
-#: size of 32768 elements, so each op runs on one thread with its data in cache).
-CPU_BLOCK = 32000
-
-_MASK64 = (1 << 64) - 1
-# "somepseudorandomlygeneratedbytes", the SipHash initialisation constants. All
-# four are below 2**63, so they are valid int64 values as they are.
-_INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
-
-
-def _to_int64(value: int) -> int:
-    """The int64 with the same 64 bits as the unsigned ``value``."""
-    value &= _MASK64
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _rotl_(x: torch.Tensor, bits: int, tmp: torch.Tensor) -> None:
-    """Rotate the 64-bit words of ``x`` left by ``bits``, in place (``tmp`` is scratch).
-
-    ``>>`` on int64 is arithmetic, so the bits shifted in from the left are masked
-    off to make it the logical shift that uint64 arithmetic needs.
-    """
-    torch.bitwise_right_shift(x, 64 - bits, out=tmp)
-    tmp.bitwise_and_((1 << bits) - 1)
-    x.bitwise_left_shift_(bits)
-    x.bitwise_or_(tmp)
-
-
-def _sipround(v: list[torch.Tensor], tmp: torch.Tensor) -> None:
-    v0, v1, v2, v3 = v
-    v0.add_(v1)  # int64 addition wraps around, exactly like uint64 addition
-    _rotl_(v1, 13, tmp)
-    v1.bitwise_xor_(v0)
-    _rotl_(v0, 32, tmp)
-    v2.add_(v3)
-    _rotl_(v3, 16, tmp)
-    v3.bitwise_xor_(v2)
-    v0.add_(v3)
-    _rotl_(v3, 21, tmp)
-    v3.bitwise_xor_(v0)
-    v2.add_(v1)
-    _rotl_(v1, 17, tmp)
-    v1.bitwise_xor_(v2)
-    _rotl_(v2, 32, tmp)
+#: On CPU, with ``compiled=None``, batches of at least this many messages of at most
+#: ``COMPILE_MAX_WORDS`` full words go through the compiled kernel.
+COMPILE_MIN_ROWS = 8192
+COMPILE_MAX_WORDS = 32
 
 
 def _check_key(key: bytes) -> tuple[int, int]:
@@ -74,83 +43,108 @@ def _check_key(key: bytes) -> tuple[int, int]:
     return k0, k1
 
 
-def _siphash_words(
-    words: torch.Tensor | None,
-    last: torch.Tensor | int,
-    key: tuple[int, int],
-    rounds: tuple[int, int],
-) -> torch.Tensor:
-    """SipHash-c-d of ``n`` messages: ``words`` (``[n, w]`` int64 or None) then ``last``.
+def _blocks_host(rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | int]:
+    """The SipHash blocks of each row of a ``[n, length]`` uint8 array.
 
-    ``last`` is the final block, one int64 per message or one for all of them.
-    """
-    n = words.shape[0] if words is not None else last.shape[0]  # type: ignore[union-attr]
-    device = words.device if words is not None else last.device  # type: ignore[union-attr]
-    c_rounds, d_rounds = rounds
-    k0, k1 = key
-    v = [
-        torch.full((n,), _to_int64(k ^ c), dtype=torch.int64, device=device)
-        for k, c in zip((k0, k1, k0, k1), _INIT)
-    ]
-    tmp = torch.empty(n, dtype=torch.int64, device=device)
-    columns = list(words.unbind(1)) if words is not None else []
-    for m in [*columns, last]:
-        v[3].bitwise_xor_(m)
-        for _ in range(c_rounds):
-            _sipround(v, tmp)
-        v[0].bitwise_xor_(m)
-    v[2].bitwise_xor_(0xFF)
-    for _ in range(d_rounds):
-        _sipround(v, tmp)
-    return v[0].bitwise_xor_(v[1]).bitwise_xor_(v[2]).bitwise_xor_(v[3])
-
-
-def siphash_rows(rows: torch.Tensor, key: tuple[int, int], rounds: tuple[int, int]) -> torch.Tensor:
-    """SipHash-c-d of each row of a ``[n, length]`` uint8 tensor, as ``[n]`` int64.
-
-    The loop runs over the 8-byte words of a row (``length // 8 + 1`` iterations),
-    never over rows: each step is a handful of elementwise ops on ``n`` values.
-    On CPU the rows go through in blocks of ``CPU_BLOCK``: each op then runs on
-    one thread with its operands in cache, which is faster than threaded ops over
-    all rows and does not stall when other processes hold the other cores.
+    Returns ``words``, the full 8-byte words (``[n, length // 8]`` uint64, or
+    ``None``), and ``last``, the last block (``[n]`` uint64, or one unsigned int
+    shared by all rows). Viewing bytes as uint64 reads them little-endian, as
+    SipHash specifies, on little-endian hosts (every platform PyTorch ships for).
+    Copies are numpy's, on one thread (torch's OpenMP copies stall when other
+    processes hold the cores).
     """
     n, length = rows.shape
-    full = length // 8
+    full = length // 8  # (not divmod: torch.compile cannot trace it)
     tail = length - 8 * full
-    # The full 8-byte words of each row, read in place where the layout allows.
-    # Viewing bytes as int64 reads them little-endian, as SipHash specifies, on
-    # little-endian hosts (every platform PyTorch ships for).
+    words = None
+    if full:  # read in place where the layout allows
+        words = rows[:, : 8 * full]
+        if not words.flags.c_contiguous:
+            words = words.copy()
+        words = words.view(np.uint64)
+        if not words.flags.aligned:
+            words = words.copy()
+    # the trailing ``length % 8`` bytes, zero padded, with the length (mod 256) as
+    # the most significant byte; without trailing bytes, one constant for all rows
+    last: np.ndarray | int = (length & 0xFF) << 56
+    if tail:
+        buffer = np.zeros((n, 8), dtype=np.uint8)
+        buffer[:, :tail] = rows[:, 8 * full :]
+        buffer[:, 7] = length & 0xFF
+        last = buffer.view(np.uint64).reshape(n)
+    elif words is None:  # empty rows: nothing but ``last`` tells the row count
+        last = np.zeros(n, dtype=np.uint64)
+    return words, last
+
+
+def _blocks_torch(rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | int]:
+    """:func:`_blocks_host` in torch ops on the rows' device, as int64 (same bits)."""
+    n, length = rows.shape
+    full = length // 8  # (not divmod: torch.compile cannot trace it)
+    tail = length - 8 * full
     words = None
     if full:
         body = rows[:, : 8 * full]
-        if body.stride() != (8 * full, 1) or body.storage_offset() % 8:
+        # (traced by a caller's torch.compile, the offset is unknown: copy)
+        aligned = not torch.compiler.is_compiling() and body.storage_offset() % 8 == 0
+        if body.stride() != (8 * full, 1) or not aligned:
             body = body.clone(memory_format=torch.contiguous_format)
         words = body.view(torch.int64)
-    # The last block: the trailing ``length % 8`` bytes, zero padded, with the
-    # message length (mod 256) as its most significant byte; without trailing
-    # bytes it is the same constant for every row.
-    last: torch.Tensor | int = _to_int64((length & 0xFF) << 56)
+    last: torch.Tensor | int = to_int64((length & 0xFF) << 56)
     if tail:
         buffer = torch.zeros((n, 8), dtype=torch.uint8, device=rows.device)
         buffer[:, :tail] = rows[:, 8 * full :]
         buffer[:, 7] = length & 0xFF
         last = buffer.view(torch.int64).reshape(n)
-    if rows.device.type != "cpu" or n <= CPU_BLOCK:
-        if words is None and isinstance(last, int):
-            last = torch.full((n,), last, dtype=torch.int64, device=rows.device)
-        return _siphash_words(words, last, key, rounds)
-    out = torch.empty(n, dtype=torch.int64)
-    for start in range(0, n, CPU_BLOCK):
-        stop = min(start + CPU_BLOCK, n)
-        block_last = last[start:stop] if isinstance(last, torch.Tensor) else last
-        if words is None and isinstance(block_last, int):
-            block_last = torch.full((stop - start,), block_last, dtype=torch.int64)
-        block_words = words[start:stop] if words is not None else None
-        out[start:stop] = _siphash_words(block_words, block_last, key, rounds)
-    return out
+    elif words is None:
+        last = torch.zeros(n, dtype=torch.int64, device=rows.device)
+    return words, last
 
 
-def hash_rows(rows: torch.Tensor, key: tuple[int, int], rounds: tuple[int, int]) -> torch.Tensor:
+_LARGE_SEEN: set[tuple[int, int, int]] = set()
+
+
+def _seen_before(shape: tuple[int, int, int]) -> bool:
+    """Whether a large batch of this row length and rounds was hashed before in this process.
+
+    With ``compiled=None`` the kernel is built for the second such batch, not the
+    first: building takes seconds, which a script hashing one batch would pay
+    for nothing, while repeated hashing pays it once.
+    """
+    if shape in _LARGE_SEEN:
+        return True
+    _LARGE_SEEN.add(shape)
+    return False
+
+
+def siphash_rows(
+    rows: torch.Tensor, key: tuple[int, int], rounds: tuple[int, int], compiled: bool | None
+) -> torch.Tensor:
+    """SipHash-c-d of each row of a ``[n, length]`` uint8 tensor, as ``[n]`` int64.
+
+    The loop runs over the 8-byte words of a row (``length // 8 + 1`` steps), never
+    over rows. Where it runs: on CPU, through the compiled kernel if ``compiled``
+    asks for it (``None``: for large batches, when one can be built), else with
+    numpy; on other devices (or while a caller's ``torch.compile`` traces this),
+    with torch ops on the rows' device. All three give the same bits.
+    """
+    n, length = rows.shape
+    if rows.device.type != "cpu" or torch.compiler.is_compiling():
+        words_t, last_t = _blocks_torch(rows)
+        init = [to_int64(v) for v in init_state(key)]
+        return siphash_torch(words_t, last_t, torch.tensor(init, device=rows.device), *rounds)
+    words, last = _blocks_host(rows.numpy())
+    large = n >= COMPILE_MIN_ROWS and length // 8 <= COMPILE_MAX_WORDS
+    if compiled or (compiled is None and large and _seen_before((length, *rounds))):
+        hashes = compiled_kernel(words, last, key, rounds, required=bool(compiled))
+        if hashes is not None:
+            return hashes
+    return torch.from_numpy(siphash_numpy(words, last, n, key, rounds).view(np.int64))
+
+
+def hash_rows(
+    rows: torch.Tensor, key: tuple[int, int], rounds: tuple[int, int], compiled: bool | None
+) -> torch.Tensor:
     """The hash of each row of a ``[n, length]`` uint8 tensor, as ``[n]`` int64.
 
     Rows of up to ``TREE_THRESHOLD`` bytes get SipHash-c-d of their bytes. Longer
@@ -161,16 +155,17 @@ def hash_rows(rows: torch.Tensor, key: tuple[int, int], rounds: tuple[int, int])
     """
     n, length = rows.shape
     if length <= TREE_THRESHOLD:
-        return siphash_rows(rows, key, rounds)
+        return siphash_rows(rows, key, rounds, compiled)
     chunks = -(-length // CHUNK)
     if chunks * CHUNK != length:
         padded = torch.zeros((n, chunks * CHUNK), dtype=torch.uint8, device=rows.device)
         padded[:, :length] = rows
         rows = padded
-    digests = siphash_rows(rows.reshape(n * chunks, CHUNK), key, rounds).reshape(n, chunks)
+    digests = siphash_rows(rows.reshape(n * chunks, CHUNK), key, rounds, compiled)
+    digests = digests.reshape(n, chunks)
     size = torch.full((n, 1), length, dtype=torch.int64, device=rows.device)
     message = torch.cat([digests, size], dim=1).view(torch.uint8)
-    return hash_rows(message, key, rounds)
+    return hash_rows(message, key, rounds, compiled)
 
 
 def row_bytes(x: torch.Tensor, batch_dims: int) -> torch.Tensor:
@@ -186,10 +181,10 @@ class SipHash(nn.Module):
 
     A row is everything after the first ``batch_dims`` dims (by default: one row per
     index of the first dim). Its bytes, in row-major order, are hashed with
-    SipHash-c-d under a fixed ``key``. The computation is vectorised over rows with
-    int64 torch ops (uint64 arithmetic emulated with int64 wraparound), on the
-    tensor's own device, so the result is identical across processes, runs and
-    machines: unlike ``hash()``, it does not depend on ``PYTHONHASHSEED``.
+    SipHash-c-d under a fixed ``key``. The computation is vectorised over rows (a
+    Python loop over the words of a row, never over rows), so the result is
+    identical across processes, runs and machines: unlike ``hash()``, it does not
+    depend on ``PYTHONHASHSEED``.
 
     **Which SipHash.** SipHash-1-3 by default (``rounds=(1, 3)``: one compression
     round per 8-byte word, three finalisation rounds), the variant behind CPython's
@@ -217,9 +212,16 @@ class SipHash(nn.Module):
     know also resists crafted collisions, but :data:`DEFAULT_KEY` is public: pass
     your own ``key`` if inputs may be adversarial.
 
-    **Speed.** On CPU the cost is a few dozen elementwise int64 passes per 8 bytes
-    of a row, over all rows at once (in cache-sized blocks), so it beats a Python
-    loop per row on many short rows; on GPU it is one kernel per step for all rows.
+    **Where it runs.** On CPU, large batches (at least 8192 rows of up to 256
+    bytes, tree chunks included) go through a kernel that ``torch.compile``
+    generates: one C++ loop over rows, the SipHash state in registers. It is built
+    on the first such call, once per row length and round count in a process, which
+    takes seconds (torch caches the code on disk, so later processes are quicker);
+    if it cannot be built (no C++ compiler, say), a warning is logged once and
+    numpy is used instead. Other CPU batches are hashed with numpy uint64 ops, a
+    few dozen passes per 8 bytes of a row over blocks of rows. On other devices
+    (and inside a caller's ``torch.compile``) it is torch ops on the tensor's
+    device, one kernel per step over all rows. All paths give the same bits.
 
     Args:
         as_tensor: if ``True`` (default) return the hashes as an int64 tensor of
@@ -232,6 +234,12 @@ class SipHash(nn.Module):
         batch_dims: how many leading dims index rows. Defaults to 1.
         rounds: ``(c, d)``, the compression and finalisation rounds. Defaults to
             ``(1, 3)``; ``(2, 4)`` is SipHash-2-4.
+        compiled: on CPU, whether to use the compiled kernel: ``None`` (default)
+            for large batches when it can be built, from the second large batch
+            of a given row length on (a one-off batch never waits for the
+            build, which takes seconds), ``True`` for every batch
+            (errors from ``torch.compile`` are raised), ``False`` never (numpy
+            only: no compilation, no first-call delay).
 
     Examples:
         >>> import torch
@@ -255,6 +263,7 @@ class SipHash(nn.Module):
         key: bytes = DEFAULT_KEY,
         batch_dims: int = 1,
         rounds: tuple[int, int] = (1, 3),
+        compiled: bool | None = None,
     ) -> None:
         super().__init__()
         if sys.byteorder != "little":  # pragma: no cover - no such PyTorch platform today
@@ -267,11 +276,14 @@ class SipHash(nn.Module):
             or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in rounds)
         ):
             raise ValueError(f"rounds must be two positive ints (c, d), got {rounds!r}")
+        if compiled not in (None, True, False):
+            raise ValueError(f"compiled must be None, True or False, got {compiled!r}")
         self.as_tensor = bool(as_tensor)
         self.batch_dims = batch_dims
         self.rounds = (rounds[0], rounds[1])
         self.key = bytes(key) if isinstance(key, bytearray) else key
         self._k = _check_key(key)
+        self.compiled = compiled
 
     def extra_repr(self) -> str:
         parts = []
@@ -283,6 +295,8 @@ class SipHash(nn.Module):
             parts.append(f"batch_dims={self.batch_dims}")
         if self.rounds != (1, 3):
             parts.append(f"rounds={self.rounds}")
+        if self.compiled is not None:
+            parts.append(f"compiled={self.compiled}")
         return ", ".join(parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | list[bytes]:
@@ -311,4 +325,5 @@ class SipHash(nn.Module):
             data = rows.cpu().numpy().tobytes()
             width = rows.shape[1]
             return [data[i * width : (i + 1) * width] for i in range(rows.shape[0])]
-        return hash_rows(rows, self._k, self.rounds).reshape(x.shape[: self.batch_dims])
+        hashes = hash_rows(rows, self._k, self.rounds, self.compiled)
+        return hashes.reshape(x.shape[: self.batch_dims])
