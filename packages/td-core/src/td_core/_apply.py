@@ -258,6 +258,18 @@ def _zip_compare(
     return td._new(out, td.batch_size)
 
 
+def _reduce_bool(td: TensorDictBase, dim: int | None, name: str) -> Any:
+    """``all``/``any``: a Python bool over every leaf, or a TensorDict reduced over batch dim ``dim``."""
+    if dim is None:
+        leaves = tensor_leaves(td)
+        if not leaves:
+            return name == "all"
+        return bool(getattr(torch.stack([getattr(t, name)() for t in leaves]), name)())
+    d = normalize_dim(dim, td.batch_dims)
+    lead = torch.Size(s for i, s in enumerate(td.batch_size) if i != d)
+    return map_batch(td, lambda t: getattr(t, name)(d), lead)
+
+
 # ----------------------------------------------------------------------- to
 def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     """``td.to(device)``, ``td.to(dtype)``, ``td.to(device, dtype)``, ``td.to(other)``."""
@@ -486,21 +498,11 @@ class ApplyMixin:
     # ----------------------------------------------------------- reductions
     def all(self: TensorDictBase, dim: int | None = None) -> Any:
         """``True`` if every element of every tensor leaf is true; per batch dim with ``dim``."""
-        if dim is None:
-            leaves = tensor_leaves(self)
-            return bool(torch.stack([t.all() for t in leaves]).all()) if leaves else True
-        d = normalize_dim(dim, self.batch_dims)
-        lead = torch.Size(s for i, s in enumerate(self.batch_size) if i != d)
-        return map_batch(self, lambda t: t.all(d), lead)
+        return _reduce_bool(self, dim, "all")
 
     def any(self: TensorDictBase, dim: int | None = None) -> Any:
         """``True`` if any element of any tensor leaf is true; per batch dim with ``dim``."""
-        if dim is None:
-            leaves = tensor_leaves(self)
-            return bool(torch.stack([t.any() for t in leaves]).any()) if leaves else False
-        d = normalize_dim(dim, self.batch_dims)
-        lead = torch.Size(s for i, s in enumerate(self.batch_size) if i != d)
-        return map_batch(self, lambda t: t.any(d), lead)
+        return _reduce_bool(self, dim, "any")
 
     # operators are attached below from tables, so each is written once
     __eq__ = _compare("__eq__", operator.eq)  # type: ignore[assignment]

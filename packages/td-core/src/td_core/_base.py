@@ -20,7 +20,7 @@ from td_core._keys import KeysView, NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
 from td_core._torch_function import TORCH_FUNCTIONS
-from td_core._utils import NO_DEFAULT
+from td_core._utils import NO_DEFAULT, BatchMeta
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 __all__ = ["TensorDictBase", "is_tensor_collection"]
@@ -36,6 +36,7 @@ def is_tensor_collection(obj: Any) -> bool:
 
 
 class TensorDictBase(
+    BatchMeta,
     _index.IndexingMixin,
     _shape.ShapeMixin,
     _apply.ApplyMixin,
@@ -51,29 +52,6 @@ class TensorDictBase(
     # ------------------------------------------------------------------ metadata
     batch_size: torch.Size
     device: torch.device | None
-
-    @property
-    def shape(self) -> torch.Size:
-        """Alias of ``batch_size``."""
-        return self.batch_size
-
-    @property
-    def batch_dims(self) -> int:
-        """Number of batch dimensions."""
-        return len(self.batch_size)
-
-    ndim = batch_dims
-
-    def dim(self) -> int:
-        """Number of batch dimensions."""
-        return len(self.batch_size)
-
-    def ndimension(self) -> int:
-        return len(self.batch_size)
-
-    def numel(self) -> int:
-        """Number of elements of the batch (the product of ``batch_size``)."""
-        return self.batch_size.numel()
 
     def size(self, dim: int | None = None) -> torch.Size | int:
         """The batch size, or its ``dim``-th entry."""

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from td_core._utils import BatchMeta
+
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
 
 _Fn = Callable[[torch.Tensor], torch.Tensor]
@@ -41,7 +43,7 @@ def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
     return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
 
 
-class _NonTensorBase:
+class _NonTensorBase(BatchMeta):
     """What both kinds of non-tensor leaf share: batch metadata and device."""
 
     _td_collection = True
@@ -50,22 +52,6 @@ class _NonTensorBase:
 
     batch_size: torch.Size
     device: torch.device | None
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.batch_size
-
-    @property
-    def batch_dims(self) -> int:
-        return len(self.batch_size)
-
-    ndim = batch_dims
-
-    def dim(self) -> int:
-        return len(self.batch_size)
-
-    def numel(self) -> int:
-        return self.batch_size.numel()
 
     def _map_batch_multi(
         self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]

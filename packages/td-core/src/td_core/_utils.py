@@ -118,3 +118,33 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> torch.Size | None:
         else:
             return None
     return torch.Size(reversed(out))
+
+
+class BatchMeta:
+    """Batch metadata derived from ``batch_size``, shared by containers and non-tensor leaves."""
+
+    __slots__ = ()
+    batch_size: torch.Size
+
+    @property
+    def shape(self) -> torch.Size:
+        """Alias of ``batch_size``."""
+        return self.batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        """Number of batch dimensions."""
+        return len(self.batch_size)
+
+    ndim = batch_dims
+
+    def dim(self) -> int:
+        """Number of batch dimensions."""
+        return len(self.batch_size)
+
+    def ndimension(self) -> int:
+        return len(self.batch_size)
+
+    def numel(self) -> int:
+        """Number of elements of the batch (the product of ``batch_size``)."""
+        return self.batch_size.numel()
