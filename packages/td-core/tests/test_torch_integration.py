@@ -88,7 +88,7 @@ def test_export_module_taking_a_tensordict():
 
     td = sample().exclude("tag")
     exported = torch.export.export(Model(), (td,))
-    assert torch.allclose(exported.module()(td), Model()(td))
+    torch.testing.assert_close(exported.module()(td), Model()(td))
 
 
 def test_flip_and_roll_keep_non_tensor_values_aligned():
