@@ -382,8 +382,9 @@ def test_when_compiling_fails_large_batches_fall_back_to_numpy():
         from td_query import SipHash
 
         x = torch.randn(10_000, 4, generator=torch.Generator().manual_seed(0))
-        assert torch.equal(SipHash()(x), SipHash(compiled=False)(x))
-        assert torch.equal(SipHash()(x[:9000]), SipHash(compiled=False)(x[:9000]))
+        eager = SipHash(compile_after=0.0)  # try the kernel for the first large batch
+        assert torch.equal(eager(x), SipHash(compiled=False)(x))
+        assert torch.equal(eager(x[:9000]), SipHash(compiled=False)(x[:9000]))
         try:
             SipHash(compiled=True)(x)
         except RuntimeError as error:
@@ -425,3 +426,21 @@ def test_cuda_matches_cpu():
     assert torch.equal(gpu.cpu(), cpu)
     big = torch.randint(0, 256, (5, 3000), dtype=torch.uint8)
     assert torch.equal(SipHash()(big.cuda()).cpu(), SipHash()(big))
+
+
+def test_default_policy_builds_the_kernel_only_after_time_in_numpy(monkeypatch):
+    calls = []
+    import td_query._siphash as impl
+
+    def fake_kernel(*args, **kwargs):
+        calls.append(1)
+        return None  # "could not build": numpy is used
+
+    monkeypatch.setattr(impl, "compiled_kernel", fake_kernel)
+    x = torch.randn(9000, 3)  # a row length no other test hashes
+    SipHash()(x)
+    assert calls == []  # a short job never waits for a build
+    SipHash(compile_after=0.0)(x)
+    assert calls == [1]
+    with pytest.raises(ValueError, match="compile_after"):
+        SipHash(compile_after=-1)

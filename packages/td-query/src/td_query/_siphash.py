@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 
 import numpy as np
 import torch
@@ -101,24 +102,19 @@ def _blocks_torch(rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor
     return words, last
 
 
-_LARGE_SEEN: set[tuple[int, int, int]] = set()
-
-
-def _seen_before(shape: tuple[int, int, int]) -> bool:
-    """Whether a large batch of this row length and rounds was hashed before in this process.
-
-    With ``compiled=None`` the kernel is built for the second such batch, not the
-    first: building takes seconds, which a script hashing one batch would pay
-    for nothing, while repeated hashing pays it once.
-    """
-    if shape in _LARGE_SEEN:
-        return True
-    _LARGE_SEEN.add(shape)
-    return False
+#: With ``compiled=None``, a row length is compiled once this many seconds were spent
+#: hashing its large batches with numpy: the build takes seconds, so it pays only in
+#: long-running work (JIT-style tiering; a one-off script never waits for it).
+COMPILE_AFTER_SECONDS = 2.0
+_NUMPY_SECONDS: dict[tuple[int, int, int], float] = {}
 
 
 def siphash_rows(
-    rows: torch.Tensor, key: tuple[int, int], rounds: tuple[int, int], compiled: bool | None
+    rows: torch.Tensor,
+    key: tuple[int, int],
+    rounds: tuple[int, int],
+    compiled: bool | None,
+    compile_after: float = COMPILE_AFTER_SECONDS,
 ) -> torch.Tensor:
     """SipHash-c-d of each row of a ``[n, length]`` uint8 tensor, as ``[n]`` int64.
 
@@ -135,15 +131,24 @@ def siphash_rows(
         return siphash_torch(words_t, last_t, torch.tensor(init, device=rows.device), *rounds)
     words, last = _blocks_host(rows.numpy())
     large = n >= COMPILE_MIN_ROWS and length // 8 <= COMPILE_MAX_WORDS
-    if compiled or (compiled is None and large and _seen_before((length, *rounds))):
+    shape = (length, *rounds)
+    if compiled or (compiled is None and large and _NUMPY_SECONDS.get(shape, 0.0) >= compile_after):
         hashes = compiled_kernel(words, last, key, rounds, required=bool(compiled))
         if hashes is not None:
             return hashes
-    return torch.from_numpy(siphash_numpy(words, last, n, key, rounds).view(np.int64))
+    start = time.perf_counter()
+    out = torch.from_numpy(siphash_numpy(words, last, n, key, rounds).view(np.int64))
+    if large and compiled is None:
+        _NUMPY_SECONDS[shape] = _NUMPY_SECONDS.get(shape, 0.0) + time.perf_counter() - start
+    return out
 
 
 def hash_rows(
-    rows: torch.Tensor, key: tuple[int, int], rounds: tuple[int, int], compiled: bool | None
+    rows: torch.Tensor,
+    key: tuple[int, int],
+    rounds: tuple[int, int],
+    compiled: bool | None,
+    compile_after: float = COMPILE_AFTER_SECONDS,
 ) -> torch.Tensor:
     """The hash of each row of a ``[n, length]`` uint8 tensor, as ``[n]`` int64.
 
@@ -155,17 +160,17 @@ def hash_rows(
     """
     n, length = rows.shape
     if length <= TREE_THRESHOLD:
-        return siphash_rows(rows, key, rounds, compiled)
+        return siphash_rows(rows, key, rounds, compiled, compile_after)
     chunks = -(-length // CHUNK)
     if chunks * CHUNK != length:
         padded = torch.zeros((n, chunks * CHUNK), dtype=torch.uint8, device=rows.device)
         padded[:, :length] = rows
         rows = padded
-    digests = siphash_rows(rows.reshape(n * chunks, CHUNK), key, rounds, compiled)
+    digests = siphash_rows(rows.reshape(n * chunks, CHUNK), key, rounds, compiled, compile_after)
     digests = digests.reshape(n, chunks)
     size = torch.full((n, 1), length, dtype=torch.int64, device=rows.device)
     message = torch.cat([digests, size], dim=1).view(torch.uint8)
-    return hash_rows(message, key, rounds, compiled)
+    return hash_rows(message, key, rounds, compiled, compile_after)
 
 
 def row_bytes(x: torch.Tensor, batch_dims: int) -> torch.Tensor:
@@ -235,11 +240,14 @@ class SipHash(nn.Module):
         rounds: ``(c, d)``, the compression and finalisation rounds. Defaults to
             ``(1, 3)``; ``(2, 4)`` is SipHash-2-4.
         compiled: on CPU, whether to use the compiled kernel: ``None`` (default)
-            for large batches when it can be built, from the second large batch
-            of a given row length on (a one-off batch never waits for the
-            build, which takes seconds), ``True`` for every batch
+            for large batches when it can be built, once a row length has spent
+            ``compile_after`` seconds in numpy (the build takes seconds: only
+            long-running work pays it), ``True`` for every batch
             (errors from ``torch.compile`` are raised), ``False`` never (numpy
             only: no compilation, no first-call delay).
+        compile_after: with ``compiled=None``, the seconds of numpy hashing of
+            large batches of one row length after which its kernel is built
+            (default 2; 0 builds it for the first large batch).
 
     Examples:
         >>> import torch
@@ -264,6 +272,7 @@ class SipHash(nn.Module):
         batch_dims: int = 1,
         rounds: tuple[int, int] = (1, 3),
         compiled: bool | None = None,
+        compile_after: float = COMPILE_AFTER_SECONDS,
     ) -> None:
         super().__init__()
         if sys.byteorder != "little":  # pragma: no cover - no such PyTorch platform today
@@ -283,7 +292,12 @@ class SipHash(nn.Module):
         self.rounds = (rounds[0], rounds[1])
         self.key = bytes(key) if isinstance(key, bytearray) else key
         self._k = _check_key(key)
+        if not isinstance(compile_after, (int, float)) or compile_after < 0:
+            raise ValueError(
+                f"compile_after must be a non-negative number of seconds, got {compile_after!r}"
+            )
         self.compiled = compiled
+        self.compile_after = float(compile_after)
 
     def extra_repr(self) -> str:
         parts = []
@@ -325,5 +339,5 @@ class SipHash(nn.Module):
             data = rows.cpu().numpy().tobytes()
             width = rows.shape[1]
             return [data[i * width : (i + 1) * width] for i in range(rows.shape[0])]
-        hashes = hash_rows(rows, self._k, self.rounds, self.compiled)
+        hashes = hash_rows(rows, self._k, self.rounds, self.compiled, self.compile_after)
         return hashes.reshape(x.shape[: self.batch_dims])
