@@ -92,10 +92,6 @@ def _params():
     return TensorDict(params=params, batch_size=[3])
 
 
-@pytest.mark.skipif(
-    not hasattr(td_distributions, "CompositeDistribution"),
-    reason="td_distributions does not export CompositeDistribution yet",
-)
 @pytest.mark.parametrize("aggregate", [False, True])
 def test_composite_distribution(aggregate):
     with set_composite_lp_aggregate(aggregate):
