@@ -1,5 +1,7 @@
 """TensorDicts through torch.vmap, torch.func, torch.compile and torch.export (CPU)."""
 
+import pickle
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
@@ -98,3 +100,24 @@ def test_flip_and_roll_keep_non_tensor_values_aligned():
     for op in (lambda t: t.flip(0), lambda t: t.roll(1, 0), lambda t: torch.flip(t, (0,))):
         out = op(td)
         assert out["s"] == [f"row{int(v)}" for v in out["v"].tolist()]
+
+
+def test_adding_a_key_does_not_recompile_per_key_count():
+    counter = CompileCounter()
+
+    @torch.compile(backend=counter, fullgraph=True)
+    def add_key(td):
+        td["out"] = td["a"] * 2
+        return td["out"] + 1  # read-after-write inside the compiled region
+
+    for n in range(1, 7):
+        td = TensorDict({f"k{i}": torch.randn(3) for i in range(n)}, [3])
+        td["a"] = torch.randn(3)
+        result = add_key(td)
+        # the new key is visible to every eager access afterwards
+        assert torch.equal(td["out"], td["a"] * 2) and torch.equal(result, td["a"] * 2 + 1)
+        assert "out" in td.keys() and ("out" in td) and len(list(td.keys())) == n + 2
+        assert torch.equal(dict(td.items())["out"], td["a"] * 2)
+        assert torch.equal(torch.stack([td, td])["out"][0], td["a"] * 2)
+        assert torch.equal(pickle.loads(pickle.dumps(td))["out"], td["a"] * 2)
+    assert counter.frame_count == 1

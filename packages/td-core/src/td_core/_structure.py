@@ -333,6 +333,8 @@ def _update_flat(td: TensorDictBase, source: Any) -> bool:
     Validates everything first, then writes; returns False (having written
     nothing) when the fast path does not apply, so the general path takes over.
     """
+    if getattr(td, "_pending", None) is not None:  # keys added under torch.compile: general path
+        return False
     entries = getattr(td, "_tensordict", None)
     # dense containers only (their private attributes are read directly: this is a hot path)
     if type(entries) is not dict or td._is_locked or td._device is not None:  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.compiler import is_compiling
 
 from td_core._base import TensorDictBase
 from td_core._map import is_nt, is_td
@@ -46,7 +47,7 @@ class TensorDict(TensorDictBase):
         torch.Size([3, 4])
     """
 
-    __slots__ = ("_tensordict", "_batch_size", "_device", "_is_locked", "__weakref__")
+    __slots__ = ("_tensordict", "_batch_size", "_device", "_is_locked", "_pending", "__weakref__")
 
     def __init__(
         self,
@@ -61,6 +62,7 @@ class TensorDict(TensorDictBase):
         self._batch_size = torch.Size() if auto or batch_size is NO_DEFAULT else as_size(batch_size)
         self._device = as_device(device)
         self._is_locked = False
+        self._pending: dict[str, Any] | None = None
         self._tensordict: dict[str, Any] = {}
         if source is not None:
             if not isinstance(source, Mapping):
@@ -96,6 +98,7 @@ class TensorDict(TensorDictBase):
         td._batch_size = batch_size
         td._device = device
         td._is_locked = False
+        td._pending = None
         return td
 
     @classmethod
@@ -112,6 +115,7 @@ class TensorDict(TensorDictBase):
         td._batch_size = batch_size
         td._device = self._device if device is NO_DEFAULT else device
         td._is_locked = False
+        td._pending = None
         return td
 
     @classmethod
@@ -157,24 +161,62 @@ class TensorDict(TensorDictBase):
         return from_remote_init(src, group=group, device=device)  # type: ignore[return-value]
 
     # ---------------------------------------------------------------- primitives
+    # Keys added inside a torch.compile'd function go to ``_pending`` (None otherwise):
+    # mutating the entry dict itself makes Dynamo guard on its length, so a function
+    # that adds a key would recompile once per distinct number of keys. ``_pending``
+    # is None on entry every time, so its guard never changes; its entries are
+    # folded into the entry dict at the next eager access.
+    def _sync(self) -> dict[str, Any]:
+        pending = self._pending
+        if pending is not None and not is_compiling():
+            self._tensordict.update(pending)
+            self._pending = None
+        return self._tensordict
+
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
         """The entry at ``key``, or ``default`` (never raises: callers decide)."""
-        return self._tensordict.get(key, default)
+        value = self._tensordict.get(key, NO_DEFAULT)
+        if value is NO_DEFAULT and self._pending is not None:
+            value = self._pending.get(key, NO_DEFAULT)
+        return default if value is NO_DEFAULT else value
 
     def _set_str(self, key: str, value: Any) -> None:
-        self._tensordict[key] = value
+        entries = self._tensordict
+        if key in entries or not is_compiling():  # only a new key, while compiling, is held back
+            if self._pending is not None:
+                self._sync()
+            entries[key] = value
+            return
+        if self._pending is None:
+            self._pending = {}
+        self._pending[key] = value
 
     def _del_str(self, key: str) -> None:
-        del self._tensordict[key]
+        if self._pending is not None and key in self._pending:
+            del self._pending[key]
+        else:
+            del self._tensordict[key]
 
     def _keys_str(self) -> Any:
-        return self._tensordict.keys()
+        if self._pending is None:
+            return self._tensordict.keys()
+        if is_compiling():
+            return {**self._tensordict, **self._pending}.keys()
+        return self._sync().keys()
 
     def _items_str(self) -> Any:
-        return self._tensordict.items()
+        if self._pending is None:
+            return self._tensordict.items()
+        if is_compiling():
+            return [*self._tensordict.items(), *self._pending.items()]
+        return self._sync().items()
 
     def _values_str(self) -> Any:
-        return self._tensordict.values()
+        if self._pending is None:
+            return self._tensordict.values()
+        if is_compiling():
+            return [*self._tensordict.values(), *self._pending.values()]
+        return self._sync().values()
 
     # fast paths of the hottest reads
     def _walk(self, path: tuple[Any, ...]) -> Any:
@@ -195,7 +237,7 @@ class TensorDict(TensorDictBase):
             if value is not NO_DEFAULT:
                 return value
         if type(key) is str:
-            value = self._tensordict.get(key, NO_DEFAULT)
+            value = self._get_str(key)
             if value is not NO_DEFAULT:
                 return value
             if default is NO_DEFAULT:
@@ -212,7 +254,9 @@ class TensorDict(TensorDictBase):
             try:
                 value = self._tensordict[index]
             except KeyError:
-                raise self._missing(index) from None
+                value = self._get_str(index)
+                if value is NO_DEFAULT:
+                    raise self._missing(index) from None
             if type(value) is Tensor or not is_nt(value):
                 return value
             return value.data
@@ -236,7 +280,7 @@ class TensorDict(TensorDictBase):
             bs = self._batch_size
             if item.shape[: len(bs)] != bs:
                 raise self._shape_error(key, item.shape)
-            self._tensordict[key] = item
+            self._set_str(key, item)
             return self
         return TensorDictBase.set(self, key, item, inplace, non_blocking=non_blocking)  # type: ignore[return-value]
 
@@ -250,9 +294,9 @@ class TensorDict(TensorDictBase):
                 bs = self._batch_size
                 if value.shape[: len(bs)] != bs:
                     raise self._shape_error(index, value.shape)
-                self._tensordict[index] = value
+                self._set_str(index, value)
                 return
-            self._tensordict[index] = self._validate(value, index)
+            self._set_str(index, self._validate(value, index))
             return
         TensorDictBase.__setitem__(self, index, value)
 
@@ -271,7 +315,7 @@ class TensorDict(TensorDictBase):
             raise LockedError("cannot change the batch_size of a locked TensorDict")
         n = len(size)
         updates: dict[str, Any] = {}
-        for key, value in self._tensordict.items():
+        for key, value in self._sync().items():
             if isinstance(value, Tensor):
                 if value.shape[:n] != size:
                     raise BatchSizeError(
@@ -325,7 +369,7 @@ class TensorDict(TensorDictBase):
             torch.Size([3, 4])
         """
         shapes = []
-        for value in self._tensordict.values():
+        for value in self._values_str():
             if is_td(value):
                 value.auto_batch_size_(batch_dims)
             shapes.append(value.batch_size if not isinstance(value, Tensor) else value.shape)
@@ -350,7 +394,7 @@ class TensorDict(TensorDictBase):
         In-place writes (``set_``, ``td[idx] = ...`` on existing entries) stay allowed.
         """
         self._is_locked = True
-        for value in self._tensordict.values():
+        for value in self._values_str():
             if is_td(value):
                 value.lock_()
         return self
@@ -358,7 +402,7 @@ class TensorDict(TensorDictBase):
     def unlock_(self) -> TensorDict:
         """Unlock this TensorDict and its sub-TensorDicts."""
         self._is_locked = False
-        for value in self._tensordict.values():
+        for value in self._values_str():
             if is_td(value):
                 value.unlock_()
         return self
@@ -366,7 +410,7 @@ class TensorDict(TensorDictBase):
     # ---------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         return {
-            "source": self._tensordict,
+            "source": self._sync(),
             "batch_size": tuple(self._batch_size),
             "device": None if self._device is None else str(self._device),
             "locked": self._is_locked,
@@ -377,6 +421,7 @@ class TensorDict(TensorDictBase):
         self._batch_size = torch.Size(state["batch_size"])
         self._device = as_device(state["device"])
         self._is_locked = state["locked"]
+        self._pending = None
 
 
 register(TensorDict)

@@ -39,22 +39,22 @@ class _TensorClassBase(TensorDictBase):
 
     # ---------------------------------------------------------------- primitives
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
-        return self._tensordict._tensordict.get(key, default)
+        return self._tensordict._get_str(key, default)
 
     def _set_str(self, key: str, value: Any) -> None:
-        self._tensordict._tensordict[key] = value
+        self._tensordict._set_str(key, value)
 
     def _del_str(self, key: str) -> None:
-        del self._tensordict._tensordict[key]
+        self._tensordict._del_str(key)
 
     def _keys_str(self) -> Any:
-        return self._tensordict._tensordict.keys()
+        return self._tensordict._keys_str()
 
     def _items_str(self) -> Any:
-        return self._tensordict._tensordict.items()
+        return self._tensordict._items_str()
 
     def _values_str(self) -> Any:
-        return self._tensordict._tensordict.values()
+        return self._tensordict._values_str()
 
     def _new(self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT) -> Any:
         td = TensorDict._new_unsafe(
@@ -128,7 +128,8 @@ class _TensorClassBase(TensorDictBase):
     def __setattr__(self, name: str, value: Any) -> None:
         if name in type(self)._fields:
             if value is None:
-                self._tensordict._tensordict.pop(name, None)
+                if name in self._tensordict._keys_str():
+                    self._tensordict._del_str(name)
             else:
                 self._tensordict.set(name, value)
         else:
@@ -161,7 +162,7 @@ class _TensorClassBase(TensorDictBase):
 
 def _field_property(name: str) -> property:
     def getter(self: _TensorClassBase) -> Any:
-        value = self._tensordict._tensordict.get(name)
+        value = self._tensordict._get_str(name, None)
         if value is None:
             return type(self)._defaults.get(name)
         return value.data if is_nt(value) else value
