@@ -1,5 +1,4 @@
 import io
-import sys
 
 import pytest
 import torch
@@ -119,38 +118,17 @@ def test_bad_input():
         h2i([1, 2])
 
 
-def _lines_run(fn) -> object:
-    """Run ``fn()``; return its result and how many lines of td_query's own code ran
-    (numpy calls run in C and count once each)."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if "td_query" not in frame.f_code.co_filename:
-            return None
-        if event == "line":
-            count += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        result = fn()
-    finally:
-        sys.settrace(None)
-    return result, count
-
-
 @pytest.mark.parametrize("structured", [False, True], ids=["random", "multiples-of-2**20"])
-def test_vectorised_over_elements(structured):
+def test_vectorised_over_elements(structured, lines_run):
     # the Python work grows with the probe length (a few dozen steps), never with
     # the number of elements, even for keys sharing their low bits
     n = 50_000
     base = torch.arange(n) << 20 if structured else torch.randint(-(2**62), 2**62, (n,))
     h2i = HashToInt()
-    out, inserted = _lines_run(lambda: h2i(base, extend=True))
+    out, inserted = lines_run(lambda: h2i(base, extend=True))
     assert torch.equal(out, torch.arange(n))
     probe = torch.cat([base, torch.randint(-(2**62), 2**62, (n,))])
-    out, looked_up = _lines_run(lambda: h2i(probe))
+    out, looked_up = lines_run(lambda: h2i(probe))
     assert torch.equal(out[:n], torch.arange(n))
     assert int((out[n:] >= 0).sum()) == 0
     assert inserted < 1_000 and looked_up < 500

@@ -275,35 +275,14 @@ def test_as_tensor_false_returns_row_bytes():
     assert all(isinstance(r, bytes) for r in rows)
 
 
-def _lines_run(fn) -> int:
-    """How many lines of td_query's own code ``fn()`` executes (numpy and torch
-    calls run in C and count once each)."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if "td_query" not in frame.f_code.co_filename:
-            return None
-        if event == "line":
-            count += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return count
-
-
 @pytest.mark.parametrize("features", [3, 400])
-def test_vectorised_over_rows(features):
+def test_vectorised_over_rows(features, lines_run):
     # the Python work does not grow with the number of rows (on CPU, numpy takes
     # rows in blocks of thousands: a constant factor at most)
     counts = []
     for rows in (2, 200, 60_000 if features < 100 else 600):
         x = torch.randn(rows, features)
-        counts.append(_lines_run(lambda x=x: SipHash(compiled=False)(x)))
+        counts.append(lines_run(lambda x=x: SipHash(compiled=False)(x))[1])
     assert counts[0] == counts[1]
     assert counts[2] <= 5 * counts[0]
 
