@@ -223,7 +223,8 @@ def map_leaves(
         if not nbytes or dtype in _EXPERIMENTAL:
             append(map_leaf(path, dtype, shape, writable=writable, nbytes=nbytes))
         elif nbytes <= SMALL_LEAF and not writable:
-            append(_read_small(path, dtype, nbytes).view(shape))
+            small = _read_small(path, dtype, nbytes)
+            append(small if len(shape) == 1 else small.view(shape))  # a view costs a microsecond
         else:
             storage = _from_file(path, writable, nbytes)
             append(_empty(0, dtype=dtype).set_(storage, 0, shape, _strides(shape)))
