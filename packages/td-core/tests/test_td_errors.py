@@ -97,6 +97,33 @@ def test_setitem_index_value_with_wrong_batch():
     assert (td == before).all()
 
 
+@pytest.mark.parametrize(
+    ("key", "bad_leaf", "index"),
+    [
+        ("a", torch.ones(3, 3), 1),  # one feature dim too many
+        ("a", torch.ones(2), 1),  # one feature dim, of the wrong size
+        ("m", torch.ones(3, 2), 1),  # two feature dims, the last one right
+        ("a", torch.ones(2, 4), slice(0, 2)),  # a slice: the value has batch dims too
+        ("m", torch.ones(2, 3, 2), slice(0, 2)),
+    ],
+    ids=["extra-dim", "1-dim", "2-dims", "slice-1-dim", "slice-2-dims"],
+)
+def test_setitem_index_wrong_feature_shape_writes_nothing(key, bad_leaf, index):
+    td = TensorDict(
+        {"first": torch.zeros(5), "a": torch.zeros(5, 3), "m": torch.zeros(5, 2, 2)}, [5]
+    )
+    sub = torch.zeros(5)[index].shape
+    good = {"first": torch.ones(sub), "a": torch.ones(*sub, 3), "m": torch.ones(*sub, 2, 2)}
+    value = TensorDict({**good, key: bad_leaf}, sub)
+    before = td.clone()
+    with pytest.raises((RuntimeError, ValueError)) as info:
+        td[index] = value
+    assert names(str(info.value), key)
+    assert (td == before).all()  # "first" comes before the bad leaf and was not written
+    td[index] = TensorDict(good, sub)  # the same write with the right shapes goes through
+    assert (td[index] == 1).all()
+
+
 @pytest.mark.parametrize("batch_size", ["abc", 2.5, [1.5]])
 def test_bad_batch_size_type(batch_size):
     with pytest.raises((TypeError, ValueError)):

@@ -310,6 +310,10 @@ class TensorDictBase(
         self.del_(key)
 
     # ---------------------------------------------------------------- internals
+    def _getter(self) -> Callable[[str, Any], Any]:
+        """``_get_str``, or a faster callable doing the same, for loops over many keys."""
+        return self._get_str
+
     def _parent_for(self, key: tuple[str, ...], *, create: bool) -> TensorDictBase:
         """The sub-TensorDict holding ``key[-1]``, created (empty) if missing and ``create``."""
         td = self

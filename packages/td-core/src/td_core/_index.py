@@ -231,12 +231,17 @@ def _plan_sub(
             f"the indexed batch_size is {list(sub)}"
         )
     n = len(td.batch_size)
-    get = td._get_str
+    get = td._getter()
     append = writes.append
     for key, src in value._items_str():
         dest = get(key, NO_DEFAULT)
         if type(dest) is Tensor and type(src) is Tensor:  # the common case, checked tightly
-            if dest.shape[n:] == src.shape[nv:]:
+            # same feature shape; 0 or 1 feature dims (most leaves) need no slicing
+            ds, ss = dest.shape, src.shape
+            k = len(ds) - n
+            if k == len(ss) - nv and (
+                k == 0 or (ds[-1] == ss[-1] and (k == 1 or ds[n:] == ss[nv:]))
+            ):
                 append((dest, src))
                 continue
         if isinstance(dest, Tensor):

@@ -180,6 +180,10 @@ class TensorDict(TensorDictBase):
             value = self._pending.get(key, NO_DEFAULT)
         return default if value is NO_DEFAULT else value
 
+    def _getter(self) -> Any:
+        # nothing held back: the dict's own get has _get_str's semantics, without a Python frame
+        return self._get_str if self._pending is not None else self._tensordict.get
+
     def _set_str(self, key: str, value: Any) -> None:
         entries = self._tensordict
         if key in entries or not is_compiling():  # only a new key, while compiling, is held back
