@@ -3,7 +3,8 @@
 Validation is complete before any data is touched: the loader parses every
 folder's metadata and checks every name, dtype, shape and file size first.
 Folders are parsed level by level, so a thread pool can read the folders of
-one level in parallel.
+one level in parallel. The top folder's metadata may hold an index of its
+sub-folders' metadata (see :class:`Index`), used where it is current.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from td_memmap._errors import (
     UnsafePathError,
 )
 from td_memmap._format import (
+    DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
     META_NAME,
     check_component,
-    dtype_from_name,
 )
 from td_memmap._io import read_json
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD
@@ -44,7 +45,10 @@ __all__ = [
     "DirEntry",
     "NonTensorEntry",
     "FolderMeta",
+    "Index",
+    "MAX_INDEXED_META_BYTES",
     "header",
+    "meta_stamp",
     "parse_folder",
 ]
 
@@ -52,7 +56,14 @@ __all__ = [
 KINDS = frozenset({KIND_TD, KIND_LAZY, KIND_CLASS})
 #: Deepest nesting of sub-folders a loader follows (a hostile folder could recurse forever).
 MAX_DEPTH = 200
+#: Largest top-folder metadata file a save writes with an index; past it, no index.
+MAX_INDEXED_META_BYTES = 16 << 20
 
+# module-level names: the parsing loop runs once per leaf and folder
+_DTYPES = DTYPES
+_SEP = os.sep
+_lstat = os.lstat
+_S_ISREG, _S_ISDIR, _S_ISLNK = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO planted as meta.json must not hang
@@ -112,11 +123,55 @@ def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[s
     }
 
 
+def meta_stamp(st: os.stat_result) -> list[int]:
+    """What identifies one version of a metadata file, from its ``lstat``.
+
+    Inode, size, mtime and ctime: a save replaces a metadata file by a rename,
+    which gives it a new inode and ctime; editing or touching it changes its ctime.
+    """
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+class Index:
+    """The top folder's ``index``: sub-folder path -> ``[stamp, metadata]`` of its ``meta.json``.
+
+    A loader uses a record instead of reading the sub-folder's ``meta.json``
+    only if that file is a regular file with the recorded stamp, so a
+    sub-folder saved again (or deleted, edited, touched) since is read from
+    disk. A record is validated exactly as the file would be.
+    """
+
+    __slots__ = ("records", "path")
+
+    def __init__(self, records: dict[str, Any], path: str) -> None:
+        self.records = records
+        self.path = path  # the top metadata file, for errors
+
+    def lookup(self, rel: str, meta_path: str) -> Any:
+        """The metadata of sub-folder ``rel`` if the index has it and it is current, else None."""
+        record = self.records.get(rel)
+        if record is None:
+            return None
+        if type(record) is not list or len(record) != 2 or type(record[0]) is not list:
+            raise MemmapFormatError(
+                f"{self.path!r}: 'index' record {rel!r} is not [stamp, metadata]"
+            )
+        try:
+            st = _lstat(meta_path)
+        except OSError:
+            return None  # reading the file gives the precise error
+        if not stat.S_ISREG(st.st_mode) or record[0] != meta_stamp(st):
+            return None
+        return record[1]
+
+
 class _Ctx:
     """One folder to parse: where it is, where the save's root is, and where its result goes."""
 
     __slots__ = (
         "folder",
+        "rel",
+        "index",
         "meta_path",
         "root_real",
         "folder_real",
@@ -135,8 +190,12 @@ class _Ctx:
         parent_batch: tuple[int, ...],
         exact_batch: bool,  # a lazy stack's member: its batch size is given, not a prefix
         target: DirEntry | tuple[list[FolderMeta], int],  # the entry, or (members, index)
+        rel: str = "",  # the path from the top folder, "/"-separated
+        index: Index | None = None,
     ) -> None:
         self.folder = folder
+        self.rel = rel
+        self.index = index
         self.meta_path = folder + os.sep + META_NAME
         self.root_real = root_real
         self.folder_real = folder_real
@@ -166,13 +225,13 @@ class _Ctx:
             raise self.fail(
                 f"{what} {name!r} is not a plain name in the folder ({why})", UnsafePathError
             )
-        path = self.folder + os.sep + name  # type: ignore[operator]
+        path = self.folder + _SEP + name  # type: ignore[operator]
         try:
-            st = os.lstat(path)
+            st = _lstat(path)
         except FileNotFoundError:
             what = _what(key, label)
             raise self.fail(f"{what}: {path!r} is missing", MissingLeafError) from None
-        if not stat.S_ISLNK(st.st_mode):
+        if not _S_ISLNK(st.st_mode):
             return path, st, None
         what = _what(key, label)
         real = os.path.realpath(path)
@@ -186,13 +245,29 @@ class _Ctx:
             raise self.fail(f"{what}: {path!r} is a dangling link", MissingLeafError) from None
         return path, st, real
 
+    def child(
+        self,
+        name: str,
+        key: str,
+        label: str,
+        batch: tuple[int, ...],
+        exact_batch: bool,
+        target: DirEntry | tuple[list[FolderMeta], int],
+    ) -> _Ctx:
+        """The context of sub-folder ``name``, after checking it (see :meth:`subfolder`)."""
+        path, real = self.subfolder(name, key, label)
+        rel = name if not self.rel else self.rel + "/" + name
+        return _Ctx(
+            path, real, self.root_real, self.depth + 1, batch, exact_batch, target, rel, self.index
+        )
+
     def subfolder(self, name: object, key: str, label: str) -> tuple[str, str]:
         """``folder/name`` and its real path, after checking it is a folder strictly inside this one."""
         path, st, real = self.inside(name, key, label)
-        if not stat.S_ISDIR(st.st_mode):
+        if not _S_ISDIR(st.st_mode):
             raise self.fail(f"entry {key!r}: {path!r} is not a folder")
         if real is None:
-            return path, self.folder_real + os.sep + name  # type: ignore[operator]
+            return path, self.folder_real + _SEP + name  # type: ignore[operator]
         if (
             real == self.folder_real
             or os.path.commonpath([real, self.folder_real]) != self.folder_real
@@ -278,9 +353,16 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     """Parse and check one folder's metadata; the sub-folders still to parse."""
     if ctx.depth > MAX_DEPTH:
         raise ctx.fail(f"sub-folders are nested more than {MAX_DEPTH} deep", UnsafePathError)
-    data = _open_meta(ctx)
+    data = None if ctx.index is None else ctx.index.lookup(ctx.rel, ctx.meta_path)
+    if data is None:
+        data = _open_meta(ctx)
     if type(data) is not dict:
         raise ctx.fail(f"expected a JSON object, got {type(data).__name__}")
+    if ctx.depth == 0 and "index" in data:  # only the folder loaded uses its index
+        records = data["index"]
+        if type(records) is not dict:
+            raise ctx.fail(f"'index' is a {type(records).__name__}, expected an object")
+        ctx.index = Index(records, ctx.meta_path)
     if data.get("format") != FORMAT_NAME:
         raise ctx.fail(f"'format' is {data.get('format')!r}, expected {FORMAT_NAME!r}")
     version = data.get("version")
@@ -332,16 +414,16 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     seen: set[str] = set()
     entries = []
     for raw in raw_entries:
-        entry = _parse_entry(raw, ctx, batch_size)
+        if type(raw) is dict and raw.get("type") == "tensor" and type(key := raw.get("key")) is str:
+            entry = _parse_tensor(raw, key, ctx, batch_size)  # most entries: no dispatch
+        else:
+            entry = _parse_entry(raw, ctx, batch_size)
         if entry.key in seen:
             raise ctx.fail(f"key {entry.key!r} appears twice")
         seen.add(entry.key)
         entries.append(entry)
         if type(entry) is DirEntry:
-            path, real = ctx.subfolder(raw["dir"], entry.key, "folder")
-            children.append(
-                _Ctx(path, real, ctx.root_real, ctx.depth + 1, batch_size, False, entry)
-            )
+            children.append(ctx.child(raw["dir"], entry.key, "folder", batch_size, False, entry))
     meta.entries = tuple(entries)
     return meta, children
 
@@ -362,9 +444,9 @@ def _parse_members(data: dict[str, Any], meta: FolderMeta, ctx: _Ctx, children: 
     member_batch = batch_size[:stack_dim] + batch_size[stack_dim + 1 :]
     meta.members = [None] * count  # type: ignore[list-item]  # filled as the members are parsed
     for i in range(count):
-        path, real = ctx.subfolder(str(i), str(i), "member folder")
+        name = str(i)
         children.append(
-            _Ctx(path, real, ctx.root_real, ctx.depth + 1, member_batch, True, (meta.members, i))
+            ctx.child(name, name, "member folder", member_batch, True, (meta.members, i))
         )
 
 
@@ -375,38 +457,49 @@ def _parse_entry(raw: object, ctx: _Ctx, batch_size: tuple[int, ...]) -> MetaEnt
     if type(key) is not str:
         raise ctx.fail(f"entry key {key!r} is not a string")
     if kind == "tensor":
-        dtype = dtype_from_name(raw.get("dtype"))
-        if dtype is None:
-            raise ctx.fail(f"entry {key!r} has unknown dtype {raw.get('dtype')!r}")
-        shape = _dims(raw.get("shape"))
-        if shape is None:
-            raise ctx.fail(
-                f"entry {key!r} has shape {raw.get('shape')!r}, expected a list of non-negative ints"
-            )
-        if shape[: len(batch_size)] != batch_size:
-            raise ctx.fail(
-                f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"
-            )
-        path, st, _ = ctx.inside(raw.get("file"), key, "file")
-        if not stat.S_ISREG(st.st_mode):
-            raise ctx.fail(f"entry {key!r}: {path!r} is not a regular file")
-        numel = 1
-        for d in shape:
-            numel *= d
-        nbytes = numel * dtype.itemsize
-        if st.st_size != nbytes:
-            raise ctx.fail(
-                f"entry {key!r}: data file {path!r} has {st.st_size} bytes, but shape {list(shape)} of "
-                f"{str(dtype).removeprefix('torch.')} needs {nbytes} "
-                "(truncated, or not from this save)",
-                LeafSizeError,
-            )
-        return TensorEntry(key, path, dtype, shape, nbytes)
+        return _parse_tensor(raw, key, ctx, batch_size)
     if kind == "tensordict":
         return DirEntry(key)  # the caller checks and parses the sub-folder
     if kind == "non_tensor":
         return _parse_non_tensor(raw, key, ctx, batch_size)
     raise ctx.fail(f"entry {key!r} has unknown type {kind!r}")
+
+
+def _parse_tensor(
+    raw: dict[str, Any], key: str, ctx: _Ctx, batch_size: tuple[int, ...]
+) -> TensorEntry:
+    # called once per leaf of a load: the checks are inlined
+    name = raw.get("dtype")
+    dtype = _DTYPES.get(name) if type(name) is str else None
+    if dtype is None:
+        raise ctx.fail(f"entry {key!r} has unknown dtype {name!r}")
+    shape = raw.get("shape")
+    numel = 1
+    if type(shape) is list:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+            numel *= d
+        else:
+            shape = tuple(shape)
+    if type(shape) is not tuple:
+        raise ctx.fail(f"entry {key!r} has shape {shape!r}, expected a list of non-negative ints")
+    if shape[: len(batch_size)] != batch_size:
+        raise ctx.fail(
+            f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"
+        )
+    path, st, _ = ctx.inside(raw.get("file"), key, "file")
+    if not _S_ISREG(st.st_mode):
+        raise ctx.fail(f"entry {key!r}: {path!r} is not a regular file")
+    nbytes = numel * dtype.itemsize
+    if st.st_size != nbytes:
+        raise ctx.fail(
+            f"entry {key!r}: data file {path!r} has {st.st_size} bytes, but shape {list(shape)} of "
+            f"{str(dtype).removeprefix('torch.')} needs {nbytes} "
+            "(truncated, or not from this save)",
+            LeafSizeError,
+        )
+    return TensorEntry(key, path, dtype, shape, nbytes)
 
 
 def _parse_non_tensor(

@@ -41,12 +41,13 @@ from td_memmap._io import (
     allocate_leaf,
     clean_stale_tmp,
     fsync_dir,
+    json_bytes,
     remove_if_exists,
     write_bytes,
     write_json,
     write_leaf,
 )
-from td_memmap._meta import MAX_DEPTH, header
+from td_memmap._meta import MAX_DEPTH, MAX_INDEXED_META_BYTES, header, meta_stamp
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
@@ -264,6 +265,25 @@ def _run(job: _Job, durable: bool) -> None:
     )
 
 
+def _top_payload(folders: list[_Folder]) -> bytes:
+    """The top folder's metadata, with the index of its sub-folders' metadata when it fits.
+
+    The index spares a loader one file read per sub-folder: each record is a
+    sub-folder's metadata and the stamp of its file (see ``_meta.Index``).
+    """
+    top = folders[0]
+    plain = json_bytes(top.meta)
+    if len(folders) == 1:
+        return plain
+    index = {}
+    for folder in folders[1:]:
+        rel = os.path.relpath(folder.path, top.path).replace(os.sep, "/")
+        stamp = meta_stamp(os.lstat(os.path.join(folder.path, META_NAME)))
+        index[rel] = [stamp, folder.meta]
+    payload = json_bytes({**top.meta, "index": index})
+    return payload if len(payload) <= MAX_INDEXED_META_BYTES else plain
+
+
 def save_tree(
     node: Node,
     prefix: str | os.PathLike,
@@ -318,11 +338,14 @@ def save_tree(
         for folder in folders:
             by_depth.setdefault(folder.depth, []).append(folder)
         for depth in sorted(by_depth, reverse=True):  # deepest first, the top folder last
+            if depth == 0:
+                break
             _each(
                 pool,
                 lambda f: write_json(f.path, META_NAME, f.meta, durable=durable),
                 by_depth[depth],
             )
+        write_json(plan.path, META_NAME, None, durable=durable, payload=_top_payload(folders))
     finally:
         if pool is not None:
             pool.shutdown()

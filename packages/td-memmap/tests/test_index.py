@@ -1,0 +1,157 @@
+"""The top folder's index of its sub-folders' metadata: used only while current, validated as the files."""
+
+import json
+import os
+
+import pytest
+import torch
+
+import td_memmap._meta as meta_module
+from td_core import TensorDict
+from td_memmap import IncompleteSaveError, MemmapFormatError, UnsafePathError, load, save
+
+
+def _tree() -> TensorDict:
+    return TensorDict(
+        {
+            "x": torch.arange(3.0),
+            "layer": {"w": torch.ones(3, 2), "deep": {"b": torch.zeros(3, dtype=torch.int64)}},
+        },
+        batch_size=[3],
+    )
+
+
+@pytest.fixture
+def saved(tmp_path):
+    prefix = tmp_path / "save"
+    save(_tree(), prefix)
+    return prefix
+
+
+@pytest.fixture
+def meta_reads(monkeypatch):
+    """The folders whose meta.json the loader reads from disk."""
+    read = []
+    real = meta_module._open_meta
+
+    def spy(ctx):
+        read.append(os.path.relpath(ctx.folder, ctx.root_real))
+        return real(ctx)
+
+    monkeypatch.setattr(meta_module, "_open_meta", spy)
+    return read
+
+
+def _top(prefix) -> dict:
+    return json.loads((prefix / "meta.json").read_text())
+
+
+def _rewrite_top(prefix, fn) -> None:
+    """Edit the top meta.json only (the sub-folders' files, and so their stamps, stay)."""
+    data = _top(prefix)
+    fn(data)
+    (prefix / "meta.json").write_text(json.dumps(data))
+
+
+def test_save_indexes_every_sub_folder_with_its_file_content(saved):
+    index = _top(saved)["index"]
+    assert sorted(index) == ["layer", "layer/deep"]
+    for rel, (stamp, meta) in index.items():
+        path = saved / rel / "meta.json"
+        assert meta == json.loads(path.read_text())
+        st = os.lstat(path)
+        assert stamp == [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def test_a_flat_save_has_no_index(tmp_path):
+    save(TensorDict({"a": torch.ones(2)}, [2]), tmp_path / "flat")
+    assert "index" not in _top(tmp_path / "flat")
+
+
+def test_load_reads_only_the_top_file_while_the_index_is_current(saved, meta_reads):
+    back = load(saved)
+    assert meta_reads == ["."]
+    assert (back == _tree()).all()
+
+
+def test_a_sub_folder_loaded_alone_reads_its_own_files(saved, meta_reads):
+    back = load(saved / "layer")
+    assert meta_reads == [".", "deep"]  # a save indexes only the folder it was made to
+    assert (back == _tree()["layer"]).all()
+
+
+def test_a_sub_folder_saved_again_is_read_from_disk(saved, meta_reads):
+    save(TensorDict({"new": torch.full((3,), 7)}, [3]), saved / "layer" / "deep")
+    back = load(saved)
+    assert "layer/deep" in meta_reads
+    assert set(back["layer", "deep"].keys()) == {"new"}
+    assert (back["layer", "deep", "new"] == 7).all()
+
+
+def test_a_touched_sub_folder_file_is_read_from_disk(saved, meta_reads):
+    os.utime(saved / "layer" / "meta.json")
+    load(saved)
+    assert meta_reads == [".", "layer"]
+
+
+def test_a_sub_folder_without_its_file_is_refused_despite_the_index(saved):
+    os.remove(saved / "layer" / "deep" / "meta.json")
+    with pytest.raises(IncompleteSaveError, match="deep"):
+        load(saved)
+
+
+@pytest.mark.parametrize(
+    "bad_index",
+    [[], {"layer": "nope"}, {"layer": [1, 2]}, {"layer": [[1], {}, 3]}],
+    ids=["not-an-object", "record-a-string", "stamp-not-a-list", "three-items"],
+)
+def test_a_malformed_index_is_refused_naming_the_top_file(saved, bad_index):
+    _rewrite_top(saved, lambda d: d.__setitem__("index", bad_index))
+    with pytest.raises(MemmapFormatError, match="index") as info:
+        load(saved)
+    assert str(saved / "meta.json") in str(info.value)
+
+
+def test_a_current_record_is_validated_like_the_file(saved):
+    def corrupt(d):
+        d["index"]["layer"][1]["entries"][0]["dtype"] = "float128"
+
+    _rewrite_top(saved, corrupt)
+    with pytest.raises(MemmapFormatError, match="float128") as info:
+        load(saved)
+    assert str(saved / "layer" / "meta.json") in str(info.value)
+
+
+def test_a_current_record_cannot_name_a_file_outside_the_save(saved, tmp_path):
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 24)
+
+    def escape(d):
+        d["index"]["layer"][1]["entries"][0]["file"] = "../../secret.bin"
+
+    _rewrite_top(saved, escape)
+    with pytest.raises(UnsafePathError, match="secret"):
+        load(saved)
+
+
+def test_an_index_inside_a_sub_folder_record_is_ignored(saved, meta_reads):
+    def plant(d):
+        d["index"]["layer"][1]["index"] = {"deep": [[0, 0, 0, 0], {"bogus": True}]}
+
+    _rewrite_top(saved, plant)
+    assert (load(saved) == _tree()).all()
+    assert meta_reads == ["."]
+
+
+def test_lazy_stack_members_are_indexed(tmp_path, meta_reads):
+    from td_core import LazyStackedTensorDict
+
+    stack = LazyStackedTensorDict(
+        TensorDict({"a": torch.zeros(2)}, [2]),
+        TensorDict({"a": torch.ones(2), "b": torch.ones(2, 3)}, [2]),
+    )
+    save(stack, tmp_path / "stack")
+    assert sorted(_top(tmp_path / "stack")["index"]) == ["0", "1"]
+    back = load(tmp_path / "stack")
+    assert meta_reads == ["."]
+    assert isinstance(back, LazyStackedTensorDict)
+    assert (back.tensordicts[1]["a"] == 1).all()
