@@ -137,7 +137,7 @@ class Suite:
                 case.run(target=target, repeats=repeats)
             self._print_row(case)
         self._print_summary(selected)
-        self._save(selected)
+        self._save(selected, merge=bool(pattern))
         return selected
 
     def _print_row(self, case: Case) -> None:
@@ -163,11 +163,17 @@ class Suite:
             f"worst {max(ratios):.2f} ({max(cases, key=lambda c: c.ratio or 0).name})"
         )
 
-    def _save(self, cases: list[Case]) -> None:
+    def _save(self, cases: list[Case], *, merge: bool = False) -> None:
+        """Write the results; with ``merge`` (a filtered run) only the cases run are replaced."""
         RESULTS.mkdir(exist_ok=True)
         slug = self.title.lower().replace(" ", "_")
+        path = RESULTS / f"{slug}.json"
         rows = [{"name": c.name, "times": c.times, "ratio": c.ratio} for c in cases]
-        (RESULTS / f"{slug}.json").write_text(
+        if merge and path.exists():
+            fresh = {row["name"]: row for row in rows}
+            old = json.loads(path.read_text())["cases"]
+            rows = [fresh.pop(row["name"], row) for row in old] + list(fresh.values())
+        path.write_text(
             json.dumps({"title": self.title, "reference": self.reference, "cases": rows}, indent=1)
         )
 
