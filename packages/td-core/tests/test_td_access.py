@@ -231,6 +231,20 @@ def test_keys_top_level_in_insertion_order():
     assert len(td.keys()) == 3
 
 
+@pytest.mark.parametrize("include_nested", [False, True])
+@pytest.mark.parametrize("leaves_only", [False, True])
+@pytest.mark.parametrize("is_leaf", [None, lambda cls: True], ids=["default", "custom"])
+def test_len_of_keys_counts_what_iteration_gives(include_nested, leaves_only, is_leaf):
+    td = TensorDict(
+        {"a": torch.zeros(2), "n": {"b": torch.zeros(2), "m": {"c": torch.zeros(2)}, "e": {}}},
+        [2],
+    )
+    td["s"] = "text"
+    td["n", "t"] = "more"
+    view = td.keys(include_nested=include_nested, leaves_only=leaves_only, is_leaf=is_leaf)
+    assert len(view) == sum(1 for _ in view)
+
+
 def test_keys_include_nested():
     td = make_td()
     keys = list(td.keys(include_nested=True))

@@ -329,6 +329,26 @@ def test_failed_update_is_not_half_applied():
     assert (td == before).all()
 
 
+@pytest.mark.parametrize(
+    ("batch_size", "bad"),
+    [
+        ([3], torch.ones(4)),
+        ([3], torch.tensor(1.0)),  # 0-d: no batch dim at all
+        ([3, 2], torch.ones(3, 4)),
+        ([3, 2], torch.ones(3)),
+    ],
+    ids=["1-dim", "1-dim-scalar", "2-dims", "2-dims-short"],
+)
+def test_failed_update_names_the_key_and_changes_nothing(batch_size, bad):
+    td = TensorDict({"a": torch.zeros(*batch_size)}, batch_size)
+    good = torch.ones(*batch_size)
+    with pytest.raises(RuntimeError, match="bad"):
+        td.update({"good": good, "bad": bad})
+    assert set(td.keys()) == {"a"}
+    td.update({"good": good})
+    assert td["good"] is good
+
+
 def test_failed_construction_leaves_source_dict_alone():
     source = {"ok": torch.zeros(3), "bad": torch.zeros(4)}
     with pytest.raises(RuntimeError, match="bad"):

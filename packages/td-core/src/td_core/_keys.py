@@ -155,9 +155,26 @@ class KeysView:
                 yield from self._walk(value, prefix + (key,))
 
     def __len__(self) -> int:
+        # list(keys) calls this before iterating: count without building the keys
         if not self._include_nested and not self._leaves_only:
             return len(self._td._keys_str())
+        if self._is_leaf is default_is_leaf:
+            return self._count(self._td)
         return sum(1 for _ in self._iter())
+
+    def _count(self, td: TensorDictBase) -> int:
+        """How many keys ``_collect`` gives for ``td``."""
+        nested, leaves_only = self._include_nested, self._leaves_only
+        n = 0
+        for value in td._values_str():
+            if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
+                n += 1
+                continue
+            if not leaves_only:
+                n += 1
+            if nested and not value._is_non_tensor:
+                n += self._count(value)
+        return n
 
     def __contains__(self, key: object) -> bool:
         try:

@@ -346,14 +346,19 @@ def _update_flat(td: TensorDictBase, source: Any) -> bool:
     )
     bs = td._batch_size  # type: ignore[attr-defined]
     n = len(bs)
+    first = bs[0] if n == 1 else -1  # one batch dim (the usual case): no Size slicing
     get = entries.get
     staged = {}
     for key, value in items:
         if type(key) is not str or type(value) is not Tensor:
             return False
         existing = get(key)
-        if (existing is not None and type(existing) is not Tensor) or value.shape[:n] != bs:
+        if existing is not None and type(existing) is not Tensor:
             return False
+        if n:
+            shape = value.shape
+            if not (shape[0] == first if first >= 0 and shape else shape[:n] == bs):
+                return False
         staged[key] = value
     entries.update(staged)
     return True
