@@ -38,13 +38,15 @@ Tensor = torch.Tensor
 
 def is_td(obj: Any) -> bool:
     """A TensorDict-like container (not a non-tensor leaf)."""
+    if isinstance(obj, Tensor):  # the usual case: 15-60 ns, a missing class attribute 170
+        return False
     cls = type(obj)
     return getattr(cls, "_td_collection", False) and not cls._is_non_tensor
 
 
 def is_nt(obj: Any) -> bool:
     """A non-tensor leaf."""
-    return getattr(type(obj), "_is_non_tensor", False)
+    return not isinstance(obj, Tensor) and getattr(type(obj), "_is_non_tensor", False)
 
 
 def map_batch(

@@ -115,8 +115,12 @@ class StructureMixin:
 
     def exclude(self: TensorDictBase, *keys: NestedKey, inplace: bool = False) -> TensorDictBase:
         """Everything but the given (possibly nested) keys."""
-        paths = [as_tuple(unravel_key(k)) for k in keys]
-        result = _exclude(self, paths)
+        if all(type(k) is str for k in keys):  # top-level keys only: one pass, no paths
+            drop = set(keys)
+            out = {k: v for k, v in self._items_str() if k not in drop}
+            result = self._new(out, self.batch_size)
+        else:
+            result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])
         return _assign(self, result) if inplace else result
 
     def split_keys(
@@ -159,7 +163,8 @@ class StructureMixin:
         for key, value in self._items_str():
             if is_td(value):
                 value = value.unflatten_keys(separator)
-            *parents, last = key.split(separator) if separator in key else (key,)
+            parents = key.split(separator)
+            last = parents.pop()
             node = tree
             for part in parents:
                 child = node.get(part)

@@ -79,11 +79,21 @@ class TensorDict(TensorDictBase):
         data = self._tensordict
         validate = self._validate
         bs = self._batch_size
+        n = len(bs)
+        first = bs[0] if n == 1 else -1  # one batch dim (the usual case): no Size slicing
         plain = self._device is None
         for key, value in source.items():
             if type(key) is not str:
                 self.set(key, value)
-            elif plain and type(value) is Tensor and value.shape[: len(bs)] == bs:
+            elif (
+                plain
+                and type(value) is Tensor
+                and (
+                    (bool(shape := value.shape) and shape[0] == first)
+                    if first >= 0
+                    else value.shape[:n] == bs
+                )
+            ):
                 data[key] = value
             else:
                 data[key] = validate(value, key)
