@@ -145,11 +145,21 @@ for name, idx in INDICES.items():
 
         return run
 
+    def set_tree(d=plain_s, value=value_plain, idx=idx):
+        def write(dest, src):
+            dest[idx] = src
+
+        def run():
+            _pytree.tree_map_(write, d, value)
+
+        return run
+
     suite.add(
         f"setitem {name}",
         set_td(ours_s, value_ours),
         set_td(theirs_s, value_theirs),
         dict=set_dict(),
+        tree_map=set_tree(),
     )
 
 # ---------------------------------------------------------------- lazy pre-allocation
