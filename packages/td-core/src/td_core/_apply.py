@@ -8,6 +8,7 @@ Non-tensor leaves are carried along unchanged.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -316,8 +317,12 @@ def _cast_all(td: TensorDictBase, dtype: torch.dtype) -> TensorDictBase:
     todo = [t for t in leaves if t.dtype != dtype]
     if not todo:
         return rebuild(td, iter(leaves))
-    outs = [torch.empty_like(t, dtype=dtype) for t in todo]
+    outs = list(
+        map(functools.partial(torch.empty_like, dtype=dtype), todo)
+    )  # no Python frame per leaf
     torch._foreach_copy_(outs, todo)
+    if len(outs) == len(leaves):
+        return rebuild(td, iter(outs))
     done = iter(outs)
     return rebuild(td, iter([next(done) if t.dtype != dtype else t for t in leaves]))
 
