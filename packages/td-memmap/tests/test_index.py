@@ -155,3 +155,17 @@ def test_lazy_stack_members_are_indexed(tmp_path, meta_reads):
     assert meta_reads == ["."]
     assert isinstance(back, LazyStackedTensorDict)
     assert (back.tensordicts[1]["a"] == 1).all()
+
+
+def test_threaded_load_uses_the_index_and_gives_the_same_tree(tmp_path, monkeypatch, meta_reads):
+    import td_memmap._load as load_module
+
+    monkeypatch.setattr(load_module, "MIN_SHARE", 1)  # threads even for a few folders
+    tree = TensorDict(
+        {f"m{i}": {"w": torch.full((3, 2), float(i)), "b": torch.arange(3)} for i in range(8)}, [3]
+    )
+    save(tree, tmp_path / "many", num_threads=4)
+    back = load(tmp_path / "many", num_threads=4)
+    assert meta_reads == ["."]
+    assert (back == tree).all()
+    assert [k for k in back.keys()] == [f"m{i}" for i in range(8)]
