@@ -317,9 +317,10 @@ def _cast_all(td: TensorDictBase, dtype: torch.dtype) -> TensorDictBase:
     todo = [t for t in leaves if t.dtype != dtype]
     if not todo:
         return rebuild(td, iter(leaves))
-    outs = list(
-        map(functools.partial(torch.empty_like, dtype=dtype), todo)
-    )  # no Python frame per leaf
+    allocate = functools.partial(
+        torch.empty_like, dtype=dtype
+    )  # map() calls it with no Python frame
+    outs = list(map(allocate, todo))
     torch._foreach_copy_(outs, todo)
     if len(outs) == len(leaves):
         return rebuild(td, iter(outs))

@@ -360,10 +360,9 @@ def _update_flat(td: TensorDictBase, source: Any) -> bool:
         existing = get(key)
         if existing is not None and type(existing) is not Tensor:
             return False
-        if n:
-            shape = value.shape
-            if not (shape[0] == first if first >= 0 and shape else shape[:n] == bs):
-                return False
+        shape = value.shape
+        if not ((shape and shape[0] == first) if first >= 0 else shape[:n] == bs):
+            return False
         staged[key] = value
     entries.update(staged)
     return True

@@ -83,18 +83,13 @@ class TensorDict(TensorDictBase):
         first = bs[0] if n == 1 else -1  # one batch dim (the usual case): no Size slicing
         plain = self._device is None
         for key, value in source.items():
+            if plain and type(key) is str and type(value) is Tensor:  # the usual entry
+                shape = value.shape
+                if (shape and shape[0] == first) if first >= 0 else shape[:n] == bs:
+                    data[key] = value
+                    continue
             if type(key) is not str:
                 self.set(key, value)
-            elif (
-                plain
-                and type(value) is Tensor
-                and (
-                    (bool(shape := value.shape) and shape[0] == first)
-                    if first >= 0
-                    else value.shape[:n] == bs
-                )
-            ):
-                data[key] = value
             else:
                 data[key] = validate(value, key)
 

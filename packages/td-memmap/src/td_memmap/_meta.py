@@ -160,7 +160,7 @@ class Index:
             st = _lstat(meta_path)
         except OSError:
             return None  # reading the file gives the precise error
-        if not stat.S_ISREG(st.st_mode) or record[0] != meta_stamp(st):
+        if not _S_ISREG(st.st_mode) or record[0] != meta_stamp(st):
             return None
         return record[1]
 
