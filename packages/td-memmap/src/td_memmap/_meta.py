@@ -414,10 +414,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     seen: set[str] = set()
     entries = []
     for raw in raw_entries:
-        if type(raw) is dict and raw.get("type") == "tensor" and type(key := raw.get("key")) is str:
-            entry = _parse_tensor(raw, key, ctx, batch_size)  # most entries: no dispatch
-        else:
-            entry = _parse_entry(raw, ctx, batch_size)
+        entry = _parse_entry(raw, ctx, batch_size)
         if entry.key in seen:
             raise ctx.fail(f"key {entry.key!r} appears twice")
         seen.add(entry.key)

@@ -337,9 +337,8 @@ def save_tree(
         by_depth: dict[int, list[_Folder]] = {}
         for folder in folders:
             by_depth.setdefault(folder.depth, []).append(folder)
-        for depth in sorted(by_depth, reverse=True):  # deepest first, the top folder last
-            if depth == 0:
-                break
+        sub_depths = sorted((d for d in by_depth if d > 0), reverse=True)
+        for depth in sub_depths:  # deepest first; the top folder last, with the index
             _each(
                 pool,
                 lambda f: write_json(f.path, META_NAME, f.meta, durable=durable),
