@@ -127,7 +127,9 @@ class Suite:
         case.measure_all = measure_all  # type: ignore[attr-defined]
         self.cases.append(case)
 
-    def run(self, *, pattern: str = "", target: float = 0.05, repeats: int = 7) -> list[Case]:
+    def run(
+        self, *, pattern: str = "", target: float = 0.05, repeats: int = 7, save: bool = True
+    ) -> list[Case]:
         selected = [c for c in self.cases if pattern in c.name]
         for case in selected:
             external = getattr(case, "measure_all", None)
@@ -137,7 +139,8 @@ class Suite:
                 case.run(target=target, repeats=repeats)
             self._print_row(case)
         self._print_summary(selected)
-        self._save(selected, merge=bool(pattern))
+        if save:
+            self._save(selected, merge=bool(pattern))
         return selected
 
     def _print_row(self, case: Case) -> None:
@@ -184,6 +187,6 @@ class Suite:
         parser.add_argument("--quick", action="store_true", help="short samples (smoke test)")
         parser.add_argument("--repeats", type=int, default=7)
         args = parser.parse_args(argv)
-        if args.quick:
-            return self.run(pattern=args.filter, target=0.005, repeats=2)
+        if args.quick:  # smoke numbers never replace measured ones in results/
+            return self.run(pattern=args.filter, target=0.005, repeats=2, save=False)
         return self.run(pattern=args.filter, repeats=args.repeats)
