@@ -15,7 +15,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core import _apply, _index, _repr, _shape, _structure
+from td_core import (
+    _apply,
+    _autograd,
+    _casts,
+    _convert,
+    _index,
+    _layout,
+    _mapping,
+    _masked,
+    _names,
+    _pointwise,
+    _reductions,
+    _repr,
+    _shape,
+    _structure,
+)
 from td_core._keys import KeysView, NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
@@ -41,6 +56,15 @@ class TensorDictBase(
     _shape.ShapeMixin,
     _apply.ApplyMixin,
     _structure.StructureMixin,
+    _pointwise.PointwiseMixin,
+    _casts.CastMixin,
+    _reductions.ReductionMixin,
+    _masked.MaskedMixin,
+    _layout.LayoutMixin,
+    _autograd.AutogradMixin,
+    _convert.ConvertMixin,
+    _mapping.MappingMixin,
+    _names.NamesMixin,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""
 

@@ -1,0 +1,33 @@
+"""Ops that predate the contract suite, on every kind, against upstream."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+CASES = {
+    "clone": lambda td: td.clone(),
+    "getitem_int": lambda td: td[0],
+    "getitem_slice": lambda td: td[1:],
+    "add_scalar": lambda td: td + 1,
+    "mul_td": lambda td: td * td,
+    "abs": lambda td: abs(td),
+    "neg": lambda td: -td,
+    "eq_self": lambda td: td == td,
+    "to_double": lambda td: td.to(torch.float64),
+    "unsqueeze": lambda td: td.unsqueeze(0),
+    "flatten_keys": lambda td: td.flatten_keys("."),
+    "select": lambda td: td.select("obs"),
+    "exclude": lambda td: td.exclude("obs"),
+    "apply": lambda td: td.apply(lambda x: x * 2),
+    "add_": lambda td: td.add_(1),
+    "zero_": lambda td: td.zero_(),
+    "all": lambda td: td.all(),
+    "any": lambda td: td.any(),
+    "unbind": lambda td: td.unbind(0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_existing(case: str, kind: str, check) -> None:
+    check(CASES[case], kind)
