@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -45,7 +45,8 @@ def _deterministic(name: Key, dist: D.Distribution) -> torch.Tensor:
     if hasattr(dist, "deterministic_sample"):
         return dist.deterministic_sample
     try:
-        discrete = bool(dist.support.is_discrete)
+        support = dist.support
+        discrete = bool(support is not None and support.is_discrete)
     except NotImplementedError:
         discrete = False
     order = ("mode", "mean") if discrete else ("mean", "mode")
@@ -187,7 +188,7 @@ class CompositeDistribution(D.Distribution):
     @classmethod
     def from_distributions(
         cls,
-        params: TensorDictBase,
+        params: TensorDictBase | Sequence[int],
         distributions: Mapping[NestedKey, D.Distribution],
         *,
         name_map: Mapping[NestedKey, NestedKey] | None = None,
@@ -226,7 +227,7 @@ class CompositeDistribution(D.Distribution):
                 )
             dists[unravel_key(name)] = dist
         self = cls.__new__(cls)
-        batch_size = params.batch_size if is_tensor_collection(params) else torch.Size(params)
+        batch_size = params.batch_size if isinstance(params, TensorDictBase) else torch.Size(params)
         self._init_from(
             batch_size, dists, name_map, aggregate_probabilities, log_prob_key, entropy_key
         )
@@ -320,13 +321,16 @@ class CompositeDistribution(D.Distribution):
 
     # -- sampling and summaries -------------------------------------------
 
-    def sample(self, sample_shape: torch.Size | tuple[int, ...] | None = None) -> TensorDict:
+    # The sampling, density and statistics methods return TensorDicts keyed like the
+    # parameters where torch.distributions returns tensors: upstream's API, so their
+    # overrides are not Liskov-substitutable and say so with [override] ignores.
+    def sample(self, sample_shape: torch.Size | tuple[int, ...] | None = None) -> TensorDict:  # type: ignore[override]
         """One sample per component, in a TensorDict of batch size ``sample_shape + batch_shape``."""
         shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
         out = {name: dist.sample(shape) for name, dist in self.dists.items()}
         return self._td(out, shape + self.batch_shape)
 
-    def rsample(self, sample_shape: torch.Size | tuple[int, ...] | None = None) -> TensorDict:
+    def rsample(self, sample_shape: torch.Size | tuple[int, ...] | None = None) -> TensorDict:  # type: ignore[override]
         """Reparameterised samples (every component must support ``rsample``)."""
         shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
         for name, dist in self.dists.items():
@@ -339,11 +343,11 @@ class CompositeDistribution(D.Distribution):
         return self._td(out, shape + self.batch_shape)
 
     @property
-    def mode(self) -> TensorDict:
+    def mode(self) -> TensorDict:  # type: ignore[override]
         return self._td({n: d.mode for n, d in self.dists.items()}, self.batch_shape)
 
     @property
-    def mean(self) -> TensorDict:
+    def mean(self) -> TensorDict:  # type: ignore[override]
         return self._td({n: d.mean for n, d in self.dists.items()}, self.batch_shape)
 
     @property
@@ -385,7 +389,7 @@ class CompositeDistribution(D.Distribution):
             values[name] = value
         return values
 
-    def log_prob(
+    def log_prob(  # type: ignore[override]
         self,
         sample: TensorDictBase,
         *,
@@ -436,7 +440,7 @@ class CompositeDistribution(D.Distribution):
             out[self.log_prob_key] = total
         return self._td(out, sample.batch_size)
 
-    def entropy(
+    def entropy(  # type: ignore[override]
         self,
         samples_mc: int = 1,
         *,
@@ -482,13 +486,13 @@ class CompositeDistribution(D.Distribution):
             x = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
             return -dist.log_prob(x).mean(0)
 
-    def cdf(self, sample: TensorDictBase) -> TensorDict:
+    def cdf(self, sample: TensorDictBase) -> TensorDict:  # type: ignore[override]
         """A new TensorDict of ``<name>_cdf`` entries (upstream writes them into ``sample``)."""
         values = self._component_values(sample, "cdf")
         out = {_add_suffix(n, "_cdf"): d.cdf(values[n]) for n, d in self.dists.items()}
         return self._td(out, sample.batch_size)
 
-    def icdf(self, sample: TensorDictBase) -> TensorDict:
+    def icdf(self, sample: TensorDictBase) -> TensorDict:  # type: ignore[override]
         """A new TensorDict of ``<name>_icdf`` entries.
 
         Reads each component's probability at ``<name>_cdf`` (as :meth:`cdf`

@@ -25,8 +25,7 @@ element needs; on other devices every branch runs, so nothing syncs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from numbers import Number
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import torch
@@ -35,12 +34,10 @@ from torch.distributions.utils import broadcast_all
 
 __all__ = ["TruncatedNormal"]
 
-try:  # tensors inside torch.func transforms (vmap, grad) cannot be read on the host
-    from torch._C._functorch import is_functorch_wrapped_tensor as _is_functorch_wrapped
-except ImportError:  # pragma: no cover - older or newer torch without it
-
-    def _is_functorch_wrapped(x: torch.Tensor) -> bool:
-        return False
+# tensors inside torch.func transforms (vmap, grad) cannot be read on the host
+_is_functorch_wrapped: Callable[[torch.Tensor], bool] = getattr(
+    torch._C._functorch, "is_functorch_wrapped_tensor", lambda x: False
+)
 
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -295,10 +292,10 @@ class TruncatedNormal(Distribution):
 
     def __init__(
         self,
-        loc: Number | torch.Tensor,
-        scale: Number | torch.Tensor,
-        a: Number | torch.Tensor,
-        b: Number | torch.Tensor,
+        loc: float | torch.Tensor,
+        scale: float | torch.Tensor,
+        a: float | torch.Tensor,
+        b: float | torch.Tensor,
         validate_args: bool | None = None,
     ) -> None:
         self.loc, self.scale, self.a, self.b = broadcast_all(loc, scale, a, b)

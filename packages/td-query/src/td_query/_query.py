@@ -138,6 +138,7 @@ class QueryModule(nn.Module):
             )
         n_keys = len(self.in_keys)
 
+        self.hash_module: HashFn | nn.ModuleList | list[HashFn]
         if hash_module is None:
             self.hash_module = SipHash()
             fns: list[HashFn] = [self.hash_module] * n_keys
@@ -151,8 +152,9 @@ class QueryModule(nn.Module):
                 )
             for key, fn in zip(self.in_keys, modules):
                 _check_callable(fn, f"hash_module for in_key {key!r}")
-            if all(isinstance(fn, nn.Module) for fn in modules):
-                self.hash_module = nn.ModuleList(modules)
+            nn_modules = [fn for fn in modules if isinstance(fn, nn.Module)]
+            if len(nn_modules) == len(modules):
+                self.hash_module = nn.ModuleList(nn_modules)
             else:
                 self.hash_module = modules
             fns = modules
