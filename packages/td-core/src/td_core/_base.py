@@ -31,6 +31,7 @@ from td_core import (
     _shape,
     _structure,
 )
+from td_core._contract import dense
 from td_core._keys import KeysView, NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
@@ -432,9 +433,7 @@ class TensorDictBase(
     def _new_validated(
         self, source: Mapping[str, Any], batch_size: torch.Size, key: NestedKey
     ) -> TensorDictBase:
-        from td_core._td import TensorDict
-
-        return TensorDict(source, batch_size=batch_size, device=self.device)
+        return dense(source, batch_size, self.device)
 
     def _shape_error(
         self, key: NestedKey, shape: torch.Size, what: str = "shape"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._contract import dense
 from td_core._map import is_td
 
 if TYPE_CHECKING:
@@ -134,9 +135,7 @@ def _describe(td: TensorDictBase) -> dict[str, Any]:
 
 
 def _allocate(meta: dict[str, Any], device: Any) -> TensorDictBase:
-    from td_core._td import TensorDict
-
-    td = TensorDict(batch_size=meta["batch_size"], device=device)
+    td = dense(None, meta["batch_size"], device)
     for key, entry in meta["entries"].items():
         if "tensordict" in entry:
             td.set(key, _allocate(entry["tensordict"], device))

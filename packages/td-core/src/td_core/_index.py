@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from td_core._contract import dense
 from td_core._map import index_batch, is_nt, is_td, map_batch
 from td_core._nontensor import NonTensorData
 from td_core._utils import NO_DEFAULT, broadcast_shape
@@ -178,9 +179,7 @@ class IndexingMixin:
             if len(norm) == 1:  # a bare index is cheaper for torch than a 1-tuple
                 norm = norm[0]
         if isinstance(value, dict):
-            from td_core._td import TensorDict
-
-            value = TensorDict(value, batch_size=sub)
+            value = dense(value, sub)
         if is_td(value):
             writes: list[tuple[Tensor, Any]] = []
             later: list[tuple[TensorDictBase, str, Any, int]] = []

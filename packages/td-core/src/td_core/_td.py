@@ -9,6 +9,7 @@ import torch
 from torch.compiler import is_compiling
 
 from td_core._base import TensorDictBase
+from td_core._contract import register_dense
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData, NonTensorStack
 from td_core._pytree import allow_weights_only, register
@@ -435,3 +436,6 @@ class TensorDict(TensorDictBase):
 
 register(TensorDict)
 allow_weights_only(TensorDict, NonTensorData, NonTensorStack)
+
+
+register_dense(TensorDict)
