@@ -31,7 +31,7 @@ from td_core import (
     _shape,
     _structure,
 )
-from td_core._contract import dense
+from td_core._contract import TensorDictContract, dense
 from td_core._keys import KeysView, NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
@@ -66,6 +66,7 @@ class TensorDictBase(
     _convert.ConvertMixin,
     _mapping.MappingMixin,
     _names.NamesMixin,
+    TensorDictContract,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""
 

@@ -94,7 +94,8 @@ def isend(
     if return_early:
         return works
     for work in works:
-        work.wait()
+        if work is not None:
+            work.wait()
     return init_tag + len(works)
 
 
@@ -117,7 +118,8 @@ def irecv(
     if return_premature:
         return works
     for work in works:
-        work.wait()
+        if work is not None:
+            work.wait()
     return init_tag + len(works)
 
 

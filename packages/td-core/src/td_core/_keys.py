@@ -8,7 +8,7 @@ path works on ``str`` or a flat tuple of ``str``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Union
 
 from torch import Tensor
@@ -157,7 +157,7 @@ class KeysView:
     def __len__(self) -> int:
         # list(keys) calls this before iterating: count without building the keys
         if not self._include_nested and not self._leaves_only:
-            return len(self._td._keys_str())
+            return sum(1 for _ in self._td._keys_str())
         if self._is_leaf is default_is_leaf:
             return self._count(self._td)
         return sum(1 for _ in self._iter())
@@ -201,8 +201,10 @@ class KeysView:
         return True
 
     def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Iterable):
+            return NotImplemented
         try:
-            return set(self) == set(other)  # type: ignore[arg-type]
+            return set(self) == set(other)
         except TypeError:
             return NotImplemented
 

@@ -59,7 +59,7 @@ def map_batch(
 def _map_batch(
     td: TensorDictBase, fn: Callable[[Tensor], Tensor], lead: torch.Size, n: int
 ) -> TensorDictBase:
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
             out[key] = fn(value)
@@ -78,7 +78,7 @@ def index_batch(td: TensorDictBase, index: Any, lead: torch.Size) -> TensorDictB
 
 
 def _index_batch(td: TensorDictBase, index: Any, lead: torch.Size, n: int) -> TensorDictBase:
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in td._items_str():
         if type(value) is Tensor or isinstance(value, Tensor):
             out[key] = value[index]
@@ -107,6 +107,7 @@ def _map_batch_multi(
 ) -> list[TensorDictBase]:
     outs: list[dict[str, Any]] = [{} for _ in leads]
     for key, value in td._items_str():
+        parts: Sequence[Any]
         if isinstance(value, Tensor):
             parts = fn(value)
         elif value._is_non_tensor:
@@ -132,7 +133,7 @@ def map_leaves(
         device: the device of the result (default: ``td``'s).
         keep_non_tensor: what to do with non-tensor leaves (default: keep them).
     """
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
             out[key] = fn(value)
@@ -162,7 +163,7 @@ def rebuild(
     td: TensorDictBase, leaves: Iterator[Tensor], *, batch_size: torch.Size | None = None
 ) -> TensorDictBase:
     """A tree shaped like ``td`` whose tensor leaves are taken from ``leaves`` in order."""
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
             out[key] = next(leaves)

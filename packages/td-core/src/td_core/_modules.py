@@ -35,6 +35,8 @@ class ModuleSwap(TensorDict):
     """What ``to_module`` replaced; as a context manager it puts it back on exit."""
 
     __slots__ = ("_inplace", "_module")
+    _inplace: bool
+    _module: nn.Module
 
     def __enter__(self) -> ModuleSwap:
         return self
@@ -208,6 +210,7 @@ def _swap(
                 # restoring a slot that held None before to_module filled it
                 (module._parameters if key in module._parameters else module._buffers)[key] = None
             continue
+        slots: dict[str, Any]
         if key in module._parameters:
             slots = module._parameters
         elif key in module._buffers:

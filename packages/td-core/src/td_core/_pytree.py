@@ -45,7 +45,11 @@ def _unflatten(children: Any, context: Any) -> Any:
     bs = torch.Size(batch_size)
     first = children[0] if children else None
     # pytree also unflattens placeholder leaves (vmap's in_dims ints): keep the batch size then
-    if ref is not None and (isinstance(first, Tensor) or hasattr(first, "batch_dims")):
+    if (
+        ref is not None
+        and first is not None
+        and (isinstance(first, Tensor) or hasattr(first, "batch_dims"))
+    ):
         now = first.ndim if isinstance(first, Tensor) else first.batch_dims
         if now != ref:
             n = len(bs) + now - ref

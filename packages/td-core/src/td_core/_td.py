@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.compiler import is_compiling
@@ -17,6 +17,8 @@ from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, LockedError
 
 __all__ = ["TensorDict"]
+
+_TD = TypeVar("_TD", bound="TensorDict")
 
 Tensor = torch.Tensor
 
@@ -96,8 +98,11 @@ class TensorDict(TensorDictBase):
 
     @classmethod
     def _new_unsafe(
-        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None = None
-    ) -> TensorDict:
+        cls: type[_TD],
+        source: dict[str, Any],
+        batch_size: torch.Size,
+        device: torch.device | None = None,
+    ) -> _TD:
         """Build from entries already known to be valid; no checks, no copies."""
         td = cls.__new__(cls)
         td._tensordict = source

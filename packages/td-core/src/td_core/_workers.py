@@ -14,7 +14,7 @@ import math
 import os
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -63,7 +63,7 @@ def _chunks(
         raise ValueError("map: pass chunksize or num_chunks, not both")
     lead = (slice(None),) * dim
     if chunksize == 0:
-        return [td[(*lead, i)] for i in range(size)], True
+        return [td[lead + (i,)] for i in range(size)], True
     if chunksize is not None:
         if chunksize < 0:
             raise ValueError(f"map: chunksize must be >= 0, got {chunksize}")
@@ -73,7 +73,7 @@ def _chunks(
         if count <= 0:
             raise ValueError(f"map: num_chunks must be positive, got {count}")
         step = max(1, math.ceil(size / count))
-    return [td[(*lead, slice(start, start + step))] for start in range(0, size, step)], False
+    return [td[lead + (slice(start, start + step),)] for start in range(0, size, step)], False
 
 
 def _init_worker(threads: int) -> None:
@@ -97,7 +97,7 @@ def _progress(results: Iterator[Any], total: int, enabled: bool) -> Iterator[Any
     if not enabled:
         return results
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped]
     except ImportError as err:
         raise ImportError("map(..., pbar=True) needs tqdm: pip install tqdm") from err
     return iter(tqdm(results, total=total))
@@ -140,4 +140,6 @@ def map_td(
             raise RuntimeError(
                 f"map: the function failed on chunk {result.index}; worker traceback:\n{result.text}"
             )
-    return torch.stack(results, d) if stacked else torch.cat(results, d)
+    # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
+    out = torch.stack(results, d) if stacked else torch.cat(results, d)
+    return cast("TensorDictBase", out)
