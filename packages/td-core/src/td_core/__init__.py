@@ -2,6 +2,7 @@
 
 from td_core import errors
 from td_core._base import TensorDictBase, is_tensor_collection
+from td_core._consolidate import from_consolidated
 from td_core._extensions import has_extension, load_extension
 from td_core._interaction import InteractionType, interaction_type, set_interaction_type
 from td_core._keys import (
@@ -34,6 +35,7 @@ __all__ = [
     "is_non_tensor",
     "stack",
     "cat",
+    "from_consolidated",
     "LazyStackedTensorDict",
     "lazy_stack",
     "set_lazy_stack",

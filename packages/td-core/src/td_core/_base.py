@@ -19,6 +19,7 @@ from td_core import (
     _apply,
     _autograd,
     _casts,
+    _consolidate,
     _convert,
     _index,
     _layout,
@@ -66,6 +67,7 @@ class TensorDictBase(
     _convert.ConvertMixin,
     _mapping.MappingMixin,
     _names.NamesMixin,
+    _consolidate.ConsolidateMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""

@@ -22,6 +22,7 @@ import torch
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
+    from td_core._contract import TensorDictContract
 
 __all__ = [
     "map_batch",
@@ -144,14 +145,14 @@ def map_leaves(
     return td._new(out, td.batch_size, td.device if device is None else device)
 
 
-def tensor_leaves(td: TensorDictBase) -> list[Tensor]:
+def tensor_leaves(td: TensorDictContract) -> list[Tensor]:
     """The tensor leaves in traversal order (the order ``rebuild`` consumes)."""
     out: list[Tensor] = []
     _collect(td, out)
     return out
 
 
-def _collect(td: TensorDictBase, out: list[Tensor]) -> None:
+def _collect(td: TensorDictContract, out: list[Tensor]) -> None:
     for value in td._values_str():
         if isinstance(value, Tensor):
             out.append(value)
@@ -160,7 +161,7 @@ def _collect(td: TensorDictBase, out: list[Tensor]) -> None:
 
 
 def rebuild(
-    td: TensorDictBase, leaves: Iterator[Tensor], *, batch_size: torch.Size | None = None
+    td: TensorDictContract, leaves: Iterator[Tensor], *, batch_size: torch.Size | None = None
 ) -> TensorDictBase:
     """A tree shaped like ``td`` whose tensor leaves are taken from ``leaves`` in order."""
     out: dict[str, Any] = {}

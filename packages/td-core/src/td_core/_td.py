@@ -9,6 +9,7 @@ import torch
 from torch.compiler import is_compiling
 
 from td_core._base import TensorDictBase
+from td_core._consolidate import is_consolidated, pack, unpack
 from td_core._contract import register_dense
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData, NonTensorStack
@@ -424,14 +425,22 @@ class TensorDict(TensorDictBase):
 
     # ---------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
+        if is_consolidated(self):  # one buffer, not one copy of it per leaf
+            buffer, skeleton = pack(self)
+            return {"consolidated": (buffer, skeleton), **self._meta_state()}
+        return {"source": self._sync(), **self._meta_state()}
+
+    def _meta_state(self) -> dict[str, Any]:
         return {
-            "source": self._sync(),
             "batch_size": tuple(self._batch_size),
             "device": None if self._device is None else str(self._device),
             "locked": self._is_locked,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "consolidated" in state:
+            buffer, skeleton = state["consolidated"]
+            state = {**state, "source": dict(unpack(buffer, skeleton)._items_str())}
         self._tensordict = state["source"]
         self._batch_size = torch.Size(state["batch_size"])
         self._device = as_device(state["device"])
