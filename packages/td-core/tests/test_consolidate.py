@@ -47,6 +47,9 @@ def test_index_or_clone_of_consolidated_is_not_consolidated() -> None:
     assert not c[0].is_consolidated()
     assert not c.clone().is_consolidated()
     assert not TensorDict({}, []).is_consolidated()
+    # a leaf that owns its storage is not a consolidated buffer, even alone
+    assert not TensorDict({"a": torch.zeros(16)}, []).is_consolidated()
+    assert not TensorDict({"n": {"a": torch.zeros(4)}}, []).is_consolidated()
 
 
 def test_inplace_replaces_leaves() -> None:
@@ -116,7 +119,7 @@ def test_from_consolidated_refuses_bad_files(tmp_path, damage: str) -> None:
         start = raw.index(b'{"total"')
         raw[start] = ord("[")
     else:
-        raw = raw.replace(b'"offset": 0', b'"offset": 99999999', 1)
+        raw = raw.replace(b'"offset": 16', b'"offset": 99999984', 1)
     path.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match=r"td\.bin"):
         from_consolidated(path)

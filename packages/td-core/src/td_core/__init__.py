@@ -3,6 +3,7 @@
 from td_core import errors
 from td_core._base import TensorDictBase, is_tensor_collection
 from td_core._consolidate import from_consolidated
+from td_core._dataloader import collate, register_collate
 from td_core._extensions import has_extension, load_extension
 from td_core._interaction import InteractionType, interaction_type, set_interaction_type
 from td_core._keys import (
@@ -36,6 +37,7 @@ __all__ = [
     "stack",
     "cat",
     "from_consolidated",
+    "collate",
     "LazyStackedTensorDict",
     "lazy_stack",
     "set_lazy_stack",
@@ -68,3 +70,5 @@ __all__ = [
     "has_extension",
     "load_extension",
 ]
+
+register_collate(TensorDictBase)

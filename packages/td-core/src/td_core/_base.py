@@ -21,6 +21,7 @@ from td_core import (
     _casts,
     _consolidate,
     _convert,
+    _dataloader,
     _index,
     _layout,
     _mapping,
@@ -68,6 +69,7 @@ class TensorDictBase(
     _mapping.MappingMixin,
     _names.NamesMixin,
     _consolidate.ConsolidateMixin,
+    _dataloader.DataLoaderMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""

@@ -4,9 +4,11 @@ A consolidated TensorDict moves as one block: ``to(device)`` transfers the
 buffer once and re-views it, pickling and ``torch.save`` write one storage.
 Whether a TensorDict is consolidated is read off its leaves, not stored: every
 tensor leaf is a contiguous view of one storage, laid out in traversal order at
-aligned offsets that cover the storage exactly. So ``td[0]`` or ``td.clone()``
-of a consolidated TensorDict is not consolidated (its leaves no longer cover
-the buffer), and nothing can go stale.
+aligned offsets after a 16-byte header, covering the storage exactly. So
+``td[0]`` or ``td.clone()`` of a consolidated TensorDict is not consolidated (its
+leaves no longer cover the buffer), nothing can go stale, and an ordinary
+TensorDict (whose leaves start at offset 0 of their own storages) never looks
+consolidated, even with a single leaf.
 
 With ``filename``, the buffer is a shared file mapping, followed by a JSON
 description of the layout, its length (8 bytes, little endian) and a magic
@@ -40,6 +42,7 @@ __all__ = ["ConsolidateMixin", "consolidate", "from_consolidated", "is_consolida
 
 Tensor = torch.Tensor
 _ALIGN = 16  # covers every dtype's itemsize, so each view starts on its element boundary
+_HEADER = 16  # reserved bytes before the first leaf: the layout's signature
 _MAGIC = b"TDCONS01"
 _TRAILER = struct.Struct("<Q8s")
 _DTYPES = {
@@ -71,7 +74,7 @@ def _aligned(n: int) -> int:
 
 def _layout(leaves: list[Tensor]) -> tuple[list[int], int]:
     """Byte offsets of each leaf in the buffer, and the buffer's size."""
-    offsets, total = [], 0
+    offsets, total = [], _HEADER
     for t in leaves:
         offsets.append(total)
         total += _aligned(t.numel() * t.element_size())
@@ -217,6 +220,7 @@ def consolidate(
         pin_memory=pin_memory,
     )
     views = list(_views(buffer, leaves, offsets))
+    buffer[:_HEADER] = 0
     with torch.no_grad():
         for view, t in zip(views, leaves):
             view.copy_(t, non_blocking=non_blocking)

@@ -1,0 +1,67 @@
+"""TensorDicts as ``torch.utils.data`` datasets and batches.
+
+A TensorDict is a map-style dataset: ``len`` is its first batch dim,
+``__getitem__`` reads one row and ``__getitems__`` (which ``DataLoader`` calls
+with a whole batch of indices) reads every row of the batch with ONE indexing
+op. ``default_collate`` then receives that TensorDict and returns it as is; a
+list of TensorDicts (a dataset that returns one per row) is stacked.
+
+td registers :func:`collate` for ``TensorDictBase`` in torch's
+``default_collate_fn_map`` (torch's extension point for ``default_collate``)
+when ``td_core`` is imported; it changes nothing else in torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data._utils.collate import default_collate_fn_map
+
+from td_core._contract import TensorDictContract
+
+if TYPE_CHECKING:
+    from td_core._base import TensorDictBase
+
+__all__ = ["DataLoaderMixin", "collate", "register_collate"]
+
+
+def collate(
+    batch: Any, *, collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] | None = None
+) -> Any:
+    """A batch for ``DataLoader``: a TensorDict is returned as is, a sequence of them is stacked.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, collate
+        >>> rows = [TensorDict({"x": torch.tensor(i)}, []) for i in range(3)]
+        >>> collate(rows)["x"]
+        tensor([0, 1, 2])
+    """
+    from td_core._base import is_tensor_collection
+
+    if is_tensor_collection(batch):
+        return batch
+    if isinstance(batch, Sequence) and batch and all(is_tensor_collection(b) for b in batch):
+        return torch.stack(list(batch), 0)
+    raise TypeError(
+        f"collate: expected a TensorDict or a sequence of TensorDicts, got {type(batch).__name__}"
+    )
+
+
+def register_collate(cls: type) -> None:
+    """Let ``torch.utils.data.default_collate`` batch instances of ``cls`` with :func:`collate`."""
+    default_collate_fn_map.setdefault(cls, collate)
+
+
+class DataLoaderMixin(TensorDictContract):
+    """``__getitems__``: one indexing op per batch when used as a ``DataLoader`` dataset."""
+
+    __slots__ = ()
+
+    def __getitems__(self, indices: Sequence[int] | torch.Tensor) -> TensorDictBase:
+        """The rows at ``indices`` along the first batch dim, read with one indexing op."""
+        if not isinstance(indices, torch.Tensor):
+            indices = torch.as_tensor(indices, dtype=torch.long)
+        return self[indices]  # type: ignore[no-any-return]
