@@ -38,7 +38,7 @@ from td_core._keys import KeysView, NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
 from td_core._torch_function import TORCH_FUNCTIONS
-from td_core._utils import NO_DEFAULT, BatchMeta
+from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 __all__ = ["TensorDictBase", "is_tensor_collection"]
@@ -54,7 +54,6 @@ def is_tensor_collection(obj: Any) -> bool:
 
 
 class TensorDictBase(
-    BatchMeta,
     _index.IndexingMixin,
     _shape.ShapeMixin,
     _apply.ApplyMixin,
