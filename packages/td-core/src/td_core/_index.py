@@ -25,6 +25,7 @@ __all__ = [
     "IndexingMixin",
     "normalize_index",
     "indexed_shape",
+    "is_lazy",
     "lazy_parts",
     "storage_leaves",
     "set_at",
@@ -333,10 +334,20 @@ def _allocate(td: TensorDictBase, src: Any, nv: int) -> Any:
 # A lazy stack's reads are copies (its leaves are stacked on demand), so an
 # in-place write must go to its members. These helpers find the tensors that
 # hold the data, whatever the kind, and write there.
+_LAZY: dict[type, bool] = {}
+
+
+def is_lazy(cls: type) -> bool:
+    """Whether instances of ``cls`` are lazy stacks (hold members; reads are stacked copies)."""
+    lazy = _LAZY.get(cls)
+    if lazy is None:
+        lazy = _LAZY[cls] = hasattr(cls, "tensordicts") and hasattr(cls, "stack_dim")
+    return lazy
+
+
 def lazy_parts(td: Any) -> tuple[list[Any], int] | None:
     """``(members, stack_dim)`` of a lazy stack; ``None`` for kinds whose reads are views."""
-    members = getattr(td, "tensordicts", None)
-    return None if members is None else (members, td.stack_dim)
+    return (td.tensordicts, td.stack_dim) if is_lazy(type(td)) else None
 
 
 def storage_leaves(td: Any, out: list[Tensor] | None = None) -> list[Tensor]:

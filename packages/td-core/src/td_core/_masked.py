@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from td_core._index import lazy_parts, set_at, slot_shape, storage_leaves
+from td_core._index import is_lazy, lazy_parts, set_at, slot_shape, storage_leaves
 from td_core._keys import NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["MaskedMixin"]
 
 Tensor = torch.Tensor
+_SCALARS = (int, float, bool)
 
 
 class _MaskRow(NamedTuple):
@@ -109,6 +110,7 @@ def _mask_map(
             return None if row.inplace else td.lazy_stack(results, parts[1])
     paired = is_td(operand)
     leaf = row.leaf
+    inplace = row.inplace
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         other = operand
@@ -126,12 +128,15 @@ def _mask_map(
             m = views.get(nd)
             if m is None:
                 m = views[nd] = mask.reshape(mask.shape + (1,) * (nd - mask.ndim))
-            out[key] = leaf(value, m, other)
+            if inplace:
+                leaf(value, m, other)
+            else:
+                out[key] = leaf(value, m, other)
         elif value._is_non_tensor:
             out[key] = value
         else:
             out[key] = _mask_map(value, row, mask, other, pad, views)
-    if row.inplace:
+    if inplace:
         return None
     if paired and pad is not None:  # keys only other has: pad where the mask picks self
         for key, value in operand._items_str():
@@ -171,9 +176,14 @@ def _gather(td: Any, d: int, index: Tensor) -> Any:
             return td.lazy_stack(results, sd)
     out: dict[str, Any] = {}
     n = td.batch_dims
+    expanded: dict[torch.Size, Tensor] = {}  # one expanded index per leaf shape
     for key, value in td._items_str():
         if isinstance(value, Tensor):
-            out[key] = torch.gather(value, d, _expand_index(index, value.shape, d))
+            shape = value.shape
+            idx = expanded.get(shape)
+            if idx is None:
+                idx = expanded[shape] = _expand_index(index, shape, d)
+            out[key] = torch.gather(value, d, idx)
         elif value._is_non_tensor:
             out[key] = value._map_batch(
                 lambda t: torch.gather(t, d, _expand_index(index, t.shape, d)), index.shape, n
@@ -539,6 +549,14 @@ class MaskedMixin:
             tensor([0., 1., 0.])
         """
         if type(key) is str:
+            if not is_lazy(type(self)) and (type(value) is Tensor or type(value) in _SCALARS):
+                dest = self._get_str(key, NO_DEFAULT)
+                if type(dest) is Tensor:  # the usual case: a plain tensor leaf (not a Parameter)
+                    try:
+                        dest[index] = value  # torch checks the shape before it writes
+                        return self
+                    except RuntimeError:
+                        pass  # the general path raises with the key and shapes named
             parent: Any = self
             leaf = key
         else:
