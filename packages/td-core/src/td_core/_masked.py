@@ -380,12 +380,7 @@ class MaskedMixin:
         """
         _check_mask(self, condition, "where")
         result = _mask_map(self, MASK_OPS["where"], condition, other, pad, {})
-        if out is None:
-            return result  # type: ignore[no-any-return]
-        pairs: list[tuple[Tensor, Tensor]] = []
-        _plan_copy(out, result, pairs, ())
-        _copy_pairs(pairs, False)
-        return out
+        return result if out is None else _copy_into(out, result)
 
     def masked_fill(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
         """A copy with ``value`` written where ``mask`` (over leading batch dims) is True.
@@ -484,12 +479,7 @@ class MaskedMixin:
         result = _gather(self, normalize_dim(dim, n), index)
         if inplace:
             return _rebind(self, result)
-        if out is None:
-            return result  # type: ignore[no-any-return]
-        pairs: list[tuple[Tensor, Tensor]] = []
-        _plan_copy(out, result, pairs, ())
-        _copy_pairs(pairs, False)
-        return out
+        return result if out is None else _copy_into(out, result)
 
     # ------------------------------------------------------- indexed reads/writes
     def get_at(self: TensorDictBase, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:
@@ -506,7 +496,7 @@ class MaskedMixin:
             >>> TensorDict({"x": torch.arange(3)}, [3]).get_at("x", 1)
             tensor(1)
         """
-        if type(key) is str:
+        if type(key) is str and not is_lazy(type(self)):
             value = self._get_str(key, NO_DEFAULT)
             if type(value) is Tensor:
                 return value[index]
@@ -666,6 +656,14 @@ def _write_plan(td: Any, plan: list[tuple[Any, str, Any, tuple[str, ...]]], idx:
         return
     for parent, key, value, full in plan:
         set_at(parent, key, value, idx, full)
+
+
+def _copy_into(out: Any, result: Any) -> Any:
+    """Copy ``result`` into ``out`` (the ``out=`` forms), checked first; returns ``out``."""
+    pairs: list[tuple[Tensor, Tensor]] = []
+    _plan_copy(out, result, pairs, ())
+    _copy_pairs(pairs, False)
+    return out
 
 
 def _rebind(td: Any, result: Any) -> Any:
