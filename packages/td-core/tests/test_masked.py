@@ -175,7 +175,8 @@ def test_get_at_reads_ragged_lazy_leaves_by_member() -> None:
     members = [TensorDict({"r": torch.ones(2, i + 1)}, [2]) for i in range(3)]
     stack = LazyStackedTensorDict(*members, stack_dim=0)
     assert stack.get_at("r", 2).shape == torch.Size([2, 3])
-    assert stack.get_at("missing", 0) is None
+    with pytest.raises(KeyError, match="'missing'"):
+        stack.get_at("missing", 0)
     assert stack.get_at("missing", 0, default=1) == 1
 
 

@@ -488,7 +488,11 @@ class MaskedMixin:
         Args:
             key: the entry's key.
             index: an index over the entry's leading dims.
-            default: returned when the key is missing (``None`` if not given, as upstream).
+            default: returned when the key is missing.
+
+        Raises:
+            KeyError: naming the key, if it is missing and no ``default`` is given
+                (as :meth:`get`; upstream returns ``None``).
 
         Examples:
             >>> import torch
@@ -505,14 +509,14 @@ class MaskedMixin:
         parent: Any = self
         for part in path[:-1]:
             parent = parent._get_str(part, NO_DEFAULT) if is_td(parent) else NO_DEFAULT
-        if not is_td(parent):
-            return None if default is NO_DEFAULT else default
         try:
-            value = parent._get_str(path[-1], NO_DEFAULT)
+            value = parent._get_str(path[-1], NO_DEFAULT) if is_td(parent) else NO_DEFAULT
         except BatchSizeError:  # a lazy stack's ragged leaf: index the members first
             return parent._index(index).get(path[-1])
         if value is NO_DEFAULT:
-            return None if default is NO_DEFAULT else default
+            if default is NO_DEFAULT:
+                self.get(key)  # raises the KeyError naming the key, as get does
+            return default
         if is_nt(value):  # index it the way the container indexes its leaves
             return parent._new({"_": value}, parent.batch_size)._index(index)._get_str("_")
         return value[index]
