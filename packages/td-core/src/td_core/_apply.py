@@ -456,20 +456,6 @@ class ApplyMixin:
     def is_contiguous(self: TensorDictBase) -> bool:
         return all(t.is_contiguous() for t in tensor_leaves(self))
 
-    def zero_(self: TensorDictBase) -> TensorDictBase:
-        """Zero every tensor leaf in place."""
-        leaves = tensor_leaves(self)
-        if leaves:
-            torch._foreach_zero_(leaves)
-        return self
-
-    def fill_(self: TensorDictBase, key: Any, value: float | bool) -> TensorDictBase:
-        """Fill the entry at ``key`` (every leaf of it, if it is a TensorDict) with ``value``."""
-        entry = self.get(key)
-        for t in tensor_leaves(entry) if is_td(entry) else [entry]:
-            t.fill_(value)
-        return self
-
     def requires_grad_(self: TensorDictBase, requires_grad: bool = True) -> TensorDictBase:
         """Set ``requires_grad`` on every floating-point or complex leaf."""
         for t in tensor_leaves(self):

@@ -1,11 +1,679 @@
-"""Masked and indexed reads and writes (``where``, ``masked_fill``, ``get_at``, ``set_at_``, ``gather``, ...)."""
+"""Masked and indexed reads and writes (``where``, ``masked_fill``, ``get_at``, ``set_at_``, ``gather``, ...).
+
+Two kinds of op live here:
+
+* mask ops (``where``, ``masked_fill``, ``masked_fill_``): one table row each
+  (name, what to do with one leaf, in place or not) and one implementation,
+  :func:`_mask_map`. The mask covers leading batch dims (size-1 dims
+  broadcast) and is reshaped once per leaf rank to broadcast over the
+  feature dims. Non-tensor leaves are kept as they are.
+* indexed and whole-entry writes (``set_at_``, ``update_at_``, ``copy_``,
+  ``copy_at_``, ``fill_``, ``zero_``): every write is validated before the
+  first one is made, and goes to the tensors that hold the data, so writes
+  through a lazy stack reach its members (see :func:`td_core._index.set_at`).
+
+A lazy stack runs mask ops member by member (the mask and a TensorDict
+operand are split along the stack dim) and re-stacks lazily, which also
+covers members whose leaves differ in shape. ``TensorDictParams`` writes its
+parameters under ``no_grad`` where upstream does (``zero_``, ``fill_``,
+``set_at_``, ``update_at_``, ``copy_``, ``copy_at_``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+from td_core._index import is_lazy, lazy_parts, set_at, slot_shape, storage_leaves
+from td_core._keys import NestedKey, unravel_key
+from td_core._map import is_nt, is_td
+from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
+from td_core.errors import BatchSizeError, KeyNotFoundError, MissingEntryError
+
+if TYPE_CHECKING:
+    from td_core._base import TensorDictBase
+
 __all__ = ["MaskedMixin"]
+
+Tensor = torch.Tensor
+_SCALARS = (int, float, bool)
+
+
+class _MaskRow(NamedTuple):
+    """One mask op: its name, its action on one leaf ``(leaf, mask, operand)``, in place or not."""
+
+    name: str
+    leaf: Callable[[Tensor, Tensor, Any], Tensor]
+    inplace: bool
+
+
+MASK_OPS: dict[str, _MaskRow] = {
+    "where": _MaskRow("where", lambda t, m, o: torch.where(m, t, o), False),
+    "masked_fill": _MaskRow("masked_fill", Tensor.masked_fill, False),
+    "masked_fill_": _MaskRow("masked_fill_", Tensor.masked_fill_, True),
+}
+
+
+# ------------------------------------------------------------------ mask ops
+def _check_mask(td: Any, mask: Any, name: str) -> None:
+    """Raise (before anything is written) unless ``mask`` is a boolean mask over leading batch dims."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name}: the mask must be a boolean tensor, got {type(mask).__name__}")
+    if mask.dtype is not torch.bool:
+        raise RuntimeError(
+            f"{name}: the mask must be a boolean tensor, got dtype {mask.dtype}; "
+            "compare it (mask != 0) or cast it with .bool()"
+        )
+    bs = td.batch_size
+    if mask.ndim > len(bs) or any(m != b and m != 1 for m, b in zip(mask.shape, bs)):
+        raise BatchSizeError(
+            f"{name}: a mask of shape {list(mask.shape)} does not fit the batch_size {list(bs)}: "
+            "its dims must be the leading batch dims (or 1, to broadcast)"
+        )
+
+
+def _split_mask(mask: Tensor, d: int, n: int) -> list[Tensor]:
+    """The part of ``mask`` for each of ``n`` members stacked along batch dim ``d``."""
+    if mask.ndim <= d:
+        return [mask] * n
+    if mask.shape[d] != n:
+        mask = mask.expand(*mask.shape[:d], n, *mask.shape[d + 1 :])
+    return list(mask.unbind(d))
+
+
+def _per_member(parts: tuple[list[Any], int], mask: Tensor, operand: Any) -> list[Any] | None:
+    """``(member, mask, operand)`` triples, or None if the operand cannot be split by member."""
+    members, d = parts
+    n = len(members)
+    if is_td(operand):
+        if operand.batch_dims <= d:
+            return None
+        operands: list[Any] = list(operand.unbind(d))
+    elif isinstance(operand, Tensor) and operand.ndim:
+        return None  # aligned with each leaf's trailing dims, not with the members
+    else:
+        operands = [operand] * n
+    return list(zip(members, _split_mask(mask, d, n), operands))
+
+
+def _mask_map(
+    td: Any, row: _MaskRow, mask: Tensor, operand: Any, pad: Any, views: dict[int, Tensor]
+) -> Any:
+    """Apply ``row`` to every tensor leaf of ``td`` (the family's one implementation)."""
+    parts = lazy_parts(td)
+    if parts is not None:
+        triples = _per_member(parts, mask, operand)
+        if triples is not None:
+            results = [_mask_map(m, row, mk, o, pad, {}) for m, mk, o in triples]
+            return None if row.inplace else td.lazy_stack(results, parts[1])
+    paired = is_td(operand)
+    leaf = row.leaf
+    inplace = row.inplace
+    out: dict[str, Any] = {}
+    for key, value in td._items_str():
+        other = operand
+        if paired:
+            other = operand._get_str(key, NO_DEFAULT)
+            if other is NO_DEFAULT:
+                if pad is None:
+                    raise KeyNotFoundError(
+                        f"{row.name}: key {key!r} is missing from other (keys "
+                        f"{sorted(operand._keys_str())}); pass pad= to use a value there"
+                    )
+                other = pad
+        if isinstance(value, Tensor):
+            nd = value.ndim
+            m = views.get(nd)
+            if m is None:
+                m = views[nd] = mask.reshape(mask.shape + (1,) * (nd - mask.ndim))
+            if inplace:
+                leaf(value, m, other)
+            else:
+                out[key] = leaf(value, m, other)
+        elif value._is_non_tensor:
+            out[key] = value
+        else:
+            out[key] = _mask_map(value, row, mask, other, pad, views)
+    if inplace:
+        return None
+    if paired and pad is not None:  # keys only other has: pad where the mask picks self
+        for key, value in operand._items_str():
+            if key not in out:
+                out[key] = _pad_only_other(value, mask, pad, views)
+    return td._new(out, td.batch_size)
+
+
+def _pad_only_other(value: Any, mask: Tensor, pad: Any, views: dict[int, Tensor]) -> Any:
+    if isinstance(value, Tensor):
+        m = mask.reshape(mask.shape + (1,) * (value.ndim - mask.ndim))
+        return torch.where(m, torch.as_tensor(pad, dtype=value.dtype), value)
+    if value._is_non_tensor:
+        return value
+    out = {k: _pad_only_other(v, mask, pad, views) for k, v in value._items_str()}
+    return value._new(out, value.batch_size)
+
+
+# ------------------------------------------------------------------ gather
+def _expand_index(index: Tensor, shape: torch.Size, d: int) -> Tensor:
+    """``index`` broadcast over the trailing dims of ``shape``, as ``torch.gather`` needs it."""
+    idx = index.reshape(index.shape + (1,) * (len(shape) - index.ndim))
+    target = list(shape)
+    for i, size in enumerate(index.shape[: len(shape)]):
+        target[i] = min(size, shape[i])
+    target[d] = idx.shape[d]
+    return idx.expand(target)
+
+
+def _gather(td: Any, d: int, index: Tensor) -> Any:
+    parts = lazy_parts(td)
+    if parts is not None:
+        members, sd = parts
+        if d != sd and index.ndim > sd and index.shape[sd] == len(members):
+            sub_d = d if d < sd else d - 1
+            results = [_gather(m, sub_d, i) for m, i in zip(members, index.unbind(sd))]
+            return td.lazy_stack(results, sd)
+    out: dict[str, Any] = {}
+    n = td.batch_dims
+    expanded: dict[torch.Size, Tensor] = {}  # one expanded index per leaf shape
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            shape = value.shape
+            idx = expanded.get(shape)
+            if idx is None:
+                idx = expanded[shape] = _expand_index(index, shape, d)
+            out[key] = torch.gather(value, d, idx)
+        elif value._is_non_tensor:
+            out[key] = value._map_batch(
+                lambda t: torch.gather(t, d, _expand_index(index, t.shape, d)), index.shape, n
+            )
+        else:
+            out[key] = _gather(value, d, _expand_index(index, value.batch_size, d))
+    return td._new(out, index.shape)
+
+
+# ------------------------------------------------------------------ writes
+def _no_grad(td: Any) -> bool:
+    """Whether writes into ``td`` must run under ``no_grad`` (its leaves are parameters)."""
+    return isinstance(td, torch.nn.Module)
+
+
+def _zero(leaves: list[Tensor]) -> None:
+    if not leaves:
+        return
+    if torch._C._are_functorch_transforms_active():
+        for t in leaves:
+            t.zero_()
+    else:
+        torch._foreach_zero_(leaves)
+
+
+def _plan_copy(
+    td: Any, src: Any, pairs: list[tuple[Tensor, Tensor]], prefix: tuple[str, ...]
+) -> None:
+    """Validate ``td.copy_(src)``, collecting ``(dest, src)`` tensor pairs; keys ``td`` lacks are skipped."""
+    parts = lazy_parts(td)
+    if parts is not None:
+        members, d = parts
+        if src.batch_dims <= d or src.batch_size[d] != len(members):
+            raise BatchSizeError(
+                f"copy_: cannot copy a TensorDict of batch_size {list(src.batch_size)} into "
+                f"{(*prefix,)!r} of batch_size {list(td.batch_size)}"
+            )
+        for member, part in zip(members, src.unbind(d)):
+            _plan_copy(member, part, pairs, prefix)
+        return
+    for key, value in src._items_str():
+        dest = td._get_str(key, NO_DEFAULT)
+        if dest is NO_DEFAULT or is_nt(dest):
+            continue
+        if isinstance(dest, Tensor):
+            if not isinstance(value, Tensor) or (
+                value.shape != dest.shape and broadcast_shape(value.shape, dest.shape) != dest.shape
+            ):
+                shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise BatchSizeError(
+                    f"copy_: cannot copy a value of shape {shape} into entry {(*prefix, key)!r} "
+                    f"of shape {list(dest.shape)}"
+                )
+            pairs.append((dest, value))
+        else:
+            _plan_copy(dest, value, pairs, (*prefix, key))
+
+
+def _copy_pairs(pairs: list[tuple[Tensor, Tensor]], non_blocking: bool) -> None:
+    if not pairs:
+        return
+    dests = [p[0] for p in pairs]
+    srcs = [p[1] for p in pairs]
+    if torch._C._are_functorch_transforms_active():
+        for dest, src in pairs:
+            dest.copy_(src, non_blocking=non_blocking)
+    else:
+        torch._foreach_copy_(dests, srcs, non_blocking=non_blocking)
+
+
+def _flat_items(source: Any, prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
+    """``(full key, leaf value)`` of a TensorDict or a (nested) mapping with str or tuple keys."""
+    items = source._items_str() if is_td(source) else source.items()
+    for key, value in items:
+        full = prefix + ((key,) if type(key) is str else tuple(_as_tuple(unravel_key(key))))
+        if is_td(value) or isinstance(value, Mapping):
+            yield from _flat_items(value, full)
+        else:
+            yield full, value
+
+
+def _as_tuple(key: Any) -> tuple[str, ...]:
+    return (key,) if type(key) is str else key
+
+
+def _plan_at(
+    td: Any,
+    source: Any,
+    index: Any,
+    allowed: set[tuple[str, ...]] | None,
+    clone: bool,
+    missing: type[KeyError],
+    name: str,
+) -> list[tuple[Any, str, Any, tuple[str, ...]]]:
+    """Validate writing every leaf of ``source`` at ``index`` into ``td``'s existing entries."""
+    plan: list[tuple[Any, str, Any, tuple[str, ...]]] = []
+    shapes: dict[torch.Size, torch.Size] = {}
+    for full, value in _flat_items(source):
+        if allowed is not None and full not in allowed:
+            continue
+        parent = td
+        for part in full[:-1]:
+            parent = parent._get_str(part, NO_DEFAULT)
+            if parent is NO_DEFAULT or not is_td(parent):
+                break
+        dest, shape = _entry_meta(parent, full[-1]) if is_td(parent) else (NO_DEFAULT, None)
+        if dest is NO_DEFAULT:
+            raise missing(
+                f"{name}: key {full if len(full) > 1 else full[0]!r} is not in the destination "
+                f"(keys: {sorted(td._keys_str())}); it writes into existing entries only"
+            )
+        if shape is not None and isinstance(value, Tensor):
+            slot = shapes.get(shape)
+            if slot is None:
+                slot = shapes[shape] = slot_shape(shape, index)
+            if value.shape != slot and broadcast_shape(value.shape, slot) != slot:
+                raise BatchSizeError(
+                    f"{name}: cannot write a value of shape {list(value.shape)} into entry "
+                    f"{full!r} of shape {list(shape)} at index {index!r} (the slot has "
+                    f"shape {list(slot)})"
+                )
+        if clone and isinstance(value, Tensor):
+            value = value.clone()
+        plan.append((parent, full[-1], value, full))
+    return plan
+
+
+def _entry_meta(td: Any, key: str) -> tuple[Any, torch.Size | None]:
+    """The entry at ``key`` (for a lazy stack: its first member's) and its shape if it is a
+    tensor whose dims are all known (a lazy stack's ragged leaf has none), without stacking."""
+    parts = lazy_parts(td)
+    if parts is None:
+        dest = td._get_str(key, NO_DEFAULT)
+        return dest, dest.shape if isinstance(dest, Tensor) else None
+    if key not in td._keys_str():
+        return NO_DEFAULT, None
+    dest = parts[0][0]._get_str(key)
+    if not isinstance(dest, Tensor):
+        return dest, None
+    shape = td.get_item_shape(key)
+    return dest, None if -1 in shape else shape
+
+
+def _fill(td: Any, path: tuple[str, ...], value: Any) -> None:
+    parts = lazy_parts(td)
+    if parts is not None:
+        for member in parts[0]:
+            _fill(member, path, value)
+        return
+    entry = td._get_str(path[0])
+    if len(path) > 1:
+        _fill(entry, path[1:], value)
+    elif isinstance(entry, Tensor):
+        entry.fill_(value)
+    elif is_td(entry):
+        for leaf in storage_leaves(entry):
+            leaf.fill_(value)
 
 
 class MaskedMixin:
     """Methods of :class:`td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
+
+    # ---------------------------------------------------------------- mask ops
+    def where(
+        self: TensorDictBase,
+        condition: Tensor,
+        other: Any,
+        *,
+        out: TensorDictBase | None = None,
+        pad: Any = None,
+        update_batch_size: bool = False,
+    ) -> TensorDictBase:
+        """Leaf-wise ``torch.where(condition, leaf, other)``: self where True, ``other`` elsewhere.
+
+        Args:
+            condition: a boolean mask over the leading batch dims (size-1 dims broadcast).
+            other: a TensorDict (leaves paired by key), a tensor or a scalar.
+            out: a TensorDict to write the result into (returned).
+            pad: the value used for keys present on one side only; without it,
+                a key of self missing from ``other`` raises ``KeyError``.
+            update_batch_size: accepted for compatibility; the batch size is kept.
+
+        Raises:
+            RuntimeError: if ``condition`` is not boolean or does not fit the batch size.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.ones(3, 2)}, [3])
+            >>> td.where(torch.tensor([True, False, True]), 0.0)["a"][:, 0]
+            tensor([1., 0., 1.])
+        """
+        _check_mask(self, condition, "where")
+        result = _mask_map(self, MASK_OPS["where"], condition, other, pad, {})
+        return result if out is None else _copy_into(out, result)
+
+    def masked_fill(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
+        """A copy with ``value`` written where ``mask`` (over leading batch dims) is True.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.zeros(2, 3)}, [2])
+            >>> td.masked_fill(torch.tensor([True, False]), 1.0)["a"].sum(-1)
+            tensor([3., 0.])
+        """
+        _check_mask(self, mask, "masked_fill")
+        return _mask_map(self, MASK_OPS["masked_fill"], mask, value, None, {})  # type: ignore[no-any-return]
+
+    def masked_fill_(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
+        """Write ``value`` in place where ``mask`` (over leading batch dims) is True; returns self."""
+        _check_mask(self, mask, "masked_fill_")
+        _mask_map(self, MASK_OPS["masked_fill_"], mask, value, None, {})
+        return self
+
+    def masked_select(
+        self: TensorDictBase, mask: Tensor, *, inplace: bool = False
+    ) -> TensorDictBase:
+        """The batch elements where ``mask`` is True: the masked batch dims become one dim.
+
+        Args:
+            mask: a boolean mask whose shape is the batch size or its leading dims.
+            inplace: rebind self's leaves to the result and return self (not on
+                a lazy stack or ``TensorDictParams``: ``NotImplementedError``).
+
+        Raises:
+            IndexError: if the mask's shape does not match the batch dims it covers.
+        """
+        if isinstance(mask, Tensor) and mask.dtype is not torch.bool:
+            raise RuntimeError(
+                f"masked_select: the mask must be a boolean tensor, got dtype {mask.dtype}"
+            )
+        if inplace and (lazy_parts(self) is not None or _no_grad(self)):
+            raise NotImplementedError(
+                f"masked_select(inplace=True) is not supported on {type(self).__name__}; "
+                "use inplace=False (or to_tensordict() first)"
+            )
+        while mask.ndim > self.batch_dims and mask.shape[-1] == 1:
+            mask = mask.squeeze(-1)
+        result = self._index(mask)
+        return _rebind(self, result) if inplace else result
+
+    def gather(
+        self: TensorDictBase,
+        dim: int,
+        index: Tensor,
+        out: TensorDictBase | None = None,
+        *,
+        inplace: bool = False,
+    ) -> TensorDictBase:
+        """``torch.gather`` along batch dim ``dim`` on every leaf; the result's batch size is ``index.shape``.
+
+        ``index`` is broadcast over each leaf's feature dims.
+
+        Args:
+            out: a TensorDict to write the result into (returned).
+            inplace: rebind self's leaves to the result and return self (needs
+                ``index.ndim == batch_dims``; not on lazy stacks).
+
+        Raises:
+            RuntimeError: if ``dim`` is not a batch dim.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.arange(6).view(2, 3)}, [2, 3])
+            >>> td.gather(1, torch.tensor([[2], [0]]))["a"]
+            tensor([[2],
+                    [3]])
+        """
+        n = self.batch_dims
+        if inplace:
+            if out is not None:
+                raise ValueError("gather: out= and inplace=True cannot be used together")
+            if lazy_parts(self) is not None:
+                raise NotImplementedError(
+                    "gather(inplace=True) is not supported on a lazy stack; use inplace=False "
+                    "(or to_tensordict() first)"
+                )
+            if index.ndim != n:
+                raise NotImplementedError(
+                    f"gather(inplace=True) needs index.ndim == batch_dims, got {index.ndim} "
+                    f"and {n}; use inplace=False"
+                )
+        if not -n <= dim < n:
+            raise BatchSizeError(
+                f"gather: dim {dim} is not a batch dim of batch_size {list(self.batch_size)}"
+            )
+        if index.ndim == 0 or not len(index):
+            raise RuntimeError(f"gather: the index is empty (shape {list(index.shape)})")
+        result = _gather(self, normalize_dim(dim, n), index)
+        if inplace:
+            return _rebind(self, result)
+        return result if out is None else _copy_into(out, result)
+
+    # ------------------------------------------------------- indexed reads/writes
+    def get_at(self: TensorDictBase, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:
+        """``td.get(key)[index]``, reading only what is needed (through lazy stacks).
+
+        Args:
+            key: the entry's key.
+            index: an index over the entry's leading dims.
+            default: returned when the key is missing.
+
+        Raises:
+            KeyError: naming the key, if it is missing and no ``default`` is given
+                (as :meth:`get`; upstream returns ``None``).
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> TensorDict({"x": torch.arange(3)}, [3]).get_at("x", 1)
+            tensor(1)
+        """
+        if type(key) is str and not is_lazy(type(self)):
+            value = self._get_str(key, NO_DEFAULT)
+            if type(value) is Tensor:
+                return value[index]
+        key = unravel_key(key)
+        path = _as_tuple(key)
+        parent: Any = self
+        for part in path[:-1]:
+            parent = parent._get_str(part, NO_DEFAULT) if is_td(parent) else NO_DEFAULT
+        try:
+            value = parent._get_str(path[-1], NO_DEFAULT) if is_td(parent) else NO_DEFAULT
+        except BatchSizeError:  # a lazy stack's ragged leaf: index the members first
+            return parent._index(index).get(path[-1])
+        if value is NO_DEFAULT:
+            if default is NO_DEFAULT:
+                self.get(key)  # raises the KeyError naming the key, as get does
+            return default
+        if is_nt(value):  # index it the way the container indexes its leaves
+            return parent._new({"_": value}, parent.batch_size)._index(index)._get_str("_")
+        return value[index]
+
+    def set_at_(
+        self: TensorDictBase,
+        key: NestedKey,
+        value: Any,
+        index: Any,
+        *,
+        non_blocking: bool = False,
+    ) -> TensorDictBase:
+        """``td[key][index] = value`` in place (allowed on a locked TensorDict); returns self.
+
+        Raises:
+            KeyError: naming the key, if it is missing.
+            RuntimeError: if ``value`` does not fit ``td[key][index]`` (nothing is written).
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"x": torch.zeros(3)}, [3])
+            >>> td.set_at_("x", 1.0, 1)["x"]
+            tensor([0., 1., 0.])
+        """
+        if type(key) is str:
+            if not is_lazy(type(self)) and (type(value) is Tensor or type(value) in _SCALARS):
+                dest = self._get_str(key, NO_DEFAULT)
+                if type(dest) is Tensor:  # the usual case: a plain tensor leaf (not a Parameter)
+                    try:
+                        dest[index] = value  # torch checks the shape before it writes
+                        return self
+                    except RuntimeError:
+                        pass  # the general path raises with the key and shapes named
+            parent: Any = self
+            leaf = key
+        else:
+            key = unravel_key(key)
+            leaf = key if type(key) is str else key[-1]
+            parent = self if type(key) is str else self._parent_for(key, create=False)
+        if _no_grad(self):
+            with torch.no_grad():
+                set_at(parent, leaf, value, index, key)
+        else:
+            set_at(parent, leaf, value, index, key)
+        return self
+
+    def update_at_(
+        self: TensorDictBase,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
+        idx: Any,
+        clone: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update: Iterable[NestedKey] | None = None,
+    ) -> TensorDictBase:
+        """Write every leaf of the input at index ``idx`` into self's existing entries, in place.
+
+        Every leaf is checked (key present, shape fits) before the first write.
+
+        Raises:
+            KeyError: naming a key of the input that self lacks.
+            RuntimeError: naming a leaf whose shape does not fit its slot.
+        """
+        allowed = (
+            None if keys_to_update is None else {_as_tuple(unravel_key(k)) for k in keys_to_update}
+        )
+        plan = _plan_at(self, input_dict_or_td, idx, allowed, clone, KeyNotFoundError, "update_at_")
+        _write_plan(self, plan, idx)
+        return self
+
+    def copy_at_(
+        self: TensorDictBase,
+        tensordict: TensorDictBase,
+        idx: Any,
+        non_blocking: bool = False,
+        *,
+        fast: bool = True,
+    ) -> TensorDictBase:
+        """Copy ``tensordict`` into self at index ``idx``, in place (``self[idx] = tensordict`` without new keys).
+
+        Raises:
+            KeyError: (also a ``RuntimeError`` with ``fast=True``, as upstream) naming
+                a key of ``tensordict`` that self lacks.
+        """
+        missing = MissingEntryError if fast else KeyNotFoundError
+        plan = _plan_at(self, tensordict, idx, None, False, missing, "copy_at_")
+        _write_plan(self, plan, idx)
+        return self
+
+    def copy_(self: TensorDictBase, tensordict: Any, non_blocking: bool = False) -> TensorDictBase:
+        """Copy the leaves of ``tensordict`` into self's entries in place; returns self.
+
+        Keys that self lacks are skipped (as upstream); every shape is checked first.
+        """
+        if not is_td(tensordict):
+            tensordict = self._new_validated(tensordict, self.batch_size, "")
+        pairs: list[tuple[Tensor, Tensor]] = []
+        _plan_copy(self, tensordict, pairs, ())
+        if _no_grad(self):
+            with torch.no_grad():
+                _copy_pairs(pairs, non_blocking)
+        else:
+            _copy_pairs(pairs, non_blocking)
+        return self
+
+    def fill_(self: TensorDictBase, key: NestedKey, value: float | bool) -> TensorDictBase:
+        """Fill the entry at ``key`` (every leaf of it, if it is a TensorDict) with ``value``.
+
+        Raises:
+            KeyError: naming the key, if it is missing.
+        """
+        key = unravel_key(key)
+        if key not in self.keys(include_nested=True):
+            raise KeyNotFoundError(
+                f"fill_: key {key!r} not found (keys: {sorted(self._keys_str())})"
+            )
+        if _no_grad(self):
+            with torch.no_grad():
+                _fill(self, _as_tuple(key), value)
+        else:
+            _fill(self, _as_tuple(key), value)
+        return self
+
+    def zero_(self: TensorDictBase) -> TensorDictBase:
+        """Zero every tensor leaf in place (a lazy stack's members included); returns self."""
+        leaves = storage_leaves(self)
+        if _no_grad(self):
+            with torch.no_grad():
+                _zero(leaves)
+        else:
+            _zero(leaves)
+        return self
+
+
+def _write_plan(td: Any, plan: list[tuple[Any, str, Any, tuple[str, ...]]], idx: Any) -> None:
+    if _no_grad(td):
+        with torch.no_grad():
+            for parent, key, value, full in plan:
+                set_at(parent, key, value, idx, full)
+        return
+    for parent, key, value, full in plan:
+        set_at(parent, key, value, idx, full)
+
+
+def _copy_into(out: Any, result: Any) -> Any:
+    """Copy ``result`` into ``out`` (the ``out=`` forms), checked first; returns ``out``."""
+    pairs: list[tuple[Tensor, Tensor]] = []
+    _plan_copy(out, result, pairs, ())
+    _copy_pairs(pairs, False)
+    return out
+
+
+def _rebind(td: Any, result: Any) -> Any:
+    """Make ``td`` hold ``result``'s entries and batch size (the ``inplace=True`` forms)."""
+    for key, value in result._items_str():
+        td._set_str(key, value)
+    if td.batch_size != result.batch_size:
+        td.batch_size = result.batch_size
+    return td

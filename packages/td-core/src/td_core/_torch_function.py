@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._map import is_td, map_batch, map_leaves
+from td_core._map import is_td, map_leaves
 from td_core._stack import cat, stack
-from td_core._utils import normalize_dim
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
@@ -121,24 +120,10 @@ for _func in (
 
 @implements(torch.where)
 def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> TensorDictBase:
-    """``condition`` covers leading batch dims; it is broadcast over each leaf's other dims."""
-    if out is not None:
-        raise TypeError("torch.where(..., out=) is not supported for TensorDicts")
-    base = input if is_td(input) else other
-
-    def pick(t: torch.Tensor, o: Any) -> torch.Tensor:
-        cond = condition.reshape(condition.shape + (1,) * (t.ndim - condition.ndim))
-        return torch.where(cond, t, o)
-
-    if is_td(input) and is_td(other):
-        return input.apply(pick, other)
-    if is_td(input):
-        return input.apply(lambda t: pick(t, other))
-    return base.apply(
-        lambda t: torch.where(
-            condition.reshape(condition.shape + (1,) * (t.ndim - condition.ndim)), input, t
-        )
-    )
+    """``torch.where(cond, td, other)``; ``torch.where(cond, value, td)`` picks ``td`` where False."""
+    if not is_td(input):
+        return other.where(condition.logical_not(), input, out=out)  # type: ignore[no-any-return]
+    return input.where(condition, other, out=out)  # type: ignore[no-any-return]
 
 
 @implements(torch.gather)
@@ -150,22 +135,16 @@ def _gather(
     sparse_grad: bool = False,
     out: Any = None,
 ) -> TensorDictBase:
-    """``index`` has one entry per batch dim; it is expanded over each leaf's feature dims."""
-    if out is not None:
-        raise TypeError("torch.gather(..., out=) is not supported for TensorDicts")
-    n = input.batch_dims
-    d = normalize_dim(dim, n)
-    if index.ndim != n:
-        raise ValueError(
-            f"torch.gather: index has {index.ndim} dims, the TensorDict has {n} batch dims "
-            f"(batch_size {list(input.batch_size)})"
+    if sparse_grad:
+        raise NotImplementedError(
+            "torch.gather(tensordict, ..., sparse_grad=True) is not supported"
         )
+    return input.gather(dim, index, out=out)
 
-    def gather(t: torch.Tensor) -> torch.Tensor:
-        idx = index.reshape(*index.shape, *(1,) * (t.ndim - n)).expand(*index.shape, *t.shape[n:])
-        return torch.gather(t, d, idx, sparse_grad=sparse_grad)
 
-    return map_batch(input, gather, index.shape)
+@implements(torch.masked_select)
+def _masked_select(input: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+    return input.masked_select(mask)
 
 
 @implements(torch.flip)

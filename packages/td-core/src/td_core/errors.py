@@ -12,6 +12,7 @@ __all__ = [
     "KeyNotFoundError",
     "BatchSizeError",
     "LockedError",
+    "MissingEntryError",
     "DeviceError",
     "ExtensionMissingError",
 ]
@@ -33,6 +34,10 @@ class KeyNotFoundError(TDError, KeyError):
 
 class BatchSizeError(TDError, ValueError, RuntimeError):
     """A batch size does not fit an entry, or two batch sizes disagree."""
+
+
+class MissingEntryError(KeyNotFoundError, RuntimeError):
+    """An in-place copy names an entry the destination lacks (upstream raises ``RuntimeError``)."""
 
 
 class LockedError(TDError, RuntimeError):

@@ -302,28 +302,46 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
         ): "ops over a ragged lazy leaf raise instead of running per member"
         for case in (
             "add_scalar all any apply clone eq_self exclude flatten_keys mul_td select "
-            "to_double unsqueeze zero_"
+            "to_double unsqueeze"
         ).split()
-    },
-    **{
-        (
-            "test_existing",
-            "zero_",
-            kind,
-        ): "zero_ on a lazy stack does not write through nested members"
-        for kind in ("lazy_first", "lazy_last", "lazy_middle")
     },
     (
         "test_existing",
         "to_double",
         "params",
     ): "TensorDictParams.to(dtype) must cast in place like nn.Module.to",
-    ("test_existing", "zero_", "params"): "zero_ on parameters needs no_grad",
     ("test_existing", "flatten_keys", "tensorclass"): "flatten_keys of a tensorclass",
     **{
         ("test_consolidate", case, "lazy_hetero"): "consolidate a ragged lazy stack per member"
         for case in ("consolidate", "consolidate_is", "is_consolidated")
     },
+    # td does better than upstream here (upstream and its dense copy raise; td runs): see
+    # docs/migration.md. Each stays listed so that a change on either side is noticed.
+    **{
+        ("test_masked", case, "lazy_hetero"): "td runs this per member; upstream stacks the "
+        "ragged leaf and raises"
+        for case in (
+            "copy_at_ gather_keyword gather_last get_at_ragged update_at_dict update_at_nested_dict"
+        ).split()
+    },
+    **{
+        ("test_masked", "update_at_missing", kind): "upstream's lazy stack adds the missing key "
+        "(every other kind raises KeyError); td raises KeyError on every kind"
+        for kind in ("lazy_first", "lazy_middle", "lazy_hetero")
+    },
+    **{
+        ("test_masked", "get_at_missing", kind): "td's get_at raises KeyError for a missing key "
+        "as its get does; upstream returns None (docs/migration.md)"
+        for kind in KINDS
+    },
+    ("test_masked", "copy_at_", "tensorclass"): "upstream's copy_at_(fast=True) refuses "
+    "tensorclasses; td copies",
+    ("test_masked", "set_at_keyword", "tensorclass"): "upstream's tensorclass set_at_ takes no "
+    "index= keyword; td's has TensorDict's signature",
+    ("test_masked", "torch_masked_select", "tensorclass"): "upstream has no torch.masked_select "
+    "for tensorclasses; td has",
+    ("test_masked", "update_at_nested_dict", "tensorclass"): "upstream's tensorclass update_at_ "
+    "refuses a nested dict; td writes it",
 }
 
 

@@ -1,0 +1,147 @@
+"""Masked and indexed reads and writes: td against upstream tensordict, on identical data.
+
+Run: ``uv run python benchmarks/bench_masked.py [--quick] [--filter NAME]``.
+
+Ratios are td / upstream (lower is better). The ``tree_map`` floor is
+``torch.utils._pytree.tree_map`` doing the same tensor work on a plain dict of the
+same tensors (with the mask already reshaped to broadcast over the leaves), so
+``td/tree_map`` is what the container costs over the bare torch calls.
+``get_at`` and ``set_at_`` are called once per key, as user code does.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import tensordict
+import torch
+from torch.utils import _pytree
+
+from td_core import TensorDict
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+from harness import Suite
+
+Upstream = tensordict.TensorDict
+
+torch.manual_seed(0)
+
+N = 100  # leaves
+B = 10  # batch size
+
+
+def source() -> dict[str, torch.Tensor]:
+    return {f"k{i}": torch.randn(B, 3) for i in range(N)}
+
+
+suite = Suite("masked")
+
+plain = source()
+other_plain = source()
+ours = TensorDict(plain, batch_size=[B])
+theirs = Upstream(plain, batch_size=[B])
+other_ours = TensorDict(other_plain, batch_size=[B])
+other_theirs = Upstream(other_plain, batch_size=[B])
+mask = torch.rand(B) > 0.5
+leaf_mask = mask.reshape(B, 1)  # the floor gets the broadcastable mask for free
+
+suite.add(
+    "where(mask, 0.) 100 leaves",
+    lambda: ours.where(mask, 0.0),
+    lambda: theirs.where(mask, 0.0),
+    tree_map=lambda: _pytree.tree_map(lambda t: torch.where(leaf_mask, t, 0.0), plain),
+)
+suite.add(
+    "where(mask, td) 100 leaves",
+    lambda: ours.where(mask, other_ours),
+    lambda: theirs.where(mask, other_theirs),
+    tree_map=lambda: _pytree.tree_map(
+        lambda a, b: torch.where(leaf_mask, a, b), plain, other_plain
+    ),
+)
+suite.add(
+    "torch.where(mask, td, 0.) 100 leaves",
+    lambda: torch.where(mask, ours, 0.0),
+    lambda: torch.where(mask, theirs, 0.0),
+    tree_map=lambda: _pytree.tree_map(lambda t: torch.where(leaf_mask, t, 0.0), plain),
+)
+suite.add(
+    "masked_fill(mask, 0.) 100 leaves",
+    lambda: ours.masked_fill(mask, 0.0),
+    lambda: theirs.masked_fill(mask, 0.0),
+    tree_map=lambda: _pytree.tree_map(lambda t: t.masked_fill(leaf_mask, 0.0), plain),
+)
+
+w_plain = source()
+w_ours = TensorDict(_pytree.tree_map(torch.clone, w_plain), batch_size=[B])
+w_theirs = Upstream(_pytree.tree_map(torch.clone, w_plain), batch_size=[B])
+suite.add(
+    "masked_fill_(mask, 0.) 100 leaves",
+    lambda: w_ours.masked_fill_(mask, 0.0),
+    lambda: w_theirs.masked_fill_(mask, 0.0),
+    tree_map=lambda: _pytree.tree_map_(lambda t: t.masked_fill_(leaf_mask, 0.0), w_plain),
+)
+
+keys = list(plain)
+for name, idx in {"int": 3, "slice": slice(2, 7), "tensor": torch.tensor([1, 4, 8])}.items():
+
+    def get_ours(idx=idx):
+        return [ours.get_at(k, idx) for k in keys]
+
+    def get_theirs(idx=idx):
+        return [theirs.get_at(k, idx) for k in keys]
+
+    suite.add(
+        f"get_at {name} 100 leaves",
+        get_ours,
+        get_theirs,
+        tree_map=lambda idx=idx: _pytree.tree_map(lambda t: t[idx], plain),
+    )
+
+    value = torch.ones(3) if name == "int" else torch.ones(B, 3)[idx]
+
+    def set_ours(idx=idx, value=value):
+        for k in keys:
+            w_ours.set_at_(k, value, idx)
+
+    def set_theirs(idx=idx, value=value):
+        for k in keys:
+            w_theirs.set_at_(k, value, idx)
+
+    def write(t, idx=idx, value=value):
+        t[idx] = value
+
+    suite.add(
+        f"set_at_ {name} 100 leaves",
+        set_ours,
+        set_theirs,
+        tree_map=lambda write=write: _pytree.tree_map_(write, w_plain),
+    )
+
+suite.add(
+    "zero_ 100 leaves",
+    w_ours.zero_,
+    w_theirs.zero_,
+    tree_map=lambda: _pytree.tree_map_(torch.Tensor.zero_, w_plain),
+)
+suite.add(
+    "copy_ 100 leaves",
+    lambda: w_ours.copy_(ours),
+    lambda: w_theirs.copy_(theirs),
+    tree_map=lambda: _pytree.tree_map_(lambda a, b: a.copy_(b), w_plain, plain),
+)
+gather_index = torch.randint(0, B, (B,))
+suite.add(
+    "gather(0, index) 100 leaves",
+    lambda: ours.gather(0, gather_index),
+    lambda: theirs.gather(0, gather_index),
+    tree_map=lambda: _pytree.tree_map(
+        lambda t: torch.gather(t, 0, gather_index.reshape(B, 1).expand(B, 3)), plain
+    ),
+)
+
+
+if __name__ == "__main__":
+    suite.main()
