@@ -19,6 +19,7 @@ from td_core import (
     _apply,
     _autograd,
     _casts,
+    _collectives,
     _consolidate,
     _convert,
     _dataloader,
@@ -69,6 +70,7 @@ class TensorDictBase(
     _names.NamesMixin,
     _consolidate.ConsolidateMixin,
     _dataloader.DataLoaderMixin,
+    _collectives.CollectivesMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""

@@ -38,7 +38,14 @@ from td_core._utils import as_device
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = ["ConsolidateMixin", "consolidate", "from_consolidated", "is_consolidated"]
+__all__ = [
+    "ConsolidateMixin",
+    "build_from_layout",
+    "consolidate",
+    "describe_layout",
+    "from_consolidated",
+    "is_consolidated",
+]
 
 Tensor = torch.Tensor
 _ALIGN = 16  # covers every dtype's itemsize, so each view starts on its element boundary
@@ -133,7 +140,7 @@ def _buffer(
     return buffer
 
 
-def _describe(td: TensorDictContract, offsets: Iterator[int]) -> dict[str, Any]:
+def describe_layout(td: TensorDictContract, offsets: Iterator[int]) -> dict[str, Any]:
     """The JSON layout of ``td``: its batch size and, per key, a tensor slot, a sub-tree or a value."""
     entries: dict[str, Any] = {}
     for key, value in td._items_str():
@@ -161,7 +168,7 @@ def _describe(td: TensorDictContract, offsets: Iterator[int]) -> dict[str, Any]:
                 ) from None
             entries[key] = {"non_tensor": data}
         else:
-            entries[key] = {"tensordict": _describe(value, offsets)}
+            entries[key] = {"tensordict": describe_layout(value, offsets)}
     return {"batch_size": list(td.batch_size), "entries": entries}
 
 
@@ -226,7 +233,7 @@ def consolidate(
             view.copy_(t, non_blocking=non_blocking)
     if filename is not None:
         description = json.dumps(
-            {"total": total, "device": None, "tree": _describe(td, iter(offsets))}
+            {"total": total, "device": None, "tree": describe_layout(td, iter(offsets))}
         ).encode()
         with open(filename, "ab") as f:
             f.write(description)
@@ -291,10 +298,11 @@ def from_consolidated(filename: str | os.PathLike[str]) -> TensorDictBase:
     if not isinstance(total, int) or total != size - _TRAILER.size - length:
         raise ValueError(f"{path}: the layout's size does not match the file")
     buffer = torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
-    return _build(description.get("tree"), buffer, total, path)
+    return build_from_layout(description.get("tree"), buffer, total, path)
 
 
-def _build(tree: Any, buffer: Tensor, total: int, path: Path) -> TensorDictBase:
+def build_from_layout(tree: Any, buffer: Tensor, total: int, path: object) -> TensorDictBase:
+    """A TensorDict of views of ``buffer`` described by ``tree`` (validated; ``path`` names the source in errors)."""
     if not isinstance(tree, dict) or not isinstance(tree.get("entries"), dict):
         raise ValueError(f"{path}: malformed layout description")
     batch_size = tree.get("batch_size")
@@ -310,7 +318,7 @@ def _build(tree: Any, buffer: Tensor, total: int, path: Path) -> TensorDictBase:
         if kind == "tensor":
             out.set(key, _tensor(spec, buffer, total, path, key))
         elif kind == "tensordict":
-            out.set(key, _build(spec, buffer, total, path))
+            out.set(key, build_from_layout(spec, buffer, total, path))
         elif kind == "non_tensor":
             out.set(key, NonTensorData(spec, out.batch_size))
         else:
@@ -318,7 +326,7 @@ def _build(tree: Any, buffer: Tensor, total: int, path: Path) -> TensorDictBase:
     return out
 
 
-def _tensor(spec: Any, buffer: Tensor, total: int, path: Path, key: str) -> Tensor:
+def _tensor(spec: Any, buffer: Tensor, total: int, path: object, key: str) -> Tensor:
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: malformed tensor entry {key!r}")
     name = spec.get("dtype")

@@ -1,0 +1,135 @@
+"""Collectives (all_reduce, reduce, broadcast, all_gather, gather_and_stack) over 2 and 3 gloo processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import datetime, sys
+    import torch
+    import torch.distributed as dist
+    from td_core import TensorDict, lazy_stack
+
+    rank, world, store, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
+
+    def make(r):
+        return TensorDict({"a": torch.full((2,), float(r)), "n": {"b": torch.full((2, 3), r)},
+                           "mask": torch.ones(2, dtype=torch.bool)}, [2])
+
+    total = sum(range(world))
+    if mode == "all_reduce":
+        td = make(rank)
+        assert td.all_reduce() is None
+        assert (td["a"] == total).all() and (td["n", "b"] == total).all(), td["a"]
+    elif mode == "all_reduce_buckets":
+        td = TensorDict({f"k{i}": torch.full((3,), float(rank + i)) for i in range(7)}, [3])
+        td.all_reduce(bucket_bytes=20)
+        for i in range(7):
+            assert (td[f"k{i}"] == total + world * i).all()
+    elif mode == "all_reduce_async":
+        td = make(rank)
+        for work in td.all_reduce(async_op=True):
+            work.wait()
+        assert (td["a"] == total).all()
+    elif mode == "all_reduce_lazy":
+        td = lazy_stack([make(rank)[0], make(rank)[1]], 0)
+        td.all_reduce(op=dist.ReduceOp.MAX)
+        assert (td.tensordicts[0]["a"] == world - 1).all()
+    elif mode == "reduce":
+        td = make(rank + 1)
+        td.reduce(0)
+        if rank == 0:
+            assert (td["a"] == sum(range(1, world + 1))).all()
+    elif mode == "broadcast":
+        src = world - 1
+        if rank == src:
+            td = make(7)
+            td["label"] = "hi"
+            out = td.broadcast(src)
+            assert out.is_consolidated()
+        else:
+            out = TensorDict().broadcast(src)
+        assert out.batch_size == torch.Size([2]) and out["label"] == "hi"
+        assert (out["n", "b"] == 7).all() and out["mask"].dtype == torch.bool
+    elif mode == "all_gather":
+        td = TensorDict({"a": torch.full((rank + 1,), float(rank))}, [rank + 1])
+        tds = td.all_gather()
+        assert [t.batch_size[0] for t in tds] == list(range(1, world + 1))
+        assert [t["a"][0].item() for t in tds] == [float(r) for r in range(world)]
+    elif mode == "gather_and_stack":
+        if rank == 0:
+            out = make(0).expand(world - 1, 2).clone().zero_()
+            td = out.gather_and_stack(0)
+            assert td is out
+            for row, r in enumerate(range(1, world)):
+                assert (out[row]["a"] == r).all()
+        else:
+            assert make(rank).gather_and_stack(0) is None
+    dist.barrier()
+    dist.destroy_process_group()
+    print("ok", rank)
+    """
+)
+
+
+def _run(tmp_path, mode: str, world: int) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(SCRIPT)
+    store = str(tmp_path / "rendezvous")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), str(world), store, mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=120))
+    finally:
+        for p in procs:
+            p.kill()
+    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{err[-3000:]}"
+        assert f"ok {rank}" in out
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "all_reduce",
+        "all_reduce_buckets",
+        "all_reduce_async",
+        "all_reduce_lazy",
+        "reduce",
+        "broadcast",
+        "all_gather",
+        "gather_and_stack",
+    ],
+)
+def test_collectives_two_ranks(tmp_path, mode: str) -> None:
+    _run(tmp_path, mode, 2)
+
+
+@pytest.mark.parametrize("mode", ["all_reduce", "all_gather", "gather_and_stack"])
+def test_collectives_three_ranks(tmp_path, mode: str) -> None:
+    _run(tmp_path, mode, 3)
+
+
+def test_without_a_process_group_names_the_fix() -> None:
+    import torch
+
+    from td_core import TensorDict
+
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        TensorDict({"a": torch.zeros(2)}, [2]).all_reduce()
