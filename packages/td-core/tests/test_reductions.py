@@ -160,7 +160,36 @@ def test_ragged_lazy_stack_reduces_every_member_with_reduce() -> None:
     assert lazy.sum(reduce=True).item() == 3 * (1 + 2 + 3)
     assert lazy.all() is True
     with pytest.raises(RuntimeError, match="different shapes"):
-        lazy.sum(1)
+        lazy.sum(0)  # over the stack dim: the ragged leaves cannot be combined
+
+
+@pytest.mark.parametrize("stack_dim", [0, 1, 2])
+def test_ragged_lazy_stack_reduces_per_member_off_the_stack_dim(stack_dim: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    members = [
+        TensorDict(
+            {"r": torch.randn(4, 3, i + 1, generator=g), "n": {"x": torch.randn(4, 3)}}, [4, 3]
+        )
+        for i in range(3)
+    ]
+    lazy = LazyStackedTensorDict(*members, stack_dim=stack_dim)
+    dim = 1 if stack_dim == 0 else 0  # a batch dim of the stack other than the stack dim
+    inner = dim if dim < stack_dim else dim - 1
+    out = lazy.mean(dim)
+    assert out.batch_size == torch.Size([3, 3])
+    for got, member in zip(out.tensordicts, members):
+        torch.testing.assert_close(got["r"], member["r"].mean(inner))
+    values, indices = lazy.max(dim, keepdim=True)
+    assert (
+        values.batch_size
+        == indices.batch_size
+        == torch.Size(1 if i == dim else s for i, s in enumerate(lazy.batch_size))
+    )
+    for got, member in zip(indices.tensordicts, members):
+        torch.testing.assert_close(got["r"], member["r"].max(inner, keepdim=True).indices)
+    scanned = lazy.cummax(dim, return_indices=False)
+    for got, member in zip(scanned.tensordicts, members):
+        torch.testing.assert_close(got["n", "x"], member["n", "x"].cummax(inner).values)
 
 
 def test_tensorclass_results_are_tensorclasses() -> None:

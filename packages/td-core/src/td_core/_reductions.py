@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 
@@ -236,7 +236,8 @@ def _walk(
 
 def _flat_leaves(td: TensorDictBase, out: list[Tensor]) -> list[Tensor]:
     """Every tensor leaf, reading a lazy stack's members instead of stacking (ragged leaves too)."""
-    members = td.tensordicts if hasattr(type(td), "stack_dim") else None  # a lazy stack
+    lazy = hasattr(type(td), "stack_dim")  # a lazy stack: its members hold the data
+    members: list[TensorDictBase] | None = cast(Any, td).tensordicts if lazy else None
     if members is None:
         for value in td._values_str():
             if isinstance(value, Tensor):
@@ -281,8 +282,47 @@ def reduction(
         _check_fields(td, key_transform)
     leaf = _leaf_op(row, mode, dims, keepdim, n, pair, args, kwargs)
     new_bs = _batch_rule(row, mode, dims, keepdim, n, args, td.batch_size)
-    result = _walk(td, leaf, new_bs, key_transform, pair)
+    try:
+        result = _walk(td, leaf, new_bs, key_transform, pair)
+    except BatchSizeError:  # a lazy stack with ragged leaves: reduce each member if the dims allow
+        stack_dim = getattr(td, "stack_dim", None)
+        if mode != "dims" or stack_dim is None or stack_dim in dims:
+            raise
+        result = _per_member(td, row, dims, keepdim, args, key_transform, pair, kwargs)
     return getattr(torch.return_types, row.name)(result) if pair else result
+
+
+def _per_member(
+    td: TensorDictBase,
+    row: Reduction,
+    dims: tuple[int, ...],
+    keepdim: bool,
+    args: tuple[Any, ...],
+    key_transform: KeyTransform,
+    pair: bool,
+    kwargs: dict[str, Any],
+) -> Any:
+    """The reduction of each member of a lazy stack over ``dims`` (not the stack dim), re-stacked lazily."""
+    stack_dim: int = cast(Any, td).stack_dim
+    inner = tuple(d if d < stack_dim else d - 1 for d in dims)
+    results = [
+        reduction(
+            member,
+            row,
+            inner,
+            keepdim,
+            *args,
+            key_transform=key_transform,
+            return_indices=pair,
+            **kwargs,
+        )
+        for member in cast(Any, td).tensordicts
+    ]
+    dropped = 0 if keepdim or row.scan else sum(d < stack_dim for d in dims)
+    new_dim = stack_dim - dropped + len(_lead(row, args))
+    if pair:
+        return tuple(type(td)(*part, stack_dim=new_dim) for part in zip(*results))
+    return type(td)(*results, stack_dim=new_dim)
 
 
 def _check_fields(td: TensorDictBase, key_transform: Callable[[str], str]) -> None:

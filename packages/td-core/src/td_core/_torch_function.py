@@ -242,9 +242,9 @@ def _loss(fn: Callable[..., torch.Tensor]) -> Callable[..., TensorDictBase]:
     return impl
 
 
-for _func in (
+for _loss_fn in (
     torch.nn.functional.l1_loss,
     torch.nn.functional.mse_loss,
     torch.nn.functional.smooth_l1_loss,
 ):
-    TORCH_FUNCTIONS[_func] = _loss(_func)
+    TORCH_FUNCTIONS[_loss_fn] = _loss(_loss_fn)
