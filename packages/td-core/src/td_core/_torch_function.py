@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._map import is_td, map_batch, map_leaves
-from td_core._reductions import leafwise_loss
+from td_core._reduce import leafwise_loss
 from td_core._stack import cat, stack
 from td_core._utils import normalize_dim
 
