@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._map import is_nt, is_td, map_batch, map_leaves, rebuild, tensor_leaves
-from td_core._utils import NO_DEFAULT, as_device, as_size, normalize_dim
+from td_core._map import is_nt, is_td, map_leaves, rebuild, tensor_leaves
+from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
@@ -259,18 +259,6 @@ def _zip_compare(
     return td._new(out, td.batch_size)
 
 
-def _reduce_bool(td: TensorDictBase, dim: int | None, name: str) -> Any:
-    """``all``/``any``: a Python bool over every leaf, or a TensorDict reduced over batch dim ``dim``."""
-    if dim is None:
-        leaves = tensor_leaves(td)
-        if not leaves:
-            return name == "all"
-        return bool(getattr(torch.stack([getattr(t, name)() for t in leaves]), name)())
-    d = normalize_dim(dim, td.batch_dims)
-    lead = torch.Size(s for i, s in enumerate(td.batch_size) if i != d)
-    return map_batch(td, lambda t: getattr(t, name)(d), lead)
-
-
 # ----------------------------------------------------------------------- to
 def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     """``td.to(device)``, ``td.to(dtype)``, ``td.to(device, dtype)``, ``td.to(other)``."""
@@ -486,15 +474,6 @@ class ApplyMixin:
             raise RuntimeError(
                 f"pin_memory needs an accelerator (CUDA) to be available: {err}"
             ) from err
-
-    # ----------------------------------------------------------- reductions
-    def all(self: TensorDictBase, dim: int | None = None) -> Any:
-        """``True`` if every element of every tensor leaf is true; per batch dim with ``dim``."""
-        return _reduce_bool(self, dim, "all")
-
-    def any(self: TensorDictBase, dim: int | None = None) -> Any:
-        """``True`` if any element of any tensor leaf is true; per batch dim with ``dim``."""
-        return _reduce_bool(self, dim, "any")
 
     # operators are attached below from tables, so each is written once
     __eq__ = _compare("__eq__", operator.eq)  # type: ignore[assignment]

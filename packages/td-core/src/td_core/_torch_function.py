@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._map import is_td, map_leaves
+from td_core._reduce import leafwise_loss
 from td_core._stack import cat, stack
 
 if TYPE_CHECKING:
@@ -159,3 +160,70 @@ def _roll(input: TensorDictBase, shifts: Any, dims: Any = None) -> TensorDictBas
             "torch.roll of a TensorDict needs dims= (rolling the flattened batch is ambiguous)"
         )
     return input.roll(shifts, dims)
+
+
+# ------------------------------------------------------------------ reductions
+def _reduction(name: str) -> Callable[..., Any]:
+    """``torch.<name>(td, ...)`` as ``td.<name>(...)`` (same arguments after the input)."""
+
+    def impl(input: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
+        if args and (is_td(args[0]) or isinstance(args[0], torch.Tensor)) and name != "quantile":
+            return NotImplemented  # torch.max(td, other) is the element-wise maximum
+        if "unbiased" in kwargs:  # torch.std/var's older spelling of correction
+            kwargs["correction"] = int(bool(kwargs.pop("unbiased")))
+        return getattr(input, name)(*args, **kwargs)
+
+    impl.__name__ = f"td_{name}"
+    return impl
+
+
+for _name in (
+    "sum nansum mean nanmean prod std var max min amax amin logsumexp quantile "
+    "cummax cummin softmax all any"
+).split():
+    TORCH_FUNCTIONS[getattr(torch, _name)] = _reduction(_name)
+
+
+@implements(torch.nn.functional.softmax)
+def _f_softmax(
+    input: TensorDictBase,
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: torch.dtype | None = None,
+) -> TensorDictBase:
+    if dim is None:
+        raise TypeError("softmax of a TensorDict needs dim= (a batch dim)")
+    return input.softmax(dim, dtype)
+
+
+@implements(torch.norm)
+def _norm(
+    input: TensorDictBase,
+    p: Any = "fro",
+    dim: Any = None,
+    keepdim: bool = False,
+    out: Any = None,
+    dtype: torch.dtype | None = None,
+) -> TensorDictBase:
+    if p not in ("fro", 2, 2.0, None) or dim is not None or keepdim:
+        raise TypeError(
+            "torch.norm of a TensorDict is the 2-norm of each leaf (td.norm()); "
+            f"p={p!r}, dim={dim!r}, keepdim={keepdim!r} are not supported"
+        )
+    return input.norm(out=out, dtype=dtype)
+
+
+def _loss(fn: Callable[..., torch.Tensor]) -> Callable[..., TensorDictBase]:
+    def impl(input: Any, target: Any, *args: Any, **kwargs: Any) -> TensorDictBase:
+        return leafwise_loss(fn, input, target, *args, **kwargs)
+
+    impl.__name__ = f"td_{fn.__name__}"
+    return impl
+
+
+for _loss_fn in (
+    torch.nn.functional.l1_loss,
+    torch.nn.functional.mse_loss,
+    torch.nn.functional.smooth_l1_loss,
+):
+    TORCH_FUNCTIONS[_loss_fn] = _loss(_loss_fn)

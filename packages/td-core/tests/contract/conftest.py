@@ -301,8 +301,7 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
             "lazy_hetero",
         ): "ops over a ragged lazy leaf raise instead of running per member"
         for case in (
-            "add_scalar all any apply clone eq_self exclude flatten_keys mul_td select "
-            "to_double unsqueeze"
+            "add_scalar apply clone eq_self exclude flatten_keys mul_td select to_double unsqueeze"
         ).split()
     },
     (
@@ -310,6 +309,18 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
         "to_double",
         "params",
     ): "TensorDictParams.to(dtype) must cast in place like nn.Module.to",
+    **{
+        (
+            "test_reductions",
+            case,
+            "lazy_hetero",
+        ): "exclude/select of a ragged lazy stack raise (softmax_0: upstream applies the "
+        "softmax along the wrong dim of ragged members)"
+        for case in (
+            "mse_loss_none smooth_l1_loss_none softmax_0 softmax_bad_dim softmax_dtype "
+            "softmax_kw softmax_neg sum_dim_reduce"
+        ).split()
+    },
     ("test_existing", "flatten_keys", "tensorclass"): "flatten_keys of a tensorclass",
     **{
         ("test_consolidate", case, "lazy_hetero"): "consolidate a ragged lazy stack per member"
