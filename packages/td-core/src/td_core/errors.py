@@ -14,6 +14,7 @@ __all__ = [
     "LockedError",
     "DeviceError",
     "ExtensionMissingError",
+    "DimError",
 ]
 
 
@@ -45,3 +46,11 @@ class DeviceError(TDError, ValueError, RuntimeError):
 
 class ExtensionMissingError(TDError, ImportError):
     """A method needs a sibling package (td-memmap, ...) that is not installed."""
+
+
+class DimError(TDError, IndexError, ValueError, RuntimeError):
+    """A batch dim is out of range, repeated, or of the wrong count for the op.
+
+    Upstream raises ``IndexError``, ``ValueError`` or ``RuntimeError`` for
+    these depending on the op; this is an instance of all three.
+    """
