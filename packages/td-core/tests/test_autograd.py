@@ -158,3 +158,14 @@ def test_params_in_a_module() -> None:
     assert holder.params.grad["w"].eq(1).all()
     holder.zero_grad()
     assert holder.params.grad is None
+
+
+def test_grad_and_data_setters_reach_lazy_members() -> None:
+    members = [TensorDict({"a": torch.zeros(2, requires_grad=True)}, [2]) for _ in range(3)]
+    stack = lazy_stack(members, 1)
+    stack.grad = TensorDict({"a": torch.ones(2, 3)}, [2, 3])
+    assert all(m["a"].grad.eq(1).all() for m in members)
+    stack.data = TensorDict({"a": torch.full((2, 3), 4.0)}, [2, 3])
+    assert all(m["a"].eq(4).all() for m in members)
+    with pytest.raises(BatchSizeError, match=r"batch_size \[3\]"):
+        stack.data = TensorDict({"a": torch.ones(3)}, [3])

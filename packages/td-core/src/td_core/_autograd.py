@@ -73,6 +73,16 @@ def _pairs(td: TensorDictBase, other: Any, what: str) -> list[tuple[Tensor, Tens
     """``(leaf, other's leaf at the same key)`` for every leaf, checked before any write."""
     if not is_td(other):
         raise TypeError(f"{what} needs a TensorDict, got {type(other).__name__}")
+    found = lazy.parts(td)
+    if found is not None:  # the stored leaves are the members': pair them member by member
+        members, s = found
+        if other.batch_size != td.batch_size:
+            raise BatchSizeError(
+                f"{what}: the TensorDict given has batch_size {list(other.batch_size)}, the lazy "
+                f"stack has {list(td.batch_size)}"
+            )
+        pieces = other.unbind(s)
+        return [pair for m, o in zip(members, pieces) for pair in _pairs(m, o, what)]
     pairs = []
     for key, leaf in td.items(include_nested=True, leaves_only=True):
         if not isinstance(leaf, Tensor):
