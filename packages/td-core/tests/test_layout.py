@@ -111,6 +111,10 @@ def test_lazy_stack_ops_stay_lazy_and_write_through() -> None:
     assert stack.view(-1).batch_size == (9,)
     assert stack.reshape(9).get_item_shape("r") == (9, -1)
     assert stack.densify()["r"].is_nested
+    padded = stack.densify().to_padded_tensor(padding=-1.0)
+    assert padded["r"].shape == (3, 3, 3) and padded["r"][0, 0, 1] == -1
+    with pytest.raises(RuntimeError, match="ragged batch dim"):
+        stack.densify().to_padded_tensor(mask_key="mask")
     assert stack.depth == 0
 
 

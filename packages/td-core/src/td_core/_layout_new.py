@@ -232,20 +232,20 @@ class NewMixin:
 
         Args:
             padding: the value of the padded elements.
-            mask_key: also write, next to each converted leaf, a boolean mask of its valid
-                elements under this key.
+            mask_key: upstream writes a mask there when a batch dim is ragged (size -1);
+                td's batch dims never are, so passing it raises, as upstream does then.
         """
+        if mask_key is not None:
+            raise RuntimeError(
+                f"to_padded_tensor(mask_key={mask_key!r}) needs a ragged batch dim, and batch_size "
+                f"{list(self.batch_size)} has none; the padded leaves' own shapes give the mask"
+            )
 
         def convert(td: TensorDictBase) -> TensorDictBase:
             out: dict[str, Any] = {}
             for key, value in td._items_str():
                 if isinstance(value, Tensor) and value.is_nested:
                     out[key] = torch.nested.to_padded_tensor(value, padding)
-                    if mask_key is not None:
-                        ones = torch.nested.nested_tensor(
-                            [torch.ones_like(v, dtype=torch.bool) for v in value.unbind()]
-                        )
-                        out[mask_key] = torch.nested.to_padded_tensor(ones, False)
                 elif is_td(value):
                     out[key] = convert(value)
                 else:
