@@ -428,32 +428,12 @@ class ApplyMixin:
     def __deepcopy__(self: TensorDictBase, memo: dict[int, Any]) -> TensorDictBase:
         return self.clone()
 
-    def detach(self: TensorDictBase) -> TensorDictBase:
-        """Every tensor leaf detached from the autograd graph."""
-        return map_leaves(self, Tensor.detach)
-
-    def detach_(self: TensorDictBase) -> TensorDictBase:
-        for t in tensor_leaves(self):
-            t.detach_()
-        return self
-
     def contiguous(self: TensorDictBase) -> TensorDictBase:
         """Every tensor leaf made contiguous (expanded leaves are materialised)."""
         return map_leaves(self, Tensor.contiguous)
 
     def is_contiguous(self: TensorDictBase) -> bool:
         return all(t.is_contiguous() for t in tensor_leaves(self))
-
-    def requires_grad_(self: TensorDictBase, requires_grad: bool = True) -> TensorDictBase:
-        """Set ``requires_grad`` on every floating-point or complex leaf."""
-        for t in tensor_leaves(self):
-            if t.is_floating_point() or t.is_complex():
-                t.requires_grad_(requires_grad)
-        return self
-
-    @property
-    def requires_grad(self: TensorDictBase) -> bool:
-        return any(t.requires_grad for t in tensor_leaves(self))
 
     def share_memory_(self: TensorDictBase) -> TensorDictBase:
         """Move every CPU leaf to shared memory, then lock (new entries would not be shared)."""

@@ -1,0 +1,171 @@
+"""Autograd paths: gradients of a loss through parameters, zero_grad, backward, data views."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from td_core import TensorDict, TensorDictParams, lazy_stack
+from td_core.errors import BatchSizeError
+
+
+def make_params() -> TensorDictParams:
+    g = torch.Generator().manual_seed(0)
+    return TensorDictParams(
+        TensorDict(
+            {
+                "w": torch.randn(3, generator=g),
+                "n": {"b": torch.randn(3, generator=g)},
+                "k": torch.arange(3),
+            },
+            [3],
+        )
+    )
+
+
+def test_grad_of_a_loss_through_params_and_zero_grad() -> None:
+    params = make_params()
+    assert params.grad is None
+    loss = (params["w"] * 2).sum() + params["n", "b"].pow(2).sum()
+    loss.backward()
+    grad = params.grad
+    assert set(grad.keys(True, True)) == {("n", "b"), "w"}  # the int buffer has no grad
+    assert torch.equal(grad["w"], torch.full((3,), 2.0))
+    assert torch.allclose(grad["n", "b"], 2 * params["n", "b"].detach())
+    assert params.zero_grad(set_to_none=False) is params
+    assert params.grad["w"].eq(0).all()
+    params.zero_grad()
+    assert params.grad is None and params["w"].grad is None
+
+
+def test_grad_leaves_out_leaves_without_one() -> None:
+    td = TensorDict(
+        {"a": torch.ones(3, requires_grad=True), "b": torch.ones(3, requires_grad=True)}, [3]
+    )
+    (td["a"] * 3).sum().backward()
+    assert list(td.grad.keys()) == ["a"]
+
+
+def test_optimizer_sees_params_and_soft_update_through_data() -> None:
+    source, target = make_params(), make_params()
+    with torch.no_grad():
+        target["w"].add_(1.0)
+    snapshot = source.data.clone()
+    assert not snapshot["w"].requires_grad and snapshot["w"].data_ptr() != source["w"].data_ptr()
+    target.data.update_(source.data)
+    assert torch.equal(target["w"], source["w"]) and target["w"].requires_grad
+    handles = {id(p) for p in source.parameters()}
+    assert id(source["w"]) in handles  # what an optimizer would hold
+    source["w"].sum().backward()
+    with torch.no_grad():  # an SGD step, without importing torch.optim (slow to import)
+        for p in source.parameters():
+            if p.grad is not None:
+                p.sub_(p.grad)
+    assert torch.allclose(source["w"], snapshot["w"] - 1)
+
+
+@pytest.mark.skipif(
+    not hasattr(TensorDict, "copy_"), reason="copy_ comes with the masked-writes family"
+)
+def test_data_copy_() -> None:
+    source, target = make_params(), make_params()
+    target.data.copy_(source.data)
+    assert torch.equal(target["w"], source["w"])
+
+
+def test_data_setter_rebinds_and_validates_first() -> None:
+    td = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2])
+    with pytest.raises(KeyError, match="'b'"):
+        td.data = TensorDict({"a": torch.ones(2)}, [2])
+    assert td["a"].eq(0).all()
+    td.data = TensorDict({"a": torch.ones(2), "b": torch.ones(2)}, [2])
+    assert td["a"].eq(1).all() and td["b"].eq(1).all()
+
+
+def test_backward_of_losses() -> None:
+    w = torch.ones(3, requires_grad=True)
+    TensorDict({"l1": w.sum(), "n": {"l2": (w**2).sum()}}, []).backward()
+    assert w.grad.tolist() == [3.0, 3.0, 3.0]
+    w.grad = None
+    out = TensorDict({"y": w * 2}, [3])
+    out.backward(TensorDict({"y": torch.ones(3)}, [3]))
+    assert w.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_backward_errors() -> None:
+    w = torch.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="no leaf"):
+        TensorDict({"a": torch.ones(())}, []).backward()
+    with pytest.raises(RuntimeError, match=r"key 'y' has shape \[3\]"):
+        TensorDict({"y": w * 2}, [3]).backward()
+    with pytest.raises(KeyError, match="'y'"):
+        TensorDict({"y": w * 2}, [3]).backward(TensorDict({"z": torch.ones(3)}, [3]))
+    with pytest.raises(BatchSizeError, match=r"shape \[2\]"):
+        TensorDict({"y": w * 2}, [3]).backward(TensorDict({"y": torch.ones(2)}, []))
+    with pytest.raises(TypeError, match="TensorDict"):
+        TensorDict({"y": w * 2}, [3]).backward(torch.ones(3))
+
+
+def test_requires_grad_is_all_or_nothing() -> None:
+    td = TensorDict({"a": torch.zeros(2), "i": torch.zeros(2, dtype=torch.long)}, [2])
+    with pytest.raises(RuntimeError, match=r"key .i. has dtype torch\.int64"):
+        td.requires_grad_()
+    assert not td["a"].requires_grad
+    td.select("a").requires_grad_()
+    assert td.requires_grad
+
+
+def test_lazy_stack_autograd_reaches_members() -> None:
+    members = [TensorDict({"a": torch.zeros(2, i + 1)}, [2]) for i in range(2)]
+    stack = lazy_stack(members, 0)
+    assert stack.requires_grad_() is stack and members[1]["a"].requires_grad
+    sum(m["a"].sum() for m in members).backward()
+    assert stack.grad.tensordicts[1]["a"].shape == (2, 2)
+    stack.zero_grad()
+    assert members[0]["a"].grad is None
+    assert stack.param_count() == 2 * 1 + 2 * 2 and stack.bytes() == 4 * 6
+    assert not stack.detach().tensordicts[0]["a"].requires_grad
+
+
+def test_detach_inplace_refuses_views_before_changing_anything() -> None:
+    base = torch.ones(2, 3)
+    td = TensorDict({"a": torch.ones(2, requires_grad=True), "v": base[0]}, [])
+    with pytest.raises(RuntimeError, match="key 'v' is a view"):
+        td.detach_()
+    assert td["a"].requires_grad
+    params = make_params()
+    params.detach_()
+    assert not params["w"].requires_grad
+
+
+def test_param_count_and_bytes() -> None:
+    x = torch.ones(3)
+    td = TensorDict({"a": x, "b": x, "s": "text", "e": torch.ones(1).expand(10)}, [])
+    assert td.param_count() == 16 and td.param_count(count_duplicates=False) == 13
+    assert td.bytes() == 64 and td.bytes(count_duplicates=False) == 52
+    assert make_params().param_count() == 9
+
+
+def test_params_in_a_module() -> None:
+    class Holder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.params = make_params()
+
+    holder = Holder()
+    holder.params["w"].sum().backward()
+    assert holder.params.grad["w"].eq(1).all()
+    holder.zero_grad()
+    assert holder.params.grad is None
+
+
+def test_grad_and_data_setters_reach_lazy_members() -> None:
+    members = [TensorDict({"a": torch.zeros(2, requires_grad=True)}, [2]) for _ in range(3)]
+    stack = lazy_stack(members, 1)
+    stack.grad = TensorDict({"a": torch.ones(2, 3)}, [2, 3])
+    assert all(m["a"].grad.eq(1).all() for m in members)
+    stack.data = TensorDict({"a": torch.full((2, 3), 4.0)}, [2, 3])
+    assert all(m["a"].eq(4).all() for m in members)
+    with pytest.raises(BatchSizeError, match=r"batch_size \[3\]"):
+        stack.data = TensorDict({"a": torch.ones(3)}, [3])
