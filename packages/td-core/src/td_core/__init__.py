@@ -31,7 +31,7 @@ from td_core._keys import (
 )
 from td_core._lazy import LazyStackedTensorDict, lazy_stack, lazy_stack_enabled, set_lazy_stack
 from td_core._lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
-from td_core._mappings import biased_softplus, expln, inv_softplus, mappings
+from td_core._mappings import add_custom_mapping, biased_softplus, expln, inv_softplus, mappings
 from td_core._metadata import MetaData
 from td_core._modules import from_module, from_modules, make_tensordict, to_module
 from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
@@ -125,6 +125,7 @@ __all__ = [
     "expln",
     "inv_softplus",
     "mappings",
+    "add_custom_mapping",
     # extension lookup
     "has_extension",
     "load_extension",
