@@ -51,6 +51,7 @@ from td_core._td import TensorDict
 from td_core._tensorclass import is_tensorclass
 from td_core._tensorclass_options import TensorClass, tensorclass
 from td_core._testing import assert_allclose_td, assert_close
+from td_core._typed import TypedTensorDict
 from td_core._version import __version__
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "TensorCollection",
     "NonTensorDataBase",
     "MetaData",
+    "TypedTensorDict",
     # functions over TensorDicts
     "pad",
     "pad_sequence",
