@@ -19,6 +19,7 @@ from td_core import (
 )
 from td_nn._base import TensorDictModuleBase
 from td_nn._common import TensorDictModule
+from td_nn._cudagraphs import CudaGraphModule
 from td_nn._dispatch import dispatch
 from td_nn._ensemble import EnsembleModule
 from td_nn._functional import get_functional, is_functional, make_functional, repopulate_module
@@ -41,6 +42,7 @@ __all__ = [
     "ProbabilisticTensorDictModule",
     "ProbabilisticTensorDictSequential",
     "EnsembleModule",
+    "CudaGraphModule",
     "WrapModule",
     "as_tensordict_module",
     "TensorClassModuleBase",
