@@ -37,6 +37,7 @@ from td_core._modules import from_module, from_modules, make_tensordict, to_modu
 from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
 from td_core._padding import pad, pad_sequence, unpad_sequence
 from td_core._params import TensorDictParams
+from td_core._parse import parse_tensor_dict_string
 from td_core._predicates import (
     KEY_SEPARATOR,
     is_bool,
@@ -88,6 +89,7 @@ __all__ = [
     "group_by",
     "collate",
     "assert_close",
+    "parse_tensor_dict_string",
     "assert_allclose_td",
     "is_bool",
     "is_floating",
