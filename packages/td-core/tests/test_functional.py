@@ -187,7 +187,7 @@ def test_unpad_sequence_tensor_mask_and_errors():
         td.unpad_sequence(padded.exclude("masks"))
     with pytest.raises(ValueError, match="shape"):
         td.unpad_sequence(padded.exclude("masks"), mask[0])
-    with pytest.raises(ValueError, match="no batch dim"):
+    with pytest.raises(ValueError, match="first batch dim"):
         td.unpad_sequence(td.TensorDict(a=torch.ones(2)).exclude("a"))
     bad = mask.clone()
     bad[1] = torch.tensor([True, False, True])
