@@ -2,9 +2,27 @@
 
 from td_core import errors
 from td_core._base import TensorDictBase, is_tensor_collection
+from td_core._collection import NonTensorDataBase, TensorCollection
 from td_core._consolidate import from_consolidated
-from td_core._dataloader import collate, register_collate
+from td_core._dataloader import register_collate
 from td_core._extensions import has_extension, load_extension
+from td_core._flags import (
+    capture_non_tensor_stack,
+    get_defaults_to_none,
+    lazy_legacy,
+    list_to_stack,
+    set_capture_non_tensor_stack,
+    set_get_defaults_to_none,
+    set_lazy_legacy,
+    set_list_to_stack,
+)
+from td_core._functional import (
+    collate,
+    dense_stack_tds,
+    group_by,
+    maybe_dense_stack,
+    merge_tensordicts,
+)
 from td_core._interaction import InteractionType, interaction_type, set_interaction_type
 from td_core._keys import (
     NestedKey,
@@ -15,13 +33,28 @@ from td_core._keys import (
 )
 from td_core._lazy import LazyStackedTensorDict, lazy_stack, lazy_stack_enabled, set_lazy_stack
 from td_core._lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
-from td_core._mappings import biased_softplus, expln, inv_softplus, mappings
+from td_core._mappings import add_custom_mapping, biased_softplus, expln, inv_softplus, mappings
+from td_core._metadata import MetaData
 from td_core._modules import from_module, from_modules, make_tensordict, to_module
 from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
+from td_core._padding import pad, pad_sequence, unpad_sequence
 from td_core._params import TensorDictParams
+from td_core._parse import parse_tensor_dict_string
+from td_core._predicates import (
+    KEY_SEPARATOR,
+    is_bool,
+    is_floating,
+    is_inexact,
+    is_integer,
+    unravel_key_to_tuple,
+)
+from td_core._printoptions import get_printoptions, set_printoptions
 from td_core._stack import cat, stack
 from td_core._td import TensorDict
-from td_core._tensorclass import is_tensorclass, tensorclass
+from td_core._tensorclass import is_tensorclass
+from td_core._tensorclass_options import TensorClass, tensorclass
+from td_core._testing import assert_allclose_td, assert_close
+from td_core._typed import TypedTensorDict
 from td_core._version import __version__
 
 __all__ = [
@@ -45,6 +78,37 @@ __all__ = [
     "make_tensordict",
     "tensorclass",
     "is_tensorclass",
+    "TensorClass",
+    "TensorCollection",
+    "NonTensorDataBase",
+    "MetaData",
+    "TypedTensorDict",
+    # functions over TensorDicts
+    "pad",
+    "pad_sequence",
+    "unpad_sequence",
+    "merge_tensordicts",
+    "maybe_dense_stack",
+    "dense_stack_tds",
+    "group_by",
+    "assert_close",
+    "parse_tensor_dict_string",
+    "assert_allclose_td",
+    "is_bool",
+    "is_floating",
+    "is_inexact",
+    "is_integer",
+    # switches
+    "set_lazy_legacy",
+    "lazy_legacy",
+    "set_list_to_stack",
+    "list_to_stack",
+    "set_capture_non_tensor_stack",
+    "capture_non_tensor_stack",
+    "set_get_defaults_to_none",
+    "get_defaults_to_none",
+    "set_printoptions",
+    "get_printoptions",
     # module parameters
     "TensorDictParams",
     "from_module",
@@ -54,6 +118,8 @@ __all__ = [
     "NestedKey",
     "unravel_key",
     "unravel_key_list",
+    "unravel_key_to_tuple",
+    "KEY_SEPARATOR",
     "default_is_leaf",
     "is_leaf_nontensor",
     # shared vocabulary of the siblings
@@ -66,6 +132,7 @@ __all__ = [
     "expln",
     "inv_softplus",
     "mappings",
+    "add_custom_mapping",
     # extension lookup
     "has_extension",
     "load_extension",

@@ -6,7 +6,7 @@ with a whole batch of indices) reads every row of the batch with ONE indexing
 op. ``default_collate`` then receives that TensorDict and returns it as is; a
 list of TensorDicts (a dataset that returns one per row) is stacked.
 
-td registers :func:`collate` for ``TensorDictBase`` in torch's
+td registers :func:`_collate_tensordicts` for ``TensorDictBase`` in torch's
 ``default_collate_fn_map`` (torch's extension point for ``default_collate``)
 when ``td_core`` is imported; it changes nothing else in torch.
 """
@@ -24,21 +24,13 @@ from td_core._contract import TensorDictContract
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = ["DataLoaderMixin", "collate", "register_collate"]
+__all__ = ["DataLoaderMixin", "register_collate"]
 
 
-def collate(
+def _collate_tensordicts(
     batch: Any, *, collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] | None = None
 ) -> Any:
-    """A batch for ``DataLoader``: a TensorDict is returned as is, a sequence of them is stacked.
-
-    Examples:
-        >>> import torch
-        >>> from td_core import TensorDict, collate
-        >>> rows = [TensorDict({"x": torch.tensor(i)}, []) for i in range(3)]
-        >>> collate(rows)["x"]
-        tensor([0, 1, 2])
-    """
+    """``default_collate`` for TensorDicts: a batched one as is, a sequence of them stacked."""
     from td_core._base import is_tensor_collection
 
     if is_tensor_collection(batch):
@@ -46,13 +38,13 @@ def collate(
     if isinstance(batch, Sequence) and batch and all(is_tensor_collection(b) for b in batch):
         return torch.stack(list(batch), 0)
     raise TypeError(
-        f"collate: expected a TensorDict or a sequence of TensorDicts, got {type(batch).__name__}"
+        f"default_collate: expected a TensorDict or a sequence of TensorDicts, got {type(batch).__name__}"
     )
 
 
 def register_collate(cls: type) -> None:
-    """Let ``torch.utils.data.default_collate`` batch instances of ``cls`` with :func:`collate`."""
-    default_collate_fn_map.setdefault(cls, collate)
+    """Let ``torch.utils.data.default_collate`` batch instances of ``cls`` (stack them)."""
+    default_collate_fn_map.setdefault(cls, _collate_tensordicts)
 
 
 class DataLoaderMixin(TensorDictContract):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-__all__ = ["biased_softplus", "inv_softplus", "expln", "mappings"]
+__all__ = ["biased_softplus", "inv_softplus", "expln", "mappings", "add_custom_mapping"]
 
 
 def inv_softplus(bias: float | torch.Tensor) -> float | torch.Tensor:
@@ -74,6 +74,36 @@ _FIXED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+# names registered with add_custom_mapping: a registry, like torch's, consulted before the fixed names
+_CUSTOM: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+
+
+def add_custom_mapping(name: str, mapping: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Register ``mapping`` under ``name`` so that ``mappings(name)`` returns it.
+
+    A registered name replaces a built-in one of the same name.
+
+    Args:
+        name: the name, e.g. for ``NormalParamExtractor(scale_mapping=name)``.
+        mapping: a function from a tensor to a tensor of the same shape.
+
+    Raises:
+        TypeError: if ``name`` is not a str or ``mapping`` is not callable.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import add_custom_mapping, mappings
+        >>> add_custom_mapping("square", torch.square)
+        >>> mappings("square")(torch.tensor(3.0))
+        tensor(9.)
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"add_custom_mapping: name must be a str, got {name!r}")
+    if not callable(mapping):
+        raise TypeError(f"add_custom_mapping: mapping must be callable, got {mapping!r}")
+    _CUSTOM[name] = mapping
+
+
 def mappings(key: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """The positive mapping called ``key``.
 
@@ -87,6 +117,8 @@ def mappings(key: str) -> Callable[[torch.Tensor], torch.Tensor]:
         >>> float(mappings("biased_softplus_2.0")(torch.zeros(())))
         2.0
     """
+    if key in _CUSTOM:
+        return _CUSTOM[key]
     if key in _FIXED:
         return _FIXED[key]
     if key == "biased_softplus" or key.startswith("biased_softplus_"):
@@ -100,5 +132,5 @@ def mappings(key: str) -> Callable[[torch.Tensor], torch.Tensor]:
                 f"cannot parse mapping {key!r}: expected 'biased_softplus_<bias>[_<min_val>]'"
             )
         return biased_softplus(*values) if values else biased_softplus(1.0)
-    known = ", ".join(sorted([*_FIXED, "biased_softplus_<bias>[_<min_val>]"]))
+    known = ", ".join(sorted([*_FIXED, *_CUSTOM, "biased_softplus_<bias>[_<min_val>]"]))
     raise KeyError(f"unknown mapping {key!r}; known mappings: {known}")

@@ -257,11 +257,39 @@ def _from_array(values: np.ndarray, device: torch.device | None) -> NonTensorSta
     return NonTensorStack(values, device)
 
 
-def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
-    """Stack non-tensor leaves of equal batch size into one ``NonTensorStack``."""
+def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
+    """Stack non-tensor leaves of equal batch size into one ``NonTensorStack``.
+
+    Two exceptions, both opt-in: leaves whose class defines ``_stack_leaves``
+    (``MetaData``) may stack into one leaf, and under
+    ``set_capture_non_tensor_stack(True)`` equal values give one ``NonTensorData``.
+    """
+    special = _collapse(leaves, dim)
+    if special is not None:
+        return special
     return NonTensorStack(
         np.stack([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
     )
+
+
+def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
+    stack_leaves = getattr(type(leaves[0]), "_stack_leaves", None)
+    if stack_leaves is not None:
+        out = stack_leaves(leaves, dim)
+        if out is not None:
+            return out
+    from td_core._flags import capture_non_tensor_stack
+
+    first = leaves[0]
+    if (
+        capture_non_tensor_stack()
+        and isinstance(first, NonTensorData)
+        and all(isinstance(v, NonTensorData) and _same(v.data, first.data) for v in leaves)
+    ):
+        bs = list(first.batch_size)
+        bs.insert(dim, len(leaves))
+        return NonTensorData(first.data, torch.Size(bs), first.device)
+    return None
 
 
 def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:

@@ -6,6 +6,13 @@ Kept light on purpose: td-nn loads it to learn its default
 
 from td_distributions._delta import Delta
 
-__all__ = ["DEFAULT_DISTRIBUTION_CLASS"]
+__all__ = ["DEFAULT_DISTRIBUTION_CLASS", "composite_distribution"]
 
 DEFAULT_DISTRIBUTION_CLASS = Delta
+
+
+def composite_distribution() -> type:
+    """``CompositeDistribution``, imported on first use (td-nn's ``return_composite=True``)."""
+    from td_distributions._composite import CompositeDistribution
+
+    return CompositeDistribution

@@ -7,6 +7,7 @@ live in td-core (they are shared with td-distributions) and are re-exported here
 from td_core import (
     InteractionType,
     TensorDictParams,
+    add_custom_mapping,
     biased_softplus,
     composite_lp_aggregate,
     interaction_type,
@@ -18,14 +19,17 @@ from td_core import (
 )
 from td_nn._base import TensorDictModuleBase
 from td_nn._common import TensorDictModule
+from td_nn._cudagraphs import CudaGraphModule
 from td_nn._dispatch import dispatch
 from td_nn._ensemble import EnsembleModule
 from td_nn._functional import get_functional, is_functional, make_functional, repopulate_module
 from td_nn._probabilistic import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
 from td_nn._sequence import TensorDictSequential
 from td_nn._skip import set_skip_existing, skip_existing
+from td_nn._tensorclass_module import TensorClassModuleBase, TensorClassModuleWrapper
 from td_nn._trace import symbolic_trace
 from td_nn._version import __version__
+from td_nn._wrap import WrapModule, as_tensordict_module
 from td_nn._wrapper import TensorDictModuleWrapper
 
 __all__ = [
@@ -38,6 +42,11 @@ __all__ = [
     "ProbabilisticTensorDictModule",
     "ProbabilisticTensorDictSequential",
     "EnsembleModule",
+    "CudaGraphModule",
+    "WrapModule",
+    "as_tensordict_module",
+    "TensorClassModuleBase",
+    "TensorClassModuleWrapper",
     # functional API of the seeds
     "make_functional",
     "get_functional",
@@ -58,6 +67,7 @@ __all__ = [
     "biased_softplus",
     "inv_softplus",
     "mappings",
+    "add_custom_mapping",
     "TensorDictParams",
     "make_tensordict",
 ]

@@ -223,6 +223,30 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         keys = self.log_prob_keys
         return keys[0] if len(keys) == 1 else "sample_log_prob"
 
+    @property
+    def dist_keys(self) -> list[str]:
+        """The keyword names the distribution is built with (one per ``in_keys`` entry)."""
+        return [name for name, _ in self._dist_keys]
+
+    @property
+    def dist_params_keys(self) -> list[NestedKey]:
+        """The keys of the distribution's parameters in the input."""
+        return [key for _, key in self._dist_keys]
+
+    @property
+    def dist_sample_keys(self) -> list[NestedKey]:
+        """The keys the sample is written under (``out_keys`` without log-probabilities)."""
+        return list(self._sample_keys)
+
+    @property
+    def out_keys_source(self) -> list[NestedKey]:
+        """The sample keys, before any ``select_out_keys`` (as upstream)."""
+        return list(self._sample_keys)
+
+    def build_dist_from_params(self, tensordict: TensorDictBase) -> Any:
+        """The distribution built from the parameters in ``tensordict`` (``get_dist``)."""
+        return self.get_dist(tensordict)
+
     @property  # type: ignore[override]
     def out_keys(self) -> list[NestedKey]:
         keys = list(self._sample_keys)
@@ -360,9 +384,11 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         self,
         *modules: Any,
         partial_tolerant: bool = False,
+        return_composite: bool | None = None,
         selected_out_keys: Sequence[NestedKey] | NestedKey | None = None,
         inplace: bool | str | None = None,
     ) -> None:
+        self.return_composite = bool(return_composite)
         super().__init__(
             *modules,
             partial_tolerant=partial_tolerant,
@@ -380,7 +406,9 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
     def _rebuild(self, modules: list[Any]) -> TensorDictSequential:
         if modules and isinstance(modules[-1], ProbabilisticTensorDictModule):
             return ProbabilisticTensorDictSequential(
-                *modules, partial_tolerant=self.partial_tolerant
+                *modules,
+                partial_tolerant=self.partial_tolerant,
+                return_composite=self.return_composite,
             )
         return TensorDictSequential(*modules, partial_tolerant=self.partial_tolerant)
 
@@ -394,14 +422,81 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return td, last
 
     def get_dist(self, tensordict: TensorDictBase) -> Any:
-        """The distribution the last member builds after the others ran on ``tensordict``."""
+        """The distribution the last member builds after the others ran on ``tensordict``.
+
+        With ``return_composite=True`` it is a td-distributions
+        ``CompositeDistribution`` keyed by the sample key.
+        """
         td, last = self._head(tensordict)
-        return last.get_dist(td)
+        return self._maybe_composite(td, last, last.get_dist(td))
+
+    def _maybe_composite(
+        self, params: TensorDictBase, last: ProbabilisticTensorDictModule, dist: Any
+    ) -> Any:
+        if not self.return_composite or len(last.dist_sample_keys) != 1:
+            return dist
+        composite = load_extension("distributions", "td-distributions").composite_distribution()
+        if isinstance(dist, composite):
+            return dist
+        return composite.from_distributions(params, {last.dist_sample_keys[0]: dist})
 
     def log_prob(self, tensordict: TensorDictBase) -> Any:
-        """The log-probability of the sample stored in ``tensordict`` under :meth:`get_dist`."""
+        """The log-probability of the sample stored in ``tensordict`` under :meth:`get_dist`.
+
+        A TensorDict of per-sample-key log-probabilities with ``return_composite=True``.
+        """
         td, last = self._head(tensordict)
-        return last.log_prob(tensordict, dist=last.get_dist(td))
+        dist = last.get_dist(td)
+        if self.return_composite and len(last.dist_sample_keys) == 1:
+            return self._maybe_composite(td, last, dist).log_prob(tensordict)
+        return last.log_prob(tensordict, dist=dist)
+
+    @property
+    def det_part(self) -> TensorDictSequential:
+        """The members before the last (probabilistic) one, as a ``TensorDictSequential``."""
+        return TensorDictSequential(*self._members()[:-1], partial_tolerant=self.partial_tolerant)
+
+    def get_dist_params(
+        self,
+        tensordict: TensorDictBase,
+        tensordict_out: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> TensorDictBase:
+        """Run the members before the last one on ``tensordict`` (written in place) and return it."""
+        out = tensordict
+        for module in self._members()[:-1]:
+            out = module(out, **kwargs)
+        if tensordict_out is not None:
+            return tensordict_out.update(out)
+        return out
+
+    def build_dist_from_params(self, tensordict: TensorDictBase) -> Any:
+        """The distribution built from parameters already in ``tensordict`` (no member runs)."""
+        last = self._members()[-1]
+        return self._maybe_composite(tensordict, last, last.get_dist(tensordict))
+
+    @property
+    def default_interaction_type(self) -> InteractionType:
+        """The last member's ``default_interaction_type``."""
+        return self._members()[-1].default_interaction_type
+
+    @property
+    def dist_params_keys(self) -> list[NestedKey]:
+        """The last member's distribution parameter keys."""
+        return self._members()[-1].dist_params_keys
+
+    @property
+    def dist_sample_keys(self) -> list[NestedKey]:
+        """The last member's sample keys."""
+        return self._members()[-1].dist_sample_keys
+
+    @property
+    def out_keys_source(self) -> list[NestedKey]:
+        """Every key the members write, in order, before any ``select_out_keys``."""
+        keys: dict[NestedKey, None] = {}
+        for module in self._members():
+            keys.update(dict.fromkeys(module.out_keys))
+        return list(keys)
 
     @property
     def log_prob_keys(self) -> list[NestedKey]:

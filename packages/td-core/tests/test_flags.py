@@ -1,0 +1,153 @@
+"""The ContextVar switches, print options and small predicates, against upstream's."""
+
+import threading
+import warnings
+
+import pytest
+import torch
+
+import td_core as td
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import tensordict as up
+
+
+def test_lazy_legacy_is_the_lazy_stack_switch():
+    items = [td.TensorDict(a=torch.zeros(2)), td.TensorDict(a=torch.ones(2))]
+    assert td.lazy_legacy() is False and td.lazy_stack_enabled() is False
+    with td.set_lazy_legacy(True):
+        assert td.lazy_legacy() and td.lazy_stack_enabled()
+        assert isinstance(torch.stack(items), td.LazyStackedTensorDict)
+    with td.set_lazy_stack(True):
+        assert td.lazy_legacy()
+    assert type(torch.stack(items)) is td.TensorDict
+
+    @td.set_lazy_legacy(True)
+    def stacked():
+        return torch.stack(items)
+
+    assert isinstance(stacked(), td.LazyStackedTensorDict)
+    assert td.lazy_legacy() is False
+
+
+@pytest.mark.parametrize(
+    "setter, getter, default",
+    [
+        ("set_lazy_legacy", "lazy_legacy", False),
+        ("set_list_to_stack", "list_to_stack", True),
+        ("set_capture_non_tensor_stack", "capture_non_tensor_stack", False),
+    ],
+)
+def test_switch_defaults_match_upstream_and_nest(setter, getter, default):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert getattr(up, getter)() is default
+    get = getattr(td, getter)
+    assert get() is default
+    with getattr(td, setter)(not default):
+        assert get() is (not default)
+        with getattr(td, setter)(default):
+            assert get() is default
+        assert get() is (not default)
+    assert get() is default
+
+
+def test_switch_is_per_thread():
+    seen = []
+    with td.set_capture_non_tensor_stack(True):
+        thread = threading.Thread(target=lambda: seen.append(td.capture_non_tensor_stack()))
+        thread.start()
+        thread.join()
+    assert seen == [False]
+
+
+def test_set_applies_for_the_context():
+    import contextvars
+
+    def body():
+        td.set_list_to_stack(False).set()
+        return td.list_to_stack()
+
+    assert contextvars.copy_context().run(body) is False
+    assert td.list_to_stack() is True
+
+
+def test_capture_non_tensor_stack_collapses_equal_values():
+    out = td.stack([td.TensorDict(s="a"), td.TensorDict(s="a")]).get("s")
+    assert isinstance(out, td.NonTensorStack)
+    with td.set_capture_non_tensor_stack(True):
+        out = td.stack([td.TensorDict(s="a"), td.TensorDict(s="a")]).get("s")
+        assert isinstance(out, td.NonTensorData) and out.batch_size == (2,)
+        out = td.stack([td.TensorDict(s="a"), td.TensorDict(s="b")]).get("s")
+        assert isinstance(out, td.NonTensorStack)
+
+
+def test_get_defaults_to_none_switch():
+    assert td.get_defaults_to_none() is False
+    with td.set_get_defaults_to_none(True):
+        assert td.get_defaults_to_none() is True
+    assert td.get_defaults_to_none() is False
+
+
+# ------------------------------------------------------------- print options
+def test_printoptions_match_upstream_detailed_form():
+    def make(m):
+        return m.TensorDict(
+            a=torch.zeros(3, 4),
+            b=m.TensorDict(c=torch.ones(3, 2, dtype=torch.long), batch_size=[3]),
+            batch_size=[3],
+        )
+
+    with up.set_printoptions(compact=False, verbose=False):
+        theirs = repr(make(up))
+    with td.set_printoptions(verbose=False):
+        ours = repr(make(td))
+    assert ours == theirs
+    with up.set_printoptions(compact=False, show_dtype=False, show_is_shared=False):
+        theirs = repr(make(up))
+    with td.set_printoptions(show_dtype=False, show_is_shared=False):
+        ours = repr(make(td))
+    assert ours == theirs
+
+
+def test_printoptions_scoped_decorator_and_errors():
+    assert td.get_printoptions()["show_dtype"] is True
+    assert set(td.get_printoptions()) == set(up.get_printoptions())
+
+    @td.set_printoptions(show_dtype=False)
+    def options():
+        return td.get_printoptions()["show_dtype"]
+
+    assert options() is False and td.get_printoptions()["show_dtype"] is True
+    with pytest.raises(TypeError, match="Unknown printoptions"):
+        td.set_printoptions(nope=True)
+    td.get_printoptions()["show_dtype"] = False  # a copy: no effect
+    assert td.get_printoptions()["show_dtype"] is True
+
+
+def test_sort_keys_none_keeps_insertion_order():
+    x = td.TensorDict(b=torch.zeros(1), a=torch.zeros(1))
+    with td.set_printoptions(sort_keys=None):
+        text = repr(x)
+    assert text.index("b:") < text.index("a:")
+
+
+# ---------------------------------------------------------------- predicates
+@pytest.mark.parametrize("name", ["is_bool", "is_floating", "is_inexact", "is_integer"])
+@pytest.mark.parametrize(
+    "dtype", [torch.bool, torch.uint8, torch.int64, torch.float16, torch.float32, torch.complex64]
+)
+def test_dtype_predicates_match_upstream(name, dtype):
+    t = torch.zeros(2, dtype=dtype)
+    assert getattr(td, name)(t) == getattr(up, name)(t)
+    assert getattr(td, name)("key", t) == getattr(up, name)("key", t)
+
+
+@pytest.mark.parametrize("key", ["a", ("a", ("b", ("c",))), ("a", 1), 1, (), (("a",),)])
+def test_unravel_key_to_tuple_matches_upstream(key):
+    assert td.unravel_key_to_tuple(key) == up.unravel_key_to_tuple(key)
+
+
+def test_key_separator():
+    assert td.KEY_SEPARATOR == up.KEY_SEPARATOR
