@@ -300,10 +300,7 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
             case,
             "lazy_hetero",
         ): "ops over a ragged lazy leaf raise instead of running per member"
-        for case in (
-            "add_scalar all any apply clone eq_self exclude flatten_keys mul_td select "
-            "to_double unsqueeze zero_"
-        ).split()
+        for case in ("all any apply clone exclude flatten_keys select unsqueeze zero_").split()
     },
     **{
         (
