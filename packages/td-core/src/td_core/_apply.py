@@ -139,6 +139,7 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     if device is None and dtype is None:
         return td
     if device is None:
+        assert dtype is not None  # both None returned above
         return cast_all(td, dtype)
     if dtype is None:
         return map_leaves(

@@ -80,10 +80,12 @@ def cast_all(
             f"td.apply(lambda t: torch.quantize_per_tensor(t, scale, zero_point, {dtype}))"
         )
     if cast_filter is not None:
-        return td.named_apply(
+        out = td.named_apply(
             lambda key, t: t.to(dtype) if cast_filter(_as_tuple(key), t) else t,
             nested_keys=True,
         )
+        assert out is not None  # not in place: named_apply returns the result
+        return out
     leaves = tensor_leaves(td)
     if torch._C._are_functorch_transforms_active() or any(t.requires_grad for t in leaves):
         return rebuild(td, iter([t.to(dtype) for t in leaves]))

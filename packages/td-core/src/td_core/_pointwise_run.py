@@ -456,7 +456,7 @@ def _run_lazy(
     ]
     if inplace:
         return td
-    return type(td)(*results, stack_dim=dim)
+    return type(td)(*results, stack_dim=dim)  # type: ignore[call-arg]
 
 
 def split_operands(
