@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -314,8 +315,8 @@ def _check_shapes(td: TensorDictBase, op: Op, leaves: list[Tensor], args: list[A
         if type(a) is not list:
             continue
         if shapes is None:
-            shapes = [t.shape for t in leaves]
-        if [x.shape for x in a] == shapes:
+            shapes = list(map(_SHAPE, leaves))
+        if list(map(_SHAPE, a)) == shapes:
             continue
         for t, x in zip(leaves, a):
             if x.shape != t.shape and (
@@ -328,6 +329,8 @@ def _check_shapes(td: TensorDictBase, op: Op, leaves: list[Tensor], args: list[A
 
 
 _DTYPE_OK: dict[tuple[Any, ...], BaseException | None] = {}
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
 
 
 def _check_dtypes(
@@ -339,8 +342,8 @@ def _check_dtypes(
 ) -> None:
     """Raise what torch would for the first leaf whose dtype the op cannot write, before any write."""
     lists = [a for a in args if type(a) is list]
-    dtypes = {t.dtype for t in leaves}
-    arg_dtypes = [{x.dtype for x in a} for a in lists]
+    dtypes = set(map(_DTYPE, leaves))
+    arg_dtypes = [set(map(_DTYPE, a)) for a in lists]
     if len(dtypes) == 1 and all(len(s) == 1 for s in arg_dtypes):
         combos = {(next(iter(dtypes)), *(next(iter(s)) for s in arg_dtypes))}
     else:
