@@ -1,22 +1,18 @@
-"""Leaf-wise operations: apply, arithmetic, comparisons, casting, cloning, memory.
+"""Leaf-wise operations: apply, moving (``to``), cloning, memory.
 
-Arithmetic with a scalar or another TensorDict goes through ``torch._foreach_*``
-(one call for all leaves); with a tensor operand each leaf uses torch's usual
-(trailing) broadcasting, exactly as ``td.apply(lambda x: x + t)`` would.
-Non-tensor leaves are carried along unchanged.
+Pointwise math and comparisons live in :mod:`td_core._pointwise`, dtype casts in
+:mod:`td_core._casts`. Non-tensor leaves are carried along unchanged.
 """
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
-from td_core._map import is_nt, is_td, map_leaves, rebuild, tensor_leaves
+from td_core._casts import cast_all
+from td_core._map import is_td, map_leaves, tensor_leaves
 from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
@@ -109,156 +105,6 @@ def _apply(
     return td._new(out, bs, td.device if device is NO_DEFAULT else as_device(device))
 
 
-# ------------------------------------------------------------------ arithmetic
-def _other_leaves(td: TensorDictBase, other: TensorDictBase) -> list[Tensor]:
-    """``other``'s tensor leaves at ``td``'s leaf keys, in ``td``'s traversal order."""
-    out: list[Tensor] = []
-    _gather_pairs(td, other, out, ())
-    return out
-
-
-def _gather_pairs(
-    td: TensorDictBase, other: TensorDictBase, out: list[Tensor], prefix: tuple[str, ...]
-) -> None:
-    for key, value in td._items_str():
-        if not isinstance(value, Tensor) and value._is_non_tensor:
-            continue
-        item = other._get_str(key, NO_DEFAULT)
-        if item is NO_DEFAULT:
-            raise KeyNotFoundError(
-                f"key {(*prefix, key)!r} is in the first TensorDict but not in the second"
-            )
-        if isinstance(value, Tensor):
-            out.append(item)
-        else:
-            _gather_pairs(value, item, out, (*prefix, key))
-
-
-def _scaled(other: Any, alpha: Any) -> Any:
-    """``alpha * other`` for ``add``/``sub`` with ``alpha`` (TensorDicts scaled leaf-wise)."""
-    return other if alpha is None else other * alpha
-
-
-def _binary(
-    name: str, foreach: Callable[..., list[Tensor]] | None, op: Callable[[Any, Any], Any]
-) -> Callable[..., Any]:
-    def method(self: TensorDictBase, other: Any, *, alpha: Any = None) -> TensorDictBase:
-        other = _scaled(other, alpha)
-        leaves = tensor_leaves(self)
-        if is_td(other):
-            others = _other_leaves(self, other)
-            results = (
-                foreach(leaves, others) if foreach else [op(a, b) for a, b in zip(leaves, others)]
-            )
-        elif foreach is not None and isinstance(other, (int, float)) and leaves:
-            results = foreach(leaves, other)
-        else:
-            results = [op(a, other) for a in leaves]
-        return rebuild(self, iter(results))
-
-    method.__name__ = name
-    method.__doc__ = (
-        f"Leaf-wise ``{name}`` with a scalar, a tensor or a TensorDict (new TensorDict)."
-    )
-    return method
-
-
-def _binary_(
-    name: str, foreach_: Callable[..., None] | None, op_: Callable[[Any, Any], Any]
-) -> Callable[..., Any]:
-    def method(self: TensorDictBase, other: Any, *, alpha: Any = None) -> TensorDictBase:
-        other = _scaled(other, alpha)
-        leaves = tensor_leaves(self)
-        if not leaves:
-            return self
-        if is_td(other):
-            others = _other_leaves(self, other)
-            if foreach_ is not None:
-                foreach_(leaves, others)
-            else:
-                for a, b in zip(leaves, others):
-                    op_(a, b)
-        elif foreach_ is not None and isinstance(other, (int, float)):
-            foreach_(leaves, other)
-        else:
-            for a in leaves:
-                op_(a, other)
-        return self
-
-    method.__name__ = name
-    method.__doc__ = f"In-place leaf-wise ``{name}`` (returns self)."
-    return method
-
-
-def _reflected(name: str, op: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    def method(self: TensorDictBase, other: Any) -> TensorDictBase:
-        return rebuild(self, iter([op(other, a) for a in tensor_leaves(self)]))
-
-    method.__name__ = name
-    return method
-
-
-def _unary(name: str, foreach: Callable[[list[Tensor]], list[Tensor]]) -> Callable[..., Any]:
-    def method(self: TensorDictBase) -> TensorDictBase:
-        leaves = tensor_leaves(self)
-        return rebuild(self, iter(foreach(leaves) if leaves else []))
-
-    method.__name__ = name
-    method.__doc__ = f"Leaf-wise ``{name}`` (new TensorDict)."
-    return method
-
-
-def _compare(name: str, op: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    def method(self: TensorDictBase, other: Any) -> Any:
-        if is_td(other):
-            return _zip_compare(self, other, op, ())
-        if isinstance(other, (Tensor, int, float, bool)):
-            return map_leaves(
-                self, lambda t: op(t, other), keep_non_tensor=lambda v: _nt_compare(v, other, op)
-            )
-        return NotImplemented
-
-    method.__name__ = name
-    return method
-
-
-def _nt_compare(value: Any, other: Any, op: Callable[[Any, Any], Any]) -> Tensor:
-    """Element-wise ``==`` / ``!=`` of non-tensor values, as a bool tensor of the batch shape."""
-    if op is not operator.eq and op is not operator.ne:
-        raise TypeError(f"non-tensor data {value!r} can only be compared with == and !=")
-    mine = value.as_array()
-    theirs = other.as_array() if is_nt(other) else None
-    if theirs is not None and theirs.shape != mine.shape:
-        theirs = np.broadcast_to(theirs, mine.shape)
-    flat = [
-        bool(op(x, theirs.flat[i] if theirs is not None else other))
-        for i, x in enumerate(mine.flat)
-    ]
-    return torch.tensor(flat, dtype=torch.bool).reshape(tuple(value.batch_size))
-
-
-def _zip_compare(
-    td: TensorDictBase,
-    other: TensorDictBase,
-    op: Callable[[Any, Any], Any],
-    prefix: tuple[str, ...],
-) -> TensorDictBase:
-    out: dict[str, Any] = {}
-    for key, value in td._items_str():
-        item = other._get_str(key, NO_DEFAULT)
-        if item is NO_DEFAULT:
-            raise KeyNotFoundError(
-                f"key {(*prefix, key)!r} is in the first TensorDict but not in the second"
-            )
-        if isinstance(value, Tensor):
-            out[key] = op(value, item)
-        elif value._is_non_tensor:
-            out[key] = _nt_compare(value, item, op)
-        else:
-            out[key] = _zip_compare(value, item, op, (*prefix, key))
-    return td._new(out, td.batch_size)
-
-
 # ----------------------------------------------------------------------- to
 def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     """``td.to(device)``, ``td.to(dtype)``, ``td.to(device, dtype)``, ``td.to(other)``."""
@@ -281,7 +127,8 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     if device is None and dtype is None:
         return td
     if device is None:
-        return _cast_all(td, dtype)
+        assert dtype is not None  # both None returned above
+        return cast_all(td, dtype)
     if dtype is None:
         return map_leaves(
             td,
@@ -295,34 +142,6 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
         device=device,
         keep_non_tensor=lambda v: v.to(device),
     )
-
-
-def _cast_all(td: TensorDictBase, dtype: torch.dtype) -> TensorDictBase:
-    """Every tensor leaf cast to ``dtype``, in one fused copy where autograd allows."""
-    leaves = tensor_leaves(td)
-    if any(t.requires_grad for t in leaves):
-        return map_leaves(td, lambda t: t.to(dtype))
-    todo = [t for t in leaves if t.dtype != dtype]
-    if not todo:
-        return rebuild(td, iter(leaves))
-    allocate = functools.partial(
-        torch.empty_like, dtype=dtype
-    )  # map() calls it with no Python frame
-    outs = list(map(allocate, todo))
-    torch._foreach_copy_(outs, todo)
-    if len(outs) == len(leaves):
-        return rebuild(td, iter(outs))
-    done = iter(outs)
-    return rebuild(td, iter([next(done) if t.dtype != dtype else t for t in leaves]))
-
-
-def _cast(name: str, dtype: torch.dtype) -> Callable[..., Any]:
-    def method(self: TensorDictBase) -> TensorDictBase:
-        return _cast_all(self, dtype)
-
-    method.__name__ = name
-    method.__doc__ = f"Every tensor leaf cast to ``{dtype}``."
-    return method
 
 
 class ApplyMixin:
@@ -455,80 +274,4 @@ class ApplyMixin:
                 f"pin_memory needs an accelerator (CUDA) to be available: {err}"
             ) from err
 
-    # operators are attached below from tables, so each is written once
-    __eq__ = _compare("__eq__", operator.eq)  # type: ignore[assignment]
-    __ne__ = _compare("__ne__", operator.ne)  # type: ignore[assignment]
-    __lt__ = _compare("__lt__", operator.lt)
-    __le__ = _compare("__le__", operator.le)
-    __gt__ = _compare("__gt__", operator.gt)
-    __ge__ = _compare("__ge__", operator.ge)
-
-
-_BINARY = {
-    # name: (foreach, foreach in place, operator, in-place operator)
-    "add": (torch._foreach_add, torch._foreach_add_, operator.add, operator.iadd),
-    "sub": (torch._foreach_sub, torch._foreach_sub_, operator.sub, operator.isub),
-    "mul": (torch._foreach_mul, torch._foreach_mul_, operator.mul, operator.imul),
-    "div": (torch._foreach_div, torch._foreach_div_, operator.truediv, operator.itruediv),
-    "pow": (torch._foreach_pow, torch._foreach_pow_, operator.pow, operator.ipow),
-    "maximum": (torch._foreach_maximum, torch._foreach_maximum_, torch.maximum, None),
-    "minimum": (torch._foreach_minimum, torch._foreach_minimum_, torch.minimum, None),
-    "bitwise_and": (None, None, operator.and_, operator.iand),
-    "bitwise_or": (None, None, operator.or_, operator.ior),
-    "bitwise_xor": (None, None, operator.xor, operator.ixor),
-}
-_DUNDER = {
-    "add": "add",
-    "sub": "sub",
-    "mul": "mul",
-    "div": "truediv",
-    "pow": "pow",
-    "bitwise_and": "and",
-    "bitwise_or": "or",
-    "bitwise_xor": "xor",
-}
-_UNARY = {
-    "neg": torch._foreach_neg,
-    "abs": torch._foreach_abs,
-    "exp": torch._foreach_exp,
-    "log": torch._foreach_log,
-    "sqrt": torch._foreach_sqrt,
-    "sigmoid": torch._foreach_sigmoid,
-    "reciprocal": torch._foreach_reciprocal,
-    "sign": torch._foreach_sign,
-}
-_CASTS = {
-    "float": torch.float32,
-    "double": torch.float64,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int": torch.int32,
-    "long": torch.int64,
-    "bool": torch.bool,
-    "byte": torch.uint8,
-}
-
-
-def _install() -> None:
-    for name, (foreach, foreach_, op, op_) in _BINARY.items():
-        method = _binary(name, foreach, op)
-        setattr(ApplyMixin, name, method)
-        inplace_op = op_ if op_ is not None else (lambda a, b, _op=op: a.copy_(_op(a, b)))
-        setattr(ApplyMixin, f"{name}_", _binary_(f"{name}_", foreach_, inplace_op))
-        if name in _DUNDER:
-            dunder = _DUNDER[name]
-            setattr(ApplyMixin, f"__{dunder}__", method)
-            setattr(ApplyMixin, f"__i{dunder}__", getattr(ApplyMixin, f"{name}_"))
-            setattr(ApplyMixin, f"__r{dunder}__", _reflected(f"__r{dunder}__", op))
-    ApplyMixin.__radd__ = ApplyMixin.add  # type: ignore[attr-defined]
-    ApplyMixin.__rmul__ = ApplyMixin.mul  # type: ignore[attr-defined]
-    for name, foreach in _UNARY.items():
-        setattr(ApplyMixin, name, _unary(name, foreach))
-    ApplyMixin.__neg__ = ApplyMixin.neg  # type: ignore[attr-defined]
-    ApplyMixin.__abs__ = ApplyMixin.abs  # type: ignore[attr-defined]
-    ApplyMixin.__invert__ = _unary("__invert__", lambda ts: [~t for t in ts])  # type: ignore[attr-defined]
-    for name, dtype in _CASTS.items():
-        setattr(ApplyMixin, name, _cast(name, dtype))
-
-
-_install()
+    # ----------------------------------------------------------- reductions

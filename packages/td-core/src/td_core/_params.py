@@ -163,18 +163,6 @@ class TensorDictParams(TensorDictBase, nn.Module):
     def cuda(self, device: Any = None) -> TensorDictParams:  # type: ignore[override]
         return self.to(torch.device("cuda") if device is None else torch.device("cuda", device))
 
-    def float(self) -> TensorDictParams:  # type: ignore[override]
-        return nn.Module.float(self)
-
-    def double(self) -> TensorDictParams:  # type: ignore[override]
-        return nn.Module.double(self)
-
-    def half(self) -> TensorDictParams:  # type: ignore[override]
-        return nn.Module.half(self)
-
-    def bfloat16(self) -> TensorDictParams:  # type: ignore[override]
-        return nn.Module.bfloat16(self)
-
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("TensorDictParams holds parameters; it is not callable")
 

@@ -300,9 +300,7 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
             case,
             "lazy_hetero",
         ): "ops over a ragged lazy leaf raise instead of running per member"
-        for case in (
-            "add_scalar apply clone eq_self exclude flatten_keys mul_td select to_double"
-        ).split()
+        for case in ("apply clone exclude flatten_keys select").split()
     },
     (
         "test_existing",
