@@ -155,7 +155,7 @@ class LayoutMixin(NewMixin):
         out = lazy.repeat(self, reps)
         if out is None:
             new = torch.Size(s * r for s, r in zip(bs, reps))
-            out = map_batch(self, lambda t: t.repeat(*reps, *(1,) * (t.ndim - n)), new)
+            out = map_batch(self, lambda t: t.repeat((*reps, *(1,) * (t.ndim - n))), new)
         return assign_reshaped(self, out) if inplace else out
 
     def repeat_interleave(
@@ -198,7 +198,7 @@ class LayoutMixin(NewMixin):
         new = torch.Size(s * r for s, r in zip(lead, full))
         pre = (1,) * (m - n)
         return map_batch(
-            self, lambda t: t.reshape(*pre, *t.shape).repeat(*full, *(1,) * (t.ndim - n)), new
+            self, lambda t: t.reshape((*pre, *t.shape)).repeat((*full, *(1,) * (t.ndim - n))), new
         )
 
     # ------------------------------------------------------------ selecting
@@ -306,7 +306,7 @@ class LayoutMixin(NewMixin):
         bs = self.batch_size
         new = expanded_shape(bs, tuple(shape), "broadcast_to")
         n = len(bs)
-        return map_batch(self, lambda t: t.expand(*new, *t.shape[n:]) if new else t, new)
+        return map_batch(self, lambda t: t.expand((*new, *t.shape[n:])), new)
 
     def pad(
         self: TensorDictBase,

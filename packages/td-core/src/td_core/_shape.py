@@ -118,15 +118,15 @@ def _reshape(td: TensorDictBase, new: torch.Size, *, copy: bool) -> TensorDictBa
     n = td.batch_dims
     if lazy.parts(td) is not None:
         try:  # members that stack give the dense result, as upstream
-            return map_batch(td, lambda t: t.reshape(*new, *t.shape[n:]), new)
+            return map_batch(td, lambda t: t.reshape((*new, *t.shape[n:])), new)
         except BatchSizeError:
             out = lazy.reshape(td, new)
             if out is None:
                 raise
             return out
     if copy:
-        return map_batch(td, lambda t: t.reshape(*new, *t.shape[n:]), new)
-    return map_batch(td, lambda t: t.view(*new, *t.shape[n:]), new)
+        return map_batch(td, lambda t: t.reshape((*new, *t.shape[n:])), new)
+    return map_batch(td, lambda t: t.view((*new, *t.shape[n:])), new)
 
 
 def permute_order(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase:
@@ -137,7 +137,7 @@ def permute_order(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase:
         return out
     bs = td.batch_size
     new = torch.Size(bs[d] for d in order)
-    return map_batch(td, lambda t: t.permute(*order, *range(n, t.ndim)), new)
+    return map_batch(td, lambda t: t.permute((*order, *range(n, t.ndim))), new)
 
 
 class ShapeMixin:
@@ -247,9 +247,7 @@ class ShapeMixin:
         out = lazy.expand(self, new)
         if out is not None:
             return out
-        if not new:
-            return map_batch(self, lambda t: t.expand(t.shape[n:]), new)
-        return map_batch(self, lambda t: t.expand(*new, *t.shape[n:]), new)
+        return map_batch(self, lambda t: t.expand((*new, *t.shape[n:])), new)
 
     def expand_as(self: TensorDictBase, other: Any) -> TensorDictBase:
         """Expand to the batch size of ``other`` (a TensorDict) or the shape of a tensor."""
