@@ -210,9 +210,9 @@ def _zero(leaves: list[Tensor]) -> None:
 
 
 def _plan_copy(
-    td: Any, src: Any, pairs: list[tuple[Tensor, Tensor]], prefix: tuple[str, ...]
+    td: Any, src: Any, dests: list[Tensor], srcs: list[Tensor], prefix: tuple[str, ...]
 ) -> None:
-    """Validate ``td.copy_(src)``, collecting ``(dest, src)`` tensor pairs; keys ``td`` lacks are skipped."""
+    """Validate ``td.copy_(src)``, collecting the tensors to copy; keys ``td`` lacks are skipped."""
     parts = lazy_parts(td)
     if parts is not None:
         members, d = parts
@@ -222,13 +222,15 @@ def _plan_copy(
                 f"{(*prefix,)!r} of batch_size {list(td.batch_size)}"
             )
         for member, part in zip(members, src.unbind(d)):
-            _plan_copy(member, part, pairs, prefix)
+            _plan_copy(member, part, dests, srcs, prefix)
         return
+    get = td._getter()
     for key, value in src._items_str():
-        dest = td._get_str(key, NO_DEFAULT)
-        if dest is NO_DEFAULT or is_nt(dest):
-            continue
-        if isinstance(dest, Tensor):
+        dest = get(key, NO_DEFAULT)
+        if type(dest) is Tensor and type(value) is Tensor and dest.shape == value.shape:
+            dests.append(dest)  # the usual leaf, checked tightly
+            srcs.append(value)
+        elif isinstance(dest, Tensor):
             if not isinstance(value, Tensor) or (
                 value.shape != dest.shape and broadcast_shape(value.shape, dest.shape) != dest.shape
             ):
@@ -237,18 +239,18 @@ def _plan_copy(
                     f"copy_: cannot copy a value of shape {shape} into entry {(*prefix, key)!r} "
                     f"of shape {list(dest.shape)}"
                 )
-            pairs.append((dest, value))
-        else:
-            _plan_copy(dest, value, pairs, (*prefix, key))
+            dests.append(dest)
+            srcs.append(value)
+        elif is_td(dest):
+            _plan_copy(dest, value, dests, srcs, (*prefix, key))
+        # a key td lacks, or a non-tensor leaf: skipped
 
 
-def _copy_pairs(pairs: list[tuple[Tensor, Tensor]], non_blocking: bool) -> None:
-    if not pairs:
+def _copy_all(dests: list[Tensor], srcs: list[Tensor], non_blocking: bool) -> None:
+    if not dests:
         return
-    dests = [p[0] for p in pairs]
-    srcs = [p[1] for p in pairs]
     if torch._C._are_functorch_transforms_active():
-        for dest, src in pairs:
+        for dest, src in zip(dests, srcs):
             dest.copy_(src, non_blocking=non_blocking)
     else:
         torch._foreach_copy_(dests, srcs, non_blocking=non_blocking)
@@ -614,13 +616,14 @@ class MaskedMixin:
         """
         if not is_td(tensordict):
             tensordict = self._new_validated(tensordict, self.batch_size, "")
-        pairs: list[tuple[Tensor, Tensor]] = []
-        _plan_copy(self, tensordict, pairs, ())
+        dests: list[Tensor] = []
+        srcs: list[Tensor] = []
+        _plan_copy(self, tensordict, dests, srcs, ())
         if _no_grad(self):
             with torch.no_grad():
-                _copy_pairs(pairs, non_blocking)
+                _copy_all(dests, srcs, non_blocking)
         else:
-            _copy_pairs(pairs, non_blocking)
+            _copy_all(dests, srcs, non_blocking)
         return self
 
     def fill_(self: TensorDictBase, key: NestedKey, value: float | bool) -> TensorDictBase:
@@ -664,9 +667,10 @@ def _write_plan(td: Any, plan: list[tuple[Any, str, Any, tuple[str, ...]]], idx:
 
 def _copy_into(out: Any, result: Any) -> Any:
     """Copy ``result`` into ``out`` (the ``out=`` forms), checked first; returns ``out``."""
-    pairs: list[tuple[Tensor, Tensor]] = []
-    _plan_copy(out, result, pairs, ())
-    _copy_pairs(pairs, False)
+    dests: list[Tensor] = []
+    srcs: list[Tensor] = []
+    _plan_copy(out, result, dests, srcs, ())
+    _copy_all(dests, srcs, False)
     return out
 
 
