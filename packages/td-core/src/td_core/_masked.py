@@ -365,7 +365,7 @@ class MaskedMixin:
         Args:
             condition: a boolean mask over the leading batch dims (size-1 dims broadcast).
             other: a TensorDict (leaves paired by key), a tensor or a scalar.
-            out: a TensorDict to write the result into (returned).
+            out: a TensorDict whose entries are set to the result's (returned).
             pad: the value used for keys present on one side only; without it,
                 a key of self missing from ``other`` raises ``KeyError``.
             update_batch_size: accepted for compatibility; the batch size is kept.
@@ -382,7 +382,7 @@ class MaskedMixin:
         """
         _check_mask(self, condition, "where")
         result = _mask_map(self, MASK_OPS["where"], condition, other, pad, {})
-        return result if out is None else _copy_into(out, result)
+        return result if out is None else _set_into(out, result)
 
     def masked_fill(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
         """A copy with ``value`` written where ``mask`` (over leading batch dims) is True.
@@ -663,6 +663,16 @@ def _write_plan(td: Any, plan: list[tuple[Any, str, Any, tuple[str, ...]]], idx:
         return
     for parent, key, value, full in plan:
         set_at(parent, key, value, idx, full)
+
+
+def _set_into(out: Any, result: Any) -> Any:
+    """Set ``out``'s entries to ``result``'s (``where(out=)``: dtypes follow the result); returns ``out``."""
+    parts = lazy_parts(out)
+    if parts is not None and result.batch_size == out.batch_size:
+        for member, part in zip(parts[0], result.unbind(parts[1])):
+            _set_into(member, part)
+        return out
+    return out.update(result)
 
 
 def _copy_into(out: Any, result: Any) -> Any:
