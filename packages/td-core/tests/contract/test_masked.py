@@ -27,7 +27,7 @@ def _index(td: Any, dim: int, size: int) -> torch.Tensor:
 
 
 def _zeros(td: Any) -> Any:
-    return td.masked_fill(_mask(td).logical_or(True), 0)
+    return td.masked_fill(torch.ones(td.batch_size, dtype=torch.bool), 0)
 
 
 def _with(td: Any, key: str, value: Any) -> Any:
