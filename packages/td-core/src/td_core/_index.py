@@ -17,21 +17,12 @@ from td_core._contract import dense
 from td_core._map import index_batch, is_nt, is_td, map_batch
 from td_core._nontensor import NonTensorData
 from td_core._utils import NO_DEFAULT, broadcast_shape
-from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+from td_core.errors import BatchSizeError, LockedError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = [
-    "IndexingMixin",
-    "normalize_index",
-    "indexed_shape",
-    "is_lazy",
-    "lazy_parts",
-    "storage_leaves",
-    "set_at",
-    "slot_shape",
-]
+__all__ = ["IndexingMixin", "normalize_index", "indexed_shape"]
 
 Tensor = torch.Tensor
 _SLICE_ALL = slice(None)
@@ -327,116 +318,3 @@ def _allocate(td: TensorDictBase, src: Any, nv: int) -> Any:
     if is_nt(src):
         return NonTensorData(None, bs, td.device)
     return td._new({}, bs + src.batch_size[nv:])
-
-
-# --------------------------------------------------- writes that reach the storage
-# A lazy stack's reads are copies (its leaves are stacked on demand), so an
-# in-place write must go to its members. These helpers find the tensors that
-# hold the data, whatever the kind, and write there.
-_LAZY: dict[type, bool] = {}
-
-
-def is_lazy(cls: type) -> bool:
-    """Whether instances of ``cls`` are lazy stacks (hold members; reads are stacked copies)."""
-    lazy = _LAZY.get(cls)
-    if lazy is None:
-        lazy = _LAZY[cls] = hasattr(cls, "tensordicts") and hasattr(cls, "stack_dim")
-    return lazy
-
-
-def lazy_parts(td: Any) -> tuple[list[Any], int] | None:
-    """``(members, stack_dim)`` of a lazy stack; ``None`` for kinds whose reads are views."""
-    return (td.tensordicts, td.stack_dim) if is_lazy(type(td)) else None
-
-
-def storage_leaves(td: Any, out: list[Tensor] | None = None) -> list[Tensor]:
-    """The tensors holding ``td``'s data (a lazy stack's: its members'); writing them writes ``td``."""
-    if out is None:
-        out = []
-    parts = lazy_parts(td)
-    if parts is not None:
-        for member in parts[0]:
-            storage_leaves(member, out)
-        return out
-    for value in td._values_str():
-        if isinstance(value, Tensor):
-            out.append(value)
-        elif not value._is_non_tensor:
-            storage_leaves(value, out)
-    return out
-
-
-def slot_shape(shape: torch.Size, index: Any) -> torch.Size:
-    """The shape of ``t[index]`` for a tensor ``t`` of ``shape`` (no data read or copied)."""
-    return torch.zeros((), dtype=torch.uint8).expand(shape)[index].shape
-
-
-def set_at(td: Any, key: str, value: Any, index: Any, full_key: Any) -> None:
-    """``td[key][index] = value`` in place, through lazy stacks to their members.
-
-    A failed write leaves ``td`` unchanged (torch checks a tensor write's shape
-    before it writes, and a TensorDict write is planned before it is made).
-    """
-    parts = lazy_parts(td)
-    if parts is not None:
-        _set_at_lazy(td, parts, key, value, index, full_key)
-        return
-    dest = td._get_str(key, NO_DEFAULT)
-    if isinstance(dest, Tensor):
-        if not isinstance(value, (Tensor, int, float, bool)):
-            value = torch.as_tensor(value, device=dest.device)
-        try:
-            dest[index] = value
-        except RuntimeError as err:
-            shape = list(value.shape) if isinstance(value, Tensor) else []
-            raise BatchSizeError(
-                f"cannot write a value of shape {shape} into entry {full_key!r} of shape "
-                f"{list(dest.shape)} at index {index!r}: {err}"
-            ) from None
-    elif dest is NO_DEFAULT:
-        raise KeyNotFoundError(
-            f"key {full_key!r} not found: set_at_ writes into an existing entry "
-            f"(keys here: {sorted(td._keys_str())}); use td[index] = value or set() to add one"
-        )
-    elif is_nt(dest):
-        td._set_str(key, dest._set_at(index, value))
-    else:
-        dest[index] = value
-
-
-def _set_at_lazy(
-    td: Any, parts: tuple[list[Any], int], key: str, value: Any, index: Any, full_key: Any
-) -> None:
-    members, d = parts
-    try:
-        split = td._split_index(index)
-    except IndexError:  # the index reaches into feature dims: not separable by member
-        split = None
-    if split is not None and type(split[0]) is int:  # one member: write there
-        set_at(members[split[0]], key, value, split[1] or ..., full_key)
-        return
-    entry = td._get_str(key, NO_DEFAULT)
-    if entry is NO_DEFAULT:
-        raise KeyNotFoundError(
-            f"key {full_key!r} not found in every member of the lazy stack "
-            f"(common keys: {sorted(td._keys_str())}); set_at_ writes into an existing entry"
-        )
-    if is_td(entry):  # a lazy stack of the members' sub-TensorDicts: writes go through
-        entry[index] = value
-        return
-    if is_nt(entry):
-        td._set_str(key, entry._set_at(index, value))
-        return
-    set_at(td._new({key: entry}, td.batch_size), key, value, index, full_key)  # a stacked copy
-    for member, part in zip(members, entry.unbind(d)):
-        _write_entry(member, key, part)
-
-
-def _write_entry(td: Any, key: str, value: Tensor) -> None:
-    """Copy ``value`` into the existing tensor entry ``key`` of ``td``, through lazy stacks."""
-    parts = lazy_parts(td)
-    if parts is not None:
-        for member, part in zip(parts[0], value.unbind(parts[1])):
-            _write_entry(member, key, part)
-        return
-    td._get_str(key).copy_(value)

@@ -26,10 +26,26 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from td_core._index import is_lazy, lazy_parts, set_at, slot_shape, storage_leaves
 from td_core._keys import NestedKey, unravel_key
 from td_core._map import is_nt, is_td
-from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
+from td_core._utils import NO_DEFAULT, normalize_dim
+from td_core._writes import (
+    as_tuple,
+    copy_all,
+    copy_into,
+    fill,
+    is_lazy,
+    lazy_parts,
+    no_grad_for,
+    plan_at,
+    plan_copy,
+    rebind,
+    set_at,
+    set_into,
+    storage_leaves,
+    write_plan,
+    zero_all,
+)
 from td_core.errors import BatchSizeError, KeyNotFoundError, MissingEntryError
 
 if TYPE_CHECKING:
@@ -124,6 +140,8 @@ def _mask_map(
                     )
                 other = pad
         if isinstance(value, Tensor):
+            if other is pad and paired:  # pad takes the leaf's dtype, as upstream
+                other = torch.as_tensor(pad, dtype=value.dtype, device=value.device)
             nd = value.ndim
             m = views.get(nd)
             if m is None:
@@ -193,156 +211,6 @@ def _gather(td: Any, d: int, index: Tensor) -> Any:
     return td._new(out, index.shape)
 
 
-# ------------------------------------------------------------------ writes
-def _no_grad(td: Any) -> bool:
-    """Whether writes into ``td`` must run under ``no_grad`` (its leaves are parameters)."""
-    return isinstance(td, torch.nn.Module)
-
-
-def _zero(leaves: list[Tensor]) -> None:
-    if not leaves:
-        return
-    if torch._C._are_functorch_transforms_active():
-        for t in leaves:
-            t.zero_()
-    else:
-        torch._foreach_zero_(leaves)
-
-
-def _plan_copy(
-    td: Any, src: Any, pairs: list[tuple[Tensor, Tensor]], prefix: tuple[str, ...]
-) -> None:
-    """Validate ``td.copy_(src)``, collecting ``(dest, src)`` tensor pairs; keys ``td`` lacks are skipped."""
-    parts = lazy_parts(td)
-    if parts is not None:
-        members, d = parts
-        if src.batch_dims <= d or src.batch_size[d] != len(members):
-            raise BatchSizeError(
-                f"copy_: cannot copy a TensorDict of batch_size {list(src.batch_size)} into "
-                f"{(*prefix,)!r} of batch_size {list(td.batch_size)}"
-            )
-        for member, part in zip(members, src.unbind(d)):
-            _plan_copy(member, part, pairs, prefix)
-        return
-    for key, value in src._items_str():
-        dest = td._get_str(key, NO_DEFAULT)
-        if dest is NO_DEFAULT or is_nt(dest):
-            continue
-        if isinstance(dest, Tensor):
-            if not isinstance(value, Tensor) or (
-                value.shape != dest.shape and broadcast_shape(value.shape, dest.shape) != dest.shape
-            ):
-                shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise BatchSizeError(
-                    f"copy_: cannot copy a value of shape {shape} into entry {(*prefix, key)!r} "
-                    f"of shape {list(dest.shape)}"
-                )
-            pairs.append((dest, value))
-        else:
-            _plan_copy(dest, value, pairs, (*prefix, key))
-
-
-def _copy_pairs(pairs: list[tuple[Tensor, Tensor]], non_blocking: bool) -> None:
-    if not pairs:
-        return
-    dests = [p[0] for p in pairs]
-    srcs = [p[1] for p in pairs]
-    if torch._C._are_functorch_transforms_active():
-        for dest, src in pairs:
-            dest.copy_(src, non_blocking=non_blocking)
-    else:
-        torch._foreach_copy_(dests, srcs, non_blocking=non_blocking)
-
-
-def _flat_items(source: Any, prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
-    """``(full key, leaf value)`` of a TensorDict or a (nested) mapping with str or tuple keys."""
-    items = source._items_str() if is_td(source) else source.items()
-    for key, value in items:
-        full = prefix + ((key,) if type(key) is str else tuple(_as_tuple(unravel_key(key))))
-        if is_td(value) or isinstance(value, Mapping):
-            yield from _flat_items(value, full)
-        else:
-            yield full, value
-
-
-def _as_tuple(key: Any) -> tuple[str, ...]:
-    return (key,) if type(key) is str else key
-
-
-def _plan_at(
-    td: Any,
-    source: Any,
-    index: Any,
-    allowed: set[tuple[str, ...]] | None,
-    clone: bool,
-    missing: type[KeyError],
-    name: str,
-) -> list[tuple[Any, str, Any, tuple[str, ...]]]:
-    """Validate writing every leaf of ``source`` at ``index`` into ``td``'s existing entries."""
-    plan: list[tuple[Any, str, Any, tuple[str, ...]]] = []
-    shapes: dict[torch.Size, torch.Size] = {}
-    for full, value in _flat_items(source):
-        if allowed is not None and full not in allowed:
-            continue
-        parent = td
-        for part in full[:-1]:
-            parent = parent._get_str(part, NO_DEFAULT)
-            if parent is NO_DEFAULT or not is_td(parent):
-                break
-        dest, shape = _entry_meta(parent, full[-1]) if is_td(parent) else (NO_DEFAULT, None)
-        if dest is NO_DEFAULT:
-            raise missing(
-                f"{name}: key {full if len(full) > 1 else full[0]!r} is not in the destination "
-                f"(keys: {sorted(td._keys_str())}); it writes into existing entries only"
-            )
-        if shape is not None and isinstance(value, Tensor):
-            slot = shapes.get(shape)
-            if slot is None:
-                slot = shapes[shape] = slot_shape(shape, index)
-            if value.shape != slot and broadcast_shape(value.shape, slot) != slot:
-                raise BatchSizeError(
-                    f"{name}: cannot write a value of shape {list(value.shape)} into entry "
-                    f"{full!r} of shape {list(shape)} at index {index!r} (the slot has "
-                    f"shape {list(slot)})"
-                )
-        if clone and isinstance(value, Tensor):
-            value = value.clone()
-        plan.append((parent, full[-1], value, full))
-    return plan
-
-
-def _entry_meta(td: Any, key: str) -> tuple[Any, torch.Size | None]:
-    """The entry at ``key`` (for a lazy stack: its first member's) and its shape if it is a
-    tensor whose dims are all known (a lazy stack's ragged leaf has none), without stacking."""
-    parts = lazy_parts(td)
-    if parts is None:
-        dest = td._get_str(key, NO_DEFAULT)
-        return dest, dest.shape if isinstance(dest, Tensor) else None
-    if key not in td._keys_str():
-        return NO_DEFAULT, None
-    dest = parts[0][0]._get_str(key)
-    if not isinstance(dest, Tensor):
-        return dest, None
-    shape = td.get_item_shape(key)
-    return dest, None if -1 in shape else shape
-
-
-def _fill(td: Any, path: tuple[str, ...], value: Any) -> None:
-    parts = lazy_parts(td)
-    if parts is not None:
-        for member in parts[0]:
-            _fill(member, path, value)
-        return
-    entry = td._get_str(path[0])
-    if len(path) > 1:
-        _fill(entry, path[1:], value)
-    elif isinstance(entry, Tensor):
-        entry.fill_(value)
-    elif is_td(entry):
-        for leaf in storage_leaves(entry):
-            leaf.fill_(value)
-
-
 class MaskedMixin:
     """Methods of :class:`td_core.TensorDictBase` from this family."""
 
@@ -363,7 +231,7 @@ class MaskedMixin:
         Args:
             condition: a boolean mask over the leading batch dims (size-1 dims broadcast).
             other: a TensorDict (leaves paired by key), a tensor or a scalar.
-            out: a TensorDict to write the result into (returned).
+            out: a TensorDict whose entries are set to the result's (returned).
             pad: the value used for keys present on one side only; without it,
                 a key of self missing from ``other`` raises ``KeyError``.
             update_batch_size: accepted for compatibility; the batch size is kept.
@@ -380,7 +248,7 @@ class MaskedMixin:
         """
         _check_mask(self, condition, "where")
         result = _mask_map(self, MASK_OPS["where"], condition, other, pad, {})
-        return result if out is None else _copy_into(out, result)
+        return result if out is None else set_into(out, result)
 
     def masked_fill(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
         """A copy with ``value`` written where ``mask`` (over leading batch dims) is True.
@@ -418,7 +286,7 @@ class MaskedMixin:
             raise RuntimeError(
                 f"masked_select: the mask must be a boolean tensor, got dtype {mask.dtype}"
             )
-        if inplace and (lazy_parts(self) is not None or _no_grad(self)):
+        if inplace and (lazy_parts(self) is not None or no_grad_for(self)):
             raise NotImplementedError(
                 f"masked_select(inplace=True) is not supported on {type(self).__name__}; "
                 "use inplace=False (or to_tensordict() first)"
@@ -426,7 +294,7 @@ class MaskedMixin:
         while mask.ndim > self.batch_dims and mask.shape[-1] == 1:
             mask = mask.squeeze(-1)
         result = self._index(mask)
-        return _rebind(self, result) if inplace else result
+        return rebind(self, result) if inplace else result
 
     def gather(
         self: TensorDictBase,
@@ -478,8 +346,8 @@ class MaskedMixin:
             raise RuntimeError(f"gather: the index is empty (shape {list(index.shape)})")
         result = _gather(self, normalize_dim(dim, n), index)
         if inplace:
-            return _rebind(self, result)
-        return result if out is None else _copy_into(out, result)
+            return rebind(self, result)
+        return result if out is None else copy_into(out, result)
 
     # ------------------------------------------------------- indexed reads/writes
     def get_at(self: TensorDictBase, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:
@@ -505,7 +373,7 @@ class MaskedMixin:
             if type(value) is Tensor:
                 return value[index]
         key = unravel_key(key)
-        path = _as_tuple(key)
+        path = as_tuple(key)
         parent: Any = self
         for part in path[:-1]:
             parent = parent._get_str(part, NO_DEFAULT) if is_td(parent) else NO_DEFAULT
@@ -557,7 +425,7 @@ class MaskedMixin:
             key = unravel_key(key)
             leaf = key if type(key) is str else key[-1]
             parent = self if type(key) is str else self._parent_for(key, create=False)
-        if _no_grad(self):
+        if no_grad_for(self):
             with torch.no_grad():
                 set_at(parent, leaf, value, index, key)
         else:
@@ -582,10 +450,10 @@ class MaskedMixin:
             RuntimeError: naming a leaf whose shape does not fit its slot.
         """
         allowed = (
-            None if keys_to_update is None else {_as_tuple(unravel_key(k)) for k in keys_to_update}
+            None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
         )
-        plan = _plan_at(self, input_dict_or_td, idx, allowed, clone, KeyNotFoundError, "update_at_")
-        _write_plan(self, plan, idx)
+        plan = plan_at(self, input_dict_or_td, idx, allowed, clone, KeyNotFoundError, "update_at_")
+        write_plan(self, plan, idx)
         return self
 
     def copy_at_(
@@ -603,8 +471,8 @@ class MaskedMixin:
                 a key of ``tensordict`` that self lacks.
         """
         missing = MissingEntryError if fast else KeyNotFoundError
-        plan = _plan_at(self, tensordict, idx, None, False, missing, "copy_at_")
-        _write_plan(self, plan, idx)
+        plan = plan_at(self, tensordict, idx, None, False, missing, "copy_at_")
+        write_plan(self, plan, idx)
         return self
 
     def copy_(self: TensorDictBase, tensordict: Any, non_blocking: bool = False) -> TensorDictBase:
@@ -614,13 +482,14 @@ class MaskedMixin:
         """
         if not is_td(tensordict):
             tensordict = self._new_validated(tensordict, self.batch_size, "")
-        pairs: list[tuple[Tensor, Tensor]] = []
-        _plan_copy(self, tensordict, pairs, ())
-        if _no_grad(self):
+        dests: list[Tensor] = []
+        srcs: list[Tensor] = []
+        plan_copy(self, tensordict, dests, srcs, ())
+        if no_grad_for(self):
             with torch.no_grad():
-                _copy_pairs(pairs, non_blocking)
+                copy_all(dests, srcs, non_blocking)
         else:
-            _copy_pairs(pairs, non_blocking)
+            copy_all(dests, srcs, non_blocking)
         return self
 
     def fill_(self: TensorDictBase, key: NestedKey, value: float | bool) -> TensorDictBase:
@@ -634,46 +503,19 @@ class MaskedMixin:
             raise KeyNotFoundError(
                 f"fill_: key {key!r} not found (keys: {sorted(self._keys_str())})"
             )
-        if _no_grad(self):
+        if no_grad_for(self):
             with torch.no_grad():
-                _fill(self, _as_tuple(key), value)
+                fill(self, as_tuple(key), value)
         else:
-            _fill(self, _as_tuple(key), value)
+            fill(self, as_tuple(key), value)
         return self
 
     def zero_(self: TensorDictBase) -> TensorDictBase:
         """Zero every tensor leaf in place (a lazy stack's members included); returns self."""
         leaves = storage_leaves(self)
-        if _no_grad(self):
+        if no_grad_for(self):
             with torch.no_grad():
-                _zero(leaves)
+                zero_all(leaves)
         else:
-            _zero(leaves)
+            zero_all(leaves)
         return self
-
-
-def _write_plan(td: Any, plan: list[tuple[Any, str, Any, tuple[str, ...]]], idx: Any) -> None:
-    if _no_grad(td):
-        with torch.no_grad():
-            for parent, key, value, full in plan:
-                set_at(parent, key, value, idx, full)
-        return
-    for parent, key, value, full in plan:
-        set_at(parent, key, value, idx, full)
-
-
-def _copy_into(out: Any, result: Any) -> Any:
-    """Copy ``result`` into ``out`` (the ``out=`` forms), checked first; returns ``out``."""
-    pairs: list[tuple[Tensor, Tensor]] = []
-    _plan_copy(out, result, pairs, ())
-    _copy_pairs(pairs, False)
-    return out
-
-
-def _rebind(td: Any, result: Any) -> Any:
-    """Make ``td`` hold ``result``'s entries and batch size (the ``inplace=True`` forms)."""
-    for key, value in result._items_str():
-        td._set_str(key, value)
-    if td.batch_size != result.batch_size:
-        td.batch_size = result.batch_size
-    return td

@@ -27,7 +27,7 @@ def _index(td: Any, dim: int, size: int) -> torch.Tensor:
 
 
 def _zeros(td: Any) -> Any:
-    return td.masked_fill(_mask(td).logical_or(True), 0)
+    return td.masked_fill(torch.ones(td.batch_size, dtype=torch.bool), 0)
 
 
 def _with(td: Any, key: str, value: Any) -> Any:
@@ -45,6 +45,7 @@ CASES = {
     "where_bcast": lambda td: td.where(_mask(td, bcast=True), 0.0),
     "where_0d_tensor": lambda td: td.where(_mask(td), torch.tensor(2.0)),
     "where_out": lambda td: td.where(_mask(td), _zeros(td), out=td.masked_fill(_mask(td), 1)),
+    "where_out_promotes": lambda td: td.where(_mask(td), 0.5, out=td.masked_fill(_mask(td), 1)),
     "where_pad": lambda td: td.where(_mask(td), _zeros(td).select("obs"), pad=0),
     "where_missing_no_pad": lambda td: td.where(_mask(td), _zeros(td).select("obs")),
     "where_bad_mask": lambda td: td.where(torch.ones(7, dtype=torch.bool), 0.0),
