@@ -33,6 +33,7 @@ from td_core import (
 )
 from td_core._keys import KeysView, NestedKey, unravel_key
 from td_core._map import is_nt, is_td
+from td_core._names import carry_names, index_names
 from td_core._nontensor import NonTensorData
 from td_core._torch_function import TORCH_FUNCTIONS
 from td_core._utils import NO_DEFAULT, BatchMeta
@@ -149,7 +150,10 @@ class TensorDictBase(
         ):
             value = self.get(index)
             return value.data if is_nt(value) else value
-        return self._index(index)
+        names = self._raw_names()
+        if names is None:
+            return self._index(index)
+        return carry_names(self._index(index), index_names(names, index))
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys(include_nested=True)

@@ -88,7 +88,7 @@ class LazyStackedTensorDict(TensorDictBase):
         stack_dim: where the new dim goes among the batch dims.
     """
 
-    __slots__ = ("__weakref__", "_is_locked", "stack_dim", "tensordicts")
+    __slots__ = ("__weakref__", "_is_locked", "_td_dim_name", "stack_dim", "tensordicts")
 
     def __init__(self, *tensordicts: TensorDictBase, stack_dim: int = 0) -> None:
         if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
@@ -136,17 +136,21 @@ class LazyStackedTensorDict(TensorDictBase):
     def _subtrees(self) -> list[TensorDictBase]:
         return list(self.tensordicts)  # walking members avoids stacking every entry
 
-    def lock_(self) -> LazyStackedTensorDict:
-        self._is_locked = True
-        for td in self.tensordicts:
-            td.lock_()
-        return self
+    def _raw_names(self) -> tuple[str | None, ...] | None:
+        member = self.tensordicts[0]._raw_names()
+        own = getattr(self, "_td_dim_name", None)
+        if member is None and own is None:
+            return None
+        names = list(member or (None,) * (self.batch_dims - 1))
+        names.insert(self.stack_dim, own)
+        return tuple(names)
 
-    def unlock_(self) -> LazyStackedTensorDict:
-        self._is_locked = False
+    def _store_names(self, names: tuple[str | None, ...] | None) -> None:
+        d = self.stack_dim
+        self._td_dim_name = None if names is None else names[d]
+        member = None if names is None else (*names[:d], *names[d + 1 :])
         for td in self.tensordicts:
-            td.unlock_()
-        return self
+            td._store_names(member)
 
     # ---------------------------------------------------------------- primitives
     def _keys_str(self) -> dict[str, None]:

@@ -277,4 +277,6 @@ def make_tensordict(
         torch.Size([3, 4])
     """
     source = dict(input_dict or {}, **kwargs)
-    return TensorDict.from_dict(source, batch_size=batch_size, device=device)
+    return TensorDict.from_dict(
+        source, batch_size=batch_size, device=device, auto_batch_size=batch_size is None
+    )

@@ -131,18 +131,6 @@ class TensorDictParams(TensorDictBase, nn.Module):
     def _set_device(self, device: Any) -> None:
         self._device = as_device(device)
 
-    def lock_(self) -> TensorDictParams:
-        self._is_locked = True
-        for child in self._modules.values():
-            child.lock_()
-        return self
-
-    def unlock_(self) -> TensorDictParams:
-        self._is_locked = False
-        for child in self._modules.values():
-            child.unlock_()
-        return self
-
     # ----------------------------------------------------- nn.Module semantics
     def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
         """Move/cast in place like ``nn.Module.to`` (returns self)."""

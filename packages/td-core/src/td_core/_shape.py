@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._map import map_batch, map_batch_multi
+from td_core._names import carry_names, names_after
 from td_core._utils import infer_shape, normalize_dim, shape_args
 from td_core.errors import BatchSizeError
 
@@ -56,14 +57,18 @@ class ShapeMixin:
             d = normalize_dim(dim, len(bs))
             dims = (d,) if bs[d] == 1 else ()
         new = torch.Size(s for i, s in enumerate(bs) if i not in dims)
-        return map_batch(self, lambda t: t.squeeze(dims) if dims else t, new)
+        out = map_batch(self, lambda t: t.squeeze(dims) if dims else t, new)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names_after(names, drop=dims))
 
     def unsqueeze(self: TensorDictBase, dim: int) -> TensorDictBase:
         """Insert a batch dim of size 1 at ``dim`` (negative dims count from the batch end)."""
         bs = self.batch_size
         d = normalize_dim(dim, len(bs) + 1)
         new = torch.Size((*bs[:d], 1, *bs[d:]))
-        return map_batch(self, lambda t: t.unsqueeze(d), new)
+        out = map_batch(self, lambda t: t.unsqueeze(d), new)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names_after(names, insert=(d,)))
 
     def permute(self: TensorDictBase, *dims: Any) -> TensorDictBase:
         """Reorder the batch dims."""
@@ -75,7 +80,9 @@ class ShapeMixin:
             )
         bs = self.batch_size
         new = torch.Size(bs[d] for d in order)
-        return map_batch(self, lambda t: t.permute(*order, *range(n, t.ndim)), new)
+        out = map_batch(self, lambda t: t.permute(*order, *range(n, t.ndim)), new)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, [names[d] for d in order])
 
     def transpose(self: TensorDictBase, dim0: int, dim1: int) -> TensorDictBase:
         """Swap two batch dims."""
@@ -83,7 +90,13 @@ class ShapeMixin:
         d0, d1 = normalize_dim(dim0, n), normalize_dim(dim1, n)
         shape = list(self.batch_size)
         shape[d0], shape[d1] = shape[d1], shape[d0]
-        return map_batch(self, lambda t: t.transpose(d0, d1), torch.Size(shape))
+        out = map_batch(self, lambda t: t.transpose(d0, d1), torch.Size(shape))
+        names = self._raw_names()
+        if names is None:
+            return out
+        swapped = list(names)
+        swapped[d0], swapped[d1] = swapped[d1], swapped[d0]
+        return carry_names(out, swapped)
 
     def expand(self: TensorDictBase, *shape: Any) -> TensorDictBase:
         """Broadcast to batch size ``shape`` without copying (``-1`` keeps a dim)."""
@@ -104,7 +117,11 @@ class ShapeMixin:
         new = torch.Size(target)
         if not new:
             return map_batch(self, lambda t: t.expand(t.shape[n:]), new)
-        return map_batch(self, lambda t: t.expand(*new, *t.shape[n:]), new)
+        out = map_batch(self, lambda t: t.expand(*new, *t.shape[n:]), new)
+        names = self._raw_names()
+        if names is None:
+            return out
+        return carry_names(out, names_after(names, insert=range(offset)))
 
     def expand_as(self: TensorDictBase, other: Any) -> TensorDictBase:
         return self.expand(other.batch_size if hasattr(other, "batch_size") else other.shape)
@@ -136,7 +153,9 @@ class ShapeMixin:
         bs = self.batch_size
         d = normalize_dim(dim, len(bs))
         lead = torch.Size((*bs[:d], *bs[d + 1 :]))
-        return tuple(map_batch_multi(self, lambda t: t.unbind(d), [lead] * bs[d]))
+        out = tuple(map_batch_multi(self, lambda t: t.unbind(d), [lead] * bs[d]))
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names_after(names, drop=(d,)))
 
     def split(
         self: TensorDictBase, split_size: int | Sequence[int], dim: int = 0
@@ -156,7 +175,9 @@ class ShapeMixin:
                     f"split sizes {sizes} do not sum to batch dim {d} of size {total}"
                 )
         leads = [torch.Size((*bs[:d], s, *bs[d + 1 :])) for s in sizes]
-        return tuple(map_batch_multi(self, lambda t: t.split(sizes, d), leads))
+        out = tuple(map_batch_multi(self, lambda t: t.split(sizes, d), leads))
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names)
 
     def chunk(self: TensorDictBase, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
         """Split along ``dim`` into at most ``chunks`` pieces, as ``torch.chunk`` does."""

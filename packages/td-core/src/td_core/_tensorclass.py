@@ -116,13 +116,14 @@ class _TensorClassBase(TensorDictBase):
     def _is_locked(self) -> bool:  # type: ignore[override]
         return self._tensordict._is_locked
 
-    def lock_(self) -> Any:
-        self._tensordict.lock_()
-        return self
+    def _lock_tree(self, locked: bool) -> None:
+        self._tensordict._lock_tree(locked)
 
-    def unlock_(self) -> Any:
-        self._tensordict.unlock_()
-        return self
+    def _raw_names(self) -> Any:
+        return self._tensordict._raw_names()
+
+    def _store_names(self, names: Any) -> None:
+        self._tensordict._store_names(names)
 
     # ------------------------------------------------------------------- dunder
     def __setattr__(self, name: str, value: Any) -> None:
