@@ -2,6 +2,16 @@
 
 from td_core import errors
 from td_core._base import TensorDictBase, is_tensor_collection
+from td_core._convert import (
+    from_any,
+    from_dataclass,
+    from_json,
+    from_namedtuple,
+    from_pytree,
+    from_struct_array,
+    from_tuple,
+    fromkeys,
+)
 from td_core._extensions import has_extension, load_extension
 from td_core._interaction import InteractionType, interaction_type, set_interaction_type
 from td_core._keys import (
@@ -18,7 +28,7 @@ from td_core._modules import from_module, from_modules, make_tensordict, to_modu
 from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
 from td_core._params import TensorDictParams
 from td_core._stack import cat, stack
-from td_core._td import TensorDict
+from td_core._td import TensorDict, from_dict
 from td_core._tensorclass import is_tensorclass, tensorclass
 from td_core._version import __version__
 
@@ -39,6 +49,16 @@ __all__ = [
     "set_lazy_stack",
     "lazy_stack_enabled",
     "make_tensordict",
+    # conversion
+    "from_dict",
+    "from_any",
+    "from_dataclass",
+    "from_json",
+    "from_namedtuple",
+    "from_pytree",
+    "from_struct_array",
+    "from_tuple",
+    "fromkeys",
     "tensorclass",
     "is_tensorclass",
     # module parameters

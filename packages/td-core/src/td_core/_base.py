@@ -483,11 +483,14 @@ class TensorDictBase(
         self,
         module: Any,
         *,
-        inplace: bool = False,
+        inplace: bool | None = None,
         return_swap: bool = True,
+        swap_dest: TensorDictBase | None = None,
         use_state_dict: bool = False,
+        non_blocking: bool = False,
+        preserve_module_state: bool = True,
     ) -> Any:
-        """Write these tensors into ``module``'s parameters and buffers (see :func:`td_core.from_module`).
+        """Write these tensors into ``module``'s parameters and buffers (see :func:`td_core.to_module`).
 
         Returns what was replaced, a TensorDict that restores it when used as a
         context manager: ``with params.to_module(model): model(x)``.
@@ -495,7 +498,14 @@ class TensorDictBase(
         from td_core._modules import to_module
 
         return to_module(
-            self, module, inplace=inplace, return_swap=return_swap, use_state_dict=use_state_dict
+            self,
+            module,
+            inplace=inplace,
+            return_swap=return_swap,
+            swap_dest=swap_dest,
+            use_state_dict=use_state_dict,
+            non_blocking=non_blocking,
+            preserve_module_state=preserve_module_state,
         )
 
     # ---------------------------------------------------------------- workers

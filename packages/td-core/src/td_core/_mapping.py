@@ -167,12 +167,9 @@ class MappingMixin:
             >>> TensorDict.fromkeys(["a", ("b", "c")], 1)["b", "c"]
             tensor(1)
         """
-        from td_core._td import TensorDict
+        from td_core._convert import fromkeys
 
-        out = TensorDict()
-        for key in keys:
-            out.set(key, value)
-        return out
+        return fromkeys(keys, value)
 
     @property
     def sorted_keys(self: TensorDictBase) -> list[str]:
@@ -312,7 +309,10 @@ class MappingMixin:
                         self.del_(path[:depth])
         if default is not NO_DEFAULT:
             for key in missing:
-                out.set(key, default if default is not None else NonTensorData(None))
+                if isinstance(default, Tensor) or is_td(default):
+                    out.set(key, default)
+                else:
+                    out.set_non_tensor(key, default)
         return out
 
     # ---------------------------------------------------------------- conversion to dense

@@ -15,7 +15,7 @@ from td_core._pytree import allow_weights_only, register
 from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, LockedError
 
-__all__ = ["TensorDict"]
+__all__ = ["TensorDict", "from_dict"]
 
 Tensor = torch.Tensor
 
@@ -172,7 +172,7 @@ class TensorDict(TensorDictBase):
             >>> TensorDict.from_dict({"a": torch.zeros(3, 4)}, auto_batch_size=True).batch_size
             torch.Size([3, 4])
         """
-        return from_dict(
+        return _from_dict(
             cls,
             input_dict,
             batch_size=batch_size,
@@ -193,7 +193,7 @@ class TensorDict(TensorDictBase):
         names: Sequence[str | None] | None = None,
     ) -> TensorDict:
         """:meth:`from_dict` as an instance method (the result is a new TensorDict)."""
-        return from_dict(
+        return _from_dict(
             type(self),
             input_dict,
             batch_size=batch_size,
@@ -428,38 +428,6 @@ class TensorDict(TensorDictBase):
     def _set_device(self, device: Any) -> None:
         self._device = as_device(device)
 
-    def auto_batch_size_(self, batch_dims: int | None = None) -> TensorDict:
-        """Set the batch size to the longest leading shape common to every leaf.
-
-        Sub-TensorDicts are sized first (bottom up). ``batch_dims`` caps the
-        number of dims.
-
-        Examples:
-            >>> import torch
-            >>> from td_core import TensorDict
-            >>> td = TensorDict({"a": torch.zeros(3, 4, 2), "b": torch.zeros(3, 4)})
-            >>> td.auto_batch_size_().batch_size
-            torch.Size([3, 4])
-        """
-        shapes = []
-        for value in self._values_str():
-            if is_td(value):
-                value.auto_batch_size_(batch_dims)
-            shapes.append(value.batch_size if not isinstance(value, Tensor) else value.shape)
-        if not shapes:
-            common: list[int] = list(self._batch_size)
-        else:
-            common = list(shapes[0])
-            for shape in shapes[1:]:
-                i = 0
-                while i < len(common) and i < len(shape) and common[i] == shape[i]:
-                    i += 1
-                del common[i:]
-        if batch_dims is not None:
-            del common[batch_dims:]
-        self._set_batch_size(torch.Size(common))
-        return self
-
     # ---------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -479,7 +447,7 @@ class TensorDict(TensorDictBase):
         self._pending = None
 
 
-def from_dict(
+def _from_dict(
     cls: Any,
     input_dict: Mapping[Any, Any],
     *,
@@ -507,6 +475,27 @@ def from_dict(
     if names is not None:
         out._set_names(names)
     return out  # type: ignore[no-any-return]
+
+
+def from_dict(
+    input_dict: Mapping[Any, Any],
+    *,
+    auto_batch_size: bool | None = None,
+    batch_size: Any = None,
+    device: Any = None,
+    batch_dims: int | None = None,
+    names: Sequence[str | None] | None = None,
+) -> TensorDict:
+    """A TensorDict from a (nested) mapping; see :meth:`TensorDict.from_dict`."""
+    return _from_dict(
+        TensorDict,
+        input_dict,
+        batch_size=batch_size,
+        device=device,
+        batch_dims=batch_dims,
+        auto_batch_size=auto_batch_size,
+        names=names,
+    )
 
 
 register(TensorDict)
