@@ -98,7 +98,7 @@ def _node_to_dict(td: TensorDictBase, convert: bool | str, tolist_first: bool) -
 
 def _convert_tensor(value: Tensor, convert: bool | str) -> Any:
     if convert == "numpy":
-        return value.detach().cpu().numpy()
+        return value.cpu().numpy()
     if convert:
         return value.tolist()
     return value

@@ -27,6 +27,7 @@ import torch
 from td_core._base import TensorDictBase
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core._map import is_nt, is_td
+from td_core._names import inherit_names
 from td_core._nontensor import NonTensorData, stack_non_tensors
 from td_core._pytree import allow_weights_only, register
 from td_core._repr import fields_repr, leaf_repr, td_repr
@@ -233,8 +234,11 @@ class LazyStackedTensorDict(TensorDictBase):
     def _new(
         self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
     ) -> TensorDict:
-        return TensorDict._new_unsafe(
-            source, batch_size, self.device if device is NO_DEFAULT else device
+        return inherit_names(
+            self,
+            TensorDict._new_unsafe(
+                source, batch_size, self.device if device is NO_DEFAULT else device
+            ),
         )
 
     @classmethod

@@ -22,7 +22,15 @@ from td_core.errors import TDError
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = ["NamesMixin", "NamesError", "names_after", "carry_names", "index_names"]
+__all__ = [
+    "NamesMixin",
+    "NamesError",
+    "NamesCountError",
+    "names_after",
+    "carry_names",
+    "index_names",
+    "inherit_names",
+]
 
 Names = tuple[str | None, ...]
 
@@ -31,10 +39,14 @@ class NamesError(TDError, RuntimeError):
     """Dim names that cannot be reconciled (``refine_names`` on a differently named dim)."""
 
 
+class NamesCountError(TDError, ValueError, IndexError):
+    """As many dim names as batch dims are needed (upstream raises ``IndexError`` or ``ValueError``)."""
+
+
 def _check(names: Sequence[Any], ndim: int) -> Names:
     names = tuple(names)
     if len(names) != ndim:
-        raise ValueError(
+        raise NamesCountError(
             f"got {len(names)} dim names {list(names)} for a TensorDict with {ndim} batch dims; "
             "give one name (or None) per batch dim"
         )
@@ -54,6 +66,14 @@ def carry_names(result: Any, names: Sequence[str | None] | None) -> Any:
             carry_names(item, names)
     elif is_td(result) and (names is None or len(names) == result.batch_dims):
         result._store_names(None if names is None else tuple(names))
+    return result
+
+
+def inherit_names(source: Any, result: Any) -> Any:
+    """``result`` with ``source``'s names if it has the same batch size (for ``_new``)."""
+    names = source._raw_names()
+    if names is not None and result.batch_size == source.batch_size:
+        result._store_names(names)
     return result
 
 
@@ -181,7 +201,7 @@ class NamesMixin:
             i = names.index(Ellipsis)
             fill = ndim - (len(names) - 1)
             if fill < 0:
-                raise ValueError(f"refine_names: too many names {list(names)} for {ndim} dims")
+                raise NamesCountError(f"refine_names: too many names {list(names)} for {ndim} dims")
             names = (*names[:i], *(None,) * fill, *names[i + 1 :])
         new = _check(names, ndim)
         current = self.names
