@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from td_core._map import is_nt, is_td
-from td_core._nontensor import NonTensorStack
+from td_core._nontensor import NonTensorData, NonTensorStack
 from td_core._utils import as_size
 from td_core.errors import TDError
 
@@ -775,6 +775,8 @@ class ConvertMixin:
         for value in self._values_str():
             if isinstance(value, Tensor):
                 shapes.append(value.shape)
+                continue
+            if isinstance(value, NonTensorData):  # one value fits any batch size
                 continue
             if is_td(value) and not keep_compliant_size:
                 value.auto_batch_size_(batch_dims)
