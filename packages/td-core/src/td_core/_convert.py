@@ -594,6 +594,49 @@ class ConvertMixin:
 
     # ------------------------------------------------------------ constructors
     @classmethod
+    def from_dict(
+        cls,
+        input_dict: Mapping[Any, Any],
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> Any:
+        """A dense TensorDict from a (nested) mapping; see :func:`td_core.from_dict`."""
+        from td_core._td import from_dict
+
+        return from_dict(
+            input_dict,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+        )
+
+    def from_dict_instance(
+        self,
+        input_dict: Mapping[Any, Any],
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> Any:
+        """:meth:`from_dict` as an instance method (the result is a new dense TensorDict)."""
+        return type(self).from_dict(
+            input_dict,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            auto_batch_size=auto_batch_size,
+            names=names,
+        )
+
+    @classmethod
     def from_any(
         cls,
         obj: Any,

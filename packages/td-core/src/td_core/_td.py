@@ -182,27 +182,6 @@ class TensorDict(TensorDictBase):
             names=names,
         )
 
-    def from_dict_instance(
-        self,
-        input_dict: Mapping[Any, Any],
-        *,
-        auto_batch_size: bool | None = None,
-        batch_size: Any = None,
-        device: Any = None,
-        batch_dims: int | None = None,
-        names: Sequence[str | None] | None = None,
-    ) -> TensorDict:
-        """:meth:`from_dict` as an instance method (the result is a new TensorDict)."""
-        return _from_dict(
-            type(self),
-            input_dict,
-            batch_size=batch_size,
-            device=device,
-            batch_dims=batch_dims,
-            auto_batch_size=auto_batch_size,
-            names=names,
-        )
-
     @staticmethod
     def from_module(
         module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
