@@ -2,7 +2,8 @@
 
 from td_core import errors
 from td_core._base import TensorDictBase, is_tensor_collection
-from td_core._convert import (
+from td_core._extensions import has_extension, load_extension
+from td_core._from import (
     from_any,
     from_dataclass,
     from_json,
@@ -12,7 +13,6 @@ from td_core._convert import (
     from_tuple,
     fromkeys,
 )
-from td_core._extensions import has_extension, load_extension
 from td_core._interaction import InteractionType, interaction_type, set_interaction_type
 from td_core._keys import (
     NestedKey,

@@ -167,7 +167,7 @@ class MappingMixin:
             >>> TensorDict.fromkeys(["a", ("b", "c")], 1)["b", "c"]
             tensor(1)
         """
-        from td_core._convert import fromkeys
+        from td_core._from import fromkeys
 
         return fromkeys(keys, value)
 

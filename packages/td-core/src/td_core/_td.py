@@ -182,29 +182,6 @@ class TensorDict(TensorDictBase):
             names=names,
         )
 
-    @staticmethod
-    def from_module(
-        module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
-    ) -> Any:
-        """The parameters and buffers of ``module`` (see :func:`td_core.from_module`)."""
-        from td_core._modules import from_module
-
-        return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
-
-    @staticmethod
-    def from_modules(*modules: Any, **kwargs: Any) -> Any:
-        """The stacked parameters of several modules (see :func:`td_core.from_modules`)."""
-        from td_core._modules import from_modules
-
-        return from_modules(*modules, **kwargs)
-
-    @staticmethod
-    def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDict:
-        """Receive a TensorDict sent with ``init_remote`` (no template needed)."""
-        from td_core._distributed import from_remote_init
-
-        return from_remote_init(src, group=group, device=device)  # type: ignore[return-value]
-
     # ---------------------------------------------------------------- primitives
     # Keys added inside a torch.compile'd function go to ``_pending`` (None otherwise):
     # mutating the entry dict itself makes Dynamo guard on its length, so a function
