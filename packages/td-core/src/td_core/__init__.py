@@ -16,6 +16,16 @@ from td_core._flags import (
     set_lazy_legacy,
     set_list_to_stack,
 )
+from td_core._from import (
+    from_any,
+    from_dataclass,
+    from_json,
+    from_namedtuple,
+    from_pytree,
+    from_struct_array,
+    from_tuple,
+    fromkeys,
+)
 from td_core._functional import (
     collate,
     dense_stack_tds,
@@ -50,7 +60,7 @@ from td_core._predicates import (
 )
 from td_core._printoptions import get_printoptions, set_printoptions
 from td_core._stack import cat, stack
-from td_core._td import TensorDict
+from td_core._td import TensorDict, from_dict
 from td_core._tensorclass import is_tensorclass
 from td_core._tensorclass_options import TensorClass, tensorclass
 from td_core._testing import assert_allclose_td, assert_close
@@ -76,6 +86,16 @@ __all__ = [
     "set_lazy_stack",
     "lazy_stack_enabled",
     "make_tensordict",
+    # conversion
+    "from_dict",
+    "from_any",
+    "from_dataclass",
+    "from_json",
+    "from_namedtuple",
+    "from_pytree",
+    "from_struct_array",
+    "from_tuple",
+    "fromkeys",
     "tensorclass",
     "is_tensorclass",
     "TensorClass",

@@ -39,6 +39,7 @@ def _apply(
     batch_size: torch.Size | None,
     device: Any,
     filter_empty: bool | None,
+    is_leaf: Callable[[type], bool] | None = None,
 ) -> TensorDictBase | None:
     out: dict[str, Any] = {}
     bs = td.batch_size if batch_size is None else batch_size
@@ -56,12 +57,13 @@ def _apply(
                 item = default
             other_values.append(item)
         is_tensor = isinstance(value, Tensor)
-        if not is_tensor and value._is_non_tensor:
+        as_leaf = not is_tensor and is_leaf is not None and is_leaf(type(value))
+        if not is_tensor and value._is_non_tensor and not as_leaf:
             if not inplace:
                 out[key] = value
             continue
         nested = not is_tensor
-        if nested and not call_on_nested:
+        if nested and not call_on_nested and not as_leaf:
             sub = _apply(
                 value,
                 fn,
@@ -75,6 +77,7 @@ def _apply(
                 batch_size=batch_size,
                 device=device,
                 filter_empty=filter_empty,
+                is_leaf=is_leaf,
             )
             if not inplace and not (filter_empty and sub.is_empty()):
                 out[key] = sub
@@ -159,6 +162,7 @@ class ApplyMixin:
         default: Any = NO_DEFAULT,
         filter_empty: bool | None = None,
         call_on_nested: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
     ) -> TensorDictBase | None:
         """A new TensorDict with ``fn(leaf, *leaves_of_others)`` at every tensor leaf.
 
@@ -172,6 +176,8 @@ class ApplyMixin:
             default: the value passed for keys missing from ``others``.
             filter_empty: drop sub-TensorDicts that end up empty.
             call_on_nested: call ``fn`` on sub-TensorDicts instead of their leaves.
+            is_leaf: a predicate on an entry's class: entries it accepts (a
+                sub-TensorDict, a non-tensor leaf) are passed to ``fn`` whole.
 
         Examples:
             >>> import torch
@@ -193,6 +199,7 @@ class ApplyMixin:
             batch_size=None if batch_size is None else as_size(batch_size),
             device=device,
             filter_empty=filter_empty,
+            is_leaf=is_leaf,
         )
 
     def apply_(

@@ -37,6 +37,7 @@ from td_core import (
 from td_core._contract import TensorDictContract, dense
 from td_core._keys import KeysView, NestedKey, unravel_key
 from td_core._map import is_nt, is_td
+from td_core._names import carry_names, index_names
 from td_core._nontensor import NonTensorData
 from td_core._torch_function import TORCH_FUNCTIONS
 from td_core._utils import NO_DEFAULT
@@ -156,7 +157,10 @@ class TensorDictBase(
         ):
             value = self.get(index)
             return value.data if is_nt(value) else value
-        return self._index(index)
+        names = self._raw_names()
+        if names is None:
+            return self._index(index)
+        return carry_names(self._index(index), index_names(names, index))
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys(include_nested=True)
@@ -484,11 +488,14 @@ class TensorDictBase(
         self,
         module: Any,
         *,
-        inplace: bool = False,
+        inplace: bool | None = None,
         return_swap: bool = True,
+        swap_dest: TensorDictBase | None = None,
         use_state_dict: bool = False,
+        non_blocking: bool = False,
+        preserve_module_state: bool = True,
     ) -> Any:
-        """Write these tensors into ``module``'s parameters and buffers (see :func:`td_core.from_module`).
+        """Write these tensors into ``module``'s parameters and buffers (see :func:`td_core.to_module`).
 
         Returns what was replaced, a TensorDict that restores it when used as a
         context manager: ``with params.to_module(model): model(x)``.
@@ -496,7 +503,14 @@ class TensorDictBase(
         from td_core._modules import to_module
 
         return to_module(
-            self, module, inplace=inplace, return_swap=return_swap, use_state_dict=use_state_dict
+            self,
+            module,
+            inplace=inplace,
+            return_swap=return_swap,
+            swap_dest=swap_dest,
+            use_state_dict=use_state_dict,
+            non_blocking=non_blocking,
+            preserve_module_state=preserve_module_state,
         )
 
     # ---------------------------------------------------------------- workers

@@ -1,11 +1,488 @@
-"""Conversion to and from other containers (numpy, lists, namedtuples, dataclasses, pytrees, ``from_any``)."""
+"""Conversion of a TensorDict to other containers (numpy, lists, namedtuples, pytrees, struct arrays, JSON).
+
+The ``from_*`` constructors live in ``_from``; the classmethods here delegate to them.
+"""
 
 from __future__ import annotations
 
+import collections
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from td_core._from import (
+    PYTREE_TYPE,
+    from_any,
+    from_dataclass,
+    from_json,
+    from_list,
+    from_namedtuple,
+    from_pytree,
+    from_struct_array,
+    from_tuple,
+)
+from td_core._map import is_nt, is_td
+from td_core._nontensor import NonTensorData
+
+if TYPE_CHECKING:
+    from td_core._base import TensorDictBase
+
 __all__ = ["ConvertMixin"]
+
+Tensor = torch.Tensor
+
+
+# ---------------------------------------------------------------- towards python
+def _node_to_dict(td: TensorDictBase, convert: bool | str, tolist_first: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            out[key] = _convert_tensor(value, convert)
+        elif is_nt(value):
+            out[key] = value.tolist() if tolist_first else value.data
+        elif tolist_first:
+            out[key] = value.tolist(convert_tensors=convert)
+        else:
+            out[key] = _node_to_dict(value, convert, tolist_first)
+    return out
+
+
+def _convert_tensor(value: Tensor, convert: bool | str) -> Any:
+    if convert == "numpy":
+        return value.cpu().numpy()
+    if convert:
+        return value.tolist()
+    return value
+
+
+def _tolist(td: TensorDictBase, convert_nodes: bool, convert: bool | str) -> Any:
+    if not td.batch_size:
+        return _node_to_dict(td, convert, False) if convert_nodes else td
+    return [_tolist(item, convert_nodes, convert) for item in td.unbind(0)]
+
+
+def _to_namedtuple(td: TensorDictBase, dest_cls: Any) -> Any:
+    values = {}
+    for key, value in td._items_str():
+        if is_td(value):
+            values[key] = _to_namedtuple(value, None)
+        else:
+            values[key] = value.data if is_nt(value) else value
+    cls = dest_cls or collections.namedtuple("GenericDict", list(values))
+    return cls(**values)
+
+
+def _to_pytree(td: TensorDictBase) -> Any:
+    kind = td._get_str(PYTREE_TYPE, None)
+    if kind is None:
+        return td
+    kind = kind.data
+    children = {
+        key: _to_pytree(value) if is_td(value) else (value.data if is_nt(value) else value)
+        for key, value in td._items_str()
+        if key != PYTREE_TYPE
+    }
+    if kind is dict:
+        return children
+    if kind in (tuple, list):
+        return kind(children[str(i)] for i in range(len(children)))
+    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        return kind(**children)
+    raise TypeError(f"to_pytree: cannot rebuild a node of type {kind!r}")
+
+
+def _struct_dtype(td: TensorDictBase, n: int) -> list[tuple[Any, ...]]:
+    fields: list[tuple[Any, ...]] = []
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            np_dtype = torch.empty((), dtype=value.dtype).numpy().dtype
+            fields.append((key, np_dtype, tuple(value.shape[n:])))
+        elif is_nt(value):
+            strings = [str(v) for v in np.asarray(value.tolist(), dtype=object).reshape(-1)]
+            width = max([len(s) for s in strings] + [1])
+            fields.append((key, f"<U{width}"))
+        else:
+            fields.append((key, _struct_dtype(value, n), tuple(value.batch_size[n:])))
+    return fields
+
+
+def _fill_struct(arr: np.ndarray, td: TensorDictBase) -> None:
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            arr[key] = value.detach().cpu().numpy()
+        elif is_nt(value):
+            arr[key] = np.asarray(value.tolist(), dtype=object).astype(str)
+        else:
+            _fill_struct(arr[key], value)
 
 
 class ConvertMixin:
-    """Methods of :class:`td_core.TensorDictBase` from this family."""
+    """Conversion methods of :class:`td_core.TensorDictBase`."""
 
     __slots__ = ()
+
+    def to_dict(
+        self: TensorDictBase,
+        *,
+        retain_none: bool = True,
+        convert_tensors: bool | str = False,
+        tolist_first: bool = False,
+    ) -> dict[str, Any]:
+        """A nested ``dict`` of the entries.
+
+        Args:
+            retain_none: kept for upstream compatibility (``None`` values are kept).
+            convert_tensors: ``True`` turns tensors into (nested) lists, ``"numpy"`` into arrays.
+            tolist_first: sub-TensorDicts and non-tensor leaves become lists over the batch.
+        """
+        return _node_to_dict(self, convert_tensors, tolist_first)
+
+    def numpy(self: TensorDictBase) -> dict[str, Any]:
+        """A nested ``dict`` of numpy arrays (non-tensor leaves give their values)."""
+        return _node_to_dict(self, "numpy", False)
+
+    def tolist(
+        self: TensorDictBase,
+        *,
+        convert_nodes: bool = True,
+        convert_tensors: bool | str = False,
+        tolist_first: bool = False,
+        as_linked_list: bool = False,
+    ) -> Any:
+        """Nested lists over the batch dims, of dicts (or TensorDicts with ``convert_nodes=False``).
+
+        Args:
+            convert_tensors: ``True`` turns tensors into lists, ``"numpy"`` into arrays.
+            tolist_first: accepted for upstream compatibility (the result is the same).
+            as_linked_list: accepted for upstream compatibility; a plain list is returned.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> TensorDict({"a": torch.arange(2)}, [2]).tolist(convert_tensors=True)
+            [{'a': 0}, {'a': 1}]
+        """
+        return _tolist(self, convert_nodes, convert_tensors)
+
+    def to_namedtuple(self: TensorDictBase, dest_cls: type | None = None) -> Any:
+        """A namedtuple (``GenericDict``, or ``dest_cls``) of the entries; sub-TensorDicts nest."""
+        return _to_namedtuple(self, dest_cls)
+
+    def to_pytree(self: TensorDictBase) -> Any:
+        """The tree ``from_pytree`` read (dicts, lists, tuples, namedtuples), or self for other TensorDicts."""
+        return _to_pytree(self)
+
+    def to_struct_array(self: TensorDictBase) -> np.ndarray:
+        """A numpy structured array shaped like the batch, one field per entry (nested dtypes nest)."""
+        arr = np.empty(tuple(self.batch_size), dtype=_struct_dtype(self, self.batch_dims))
+        _fill_struct(arr, self)
+        return arr
+
+    def to_json(
+        self: TensorDictBase,
+        path: Any,
+        *,
+        separator: str | None = None,
+        lines: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Write the rows along dim 0 as JSON records (nested keys joined by ``separator``, default ``"."``).
+
+        A TensorDict with empty batch size is one record. ``lines=True``
+        writes one record per line. ``from_json`` reads it back.
+        """
+        flat = self.flatten_keys(separator or ".")
+        rows = [flat] if not flat.batch_size else list(flat.unbind(0))
+        records = [row.to_dict(convert_tensors=True) for row in rows]
+        text = (
+            "\n".join(json.dumps(r, **kwargs) for r in records)
+            if lines
+            else json.dumps(records[0] if not flat.batch_size else records, **kwargs)
+        )
+        with open(os.fspath(path), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    # ------------------------------------------------------------ constructors
+    @staticmethod
+    def from_module(
+        module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
+    ) -> Any:
+        """The parameters and buffers of ``module`` (see :func:`td_core.from_module`)."""
+        from td_core._modules import from_module
+
+        return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
+
+    @staticmethod
+    def from_modules(*modules: Any, **kwargs: Any) -> Any:
+        """The stacked parameters of several modules (see :func:`td_core.from_modules`)."""
+        from td_core._modules import from_modules
+
+        return from_modules(*modules, **kwargs)
+
+    @staticmethod
+    def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> Any:
+        """Receive a TensorDict sent with ``init_remote`` (no template needed)."""
+        from td_core._distributed import from_remote_init
+
+        return from_remote_init(src, group=group, device=device)
+
+    @classmethod
+    def from_dict(
+        cls,
+        input_dict: Mapping[Any, Any],
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> Any:
+        """A dense TensorDict from a (nested) mapping; see :func:`td_core.from_dict`."""
+        from td_core._td import from_dict
+
+        return from_dict(
+            input_dict,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+        )
+
+    def from_dict_instance(
+        self,
+        input_dict: Mapping[Any, Any],
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> Any:
+        """:meth:`from_dict` as an instance method (the result is a new dense TensorDict)."""
+        return type(self).from_dict(
+            input_dict,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            auto_batch_size=auto_batch_size,
+            names=names,
+        )
+
+    @classmethod
+    def from_any(
+        cls,
+        obj: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See :func:`td_core.from_any`."""
+        return from_any(
+            obj,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_tuple(
+        cls,
+        obj: Sequence[Any],
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See :func:`td_core.from_tuple`."""
+        return from_tuple(
+            obj,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_namedtuple(
+        cls,
+        named_tuple: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See :func:`td_core.from_namedtuple`."""
+        return from_namedtuple(
+            named_tuple,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_dataclass(
+        cls,
+        dataclass: Any,
+        *,
+        dest_cls: type | None = None,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        as_tensorclass: bool = False,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See :func:`td_core.from_dataclass`."""
+        return from_dataclass(
+            dataclass,
+            dest_cls=dest_cls,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            as_tensorclass=as_tensorclass,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_pytree(
+        cls,
+        pytree: Any,
+        *,
+        batch_size: Any = None,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+    ) -> Any:
+        """See :func:`td_core.from_pytree`."""
+        return from_pytree(
+            pytree, batch_size=batch_size, auto_batch_size=auto_batch_size, batch_dims=batch_dims
+        )
+
+    @classmethod
+    def from_struct_array(
+        cls,
+        struct_array: np.ndarray,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See :func:`td_core.from_struct_array`."""
+        return from_struct_array(
+            struct_array,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_list(
+        cls,
+        input: Sequence[Any],
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Sequence[str | None] | None = None,
+        lazy: bool | None = None,
+    ) -> Any:
+        """See :func:`td_core.from_list`."""
+        return from_list(
+            input,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+            lazy=lazy,
+        )
+
+    @classmethod
+    def from_json(
+        cls,
+        path: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+        separator: str | None = None,
+        dtype: torch.dtype | None = None,
+        lines: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """See :func:`td_core.from_json`."""
+        return from_json(
+            path,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+            separator=separator,
+            dtype=dtype,
+            lines=lines,
+            **kwargs,
+        )
+
+    def auto_batch_size_(
+        self: TensorDictBase, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> TensorDictBase:
+        """Set the batch size to the longest leading shape common to every leaf, in place.
+
+        Sub-TensorDicts are sized first (bottom up), unless ``keep_compliant_size``
+        and their batch size already fits. ``batch_dims`` caps the number of dims.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.zeros(3, 4, 2), "b": torch.zeros(3, 4)})
+            >>> td.auto_batch_size_().batch_size
+            torch.Size([3, 4])
+        """
+        shapes = []
+        for value in self._values_str():
+            if isinstance(value, Tensor):
+                shapes.append(value.shape)
+                continue
+            if isinstance(value, NonTensorData):  # one value fits any batch size
+                continue
+            if is_td(value) and not keep_compliant_size:
+                value.auto_batch_size_(batch_dims)
+            shapes.append(value.batch_size)
+        common = list(shapes[0]) if shapes else list(self.batch_size)
+        for shape in shapes[1:]:
+            i = 0
+            while i < len(common) and i < len(shape) and common[i] == shape[i]:
+                i += 1
+            del common[i:]
+        if batch_dims is not None:
+            del common[batch_dims:]
+        if torch.Size(common) != self.batch_size:
+            self.batch_size = torch.Size(common)
+        return self
+
+    def auto_device_(self: TensorDictBase) -> TensorDictBase:
+        """Set the device to the one every leaf shares (``None`` if they differ or there is none).
+
+        Sub-TensorDicts are set first (bottom up).
+        """
+        devices = set()
+        for value in self._values_str():
+            if isinstance(value, Tensor):
+                devices.add(value.device)
+            elif is_td(value):
+                devices.add(value.auto_device_().device)
+        self._set_device(devices.pop() if len(devices) == 1 else None)
+        return self

@@ -27,6 +27,7 @@ import torch
 from td_core._base import TensorDictBase
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core._map import is_nt, is_td
+from td_core._names import inherit_names
 from td_core._nontensor import NonTensorData, stack_non_tensors
 from td_core._pytree import allow_weights_only, register
 from td_core._repr import fields_repr, leaf_repr, td_repr
@@ -88,7 +89,7 @@ class LazyStackedTensorDict(TensorDictBase):
         stack_dim: where the new dim goes among the batch dims.
     """
 
-    __slots__ = ("__weakref__", "_is_locked", "stack_dim", "tensordicts")
+    __slots__ = ("__weakref__", "_is_locked", "_td_dim_name", "stack_dim", "tensordicts")
 
     def __init__(self, *tensordicts: TensorDictBase, stack_dim: int = 0) -> None:
         if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
@@ -136,17 +137,21 @@ class LazyStackedTensorDict(TensorDictBase):
     def _subtrees(self) -> list[TensorDictBase]:
         return list(self.tensordicts)  # walking members avoids stacking every entry
 
-    def lock_(self) -> LazyStackedTensorDict:
-        self._is_locked = True
-        for td in self.tensordicts:
-            td.lock_()
-        return self
+    def _raw_names(self) -> tuple[str | None, ...] | None:
+        member = self.tensordicts[0]._raw_names()
+        own = getattr(self, "_td_dim_name", None)
+        if member is None and own is None:
+            return None
+        names = list(member or (None,) * (self.batch_dims - 1))
+        names.insert(self.stack_dim, own)
+        return tuple(names)
 
-    def unlock_(self) -> LazyStackedTensorDict:
-        self._is_locked = False
+    def _store_names(self, names: tuple[str | None, ...] | None) -> None:
+        d = self.stack_dim
+        self._td_dim_name = None if names is None else names[d]
+        member = None if names is None else (*names[:d], *names[d + 1 :])
         for td in self.tensordicts:
-            td.unlock_()
-        return self
+            td._store_names(member)
 
     # ---------------------------------------------------------------- primitives
     def _keys_str(self) -> dict[str, None]:
@@ -229,8 +234,11 @@ class LazyStackedTensorDict(TensorDictBase):
     def _new(
         self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
     ) -> TensorDict:
-        return TensorDict._new_unsafe(
-            source, batch_size, self.device if device is NO_DEFAULT else device
+        return inherit_names(
+            self,
+            TensorDict._new_unsafe(
+                source, batch_size, self.device if device is NO_DEFAULT else device
+            ),
         )
 
     @classmethod

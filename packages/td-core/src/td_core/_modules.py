@@ -188,6 +188,7 @@ def _swap(
     inplace: bool,
     swap: dict[str, Any] | None,
     path: tuple[str, ...],
+    preserve: bool = True,
 ) -> None:
     for key, value in td._items_str():
         if is_td(value):
@@ -197,7 +198,7 @@ def _swap(
                     f"to_module: {type(module).__name__} at {path or 'the root'!r} has no sub-module {key!r}"
                 )
             sub: dict[str, Any] | None = {} if swap is not None else None
-            _swap(value, child, inplace=inplace, swap=sub, path=(*path, key))
+            _swap(value, child, inplace=inplace, swap=sub, path=(*path, key), preserve=preserve)
             if swap is not None:
                 swap[key] = TensorDict._new_unsafe(sub, _EMPTY)  # type: ignore[arg-type]
             continue
@@ -215,6 +216,17 @@ def _swap(
             slots = module._parameters
         elif key in module._buffers:
             slots = module._buffers
+        elif isinstance(
+            module.__dict__.get(key), Tensor
+        ):  # unregistered by preserve_module_state=False
+            if swap is not None:
+                swap[key] = module.__dict__[key]
+            del module.__dict__[key]
+            if isinstance(value, nn.Parameter):
+                module._parameters[key] = value
+            else:
+                module._buffers[key] = value
+            continue
         else:
             raise KeyNotFoundError(
                 f"to_module: {type(module).__name__} at {path or 'the root'!r} has no parameter or buffer {key!r}"
@@ -228,17 +240,31 @@ def _swap(
             continue
         if swap is not None:
             swap[key] = NonTensorData(None) if old is None else old
+        if isinstance(old, nn.Parameter) and not isinstance(value, nn.Parameter):
+            if not preserve:  # the historical behaviour: a plain attribute replaces the parameter
+                del slots[key]
+                module.__dict__[key] = value
+                continue
+            if not value.requires_grad and not _is_batched(value):
+                value = nn.Parameter(value, requires_grad=old.requires_grad)
         slots[key] = value  # type: ignore[assignment]
+
+
+def _is_batched(value: Tensor) -> bool:
+    return bool(torch._C._functorch.is_functorch_wrapped_tensor(value))
 
 
 def to_module(
     td: TensorDictBase,
     module: nn.Module,
     *,
-    inplace: bool = False,
+    inplace: bool | None = False,
     return_swap: bool = True,
+    swap_dest: TensorDictBase | None = None,
     use_state_dict: bool = False,
-) -> ModuleSwap | None:
+    non_blocking: bool = False,
+    preserve_module_state: bool = True,
+) -> Any:
     """Write ``td``'s tensors into ``module``'s parameters and buffers.
 
     Args:
@@ -246,8 +272,15 @@ def to_module(
             of replacing them; use this to load a checkpoint into a model's
             own parameters.
         return_swap: return what was replaced (a context manager restoring it).
+        swap_dest: with ``return_swap``, also copy what was replaced into this TensorDict.
         use_state_dict: go through ``module.load_state_dict`` (hooks apply).
+        non_blocking: accepted for upstream compatibility.
+        preserve_module_state: a plain tensor written over an ``nn.Parameter``
+            becomes a parameter (with the old ``requires_grad``) unless it
+            requires grad itself or is batched by ``vmap``; with ``False`` it
+            replaces the parameter as a plain attribute.
     """
+    inplace = bool(inplace)
     if use_state_dict:
         flat = {
             k if type(k) is str else ".".join(k): v
@@ -256,12 +289,14 @@ def to_module(
         module.load_state_dict(flat)
         return None
     swap: dict[str, Any] | None = {} if return_swap else None
-    _swap(td, module, inplace=inplace, swap=swap, path=())
+    _swap(td, module, inplace=inplace, swap=swap, path=(), preserve=preserve_module_state)
     if swap is None:
         return None
     result = ModuleSwap._new_unsafe(swap, _EMPTY)
     result._module = module
     result._inplace = inplace
+    if swap_dest is not None:
+        swap_dest.update(result)
     return result
 
 
@@ -280,4 +315,6 @@ def make_tensordict(
         torch.Size([3, 4])
     """
     source = dict(input_dict or {}, **kwargs)
-    return TensorDict.from_dict(source, batch_size=batch_size, device=device)
+    return TensorDict.from_dict(
+        source, batch_size=batch_size, device=device, auto_batch_size=batch_size is None
+    )

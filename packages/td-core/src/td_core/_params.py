@@ -19,6 +19,7 @@ from torch import nn
 
 from td_core._base import TensorDictBase
 from td_core._map import is_nt, is_td
+from td_core._names import inherit_names
 from td_core._pytree import register
 from td_core._td import TensorDict
 from td_core._utils import NO_DEFAULT, as_device
@@ -111,8 +112,11 @@ class TensorDictParams(TensorDictBase, nn.Module):
     def _new(
         self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
     ) -> TensorDict:
-        return TensorDict._new_unsafe(
-            source, batch_size, self._device if device is NO_DEFAULT else device
+        return inherit_names(
+            self,
+            TensorDict._new_unsafe(
+                source, batch_size, self._device if device is NO_DEFAULT else device
+            ),
         )
 
     # ---------------------------------------------------------------- metadata
@@ -130,18 +134,6 @@ class TensorDictParams(TensorDictBase, nn.Module):
 
     def _set_device(self, device: Any) -> None:
         self._device = as_device(device)
-
-    def lock_(self) -> TensorDictParams:
-        self._is_locked = True
-        for child in self._modules.values():
-            child.lock_()
-        return self
-
-    def unlock_(self) -> TensorDictParams:
-        self._is_locked = False
-        for child in self._modules.values():
-            child.unlock_()
-        return self
 
     # ----------------------------------------------------- nn.Module semantics
     def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]

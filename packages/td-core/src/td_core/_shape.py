@@ -21,6 +21,7 @@ import torch
 
 from td_core import _lazy_shape as lazy
 from td_core._map import map_batch, map_batch_multi, map_leaves
+from td_core._names import carry_names, names_after
 from td_core._utils import infer_shape, normalize_dim, shape_args
 from td_core.errors import BatchSizeError, DimError, LockedError
 
@@ -200,7 +201,9 @@ class ShapeMixin:
         if out is not None:
             return out
         new = torch.Size(s for i, s in enumerate(bs) if i not in dims)
-        return map_batch(self, lambda t: t.squeeze(dims), new)
+        out = map_batch(self, lambda t: t.squeeze(dims), new)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names_after(names, drop=dims))
 
     def unsqueeze(self: TensorDictBase, dim: int) -> TensorDictBase:
         """Insert a batch dim of size 1 at ``dim`` (negative dims count from the batch end)."""
@@ -210,7 +213,9 @@ class ShapeMixin:
         if out is not None:
             return out
         new = torch.Size((*bs[:d], 1, *bs[d:]))
-        return map_batch(self, lambda t: t.unsqueeze(d), new)
+        out = map_batch(self, lambda t: t.unsqueeze(d), new)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names_after(names, insert=(d,)))
 
     def permute(
         self: TensorDictBase, *order: Any, dims: Sequence[int] | None = None
@@ -227,7 +232,9 @@ class ShapeMixin:
             raise DimError(
                 f"permute needs a permutation of the {len(bs)} batch dims, got {list(given)}"
             )
-        return permute_order(self, resolved)
+        out = permute_order(self, resolved)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, [names[d] for d in resolved])
 
     def transpose(self: TensorDictBase, dim0: int, dim1: int) -> TensorDictBase:
         """Swap two batch dims."""
@@ -235,7 +242,9 @@ class ShapeMixin:
         d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
         order = list(range(len(bs)))
         order[d0], order[d1] = order[d1], order[d0]
-        return permute_order(self, order)
+        out = permute_order(self, order)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, [names[d] for d in order])
 
     def expand(
         self: TensorDictBase, *shape: Any, size: Sequence[int] | None = None
@@ -245,9 +254,12 @@ class ShapeMixin:
         n = len(bs)
         new = expanded_shape(bs, size_arg(shape, size, "expand"), "expand")
         out = lazy.expand(self, new)
-        if out is not None:
+        if out is None:
+            out = map_batch(self, lambda t: t.expand((*new, *t.shape[n:])), new)
+        names = self._raw_names()
+        if names is None:
             return out
-        return map_batch(self, lambda t: t.expand((*new, *t.shape[n:])), new)
+        return carry_names(out, names_after(names, insert=range(len(new) - n)))
 
     def expand_as(self: TensorDictBase, other: Any) -> TensorDictBase:
         """Expand to the batch size of ``other`` (a TensorDict) or the shape of a tensor."""
@@ -288,9 +300,12 @@ class ShapeMixin:
         d = batch_dim(dim, bs)
         if lazy.parts(self) is not None:
             lead = (slice(None),) * d
-            return tuple(self._index((*lead, i)) for i in range(bs[d]))
-        new = torch.Size((*bs[:d], *bs[d + 1 :]))
-        return tuple(map_batch_multi(self, lambda t: t.unbind(d), [new] * bs[d]))
+            out = tuple(self._index((*lead, i)) for i in range(bs[d]))
+        else:
+            new = torch.Size((*bs[:d], *bs[d + 1 :]))
+            out = tuple(map_batch_multi(self, lambda t: t.unbind(d), [new] * bs[d]))
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names_after(names, drop=(d,)))
 
     def split(
         self: TensorDictBase, split_size: int | Sequence[int], dim: int = 0
@@ -309,7 +324,9 @@ class ShapeMixin:
                 raise BatchSizeError(
                     f"split sizes {sizes} do not sum to batch dim {d} of size {total}"
                 )
-        return split_sizes(self, d, sizes)
+        out = split_sizes(self, d, sizes)
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names)
 
     def chunk(self: TensorDictBase, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
         """Split along ``dim`` into at most ``chunks`` pieces, as ``torch.chunk`` does."""

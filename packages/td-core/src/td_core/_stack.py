@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._map import is_td
+from td_core._names import carry_names, names_after
 from td_core._nontensor import cat_non_tensors, stack_non_tensors
 from td_core._utils import normalize_dim
 from td_core.errors import BatchSizeError, KeyNotFoundError
@@ -74,6 +75,9 @@ def stack(
             raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
         return LazyStackedTensorDict(*tds, stack_dim=d)
     result = _combine(tds, d, (), stacking=True)
+    names = tds[0]._raw_names()
+    if names is not None:
+        carry_names(result, names_after(names, insert=(d,)))
     if out is not None:
         out.update_(result)
         return out
@@ -133,6 +137,9 @@ def cat(
                 f"{list(bs)}; they may differ only in dim {d}"
             )
     result = _combine(tds, d, (), stacking=False)
+    names = tds[0]._raw_names()
+    if names is not None:
+        carry_names(result, names)
     if out is not None:
         out.update_(result)
         return out

@@ -127,13 +127,28 @@ class StructureMixin:
         self: TensorDictBase,
         *key_sets: Iterable[NestedKey],
         inplace: bool = False,
+        default: Any = NO_DEFAULT,
         strict: bool = True,
+        reproduce_struct: bool = False,
     ) -> tuple[TensorDictBase, ...]:
-        """One TensorDict per key set, then one with the remaining keys."""
+        """One TensorDict per key set, then one with the remaining keys.
+
+        Args:
+            inplace: remove the split keys from self (self is then the last result).
+            default: accepted for upstream compatibility; a missing key still
+                raises ``KeyError`` unless ``strict=False``.
+            strict: raise ``KeyError`` on a missing key (else skip it).
+            reproduce_struct: every result keeps self's sub-TensorDicts (empty where
+                none of their keys went to it).
+        """
+        key_sets = tuple(list(keys) for keys in key_sets)
         parts = [self.select(*keys, strict=strict) for keys in key_sets]
         taken = [k for keys in key_sets for k in keys]
         rest = self.exclude(*taken, inplace=inplace)
-        return (*parts, rest)
+        out = (*parts, rest)
+        if reproduce_struct:
+            out = tuple(self.empty(recurse=True).update(part) for part in out)
+        return out
 
     def flatten_keys(
         self: TensorDictBase,
@@ -277,18 +292,6 @@ class StructureMixin:
     def copy(self: TensorDictBase) -> TensorDictBase:
         """A shallow copy: new containers, the same tensors."""
         return self.clone(recurse=False)
-
-    def to_dict(self: TensorDictBase, *, convert_tensors: bool = False) -> dict[str, Any]:
-        """A nested ``dict``: tensors (or lists with ``convert_tensors``), and non-tensor values."""
-        out: dict[str, Any] = {}
-        for key, value in self._items_str():
-            if isinstance(value, Tensor):
-                out[key] = value.tolist() if convert_tensors else value
-            elif is_nt(value):
-                out[key] = value.data
-            else:
-                out[key] = value.to_dict(convert_tensors=convert_tensors)
-        return out
 
     def state_dict(
         self: TensorDictBase,

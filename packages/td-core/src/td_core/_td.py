@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -17,7 +17,7 @@ from td_core._pytree import allow_weights_only, register
 from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, LockedError
 
-__all__ = ["TensorDict"]
+__all__ = ["TensorDict", "from_dict"]
 
 _TD = TypeVar("_TD", bound="TensorDict")
 
@@ -51,14 +51,23 @@ class TensorDict(TensorDictBase):
         torch.Size([3, 4])
     """
 
-    __slots__ = ("_tensordict", "_batch_size", "_device", "_is_locked", "_pending", "__weakref__")
+    __slots__ = (
+        "_tensordict",
+        "_batch_size",
+        "_device",
+        "_is_locked",
+        "_names",
+        "_pending",
+        "__weakref__",
+    )
 
     def __init__(
         self,
         source: Mapping[Any, Any] | None = None,
         batch_size: Any = NO_DEFAULT,
         device: Any = None,
-        *,
+        names: Sequence[str | None] | None = None,
+        non_blocking: bool | None = None,
         lock: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -66,16 +75,22 @@ class TensorDict(TensorDictBase):
         self._batch_size = torch.Size() if auto or batch_size is NO_DEFAULT else as_size(batch_size)
         self._device = as_device(device)
         self._is_locked = False
+        self._names: tuple[str | None, ...] | None = None
         self._pending: dict[str, Any] | None = None
         self._tensordict: dict[str, Any] = {}
         if source is not None:
             if not isinstance(source, Mapping):
-                raise TypeError(f"TensorDict source must be a mapping, got {type(source).__name__}")
+                raise TypeError(
+                    f"TensorDict source must be a mapping, got {type(source).__name__}; "
+                    "use TensorDict.from_any(...) for other containers"
+                )
             self._fill(source)
         if kwargs:
             self._fill(kwargs)
         if auto:
             self.auto_batch_size_()
+        if names is not None:
+            self._set_names(names)
         if lock:
             self.lock_()
 
@@ -110,6 +125,7 @@ class TensorDict(TensorDictBase):
         td._batch_size = batch_size
         td._device = device
         td._is_locked = False
+        td._names = None
         td._pending = None
         return td
 
@@ -127,6 +143,8 @@ class TensorDict(TensorDictBase):
         td._batch_size = batch_size
         td._device = self._device if device is NO_DEFAULT else device
         td._is_locked = False
+        names = self._names
+        td._names = None if names is None or batch_size != self._batch_size else names
         td._pending = None
         return td
 
@@ -136,41 +154,40 @@ class TensorDict(TensorDictBase):
         input_dict: Mapping[Any, Any],
         batch_size: Any = None,
         device: Any = None,
-        *,
         batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool | None = None,
+        names: Sequence[str | None] | None = None,
     ) -> TensorDict:
-        """A TensorDict from a (nested) mapping; the batch size is inferred unless given.
+        """A TensorDict from a (nested) mapping.
 
         Args:
-            batch_size: the batch size; ``None`` infers the longest common leading shape.
-            batch_dims: with an inferred batch size, keep at most this many dims.
+            input_dict: the entries; nested mappings become nested TensorDicts.
+            batch_size: the batch size (default: empty, or inferred with ``auto_batch_size``).
+            device: the device of the result.
+            batch_dims: infer the batch size, keeping at most this many dims.
+            auto_batch_size: infer the batch size (the longest leading shape
+                common to every leaf), as :meth:`auto_batch_size_`.
+            names: names of the batch dims.
+
+        Raises:
+            BatchSizeError: (a ``RuntimeError``) if a leaf does not start with ``batch_size``.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> TensorDict.from_dict({"a": torch.zeros(3, 4)}, auto_batch_size=True).batch_size
+            torch.Size([3, 4])
         """
-        if batch_size is not None:
-            return cls(input_dict, batch_size=batch_size, device=device)
-        return cls(input_dict, device=device).auto_batch_size_(batch_dims)
-
-    @staticmethod
-    def from_module(
-        module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
-    ) -> Any:
-        """The parameters and buffers of ``module`` (see :func:`td_core.from_module`)."""
-        from td_core._modules import from_module
-
-        return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
-
-    @staticmethod
-    def from_modules(*modules: Any, **kwargs: Any) -> Any:
-        """The stacked parameters of several modules (see :func:`td_core.from_modules`)."""
-        from td_core._modules import from_modules
-
-        return from_modules(*modules, **kwargs)
-
-    @staticmethod
-    def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDict:
-        """Receive a TensorDict sent with ``init_remote`` (no template needed)."""
-        from td_core._distributed import from_remote_init
-
-        return from_remote_init(src, group=group, device=device)  # type: ignore[return-value]
+        return _from_dict(
+            cls,
+            input_dict,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            auto_batch_size=auto_batch_size,
+            names=names,
+        )
 
     # ---------------------------------------------------------------- primitives
     # Keys added inside a torch.compile'd function go to ``_pending`` (None otherwise):
@@ -355,6 +372,9 @@ class TensorDict(TensorDictBase):
                     ) from None
                 updates[key] = sub
         self._tensordict.update(updates)
+        if self._names is not None and len(self._names) != n:
+            kept = self._names[:n]
+            self._names = (*kept, *(None,) * (n - len(kept))) if any(kept) else None
         self._batch_size = size
 
     @property
@@ -371,58 +391,6 @@ class TensorDict(TensorDictBase):
     def _set_device(self, device: Any) -> None:
         self._device = as_device(device)
 
-    def auto_batch_size_(self, batch_dims: int | None = None) -> TensorDict:
-        """Set the batch size to the longest leading shape common to every leaf.
-
-        Sub-TensorDicts are sized first (bottom up). ``batch_dims`` caps the
-        number of dims.
-
-        Examples:
-            >>> import torch
-            >>> from td_core import TensorDict
-            >>> td = TensorDict({"a": torch.zeros(3, 4, 2), "b": torch.zeros(3, 4)})
-            >>> td.auto_batch_size_().batch_size
-            torch.Size([3, 4])
-        """
-        shapes = []
-        for value in self._values_str():
-            if is_td(value):
-                value.auto_batch_size_(batch_dims)
-            shapes.append(value.batch_size if not isinstance(value, Tensor) else value.shape)
-        if not shapes:
-            common: list[int] = list(self._batch_size)
-        else:
-            common = list(shapes[0])
-            for shape in shapes[1:]:
-                i = 0
-                while i < len(common) and i < len(shape) and common[i] == shape[i]:
-                    i += 1
-                del common[i:]
-        if batch_dims is not None:
-            del common[batch_dims:]
-        self._set_batch_size(torch.Size(common))
-        return self
-
-    # ---------------------------------------------------------------- locking
-    def lock_(self) -> TensorDict:
-        """Lock this TensorDict and its sub-TensorDicts: no entry may be added, replaced or removed.
-
-        In-place writes (``set_``, ``td[idx] = ...`` on existing entries) stay allowed.
-        """
-        self._is_locked = True
-        for value in self._values_str():
-            if is_td(value):
-                value.lock_()
-        return self
-
-    def unlock_(self) -> TensorDict:
-        """Unlock this TensorDict and its sub-TensorDicts."""
-        self._is_locked = False
-        for value in self._values_str():
-            if is_td(value):
-                value.unlock_()
-        return self
-
     # ---------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         if is_consolidated(self):  # one buffer, not one copy of it per leaf
@@ -435,6 +403,7 @@ class TensorDict(TensorDictBase):
             "batch_size": tuple(self._batch_size),
             "device": None if self._device is None else str(self._device),
             "locked": self._is_locked,
+            "names": self._names,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -445,7 +414,59 @@ class TensorDict(TensorDictBase):
         self._batch_size = torch.Size(state["batch_size"])
         self._device = as_device(state["device"])
         self._is_locked = state["locked"]
+        self._names = state.get("names")
         self._pending = None
+
+
+def _from_dict(
+    cls: Any,
+    input_dict: Mapping[Any, Any],
+    *,
+    batch_size: Any = None,
+    device: Any = None,
+    batch_dims: int | None = None,
+    auto_batch_size: bool | None = None,
+    names: Sequence[str | None] | None = None,
+) -> TensorDict:
+    """The body of ``TensorDict.from_dict`` (see there)."""
+    if is_td(input_dict):
+        if batch_size is None and not auto_batch_size and batch_dims is None:
+            batch_size = input_dict.batch_size
+        input_dict = input_dict.to_dict()
+    if not isinstance(input_dict, Mapping):
+        raise TypeError(f"from_dict expects a mapping, got {type(input_dict).__name__}")
+    if auto_batch_size is None:
+        auto_batch_size = batch_dims is not None
+    if batch_size is not None:
+        out = cls(input_dict, batch_size=batch_size, device=device)
+    else:
+        out = cls(input_dict, device=device)
+        if auto_batch_size:
+            out.auto_batch_size_(batch_dims)
+    if names is not None:
+        out._set_names(names)
+    return out  # type: ignore[no-any-return]
+
+
+def from_dict(
+    input_dict: Mapping[Any, Any],
+    *,
+    auto_batch_size: bool | None = None,
+    batch_size: Any = None,
+    device: Any = None,
+    batch_dims: int | None = None,
+    names: Sequence[str | None] | None = None,
+) -> TensorDict:
+    """A TensorDict from a (nested) mapping; see :meth:`TensorDict.from_dict`."""
+    return _from_dict(
+        TensorDict,
+        input_dict,
+        batch_size=batch_size,
+        device=device,
+        batch_dims=batch_dims,
+        auto_batch_size=auto_batch_size,
+        names=names,
+    )
 
 
 register(TensorDict)

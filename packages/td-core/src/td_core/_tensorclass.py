@@ -19,6 +19,7 @@ import torch
 
 from td_core._base import TensorDictBase
 from td_core._map import is_nt
+from td_core._names import inherit_names
 from td_core._pytree import allow_weights_only, register
 from td_core._repr import leaf_repr, td_repr
 from td_core._td import TensorDict
@@ -60,7 +61,7 @@ class _TensorClassBase(TensorDictBase):
         td = TensorDict._new_unsafe(
             source, batch_size, self._tensordict._device if device is NO_DEFAULT else device
         )
-        return type(self)._wrap(td)
+        return inherit_names(self, type(self)._wrap(td))
 
     @classmethod
     def _wrap(cls, td: TensorDict) -> Any:
@@ -92,7 +93,7 @@ class _TensorClassBase(TensorDictBase):
             setattr(obj, key, value)
         return obj
 
-    def to_tensordict(self) -> TensorDict:
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
         """The fields as a plain TensorDict (a shallow copy)."""
         return self._tensordict.copy()
 
@@ -116,13 +117,14 @@ class _TensorClassBase(TensorDictBase):
     def _is_locked(self) -> bool:  # type: ignore[override]
         return self._tensordict._is_locked
 
-    def lock_(self) -> Any:
-        self._tensordict.lock_()
-        return self
+    def _lock_tree(self, locked: bool) -> None:
+        self._tensordict._lock_tree(locked)
 
-    def unlock_(self) -> Any:
-        self._tensordict.unlock_()
-        return self
+    def _raw_names(self) -> Any:
+        return self._tensordict._raw_names()
+
+    def _store_names(self, names: Any) -> None:
+        self._tensordict._store_names(names)
 
     # ------------------------------------------------------------------- dunder
     def __setattr__(self, name: str, value: Any) -> None:

@@ -384,6 +384,55 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
         "has a gradient; td returns None as for a TensorDict"
         for case in ("grad_none", "zero_grad")
     },
+    # dict surface (test_mapping.py)
+    **{
+        ("test_mapping", case, "lazy_hetero"): "reads every entry, and a ragged lazy leaf "
+        "raises instead of the op running per member"
+        for case in (
+            "filter_empty_ filter_non_tensor_data non_tensor_items non_tensor_items_top "
+            "rename_keys rename_keys_missing rename_keys_not_strict replace replace_kwargs "
+            "separates separates_default separates_not_strict split_keys split_keys_inplace "
+            "split_keys_not_strict"
+        ).split()
+    },
+    **{
+        ("test_mapping", case, "tensorclass"): "td's tensorclass accepts keys outside its "
+        "fields; upstream refuses them (and fromkeys builds the tensorclass)"
+        for case in (
+            "fromkeys fromkeys_default popitem rename_key_ rename_key_nested rename_keys "
+            "rename_keys_missing rename_keys_not_strict separates_default separates_not_strict "
+            "setdefault_new"
+        ).split()
+    },
+    # conversions (test_convert.py)
+    ("test_convert", "apply_is_leaf", "lazy_hetero"): "apply over a ragged lazy leaf",
+    ("test_convert", "to_namedtuple_fields", "tensorclass"): "upstream's tensorclass "
+    "to_namedtuple gives a plain tuple; td's gives a namedtuple like every other kind",
+    # named dims (test_names.py)
+    **{
+        ("test_names", case, "lazy_hetero"): "reads every entry, and a ragged lazy leaf raises"
+        for case in (
+            "apply cat clone expand index_none permute rename rename_mapping rename_none "
+            "select split stack transpose unsqueeze unsqueeze_last view_forgets "
+            "refine_names_nested"
+        ).split()
+    },
+    **{
+        ("test_names", case, kind): "upstream drops the name of a lazy stack's own dim "
+        "there; td keeps it"
+        for case, kinds in (
+            ("cat", "lazy_first lazy_last"),
+            ("stack", "lazy_first lazy_last"),
+            ("unbind", "lazy_last"),
+            ("refine_names_nested", "lazy_first lazy_last"),
+        )
+        for kind in kinds.split()
+    },
+    **{
+        ("test_names", "refine_names_duplicate", kind): "upstream accepts (with a "
+        "FutureWarning) a stack dim named like a member dim; td refuses duplicate names"
+        for kind in ("lazy_first", "lazy_hetero", "lazy_last", "lazy_middle")
+    },
 }
 
 

@@ -1,0 +1,166 @@
+"""Conversions: errors, round trips and the constructor keywords."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import td_core
+from td_core import TensorDict
+
+
+def test_constructor_device_and_names():
+    td = TensorDict({"a": torch.zeros(3, 4)}, batch_size=[3, 4], device="cpu", names=["x", None])
+    assert td.device == torch.device("cpu")
+    assert td.names == ["x", None]
+    assert "names" not in td.keys()
+
+
+def test_constructor_non_blocking_is_not_an_entry():
+    td = TensorDict({"a": torch.zeros(3)}, [3], non_blocking=True)
+    assert list(td.keys()) == ["a"]
+
+
+def test_from_dict_bad_batch_size_names_key_and_shape():
+    with pytest.raises(RuntimeError, match=r"'a'.*\[3, 4\]"):
+        TensorDict.from_dict({"a": torch.zeros(3, 4)}, batch_size=[5])
+
+
+def test_from_dict_infers_only_when_asked():
+    source = {"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3, 4, 2)}}
+    assert TensorDict.from_dict(source).batch_size == torch.Size([])
+    assert TensorDict.from_dict(source, auto_batch_size=True).batch_size == torch.Size([3, 4])
+    assert TensorDict.from_dict(source, batch_dims=1).batch_size == torch.Size([3])
+    assert td_core.from_dict(source, auto_batch_size=True)["b"].batch_size == torch.Size([3, 4, 2])
+
+
+def test_from_namedtuple_rejects_plain_tuple():
+    with pytest.raises(TypeError, match="namedtuple"):
+        TensorDict.from_namedtuple((1, 2))
+
+
+def test_namedtuple_round_trip():
+    NT = collections.namedtuple("NT", ["x", "y"])
+    td = TensorDict.from_namedtuple(NT(torch.zeros(3), NT(torch.ones(3), torch.ones(3))))
+    nt = td.to_namedtuple()
+    assert torch.equal(nt.y.x, torch.ones(3))
+
+
+def test_from_dataclass():
+    @dataclasses.dataclass
+    class DC:
+        x: torch.Tensor
+        y: int
+
+    td = TensorDict.from_dataclass(DC(torch.zeros(3), 2), auto_batch_size=True)
+    assert td["y"].item() == 2
+    with pytest.raises(TypeError, match="instance"):
+        TensorDict.from_dataclass(DC)
+    with pytest.raises(TypeError, match="dataclass"):
+        td_core.from_dataclass({"x": 1})
+    tc = TensorDict.from_dataclass(DC(torch.zeros(3), 2), as_tensorclass=True)
+    assert td_core.is_tensorclass(tc)
+
+
+def test_pytree_round_trip():
+    tree = {"a": torch.zeros(3), "b": (torch.ones(3), [torch.ones(3, 1)])}
+    td = td_core.from_pytree(tree, auto_batch_size=True)
+    assert td.batch_size == torch.Size([3])
+    back = td.to_pytree()
+    assert isinstance(back["b"], tuple) and isinstance(back["b"][1], list)
+    assert torch.equal(back["b"][1][0], torch.ones(3, 1))
+
+
+def test_pytree_unsupported_leaf_named():
+    with pytest.raises(NotImplementedError, match="str"):
+        TensorDict.from_pytree({"a": "x"})
+
+
+def test_struct_array_round_trip_shares_memory():
+    arr = np.zeros(3, dtype=[("x", "f4", (2,)), ("y", "i8")])
+    td = td_core.from_struct_array(arr)
+    assert td.batch_size == torch.Size([3])
+    td["x"][0] = 5
+    assert arr["x"][0, 0] == 5
+    back = td.to_struct_array()
+    assert back.dtype == arr.dtype
+
+
+def test_struct_array_rejects_plain_array():
+    with pytest.raises(TypeError, match="structured"):
+        TensorDict.from_struct_array(np.zeros(3))
+
+
+def test_json_round_trip(tmp_path):
+    td = TensorDict({"a": torch.arange(3.0), "b": {"c": torch.ones(3, 2, dtype=torch.int64)}}, [3])
+    td.to_json(tmp_path / "x.json")
+    back = td_core.from_json(tmp_path / "x.json")
+    assert back.batch_size == torch.Size([3])
+    assert torch.equal(back["b", "c"], td["b", "c"])
+    td.to_json(tmp_path / "x.jsonl", lines=True)
+    assert TensorDict.from_json(tmp_path / "x.jsonl", lines=True).batch_size == torch.Size([3])
+
+
+def test_from_list_stacks_or_lazy_stacks():
+    td = TensorDict.from_list([{"a": torch.zeros(2)}, {"a": torch.ones(2)}])
+    assert td.batch_size == torch.Size([2])
+    lazy = TensorDict.from_list([{"a": torch.zeros(2)}, {"b": torch.ones(2)}])
+    assert isinstance(lazy, td_core.LazyStackedTensorDict)
+    with pytest.raises(ValueError, match="at least one"):
+        TensorDict.from_list([])
+    with pytest.raises(TypeError, match="item 1"):
+        TensorDict.from_list([{"a": 1}, 2])
+
+
+def test_from_any_dispatch():
+    NT = collections.namedtuple("NT", ["x"])
+    assert td_core.from_any(NT(torch.zeros(3)))["x"].shape == (3,)
+    assert td_core.from_any((torch.zeros(3),))["0"].shape == (3,)
+    t = torch.zeros(3)
+    assert td_core.from_any(t) is t
+    td = TensorDict()
+    assert td_core.from_any(td) is td
+
+
+def test_fromkeys_top_level():
+    assert td_core.fromkeys(["a"], 1)["a"].item() == 1
+
+
+def test_numpy_and_tolist():
+    td = TensorDict({"a": torch.arange(2), "s": "x"}, [2])
+    assert isinstance(td.numpy()["a"], np.ndarray)
+    assert td.tolist(convert_tensors=True) == [{"a": 0, "s": "x"}, {"a": 1, "s": "x"}]
+
+
+def test_auto_device_():
+    td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.zeros(3)}}, [3])
+    assert td.auto_device_().device == torch.device("cpu")
+    assert td["b"].device == torch.device("cpu")
+
+
+def test_to_module_preserve_module_state():
+    module = nn.Linear(2, 3)
+    params = TensorDict.from_module(module).apply(lambda t: torch.zeros_like(t).detach())
+    with params.to_module(module):
+        assert isinstance(module.weight, nn.Parameter)
+        assert module.weight.requires_grad
+    with params.to_module(module, preserve_module_state=False):
+        assert not isinstance(module.weight, nn.Parameter)
+        assert "weight" not in dict(module.named_parameters())
+    assert isinstance(module.weight, nn.Parameter)
+    assert "weight" in dict(module.named_parameters())
+
+
+def test_apply_is_leaf_passes_sub_tensordicts_whole():
+    td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.ones(3)}}, [3])
+    seen = []
+    td.apply(
+        lambda x: seen.append(type(x).__name__) or x,
+        is_leaf=lambda cls: issubclass(cls, (torch.Tensor, td_core.TensorDictBase)),
+    )
+    assert sorted(seen) == ["Tensor", "TensorDict"]

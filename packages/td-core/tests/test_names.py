@@ -1,0 +1,90 @@
+"""Named batch dims: errors, in-place behaviour and propagation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from td_core import LazyStackedTensorDict, TensorDict, stack
+from td_core.errors import TDError
+
+
+def _td() -> TensorDict:
+    return TensorDict(
+        {"a": torch.zeros(3, 4, 2), "b": {"c": torch.ones(3, 4)}}, [3, 4], names=["x", "y"]
+    )
+
+
+def test_wrong_count_names_the_counts_and_leaves_names():
+    td = _td()
+    with pytest.raises(ValueError, match="2 batch dims"):
+        td.rename_("p")
+    assert td.names == ["x", "y"]
+
+
+def test_duplicates_refused():
+    with pytest.raises(ValueError, match="unique"):
+        TensorDict({}, [3, 3], names=["a", "a"])
+
+
+def test_refine_conflict_is_runtime_error_and_unchanged():
+    td = _td()
+    with pytest.raises(RuntimeError, match="'x'") as info:
+        td.refine_names("z", None)
+    assert isinstance(info.value, TDError)
+    assert td.names == ["x", "y"]
+
+
+def test_rename_unknown_mapping_key_named():
+    with pytest.raises(ValueError, match="'w'"):
+        _td().rename(w="z")
+
+
+def test_rename_is_out_of_place_rename_in_place_and_nested():
+    td = _td()
+    out = td.rename("p", "q")
+    assert td.names == ["x", "y"] and out.names == ["p", "q"]
+    assert out["a"] is td["a"]
+    td.rename_(x="z")
+    assert td["b"].names == ["z", "y"]
+
+
+def test_nested_extra_dims_stay_unnamed():
+    td = TensorDict({"b": TensorDict({"c": torch.ones(3, 4, 5)}, [3, 4, 5])}, [3, 4])
+    td.names = ["x", "y"]
+    assert td["b"].names == ["x", "y", None]
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        (lambda td: td[0], ["y"]),
+        (lambda td: td[:, 0], ["x"]),
+        (lambda td: td[None], [None, "x", "y"]),
+        (lambda td: td.unsqueeze(1), ["x", None, "y"]),
+        (lambda td: td[:1].squeeze(0), ["y"]),
+        (lambda td: td.permute(1, 0), ["y", "x"]),
+        (lambda td: td.transpose(0, 1), ["y", "x"]),
+        (lambda td: td.unbind(1)[0], ["x"]),
+        (lambda td: td.expand(2, 3, 4), [None, "x", "y"]),
+        (lambda td: td.clone(), ["x", "y"]),
+        (lambda td: td.view(-1), [None]),
+        (lambda td: stack([td, td], 0), [None, "x", "y"]),
+    ],
+)
+def test_names_follow_shape_ops(op, expected):
+    assert op(_td()).names == expected
+
+
+def test_lazy_stack_names():
+    lazy = LazyStackedTensorDict(_td(), _td(), stack_dim=1)
+    assert lazy.names == ["x", None, "y"]
+    lazy.rename_("p", "s", "q")
+    assert lazy.tensordicts[0].names == ["p", "q"]
+    assert lazy.names == ["p", "s", "q"]
+
+
+def test_batch_size_change_resets_names():
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3, 4], names=["a", "b"])
+    td.batch_size = [3]
+    assert td.names == ["a"]
