@@ -16,8 +16,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._map import is_nt, is_td, map_batch, map_leaves, rebuild, tensor_leaves
-from td_core._utils import NO_DEFAULT, as_device, as_size, normalize_dim
+from td_core._map import (
+    aligned_leaves,
+    is_nt,
+    is_td,
+    map_batch,
+    map_leaves,
+    per_member,
+    rebuild,
+    tensor_leaves,
+)
+from td_core._utils import NO_DEFAULT, as_device, as_size, broadcast_shape, normalize_dim
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
@@ -43,7 +52,30 @@ def _apply(
     batch_size: torch.Size | None,
     device: Any,
     filter_empty: bool | None,
+    writes: list[tuple[Any, Any, Any]],
 ) -> TensorDictBase | None:
+    if batch_size is None:  # a lazy stack runs per member (its reads are stacked copies)
+        lazy = per_member(
+            td,
+            lambda m, *o: _apply(
+                m,
+                fn,
+                o,
+                named=named,
+                nested_keys=nested_keys,
+                prefix=prefix,
+                default=default,
+                call_on_nested=call_on_nested,
+                inplace=inplace,
+                batch_size=None,
+                device=device,
+                filter_empty=filter_empty,
+                writes=writes,
+            ),
+            *others,
+        )
+        if lazy is not NotImplemented:
+            return lazy
     out: dict[str, Any] = {}
     bs = td.batch_size if batch_size is None else batch_size
     n = len(td.batch_size)
@@ -79,6 +111,7 @@ def _apply(
                 batch_size=batch_size,
                 device=device,
                 filter_empty=filter_empty,
+                writes=writes,
             )
             if not inplace and not (filter_empty and sub.is_empty()):
                 out[key] = sub
@@ -91,11 +124,8 @@ def _apply(
         if result is None:
             continue
         if inplace:
-            if result is not value:
-                if nested:
-                    value.update_(result)
-                else:
-                    value.copy_(result)
+            if result is not value:  # written by _write_all once every result is computed
+                writes.append(((*prefix, key), value, result))
             continue
         if type(result) is Tensor and batch_size is None and result.shape[:n] != bs:
             raise BatchSizeError(
@@ -109,29 +139,36 @@ def _apply(
     return td._new(out, bs, td.device if device is NO_DEFAULT else as_device(device))
 
 
+def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
+    """Write ``apply_``'s results, after checking every one fits its destination.
+
+    ``apply_`` is all-or-nothing like ``update``: the function runs on every
+    leaf first, so an exception from it (or a result that does not fit) leaves
+    every leaf as it was.
+    """
+    for key, dest, result in writes:
+        if isinstance(dest, Tensor):
+            if not isinstance(result, Tensor):
+                raise TypeError(
+                    f"apply_: the function returned a {type(result).__name__} for key {key!r}, "
+                    "expected a tensor (or None to leave the entry alone)"
+                )
+            if broadcast_shape(result.shape, dest.shape) != dest.shape:
+                raise BatchSizeError(
+                    f"apply_: the function returned a tensor of shape {list(result.shape)} for key "
+                    f"{key!r}, which cannot be written into its shape {list(dest.shape)}"
+                )
+    for _, dest, result in writes:
+        if isinstance(dest, Tensor):
+            dest.copy_(result)
+        else:
+            dest.update_(result)
+
+
 # ------------------------------------------------------------------ arithmetic
 def _other_leaves(td: TensorDictBase, other: TensorDictBase) -> list[Tensor]:
     """``other``'s tensor leaves at ``td``'s leaf keys, in ``td``'s traversal order."""
-    out: list[Tensor] = []
-    _gather_pairs(td, other, out, ())
-    return out
-
-
-def _gather_pairs(
-    td: TensorDictBase, other: TensorDictBase, out: list[Tensor], prefix: tuple[str, ...]
-) -> None:
-    for key, value in td._items_str():
-        if not isinstance(value, Tensor) and value._is_non_tensor:
-            continue
-        item = other._get_str(key, NO_DEFAULT)
-        if item is NO_DEFAULT:
-            raise KeyNotFoundError(
-                f"key {(*prefix, key)!r} is in the first TensorDict but not in the second"
-            )
-        if isinstance(value, Tensor):
-            out.append(item)
-        else:
-            _gather_pairs(value, item, out, (*prefix, key))
+    return aligned_leaves(td, other)
 
 
 def _scaled(other: Any, alpha: Any) -> Any:
@@ -243,6 +280,9 @@ def _zip_compare(
     op: Callable[[Any, Any], Any],
     prefix: tuple[str, ...],
 ) -> TensorDictBase:
+    lazy = per_member(td, lambda m, o: _zip_compare(m, o, op, prefix), other)
+    if lazy is not NotImplemented:
+        return lazy
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         item = other._get_str(key, NO_DEFAULT)
@@ -373,7 +413,8 @@ class ApplyMixin:
             >>> "b" in td.apply(lambda x: x if x.dtype == torch.float else None)
             False
         """
-        return _apply(
+        writes: list[tuple[Any, Any, Any]] = []
+        result = _apply(
             self,
             fn,
             others,
@@ -386,12 +427,20 @@ class ApplyMixin:
             batch_size=None if batch_size is None else as_size(batch_size),
             device=device,
             filter_empty=filter_empty,
+            writes=writes,
         )
+        _write_all(writes)
+        return result
 
     def apply_(
         self: TensorDictBase, fn: Callable[..., Any], *others: TensorDictBase, **kwargs: Any
     ) -> TensorDictBase:
-        """Apply ``fn`` to every tensor leaf and write the results in place (returns self)."""
+        """Apply ``fn`` to every tensor leaf and write the results in place (returns self).
+
+        All-or-nothing: ``fn`` runs on every leaf before any result is written,
+        so if it raises (or returns a value that does not fit its leaf) no leaf
+        changes. On a lazy stack the results are written into the members.
+        """
         self.apply(fn, *others, inplace=True, **kwargs)
         return self
 
@@ -412,7 +461,8 @@ class ApplyMixin:
 
         With ``nested_keys=True`` the key is the full nested key (a tuple below the top level).
         """
-        return _apply(
+        writes: list[tuple[Any, Any, Any]] = []
+        result = _apply(
             self,
             fn,
             others,
@@ -425,7 +475,10 @@ class ApplyMixin:
             batch_size=None if batch_size is None else as_size(batch_size),
             device=device,
             filter_empty=filter_empty,
+            writes=writes,
         )
+        _write_all(writes)
+        return result
 
     # ------------------------------------------------------------------ memory
     def clone(self: TensorDictBase, recurse: bool = True) -> TensorDictBase:

@@ -31,7 +31,7 @@ from td_core._nontensor import NonTensorData, stack_non_tensors
 from td_core._pytree import allow_weights_only, register
 from td_core._repr import fields_repr, leaf_repr, td_repr
 from td_core._td import TensorDict
-from td_core._utils import NO_DEFAULT, normalize_dim
+from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
 from td_core.errors import BatchSizeError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack", "set_lazy_stack", "lazy_stack_enabled"]
@@ -136,6 +136,19 @@ class LazyStackedTensorDict(TensorDictBase):
     def _subtrees(self) -> list[TensorDictBase]:
         return list(self.tensordicts)  # walking members avoids stacking every entry
 
+    # ------------------------------------------------- per-member traversals (_map)
+    def _stack_parts(self) -> tuple[list[TensorDictBase], int]:
+        """The members and the stack dim: ``_map``'s traversals walk these."""
+        return self.tensordicts, self.stack_dim
+
+    def _restack(self, members: Sequence[TensorDictBase], dim: int) -> LazyStackedTensorDict:
+        """A lazy stack of per-member results (what per-member traversals return)."""
+        return LazyStackedTensorDict(*members, stack_dim=dim)
+
+    def _is_ragged(self) -> bool:
+        """Whether a common entry has different shapes in the members (at any depth)."""
+        return _ragged_members(self.tensordicts)
+
     def lock_(self) -> LazyStackedTensorDict:
         self._is_locked = True
         for td in self.tensordicts:
@@ -219,6 +232,28 @@ class LazyStackedTensorDict(TensorDictBase):
     def _del_str(self, key: str) -> None:
         for td in self.tensordicts:
             td._del_str(key)
+
+    def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        """In-place write of ``item`` into entry ``key``: into the members' own storage.
+
+        ``dest`` (a stacked read) is only used to check the value fits, before
+        any member is written.
+        """
+        if isinstance(dest, Tensor):
+            if not isinstance(item, Tensor):
+                item = torch.as_tensor(item, device=dest.device)
+            if broadcast_shape(item.shape, dest.shape) != dest.shape:
+                raise BatchSizeError(
+                    f"cannot copy a value of shape {list(item.shape)} into key {full_key!r} "
+                    f"of shape {list(dest.shape)}"
+                )
+            parts = item.expand(dest.shape).unbind(self.stack_dim)
+            for td, part in zip(self.tensordicts, parts):
+                td._copy_into(key, td._get_str(key), part, full_key)
+        elif is_td(dest):
+            dest.update_(item)  # a lazy stack of the members' sub-TensorDicts: writes go through
+        else:
+            self._set_str(key, self._validate(item.data if is_nt(item) else item, full_key))
 
     def _items_str(self) -> list[tuple[str, Any]]:
         return [(key, self._get_str(key)) for key in self._keys_str()]
@@ -392,6 +427,29 @@ class LazyStackedTensorDict(TensorDictBase):
 
     def _member_render(self, value: Any) -> str:
         return repr(value) if is_td(value) else leaf_repr(value)
+
+
+def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
+    first, *rest = tds
+    if not rest:
+        return False
+    for key in first._keys_str():
+        try:
+            values = [td._get_str(key, NO_DEFAULT) for td in tds]
+        except BatchSizeError:  # a member is itself a ragged lazy stack
+            return True
+        if any(v is NO_DEFAULT for v in values):
+            continue  # an exclusive key
+        head = values[0]
+        if isinstance(head, Tensor):
+            if any(not isinstance(v, Tensor) or v.shape != head.shape for v in values[1:]):
+                return True
+        elif is_td(head):
+            if any(not is_td(v) or v.batch_size != head.batch_size for v in values[1:]):
+                return True
+            if _ragged_members(values):
+                return True
+    return False
 
 
 def _indent(text: str) -> str:

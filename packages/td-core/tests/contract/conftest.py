@@ -294,25 +294,6 @@ def check() -> Callable[..., Any]:
 # Known gaps: (test function, case, kind) -> what is missing. Each runs as a strict xfail,
 # so fixing it turns the run red until the line is removed here.
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    **{
-        (
-            "test_existing",
-            case,
-            "lazy_hetero",
-        ): "ops over a ragged lazy leaf raise instead of running per member"
-        for case in (
-            "add_scalar all any apply clone eq_self exclude flatten_keys mul_td select "
-            "to_double unsqueeze zero_"
-        ).split()
-    },
-    **{
-        (
-            "test_existing",
-            "zero_",
-            kind,
-        ): "zero_ on a lazy stack does not write through nested members"
-        for kind in ("lazy_first", "lazy_last", "lazy_middle")
-    },
     (
         "test_existing",
         "to_double",
