@@ -293,15 +293,7 @@ def check() -> Callable[..., Any]:
 
 # Known gaps: (test function, case, kind) -> what is missing. Each runs as a strict xfail,
 # so fixing it turns the run red until the line is removed here.
-KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    (
-        "test_existing",
-        "to_double",
-        "params",
-    ): "TensorDictParams.to(dtype) must cast in place like nn.Module.to",
-    ("test_existing", "zero_", "params"): "zero_ on parameters needs no_grad",
-    ("test_existing", "flatten_keys", "tensorclass"): "flatten_keys of a tensorclass",
-}
+KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
 
 
 @pytest.fixture(autouse=True)
