@@ -29,6 +29,7 @@ from td_core import (
     _reductions,
     _repr,
     _shape,
+    _stack,
     _structure,
 )
 from td_core._keys import KeysView, NestedKey, unravel_key
@@ -65,6 +66,7 @@ class TensorDictBase(
     _convert.ConvertMixin,
     _mapping.MappingMixin,
     _names.NamesMixin,
+    _stack.StackMixin,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""
 

@@ -293,7 +293,13 @@ def check() -> Callable[..., Any]:
 
 # Known gaps: (test function, case, kind) -> what is missing. Each runs as a strict xfail,
 # so fixing it turns the run red until the line is removed here.
-KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
+KNOWN_GAPS: dict[tuple[str, str, str], str] = {
+    **{
+        ("test_stacking", case, "tensorclass"): "a lazy stack of tensorclasses is a "
+        "LazyStackedTensorDict; upstream wraps it in the tensorclass"
+        for case in ("lazy_stack_method", "to_lazystack", "to_lazystack_last")
+    },
+}
 
 
 @pytest.fixture(autouse=True)
