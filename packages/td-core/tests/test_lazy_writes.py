@@ -148,3 +148,10 @@ def test_ragged_reshape_keeps_each_row_with_its_member() -> None:
     assert flat.batch_size == torch.Size([9])
     assert [flat[j]["r"].shape[-1] for j in range(9)] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
     assert flat[7]["x"].item() == 1.0
+
+
+def test_reductions_over_a_ragged_stack_dim_raise_instead_of_picking_a_member() -> None:
+    s = _ragged()
+    with pytest.raises(ValueError, match="contiguous"):
+        s.all(dim=0)
+    assert s.all() is False or s.all() is True  # over every element: no stacking needed

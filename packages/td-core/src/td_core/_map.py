@@ -317,10 +317,18 @@ def _lazy_batch(
         ]
     shape = [1] * n
     shape[d] = len(members)
-    probes = fn(torch.arange(len(members)).view(shape).expand(bs[:n]))
+    probe_in = torch.arange(len(members)).view(shape).expand(bs[:n])
+    try:
+        probes = fn(probe_in)
+        # a data-moving op commutes with relabelling the members; a reduction does not
+        mirrored = fn(len(members) - 1 - probe_in)
+    except (RuntimeError, TypeError, ValueError, IndexError):
+        probes = mirrored = None
     results = []
-    for k, (probe, lead) in enumerate(zip(probes, leads)):
-        layout = _member_layout(probe)
+    for k, lead in enumerate(leads):
+        layout = None
+        if probes is not None and mirrored is not None:
+            layout = _member_layout(probes[k], mirrored[k], len(members))
         if layout is None:
             raise BatchSizeError(
                 f"this operation mixes the members of a lazy stack whose entries differ in shape "
@@ -349,9 +357,22 @@ def _lazy_batch(
     return results
 
 
-def _member_layout(probe: Tensor) -> tuple[int | None, list[int]] | None:
-    """``(result dim, member per slice)`` from a probe result, ``(None, [member])`` if constant."""
-    if probe.numel() == 0:
+def _member_layout(probe: Any, mirrored: Any, count: int) -> tuple[int | None, list[int]] | None:
+    """``(result dim, member per slice)`` from a probe result, ``(None, [member])`` if constant.
+
+    ``None`` when the op is not a pure data move of the members' rows: its probe
+    result must hold member numbers, and relabelling the members (``mirrored``,
+    the op on ``count - 1 - probe``) must relabel the result the same way.
+    """
+    if (
+        not isinstance(probe, Tensor)
+        or not isinstance(mirrored, Tensor)
+        or probe.dtype != torch.int64
+        or probe.numel() == 0
+        or probe.shape != mirrored.shape
+        or bool(((probe < 0) | (probe >= count)).any())
+        or not torch.equal(mirrored, count - 1 - probe)
+    ):
         return None
     flat = probe.reshape(-1)
     if bool((flat == flat[0]).all()):
