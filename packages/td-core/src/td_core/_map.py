@@ -47,6 +47,7 @@ __all__ = [
     "stack_parts",
     "aligned_leaves",
     "per_member",
+    "is_ragged",
 ]
 
 Tensor = torch.Tensor
@@ -71,6 +72,16 @@ def stack_parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
     return None if parts is None else parts(td)
 
 
+def _restack(td: Any, members: Sequence[Any], dim: int) -> Any:
+    """A lazy stack of ``members`` along ``dim``, built by the lazy stack ``td``'s class."""
+    return td._restack(members, dim)  # only lazy stacks reach here
+
+
+def is_ragged(td: Any) -> bool:
+    """Whether ``td`` is a lazy stack whose members' leaves differ in shape (at any depth)."""
+    return stack_parts(td) is not None and bool(td._is_ragged())
+
+
 def per_member(td: TensorDictBase, fn: Callable[..., Any], *others: Any) -> Any:
     """``fn(member, *others_member)`` for each member of a lazy stack, re-stacked lazily.
 
@@ -92,13 +103,13 @@ def per_member(td: TensorDictBase, fn: Callable[..., Any], *others: Any) -> Any:
     results = [fn(m, *(s[i] for s in split)) for i, m in enumerate(members)]
     if all(r is None for r in results):
         return None
-    return td._restack(results, d)
+    return _restack(td, results, d)
 
 
 def _ragged(td: TensorDictBase) -> tuple[list[TensorDictBase], int] | None:
     """``stack_parts(td)`` when it is a lazy stack whose members' leaves differ in shape."""
     parts = stack_parts(td)
-    return parts if parts is not None and td._is_ragged() else None
+    return parts if parts is not None and td._is_ragged() else None  # type: ignore[attr-defined]
 
 
 def map_batch(
@@ -243,7 +254,7 @@ def rebuild(
                     f"batch_size {list(batch_size)}"
                 )
             member_bs = batch_size[:d] + batch_size[d + 1 :]
-        return td._restack([rebuild(m, leaves, batch_size=member_bs) for m in members], d)
+        return _restack(td, [rebuild(m, leaves, batch_size=member_bs) for m in members], d)
     out = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
@@ -313,7 +324,8 @@ def _lazy_batch(
     if d >= n:  # the op leaves the stack dim alone: run it on each member directly
         subs = [_map_batch_multi(m, fn, leads, n) for m in members]
         return [
-            td._restack([sub[k] for sub in subs], d - n + len(lead)) for k, lead in enumerate(leads)
+            _restack(td, [sub[k] for sub in subs], d - n + len(lead))
+            for k, lead in enumerate(leads)
         ]
     shape = [1] * n
     shape[d] = len(members)
@@ -346,7 +358,8 @@ def _lazy_batch(
             continue
         sub_lead = lead[:r] + lead[r + 1 :]
         results.append(
-            td._restack(
+            _restack(
+                td,
                 [
                     _map_batch(members[i], functools.partial(member_op, j=j), sub_lead, n - 1)
                     for j, i in enumerate(picks)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._map import is_td, stack_parts
+from td_core._map import is_ragged, is_td, stack_parts
 from td_core._nontensor import cat_non_tensors, stack_non_tensors
 from td_core._utils import normalize_dim
 from td_core.errors import BatchSizeError, KeyNotFoundError
@@ -74,7 +74,7 @@ def stack(
     d = normalize_dim(dim, len(bs) + 1)
     from td_core._lazy import LazyStackedTensorDict, lazy_stack_enabled
 
-    if lazy_stack_enabled() or (out is None and any(_is_ragged(td) for td in tds)):
+    if lazy_stack_enabled() or (out is None and any(is_ragged(td) for td in tds)):
         # ragged lazy stacks cannot become dense: stack them lazily, as upstream
         if out is not None:
             raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
@@ -138,17 +138,13 @@ def cat(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
                 f"{list(bs)}; they may differ only in dim {d}"
             )
-    if out is None and any(_is_ragged(td) for td in tds):
+    if out is None and any(is_ragged(td) for td in tds):
         return _cat_lazy(tds, d)
     result = _combine(tds, d, (), stacking=False)
     if out is not None:
         out.update_(result)
         return out
     return result
-
-
-def _is_ragged(td: TensorDictBase) -> bool:
-    return stack_parts(td) is not None and td._is_ragged()
 
 
 def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
