@@ -119,3 +119,46 @@ def test_reserved_field_names():
         @tensorclass
         class Bad:
             batch_size: torch.Tensor
+
+
+# ------------------------------------------------ dataclass semantics (issue 14)
+def test_a_tensorclass_is_a_real_dataclass():
+    import dataclasses
+
+    @tensorclass
+    class Sample:
+        obs: torch.Tensor
+        label: torch.Tensor
+        tag: str = "train"
+        note: str = dataclasses.field(default_factory=lambda: "none")
+
+    assert dataclasses.is_dataclass(Sample)
+    data = Sample(torch.zeros(2, 3), torch.zeros(2), batch_size=[2])
+    assert dataclasses.is_dataclass(data)
+    fields = dataclasses.fields(Sample)
+    assert [f.name for f in fields] == ["obs", "label", "tag", "note"]
+    assert fields[2].default == "train"
+    assert fields[3].default_factory() == "none"
+    assert fields[0].default is dataclasses.MISSING
+
+
+def test_setting_a_non_field_attribute_raises_naming_it():
+    @tensorclass
+    class Sample:
+        obs: torch.Tensor
+
+        @property
+        def doubled(self):
+            return self.obs * 2
+
+        @doubled.setter
+        def doubled(self, value):
+            self.obs = value / 2
+
+    data = Sample(torch.zeros(2), batch_size=[2])
+    with pytest.raises(AttributeError, match="'obz'"):
+        data.obz = torch.ones(2)
+    assert "obz" not in data.__dict__
+    data.doubled = torch.full((2,), 4.0)  # a property setter still works
+    assert data.obs.tolist() == [2.0, 2.0]
+    data.batch_size = [2]

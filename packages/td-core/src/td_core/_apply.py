@@ -12,8 +12,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._casts import cast_all
-from td_core._map import is_td, map_leaves, tensor_leaves
-from td_core._utils import NO_DEFAULT, as_device, as_size
+from td_core._map import (
+    is_td,
+    map_leaves,
+    per_member,
+    tensor_leaves,
+)
+from td_core._utils import NO_DEFAULT, as_device, as_size, broadcast_shape
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
@@ -39,8 +44,32 @@ def _apply(
     batch_size: torch.Size | None,
     device: Any,
     filter_empty: bool | None,
+    writes: list[tuple[Any, Any, Any]],
     is_leaf: Callable[[type], bool] | None = None,
 ) -> TensorDictBase | None:
+    if batch_size is None:  # a lazy stack runs per member (its reads are stacked copies)
+        lazy = per_member(
+            td,
+            lambda m, *o: _apply(
+                m,
+                fn,
+                o,
+                named=named,
+                nested_keys=nested_keys,
+                prefix=prefix,
+                default=default,
+                call_on_nested=call_on_nested,
+                inplace=inplace,
+                batch_size=None,
+                device=device,
+                filter_empty=filter_empty,
+                writes=writes,
+                is_leaf=is_leaf,
+            ),
+            *others,
+        )
+        if lazy is not NotImplemented:
+            return lazy
     out: dict[str, Any] = {}
     bs = td.batch_size if batch_size is None else batch_size
     n = len(td.batch_size)
@@ -78,6 +107,7 @@ def _apply(
                 device=device,
                 filter_empty=filter_empty,
                 is_leaf=is_leaf,
+                writes=writes,
             )
             if not inplace and not (filter_empty and sub.is_empty()):
                 out[key] = sub
@@ -90,11 +120,8 @@ def _apply(
         if result is None:
             continue
         if inplace:
-            if result is not value:
-                if nested:
-                    value.update_(result)
-                else:
-                    value.copy_(result)
+            if result is not value:  # written by _write_all once every result is computed
+                writes.append(((*prefix, key), value, result))
             continue
         if type(result) is Tensor and batch_size is None and result.shape[:n] != bs:
             raise BatchSizeError(
@@ -106,6 +133,32 @@ def _apply(
     if inplace:
         return None
     return td._new(out, bs, td.device if device is NO_DEFAULT else as_device(device))
+
+
+def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
+    """Write ``apply_``'s results, after checking every one fits its destination.
+
+    ``apply_`` is all-or-nothing like ``update``: the function runs on every
+    leaf first, so an exception from it (or a result that does not fit) leaves
+    every leaf as it was.
+    """
+    for key, dest, result in writes:
+        if isinstance(dest, Tensor):
+            if not isinstance(result, Tensor):
+                raise TypeError(
+                    f"apply_: the function returned a {type(result).__name__} for key {key!r}, "
+                    "expected a tensor (or None to leave the entry alone)"
+                )
+            if broadcast_shape(result.shape, dest.shape) != dest.shape:
+                raise BatchSizeError(
+                    f"apply_: the function returned a tensor of shape {list(result.shape)} for key "
+                    f"{key!r}, which cannot be written into its shape {list(dest.shape)}"
+                )
+    for _, dest, result in writes:
+        if isinstance(dest, Tensor):
+            dest.copy_(result)
+        else:
+            dest.update_(result)
 
 
 # ----------------------------------------------------------------------- to
@@ -186,7 +239,8 @@ class ApplyMixin:
             >>> "b" in td.apply(lambda x: x if x.dtype == torch.float else None)
             False
         """
-        return _apply(
+        writes: list[tuple[Any, Any, Any]] = []
+        result = _apply(
             self,
             fn,
             others,
@@ -200,12 +254,20 @@ class ApplyMixin:
             device=device,
             filter_empty=filter_empty,
             is_leaf=is_leaf,
+            writes=writes,
         )
+        _write_all(writes)
+        return result
 
     def apply_(
         self: TensorDictBase, fn: Callable[..., Any], *others: TensorDictBase, **kwargs: Any
     ) -> TensorDictBase:
-        """Apply ``fn`` to every tensor leaf and write the results in place (returns self)."""
+        """Apply ``fn`` to every tensor leaf and write the results in place (returns self).
+
+        All-or-nothing: ``fn`` runs on every leaf before any result is written,
+        so if it raises (or returns a value that does not fit its leaf) no leaf
+        changes. On a lazy stack the results are written into the members.
+        """
         self.apply(fn, *others, inplace=True, **kwargs)
         return self
 
@@ -226,7 +288,8 @@ class ApplyMixin:
 
         With ``nested_keys=True`` the key is the full nested key (a tuple below the top level).
         """
-        return _apply(
+        writes: list[tuple[Any, Any, Any]] = []
+        result = _apply(
             self,
             fn,
             others,
@@ -239,7 +302,10 @@ class ApplyMixin:
             batch_size=None if batch_size is None else as_size(batch_size),
             device=device,
             filter_empty=filter_empty,
+            writes=writes,
         )
+        _write_all(writes)
+        return result
 
     # ------------------------------------------------------------------ memory
     def clone(self: TensorDictBase, recurse: bool = True) -> TensorDictBase:

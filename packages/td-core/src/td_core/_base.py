@@ -32,6 +32,7 @@ from td_core import (
     _reductions,
     _repr,
     _shape,
+    _stack,
     _structure,
 )
 from td_core._contract import TensorDictContract, dense
@@ -72,6 +73,7 @@ class TensorDictBase(
     _consolidate.ConsolidateMixin,
     _dataloader.DataLoaderMixin,
     _collectives.CollectivesMixin,
+    _stack.StackMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""

@@ -17,7 +17,7 @@ from td_core._contract import dense
 from td_core._map import index_batch, is_nt, is_td, map_batch
 from td_core._nontensor import NonTensorData
 from td_core._utils import NO_DEFAULT, broadcast_shape
-from td_core.errors import BatchSizeError, LockedError
+from td_core.errors import BatchSizeError, DTypeError, LockedError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
@@ -232,6 +232,8 @@ def _plan_sub(
     n = len(td.batch_size)
     get = td._getter()
     append = writes.append
+    if _advanced(index):  # torch's index_put refuses a cast: check every leaf before writing
+        _check_dtypes(td, value, prefix)
     for key, src in value._items_str():
         dest = get(key, NO_DEFAULT)
         if type(dest) is Tensor and type(src) is Tensor:  # the common case, checked tightly
@@ -273,6 +275,25 @@ def _plan_sub(
                     f"cannot write a {type(src).__name__} into TensorDict entry {(*prefix, key)!r}"
                 )
             _plan_sub(dest, src, sub, index, (*prefix, key), writes, later)
+
+
+def _advanced(index: Any) -> bool:
+    """Whether ``index`` holds an index tensor (a write through it is torch's ``index_put``)."""
+    if isinstance(index, Tensor):
+        return True
+    return type(index) is tuple and any(isinstance(i, Tensor) for i in index)
+
+
+def _check_dtypes(td: TensorDictBase, value: TensorDictBase, prefix: tuple[str, ...]) -> None:
+    get = td._getter()
+    for key, src in value._items_str():
+        dest = get(key, NO_DEFAULT)
+        if isinstance(dest, Tensor) and isinstance(src, Tensor) and dest.dtype != src.dtype:
+            raise DTypeError(
+                f"cannot write entry {(*prefix, key) if prefix else key!r} of dtype {src.dtype} "
+                f"into dtype {dest.dtype} through an index tensor (torch's index_put does not "
+                f"cast): convert the value first, e.g. value.to({dest.dtype})"
+            )
 
 
 def _apply_plan(

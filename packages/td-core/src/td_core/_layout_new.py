@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core import _lazy_shape as lazy
-from td_core._map import _map_batch, is_td, map_leaves
+from td_core._map import _map_batch, is_ragged, is_td, map_leaves
 from td_core._utils import NO_DEFAULT, as_device, shape_args
 from td_core.errors import BatchSizeError
 
@@ -181,6 +181,12 @@ class NewMixin:
                 warnings.simplefilter("ignore", UserWarning)
                 out = self.apply(copy, data, batch_size=data.batch_size)
         else:
+            if is_ragged(self):  # every leaf becomes data's shape: members cannot keep theirs
+                raise BatchSizeError(
+                    "new_tensor(data) replaces every leaf by a copy of data, which a lazy stack "
+                    "whose members' leaves differ in shape cannot hold: call contiguous() or "
+                    "to_tensordict() on a regular stack first"
+                )
             src = data if isinstance(data, Tensor) else torch.as_tensor(data)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)

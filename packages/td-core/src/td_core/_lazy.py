@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
@@ -32,14 +32,15 @@ from td_core._nontensor import NonTensorData, stack_non_tensors
 from td_core._pytree import allow_weights_only, register
 from td_core._repr import fields_repr, leaf_repr, td_repr
 from td_core._td import TensorDict
-from td_core._utils import NO_DEFAULT, normalize_dim
-from td_core.errors import BatchSizeError
+from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
+from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack", "set_lazy_stack", "lazy_stack_enabled"]
 
 Tensor = torch.Tensor
 _F = TypeVar("_F", bound=Callable[..., Any])
 _LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
+_ABSENT = object()
 
 
 def lazy_stack_enabled() -> bool:
@@ -110,7 +111,124 @@ class LazyStackedTensorDict(TensorDictBase):
 
     @classmethod
     def lazy_stack(cls, items: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
+        """Stack ``items`` lazily along batch dim ``dim``."""
         return cls(*items, stack_dim=dim)
+
+    @classmethod
+    def from_dict(
+        cls,
+        input_dict: Sequence[Any] | Mapping[str, Any],
+        batch_size: Any = None,
+        device: Any = None,
+        *,
+        batch_dims: int | None = None,
+        stack_dim: int = 0,
+    ) -> LazyStackedTensorDict:
+        """A lazy stack with one member per mapping (``TensorDict.from_dict`` of each).
+
+        ``input_dict`` is a list of mappings, or a mapping ``{"0": ..., "1": ...}``
+        as ``to_dict()`` of a lazy stack gives. ``batch_size`` and ``batch_dims``
+        are the members' (without the stack dim).
+        """
+        if isinstance(input_dict, Mapping):
+            if not all(str(i) in input_dict for i in range(len(input_dict))):
+                raise KeyError(
+                    f"LazyStackedTensorDict.from_dict: a mapping input needs the keys '0' to "
+                    f"'{len(input_dict) - 1}' (one per member), got {sorted(input_dict)}"
+                )
+            items = [input_dict[str(i)] for i in range(len(input_dict))]
+        else:
+            items = list(input_dict)
+        members = [
+            TensorDict.from_dict(item, batch_size, device, batch_dims=batch_dims) for item in items
+        ]
+        return cls(*members, stack_dim=stack_dim)
+
+    @staticmethod
+    def from_module(
+        module: Any, as_module: bool = False, lock: bool = True, use_state_dict: bool = False
+    ) -> Any:
+        """The parameters and buffers of ``module``: a TensorDict, as upstream (see ``from_module``)."""
+        return TensorDict.from_module(
+            module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
+        )
+
+    @staticmethod
+    def from_modules(*modules: Any, **kwargs: Any) -> Any:
+        """The stacked parameters of several modules (see :func:`td_core.from_modules`)."""
+        return TensorDict.from_modules(*modules, **kwargs)
+
+    @staticmethod
+    def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDict:
+        """Receive a TensorDict sent with ``init_remote`` (see ``TensorDict.from_remote_init``)."""
+        return TensorDict.from_remote_init(src, group=group, device=device)
+
+    # ---------------------------------------------------------------- members
+    def append(self, tensordict: TensorDictBase) -> None:
+        """Add a member at the end of the stack (its batch size must be the members')."""
+        self.insert(len(self.tensordicts), tensordict)
+
+    def insert(self, index: int, tensordict: TensorDictBase) -> None:
+        """Add a member before position ``index`` of the stack dim."""
+        self._check_members([tensordict])
+        self.tensordicts.insert(index, tensordict)
+
+    def extend(self, tensordict: Sequence[TensorDictBase] | TensorDictBase) -> None:
+        """Add members at the end: a list of TensorDicts, or a TensorDict unbound along the stack dim."""
+        items = list(tensordict.unbind(self.stack_dim) if is_td(tensordict) else tensordict)
+        self._check_members(items)  # all checked before any is added
+        self.tensordicts.extend(items)
+
+    def _check_members(self, items: Sequence[Any]) -> None:
+        if self._is_locked:
+            raise LockedError("cannot add members to a locked LazyStackedTensorDict; unlock_() it")
+        bs = self.tensordicts[0].batch_size
+        for item in items:
+            if not is_td(item):
+                raise TypeError(
+                    f"a LazyStackedTensorDict member must be a TensorDict, got {type(item).__name__}"
+                )
+            if item.batch_size != bs:
+                raise BatchSizeError(
+                    f"cannot add a TensorDict of batch_size {list(item.batch_size)} to a lazy stack "
+                    f"whose members have batch_size {list(bs)}"
+                )
+
+    def valid_keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        *,
+        sort: bool = False,
+    ) -> Any:
+        """The keys every member holds (the same as :meth:`keys`)."""
+        return self.keys(include_nested, leaves_only, is_leaf, sort=sort)
+
+    def auto_batch_size_(
+        self, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> LazyStackedTensorDict:
+        """Grow the members' batch size to the longest leading shape they all share.
+
+        ``batch_dims`` caps the number of dims of the stack's batch size. A lazy
+        stack's batch size is always compliant, so ``keep_compliant_size=True``
+        leaves it as it is.
+        """
+        if keep_compliant_size:
+            return self
+        member_dims = None if batch_dims is None else max(batch_dims - 1, self.batch_dims - 1)
+        for td in self.tensordicts:
+            td.auto_batch_size_(member_dims)  # type: ignore[attr-defined]
+        common = list(self.tensordicts[0].batch_size)
+        for td in self.tensordicts[1:]:
+            i = 0
+            while i < len(common) and i < len(td.batch_size) and common[i] == td.batch_size[i]:
+                i += 1
+            del common[i:]
+        for td in self.tensordicts:
+            if list(td.batch_size) != common:
+                td.batch_size = torch.Size(common)
+        return self
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -145,6 +263,19 @@ class LazyStackedTensorDict(TensorDictBase):
         names = list(member or (None,) * (self.batch_dims - 1))
         names.insert(self.stack_dim, own)
         return tuple(names)
+
+    # ------------------------------------------------- per-member traversals (_map)
+    def _stack_parts(self) -> tuple[list[TensorDictBase], int]:
+        """The members and the stack dim: ``_map``'s traversals walk these."""
+        return self.tensordicts, self.stack_dim
+
+    def _restack(self, members: Sequence[TensorDictBase], dim: int) -> LazyStackedTensorDict:
+        """A lazy stack of per-member results (what per-member traversals return)."""
+        return LazyStackedTensorDict(*members, stack_dim=dim)
+
+    def _is_ragged(self) -> bool:
+        """Whether a common entry has different shapes in the members (at any depth)."""
+        return _ragged_members(self.tensordicts)
 
     def _store_names(self, names: tuple[str | None, ...] | None) -> None:
         d = self.stack_dim
@@ -188,16 +319,35 @@ class LazyStackedTensorDict(TensorDictBase):
         """The entry at ``key``, stacked; ``as_nested_tensor`` stacks ragged leaves as a nested tensor."""
         if not as_nested_tensor:
             return super().get(key, default)
+        return self.get_nestedtensor(key, default)
+
+    def get_nestedtensor(
+        self, key: Any, default: Any = NO_DEFAULT, *, layout: torch.layout | None = None
+    ) -> Any:
+        """The members' entries at ``key`` as one nested tensor (ragged dims allowed).
+
+        Args:
+            default: returned when a member lacks ``key``.
+            layout: ``torch.jagged`` or ``torch.strided`` (the default).
+        """
         if self.stack_dim != 0:
             raise ValueError(
-                f"as_nested_tensor needs stack_dim=0, this stack has stack_dim={self.stack_dim}"
+                f"a nested tensor stacks along dim 0, this stack has stack_dim={self.stack_dim}"
             )
+        values = [td.get(key, _ABSENT) for td in self.tensordicts]
+        if any(v is _ABSENT for v in values):
+            if default is NO_DEFAULT:
+                raise KeyNotFoundError(
+                    f"key {key!r} is not in every member of the lazy stack "
+                    f"(exclusive keys: {self.exclusive_keys()})"
+                )
+            return default
         with warnings.catch_warnings():
             # ragged feature dims need the strided layout, which torch flags as a prototype
             warnings.filterwarnings(
                 "ignore", message="The PyTorch API of nested tensors is in prototype"
             )
-            return torch.nested.as_nested_tensor([td.get(key) for td in self.tensordicts])
+            return torch.nested.as_nested_tensor(values, layout=layout)
 
     def get_item_shape(self, key: Any) -> torch.Size:
         """The shape of the entry at ``key`` without stacking; ragged dims are -1."""
@@ -224,6 +374,28 @@ class LazyStackedTensorDict(TensorDictBase):
     def _del_str(self, key: str) -> None:
         for td in self.tensordicts:
             td._del_str(key)
+
+    def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        """In-place write of ``item`` into entry ``key``: into the members' own storage.
+
+        ``dest`` (a stacked read) is only used to check the value fits, before
+        any member is written.
+        """
+        if isinstance(dest, Tensor):
+            if not isinstance(item, Tensor):
+                item = torch.as_tensor(item, device=dest.device)
+            if broadcast_shape(item.shape, dest.shape) != dest.shape:
+                raise BatchSizeError(
+                    f"cannot copy a value of shape {list(item.shape)} into key {full_key!r} "
+                    f"of shape {list(dest.shape)}"
+                )
+            parts = item.expand(dest.shape).unbind(self.stack_dim)
+            for td, part in zip(self.tensordicts, parts):
+                td._copy_into(key, td._get_str(key), part, full_key)
+        elif is_td(dest):
+            dest.update_(item)  # a lazy stack of the members' sub-TensorDicts: writes go through
+        else:
+            self._set_str(key, self._validate(item.data if is_nt(item) else item, full_key))
 
     def _items_str(self) -> list[tuple[str, Any]]:
         return [(key, self._get_str(key)) for key in self._keys_str()]
@@ -400,6 +572,29 @@ class LazyStackedTensorDict(TensorDictBase):
 
     def _member_render(self, value: Any) -> str:
         return repr(value) if is_td(value) else leaf_repr(value)
+
+
+def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
+    first, *rest = tds
+    if not rest:
+        return False
+    for key in first._keys_str():
+        try:
+            values = [td._get_str(key, NO_DEFAULT) for td in tds]
+        except BatchSizeError:  # a member is itself a ragged lazy stack
+            return True
+        if any(v is NO_DEFAULT for v in values):
+            continue  # an exclusive key
+        head = values[0]
+        if isinstance(head, Tensor):
+            if any(not isinstance(v, Tensor) or v.shape != head.shape for v in values[1:]):
+                return True
+        elif is_td(head):
+            if any(not is_td(v) or v.batch_size != head.batch_size for v in values[1:]):
+                return True
+            if _ragged_members(values):
+                return True
+    return False
 
 
 def _indent(text: str) -> str:

@@ -20,7 +20,7 @@ from torch import nn
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
 from td_core._td import TensorDict
-from td_core.errors import KeyNotFoundError
+from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
@@ -124,8 +124,8 @@ def _stack_params(
             entries[key] = _stack_params(values, expand_identical, (*prefix, key))
         else:
             shapes = {tuple(v.shape) for v in values}
-            if len(shapes) > 1:
-                raise ValueError(
+            if len(shapes) > 1:  # upstream raises RuntimeError: this is both
+                raise BatchSizeError(
                     f"from_modules: parameter {(*prefix, key)!r} has different shapes {sorted(shapes)}; "
                     "use lazy_stack=True to keep them apart"
                 )

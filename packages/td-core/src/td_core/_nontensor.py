@@ -58,7 +58,7 @@ class _NonTensorBase(BatchMeta):
     ) -> list[NonTensorStack | NonTensorData]:
         flat = self.as_array().reshape(-1)
         return [
-            _from_array(flat[idx.numpy()], self.device) for idx in fn(_positions(self.batch_size))
+            _from_array(_gather(flat, idx), self.device) for idx in fn(_positions(self.batch_size))
         ]
 
     def _set_at(self, index: Any, value: Any) -> NonTensorStack | NonTensorData:

@@ -6,8 +6,15 @@ sub-TensorDicts become child ``TensorDictParams`` modules in ``_modules``, so
 ``parameters()``, ``state_dict()``, optimizers and ``module.to(device)`` all see
 them, with dotted names like ``"0.weight"``.
 
-Device and dtype moves follow ``nn.Module`` (in place, return self), because
-optimizers hold references to the parameters.
+``params.to(...)`` returns a new ``TensorDictParams`` and leaves ``params`` as
+it is, as upstream does; a parent module's ``module.to(...)`` (``nn.Module``'s
+own machinery) still casts and moves the registered leaves in place, so
+optimizers keep their references.
+
+In-place writes that replace values (``zero_``, ``fill_``, ``set_``,
+``update_``, ``apply_``, ``copy_``) run under ``torch.no_grad()``, as upstream:
+they are how parameters are initialised and loaded. In-place arithmetic
+(``add_``, ...) is left to autograd, which refuses it on leaf parameters.
 """
 
 from __future__ import annotations
@@ -137,23 +144,60 @@ class TensorDictParams(TensorDictBase, nn.Module):
 
     # ----------------------------------------------------- nn.Module semantics
     def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
-        """Move/cast in place like ``nn.Module.to`` (returns self)."""
-        device = torch._C._nn._parse_to(*args, **kwargs)[0]
-        nn.Module.to(self, *args, **kwargs)
-        if device is not None:
-            self._set_all_devices(device)
-        return self
+        """A new ``TensorDictParams`` with every leaf moved and/or cast (``self`` is unchanged).
 
-    def _set_all_devices(self, device: torch.device | None) -> None:
-        self._device = device
-        for child in self._modules.values():
-            child._set_all_devices(device)
+        A parent module's ``module.to(...)`` moves and casts these leaves in place.
+        """
+        result = TensorDictBase.to(self, *args, **kwargs)
+        if result is self:
+            return self
+        out = TensorDictParams(result, no_convert=self._no_convert, lock=self._is_locked)
+        for name, param in self._parameters.items():  # a cast keeps requires_grad, as upstream
+            new = out._parameters.get(name)
+            if new is not None:
+                new.requires_grad_(param.requires_grad)
+        return out
 
     def cpu(self) -> TensorDictParams:  # type: ignore[override]
         return self.to("cpu")
 
     def cuda(self, device: Any = None) -> TensorDictParams:  # type: ignore[override]
         return self.to(torch.device("cuda") if device is None else torch.device("cuda", device))
+
+    # ---------------------------------------------- value writes under no_grad
+    def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        with torch.no_grad():
+            TensorDictBase._copy_into(self, key, dest, item, full_key)
+
+    def zero_(self) -> TensorDictParams:
+        """Zero every leaf in place (under ``no_grad``: parameters are leaves)."""
+        with torch.no_grad():
+            TensorDictBase.zero_(self)
+        return self
+
+    def fill_(self, key: Any, value: float | bool) -> TensorDictParams:
+        """Fill the entry at ``key`` in place (under ``no_grad``)."""
+        with torch.no_grad():
+            TensorDictBase.fill_(self, key, value)
+        return self
+
+    def update_(
+        self, input_dict_or_td: Any, clone: bool = False, **kwargs: Any
+    ) -> TensorDictParams:
+        """Copy the input's entries into the existing leaves (under ``no_grad``)."""
+        with torch.no_grad():
+            TensorDictBase.update_(self, input_dict_or_td, clone, **kwargs)
+        return self
+
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> TensorDictParams:
+        """Copy every entry of ``tensordict`` into the existing leaves (under ``no_grad``)."""
+        return self.update_(tensordict, non_blocking=non_blocking)
+
+    def apply_(self, fn: Any, *others: Any, **kwargs: Any) -> TensorDictParams:
+        """Apply ``fn`` to every leaf and write the results in place (under ``no_grad``)."""
+        with torch.no_grad():
+            TensorDictBase.apply_(self, fn, *others, **kwargs)
+        return self
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("TensorDictParams holds parameters; it is not callable")

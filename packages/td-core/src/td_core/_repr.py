@@ -53,7 +53,8 @@ def td_repr(
         after: parts after ``is_shared`` (e.g. ``stack_dim``).
     """
     if fields is None:
-        fields = [(k, td_repr(v) if is_td(v) else leaf_repr(v)) for k, v in td._items_str()]
+        # each sub-container renders itself: a lazy stack shows ragged dims as -1 without stacking
+        fields = [(k, repr(v) if is_td(v) else leaf_repr(v)) for k, v in td._items_str()]
     parts = [_fields("fields", fields)]
     for name, value in (extra or {}).items():
         parts.append(value if name.endswith("fields") else f"{name}={value}")

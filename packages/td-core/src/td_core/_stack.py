@@ -2,6 +2,10 @@
 
 Keys must match across inputs; the error names the first key one input lacks.
 Non-tensor leaves stack into a ``NonTensorStack`` (one rule, equal values or not).
+
+``StackMixin`` holds the stacking methods of every kind: the class-level
+``stack``/``cat``/``lazy_stack``/``maybe_dense_stack`` and the entry-level
+``stack_tensors``/``cat_tensors``/``stack_from_tensordict``/``cat_from_tensordict``.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._map import is_td
+from td_core._map import is_ragged, is_td, stack_parts
 from td_core._names import carry_names, names_after
 from td_core._nontensor import cat_non_tensors, stack_non_tensors
 from td_core._utils import normalize_dim
@@ -19,8 +23,9 @@ from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
+    from td_core._keys import NestedKey
 
-__all__ = ["stack", "cat"]
+__all__ = ["stack", "cat", "StackMixin"]
 
 Tensor = torch.Tensor
 
@@ -70,7 +75,8 @@ def stack(
     d = normalize_dim(dim, len(bs) + 1)
     from td_core._lazy import LazyStackedTensorDict, lazy_stack_enabled
 
-    if lazy_stack_enabled():
+    if lazy_stack_enabled() or (out is None and any(is_ragged(td) for td in tds)):
+        # ragged lazy stacks cannot become dense: stack them lazily, as upstream
         if out is not None:
             raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
         return LazyStackedTensorDict(*tds, stack_dim=d)
@@ -136,6 +142,8 @@ def cat(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
                 f"{list(bs)}; they may differ only in dim {d}"
             )
+    if out is None and any(is_ragged(td) for td in tds):
+        return _cat_lazy(tds, d)
     result = _combine(tds, d, (), stacking=False)
     names = tds[0]._raw_names()
     if names is not None:
@@ -144,3 +152,175 @@ def cat(
         out.update_(result)
         return out
     return result
+
+
+def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
+    """``cat`` of lazy stacks whose members differ in shape: a lazy stack again.
+
+    Along the stack dim the members are chained; along another dim the inputs
+    must stack the same number of members, which are concatenated pairwise.
+    """
+    from td_core._lazy import LazyStackedTensorDict
+
+    parts = [stack_parts(td) for td in tds]
+    if any(p is None or p[1] != parts[0][1] for p in parts):  # type: ignore[index]
+        raise BatchSizeError(
+            f"cat along dim {d}: a lazy stack whose members differ in shape can only be "
+            "concatenated with lazy stacks along the same stack dim"
+        )
+    members = [p[0] for p in parts]  # type: ignore[index]
+    sd = parts[0][1]  # type: ignore[index]
+    if d == sd:
+        return LazyStackedTensorDict(*(m for ms in members for m in ms), stack_dim=sd)
+    if any(len(ms) != len(members[0]) for ms in members):
+        raise BatchSizeError(
+            f"cat along dim {d}: the lazy stacks hold different numbers of members"
+        )
+    inner = d if d < sd else d - 1
+    return LazyStackedTensorDict(
+        *(cat(list(group), inner) for group in zip(*members)), stack_dim=sd
+    )
+
+
+def _combine_entries(
+    td: TensorDictBase,
+    keys: tuple[NestedKey, ...],
+    out_key: NestedKey,
+    dim: int,
+    keep_entries: bool,
+    op: Any,
+) -> TensorDictBase:
+    """``td[out_key] = op([td[k] for k in keys], dim)``; the inputs are removed unless kept."""
+    if not keys:
+        raise ValueError("stack_tensors/cat_tensors need at least one key to combine")
+    values = [td.get(key) for key in keys]
+    for key, value in zip(keys, values):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"entry {key!r} is a {type(value).__name__}, not a tensor")
+    td.set(out_key, op(values, dim))  # validated against the batch size before anything is removed
+    if not keep_entries:
+        from td_core._keys import unravel_key
+
+        target = unravel_key(out_key)
+        for key in keys:
+            if unravel_key(key) != target:
+                td.del_(key)
+    return td
+
+
+def _leaf_tensors(td: TensorDictBase, sorted_keys: Any) -> list[Tensor]:
+    keys = [
+        k for k in td.keys(include_nested=True, leaves_only=True) if isinstance(td.get(k), Tensor)
+    ]
+    if sorted_keys is True:
+        keys = sorted(keys, key=lambda k: k if isinstance(k, str) else ".".join(k))
+    elif isinstance(sorted_keys, (list, tuple)):
+        keys = list(sorted_keys)
+    if not keys:
+        raise ValueError("stack_from_tensordict/cat_from_tensordict: the TensorDict has no tensor")
+    return [td.get(k) for k in keys]
+
+
+class StackMixin:
+    """Stacking and concatenation methods of TensorDictBase."""
+
+    __slots__ = ()
+
+    @classmethod
+    def stack(
+        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+    ) -> TensorDictBase:
+        """Stack TensorDicts along a new batch dim (``torch.stack``; see :func:`td_core.stack`)."""
+        return stack(input, dim, out=out)
+
+    @classmethod
+    def cat(
+        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+    ) -> TensorDictBase:
+        """Concatenate TensorDicts along a batch dim (``torch.cat``; see :func:`td_core.cat`)."""
+        return cat(input, dim, out=out)
+
+    @classmethod
+    def lazy_stack(cls, input: Sequence[TensorDictBase], dim: int = 0) -> TensorDictBase:
+        """Stack TensorDicts lazily (a ``LazyStackedTensorDict`` keeping the originals)."""
+        from td_core._lazy import LazyStackedTensorDict
+
+        return LazyStackedTensorDict(*input, stack_dim=dim)
+
+    @classmethod
+    def maybe_dense_stack(
+        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+    ) -> TensorDictBase:
+        """A dense stack when the inputs' keys and shapes agree, else a lazy stack.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> a = TensorDict(x=torch.zeros(3), batch_size=[3])
+            >>> b = TensorDict(x=torch.zeros(3, 2), batch_size=[3])
+            >>> type(TensorDict.maybe_dense_stack([a, a])).__name__
+            'TensorDict'
+            >>> type(TensorDict.maybe_dense_stack([a, b])).__name__
+            'LazyStackedTensorDict'
+        """
+        try:
+            return stack(input, dim, out=out)
+        except (KeyNotFoundError, BatchSizeError):
+            if out is not None:
+                raise
+            return cls.lazy_stack(input, dim)
+
+    def to_lazystack(self: TensorDictBase, dim: int = 0) -> TensorDictBase:
+        """A lazy stack of this TensorDict's slices along batch dim ``dim`` (views of it).
+
+        A lazy stack along ``dim`` already is one: it is returned as it is.
+        """
+        from td_core._lazy import LazyStackedTensorDict
+
+        d = normalize_dim(dim, self.batch_dims)
+        if isinstance(self, LazyStackedTensorDict) and self.stack_dim == d:
+            return self
+        return LazyStackedTensorDict(*self.unbind(d), stack_dim=d)
+
+    def stack_tensors(
+        self: TensorDictBase,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> TensorDictBase:
+        """Write ``torch.stack([self[k] for k in keys], dim)`` at ``out_key`` (returns self).
+
+        ``dim`` counts from the first dim of the tensors (batch dims included).
+        The inputs are removed unless ``keep_entries``; nothing is removed if the
+        result does not fit the batch size.
+        """
+        return _combine_entries(self, keys, out_key, dim, keep_entries, torch.stack)
+
+    def cat_tensors(
+        self: TensorDictBase,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> TensorDictBase:
+        """Write ``torch.cat([self[k] for k in keys], dim)`` at ``out_key`` (returns self)."""
+        return _combine_entries(self, keys, out_key, dim, keep_entries, torch.cat)
+
+    def stack_from_tensordict(
+        self: TensorDictBase, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
+    ) -> Tensor:
+        """Stack every tensor leaf into one tensor (they must share a shape).
+
+        Args:
+            sorted: ``True`` orders the leaves by key, a list of keys gives the
+                order; by default the order of ``keys(include_nested=True)``.
+            out: the tensor to write into.
+        """
+        return torch.stack(_leaf_tensors(self, sorted), dim, out=out)
+
+    def cat_from_tensordict(
+        self: TensorDictBase, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
+    ) -> Tensor:
+        """Concatenate every tensor leaf into one tensor along ``dim``."""
+        return torch.cat(_leaf_tensors(self, sorted), dim, out=out)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._keys import NestedKey, as_tuple, unravel_key
-from td_core._map import is_nt, is_td
+from td_core._map import is_nt, is_td, per_member, stack_parts
 from td_core._utils import NO_DEFAULT, broadcast_shape
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -30,6 +30,9 @@ def _select(
     td: TensorDictBase, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
 ) -> TensorDictBase:
     """A new TensorDict with only ``paths`` (paths of length 1 take the whole entry)."""
+    lazy = per_member(td, lambda m: _select(m, paths, strict, prefix))
+    if lazy is not NotImplemented:
+        return lazy
     groups: dict[str, list[tuple[str, ...]]] = {}
     for path in paths:
         groups.setdefault(path[0], []).append(path[1:])
@@ -56,6 +59,9 @@ def _select(
 
 
 def _exclude(td: TensorDictBase, paths: list[tuple[str, ...]]) -> TensorDictBase:
+    lazy = per_member(td, lambda m: _exclude(m, paths))
+    if lazy is not NotImplemented:
+        return lazy
     drop = {p[0] for p in paths if len(p) == 1}
     deeper: dict[str, list[tuple[str, ...]]] = {}
     for path in paths:
@@ -90,6 +96,17 @@ def _flatten(
         out[name] = value
 
 
+def _members_do(td: TensorDictBase, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``method`` run on each member of a lazy stack (``NotImplemented`` for other kinds).
+
+    In place, the members change and ``td`` itself is returned.
+    """
+    lazy = per_member(td, lambda m: getattr(m, method)(*args, **kwargs))
+    if lazy is NotImplemented or not kwargs.get("inplace"):
+        return lazy
+    return td
+
+
 class StructureMixin:
     """Key-structure methods of TensorDictBase."""
 
@@ -99,6 +116,9 @@ class StructureMixin:
         self: TensorDictBase, *keys: NestedKey, inplace: bool = False, strict: bool = True
     ) -> TensorDictBase:
         """Only the given (possibly nested) keys; with ``inplace`` the others are removed from self."""
+        lazy = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
+        if lazy is not NotImplemented:
+            return lazy  # type: ignore[no-any-return]
         if all(type(k) is str for k in keys):  # fast path: top-level keys only
             wanted = set(keys)
             present = self._keys_str()
@@ -115,6 +135,9 @@ class StructureMixin:
 
     def exclude(self: TensorDictBase, *keys: NestedKey, inplace: bool = False) -> TensorDictBase:
         """Everything but the given (possibly nested) keys."""
+        lazy = _members_do(self, "exclude", *keys, inplace=inplace)
+        if lazy is not NotImplemented:
+            return lazy  # type: ignore[no-any-return]
         if all(type(k) is str for k in keys):  # top-level keys only: one pass, no paths
             drop = set(keys)
             out = {k: v for k, v in self._items_str() if k not in drop}
@@ -165,6 +188,9 @@ class StructureMixin:
             >>> list(td.flatten_keys(".").keys())
             ['a.b']
         """
+        lazy = _members_do(self, "flatten_keys", separator, inplace=inplace, is_leaf=is_leaf)
+        if lazy is not NotImplemented:
+            return lazy  # type: ignore[no-any-return]
         out: dict[str, Any] = {}
         _flatten(self, separator, "", out, is_leaf)
         result = self._new(out, self.batch_size)
@@ -450,6 +476,17 @@ def _check_copy(dest: Tensor, value: Any, full: tuple[str, ...]) -> None:
         )
 
 
+def _member_part(source: Any, d: int, i: int, n: int) -> Any:
+    """Member ``i``'s share of ``source`` (written into a lazy stack along dim ``d`` of ``n``)."""
+    if is_td(source):
+        return source.unbind(d)[i] if source.batch_dims > d else source
+    if isinstance(source, Mapping):
+        return {k: _member_part(v, d, i, n) for k, v in source.items()}
+    if isinstance(source, Tensor) and source.ndim >= n:
+        return source.select(d, i if source.shape[d] != 1 else 0)
+    return source  # broadcast into every member as it is
+
+
 def _plan_update_(
     td: TensorDictBase,
     source: Mapping[Any, Any] | TensorDictBase,
@@ -458,6 +495,16 @@ def _plan_update_(
     pairs: list[tuple[Tensor, Any, tuple[str, ...]]],
     values: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]],
 ) -> None:
+    parts = stack_parts(td)
+    if parts is not None:  # a lazy stack's reads are copies: plan the writes into its members
+        members, d = parts
+        if is_td(source) and source.batch_dims > d:
+            shares: Any = source.unbind(d)
+        else:
+            shares = [_member_part(source, d, i, td.batch_dims) for i in range(len(members))]
+        for member, share in zip(members, shares):
+            _plan_update_(member, share, allowed, prefix, pairs, values)
+        return
     items = source._items_str() if is_td(source) else source.items()
     for raw_key, value in items:
         full = (*prefix, *as_tuple(unravel_key(raw_key)))

@@ -11,6 +11,7 @@ Fields are properties: tensors read as tensors, other values as themselves.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ class _TensorClassBase(TensorDictBase):
     """What every generated tensorclass shares."""
 
     _fields: tuple[str, ...] = ()
+    _field_set: frozenset[str] = frozenset()
     _defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per class
     _tensordict: TensorDict
 
@@ -58,6 +60,12 @@ class _TensorClassBase(TensorDictBase):
         return self._tensordict._values_str()
 
     def _new(self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT) -> Any:
+        if not source.keys() <= type(self)._field_set:  # e.g. flatten_keys: "nested.x"
+            unknown = sorted(k for k in source if k not in type(self)._field_set)
+            raise ValueError(
+                f"the result has keys {unknown} that are not fields of {type(self).__name__} "
+                f"(fields: {list(type(self)._fields)}); convert with to_tensordict() first"
+            )
         td = TensorDict._new_unsafe(
             source, batch_size, self._tensordict._device if device is NO_DEFAULT else device
         )
@@ -128,14 +136,21 @@ class _TensorClassBase(TensorDictBase):
 
     # ------------------------------------------------------------------- dunder
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in type(self)._fields:
+        cls = type(self)
+        if name in cls._field_set:
             if value is None:
                 if name in self._tensordict._keys_str():
                     self._tensordict._del_str(name)
             else:
                 self._tensordict.set(name, value)
-        else:
+        elif _is_data_descriptor(cls, name):  # a property with a setter (batch_size, names, ...)
             object.__setattr__(self, name, value)
+        else:
+            # as a dataclass with slots would: a typo must not be stored silently
+            raise AttributeError(
+                f"cannot set attribute {name!r}: {cls.__name__} has no such field "
+                f"(fields: {list(cls._fields)})"
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_tensordict": self._tensordict}
@@ -160,6 +175,44 @@ class _TensorClassBase(TensorDictBase):
         ]
         body = ",\n".join("\n".join("    " + ln for ln in line.splitlines()) for line in lines)
         return f"{type(self).__name__}(\n{body})"
+
+
+def _is_data_descriptor(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return hasattr(type(klass.__dict__[name]), "__set__")
+    return False
+
+
+def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any], Any]:
+    """``__dataclass_fields__`` and ``__dataclass_params__`` for the declared fields.
+
+    A generated tensorclass is a real dataclass (``dataclasses.is_dataclass``,
+    ``dataclasses.fields`` in declared order, with their defaults), but its
+    ``__init__``, ``repr`` and ``==`` stay the TensorDict ones: the spec is
+    built on a throwaway class and attached.
+    """
+    annotations: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        annotations.update(inspect.get_annotations(klass))
+        raw.update({n: klass.__dict__[n] for n in fields if n in klass.__dict__})
+    namespace: dict[str, Any] = {"__annotations__": {n: annotations.get(n, Any) for n in fields}}
+    for name, default in raw.items():
+        if isinstance(default, dataclasses.Field):
+            namespace[name] = (
+                dataclasses.field(default_factory=default.default_factory)
+                if default.default_factory is not dataclasses.MISSING
+                else dataclasses.field(default=default.default)
+            )
+        elif type(default).__hash__ is None:  # a list or dict default: dataclasses refuse these
+            namespace[name] = dataclasses.field(default_factory=lambda v=default: v)
+        else:
+            namespace[name] = default
+    probe = dataclasses.dataclass(init=False, repr=False, eq=False)(
+        type(cls.__name__, (), namespace)
+    )
+    return probe.__dataclass_fields__, probe.__dataclass_params__  # type: ignore[attr-defined]
 
 
 def _field_property(name: str) -> property:
@@ -261,8 +314,13 @@ def tensorclass(cls: type[_T]) -> type[_T]:
     """
     fields, defaults = _fields_of(cls)
     namespace: dict[str, Any] = {name: _field_property(name) for name in fields}
+    dc_fields, dc_params = _dataclass_spec(cls, fields)
     namespace.update(
+        __dataclass_fields__=dc_fields,
+        __dataclass_params__=dc_params,
+        __match_args__=fields,
         _fields=fields,
+        _field_set=frozenset(fields),
         _defaults=defaults,
         __init__=_make_init(cls.__name__, fields, defaults),
         __module__=cls.__module__,

@@ -14,6 +14,7 @@ __all__ = [
     "LockedError",
     "MissingEntryError",
     "DeviceError",
+    "DTypeError",
     "ExtensionMissingError",
     "DimError",
 ]
@@ -47,6 +48,10 @@ class LockedError(TDError, RuntimeError):
 
 class DeviceError(TDError, ValueError, RuntimeError):
     """A device could not be parsed (torch raises ``RuntimeError`` for these)."""
+
+
+class DTypeError(TDError, TypeError, RuntimeError):
+    """A write needs the value's dtype to match the entry's (torch raises ``RuntimeError``)."""
 
 
 class ExtensionMissingError(TDError, ImportError):

@@ -8,10 +8,12 @@ own modules do both inline (flag ``_native_call``), which is faster.
 
 from __future__ import annotations
 
+import abc
 import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from td_core import NestedKey, TensorDictBase, is_tensor_collection, unravel_key_list
@@ -48,7 +50,34 @@ def indent(text: str, spaces: int = 4) -> str:
     return text.replace("\n", "\n" + pad)
 
 
-class TensorDictModuleBase(nn.Module):
+class _KeyedModuleMeta(abc.ABCMeta):
+    """Makes ``isinstance(m, TensorDictModuleBase)`` hold for any key-wired ``nn.Module``.
+
+    Siblings such as td-query build modules that compose with
+    :class:`TensorDictSequential` (an ``nn.Module`` declaring ``in_keys`` and
+    ``out_keys``) without importing td-nn, since packages depend on td-core
+    only. Recognising them here by what they declare is simpler than moving
+    this base class (with its forward wrapping and skip logic) into td-core.
+    Only the base itself answers this way: ``isinstance(m, TensorDictSequential)``
+    and other subclasses are ordinary checks, and ``issubclass`` is unchanged.
+    (Deriving from ``ABCMeta`` lets subclasses mix in ``abc.ABC``.)
+    """
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if super().__instancecheck__(instance):
+            return True
+        return cls is TensorDictModuleBase and _declares_keys(instance)
+
+
+def _declares_keys(obj: Any) -> bool:
+    if not isinstance(obj, nn.Module):
+        return False
+    in_keys = getattr(obj, "in_keys", None)
+    out_keys = getattr(obj, "out_keys", None)
+    return isinstance(in_keys, (list, tuple)) and isinstance(out_keys, (list, tuple))
+
+
+class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
     """Base of the modules that read ``in_keys`` from a TensorDict and write ``out_keys``.
 
     Subclass it and write ``forward(self, tensordict) -> TensorDict``; set
@@ -57,6 +86,10 @@ class TensorDictModuleBase(nn.Module):
     ``forward`` also accepts tensors (``module(a=x)`` returns a TensorDict,
     ``module(x)`` the output tensors) and skips its call inside
     :class:`set_skip_existing` when its outputs are present.
+
+    ``isinstance(m, TensorDictModuleBase)`` also holds for any ``nn.Module``
+    that declares list ``in_keys`` and ``out_keys`` without subclassing this
+    (td-query's ``QueryModule``, for one): siblings stay free of td-nn.
 
     Examples:
         >>> import torch
@@ -137,8 +170,33 @@ class TensorDictModuleBase(nn.Module):
             self._select_hook = self.register_forward_hook(hook)
 
     # ---------------------------------------------------------------- parameters
-    def reset_parameters_recursive(self) -> None:
-        """Call ``reset_parameters()`` on every sub-module that has one."""
+    def reset_parameters_recursive(
+        self, parameters: TensorDictBase | None = None
+    ) -> TensorDictBase | None:
+        """Call ``reset_parameters()`` on every sub-module that has one.
+
+        Args:
+            parameters: a TensorDict of this module's parameters (as from
+                ``TensorDict.from_module(module)``, often a copy). When given, its
+                values are re-initialised in place and returned, and the module's
+                own parameters are left untouched (the functional form).
+
+        Returns:
+            ``parameters``, or ``None`` when it is not given.
+        """
+        if parameters is None:
+            self._reset_all()
+            return None
+        if not is_tensor_collection(parameters):
+            raise TypeError(
+                f"reset_parameters_recursive takes a TensorDict of parameters (or nothing), "
+                f"got a {type(parameters).__name__}"
+            )
+        with torch.no_grad(), parameters.to_module(self):
+            self._reset_all()
+        return parameters
+
+    def _reset_all(self) -> None:
         for module in self.modules():
             if module is not self and callable(getattr(module, "reset_parameters", None)):
                 module.reset_parameters()

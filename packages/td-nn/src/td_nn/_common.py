@@ -45,6 +45,11 @@ def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
     return out
 
 
+def _dropped_output(out: Any) -> bool:
+    """Whether the module returned ``None`` (or a sequence holding one) instead of an output."""
+    return out is None or (isinstance(out, (tuple, list)) and any(o is None for o in out))
+
+
 def _unique(keys: list[NestedKey]) -> list[NestedKey]:
     return list(dict.fromkeys(keys))
 
@@ -206,6 +211,9 @@ class TensorDictModule(TensorDictModuleBase):
             if not self.strict and any(v is None for v in values):
                 raise self._missing_error(tensordict) from err
             raise
+        if _dropped_output(out) and any(v is None for v in values):
+            # the module passed a missing input (None) through: it did not run, say which key
+            raise self._missing_error(tensordict)
         if tensordict_out is None:
             inplace = self.inplace
             if inplace is True:

@@ -7,9 +7,9 @@ working.
 
 from __future__ import annotations
 
-from td_core.errors import TDError
+from td_core.errors import KeyNotFoundError, TDError
 
-__all__ = ["OutputMismatchError", "KeySpecError"]
+__all__ = ["OutputMismatchError", "KeySpecError", "UnknownKeyError"]
 
 
 class OutputMismatchError(TDError, ValueError, RuntimeError):
@@ -18,3 +18,7 @@ class OutputMismatchError(TDError, ValueError, RuntimeError):
 
 class KeySpecError(TDError, TypeError, ValueError):
     """``in_keys`` or ``out_keys`` are not keys (upstream raises ``ValueError`` here)."""
+
+
+class UnknownKeyError(KeyNotFoundError, ValueError):
+    """A key asked for is not among a module's keys (upstream raises ``ValueError`` here)."""

@@ -9,9 +9,11 @@ from typing import Any
 from torch import nn
 
 from td_core import NestedKey, TensorDict, TensorDictBase
+from td_core.errors import KeyNotFoundError
 from td_nn._base import TensorDictModuleBase, format_keys, indent
 from td_nn._common import as_key_list
 from td_nn._dispatch import resolve_call
+from td_nn._errors import UnknownKeyError
 from td_nn._skip import _SKIP, should_skip
 
 __all__ = ["TensorDictSequential", "sequence_keys"]
@@ -47,6 +49,31 @@ def _check_module(module: Any, index: Any) -> nn.Module:
             "wrap it with TensorDictModule(module, in_keys=..., out_keys=...)"
         )
     return module
+
+
+def _check_ran(module: nn.Module, index: int, td: TensorDictBase, out: Any) -> None:
+    """Raise ``KeyError`` if a member wrote none of its outputs because an input was missing.
+
+    A member that skips its work on a missing input would otherwise hand on a
+    TensorDict without its outputs, and a later member (or the caller) fails far
+    from the cause. Members that handle missing inputs and still write their
+    outputs pass; ``partial_tolerant=True`` sequences skip such members instead.
+    """
+    if not isinstance(out, TensorDictBase):
+        return
+    for key in module.out_keys:
+        if out.get(key, None) is None:
+            break
+    else:
+        return
+    missing = [k for k in module.in_keys if td.get(k, None) is None]
+    if missing:
+        raise KeyNotFoundError(
+            f"TensorDictSequential: module {index} ({type(module).__name__}, in_keys="
+            f"{list(module.in_keys)!r}) needs the input key(s) {missing!r}, which are not in the "
+            f"TensorDict (keys: {sorted(map(str, td.keys(include_nested=True)))}); pass them, "
+            "or build the sequence with partial_tolerant=True to skip such modules"
+        )
 
 
 class TensorDictSequential(TensorDictModuleBase):
@@ -147,8 +174,10 @@ class TensorDictSequential(TensorDictModuleBase):
                 if all(key in present for key in module.in_keys):
                     td = module(td)
         else:
-            for module in self.module._modules.values():
-                td = module(td)
+            for i, module in enumerate(self.module._modules.values()):
+                out = module(td)
+                _check_ran(module, i, td, out)
+                td = out
         if self._dropped:
             td.exclude(*self._dropped, inplace=True)
         if not copy:
@@ -184,8 +213,8 @@ class TensorDictSequential(TensorDictModuleBase):
             out_keys: keep the members needed to compute these keys.
 
         Raises:
-            KeyError: if an ``out_keys`` entry is not written by this sequence.
-            ValueError: if no member is left.
+            ValueError: (also a ``KeyError``) naming the ``out_keys`` entries this
+                sequence does not write; or if no member is left.
         """
         members = self._members()
         keep = [True] * len(members)
@@ -201,7 +230,7 @@ class TensorDictSequential(TensorDictModuleBase):
             every = self._all_out_keys or self.out_keys
             unknown = [k for k in wanted if k not in every]
             if unknown:
-                raise KeyError(
+                raise UnknownKeyError(
                     f"select_subsequence: {unknown!r} are not written by this sequence "
                     f"(out_keys: {every!r})"
                 )

@@ -1,0 +1,54 @@
+"""TensorDictParams: ``to`` returns a new container; value writes run under no_grad (as upstream)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from td_core import TensorDict, TensorDictParams
+
+
+def _params() -> TensorDictParams:
+    return TensorDictParams(
+        TensorDict(
+            {"w": torch.ones(3), "i": torch.zeros(3, dtype=torch.long), "n": {"b": torch.ones(3)}},
+            [3],
+        )
+    )
+
+
+def test_to_dtype_returns_a_new_params_and_leaves_self() -> None:
+    params = _params()
+    out = params.to(torch.float64)
+    assert isinstance(out, TensorDictParams) and out is not params
+    assert out["w"].dtype == torch.float64 and isinstance(out["w"], nn.Parameter)
+    assert out["n", "b"].dtype == torch.float64
+    assert params["w"].dtype == torch.float32 and params["n", "b"].dtype == torch.float32
+
+
+def test_a_parent_module_to_still_casts_in_place() -> None:
+    holder = nn.Module()
+    holder.params = _params()
+    weight = holder.params["w"]
+    holder.to(torch.float64)
+    assert holder.params["w"].dtype == torch.float64
+    assert holder.params["w"] is weight  # optimizers keep their reference
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda p: p.zero_(),
+        lambda p: p.fill_("w", 0.0),
+        lambda p: p.set_("w", torch.zeros(3)),
+        lambda p: p.update_({"w": torch.zeros(3)}),
+        lambda p: p.apply_(lambda t: t * 0),
+        lambda p: p.copy_(p.clone().zero_()),
+    ],
+    ids=["zero_", "fill_", "set_", "update_", "apply_", "copy_"],
+)
+def test_value_writes_on_parameters_need_no_no_grad(write) -> None:
+    params = _params()
+    write(params)
+    assert (params["w"] == 0).all() and params["w"].requires_grad
