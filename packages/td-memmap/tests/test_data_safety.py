@@ -215,12 +215,12 @@ def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, layout
     assert interrupted >= 5, "the saves finished before SIGKILL: the test proves nothing"
     assert switched >= 1
     assert sorted(os.listdir(tmp_path)) == ["save", "timing"]  # nothing written beside it
-    # left-over files of killed saves are reused or removed by the next save
+    # left-over files of killed saves are reused (as spares) by the next save
     save(_layouts(99.0)[layout], prefix)
     assert _values(load(prefix)) == {99.0}
     names = [n for _, _, files in os.walk(prefix) for n in files]
     leaves = len(list(_layouts(0.0)[layout].values(True, True))) if layout != "lazy" else 8
-    assert len([n for n in names if n.endswith(".bin")]) == leaves
+    assert leaves <= len([n for n in names if n.endswith(".bin")]) <= 2 * leaves
     assert not [n for n in names if n.startswith(".")]
 
 

@@ -207,12 +207,15 @@ class TestInPlaceAndShared:
         first = save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
         old = first["w"].filename
         second = save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
-        assert second["w"].filename != old and not os.path.exists(old)  # replaced, then removed
-        assert first["w"].tolist() == [0.0] * 4  # the old mapping keeps its data
+        assert second["w"].filename == str(tmp_path / "a" / "w.b.bin")
+        assert first["w"].tolist() == [0.0] * 4  # the old file is untouched, kept as a spare
         assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
+        inode = os.stat(old).st_ino
         third = save(TensorDict({"w": torch.full((4,), 2.0)}, []), tmp_path / "a")
-        assert third["w"].filename == old  # two names alternate
-        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "w.bin"]
+        assert third["w"].filename == old and os.stat(old).st_ino == inode  # rewritten in place
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "w.b.bin", "w.bin"]
+        save(TensorDict({"v": torch.ones(2)}, []), tmp_path / "a")  # a key gone: its files too
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "v.bin"]
 
     def test_resaving_a_memory_mapped_td_keeps_its_files(self, tmp_path):
         td = save(TensorDict({"w": torch.zeros(4), "v": torch.ones(2)}, []), tmp_path / "a")

@@ -83,8 +83,10 @@ def memmap(
 
     Saving over an earlier save is atomic: the new files are written beside
     the earlier save's, which stays loadable and intact until the new
-    metadata is committed (one rename); its files are removed after. A leaf
-    already memory-mapped from a whole file of the folder keeps that file.
+    metadata is committed (one rename); its files are then kept as spares
+    that the next save rewrites in place (a folder saved twice holds two sets
+    of leaf files). A leaf already memory-mapped from a whole file of the
+    folder keeps that file.
 
     Args:
         td: a TensorDict, lazy stack or tensorclass instance (a plain mapping is

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from td_memmap._errors import MemmapError
-from td_memmap._format import META_NAME
+from td_memmap._format import LEAF_SUFFIX, META_NAME, PICKLE_SUFFIX, SHARED_SUFFIX
 from td_memmap._io import remove_if_exists
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
 
-__all__ = ["Previous", "previous_save", "candidates", "remove_replaced"]
+__all__ = ["Previous", "previous_save", "candidates", "first_free", "remove_replaced"]
 
 #: The infixes tried, in order, to name a file beside the one the previous save uses.
 _INFIXES = ("", ".b", ".c", ".d")
+_SUFFIXES = (SHARED_SUFFIX, LEAF_SUFFIX, PICKLE_SUFFIX)
 
 
 @dataclass
@@ -67,24 +68,44 @@ def previous_save(root: str) -> Previous:
     return out
 
 
-def candidates(path: str, suffix: str) -> Iterable[str]:
+def candidates(path: str, suffix: str) -> list[str]:
     """Names for the file ``path`` (ending in ``suffix``): itself first, then ``stem.b``+suffix, ..."""
     stem = path[: -len(suffix)]
-    for infix in _INFIXES:
-        yield stem + infix + suffix
-    raise MemmapError(f"no free name for {path!r}: {len(_INFIXES)} versions of it are in use")
+    return [stem + infix + suffix for infix in _INFIXES]
+
+
+def first_free(names: Iterable[str], taken: Callable[[str], bool]) -> str:
+    """The first of ``names`` not ``taken``."""
+    for name in names:
+        if not taken(name):
+            return name
+    raise MemmapError(f"no free file name among {list(names)}: all are in use")
+
+
+def _siblings(name: str) -> list[str]:
+    """``name`` and the other names :func:`candidates` gives for the same entry."""
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            base = name[: -len(suffix)]
+            for infix in _INFIXES[1:]:
+                base = base.removesuffix(infix) if base.endswith(infix) else base
+            return candidates(base + suffix, suffix)
+    return [name]
 
 
 def remove_replaced(previous: Previous, files: dict[str, set[str]]) -> None:
-    """Remove what only the previous save used, once the new save (using ``files``) is committed.
+    """Remove what the previous save used and the new one (``files``) neither uses nor keeps.
 
-    Only files and folders that the previous save named are touched; a folder
-    that still holds something else stays.
+    ``files`` holds, per folder, the names the new save uses and the spares it
+    keeps. Only files and folders that the previous save named are touched; a
+    folder that still holds something else stays.
     """
     for folder, names in previous.files.items():
-        kept = files.get(folder)
-        for name in names - (kept or set()):
-            remove_if_exists(os.path.join(folder, name))
+        kept = files.get(folder) or set()
+        for name in names - kept:
+            for sibling in _siblings(name):  # the spares of an entry the new save lacks
+                if sibling not in kept:
+                    remove_if_exists(os.path.join(folder, sibling))
         if kept is None:  # a folder the new save does not have
             remove_if_exists(os.path.join(folder, META_NAME))
     for folder in reversed(previous.folders):  # deepest first

@@ -17,7 +17,7 @@ import torch
 from td_core import TensorDictBase
 from td_memmap._api import load_memmap, memmap
 from td_memmap._format import LEAF_SUFFIX, encode_key
-from td_memmap._generation import candidates
+from td_memmap._generation import candidates, first_free
 from td_memmap._io import remove_if_exists
 from td_memmap._paths import remember, saved_path
 from td_memmap._tensor import MemoryMappedTensor
@@ -109,7 +109,7 @@ def _flat(key: Any) -> list[Any]:
 def _add(parent: TensorDictBase, name: str, folder: str, make: Any) -> MemoryMappedTensor:
     """Create the leaf ``make(path)`` in ``folder`` and re-save ``parent`` there with it."""
     stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
-    path = next(p for p in candidates(stem, LEAF_SUFFIX) if not os.path.lexists(p))
+    path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
     tensor = make(path)
     try:
         was_locked = parent.is_locked

@@ -17,7 +17,8 @@ Order of a save, which is what makes it crash-safe:
    loads (see ``_meta.Index``); every metadata file records the save's
    ``generation`` (larger is newer);
 7. publish the staged metadata files by renaming them into place, then
-   remove the files and folders only the previous save used.
+   remove the files and folders of entries the new save lacks. The previous
+   save's other files stay as spares, rewritten in place by the next save.
 
 A process killed before 6 leaves the previous save loadable and intact
 (plus unused files that a later save reuses or removes); killed after, the
@@ -50,7 +51,13 @@ from td_memmap._format import (
     file_stems,
     value_to_json,
 )
-from td_memmap._generation import Previous, candidates, previous_save, remove_replaced
+from td_memmap._generation import (
+    Previous,
+    candidates,
+    first_free,
+    previous_save,
+    remove_replaced,
+)
 from td_memmap._io import (
     allocate_leaf,
     clean_stale_tmp,
@@ -283,9 +290,18 @@ def _run(job: _Job, durable: bool) -> None:
 _SUFFIXES = {"bytes": PICKLE_SUFFIX, "shared": SHARED_SUFFIX}
 
 
-def _name_files(jobs: list[_Job], previous: Previous) -> dict[str, set[str]]:
-    """Give each job its file (see the module docstring); the names used, per folder."""
+def _name_files(
+    jobs: list[_Job], previous: Previous
+) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Give each job its file (see the module docstring); the names used, and the spares, per folder.
+
+    A spare is a file of the previous save that is another name of a file this
+    save writes: it is kept, and the next save rewrites it in place (same size:
+    no new allocation, and no writeback of one generation competing with the
+    writes of the next), which is what keeps re-saving fast.
+    """
     used: dict[str, set[str]] = {}
+    spares: dict[str, set[str]] = {}
     fresh = []
     for job in jobs:
         if job.action == "reuse":  # the file is in the job's folder (see _Planner._tensor)
@@ -304,14 +320,16 @@ def _name_files(jobs: list[_Job], previous: Previous) -> dict[str, set[str]]:
     for job in fresh:
         folder = os.path.dirname(job.path)
         taken = used.setdefault(folder, set())
-        for path in candidates(job.path, _SUFFIXES.get(job.action, LEAF_SUFFIX)):
-            name = os.path.basename(path)
-            if name not in taken and not previous.uses(path):
-                break
+        names = candidates(job.path, _SUFFIXES.get(job.action, LEAF_SUFFIX))
+        path = first_free(
+            names, lambda p, taken=taken: os.path.basename(p) in taken or previous.uses(p)
+        )
+        name = os.path.basename(path)
         taken.add(name)
+        spares.setdefault(folder, set()).update(os.path.basename(p) for p in names)
         job.path = path
         job.entry[job.name_field] = name
-    return used
+    return used, spares
 
 
 def _payload(folder: _Folder, stamps: dict[str, list[int]]) -> bytes:
@@ -379,7 +397,7 @@ def save_tree(
             except FileExistsError:
                 pass
         clean_stale_tmp(folder.path)
-    used = _name_files(planner.jobs, previous)
+    used, spares = _name_files(planner.jobs, previous)
     pool = ThreadPoolExecutor(max_workers=num_threads) if num_threads > 0 else None
     staged: list[tuple[str, str]] = []
     try:
@@ -404,7 +422,7 @@ def save_tree(
     for tmp, folder_path in reversed(staged):
         os.replace(tmp, os.path.join(folder_path, META_NAME))
     for folder in folders:
-        used.setdefault(folder.path, set())
+        used.setdefault(folder.path, set()).update(spares.get(folder.path, ()))
     remove_replaced(previous, used)
     if durable:
         for folder in folders:
