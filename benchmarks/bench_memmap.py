@@ -21,8 +21,16 @@ Everything is written under one temporary folder, removed at exit. Cases:
 - random access: 3 random rows of a memory-mapped 100k-row data set (images
   and labels) against loading the whole data set file with ``torch.load``.
 
-Saves go to the same folder every time (a checkpoint overwritten), for every
-side. Each suite is one report with ratios td / reference (lower is better);
+Two kinds of save, labelled in each case's name:
+
+- ``re-save``: into the same folder every time (a checkpoint overwritten), for
+  every side; td writes the new generation beside the old one, then removes
+  the old files. td and upstream use 4 threads; torch.save and safetensors
+  have none to use.
+- ``fresh folder``: the previous copy (td's folder, torch's or safetensors'
+  file) is removed before each save, inside the timing on every side, and td
+  uses one thread (``num_threads=0``), as torch.save and safetensors do.
+ Each suite is one report with ratios td / reference (lower is better);
 the plain ``torch.load`` (reading everything) is a floor of the torch suite,
 printed as td / floor. Timings on a shared machine vary by 10-30% between runs.
 """
@@ -86,6 +94,14 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
     def st_save() -> None:
         save_file(flat, _path("state.safetensors"))
 
+    def torch_save_fresh() -> None:
+        os.remove(_path("state.pt"))
+        torch.save(flat, _path("state.pt"))
+
+    def st_save_fresh() -> None:
+        os.remove(_path("state.safetensors"))
+        save_file(flat, _path("state.safetensors"))
+
     def torch_load_mmap() -> object:
         return torch.load(_path("state.pt"), mmap=True, weights_only=True)
 
@@ -112,6 +128,13 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
         def ours_save(td: TensorDict = ours_td, prefix: str = ours_dir) -> object:
             return td.memmap(prefix, num_threads=THREADS)
 
+        fresh_dir = _path(f"td_fresh_{layout}")
+        ours_td.memmap(fresh_dir)
+
+        def ours_save_fresh(td: TensorDict = ours_td, prefix: str = fresh_dir) -> object:
+            shutil.rmtree(prefix)
+            return td.memmap(prefix, num_threads=0)
+
         def theirs_save(td: upstream.TensorDict = theirs_td, prefix: str = theirs_dir) -> object:
             return td.memmap(prefix, num_threads=THREADS, existsok=True)
 
@@ -122,18 +145,36 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
             return upstream.TensorDict.load_memmap(prefix)
 
         vs_torch.add(f"load 256MB {layout}", ours_load, torch_load_mmap, torch_load_full=torch_load)
-        saves.append((vs_torch, f"save 256MB {layout}", ours_save, torch_save))
+        saves.append((vs_torch, f"re-save 256MB {layout}, 4 threads", ours_save, torch_save))
+        saves.append(
+            (
+                vs_torch,
+                f"save 256MB {layout}, fresh folder, 1 thread",
+                ours_save_fresh,
+                torch_save_fresh,
+            )
+        )
         if layout == "flat":
             vs_safetensors.add(f"load 256MB {layout}", ours_load, st_load)
-            saves.append((vs_safetensors, f"save 256MB {layout}", ours_save, st_save))
+            saves.append((vs_safetensors, f"re-save 256MB {layout}, 4 threads", ours_save, st_save))
+            saves.append(
+                (
+                    vs_safetensors,
+                    f"save 256MB {layout}, fresh folder, 1 thread",
+                    ours_save_fresh,
+                    st_save_fresh,
+                )
+            )
         else:
             st_save_nested()
             vs_safetensors.add(
                 f"load 256MB {layout}", ours_load, st_load_nested, load_file_only=st_load
             )
-            saves.append((vs_safetensors, f"save 256MB {layout}", ours_save, st_save_nested))
+            saves.append(
+                (vs_safetensors, f"re-save 256MB {layout}, 4 threads", ours_save, st_save_nested)
+            )
         vs_upstream.add(f"load 256MB {layout}", ours_load, theirs_load)
-        saves.append((vs_upstream, f"save 256MB {layout}", ours_save, theirs_save))
+        saves.append((vs_upstream, f"re-save 256MB {layout}, 4 threads", ours_save, theirs_save))
     # Loads first: a save leaves hundreds of MB of dirty pages whose writeback, in
     # the background, slows whatever runs next (measured: loads 25% slower after a
     # save). main() also flushes them (os.sync) before each suite.

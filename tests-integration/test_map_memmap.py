@@ -80,7 +80,7 @@ def test_workers_fill_a_memmap_like_dataset_with_a_progress_bar(tmp_path, capsys
 
 def test_workers_read_a_loaded_dataset(tmp_path):
     fill(dataset_with_index(tmp_path))  # filled in this process
-    loaded = TensorDict.load_memmap(tmp_path / "data")  # copy-on-write mappings
+    loaded = TensorDict.load_memmap(tmp_path / "data")  # shared read-write mappings
     out = loaded.map(brightness, num_workers=2, chunksize=7)
     assert torch.equal(out["mean"], expected_images().float().mean((-2, -1)))
     # reading never writes: the files are unchanged

@@ -107,13 +107,13 @@ def test_saving_again_overwrites_the_checkpoint(tmp_path, trained):
     torch.testing.assert_close(run(model), expected, rtol=0, atol=0)
 
 
-def test_loaded_checkpoint_is_copy_on_write(tmp_path, trained):
+def test_read_only_checkpoint_refuses_writes(tmp_path, trained):
     TensorDict.from_module(trained).memmap(tmp_path / "ckpt")
-    loaded = TensorDict.load_memmap(tmp_path / "ckpt")
+    loaded = TensorDict.load_memmap(tmp_path / "ckpt", mode="r")
     model = fresh()
     with loaded.to_module(model):
-        with torch.no_grad():
-            model[0].module[0].weight.zero_()  # writes stay in this process
+        with torch.no_grad(), pytest.raises(RuntimeError, match="read-only"):
+            model[0].module[0].weight.zero_()  # never silently dropped
     reloaded = TensorDict.load_memmap(tmp_path / "ckpt")
     assert torch.equal(
         reloaded["module", "0", "module", "0", "weight"], trained[0].module[0].weight

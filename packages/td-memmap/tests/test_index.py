@@ -1,4 +1,7 @@
-"""The top folder's index of its sub-folders' metadata: used only while current, validated as the files."""
+"""A folder's index of the metadata below it: the save's own view, validated as the files.
+
+A sub-folder's own ``meta.json`` is read instead only when it is newer (saved again on its own).
+"""
 
 import json
 import os
@@ -58,9 +61,12 @@ def test_save_indexes_every_sub_folder_with_its_file_content(saved):
     assert sorted(index) == ["layer", "layer/deep"]
     for rel, (stamp, meta) in index.items():
         path = saved / rel / "meta.json"
-        assert meta == json.loads(path.read_text())
+        own = json.loads(path.read_text())
+        own.pop("index", None)  # a sub-folder indexes the folders below it
+        assert meta == own
         st = os.lstat(path)
-        assert stamp == [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        assert stamp == [st.st_ino, st.st_size, st.st_mtime_ns]
+    assert sorted(_top(saved / "layer")["index"]) == ["deep"]
 
 
 def test_a_flat_save_has_no_index(tmp_path):
@@ -74,9 +80,9 @@ def test_load_reads_only_the_top_file_while_the_index_is_current(saved, meta_rea
     assert (back == _tree()).all()
 
 
-def test_a_sub_folder_loaded_alone_reads_its_own_files(saved, meta_reads):
+def test_a_sub_folder_loaded_alone_reads_its_own_file_only(saved, meta_reads):
     back = load(saved / "layer")
-    assert meta_reads == [".", "deep"]  # a save indexes only the folder it was made to
+    assert meta_reads == ["."]  # every folder of a save indexes those below it
     assert (back == _tree()["layer"]).all()
 
 
@@ -94,10 +100,22 @@ def test_a_touched_sub_folder_file_is_read_from_disk(saved, meta_reads):
     assert meta_reads == [".", "layer"]
 
 
-def test_a_sub_folder_without_its_file_is_refused_despite_the_index(saved):
+def test_a_sub_folder_whose_file_is_not_yet_published_loads_from_the_index(saved):
+    # a save killed after its commit, before it renamed the sub-folders' files into place
     os.remove(saved / "layer" / "deep" / "meta.json")
+    assert (load(saved) == _tree()).all()
     with pytest.raises(IncompleteSaveError, match="deep"):
-        load(saved)
+        load(saved / "layer" / "deep")  # that folder alone is not (yet) a save
+
+
+def test_an_older_sub_folder_file_loses_to_the_index(saved, meta_reads):
+    # after the commit of a re-save, a sub-folder's file can still be the previous save's
+    old = (saved / "layer" / "meta.json").read_bytes()
+    save(TensorDict({"x": torch.arange(3.0), "layer": {"w": torch.full((3, 2), 5.0)}}, [3]), saved)
+    (saved / "layer" / "meta.json").write_bytes(old)
+    back = load(saved)
+    assert "layer" in meta_reads  # its stamp differs: read, found older, not used
+    assert set(back["layer"].keys()) == {"w"} and (back["layer", "w"] == 5).all()
 
 
 @pytest.mark.parametrize(

@@ -183,7 +183,7 @@ class TestLazyStacks:
 
     def test_writes_to_a_writable_load_reach_the_member_files(self, tmp_path):
         memmap(_ragged_stack(), tmp_path / "s")
-        back = load_memmap(tmp_path / "s", writable=True)
+        back = load_memmap(tmp_path / "s", mode="r+")
         back.tensordicts[1]["x"][0, 4] = 42.0
         assert load_memmap(tmp_path / "s" / "1")["x"][0, 4].item() == 42.0
 

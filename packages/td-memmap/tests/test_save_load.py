@@ -68,7 +68,7 @@ class TestRoundTrip:
         td.save(tmp_path / "b")
         _assert_same(TensorDict.load(tmp_path / "b"), td)
         td.dumps(tmp_path / "c")
-        _assert_same(TensorDict.load_memmap(tmp_path / "c", writable=True), td)
+        _assert_same(TensorDict.load_memmap(tmp_path / "c", mode="r+"), td)
 
     def test_plain_mapping(self, tmp_path):
         out = save({"w": torch.ones(3), "sub": {"b": torch.zeros(2)}}, tmp_path / "m")
@@ -203,13 +203,27 @@ class TestInPlaceAndShared:
         assert old["w"][-1].item() == (1 << 16) - 1
         assert load(tmp_path / "a")["w"].tolist() == [0, 0, 0]
 
-    def test_resaving_same_shapes_rewrites_in_place(self, tmp_path):
+    def test_resaving_writes_a_new_generation_beside_the_old(self, tmp_path):
         first = save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
-        inode = os.stat(first["w"].filename).st_ino
-        save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
-        assert os.stat(first["w"].filename).st_ino == inode
-        assert first["w"].tolist() == [1.0] * 4  # a shared mapping of the same file
+        old = first["w"].filename
+        second = save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
+        assert second["w"].filename == str(tmp_path / "a" / "w.b.bin")
+        assert first["w"].tolist() == [0.0] * 4  # the old file is untouched, kept as a spare
         assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
+        inode = os.stat(old).st_ino
+        third = save(TensorDict({"w": torch.full((4,), 2.0)}, []), tmp_path / "a")
+        assert third["w"].filename == old and os.stat(old).st_ino == inode  # rewritten in place
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "w.b.bin", "w.bin"]
+        save(TensorDict({"v": torch.ones(2)}, []), tmp_path / "a")  # a key gone: its files too
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "v.bin"]
+
+    def test_resaving_a_memory_mapped_td_keeps_its_files(self, tmp_path):
+        td = save(TensorDict({"w": torch.zeros(4), "v": torch.ones(2)}, []), tmp_path / "a")
+        td = load(tmp_path / "a")
+        td["w"] += 3  # written through to the file
+        td.memmap_(tmp_path / "a")
+        assert td["w"].filename == str(tmp_path / "a" / "w.bin")
+        assert load(tmp_path / "a")["w"].tolist() == [3.0] * 4
 
     def test_resaving_never_follows_a_planted_link(self, tmp_path):
         save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
@@ -285,8 +299,6 @@ class TestSeedParameterExample:
         assert model[0].weight is params["0", "weight"]
         torch.testing.assert_close(model(x), expected)
 
-        with torch.no_grad():
-            model[0].weight.zero_()  # a copy-on-write leaf: the file keeps its values
         params["0"].to_module(model[0])
         params0 = TensorDict.load_memmap(folder + "/0", num_threads=16)
         assert set(params0.keys()) == {"weight", "bias"}

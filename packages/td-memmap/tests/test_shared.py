@@ -126,8 +126,8 @@ class TestSharedLeaves:
 class TestLoad:
     def test_writable_load_is_shared_read_only_load_is_a_snapshot(self, tmp_path):
         out = memmap(_td(), tmp_path / "s", share_non_tensor=True)
-        shared = load_memmap(tmp_path / "s", writable=True)
-        snapshot = load_memmap(tmp_path / "s")
+        shared = load_memmap(tmp_path / "s", mode="r+")
+        snapshot = load_memmap(tmp_path / "s", mode="r")
         assert isinstance(shared.get("names"), SharedNonTensorStack)
         assert type(snapshot.get("mode")) is NonTensorData
         shared.get("mode").data = "eval"
@@ -162,14 +162,14 @@ with open(sys.argv[1], "rb") as f:
 print(td["mode"], flush=True)
 td.get("mode").data = "written by the child"
 td.get("names").data = ["x", "y"]
-loaded = load_memmap(sys.argv[2], writable=True)  # the folder, loaded on its own
+loaded = load_memmap(sys.argv[2], mode="r+")  # the folder, loaded on its own
 loaded.get(("sub", "cfg")).data = {"lr": 0.5}
 """
 
 _HAMMER = """
 import os, sys
 from td_memmap import load_memmap
-leaf = load_memmap(sys.argv[1], writable=True).get("mode")
+leaf = load_memmap(sys.argv[1], mode="r+").get("mode")
 i = 0
 while not os.path.exists(sys.argv[2]):
     leaf.data = {"i": i, "pad": "x" * (i * 37 % 4000)}

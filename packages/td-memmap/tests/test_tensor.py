@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from td_memmap import DTYPES, MemmapExistsError, MemoryMappedTensor
+from td_memmap import DTYPES, MemmapExistsError, MemoryMappedTensor, ReadOnlyMemmapError
 
 
 def _bytes(t: torch.Tensor) -> bytes:
@@ -141,7 +141,7 @@ class TestDtypes:
         t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / "x.bin")
         assert t.dtype == dtype and t.shape == src.shape
         assert os.path.getsize(t.filename) == src.numel() * dtype.itemsize
-        back = MemoryMappedTensor.from_filename(t.filename, dtype, src.shape, writable=False)
+        back = MemoryMappedTensor.from_filename(t.filename, dtype, src.shape, mode="r")
         assert _bytes(back) == _bytes(src)
         clone = pickle.loads(pickle.dumps(t))
         assert _bytes(clone) == _bytes(src)
@@ -208,15 +208,25 @@ class TestIndexing:
 
 
 class TestReadOnly:
-    def test_read_only_mapping_is_copy_on_write(self, tmp_path):
+    def test_read_only_mapping_refuses_writes(self, tmp_path):
         path = tmp_path / "x.bin"
         MemoryMappedTensor.from_tensor(torch.arange(4.0), filename=path)
-        os.chmod(path, 0o444)
         before = path.read_bytes()
-        t = MemoryMappedTensor.from_filename(path, torch.float32, [4], writable=False)
-        t.fill_(9.0)
-        assert t.tolist() == [9.0] * 4
+        t = MemoryMappedTensor.from_filename(path, torch.float32, [4], mode="r")
+        with pytest.raises(ReadOnlyMemmapError, match=r"fill_.*mode='r'.*x\.bin"):
+            t.fill_(9.0)
+        assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
         assert path.read_bytes() == before
+
+    def test_default_mapping_is_shared_with_other_mappings(self, tmp_path):
+        path = tmp_path / "x.bin"
+        MemoryMappedTensor.from_tensor(torch.zeros(4), filename=path)
+        a = MemoryMappedTensor.from_filename(path, torch.float32, [4])
+        b = MemoryMappedTensor.from_filename(path, torch.float32, [2, 2], index=1)
+        a[3] = 5.0
+        assert b.tolist() == [0.0, 5.0] and b.parent_shape == torch.Size([2, 2])
+        with pytest.raises(ValueError, match="mode"):
+            MemoryMappedTensor.from_filename(path, torch.float32, [4], mode="w")
 
     def test_from_filename_checks_size(self, tmp_path):
         path = tmp_path / "x.bin"
@@ -276,9 +286,10 @@ class TestPickle:
     def test_read_only_mapping_pickles_read_only(self, tmp_path):
         path = tmp_path / "x.bin"
         MemoryMappedTensor.from_tensor(torch.ones(3), filename=path)
-        ro = MemoryMappedTensor.from_filename(path, torch.float32, (3,), writable=False)
+        ro = MemoryMappedTensor.from_filename(path, torch.float32, (3,), mode="r")
         back = pickle.loads(pickle.dumps(ro))
-        back.zero_()
+        with pytest.raises(ReadOnlyMemmapError):
+            back.zero_()
         assert MemoryMappedTensor.from_filename(path, torch.float32, (3,)).sum().item() == 3
 
     def test_unpickle_checks_the_file(self, tmp_path):

@@ -9,10 +9,19 @@ from td_memmap._errors import (
     MemmapFormatError,
     MissingLeafError,
     PickleNotAllowedError,
+    ReadOnlyMemmapError,
     UnknownClassError,
     UnsafePathError,
 )
 from td_memmap._format import DTYPES, encode_key
+from td_memmap._inplace import (
+    load_memmap_,
+    make_memmap,
+    make_memmap_from_storage,
+    make_memmap_from_tensor,
+    memmap_refresh_,
+    saved_path,
+)
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._version import __version__
@@ -29,6 +38,12 @@ __all__ = [
     "memmap_like",
     "load_memmap",
     "is_memmap",
+    "load_memmap_",
+    "memmap_refresh_",
+    "make_memmap",
+    "make_memmap_from_tensor",
+    "make_memmap_from_storage",
+    "saved_path",
     # non-tensor values shared between processes
     "SharedNonTensorData",
     "SharedNonTensorStack",
@@ -45,4 +60,5 @@ __all__ = [
     "PickleNotAllowedError",
     "MemmapExistsError",
     "UnknownClassError",
+    "ReadOnlyMemmapError",
 ]

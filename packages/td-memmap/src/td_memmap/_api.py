@@ -39,6 +39,14 @@ def _check_threads(num_threads: int) -> None:
         raise ValueError(f"num_threads must be a non-negative int, got {num_threads!r}")
 
 
+def _check_upstream_options(archive: bool | None, compression: str | int | None) -> None:
+    if archive or compression is not None:
+        raise NotImplementedError(
+            "td-memmap saves folders of raw files only: archive=True and compression are not "
+            "supported (see docs/migration.md); save to a folder and archive it yourself"
+        )
+
+
 def _background(job: Any) -> Future[Any]:
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="td-memmap-save")
     try:
@@ -50,12 +58,16 @@ def _background(job: Any) -> Future[Any]:
 def memmap(
     td: TensorDictBase | Mapping[str, Any],
     prefix: _Prefix = None,
-    *,
     copy_existing: bool = False,
+    *,
     num_threads: int = 0,
     return_early: bool = False,
     share_non_tensor: bool = False,
     existsok: bool = True,
+    robust_key: bool | None = True,
+    archive: bool | None = None,
+    compression: str | int | None = None,
+    atomic: bool = False,
     inplace: bool = False,
     allow_pickle: bool = False,
     durable: bool = False,
@@ -68,6 +80,13 @@ def memmap(
     with one sub-folder per member, a tensorclass instance a folder recording
     its class. Without ``prefix`` the leaves move to anonymous shared memory
     instead. Non-tensor values are stored as JSON in the metadata.
+
+    Saving over an earlier save is atomic: the new files are written beside
+    the earlier save's, which stays loadable and intact until the new
+    metadata is committed (one rename); its files are then kept as spares
+    that the next save rewrites in place (a folder saved twice holds two sets
+    of leaf files). A leaf already memory-mapped from a whole file of the
+    folder keeps that file.
 
     Args:
         td: a TensorDict, lazy stack or tensorclass instance (a plain mapping is
@@ -85,6 +104,11 @@ def memmap(
             have a JSON form, and ``prefix`` must be given.
         existsok: overwrite an existing save in ``prefix``; otherwise a
             ``MemmapExistsError`` (a ``FileExistsError``) is raised.
+        robust_key: accepted for upstream compatibility: keys are always
+            encoded into safe file names.
+        archive: upstream's single-file archive; not supported (must be falsy).
+        compression: upstream's archive compression; not supported (must be None).
+        atomic: accepted for upstream compatibility: every save is atomic.
         inplace: replace ``td``'s own leaves (what ``memmap_`` does).
         allow_pickle: store values that have no JSON form with pickle (the
             folder then only loads with ``allow_pickle=True``).
@@ -110,6 +134,7 @@ def memmap(
         6.0
     """
     _check_threads(num_threads)
+    _check_upstream_options(archive, compression)
     td = _as_td(td)
     tree = to_tree(td)
     if share_non_tensor and prefix is None and _has_non_tensor(tree):
@@ -143,19 +168,48 @@ def memmap(
     return _background(run) if return_early else run()
 
 
-def memmap_(td: TensorDictBase, prefix: _Prefix = None, **kwargs: Any) -> Any:
+def memmap_(
+    td: TensorDictBase,
+    prefix: _Prefix = None,
+    copy_existing: bool = False,
+    *,
+    num_threads: int = 0,
+    return_early: bool = False,
+    share_non_tensor: bool = False,
+    existsok: bool = True,
+    robust_key: bool | None = True,
+    atomic: bool = False,
+    allow_pickle: bool = False,
+    durable: bool = False,
+) -> Any:
     """:func:`memmap` in place: ``td``'s leaves become memory-mapped tensors; returns ``td``."""
-    return memmap(td, prefix, inplace=True, **kwargs)
+    return memmap(
+        td,
+        prefix,
+        copy_existing,
+        num_threads=num_threads,
+        return_early=return_early,
+        share_non_tensor=share_non_tensor,
+        existsok=existsok,
+        robust_key=robust_key,
+        atomic=atomic,
+        inplace=True,
+        allow_pickle=allow_pickle,
+        durable=durable,
+    )
 
 
 def memmap_like(
     td: TensorDictBase | Mapping[str, Any],
     prefix: _Prefix = None,
-    *,
     copy_existing: bool = False,
+    *,
+    existsok: bool = True,
     num_threads: int = 0,
     return_early: bool = False,
-    existsok: bool = True,
+    share_non_tensor: bool = False,
+    robust_key: bool | None = True,
+    archive: bool | None = None,
     durable: bool = False,
 ) -> Any:
     """Allocate zero-filled memory-mapped files shaped like ``td``'s leaves, without copying data.
@@ -163,8 +217,10 @@ def memmap_like(
     The files are created sparse, so a huge data set costs no write time and no
     disk space until it is filled (expanded leaves allocate the expanded size).
     Non-tensor values are copied into the metadata. ``num_threads``,
-    ``return_early``, ``existsok`` and ``durable`` are as for :func:`memmap`;
-    ``copy_existing`` is accepted for upstream compatibility (nothing is copied).
+    ``return_early``, ``existsok``, ``robust_key``, ``archive`` and ``durable``
+    are as for :func:`memmap`; ``copy_existing`` is accepted for upstream
+    compatibility (nothing is copied). ``share_non_tensor=True`` is not
+    supported here (``NotImplementedError``): save the filled TensorDict with it.
 
     Examples:
         >>> import tempfile, torch
@@ -175,6 +231,12 @@ def memmap_like(
         torch.Size([2, 8, 8, 3])
     """
     _check_threads(num_threads)
+    _check_upstream_options(archive, None)
+    if share_non_tensor:
+        raise NotImplementedError(
+            "memmap_like does not share non-tensor values: pass share_non_tensor=True to memmap "
+            "or memmap_ when saving the filled TensorDict"
+        )
     tree = to_tree(_as_td(td))
 
     def run() -> Any:
@@ -191,21 +253,27 @@ def memmap_like(
 
 def load_memmap(
     prefix: str | os.PathLike,
-    *,
-    num_threads: int = 0,
     device: torch.device | str | None = None,
     non_blocking: bool = False,
+    *,
     out: TensorDictBase | None = None,
-    writable: bool = False,
-    allow_pickle: bool = False,
+    robust_key: bool | None = True,
+    subpath: str | tuple[str, ...] | None = None,
+    mode: str | None = None,
+    num_threads: int = 0,
+    allow_pickle: bool | None = None,
     cls: type | None = None,
 ) -> Any:
     """Load what :func:`memmap` saved (or any of its sub-folders).
 
     Every metadata file is validated, and every data file's size checked,
-    before anything is mapped; nothing is written. Leaves are memory-mapped:
-    data is read from disk only when touched. A saved lazy stack loads as a
-    lazy stack of memory-mapped members, a saved tensorclass instance as an
+    before anything is mapped; the loader never writes, truncates or grows a
+    file. Leaves are memory-mapped: data is read from disk only when touched.
+    By default they are mapped read-write and shared, as upstream: an
+    in-place write to a leaf reaches the file, and every process mapping the
+    folder sees it. With ``mode="r"`` the result is locked and its leaves
+    refuse writes (:class:`ReadOnlyMemmapError`). A saved lazy stack loads as
+    a lazy stack of memory-mapped members, a saved tensorclass instance as an
     instance of its class.
 
     A tensorclass is only restored if it is already imported: the loader
@@ -216,16 +284,20 @@ def load_memmap(
 
     Args:
         prefix: the saved folder, or one of its sub-folders.
-        num_threads: threads reading the folders and mapping the leaves (0:
-            the calling thread).
         device: move the result there (a copy, no longer memory-mapped).
         non_blocking: passed to ``.to(device)``.
         out: copy the loaded values into this TensorDict (in place) and return it.
-        writable: map leaves so that in-place writes reach the files. By
-            default files are opened read-only and leaves are copy-on-write:
-            writes stay in this process. Values saved with
-            ``share_non_tensor=True`` load as shared leaves when writable, and
-            as their current values otherwise.
+        robust_key: accepted for upstream compatibility (keys are always encoded).
+        subpath: a nested key: load only that entry of the save.
+        mode: ``"r+"``: leaves are mapped shared, writes reach the files.
+            ``"r"``: read-only: the result is locked and every write to a leaf
+            (or a view of one) raises :class:`ReadOnlyMemmapError`, never a
+            silent private copy. None (the default): ``"r+"`` for files this
+            process may write, ``"r"`` for others. Values saved with
+            ``share_non_tensor=True`` load as shared leaves unless ``"r"``,
+            then as their current values.
+        num_threads: threads reading the folders and mapping the leaves (0:
+            the calling thread).
         allow_pickle: load values that were saved with pickle. Unpickling
             runs code chosen by whoever wrote the folder: only for trusted data.
         cls: a tensorclass: the folder loaded becomes an instance of it,
@@ -257,15 +329,21 @@ def load_memmap(
         ('LazyStackedTensorDict', torch.Size([2, 2]), [[], ['b']])
     """
     _check_threads(num_threads)
+    if mode not in (None, "r", "r+"):
+        raise ValueError(f"mode must be None, 'r' or 'r+', got {mode!r}")
     td = from_tree(
         load_tree(
             prefix,
             num_threads=num_threads,
-            writable=writable,
-            allow_pickle=allow_pickle,
+            mode=mode,
+            allow_pickle=bool(allow_pickle),
             cls=cls,
         )
     )
+    if subpath is not None:
+        td = td.get(subpath)
+    if mode == "r":
+        td = td.lock_()
     if device is not None:
         td = td.to(device, non_blocking=non_blocking)
     if out is not None:

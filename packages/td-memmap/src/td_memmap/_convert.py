@@ -17,6 +17,7 @@ from td_core import (
     is_tensorclass,
 )
 from td_memmap._classes import class_name
+from td_memmap._paths import remember
 from td_memmap._shared import make_shared
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
@@ -83,7 +84,7 @@ def from_tree(node: Node) -> Any:
     """
     if node.kind == KIND_LAZY:
         members = [from_tree(member) for member in node.entries.values()]
-        return LazyStackedTensorDict(*members, stack_dim=node.stack_dim)
+        return remember(LazyStackedTensorDict(*members, stack_dim=node.stack_dim), node.path)
     entries: dict[str, Any] = {}
     for key, value in node.entries.items():
         if type(value) is Node:
@@ -98,12 +99,13 @@ def from_tree(node: Node) -> Any:
         entries, torch.Size(node.batch_size), None if node.device is None else _CPU
     )
     if node.kind == KIND_CLASS and node.cls is not None:
-        return node.cls.from_tensordict(td)  # type: ignore[attr-defined]
-    return td
+        return remember(node.cls.from_tensordict(td), node.path)  # type: ignore[attr-defined]
+    return remember(td, node.path)
 
 
 def assign_leaves(td: Any, node: Node) -> None:
     """Replace ``td``'s tensor leaves (and shared values), in place, by the tree's (same structure)."""
+    remember(td, node.path)
     if node.kind == KIND_LAZY:
         for member, sub in zip(td.tensordicts, node.entries.values()):
             assign_leaves(member, sub)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ __all__ = [
     "PickleNotAllowedError",
     "MemmapExistsError",
     "UnknownClassError",
+    "ReadOnlyMemmapError",
 ]
 
 
@@ -58,4 +59,11 @@ class UnknownClassError(MemmapError, LookupError, RuntimeError):
     """A save holds a tensorclass that is not imported (td-memmap never imports by name).
 
     Also a ``RuntimeError``, which upstream tensordict raises in this case.
+    """
+
+
+class ReadOnlyMemmapError(MemmapError, RuntimeError):
+    """A write to a memory-mapped tensor opened read-only (``mode="r"``).
+
+    A ``RuntimeError``, as upstream raises for writes to a locked TensorDict.
     """

@@ -1,12 +1,33 @@
 """The module td-core finds through the ``td_core.extensions`` entry point ``memmap``.
 
-``TensorDict.memmap``, ``memmap_``, ``memmap_like``, ``save``, ``is_memmap`` and
-the class methods ``load_memmap``/``load`` delegate here; keep it thin.
+``TensorDict.memmap``, ``memmap_``, ``memmap_like``, ``save``, ``is_memmap``,
+``load_memmap_``, ``memmap_refresh_``, ``make_memmap*``, ``saved_path`` and the
+class methods ``load_memmap``/``load`` delegate here; keep it thin.
 """
 
 from __future__ import annotations
 
 from td_memmap._api import is_memmap, load_memmap, memmap, memmap_like
+from td_memmap._inplace import (
+    load_memmap_,
+    make_memmap,
+    make_memmap_from_storage,
+    make_memmap_from_tensor,
+    memmap_refresh_,
+    saved_path,
+)
 from td_memmap._tensor import MemoryMappedTensor
 
-__all__ = ["memmap", "memmap_like", "load_memmap", "is_memmap", "MemoryMappedTensor"]
+__all__ = [
+    "memmap",
+    "memmap_like",
+    "load_memmap",
+    "is_memmap",
+    "load_memmap_",
+    "memmap_refresh_",
+    "make_memmap",
+    "make_memmap_from_tensor",
+    "make_memmap_from_storage",
+    "saved_path",
+    "MemoryMappedTensor",
+]

@@ -19,6 +19,7 @@ __all__ = [
     "FORMAT_VERSION",
     "META_NAME",
     "TMP_PREFIX",
+    "MAX_DIMS",
     "LEAF_SUFFIX",
     "PICKLE_SUFFIX",
     "SHARED_SUFFIX",
@@ -38,6 +39,7 @@ FORMAT_VERSION = 1
 META_NAME = "meta.json"
 TMP_PREFIX = ".td-tmp-"  # every temporary file starts with this; encoded keys never start with "."
 LEAF_SUFFIX = ".bin"
+MAX_DIMS = 64  # the most dims a saved or mapped tensor may have
 PICKLE_SUFFIX = ".pkl"
 SHARED_SUFFIX = ".nt.json"  # a shared non-tensor value; stems have no ".": never "meta.json"
 

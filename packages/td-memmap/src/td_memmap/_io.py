@@ -37,6 +37,7 @@ __all__ = [
     "fsync_dir",
     "remove_if_exists",
     "clean_stale_tmp",
+    "strides_of",
 ]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -196,7 +197,7 @@ def map_leaf(
             path, shared=writable, size=nbytes // dtype.itemsize, dtype=dtype
         ).view(shape)
     storage = _from_file(path, writable, nbytes)
-    return _empty(0, dtype=dtype).set_(storage, 0, shape, _strides(shape))
+    return _empty(0, dtype=dtype).set_(storage, 0, shape, strides_of(shape))
 
 
 _from_file = torch.UntypedStorage.from_file
@@ -228,7 +229,7 @@ def map_leaves(
             append(small if len(shape) == 1 else small.view(shape))  # a view costs a microsecond
         else:
             storage = _from_file(path, writable, nbytes)
-            append(_empty(0, dtype=dtype).set_(storage, 0, shape, _strides(shape)))
+            append(_empty(0, dtype=dtype).set_(storage, 0, shape, strides_of(shape)))
     return out
 
 
@@ -245,7 +246,7 @@ def _read_small(path: str, dtype: torch.dtype, nbytes: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=4096)
-def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
         strides[i] = strides[i + 1] * max(shape[i + 1], 1)

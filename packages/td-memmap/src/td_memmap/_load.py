@@ -1,8 +1,10 @@
 """Reading a saved folder back as a tree of memory-mapped leaves.
 
 Every folder's metadata is parsed and checked (names, dtypes, shapes against
-file sizes, tensorclass names) before any leaf is mapped; nothing is ever
-written. With ``num_threads > 0`` and enough work (see ``MIN_SHARE``) the
+file sizes, tensorclass names) before any leaf is mapped; the loader never
+writes, truncates or grows a file. Leaves are mapped shared (writes reach the
+files) unless the load is read-only (``mode="r"``), or the default mode meets
+a file this process may not write. With ``num_threads > 0`` and enough work (see ``MIN_SHARE``) the
 folders of each nesting level are read, and the leaves mapped, by threads.
 """
 
@@ -67,6 +69,7 @@ class _Builder:
 
     def build(self, meta: FolderMeta, cls: type | None = None) -> Node:
         node = Node(meta.batch_size, meta.device, {}, meta.kind, meta.stack_dim, meta.class_name)
+        node.path = meta.path
         if meta.kind == KIND_LAZY:
             for i, member in enumerate(meta.members):
                 node.entries[str(i)] = self.build(member)
@@ -167,11 +170,31 @@ class _Threads:
             self.pool.shutdown()
 
 
+def _map_all(
+    leaves: list[tuple[str, Any, tuple[int, ...], int]], threads: _Threads, mode: str | None
+) -> list[MemoryMappedTensor]:
+    writable = mode != "r"
+    try:
+        return threads.chunks(
+            lambda share: MemoryMappedTensor._map_many(share, writable=writable), leaves
+        )
+    except (PermissionError, RuntimeError) as e:
+        if not writable or "ermission" not in str(e):
+            raise
+        if mode == "r+":
+            raise PermissionError(f"mode='r+': cannot map a leaf for writing ({e})") from None
+    # the default mode on files this process may not write: those load read-only
+    return [
+        MemoryMappedTensor._map_many([leaf], writable=os.access(leaf[0], os.W_OK))[0]
+        for leaf in leaves
+    ]
+
+
 def load_tree(
     prefix: str | os.PathLike,
     *,
     num_threads: int = 0,
-    writable: bool = False,
+    mode: str | None = None,
     allow_pickle: bool = False,
     cls: type | None = None,
 ) -> Node:
@@ -181,8 +204,10 @@ def load_tree(
         num_threads: at most this many threads read the folders of each
             nesting level and map the leaves, each taking a contiguous share of
             at least ``MIN_SHARE`` of them.
-        writable: map leaves for writing (in-place writes reach the files);
-            by default they are copy-on-write and the files are opened read-only.
+        mode: ``"r+"``: leaves are mapped shared (in-place writes reach the
+            files, seen by every process mapping them); ``"r"``: read-only
+            leaves that refuse writes; None: ``"r+"`` where this process may
+            write the file, else ``"r"``.
         allow_pickle: unpickle non-tensor values saved with pickle (runs code
             from the folder: only for trusted data).
         cls: the top folder's tensorclass, or ``TensorDict`` to restore no class.
@@ -191,11 +216,9 @@ def load_tree(
     try:
         meta = parse_folder(os.fspath(prefix), map_fn=threads.map)
         _check_cls(cls, meta)
-        builder = _Builder(cls=cls, writable=writable, allow_pickle=allow_pickle)
+        builder = _Builder(cls=cls, writable=mode != "r", allow_pickle=allow_pickle)
         root = builder.build(meta, cls)
-        mapped = threads.chunks(
-            lambda share: MemoryMappedTensor._map_many(share, writable=writable), builder.leaves
-        )
+        mapped = _map_all(builder.leaves, threads, mode)
     finally:
         threads.close()
     for (node, key), tensor in zip(builder.slots, mapped):

@@ -32,6 +32,7 @@ from td_memmap._format import (
     DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MAX_DIMS,
     META_NAME,
     check_component,
 )
@@ -46,9 +47,9 @@ __all__ = [
     "NonTensorEntry",
     "FolderMeta",
     "Index",
-    "MAX_INDEXED_META_BYTES",
     "header",
     "meta_stamp",
+    "generation_of",
     "parse_folder",
 ]
 
@@ -56,11 +57,10 @@ __all__ = [
 KINDS = frozenset({KIND_TD, KIND_LAZY, KIND_CLASS})
 #: Deepest nesting of sub-folders a loader follows (a hostile folder could recurse forever).
 MAX_DEPTH = 200
-#: Largest top-folder metadata file a save writes with an index; past it, no index.
-MAX_INDEXED_META_BYTES = 16 << 20
 
 # module-level names: the parsing loop runs once per leaf and folder
 _DTYPES = DTYPES
+_MAX_DIMS = MAX_DIMS
 _SEP = os.sep
 _lstat = os.lstat
 _S_ISREG, _S_ISDIR, _S_ISLNK = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
@@ -109,6 +109,7 @@ class FolderMeta:
     stack_dim: int = 0
     members: list[FolderMeta] = field(default_factory=list)  # lazy stacks: the members, in order
     class_name: str | None = None  # tensorclasses: "module:qualname"
+    generation: int = 0  # the save that wrote it (see ``_save``): larger is newer
 
 
 def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[str, Any]:
@@ -126,43 +127,60 @@ def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[s
 def meta_stamp(st: os.stat_result) -> list[int]:
     """What identifies one version of a metadata file, from its ``lstat``.
 
-    Inode, size, mtime and ctime: a save replaces a metadata file by a rename,
-    which gives it a new inode and ctime; editing or touching it changes its ctime.
+    Inode, size and mtime: a save publishes a metadata file by renaming it
+    into place (which keeps all three); another save, an edit or a touch
+    changes at least one.
     """
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def generation_of(data: Any) -> int:
+    """The ``generation`` of parsed metadata (0 when absent or malformed; checked when parsed)."""
+    gen = data.get("generation", 0) if type(data) is dict else 0
+    return gen if type(gen) is int else 0
 
 
 class Index:
-    """The top folder's ``index``: sub-folder path -> ``[stamp, metadata]`` of its ``meta.json``.
+    """A folder's ``index``: sub-folder path -> ``[stamp, metadata]`` of every folder below it.
 
-    A loader uses a record instead of reading the sub-folder's ``meta.json``
-    only if that file is a regular file with the recorded stamp, so a
-    sub-folder saved again (or deleted, edited, touched) since is read from
-    disk. A record is validated exactly as the file would be.
+    Written by the save that wrote the folder's own metadata, it is that
+    save's view of the whole tree: a loader takes a sub-folder's record
+    rather than its ``meta.json`` (which a save publishes only after the
+    top folder's, so it may be older or missing after a crash), unless that
+    file is newer: another stamp and a ``generation`` at least the record's
+    (the sub-folder was saved again on its own since). Records are validated
+    exactly as files would be.
     """
 
-    __slots__ = ("records", "path")
+    __slots__ = ("records", "path", "base")
 
-    def __init__(self, records: dict[str, Any], path: str) -> None:
+    def __init__(self, records: dict[str, Any], path: str, base: str) -> None:
         self.records = records
-        self.path = path  # the top metadata file, for errors
+        self.path = path  # the metadata file holding it, for errors
+        self.base = base  # where that file's folder is, from the folder loaded ("" for itself)
 
-    def lookup(self, rel: str, meta_path: str) -> Any:
-        """The metadata of sub-folder ``rel`` if the index has it and it is current, else None."""
+    def lookup(self, rel: str, meta_path: str) -> tuple[Any, bool]:
+        """The record of sub-folder ``rel`` (None if absent), and whether it is current.
+
+        Current: the sub-folder's ``meta.json`` is missing (not yet published)
+        or has the recorded stamp; otherwise the caller compares generations.
+        """
+        if self.base:
+            rel = rel[len(self.base) + 1 :]
         record = self.records.get(rel)
         if record is None:
-            return None
+            return None, False
         if type(record) is not list or len(record) != 2 or type(record[0]) is not list:
             raise MemmapFormatError(
                 f"{self.path!r}: 'index' record {rel!r} is not [stamp, metadata]"
             )
         try:
             st = _lstat(meta_path)
+        except FileNotFoundError:
+            return record[1], True
         except OSError:
-            return None  # reading the file gives the precise error
-        if not _S_ISREG(st.st_mode) or record[0] != meta_stamp(st):
-            return None
-        return record[1]
+            return None, False  # reading the file gives the precise error
+        return record[1], _S_ISREG(st.st_mode) and record[0] == meta_stamp(st)
 
 
 class _Ctx:
@@ -353,16 +371,25 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     """Parse and check one folder's metadata; the sub-folders still to parse."""
     if ctx.depth > MAX_DEPTH:
         raise ctx.fail(f"sub-folders are nested more than {MAX_DEPTH} deep", UnsafePathError)
-    data = None if ctx.index is None else ctx.index.lookup(ctx.rel, ctx.meta_path)
+    data, own = None, True  # own: the folder's own file, not a record of an index above
+    if ctx.index is not None:
+        data, current = ctx.index.lookup(ctx.rel, ctx.meta_path)
+        own = data is None
+        if data is not None and not current:
+            disk = _open_meta(ctx)
+            if generation_of(disk) >= generation_of(data):  # saved again on its own since
+                data, own = disk, True
     if data is None:
         data = _open_meta(ctx)
     if type(data) is not dict:
         raise ctx.fail(f"expected a JSON object, got {type(data).__name__}")
-    if ctx.depth == 0 and "index" in data:  # only the folder loaded uses its index
-        records = data["index"]
-        if type(records) is not dict:
-            raise ctx.fail(f"'index' is a {type(records).__name__}, expected an object")
-        ctx.index = Index(records, ctx.meta_path)
+    if own:  # its own index (or none) for the folders below; an index in a record is ignored
+        ctx.index = None
+        if "index" in data:
+            records = data["index"]
+            if type(records) is not dict:
+                raise ctx.fail(f"'index' is a {type(records).__name__}, expected an object")
+            ctx.index = Index(records, ctx.meta_path, ctx.rel)
     if data.get("format") != FORMAT_NAME:
         raise ctx.fail(f"'format' is {data.get('format')!r}, expected {FORMAT_NAME!r}")
     version = data.get("version")
@@ -394,10 +421,13 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         raise ctx.fail(
             f"batch_size {list(batch_size)} does not start with the parent's {list(parent)}"
         )
+    generation = data.get("generation", 0)
+    if type(generation) is not int or generation < 0:
+        raise ctx.fail(f"'generation' is {generation!r}, expected a non-negative integer")
     device = data.get("device")
     if device not in (None, "cpu"):  # memory-mapped data lives on the CPU
         raise ctx.fail(f"'device' is {device!r}, expected null or 'cpu'")
-    meta = FolderMeta(ctx.folder, kind, batch_size, device)
+    meta = FolderMeta(ctx.folder, kind, batch_size, device, generation=generation)
     children: list[_Ctx] = []
     if kind == KIND_LAZY:
         _parse_members(data, meta, ctx, children)
@@ -481,6 +511,11 @@ def _parse_tensor(
             shape = tuple(shape)
     if type(shape) is not tuple:
         raise ctx.fail(f"entry {key!r} has shape {shape!r}, expected a list of non-negative ints")
+    if len(shape) > _MAX_DIMS:
+        raise ctx.fail(
+            f"entry {key!r} (file {raw.get('file')!r}) has {len(shape)} dims; tensors have at "
+            f"most {_MAX_DIMS}"
+        )
     if shape[: len(batch_size)] != batch_size:
         raise ctx.fail(
             f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"

@@ -1,17 +1,28 @@
-"""Writing a tree to disk.
+"""Writing a tree to disk, as a new generation beside the previous save.
 
 Order of a save, which is what makes it crash-safe:
 
-1. plan everything (file names, metadata, JSON forms of non-tensor values) and
-   raise on any problem before the disk is touched;
-2. create the folders and remove their old metadata files, top folder first, so
-   from here on no folder of the save loads as complete;
-3. write every leaf (one sequential write each, into a temporary file renamed
-   over the final name; a thread pool when ``num_threads > 0``);
-4. write the metadata files, deepest folders first, each atomically.
+1. plan everything (metadata, JSON forms of non-tensor values) and raise on
+   any problem before the disk is touched;
+2. read what the previous save in the folder (if any) uses: its files stay
+   untouched until the new save is complete;
+3. name every file: a leaf already memory-mapped from a whole file of its
+   folder keeps it; any other gets the first of ``a.bin``, ``a.b.bin``,
+   ``a.c.bin``, ... that the previous save does not use;
+4. write every leaf (one sequential write each; a thread pool when
+   ``num_threads > 0``);
+5. stage the sub-folders' metadata under temporary names, deepest first;
+6. commit: write the top folder's metadata atomically (temporary file,
+   rename). It indexes every sub-folder's metadata, so it alone decides what
+   loads (see ``_meta.Index``); every metadata file records the save's
+   ``generation`` (larger is newer);
+7. publish the staged metadata files by renaming them into place, then
+   remove the files and folders of entries the new save lacks. The previous
+   save's other files stay as spares, rewritten in place by the next save.
 
-A process killed at any point leaves folders without metadata, which the
-loader refuses; saving again over them succeeds.
+A process killed before 6 leaves the previous save loadable and intact
+(plus unused files that a later save reuses or removes); killed after, the
+new save loads.
 """
 
 from __future__ import annotations
@@ -19,6 +30,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import secrets
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,9 +46,17 @@ from td_memmap._format import (
     META_NAME,
     PICKLE_SUFFIX,
     SHARED_SUFFIX,
+    TMP_PREFIX,
     dtype_name,
     file_stems,
     value_to_json,
+)
+from td_memmap._generation import (
+    Previous,
+    candidates,
+    first_free,
+    previous_save,
+    remove_replaced,
 )
 from td_memmap._io import (
     allocate_leaf,
@@ -47,7 +68,7 @@ from td_memmap._io import (
     write_json,
     write_leaf,
 )
-from td_memmap._meta import MAX_DEPTH, MAX_INDEXED_META_BYTES, header, meta_stamp
+from td_memmap._meta import MAX_DEPTH, header, meta_stamp
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
@@ -63,6 +84,8 @@ class _Job:
     key: str
     dtype: torch.dtype | None = None
     shape: tuple[int, ...] = ()
+    entry: dict[str, Any] = field(default_factory=dict)  # its metadata entry
+    name_field: str = "file"  # the entry's field naming the file
 
 
 @dataclass
@@ -81,13 +104,11 @@ def nontensor_json(leaf: NonTensorLeaf) -> Any:
     return value_to_json(leaf.value)
 
 
-def _same_file(mmt: MemoryMappedTensor, path: str) -> bool:
+def _folder_of(mmt: MemoryMappedTensor) -> str | None:
+    """The real path of the folder holding ``mmt``'s file."""
     if mmt._mm_file is None:
-        return False
-    try:
-        return os.path.samefile(mmt._mm_file, path)
-    except OSError:
-        return False
+        return None
+    return os.path.realpath(os.path.dirname(mmt._mm_file))
 
 
 def _whole_file(mmt: MemoryMappedTensor) -> bool:
@@ -113,6 +134,7 @@ class _Planner:
         if len(where) > MAX_DEPTH:
             raise ValueError(f"entry {where[:3]!r}... is nested more than {MAX_DEPTH} deep")
         out = node.empty_like()
+        out.path = path
         meta = header(node.kind, node.batch_size, node.device)
         plan = _Folder(path, meta, out, len(where))
         if node.kind == KIND_LAZY:
@@ -162,22 +184,23 @@ class _Planner:
         shape = tuple(t.shape)
         action = "alloc" if self.like else "write"
         if isinstance(t, MemoryMappedTensor) and t._mm_file is not None and not self.like:
-            if _same_file(t, path):
+            if _folder_of(t) == os.path.realpath(os.path.dirname(path)):
                 if t._mm_writable and _whole_file(t):
-                    action = "reuse"
+                    action = "reuse"  # if no other entry keeps that file (see _name_files)
             elif not self.copy_existing:
                 raise RuntimeError(
                     f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}; pass "
                     f"copy_existing=True to copy it to {path!r}"
                 )
-        self.jobs.append(_Job(action, t, path, out, key, t.dtype, shape))
-        return {
+        entry = {
             "key": key,
             "type": "tensor",
             "file": os.path.basename(path),
             "dtype": name,
             "shape": list(shape),
         }
+        self.jobs.append(_Job(action, t, path, out, key, t.dtype, shape, entry))
+        return entry
 
     def _nontensor(
         self, leaf: NonTensorLeaf, stem_path: str, out: Node, key: str, full_key: tuple[str, ...]
@@ -208,7 +231,9 @@ class _Planner:
             if self.share and not self.like:
                 path = stem_path + SHARED_SUFFIX
                 payload = json.dumps(value, allow_nan=False).encode("utf-8")
-                self.jobs.append(_Job("shared", payload, path, out, key))
+                self.jobs.append(
+                    _Job("shared", payload, path, out, key, entry=entry, name_field="shared")
+                )
                 entry["shared"] = os.path.basename(path)
                 out.entries[key] = NonTensorLeaf(leaf.value, leaf.batch_size, leaf.stacked, path)
             return entry
@@ -217,7 +242,7 @@ class _Planner:
         except Exception as e:
             raise TypeError(f"non-tensor entry {full_key!r} cannot be pickled: {e}") from e
         path = stem_path + PICKLE_SUFFIX
-        self.jobs.append(_Job("bytes", payload, path, out, key))
+        self.jobs.append(_Job("bytes", payload, path, out, key, entry=entry))
         entry["encoding"] = "pickle"
         entry["file"] = os.path.basename(path)
         return entry
@@ -241,16 +266,13 @@ def _preorder(folder: _Folder) -> list[_Folder]:
 
 
 def _run(job: _Job, durable: bool) -> None:
-    # no temporary names: the metadata, written last, is what makes the folder
-    # complete. A leaf file of the same size is rewritten in place (the fastest);
-    # one of another size is unlinked and created again, never truncated under a mapping.
+    # No file the previous save uses is written (see _name_files), so no temporary
+    # names are needed: a file left by a crashed save, of the same size, is
+    # rewritten in place (the fastest); any other is unlinked and created again.
     if job.action == "reuse":
         return
-    if job.action == "bytes":
+    if job.action in ("bytes", "shared"):
         write_bytes(job.path, job.src, mode="replace", durable=durable)
-        return
-    if job.action == "shared":  # processes may be reading it: replace it atomically
-        write_bytes(job.path, job.src, mode="atomic", durable=durable)
         return
     assert job.dtype is not None
     if job.action == "write":
@@ -265,23 +287,69 @@ def _run(job: _Job, durable: bool) -> None:
     )
 
 
-def _top_payload(folders: list[_Folder]) -> bytes:
-    """The top folder's metadata, with the index of its sub-folders' metadata when it fits.
+_SUFFIXES = {"bytes": PICKLE_SUFFIX, "shared": SHARED_SUFFIX}
 
-    The index spares a loader one file read per sub-folder: each record is a
-    sub-folder's metadata and the stamp of its file (see ``_meta.Index``).
+
+def _name_files(
+    jobs: list[_Job], previous: Previous
+) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Give each job its file (see the module docstring); the names used, and the spares, per folder.
+
+    A spare is a file of the previous save that is another name of a file this
+    save writes: it is kept, and the next save rewrites it in place (same size:
+    no new allocation, and no writeback of one generation competing with the
+    writes of the next), which is what keeps re-saving fast.
     """
-    top = folders[0]
-    plain = json_bytes(top.meta)
-    if len(folders) == 1:
-        return plain
+    used: dict[str, set[str]] = {}
+    spares: dict[str, set[str]] = {}
+    fresh = []
+    for job in jobs:
+        if job.action == "reuse":  # the file is in the job's folder (see _Planner._tensor)
+            folder = os.path.dirname(job.path)
+            name = os.path.basename(job.src._mm_file)
+            if name.startswith(TMP_PREFIX) or name in used.get(folder, ()):
+                job.action = (
+                    "write"  # another entry keeps that file, or a later save would remove it
+                )
+            else:
+                job.path = os.path.join(folder, name)
+                job.entry[job.name_field] = name
+                used.setdefault(folder, set()).add(name)
+                continue
+        fresh.append(job)
+    for job in fresh:
+        folder = os.path.dirname(job.path)
+        taken = used.setdefault(folder, set())
+        names = candidates(job.path, _SUFFIXES.get(job.action, LEAF_SUFFIX))
+        path = first_free(
+            names, lambda p, taken=taken: os.path.basename(p) in taken or previous.uses(p)
+        )
+        name = os.path.basename(path)
+        taken.add(name)
+        spares.setdefault(folder, set()).update(os.path.basename(p) for p in names)
+        job.path = path
+        job.entry[job.name_field] = name
+    return used, spares
+
+
+def _payload(folder: _Folder, stamps: dict[str, list[int]]) -> bytes:
+    """``folder``'s metadata, with the index of every folder below it (see ``_meta.Index``)."""
+    below = _preorder(folder)[1:]
+    if not below:
+        return json_bytes(folder.meta)
     index = {}
-    for folder in folders[1:]:
-        rel = os.path.relpath(folder.path, top.path).replace(os.sep, "/")
-        stamp = meta_stamp(os.lstat(os.path.join(folder.path, META_NAME)))
-        index[rel] = [stamp, folder.meta]
-    payload = json_bytes({**top.meta, "index": index})
-    return payload if len(payload) <= MAX_INDEXED_META_BYTES else plain
+    for sub in below:
+        rel = os.path.relpath(sub.path, folder.path).replace(os.sep, "/")
+        index[rel] = [stamps[sub.path], sub.meta]
+    return json_bytes({**folder.meta, "index": index})
+
+
+def _stage(folder: _Folder, stamps: dict[str, list[int]], durable: bool) -> str:
+    """Write a sub-folder's metadata under a temporary name; that name (its stamp in ``stamps``)."""
+    tmp = os.path.join(folder.path, f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{META_NAME}")
+    write_bytes(tmp, _payload(folder, stamps), mode="replace", durable=durable)
+    stamps[folder.path] = meta_stamp(os.lstat(tmp))
+    return tmp
 
 
 def save_tree(
@@ -317,7 +385,10 @@ def save_tree(
             raise MemmapExistsError(
                 f"{clash!r} already exists: pass existsok=True to overwrite the save in {root!r}"
             )
-    for folder in folders:  # top folder first: from now on no part of the save looks complete
+    previous = previous_save(root)
+    generation = max(time.time_ns(), previous.generation + 1)
+    for folder in folders:
+        folder.meta["generation"] = generation
         if folder is plan:
             os.makedirs(folder.path, exist_ok=True)
         else:  # its parent exists by now
@@ -325,29 +396,37 @@ def save_tree(
                 os.mkdir(folder.path)
             except FileExistsError:
                 pass
-        remove_if_exists(os.path.join(folder.path, META_NAME))
         clean_stale_tmp(folder.path)
-        if durable:
-            fsync_dir(folder.path)
+    used, spares = _name_files(planner.jobs, previous)
     pool = ThreadPoolExecutor(max_workers=num_threads) if num_threads > 0 else None
+    staged: list[tuple[str, str]] = []
     try:
         _each(pool, lambda job: _run(job, durable), planner.jobs)
         if durable:  # the new leaves' directory entries, before any metadata names them
             _each(pool, lambda f: fsync_dir(f.path), folders)
-        by_depth: dict[int, list[_Folder]] = {}
-        for folder in folders:
-            by_depth.setdefault(folder.depth, []).append(folder)
-        sub_depths = sorted((d for d in by_depth if d > 0), reverse=True)
-        for depth in sub_depths:  # deepest first; the top folder last, with the index
-            _each(
-                pool,
-                lambda f: write_json(f.path, META_NAME, f.meta, durable=durable),
-                by_depth[depth],
-            )
-        write_json(plan.path, META_NAME, None, durable=durable, payload=_top_payload(folders))
+        stamps: dict[str, list[int]] = {}
+        for folder in reversed(folders[1:]):  # deepest first: a folder indexes those below
+            staged.append((_stage(folder, stamps, durable), folder.path))
+        write_json(plan.path, META_NAME, None, durable=durable, payload=_payload(plan, stamps))
+    except BaseException:
+        for tmp, _ in staged:
+            remove_if_exists(tmp)
+        for job in planner.jobs:  # what this save wrote: the previous save never uses it
+            if job.action != "reuse" and not os.path.isdir(job.path):
+                remove_if_exists(job.path)
+        raise
     finally:
         if pool is not None:
             pool.shutdown()
+    # committed: publish each sub-folder's metadata (it loads on its own), then clean up
+    for tmp, folder_path in reversed(staged):
+        os.replace(tmp, os.path.join(folder_path, META_NAME))
+    for folder in folders:
+        used.setdefault(folder.path, set()).update(spares.get(folder.path, ()))
+    remove_replaced(previous, used)
+    if durable:
+        for folder in folders:
+            fsync_dir(folder.path)
     return plan.out
 
 

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from td_memmap._errors import MemmapExistsError
-from td_memmap._format import dtype_from_name, dtype_name
-from td_memmap._io import allocate_leaf, check_leaf, map_leaf, map_leaves, write_leaf
+from td_memmap._format import MAX_DIMS, dtype_from_name, dtype_name
+from td_memmap._io import allocate_leaf, check_leaf, map_leaf, map_leaves, strides_of, write_leaf
+from td_memmap._readonly import guarded_call
 
 __all__ = ["MemoryMappedTensor"]
 
@@ -20,7 +21,15 @@ _make_subclass = torch.Tensor._make_subclass
 _getitem = torch.Tensor.__getitem__
 
 
-def _parse_shape(args: tuple[Any, ...], shape: Any) -> tuple[int, ...]:
+_MODES = (None, "r", "r+")
+
+
+def _check_mode(mode: object) -> None:
+    if mode not in _MODES:
+        raise ValueError(f"mode must be None, 'r' or 'r+', got {mode!r}")
+
+
+def _parse_shape(args: tuple[Any, ...], shape: Any, where: str = "") -> tuple[int, ...]:
     if shape is not None:
         if args:
             raise TypeError("give the shape either positionally or as shape=, not both")
@@ -32,7 +41,11 @@ def _parse_shape(args: tuple[Any, ...], shape: Any) -> tuple[int, ...]:
     except TypeError:
         raise TypeError(f"shape must be a sequence of ints, got {args!r}") from None
     if any(d < 0 for d in dims):
-        raise ValueError(f"shape {list(dims)} has a negative dimension")
+        raise ValueError(f"shape {list(dims)} has a negative dimension{where}")
+    if len(dims) > MAX_DIMS:
+        raise ValueError(
+            f"shape has {len(dims)} dims{where}: tensors have at most {MAX_DIMS} (torch's limit)"
+        )
     return dims
 
 
@@ -57,9 +70,10 @@ class MemoryMappedTensor(torch.Tensor):
     offset, not the data, so a worker process maps the same file (an anonymous
     one pickles as an ordinary tensor, which ``torch.multiprocessing`` shares).
 
-    A mapping opened read-only (``writable=False``) is copy-on-write: in-place
-    writes change this process's memory, never the file, and another process
-    that maps the file does not see them.
+    A tensor opened read-only (``mode="r"``) refuses every write with a
+    :class:`ReadOnlyMemmapError`, and so do its views: a write can never be
+    silently dropped. A writable one (the default) writes through to the file,
+    seen by every process that maps it.
 
     Examples:
         >>> import tempfile, os, pickle, torch
@@ -75,6 +89,7 @@ class MemoryMappedTensor(torch.Tensor):
     # class defaults: an instance made by ``as_subclass`` behaves as a shared-memory one
     _mm_file: str | None = None
     _mm_writable: bool = True
+    _mm_parent_shape: tuple[int, ...] | None = None
 
     @staticmethod
     def __new__(cls, *args: Any, **kwargs: Any) -> MemoryMappedTensor:
@@ -85,11 +100,17 @@ class MemoryMappedTensor(torch.Tensor):
 
     # ---------------------------------------------------------------------------- internals
 
-    @classmethod
-    def _wrap(cls, tensor: torch.Tensor, file: str | None, writable: bool) -> MemoryMappedTensor:
-        out = _make_subclass(cls, tensor)
+    @staticmethod
+    def _wrap(
+        tensor: torch.Tensor,
+        file: str | None,
+        writable: bool,
+        parent_shape: tuple[int, ...] | None = None,
+    ) -> MemoryMappedTensor:
+        out = _make_subclass(MemoryMappedTensor if writable else _ReadOnly, tensor)
         out._mm_file = file
         out._mm_writable = writable
+        out._mm_parent_shape = parent_shape
         return out  # type: ignore[return-value]
 
     @classmethod
@@ -102,10 +123,8 @@ class MemoryMappedTensor(torch.Tensor):
         writable: bool,
         nbytes: int | None = None,
     ) -> MemoryMappedTensor:
-        out = _make_subclass(cls, map_leaf(path, dtype, shape, writable=writable, nbytes=nbytes))
-        out._mm_file = path
-        out._mm_writable = writable
-        return out  # type: ignore[return-value]
+        tensor = map_leaf(path, dtype, shape, writable=writable, nbytes=nbytes)
+        return MemoryMappedTensor._wrap(tensor, path, writable, shape)
 
     @classmethod
     def _map_many(
@@ -113,12 +132,14 @@ class MemoryMappedTensor(torch.Tensor):
     ) -> list[MemoryMappedTensor]:
         """``_map`` of many ``(path, dtype, shape, nbytes)`` whose sizes are checked."""
         out = map_leaves(leaves, writable=writable)
-        for (path, _, _, _), tensor in zip(leaves, out):
+        klass = MemoryMappedTensor if writable else _ReadOnly
+        for (path, _, shape, _), tensor in zip(leaves, out):
             # each tensor is new and referenced only here: retyping it in place is
             # the same as wrapping it in a subclass view, at half the cost
-            tensor.__class__ = cls
+            tensor.__class__ = klass
             tensor._mm_file = path
             tensor._mm_writable = writable
+            tensor._mm_parent_shape = shape
         return out  # type: ignore[return-value]
 
     # Operations run at plain-tensor speed and give plain tensors; only basic
@@ -128,12 +149,14 @@ class MemoryMappedTensor(torch.Tensor):
     def __getitem__(self, index: Any) -> torch.Tensor:
         out = _getitem(self, index)
         if out._is_view():
-            return MemoryMappedTensor._wrap(out, self._mm_file, self._mm_writable)
+            return MemoryMappedTensor._wrap(
+                out, self._mm_file, self._mm_writable, self._mm_parent_shape
+            )
         return out
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         text = repr(_make_subclass(torch.Tensor, self))
-        name = type(self).__name__
+        name = "MemoryMappedTensor"
         pad = " " * (len(name) - len("tensor"))
         return name + text[len("tensor") :].replace("\n", "\n" + pad)
 
@@ -173,6 +196,58 @@ class MemoryMappedTensor(torch.Tensor):
         if self._mm_file is None:
             raise RuntimeError("this MemoryMappedTensor has no file: it lives in shared memory")
         return self._mm_file
+
+    @property
+    def parent_shape(self) -> torch.Size:
+        """Shape of the whole mapped tensor this one was indexed from (its own shape if none)."""
+        shape = self._mm_parent_shape
+        return torch.Size(self.shape if shape is None else shape)
+
+    @classmethod
+    def from_storage(
+        cls,
+        storage: torch.UntypedStorage,
+        *,
+        shape: Sequence[int] | torch.Size | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+        index: Any = None,
+        filename: _PathLike | None = None,
+        handler: Any = None,
+    ) -> MemoryMappedTensor:
+        """A MemoryMappedTensor viewing ``storage`` (no copy), shaped ``shape``, optionally indexed.
+
+        ``storage`` should live in shared memory or a file (e.g. the storage of
+        another memory-mapped tensor); ``filename`` records which file, so the
+        result pickles by name. ``handler`` is accepted for upstream
+        compatibility and must be None.
+
+        Examples:
+            >>> t = MemoryMappedTensor.from_storage(torch.arange(4).untyped_storage(),
+            ...                                     shape=(2, 2), dtype=torch.int64)
+            >>> t[1]
+            MemoryMappedTensor([2, 3])
+        """
+        if handler is not None:
+            raise TypeError("handler is an upstream internal that td-memmap does not use")
+        if device is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"memory-mapped tensors live on the CPU, got device={device!r}")
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        dtype_name(dtype)
+        numel = storage.nbytes() // dtype.itemsize
+        dims = (numel,) if shape is None else _parse_shape((), shape)
+        needed = dtype.itemsize
+        for d in dims:
+            needed *= d
+        if needed > storage.nbytes():
+            raise ValueError(
+                f"shape {list(dims)} of {dtype} needs {needed} bytes, the storage has "
+                f"{storage.nbytes()}"
+            )
+        tensor = torch.empty(0, dtype=dtype).set_(storage, 0, dims, strides_of(dims))
+        file = None if filename is None else os.path.abspath(os.fspath(filename))
+        out = cls._wrap(tensor, file, True, dims)
+        return out if index is None else out[index]  # type: ignore[return-value]
 
     @classmethod
     def from_tensor(
@@ -216,30 +291,43 @@ class MemoryMappedTensor(torch.Tensor):
         filename: _PathLike,
         dtype: torch.dtype,
         shape: Sequence[int] | torch.Size,
-        *,
-        writable: bool = True,
+        index: Any = None,
+        mode: str | None = None,
     ) -> MemoryMappedTensor:
         """Map an existing raw file (C order, native byte order) as a tensor.
+
+        The file is never modified by opening it (nor grown, nor truncated).
 
         Args:
             filename: the file; its size must be exactly ``numel * itemsize``.
             dtype: element type.
-            shape: tensor shape.
-            writable: map for writing (writes go to the file); otherwise the
-                file is opened read-only and writes stay in this process (copy-on-write).
+            shape: tensor shape (at most 64 dims).
+            index: applied to the result, as ``tensor[index]``.
+            mode: ``"r+"``: mapped shared, in-place writes reach the file and
+                every process mapping it (``PermissionError`` if the file is
+                not writable). ``"r"``: read-only; every write raises
+                :class:`ReadOnlyMemmapError` (upstream maps it copy-on-write
+                instead). None (the default): ``"r+"`` if the file is
+                writable, else ``"r"``.
 
         Raises:
             FileNotFoundError: if the file is missing.
-            ValueError: if its size does not match ``shape`` and ``dtype``.
+            ValueError: if its size does not match ``shape`` and ``dtype``, or
+                ``shape`` has more than 64 dims; ``mode`` is not one of the above.
         """
+        _check_mode(mode)
         path = os.path.abspath(os.fspath(filename))
-        dims = _parse_shape((), shape)
+        dims = _parse_shape((), shape, f" (file {path!r})")
         dtype_name(dtype)
         numel = 1
         for d in dims:
             numel *= d
         check_leaf(path, numel * dtype.itemsize, what=f"{dtype} tensor of shape {list(dims)}")
-        return cls._map(path, dtype, dims, writable=writable)
+        writable = mode != "r" and os.access(path, os.W_OK)
+        if mode == "r+" and not writable:
+            raise PermissionError(f"cannot open {path!r} with mode='r+': the file is not writable")
+        out = cls._map(path, dtype, dims, writable=writable)
+        return out if index is None else out[index]  # type: ignore[return-value]
 
     @classmethod
     def empty(
@@ -388,3 +476,22 @@ def _rebuild_file(
     whole = map_leaf(path, dt, (nbytes // dt.itemsize,), writable=writable)
     view = whole.as_strided(shape, stride, offset)
     return MemoryMappedTensor._wrap(view, path, writable)
+
+
+class _ReadOnly(MemoryMappedTensor):
+    """A MemoryMappedTensor opened read-only: operations run as on plain tensors, writes raise.
+
+    ``isinstance(t, MemoryMappedTensor)`` holds; see ``_readonly`` for what counts as a write.
+    """
+
+    _mm_writable = False
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        return guarded_call(MemoryMappedTensor, func, args, kwargs or {})

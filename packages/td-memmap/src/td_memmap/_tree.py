@@ -50,6 +50,7 @@ class Node:
     stack_dim: int = 0
     class_name: str | None = None
     cls: type | None = None
+    path: str | None = None  # the folder it was saved to or loaded from
 
     def empty_like(self) -> Node:
         """A node of the same kind, batch size, device and class, without entries."""

@@ -1,0 +1,82 @@
+"""TensorDicts that live in a folder: saved_path, load_memmap_, memmap_refresh_, make_memmap*."""
+
+import os
+
+import pytest
+import torch
+
+from td_core import TensorDict
+from td_memmap import MemoryMappedTensor, load
+
+
+def _saved(tmp_path) -> TensorDict:
+    return TensorDict({"a": torch.zeros(3), "n": {"b": torch.ones(3)}}, [3]).memmap(tmp_path / "s")
+
+
+def test_saved_path_of_saved_loaded_and_plain_tds(tmp_path):
+    td = _saved(tmp_path)
+    assert td.saved_path == str(tmp_path / "s")
+    assert td["n"].saved_path == str(tmp_path / "s" / "n")
+    assert TensorDict.load_memmap(tmp_path / "s")["n"].saved_path == str(tmp_path / "s" / "n")
+    assert TensorDict({"a": torch.zeros(3)}, [3]).saved_path is None
+
+
+def test_load_memmap_replaces_content_in_place(tmp_path):
+    _saved(tmp_path)
+    target = TensorDict({"a": torch.full((2,), 5.0), "stale": torch.zeros(2)}, [2])
+    out = target.load_memmap_(tmp_path / "s")
+    assert out is target
+    assert set(target.keys()) == {"a", "n"} and target.batch_size == torch.Size([3])
+    assert isinstance(target["a"], MemoryMappedTensor)
+    assert target.load_(tmp_path / "s", mode="r") is target and target.is_locked
+
+
+def test_memmap_refresh_reloads_a_newer_save(tmp_path):
+    td = _saved(tmp_path)
+    TensorDict({"a": torch.full((3,), 9.0), "q": torch.ones(3)}, [3]).memmap(tmp_path / "s")
+    td.memmap_refresh_()
+    assert set(td.keys()) == {"a", "q"} and (td["a"] == 9).all()
+    with pytest.raises(RuntimeError, match="no folder"):
+        TensorDict({"a": torch.zeros(3)}, [3]).memmap_refresh_()
+
+
+def test_make_memmap_adds_a_saved_leaf(tmp_path):
+    td = _saved(tmp_path)
+    t = td.make_memmap("c", (3, 2), dtype=torch.int64)
+    assert isinstance(t, MemoryMappedTensor) and t.shape == (3, 2) and (t == 0).all()
+    assert td["c"] is t and td.is_locked
+    t[1] = 4  # writes reach the file
+    back = load(tmp_path / "s")
+    assert set(back.keys()) == {"a", "n", "c"} and back["c"][1].tolist() == [4, 4]
+    assert os.path.dirname(t.filename) == str(tmp_path / "s")
+
+
+def test_make_memmap_from_tensor_and_storage_nested(tmp_path):
+    td = _saved(tmp_path)
+    td.make_memmap_from_tensor(("n", "x"), torch.arange(3))
+    td.make_memmap_from_storage(
+        ("n", "y"), torch.arange(6.0).untyped_storage(), (3, 2), dtype=torch.float32
+    )
+    back = load(tmp_path / "s")
+    assert back["n", "x"].tolist() == [0, 1, 2]
+    assert back["n", "y"][2].tolist() == [4.0, 5.0]
+    with pytest.raises(RuntimeError, match="already exists"):
+        td.make_memmap_from_tensor(("n", "x"), torch.arange(3), existsok=False)
+
+
+def test_make_memmap_needs_a_folder():
+    with pytest.raises(RuntimeError, match="no folder"):
+        TensorDict({"a": torch.zeros(3)}, [3]).make_memmap("c", (3,))
+
+
+def test_memory_mapped_tensor_parent_shape_and_from_storage(tmp_path):
+    t = MemoryMappedTensor.from_tensor(torch.arange(12).view(3, 4), filename=tmp_path / "x.bin")
+    assert t.parent_shape == torch.Size([3, 4]) and t[1].parent_shape == torch.Size([3, 4])
+    s = MemoryMappedTensor.from_storage(
+        torch.arange(4).untyped_storage(), shape=(2, 2), dtype=torch.int64, index=1
+    )
+    assert isinstance(s, MemoryMappedTensor) and s.tolist() == [2, 3]
+    with pytest.raises(ValueError, match="needs 64 bytes"):
+        MemoryMappedTensor.from_storage(
+            torch.arange(4).untyped_storage(), shape=(8,), dtype=torch.int64
+        )
