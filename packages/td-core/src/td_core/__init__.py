@@ -6,6 +6,7 @@ from td_core._consolidate import from_consolidated
 from td_core._dataloader import collate, register_collate
 from td_core._extensions import has_extension, load_extension
 from td_core._interaction import InteractionType, interaction_type, set_interaction_type
+from td_core._interchange import from_h5, from_safetensors, to_safetensors
 from td_core._keys import (
     NestedKey,
     default_is_leaf,
@@ -37,6 +38,9 @@ __all__ = [
     "stack",
     "cat",
     "from_consolidated",
+    "from_safetensors",
+    "to_safetensors",
+    "from_h5",
     "collate",
     "LazyStackedTensorDict",
     "lazy_stack",

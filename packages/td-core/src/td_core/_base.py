@@ -24,6 +24,7 @@ from td_core import (
     _convert,
     _dataloader,
     _index,
+    _interchange,
     _layout,
     _mapping,
     _masked,
@@ -71,6 +72,7 @@ class TensorDictBase(
     _consolidate.ConsolidateMixin,
     _dataloader.DataLoaderMixin,
     _collectives.CollectivesMixin,
+    _interchange.InterchangeMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""

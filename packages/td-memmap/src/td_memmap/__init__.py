@@ -13,6 +13,7 @@ from td_memmap._errors import (
     UnsafePathError,
 )
 from td_memmap._format import DTYPES, encode_key
+from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._version import __version__
@@ -29,6 +30,9 @@ __all__ = [
     "memmap_like",
     "load_memmap",
     "is_memmap",
+    # other formats
+    "to_safetensors",
+    "from_safetensors",
     # non-tensor values shared between processes
     "SharedNonTensorData",
     "SharedNonTensorStack",

@@ -1,12 +1,22 @@
 """The module td-core finds through the ``td_core.extensions`` entry point ``memmap``.
 
 ``TensorDict.memmap``, ``memmap_``, ``memmap_like``, ``save``, ``is_memmap`` and
-the class methods ``load_memmap``/``load`` delegate here; keep it thin.
+the class methods ``load_memmap``/``load``, and the interchange methods
+(``to_safetensors``, ``from_safetensors``, ``to_h5``, ``from_h5``) delegate here; keep it thin.
 """
 
 from __future__ import annotations
 
 from td_memmap._api import is_memmap, load_memmap, memmap, memmap_like
+from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._tensor import MemoryMappedTensor
 
-__all__ = ["memmap", "memmap_like", "load_memmap", "is_memmap", "MemoryMappedTensor"]
+__all__ = [
+    "memmap",
+    "memmap_like",
+    "load_memmap",
+    "is_memmap",
+    "MemoryMappedTensor",
+    "to_safetensors",
+    "from_safetensors",
+]
