@@ -13,6 +13,7 @@ from td_memmap._errors import (
     UnsafePathError,
 )
 from td_memmap._format import DTYPES, encode_key
+from td_memmap._h5 import PersistentTensorDict, from_h5, to_h5
 from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
 from td_memmap._tensor import MemoryMappedTensor
@@ -33,6 +34,9 @@ __all__ = [
     # other formats
     "to_safetensors",
     "from_safetensors",
+    "to_h5",
+    "from_h5",
+    "PersistentTensorDict",
     # non-tensor values shared between processes
     "SharedNonTensorData",
     "SharedNonTensorStack",

@@ -8,6 +8,7 @@ the class methods ``load_memmap``/``load``, and the interchange methods
 from __future__ import annotations
 
 from td_memmap._api import is_memmap, load_memmap, memmap, memmap_like
+from td_memmap._h5 import PersistentTensorDict, from_h5, to_h5
 from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._tensor import MemoryMappedTensor
 
@@ -19,4 +20,7 @@ __all__ = [
     "MemoryMappedTensor",
     "to_safetensors",
     "from_safetensors",
+    "to_h5",
+    "from_h5",
+    "PersistentTensorDict",
 ]
