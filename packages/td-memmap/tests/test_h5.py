@@ -129,3 +129,11 @@ def test_unknown_td_dtype_refused(tmp_path):
         f["x"].attrs["td_dtype"] = "evil"
     with td_memmap.from_h5(path) as ptd, pytest.raises(MemmapFormatError, match=r"dt\.h5"):
         ptd["x"]
+
+
+def test_missing_h5py_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "h5py", None)
+    with pytest.raises(ImportError, match=r"td-memmap\[h5\]"):
+        _sample().to_h5(tmp_path / "t.h5")

@@ -127,3 +127,12 @@ def test_bad_metadata_named(tmp_path, meta):
     save_file({"a": torch.zeros(2)}, str(path), metadata={"tensordict": meta})
     with pytest.raises(MemmapFormatError, match=r"bad\.safetensors"):
         td_memmap.from_safetensors(path)
+
+
+def test_missing_safetensors_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    with pytest.raises(ImportError, match=r"td-memmap\[safetensors\]"):
+        _sample().to_safetensors(tmp_path / "t.safetensors")
