@@ -137,3 +137,10 @@ def test_missing_h5py_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "h5py", None)
     with pytest.raises(ImportError, match=r"td-memmap\[h5\]"):
         _sample().to_h5(tmp_path / "t.h5")
+
+
+def test_requires_grad_refused_like_upstream(tmp_path):
+    td = TensorDict({"w": torch.zeros(2, requires_grad=True)}, [2])
+    with pytest.raises(RuntimeError, match="requires grad"):
+        td.to_h5(tmp_path / "t.h5")
+    assert not (tmp_path / "t.h5").exists()

@@ -368,6 +368,11 @@ def _check_tree(td: Any, prefix: tuple[str, ...]) -> None:
                 f"to_h5: the non-tensor value at key {(*prefix, name)!r} "
                 f"({type(value).__name__}) cannot be stored in HDF5; use memmap() for it"
             )
+        elif value.requires_grad:
+            raise RuntimeError(
+                f"to_h5: the tensor at key {(*prefix, name)!r} requires grad; "
+                "write td.detach() instead (as upstream, a file cannot hold the graph)"
+            )
 
 
 def to_h5(td: TensorDictBase, filename: str | os.PathLike, **kwargs: Any) -> PersistentTensorDict:
