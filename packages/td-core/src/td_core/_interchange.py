@@ -1,9 +1,9 @@
 """Other file formats: safetensors and HDF5, written and read by td-memmap.
 
 td-core never imports td-memmap: these methods and functions find it through
-the ``memmap`` extension entry point (as :meth:`TensorDictBase.memmap` does)
-and raise ``ImportError`` naming the package when it is missing. The formats
-themselves need optional extras: ``td-memmap[safetensors]``, ``td-memmap[h5]``.
+the `memmap` extension entry point (as `TensorDictBase.memmap` does)
+and raise `ImportError` naming the package when it is missing. The formats
+themselves need optional extras: `td-memmap[safetensors]`, `td-memmap[h5]`.
 """
 
 from __future__ import annotations
@@ -26,31 +26,31 @@ def _ext() -> Any:
 
 
 def to_safetensors(data: TensorDictBase, path: str | os.PathLike) -> None:
-    """Write ``data`` to a safetensors file (needs ``td-memmap[safetensors]``)."""
+    """Write `data` to a safetensors file (needs `td-memmap[safetensors]`)."""
     _ext().to_safetensors(data, path)
 
 
 def from_safetensors(path: str | os.PathLike, *, device: Any = None) -> TensorDictBase:
-    """Load a TensorDict from a safetensors file (needs ``td-memmap[safetensors]``)."""
+    """Load a TensorDict from a safetensors file (needs `td-memmap[safetensors]`)."""
     return _ext().from_safetensors(path, device=device)
 
 
 def from_h5(h5_file: Any, **kwargs: Any) -> TensorDictBase:
-    """Open an HDF5 file or group as a ``PersistentTensorDict`` (needs ``td-memmap[h5]``).
+    """Open an HDF5 file or group as a `PersistentTensorDict` (needs `td-memmap[h5]`).
 
-    Keyword arguments (``mode``, ``batch_size``, ``auto_batch_size``,
-    ``batch_dims``) are those of :func:`td_memmap.from_h5`.
+    Keyword arguments (`mode`, `batch_size`, `auto_batch_size`,
+    `batch_dims`) are those of `td_memmap.from_h5`.
     """
     return _ext().from_h5(h5_file, **kwargs)
 
 
 class InterchangeMixin(TensorDictContract):
-    """``to_safetensors``, ``from_safetensors``, ``to_h5``, ``from_h5``."""
+    """`to_safetensors`, `from_safetensors`, `to_h5`, `from_h5`."""
 
     __slots__ = ()
 
     def to_safetensors(self, path: str | os.PathLike) -> None:
-        """Write to a safetensors file at ``path`` (needs ``td-memmap[safetensors]``).
+        """Write to a safetensors file at `path` (needs `td-memmap[safetensors]`).
 
         Args:
             path: the file to write; nested keys, batch sizes and JSON-able
@@ -60,15 +60,15 @@ class InterchangeMixin(TensorDictContract):
 
     @classmethod
     def from_safetensors(cls, path: str | os.PathLike, *, device: Any = None) -> TensorDictBase:
-        """Load a TensorDict written by :meth:`to_safetensors` (or any safetensors file)."""
+        """Load a TensorDict written by `to_safetensors` (or any safetensors file)."""
         return _ext().from_safetensors(path, device=device)
 
     def to_h5(self, filename: str | os.PathLike, **kwargs: Any) -> TensorDictBase:
-        """Write to an HDF5 file and return it as a ``PersistentTensorDict`` (needs ``td-memmap[h5]``).
+        """Write to an HDF5 file and return it as a `PersistentTensorDict` (needs `td-memmap[h5]`).
 
         Args:
             filename: the file to write (replaced if it exists).
-            **kwargs: passed to h5py's ``create_dataset`` (e.g. ``compression="gzip"``).
+            **kwargs: passed to h5py's `create_dataset` (e.g. `compression="gzip"`).
         """
         return _ext().to_h5(self, filename, **kwargs)
 
@@ -82,7 +82,7 @@ class InterchangeMixin(TensorDictContract):
         batch_dims: int | None = None,
         batch_size: Any = None,
     ) -> TensorDictBase:
-        """Open an HDF5 file as a ``PersistentTensorDict`` (needs ``td-memmap[h5]``)."""
+        """Open an HDF5 file as a `PersistentTensorDict` (needs `td-memmap[h5]`)."""
         return _ext().from_h5(
             filename,
             mode=mode,

@@ -1,15 +1,15 @@
-"""TensorDicts in HDF5 files through h5py (needs ``td-memmap[h5]``).
+"""TensorDicts in HDF5 files through h5py (needs `td-memmap[h5]`).
 
-:class:`PersistentTensorDict` is a view on an HDF5 file or group: groups are
+`PersistentTensorDict` is a view on an HDF5 file or group: groups are
 nested TensorDicts, datasets are leaves. Reading a key reads that dataset;
-indexing the batch dims (``ptd[2:5]``, ``ptd[idx]``) reads only the rows asked
-for and returns an in-memory :class:`~td_core.TensorDict`.
+indexing the batch dims (`ptd[2:5]`, `ptd[idx]`) reads only the rows asked
+for and returns an in-memory `td_core.TensorDict`.
 
-:func:`to_h5` writes each group's batch size as the attribute
-``td_batch_size`` so that :func:`from_h5` restores it. Dtypes numpy lacks
-(``bfloat16``, float8) are stored as same-width integers with the attribute
-``td_dtype``. Nothing is unpickled: datasets of object or opaque dtype are
-refused with :class:`MemmapFormatError` naming the file.
+`to_h5` writes each group's batch size as the attribute
+`td_batch_size` so that `from_h5` restores it. Dtypes numpy lacks
+(`bfloat16`, float8) are stored as same-width integers with the attribute
+`td_dtype`. Nothing is unpickled: datasets of object or opaque dtype are
+refused with `MemmapFormatError` naming the file.
 """
 
 from __future__ import annotations
@@ -110,14 +110,14 @@ def _datasets(group: Any) -> Iterator[Any]:
 
 
 class PersistentTensorDict:
-    """A TensorDict-like view on an HDF5 file or group (needs ``td-memmap[h5]``).
+    """A TensorDict-like view on an HDF5 file or group (needs `td-memmap[h5]`).
 
     Args:
         batch_size: the leading dims shared by every dataset; defaults to the
-            one stored by :func:`to_h5`, else ``[]``.
-        filename: an HDF5 file to open (with ``mode``).
-        group: an open ``h5py.File`` or ``h5py.Group`` to wrap instead.
-        mode: the h5py mode for ``filename`` (``"r"``, ``"r+"``, ``"w"``, ``"a"``).
+            one stored by `to_h5`, else `[]`.
+        filename: an HDF5 file to open (with `mode`).
+        group: an open `h5py.File` or `h5py.Group` to wrap instead.
+        mode: the h5py mode for `filename` (`"r"`, `"r+"`, `"w"`, `"a"`).
         device: where leaves are placed when read.
     """
 
@@ -170,7 +170,7 @@ class PersistentTensorDict:
 
     @property
     def file(self) -> Any:
-        """The open ``h5py.File``."""
+        """The open `h5py.File`."""
         return self._group.file
 
     @classmethod
@@ -183,7 +183,7 @@ class PersistentTensorDict:
         batch_dims: int | None = None,
         batch_size: Any = None,
     ) -> PersistentTensorDict:
-        """Open ``filename`` (a path, or an open h5py File/Group)."""
+        """Open `filename` (a path, or an open h5py File/Group)."""
         return from_h5(
             filename,
             mode=mode,
@@ -208,14 +208,14 @@ class PersistentTensorDict:
         return out if self.device is None else out.to(self.device)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        """The leaf tensor or sub-``PersistentTensorDict`` at ``key`` (``default`` if missing)."""
+        """The leaf tensor or sub-`PersistentTensorDict` at `key` (`default` if missing)."""
         path = "/".join(self._split(key))
         if path not in self._group:
             return default
         return self._wrap(self._group[path], self._batch_size)
 
     def set(self, key: Any, value: Any) -> PersistentTensorDict:
-        """Write ``value`` (a tensor or TensorDict) at ``key``; needs a writable file."""
+        """Write `value` (a tensor or TensorDict) at `key`; needs a writable file."""
         *parents, last = self._split(key)
         group = self._group
         for name in parents:
@@ -227,7 +227,7 @@ class PersistentTensorDict:
         return "/".join(self._split(key)) in self._group
 
     def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list[Any]:
-        """The keys, nested ones as tuples when ``include_nested``."""
+        """The keys, nested ones as tuples when `include_nested`."""
         out: list[Any] = []
 
         def walk(group: Any, prefix: tuple[str, ...]) -> None:
@@ -299,7 +299,7 @@ class PersistentTensorDict:
         return build(self._group)
 
     def to_tensordict(self) -> TensorDict:
-        """Read everything into an in-memory :class:`~td_core.TensorDict`."""
+        """Read everything into an in-memory `td_core.TensorDict`."""
 
         def build(group: Any, bs: torch.Size) -> TensorDict:
             out = TensorDict(batch_size=bs, device=self.device)
@@ -376,16 +376,16 @@ def _check_tree(td: Any, prefix: tuple[str, ...]) -> None:
 
 
 def to_h5(td: TensorDictBase, filename: str | os.PathLike, **kwargs: Any) -> PersistentTensorDict:
-    """Write ``td`` to the HDF5 file ``filename`` (replaced) and return it opened ``"r+"``.
+    """Write `td` to the HDF5 file `filename` (replaced) and return it opened `"r+"`.
 
     Args:
         td: the TensorDict; its leaves must be tensors.
         filename: the file to write.
-        **kwargs: passed to ``h5py.Group.create_dataset`` (``compression=...``).
+        **kwargs: passed to `h5py.Group.create_dataset` (`compression=...`).
 
     Raises:
         TypeError: a leaf is not a tensor (nothing is written).
-        ValueError: a key contains ``/``.
+        ValueError: a key contains `/`.
     """
     h5py = _h5py()
     _check_tree(td, ())  # validate everything before the file is created
@@ -405,11 +405,11 @@ def from_h5(
     batch_dims: int | None = None,
     batch_size: Any = None,
 ) -> PersistentTensorDict:
-    """Open an HDF5 file (path, or open h5py File/Group) as a :class:`PersistentTensorDict`.
+    """Open an HDF5 file (path, or open h5py File/Group) as a `PersistentTensorDict`.
 
-    The batch size is ``batch_size`` if given, else the one :func:`to_h5`
-    stored, else (with ``auto_batch_size``) the leading dims every dataset
-    shares (at most ``batch_dims``), else ``[]``.
+    The batch size is `batch_size` if given, else the one `to_h5`
+    stored, else (with `auto_batch_size`) the leading dims every dataset
+    shares (at most `batch_dims`), else `[]`.
 
     Raises:
         FileNotFoundError: the file does not exist.

@@ -1,18 +1,18 @@
-"""TensorDicts to and from safetensors files (needs ``td-memmap[safetensors]``).
+"""TensorDicts to and from safetensors files (needs `td-memmap[safetensors]`).
 
 A file holds every tensor leaf under a name made of its nested key joined by
-``"."``, plus one JSON metadata entry (``"tensordict"``) describing the tree:
+`"."`, plus one JSON metadata entry (`"tensordict"`) describing the tree:
 batch sizes, dim names, which names are tensors and which keys are sub-
 TensorDicts, and JSON-representable non-tensor values. The tree lists every
-key explicitly, so keys that contain ``"."`` round-trip. The layout matches
+key explicitly, so keys that contain `"."` round-trip. The layout matches
 upstream tensordict's, so files move between the two libraries.
 
 A file without that metadata (a model checkpoint, say) loads as a nested
-TensorDict with an empty batch size, each name split on ``"."``.
+TensorDict with an empty batch size, each name split on `"."`.
 
 Safety: nothing is unpickled; the metadata is parsed as JSON and checked
 (keys are strings, every tensor it names exists, batch sizes are lists of
-non-negative ints); any problem raises :class:`MemmapFormatError` naming the
+non-negative ints); any problem raises `MemmapFormatError` naming the
 file.
 """
 
@@ -79,9 +79,9 @@ def _encode_node(td: TensorDictBase, prefix: str, tensors: dict[str, torch.Tenso
 
 
 def to_safetensors(data: TensorDictBase, path: str | os.PathLike) -> None:
-    """Write ``data`` to a safetensors file at ``path``.
+    """Write `data` to a safetensors file at `path`.
 
-    Tensor leaves are stored under their nested key joined by ``"."``; the
+    Tensor leaves are stored under their nested key joined by `"."`; the
     batch sizes, dim names, nesting and JSON-representable non-tensor values
     go in the file's metadata.
 
@@ -91,7 +91,7 @@ def to_safetensors(data: TensorDictBase, path: str | os.PathLike) -> None:
 
     Raises:
         TypeError: a non-tensor value is not JSON-representable.
-        ImportError: safetensors is not installed (``td-memmap[safetensors]``).
+        ImportError: safetensors is not installed (`td-memmap[safetensors]`).
     """
     st = _require()
     tensors: dict[str, torch.Tensor] = {}
@@ -141,22 +141,22 @@ def _decode_node(path: Any, node: Any, tensors: dict[str, torch.Tensor], device:
 def from_safetensors(
     path: str | os.PathLike, *, device: torch.device | str | int | None = None
 ) -> TensorDictBase:
-    """Load a TensorDict from the safetensors file at ``path``.
+    """Load a TensorDict from the safetensors file at `path`.
 
-    A file written by :func:`to_safetensors` loads with its nesting, batch
+    A file written by `to_safetensors` loads with its nesting, batch
     sizes, dim names and non-tensor values; any other safetensors file loads
-    as a nested TensorDict with an empty batch size (names split on ``"."``).
+    as a nested TensorDict with an empty batch size (names split on `"."`).
 
     Args:
         path: the file to read.
         device: where to load the tensors; also the result's device.
-            ``None`` (default) loads on the CPU with no device.
+            `None` (default) loads on the CPU with no device.
 
     Raises:
-        FileNotFoundError: ``path`` does not exist.
-        MemmapFormatError: (a ``ValueError``) the file or its metadata is
+        FileNotFoundError: `path` does not exist.
+        MemmapFormatError: (a `ValueError`) the file or its metadata is
             malformed; the message names the file.
-        ImportError: safetensors is not installed (``td-memmap[safetensors]``).
+        ImportError: safetensors is not installed (`td-memmap[safetensors]`).
     """
     st = _require()
     from safetensors import safe_open
