@@ -35,13 +35,30 @@ def from_safetensors(path: str | os.PathLike, *, device: Any = None) -> TensorDi
     return _ext().from_safetensors(path, device=device)
 
 
-def from_h5(h5_file: Any, **kwargs: Any) -> TensorDictBase:
+def from_h5(
+    h5_file: Any,
+    *,
+    mode: str = "r",
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    batch_size: Any = None,
+) -> TensorDictBase:
     """Open an HDF5 file or group as a `PersistentTensorDict` (needs `td-memmap[h5]`).
 
-    Keyword arguments (`mode`, `batch_size`, `auto_batch_size`,
-    `batch_dims`) are those of `td_memmap.from_h5`.
+    Args:
+        h5_file: a path, or an open `h5py.File`/`h5py.Group`.
+        mode: the h5py mode for a path.
+        auto_batch_size: use the leading dims every dataset shares.
+        batch_dims: at most this many of those dims.
+        batch_size: the batch size (default: the one `to_h5` stored, else `[]`).
     """
-    return _ext().from_h5(h5_file, **kwargs)
+    return _ext().from_h5(
+        h5_file,
+        mode=mode,
+        auto_batch_size=auto_batch_size,
+        batch_dims=batch_dims,
+        batch_size=batch_size,
+    )
 
 
 class InterchangeMixin(TensorDictContract):
