@@ -34,6 +34,7 @@ from td_core._functional import (
     merge_tensordicts,
 )
 from td_core._interaction import InteractionType, interaction_type, set_interaction_type
+from td_core._interchange import from_h5, from_safetensors, to_safetensors
 from td_core._keys import (
     NestedKey,
     default_is_leaf,
@@ -80,6 +81,9 @@ __all__ = [
     "stack",
     "cat",
     "from_consolidated",
+    "from_safetensors",
+    "to_safetensors",
+    "from_h5",
     "collate",
     "LazyStackedTensorDict",
     "lazy_stack",

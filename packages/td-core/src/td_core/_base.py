@@ -25,6 +25,7 @@ from td_core import (
     _convert,
     _dataloader,
     _index,
+    _interchange,
     _layout,
     _mapping,
     _masked,
@@ -75,6 +76,7 @@ class TensorDictBase(
     _dataloader.DataLoaderMixin,
     _collectives.CollectivesMixin,
     _stack.StackMixin,
+    _interchange.InterchangeMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""

@@ -14,6 +14,7 @@ from td_memmap._errors import (
     UnsafePathError,
 )
 from td_memmap._format import DTYPES, encode_key
+from td_memmap._h5 import PersistentTensorDict, from_h5, to_h5
 from td_memmap._inplace import (
     load_memmap_,
     make_memmap,
@@ -22,6 +23,7 @@ from td_memmap._inplace import (
     memmap_refresh_,
     saved_path,
 )
+from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._version import __version__
@@ -44,6 +46,12 @@ __all__ = [
     "make_memmap_from_tensor",
     "make_memmap_from_storage",
     "saved_path",
+    # other formats
+    "to_safetensors",
+    "from_safetensors",
+    "to_h5",
+    "from_h5",
+    "PersistentTensorDict",
     # non-tensor values shared between processes
     "SharedNonTensorData",
     "SharedNonTensorStack",
