@@ -47,7 +47,7 @@ def merge_tensordicts(
         >>> td0 = TensorDict({"a": {"b0": 0}, "common": 0})
         >>> td1 = TensorDict({"a": {"b1": 1}, "common": 1})
         >>> merged = merge_tensordicts(td0, td1, callback_exist=lambda *v: torch.stack(v))
-        >>> sorted(merged.keys(True, True)), merged["common"]
+        >>> sorted(merged.keys(True, True), key=str), merged["common"]
         ([('a', 'b0'), ('a', 'b1'), 'common'], tensor([0, 1]))
     """
     if len(tensordicts) < 2:

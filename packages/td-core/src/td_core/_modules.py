@@ -246,7 +246,12 @@ def _swap(
                 module.__dict__[key] = value
                 continue
             if not value.requires_grad and not _is_batched(value):
-                value = nn.Parameter(value, requires_grad=old.requires_grad)
+                try:
+                    value = nn.Parameter(value, requires_grad=old.requires_grad)
+                except RuntimeError:
+                    # a tensor subclass whose detach() changes its type (a memory-mapped
+                    # leaf) cannot be a Parameter: it goes in as it is, sharing its storage
+                    pass
         slots[key] = value  # type: ignore[assignment]
 
 

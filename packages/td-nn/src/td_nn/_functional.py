@@ -147,8 +147,8 @@ def get_functional(module: _M, funs_to_decorate: Sequence[str] | None = None) ->
         >>> from td_nn import get_functional
         >>> model = get_functional(nn.Linear(2, 2))
         >>> zeros = TensorDict.from_module(model).apply(torch.zeros_like)
-        >>> model(torch.ones(1, 2), params=zeros)
-        tensor([[0., 0.]])
+        >>> model(torch.ones(1, 2), params=zeros)  # parameters stay parameters, as upstream
+        tensor([[0., 0.]], grad_fn=<AddmmBackward0>)
     """
     make_functional(module, funs_to_decorate, keep_params=True, return_params=False)
     return module
