@@ -1,7 +1,7 @@
-"""Leaf-wise operations: apply, moving (``to``), cloning, memory.
+"""Leaf-wise operations: apply, moving (`to`), cloning, memory.
 
-Pointwise math and comparisons live in :mod:`td_core._pointwise`, dtype casts in
-:mod:`td_core._casts`. Non-tensor leaves are carried along unchanged.
+Pointwise math and comparisons live in `td_core._pointwise`, dtype casts in
+`td_core._casts`. Non-tensor leaves are carried along unchanged.
 """
 
 from __future__ import annotations
@@ -136,9 +136,9 @@ def _apply(
 
 
 def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
-    """Write ``apply_``'s results, after checking every one fits its destination.
+    """Write `apply_`'s results, after checking every one fits its destination.
 
-    ``apply_`` is all-or-nothing like ``update``: the function runs on every
+    `apply_` is all-or-nothing like `update`: the function runs on every
     leaf first, so an exception from it (or a result that does not fit) leaves
     every leaf as it was.
     """
@@ -163,7 +163,7 @@ def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
 
 # ----------------------------------------------------------------------- to
 def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
-    """``td.to(device)``, ``td.to(dtype)``, ``td.to(device, dtype)``, ``td.to(other)``."""
+    """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(other)`."""
     non_blocking = kwargs.pop("non_blocking", False)
     if kwargs.pop("batch_size", None) is not None:
         raise TypeError("to(batch_size=...) is not supported; set td.batch_size instead")
@@ -217,20 +217,20 @@ class ApplyMixin:
         call_on_nested: bool = False,
         is_leaf: Callable[[type], bool] | None = None,
     ) -> TensorDictBase | None:
-        """A new TensorDict with ``fn(leaf, *leaves_of_others)`` at every tensor leaf.
+        """A new TensorDict with `fn(leaf, *leaves_of_others)` at every tensor leaf.
 
-        A ``None`` result drops the entry. Non-tensor leaves are kept as they are.
+        A `None` result drops the entry. Non-tensor leaves are kept as they are.
 
         Args:
             others: TensorDicts whose leaves at the same keys are passed too.
-            batch_size: the result's batch size, if ``fn`` changes the batch dims.
+            batch_size: the result's batch size, if `fn` changes the batch dims.
             device: the result's device (default: this TensorDict's).
-            inplace: write results into the existing leaves (see :meth:`apply_`).
-            default: the value passed for keys missing from ``others``.
+            inplace: write results into the existing leaves (see `apply_`).
+            default: the value passed for keys missing from `others`.
             filter_empty: drop sub-TensorDicts that end up empty.
-            call_on_nested: call ``fn`` on sub-TensorDicts instead of their leaves.
+            call_on_nested: call `fn` on sub-TensorDicts instead of their leaves.
             is_leaf: a predicate on an entry's class: entries it accepts (a
-                sub-TensorDict, a non-tensor leaf) are passed to ``fn`` whole.
+                sub-TensorDict, a non-tensor leaf) are passed to `fn` whole.
 
         Examples:
             >>> import torch
@@ -262,9 +262,9 @@ class ApplyMixin:
     def apply_(
         self: TensorDictBase, fn: Callable[..., Any], *others: TensorDictBase, **kwargs: Any
     ) -> TensorDictBase:
-        """Apply ``fn`` to every tensor leaf and write the results in place (returns self).
+        """Apply `fn` to every tensor leaf and write the results in place (returns self).
 
-        All-or-nothing: ``fn`` runs on every leaf before any result is written,
+        All-or-nothing: `fn` runs on every leaf before any result is written,
         so if it raises (or returns a value that does not fit its leaf) no leaf
         changes. On a lazy stack the results are written into the members.
         """
@@ -284,9 +284,9 @@ class ApplyMixin:
         filter_empty: bool | None = None,
         call_on_nested: bool = False,
     ) -> TensorDictBase | None:
-        """Like :meth:`apply`, calling ``fn(key, leaf, *others)``.
+        """Like `apply`, calling `fn(key, leaf, *others)`.
 
-        With ``nested_keys=True`` the key is the full nested key (a tuple below the top level).
+        With `nested_keys=True` the key is the full nested key (a tuple below the top level).
         """
         writes: list[tuple[Any, Any, Any]] = []
         result = _apply(
@@ -309,7 +309,7 @@ class ApplyMixin:
 
     # ------------------------------------------------------------------ memory
     def clone(self: TensorDictBase, recurse: bool = True) -> TensorDictBase:
-        """A copy; with ``recurse=False`` only the structure is copied (tensors are shared)."""
+        """A copy; with `recurse=False` only the structure is copied (tensors are shared)."""
         if not recurse:
             return map_leaves(self, lambda t: t)
         return map_leaves(self, Tensor.clone, keep_non_tensor=lambda v: v.clone())

@@ -1,9 +1,9 @@
-"""Autograd and parameter views of the leaves (``data``, ``grad``, ``zero_grad``, ``backward``, ``param_count``, ``bytes``).
+"""Autograd and parameter views of the leaves (`data`, `grad`, `zero_grad`, `backward`, `param_count`, `bytes`).
 
 Everything that reads or changes autograd state works on the *stored* leaves
-(``own_leaves``): for a lazy stack those are its members' tensors, never the
-stacked copies a read would build, so ``requires_grad_``, ``zero_grad`` and
-``grad`` reach the tensors an optimizer holds.
+(`own_leaves`): for a lazy stack those are its members' tensors, never the
+stacked copies a read would build, so `requires_grad_`, `zero_grad` and
+`grad` reach the tensors an optimizer holds.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ Tensor = torch.Tensor
 
 
 def own_leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> Iterator[tuple[Any, Tensor]]:
-    """``(key, tensor)`` for every stored tensor leaf; a lazy stack's come from its members.
+    """`(key, tensor)` for every stored tensor leaf; a lazy stack's come from its members.
 
     A member's key is prefixed with its position in the stack (as a string).
     """
@@ -44,7 +44,7 @@ def own_leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> Iterator[tup
 
 
 def _grads(td: TensorDictBase) -> TensorDictBase | None:
-    """The ``.grad`` of every leaf that has one, or ``None`` if none has."""
+    """The `.grad` of every leaf that has one, or `None` if none has."""
     found = lazy.parts(td)
     if found is not None:
         members, s = found
@@ -70,7 +70,7 @@ def _grads(td: TensorDictBase) -> TensorDictBase | None:
 
 
 def _pairs(td: TensorDictBase, other: Any, what: str) -> list[tuple[Tensor, Tensor]]:
-    """``(leaf, other's leaf at the same key)`` for every leaf, checked before any write."""
+    """`(leaf, other's leaf at the same key)` for every leaf, checked before any write."""
     if not is_td(other):
         raise TypeError(f"{what} needs a TensorDict, got {type(other).__name__}")
     found = lazy.parts(td)
@@ -100,17 +100,17 @@ def _pairs(td: TensorDictBase, other: Any, what: str) -> list[tuple[Tensor, Tens
 
 
 class AutogradMixin:
-    """Methods of :class:`td_core.TensorDictBase` from this family."""
+    """Methods of `td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
 
     @property
     def data(self: TensorDictBase) -> TensorDictBase:
-        """A TensorDict of every leaf's ``.data``: the same storage, outside autograd.
+        """A TensorDict of every leaf's `.data`: the same storage, outside autograd.
 
-        ``params.data.clone()`` snapshots parameters; writing into the result
-        (``target.data.update_(source.data)``) changes the leaves without autograd
-        seeing it. Assigning ``td.data = other`` rebinds each leaf's ``.data``.
+        `params.data.clone()` snapshots parameters; writing into the result
+        (`target.data.update_(source.data)`) changes the leaves without autograd
+        seeing it. Assigning `td.data = other` rebinds each leaf's `.data`.
 
         Examples:
             >>> import torch
@@ -128,9 +128,9 @@ class AutogradMixin:
 
     @property
     def grad(self: TensorDictBase) -> TensorDictBase | None:
-        """A TensorDict of the leaves' ``.grad``; leaves without one are left out, ``None`` if no leaf has one.
+        """A TensorDict of the leaves' `.grad`; leaves without one are left out, `None` if no leaf has one.
 
-        Assigning ``td.grad = other`` sets each leaf's ``.grad`` (copying into an existing one).
+        Assigning `td.grad = other` sets each leaf's `.grad` (copying into an existing one).
         """
         return _grads(self)
 
@@ -143,7 +143,7 @@ class AutogradMixin:
                 leaf.grad.copy_(src)
 
     def zero_grad(self: TensorDictBase, set_to_none: bool = True) -> TensorDictBase:
-        """Reset every leaf's ``.grad``: to ``None``, or (``set_to_none=False``) fill existing ones with 0.
+        """Reset every leaf's `.grad`: to `None`, or (`set_to_none=False`) fill existing ones with 0.
 
         Returns:
             self.
@@ -159,10 +159,10 @@ class AutogradMixin:
         return self
 
     def requires_grad_(self: TensorDictBase, requires_grad: bool = True) -> TensorDictBase:
-        """Set ``requires_grad`` on every tensor leaf (returns self).
+        """Set `requires_grad` on every tensor leaf (returns self).
 
         Raises:
-            RuntimeError: naming the key, if ``requires_grad`` is true and a leaf is
+            RuntimeError: naming the key, if `requires_grad` is true and a leaf is
                 not floating point or complex (nothing is changed then).
         """
         leaves = list(own_leaves(self))
@@ -190,9 +190,9 @@ class AutogradMixin:
         create_graph: bool = False,
         inputs: TensorDictBase | Sequence[Tensor] | None = None,
     ) -> None:
-        """Back-propagate from every leaf that requires gradients, in one ``torch.autograd.backward`` call.
+        """Back-propagate from every leaf that requires gradients, in one `torch.autograd.backward` call.
 
-        Without ``gradient`` every such leaf must hold one element (a loss): a
+        Without `gradient` every such leaf must hold one element (a loss): a
         TensorDict of losses back-propagates their sum.
 
         Args:
@@ -203,8 +203,8 @@ class AutogradMixin:
 
         Raises:
             RuntimeError: if no leaf requires gradients, or a leaf has several
-                elements and no ``gradient`` is given, or a gradient's shape differs.
-            KeyError: if ``gradient`` lacks a key.
+                elements and no `gradient` is given, or a gradient's shape differs.
+            KeyError: if `gradient` lacks a key.
 
         Examples:
             >>> import torch
@@ -283,11 +283,11 @@ class AutogradMixin:
 
     def param_count(self: TensorDictBase, *, count_duplicates: bool = True) -> int:
         """The number of elements over all tensor leaves (a tensor stored twice counts once
-        with ``count_duplicates=False``)."""
+        with `count_duplicates=False`)."""
         return sum(t.numel() for t in _distinct(self, count_duplicates))
 
     def bytes(self: TensorDictBase, *, count_duplicates: bool = True) -> int:
-        """The bytes of all tensor leaves (``numel * element_size``; non-tensor leaves count 0)."""
+        """The bytes of all tensor leaves (`numel * element_size`; non-tensor leaves count 0)."""
         return sum(t.numel() * t.element_size() for t in _distinct(self, count_duplicates))
 
 

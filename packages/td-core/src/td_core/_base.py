@@ -1,10 +1,10 @@
-"""``TensorDictBase``: the public API, written once over a few primitives.
+"""`TensorDictBase`: the public API, written once over a few primitives.
 
-A concrete class provides the storage primitives (``_get_str``, ``_set_str``,
-``_del_str``, ``_keys_str``, ``_items_str``, ``_values_str``), ``batch_size``,
-``device``, ``_new`` (build a result from an entry dict without validation) and
+A concrete class provides the storage primitives (`_get_str`, `_set_str`,
+`_del_str`, `_keys_str`, `_items_str`, `_values_str`), `batch_size`,
+`device`, `_new` (build a result from an entry dict without validation) and
 the lock flag. Everything else lives here or in the op-family modules it
-delegates to (``_index``, ``_shape``, ``_apply``, ``_structure``, ``_stack``).
+delegates to (`_index`, `_shape`, `_apply`, `_structure`, `_stack`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _SCALARS = (bool, int, float, complex, np.generic)
 
 
 def is_tensor_collection(obj: Any) -> bool:
-    """Whether ``obj`` (an instance or a class) is a TensorDict-like container."""
+    """Whether `obj` (an instance or a class) is a TensorDict-like container."""
     cls = obj if isinstance(obj, type) else type(obj)
     return bool(getattr(cls, "_td_collection", False)) and not getattr(cls, "_is_non_tensor", False)
 
@@ -80,7 +80,7 @@ class TensorDictBase(
     _persistence.MemmapMixin,
     TensorDictContract,
 ):
-    """Base of every TensorDict-like container; see :class:`td_core.TensorDict`."""
+    """Base of every TensorDict-like container; see `td_core.TensorDict`."""
 
     __slots__ = ()
     _td_collection = True
@@ -92,12 +92,12 @@ class TensorDictBase(
     device: torch.device | None
 
     def size(self, dim: int | None = None) -> torch.Size | int:
-        """The batch size, or its ``dim``-th entry."""
+        """The batch size, or its `dim`-th entry."""
         return self.batch_size if dim is None else self.batch_size[dim]
 
     @property
     def is_locked(self) -> bool:
-        """Whether writes that add, replace or delete entries raise :class:`LockedError`."""
+        """Whether writes that add, replace or delete entries raise `LockedError`."""
         return self._is_locked
 
     @is_locked.setter
@@ -109,10 +109,10 @@ class TensorDictBase(
 
     # ------------------------------------------------------------------ reading
     def get(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
-        """The entry at ``key`` (a tensor, a sub-TensorDict or a non-tensor leaf).
+        """The entry at `key` (a tensor, a sub-TensorDict or a non-tensor leaf).
 
-        Raises ``KeyError`` naming the key and the available keys when it is
-        missing and no ``default`` is given.
+        Raises `KeyError` naming the key and the available keys when it is
+        missing and no `default` is given.
         """
         if type(key) is not str:
             key = unravel_key(key)
@@ -179,11 +179,11 @@ class TensorDictBase(
         *,
         sort: bool = False,
     ) -> KeysView:
-        """The keys; nested ones as tuples with ``include_nested=True``.
+        """The keys; nested ones as tuples with `include_nested=True`.
 
         Args:
             include_nested: also list the keys of sub-TensorDicts, as tuples.
-            leaves_only: only keys of leaves (tensors, unless ``is_leaf`` says otherwise).
+            leaves_only: only keys of leaves (tensors, unless `is_leaf` says otherwise).
             is_leaf: a predicate on the entry's class deciding what is a leaf.
             sort: sort the keys (nested keys by their dotted form).
 
@@ -206,7 +206,7 @@ class TensorDictBase(
         *,
         sort: bool = False,
     ) -> Iterator[Any]:
-        """The entries, in the order of ``keys`` with the same arguments."""
+        """The entries, in the order of `keys` with the same arguments."""
         if not include_nested and not leaves_only and not sort:
             yield from self._values_str()
             return
@@ -221,7 +221,7 @@ class TensorDictBase(
         *,
         sort: bool = False,
     ) -> Iterator[tuple[Any, Any]]:
-        """``(key, entry)`` pairs, in the order of ``keys`` with the same arguments."""
+        """`(key, entry)` pairs, in the order of `keys` with the same arguments."""
         if not include_nested and not leaves_only and not sort:
             yield from self._items_str()
             return
@@ -271,15 +271,15 @@ class TensorDictBase(
     def set(
         self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False
     ) -> TensorDictBase:
-        """Write ``item`` at ``key``; nested keys create missing sub-TensorDicts.
+        """Write `item` at `key`; nested keys create missing sub-TensorDicts.
 
         Args:
             inplace: copy into the existing entry if there is one (else write a
-                new one): the fault-tolerant version of :meth:`set_`.
+                new one): the fault-tolerant version of `set_`.
 
         Raises:
-            BatchSizeError: (a ``RuntimeError`` and ``ValueError``) if the
-                leading dims of ``item`` are not the batch size.
+            BatchSizeError: (a `RuntimeError` and `ValueError`) if the
+                leading dims of `item` are not the batch size.
             LockedError: if the TensorDict is locked and the write is not in place.
         """
         if type(key) is not str:
@@ -299,9 +299,9 @@ class TensorDictBase(
             self._setitem_index(index, value)
 
     def set_(self, key: NestedKey, item: Any, *, non_blocking: bool = False) -> TensorDictBase:
-        """Copy ``item`` into the existing entry at ``key`` (in place; allowed when locked).
+        """Copy `item` into the existing entry at `key` (in place; allowed when locked).
 
-        Raises ``KeyError`` if there is no such entry.
+        Raises `KeyError` if there is no such entry.
         """
         key = unravel_key(key)
         td = self if type(key) is str else self._parent_for(key, create=False)
@@ -315,13 +315,13 @@ class TensorDictBase(
         return self
 
     def setdefault(self, key: NestedKey, default: Any, inplace: bool = False) -> Any:
-        """The entry at ``key``; ``default`` is written there first if it is missing."""
+        """The entry at `key`; `default` is written there first if it is missing."""
         if key not in self.keys(include_nested=True):
             self.set(key, default, inplace=inplace)
         return self.get(key)
 
     def pop(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
-        """Remove the entry at ``key`` and return it (or ``default`` if missing)."""
+        """Remove the entry at `key` and return it (or `default` if missing)."""
         try:
             value = self.get(key)
         except KeyError:
@@ -332,7 +332,7 @@ class TensorDictBase(
         return value
 
     def del_(self, key: NestedKey) -> TensorDictBase:
-        """Delete the entry at ``key``."""
+        """Delete the entry at `key`."""
         key = unravel_key(key)
         td = self if type(key) is str else self._parent_for(key, create=False)
         leaf_key = key if type(key) is str else key[-1]
@@ -352,11 +352,11 @@ class TensorDictBase(
 
     # ---------------------------------------------------------------- internals
     def _getter(self) -> Callable[[str, Any], Any]:
-        """``_get_str``, or a faster callable doing the same, for loops over many keys."""
+        """`_get_str`, or a faster callable doing the same, for loops over many keys."""
         return self._get_str
 
     def _parent_for(self, key: tuple[str, ...], *, create: bool) -> TensorDictBase:
-        """The sub-TensorDict holding ``key[-1]``, created (empty) if missing and ``create``."""
+        """The sub-TensorDict holding `key[-1]`, created (empty) if missing and `create`."""
         td = self
         for i, part in enumerate(key[:-1]):
             sub = td._get_str(part, NO_DEFAULT)
@@ -411,7 +411,7 @@ class TensorDictBase(
             self._set_str(key, self._validate(item, full_key))
 
     def _validate(self, value: Any, key: NestedKey) -> Any:
-        """``value`` converted to an entry and checked against the batch size and device."""
+        """`value` converted to an entry and checked against the batch size and device."""
         bs = self.batch_size
         if isinstance(value, Tensor):
             if value.shape[: len(bs)] != bs:
@@ -462,10 +462,10 @@ class TensorDictBase(
 
     # ------------------------------------------------------------------ devices
     def to(self, *args: Any, **kwargs: Any) -> TensorDictBase:
-        """Move and/or cast every tensor leaf, like ``torch.Tensor.to``.
+        """Move and/or cast every tensor leaf, like `torch.Tensor.to`.
 
         Accepts a device, a dtype, both, another TensorDict or tensor (take its
-        device), and ``non_blocking``.
+        device), and `non_blocking`.
         """
         return _apply.to(self, *args, **kwargs)
 
@@ -501,10 +501,10 @@ class TensorDictBase(
         non_blocking: bool = False,
         preserve_module_state: bool = True,
     ) -> Any:
-        """Write these tensors into ``module``'s parameters and buffers (see :func:`td_core.to_module`).
+        """Write these tensors into `module`'s parameters and buffers (see `td_core.to_module`).
 
         Returns what was replaced, a TensorDict that restores it when used as a
-        context manager: ``with params.to_module(model): model(x)``.
+        context manager: `with params.to_module(model): model(x)`.
         """
         from td_core._modules import to_module
 
@@ -533,18 +533,18 @@ class TensorDictBase(
         mp_start_method: str | None = None,
         worker_threads: int = 1,
     ) -> TensorDictBase:
-        """Apply ``fn`` to chunks along ``dim`` in a process pool and gather the results.
+        """Apply `fn` to chunks along `dim` in a process pool and gather the results.
 
         Leaves are moved to shared memory first (unless already shared or
-        memory-mapped), so ``fn`` may update its chunk in place. ``chunksize=0``
-        calls ``fn`` on single elements (results stacked), ``chunksize=k`` on
-        chunks of ``k`` (results concatenated); by default there is one chunk
+        memory-mapped), so `fn` may update its chunk in place. `chunksize=0`
+        calls `fn` on single elements (results stacked), `chunksize=k` on
+        chunks of `k` (results concatenated); by default there is one chunk
         per worker. A worker's exception is raised here with its traceback.
 
         Args:
-            fn: a picklable function of a TensorDict; ``None`` keeps the (updated) chunk.
+            fn: a picklable function of a TensorDict; `None` keeps the (updated) chunk.
             num_workers: pool size (default: the CPU count).
-            pool: an existing ``multiprocessing`` pool to use instead.
+            pool: an existing `multiprocessing` pool to use instead.
             pbar: show a tqdm progress bar.
             mp_start_method: the multiprocessing start method (default: the platform's).
             worker_threads: torch intra-op threads per worker (1 avoids OpenMP
@@ -566,13 +566,13 @@ class TensorDictBase(
         )
 
     def send(self, dst: int, *, init_tag: int = 0, group: Any = None) -> int:
-        """Send the tensor leaves to rank ``dst`` (``torch.distributed``); see :meth:`recv`."""
+        """Send the tensor leaves to rank `dst` (`torch.distributed`); see `recv`."""
         from td_core._distributed import send
 
         return send(self, dst, init_tag=init_tag, group=group)
 
     def recv(self, src: int, *, init_tag: int = 0, group: Any = None) -> int:
-        """Receive into this TensorDict's leaves (a template of the sender's) from rank ``src``."""
+        """Receive into this TensorDict's leaves (a template of the sender's) from rank `src`."""
         from td_core._distributed import recv
 
         return recv(self, src, init_tag=init_tag, group=group)
@@ -580,7 +580,7 @@ class TensorDictBase(
     def isend(
         self, dst: int, *, init_tag: int = 0, group: Any = None, return_early: bool = False
     ) -> Any:
-        """Non-blocking :meth:`send`."""
+        """Non-blocking `send`."""
         from td_core._distributed import isend
 
         return isend(self, dst, init_tag=init_tag, group=group, return_early=return_early)
@@ -588,13 +588,13 @@ class TensorDictBase(
     def irecv(
         self, src: int, *, init_tag: int = 0, group: Any = None, return_premature: bool = False
     ) -> Any:
-        """Non-blocking :meth:`recv`."""
+        """Non-blocking `recv`."""
         from td_core._distributed import irecv
 
         return irecv(self, src, init_tag=init_tag, group=group, return_premature=return_premature)
 
     def init_remote(self, dst: int, *, group: Any = None) -> int:
-        """Send structure then data to ``dst``; the receiver calls ``TensorDict.from_remote_init``."""
+        """Send structure then data to `dst`; the receiver calls `TensorDict.from_remote_init`."""
         from td_core._distributed import init_remote
 
         return init_remote(self, dst, group=group)

@@ -1,6 +1,6 @@
-"""Dtype casts (``float32()``, ``bfloat16()``, ``type()``, ...): one table, one implementation.
+"""Dtype casts (`float32()`, `bfloat16()`, `type()`, ...): one table, one implementation.
 
-Every cast method takes ``cast_filter=``, a function of ``(key_tuple, tensor)``
+Every cast method takes `cast_filter=`, a function of `(key_tuple, tensor)`
 that says which leaves to cast (the others are kept). Non-tensor leaves are
 carried along; lazy stacks are cast per member and re-stacked lazily.
 
@@ -67,7 +67,7 @@ _QUANTIZED = {torch.qint8, torch.qint32, torch.quint8, torch.quint4x2}
 def cast_all(
     td: TensorDictBase, dtype: torch.dtype, cast_filter: CastFilter | None = None
 ) -> TensorDictBase:
-    """Every tensor leaf (those ``cast_filter`` accepts) cast to ``dtype``."""
+    """Every tensor leaf (those `cast_filter` accepts) cast to `dtype`."""
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"invalid type: {dtype!r} (expected a torch.dtype such as torch.float32)")
     members = _lazy_members(td)
@@ -120,133 +120,133 @@ def _as_tuple(key: Any) -> tuple[str, ...]:
 
 
 class CastMixin:
-    """Dtype methods of :class:`td_core.TensorDictBase`."""
+    """Dtype methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
     @property
     def dtype(self: TensorDictBase) -> torch.dtype | None:
-        """The dtype shared by every tensor leaf, or ``None`` if they differ (or there are none)."""
+        """The dtype shared by every tensor leaf, or `None` if they differ (or there are none)."""
         dtypes = _dtypes(self)
         return dtypes.pop() if len(dtypes) == 1 else None
 
     def is_floating_point(self: TensorDictBase) -> builtins.bool:
-        """Whether every tensor leaf has a floating-point dtype (``True`` when there are none)."""
+        """Whether every tensor leaf has a floating-point dtype (`True` when there are none)."""
         return all(d.is_floating_point for d in _dtypes(self))
 
     def type(
         self: TensorDictBase, dst_type: torch.dtype, *, cast_filter: CastFilter | None = None
     ) -> TensorDictBase:
-        """Every tensor leaf cast to ``dst_type`` (a ``torch.dtype``); see :meth:`float32`."""
+        """Every tensor leaf cast to `dst_type` (a `torch.dtype`); see `float32`."""
         return cast_all(self, dst_type, cast_filter)
 
     def float16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.float16``."""
+        """Every tensor leaf cast to `torch.float16`."""
         return cast_all(self, CAST_DTYPES["float16"], cast_filter)
 
     def float32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.float32`` (a new TensorDict).
+        """Every tensor leaf cast to `torch.float32` (a new TensorDict).
 
         Args:
-            cast_filter: ``cast_filter(key_tuple, tensor)`` says whether to cast
+            cast_filter: `cast_filter(key_tuple, tensor)` says whether to cast
                 that leaf; the others are kept as they are.
         """
         return cast_all(self, CAST_DTYPES["float32"], cast_filter)
 
     def float64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.float64``."""
+        """Every tensor leaf cast to `torch.float64`."""
         return cast_all(self, CAST_DTYPES["float64"], cast_filter)
 
     def bfloat16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.bfloat16``."""
+        """Every tensor leaf cast to `torch.bfloat16`."""
         return cast_all(self, CAST_DTYPES["bfloat16"], cast_filter)
 
     def half(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.float16``."""
+        """Every tensor leaf cast to `torch.float16`."""
         return cast_all(self, CAST_DTYPES["half"], cast_filter)
 
     def float(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.float32``."""
+        """Every tensor leaf cast to `torch.float32`."""
         return cast_all(self, CAST_DTYPES["float"], cast_filter)
 
     def double(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.float64``."""
+        """Every tensor leaf cast to `torch.float64`."""
         return cast_all(self, CAST_DTYPES["double"], cast_filter)
 
     def int(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.int32``."""
+        """Every tensor leaf cast to `torch.int32`."""
         return cast_all(self, CAST_DTYPES["int"], cast_filter)
 
     def long(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.int64``."""
+        """Every tensor leaf cast to `torch.int64`."""
         return cast_all(self, CAST_DTYPES["long"], cast_filter)
 
     def int8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.int8``."""
+        """Every tensor leaf cast to `torch.int8`."""
         return cast_all(self, CAST_DTYPES["int8"], cast_filter)
 
     def int16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.int16``."""
+        """Every tensor leaf cast to `torch.int16`."""
         return cast_all(self, CAST_DTYPES["int16"], cast_filter)
 
     def int32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.int32``."""
+        """Every tensor leaf cast to `torch.int32`."""
         return cast_all(self, CAST_DTYPES["int32"], cast_filter)
 
     def int64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.int64``."""
+        """Every tensor leaf cast to `torch.int64`."""
         return cast_all(self, CAST_DTYPES["int64"], cast_filter)
 
     def uint8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.uint8``."""
+        """Every tensor leaf cast to `torch.uint8`."""
         return cast_all(self, CAST_DTYPES["uint8"], cast_filter)
 
     def byte(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.uint8``."""
+        """Every tensor leaf cast to `torch.uint8`."""
         return cast_all(self, CAST_DTYPES["byte"], cast_filter)
 
     def uint16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.uint16``."""
+        """Every tensor leaf cast to `torch.uint16`."""
         return cast_all(self, CAST_DTYPES["uint16"], cast_filter)
 
     def uint32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.uint32``."""
+        """Every tensor leaf cast to `torch.uint32`."""
         return cast_all(self, CAST_DTYPES["uint32"], cast_filter)
 
     def uint64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.uint64``."""
+        """Every tensor leaf cast to `torch.uint64`."""
         return cast_all(self, CAST_DTYPES["uint64"], cast_filter)
 
     def bool(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.bool``."""
+        """Every tensor leaf cast to `torch.bool`."""
         return cast_all(self, CAST_DTYPES["bool"], cast_filter)
 
     def complex32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.complex32``."""
+        """Every tensor leaf cast to `torch.complex32`."""
         return cast_all(self, CAST_DTYPES["complex32"], cast_filter)
 
     def complex64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.complex64``."""
+        """Every tensor leaf cast to `torch.complex64`."""
         return cast_all(self, CAST_DTYPES["complex64"], cast_filter)
 
     def complex128(
         self: TensorDictBase, *, cast_filter: CastFilter | None = None
     ) -> TensorDictBase:
-        """Every tensor leaf cast to ``torch.complex128``."""
+        """Every tensor leaf cast to `torch.complex128`."""
         return cast_all(self, CAST_DTYPES["complex128"], cast_filter)
 
     def qint8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Raises ``RuntimeError`` as upstream: quantizing needs a scale (use ``apply``)."""
+        """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["qint8"], cast_filter)
 
     def qint32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Raises ``RuntimeError`` as upstream: quantizing needs a scale (use ``apply``)."""
+        """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["qint32"], cast_filter)
 
     def quint8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Raises ``RuntimeError`` as upstream: quantizing needs a scale (use ``apply``)."""
+        """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["quint8"], cast_filter)
 
     def quint4x2(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
-        """Raises ``RuntimeError`` as upstream: quantizing needs a scale (use ``apply``)."""
+        """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["quint4x2"], cast_filter)

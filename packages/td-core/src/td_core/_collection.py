@@ -1,10 +1,10 @@
-"""Abstract names for ``isinstance`` checks: ``TensorCollection`` and ``NonTensorDataBase``.
+"""Abstract names for `isinstance` checks: `TensorCollection` and `NonTensorDataBase`.
 
-Neither is a base class td's kinds inherit from: each answers ``isinstance``
-through ``__subclasshook__``, from the class flags every kind already carries.
-So ``isinstance(x, TensorCollection)`` holds for every kind (dense, lazy
-stacks, ``TensorDictParams``, tensorclasses, whether made with
-``@tensorclass`` or ``TensorClass``, and non-tensor leaves).
+Neither is a base class td's kinds inherit from: each answers `isinstance`
+through `__subclasshook__`, from the class flags every kind already carries.
+So `isinstance(x, TensorCollection)` holds for every kind (dense, lazy
+stacks, `TensorDictParams`, tensorclasses, whether made with
+`@tensorclass` or `TensorClass`, and non-tensor leaves).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ class TensorCollection(abc.ABC):  # noqa: B024 - an isinstance target, nothing t
 
 
 class NonTensorDataBase(abc.ABC):  # noqa: B024 - an isinstance target
-    """What single-value non-tensor leaves (``NonTensorData``, ``MetaData``) are instances of.
+    """What single-value non-tensor leaves (`NonTensorData`, `MetaData`) are instances of.
 
-    A ``NonTensorStack`` (one value per element) is not.
+    A `NonTensorStack` (one value per element) is not.
 
     Examples:
         >>> from td_core import NonTensorData, NonTensorDataBase, NonTensorStack

@@ -1,15 +1,15 @@
-"""Collectives over ``torch.distributed``: all_reduce, reduce, broadcast, all_gather, gather_and_stack.
+"""Collectives over `torch.distributed`: all_reduce, reduce, broadcast, all_gather, gather_and_stack.
 
 Every rank of the group calls the same method. Reductions work leaf by leaf
-(or bucket by bucket with ``bucket_bytes``), in sorted key order, on
+(or bucket by bucket with `bucket_bytes`), in sorted key order, on
 TensorDicts of the same structure. The collectives that move whole TensorDicts
-(``broadcast``, ``all_gather``, ``gather_and_stack``) consolidate each one (one
+(`broadcast`, `all_gather`, `gather_and_stack`) consolidate each one (one
 buffer) and send a JSON description of its layout before the buffer, so the
 receivers need no template, and nothing is ever pickled: the description is
-validated like a file written by ``consolidate(filename=...)`` (dtype table,
+validated like a file written by `consolidate(filename=...)` (dtype table,
 offsets inside the buffer), and non-tensor values must be JSON.
 
-``torch.distributed`` is imported when one of these is called, not at import.
+`torch.distributed` is imported when one of these is called, not at import.
 """
 
 from __future__ import annotations
@@ -61,14 +61,14 @@ def _keyed_leaves(td: TensorDictContract) -> tuple[list[Any], list[Tensor]]:
 
 
 def _write_back(td: TensorDictContract, keys: list[Any], results: list[Tensor]) -> None:
-    """Copy results into ``td`` where ``get`` handed out a copy (a lazy stack stacks on read)."""
+    """Copy results into `td` where `get` handed out a copy (a lazy stack stacks on read)."""
     for key, result in zip(keys, results):
         if td.get(key) is not result:
             td.set_(key, result)
 
 
 def _buckets(leaves: list[Tensor], bucket_bytes: int) -> list[list[int]]:
-    """Leaf positions grouped by (device, dtype) into buckets of at most ``bucket_bytes``."""
+    """Leaf positions grouped by (device, dtype) into buckets of at most `bucket_bytes`."""
     groups: dict[tuple[torch.device, torch.dtype], list[list[int]]] = {}
     for i, t in enumerate(leaves):
         buckets = groups.setdefault((t.device, t.dtype), [[]])
@@ -87,7 +87,7 @@ def _reduce_leaves(
     bucket_bytes: int | None,
     write_back: bool,
 ) -> list[Any]:
-    """Run ``call`` (a collective on one tensor) on every leaf or bucket; copy results back."""
+    """Run `call` (a collective on one tensor) on every leaf or bucket; copy results back."""
     keys, leaves = _keyed_leaves(td)
     if bucket_bytes is None:
         flats = [t if t.is_contiguous() else t.contiguous() for t in leaves]
@@ -129,7 +129,7 @@ def all_reduce(
     async_op: bool = False,
     bucket_bytes: int | None = None,
 ) -> Any:
-    """See :meth:`CollectivesMixin.all_reduce`."""
+    """See `CollectivesMixin.all_reduce`."""
     dist = _dist()
     op = dist.ReduceOp.SUM if op is None else op
     works = _reduce_leaves(
@@ -152,7 +152,7 @@ def reduce(
     *,
     bucket_bytes: int | None = None,
 ) -> Any:
-    """See :meth:`CollectivesMixin.reduce`."""
+    """See `CollectivesMixin.reduce`."""
     dist = _dist()
     op = dist.ReduceOp.SUM if op is None else op
     me = dist.get_rank(group) if group is not None else dist.get_rank()
@@ -168,7 +168,7 @@ def reduce(
 
 # ------------------------------------------------------------ whole TensorDicts
 def _pack(td: TensorDictContract, device: Any = None) -> tuple[TensorDictContract, Tensor, bytes]:
-    """``td`` consolidated, its buffer as a ``uint8`` tensor, and the JSON of its layout."""
+    """`td` consolidated, its buffer as a `uint8` tensor, and the JSON of its layout."""
     c = td if is_consolidated(td) else consolidate(td, device=device)
     leaves = tensor_leaves(c)
     offsets, total = _layout(leaves)
@@ -199,7 +199,7 @@ def _as_bytes(t: Tensor, n: int) -> bytes:
 def broadcast(
     td: TensorDictContract, src: int, *, group: Any = None, device: Any = None
 ) -> TensorDictContract:
-    """See :meth:`CollectivesMixin.broadcast`."""
+    """See `CollectivesMixin.broadcast`."""
     dist = _dist()
     me = dist.get_rank()
     if me == src:
@@ -222,7 +222,7 @@ def broadcast(
 
 
 def all_gather(td: TensorDictContract, *, group: Any = None) -> list[TensorDictBase]:
-    """See :meth:`CollectivesMixin.all_gather`."""
+    """See `CollectivesMixin.all_gather`."""
     dist = _dist()
     world = dist.get_world_size(group) if group is not None else dist.get_world_size()
     _, buffer, raw = _pack(td)
@@ -248,7 +248,7 @@ def all_gather(td: TensorDictContract, *, group: Any = None) -> list[TensorDictB
 def gather_and_stack(
     td: TensorDictContract, dst: int, group: Any = None
 ) -> TensorDictContract | None:
-    """See :meth:`CollectivesMixin.gather_and_stack`."""
+    """See `CollectivesMixin.gather_and_stack`."""
     dist = _dist()
     me = dist.get_rank()
     world = dist.get_world_size(group) if group is not None else dist.get_world_size()
@@ -294,7 +294,7 @@ def gather_and_stack(
 
 
 class CollectivesMixin(TensorDictContract):
-    """Collectives over ``torch.distributed`` (gloo, nccl, ...)."""
+    """Collectives over `torch.distributed` (gloo, nccl, ...)."""
 
     __slots__ = ()
 
@@ -306,12 +306,12 @@ class CollectivesMixin(TensorDictContract):
         async_op: bool = False,
         bucket_bytes: int | None = None,
     ) -> Any:
-        """Reduce every leaf over the ranks of ``group``, in place, on every rank.
+        """Reduce every leaf over the ranks of `group`, in place, on every rank.
 
         Args:
-            op: a ``torch.distributed.ReduceOp`` (default: ``SUM``).
+            op: a `torch.distributed.ReduceOp` (default: `SUM`).
             group: the process group (default: the world).
-            async_op: return the ``Work`` handles; wait on them before reading
+            async_op: return the `Work` handles; wait on them before reading
                 the leaves. Where results must be copied back (buckets,
                 non-contiguous leaves, lazy stacks), the call waits first.
             bucket_bytes: pack the leaves of each device and dtype into buckets of
@@ -319,7 +319,7 @@ class CollectivesMixin(TensorDictContract):
                 many small leaves.
 
         Returns:
-            ``None``, or the list of ``Work`` handles with ``async_op=True``.
+            `None`, or the list of `Work` handles with `async_op=True`.
         """
         return all_reduce(self, op, group=group, async_op=async_op, bucket_bytes=bucket_bytes)
 
@@ -333,20 +333,20 @@ class CollectivesMixin(TensorDictContract):
         *,
         bucket_bytes: int | None = None,
     ) -> Any:
-        """Reduce every leaf over the ranks of ``group`` into rank ``dst``'s TensorDict.
+        """Reduce every leaf over the ranks of `group` into rank `dst`'s TensorDict.
 
         On other ranks the values afterwards are undefined (partial results):
-        clone first if they are needed. ``return_premature`` with ``async_op``
-        returns the ``Work`` handles; other arguments as :meth:`all_reduce`.
+        clone first if they are needed. `return_premature` with `async_op`
+        returns the `Work` handles; other arguments as `all_reduce`.
         """
         return reduce(self, dst, op, async_op, return_premature, group, bucket_bytes=bucket_bytes)
 
     def broadcast(self, src: int, *, group: Any = None, device: Any = None) -> Any:
-        """Send rank ``src``'s TensorDict to every rank; returns it on each (no template needed).
+        """Send rank `src`'s TensorDict to every rank; returns it on each (no template needed).
 
-        Rank ``src`` consolidates its TensorDict (if it is not already) and sends
+        Rank `src` consolidates its TensorDict (if it is not already) and sends
         a JSON description of the layout, then the buffer; the other ranks build
-        a new consolidated TensorDict from them, on ``device`` (default: the CPU).
+        a new consolidated TensorDict from them, on `device` (default: the CPU).
         Non-tensor values must be JSON.
         """
         return broadcast(self, src, group=group, device=device)
@@ -356,9 +356,9 @@ class CollectivesMixin(TensorDictContract):
         return all_gather(self, group=group)
 
     def gather_and_stack(self, dst: int, group: Any = None) -> Any:
-        """Write the other ranks' TensorDicts into the rows of rank ``dst``'s TensorDict, in place.
+        """Write the other ranks' TensorDicts into the rows of rank `dst`'s TensorDict, in place.
 
-        On ``dst`` the first batch dim must be ``world_size - 1`` (one row per
-        other rank, in rank order); returns it there and ``None`` elsewhere.
+        On `dst` the first batch dim must be `world_size - 1` (one row per
+        other rank, in rank order); returns it there and `None` elsewhere.
         """
         return gather_and_stack(self, dst, group)

@@ -1,18 +1,18 @@
 """Consolidation: every tensor leaf copied into one contiguous byte buffer, leaves as views of it.
 
-A consolidated TensorDict moves as one block: ``to(device)`` transfers the
-buffer once and re-views it, pickling and ``torch.save`` write one storage.
+A consolidated TensorDict moves as one block: `to(device)` transfers the
+buffer once and re-views it, pickling and `torch.save` write one storage.
 Whether a TensorDict is consolidated is read off its leaves, not stored: every
 tensor leaf is a contiguous view of one storage, laid out in traversal order at
 aligned offsets after a 16-byte header, covering the storage exactly. So
-``td[0]`` or ``td.clone()`` of a consolidated TensorDict is not consolidated (its
+`td[0]` or `td.clone()` of a consolidated TensorDict is not consolidated (its
 leaves no longer cover the buffer), nothing can go stale, and an ordinary
 TensorDict (whose leaves start at offset 0 of their own storages) never looks
 consolidated, even with a single leaf.
 
-With ``filename``, the buffer is a shared file mapping, followed by a JSON
+With `filename`, the buffer is a shared file mapping, followed by a JSON
 description of the layout, its length (8 bytes, little endian) and a magic
-tag; :func:`from_consolidated` maps it back after validating the description
+tag; `from_consolidated` maps it back after validating the description
 (dtypes from a fixed table, offsets and sizes inside the buffer, string keys).
 No pickle is involved.
 """
@@ -89,14 +89,14 @@ def _layout(leaves: list[Tensor]) -> tuple[list[int], int]:
 
 
 def _views(buffer: Tensor, leaves: list[Any], offsets: list[int]) -> Iterator[Tensor]:
-    """Views of ``buffer`` (``uint8``) shaped and typed like ``leaves`` (tensors or metadata)."""
+    """Views of `buffer` (`uint8`) shaped and typed like `leaves` (tensors or metadata)."""
     for t, off in zip(leaves, offsets):
         nbytes = t.numel() * t.element_size()
         yield buffer[off : off + nbytes].view(t.dtype).view(t.shape)
 
 
 def is_consolidated(td: TensorDictContract) -> bool:
-    """Whether every tensor leaf of ``td`` is a view of one buffer laid out by :func:`consolidate`."""
+    """Whether every tensor leaf of `td` is a view of one buffer laid out by `consolidate`."""
     leaves = tensor_leaves(td)
     if not leaves:
         return False
@@ -141,7 +141,7 @@ def _buffer(
 
 
 def describe_layout(td: TensorDictContract, offsets: Iterator[int]) -> dict[str, Any]:
-    """The JSON layout of ``td``: its batch size and, per key, a tensor slot, a sub-tree or a value."""
+    """The JSON layout of `td`: its batch size and, per key, a tensor slot, a sub-tree or a value."""
     entries: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
@@ -186,7 +186,7 @@ def consolidate(
     pin_memory: bool = False,
     metadata: bool = False,
 ) -> Any:
-    """See :meth:`ConsolidateMixin.consolidate`."""
+    """See `ConsolidateMixin.consolidate`."""
     if return_early:
         future: Future[Any] = Future()
 
@@ -240,14 +240,14 @@ def consolidate(
             f.write(_TRAILER.pack(len(description), _MAGIC))
     if not inplace:
         out = rebuild(td, iter(views))
-        # the views are on ``dev`` already: to() only records the device (no copy)
+        # the views are on `dev` already: to() only records the device (no copy)
         return out if dev is None else out.to(dev)
     _replace_leaves(td, iter(views))
     return td
 
 
 def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase]:
-    """A consolidated ``td`` as (its whole buffer, a skeleton whose leaves are ``meta`` tensors).
+    """A consolidated `td` as (its whole buffer, a skeleton whose leaves are `meta` tensors).
 
     Pickling these two moves the buffer once, where pickling each view would
     copy the whole storage once per leaf.
@@ -260,7 +260,7 @@ def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase]:
 
 
 def unpack(buffer: Tensor, skeleton: TensorDictContract) -> TensorDictBase:
-    """Inverse of :func:`pack`: the skeleton's leaves as views of ``buffer``."""
+    """Inverse of `pack`: the skeleton's leaves as views of `buffer`."""
     leaves = tensor_leaves(skeleton)
     offsets, _ = _layout(leaves)
     return rebuild(skeleton, _views(buffer, leaves, offsets))
@@ -275,7 +275,7 @@ def _replace_leaves(td: TensorDictContract, views: Iterator[Tensor]) -> None:
 
 
 def from_consolidated(filename: str | os.PathLike[str]) -> TensorDictBase:
-    """Map a file written by ``consolidate(filename=...)`` back as a consolidated TensorDict.
+    """Map a file written by `consolidate(filename=...)` back as a consolidated TensorDict.
 
     Raises:
         ValueError: naming the file, if it is not such a file or its layout is invalid.
@@ -302,7 +302,7 @@ def from_consolidated(filename: str | os.PathLike[str]) -> TensorDictBase:
 
 
 def build_from_layout(tree: Any, buffer: Tensor, total: int, path: object) -> TensorDictBase:
-    """A TensorDict of views of ``buffer`` described by ``tree`` (validated; ``path`` names the source in errors)."""
+    """A TensorDict of views of `buffer` described by `tree` (validated; `path` names the source in errors)."""
     if not isinstance(tree, dict) or not isinstance(tree.get("entries"), dict):
         raise ValueError(f"{path}: malformed layout description")
     batch_size = tree.get("batch_size")
@@ -347,7 +347,7 @@ def _tensor(spec: Any, buffer: Tensor, total: int, path: object, key: str) -> Te
 
 
 class ConsolidateMixin(TensorDictContract):
-    """``consolidate``, ``is_consolidated``, ``from_consolidated``."""
+    """`consolidate`, `is_consolidated`, `from_consolidated`."""
 
     __slots__ = ()
 
@@ -367,24 +367,24 @@ class ConsolidateMixin(TensorDictContract):
     ) -> Any:
         """Copy every tensor leaf into one contiguous buffer; the leaves become views of it.
 
-        A consolidated TensorDict moves as one block (``to(device)``, pickling,
-        ``send``). Non-tensor leaves are kept as they are.
+        A consolidated TensorDict moves as one block (`to(device)`, pickling,
+        `send`). Non-tensor leaves are kept as they are.
 
         Args:
             filename: back the buffer with this file (shared mapping), readable
-                later with :meth:`from_consolidated`.
+                later with `from_consolidated`.
             num_threads: accepted for upstream compatibility; each copy uses torch's threads.
             device: where the buffer lives (default: the CPU).
             non_blocking: asynchronous copies into the buffer.
-            inplace: replace this TensorDict's leaves with the views (returns ``self``).
-            return_early: run in a thread; returns a ``concurrent.futures.Future``.
-            use_buffer: build the buffer in shared memory (as ``share_memory``).
+            inplace: replace this TensorDict's leaves with the views (returns `self`).
+            return_early: run in a thread; returns a `concurrent.futures.Future`.
+            use_buffer: build the buffer in shared memory (as `share_memory`).
             share_memory: put the buffer in shared memory (for worker processes).
             pin_memory: put the buffer in page-locked memory (needs an accelerator).
             metadata: accepted for upstream compatibility; the layout is always known.
 
         Returns:
-            The consolidated TensorDict (or a future of it with ``return_early``).
+            The consolidated TensorDict (or a future of it with `return_early`).
 
         Examples:
             >>> import torch
@@ -411,10 +411,10 @@ class ConsolidateMixin(TensorDictContract):
         )
 
     def is_consolidated(self) -> bool:
-        """Whether the tensor leaves are views of one buffer laid out by :meth:`consolidate`."""
+        """Whether the tensor leaves are views of one buffer laid out by `consolidate`."""
         return is_consolidated(self)
 
     @classmethod
     def from_consolidated(cls, filename: str | os.PathLike[str]) -> TensorDictBase:
-        """Map back a TensorDict saved with ``consolidate(filename=...)`` (no pickle)."""
+        """Map back a TensorDict saved with `consolidate(filename=...)` (no pickle)."""
         return from_consolidated(filename)

@@ -1,6 +1,6 @@
 """Conversion of a TensorDict to other containers (numpy, lists, namedtuples, pytrees, struct arrays, JSON).
 
-The ``from_*`` constructors live in ``_from``; the classmethods here delegate to them.
+The `from_*` constructors live in `_from`; the classmethods here delegate to them.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _fill_struct(arr: np.ndarray, td: TensorDictBase) -> None:
 
 
 class ConvertMixin:
-    """Conversion methods of :class:`td_core.TensorDictBase`."""
+    """Conversion methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
@@ -132,17 +132,17 @@ class ConvertMixin:
         convert_tensors: bool | str = False,
         tolist_first: bool = False,
     ) -> dict[str, Any]:
-        """A nested ``dict`` of the entries.
+        """A nested `dict` of the entries.
 
         Args:
-            retain_none: kept for upstream compatibility (``None`` values are kept).
-            convert_tensors: ``True`` turns tensors into (nested) lists, ``"numpy"`` into arrays.
+            retain_none: kept for upstream compatibility (`None` values are kept).
+            convert_tensors: `True` turns tensors into (nested) lists, `"numpy"` into arrays.
             tolist_first: sub-TensorDicts and non-tensor leaves become lists over the batch.
         """
         return _node_to_dict(self, convert_tensors, tolist_first)
 
     def numpy(self: TensorDictBase) -> dict[str, Any]:
-        """A nested ``dict`` of numpy arrays (non-tensor leaves give their values)."""
+        """A nested `dict` of numpy arrays (non-tensor leaves give their values)."""
         return _node_to_dict(self, "numpy", False)
 
     def tolist(
@@ -153,10 +153,10 @@ class ConvertMixin:
         tolist_first: bool = False,
         as_linked_list: bool = False,
     ) -> Any:
-        """Nested lists over the batch dims, of dicts (or TensorDicts with ``convert_nodes=False``).
+        """Nested lists over the batch dims, of dicts (or TensorDicts with `convert_nodes=False`).
 
         Args:
-            convert_tensors: ``True`` turns tensors into lists, ``"numpy"`` into arrays.
+            convert_tensors: `True` turns tensors into lists, `"numpy"` into arrays.
             tolist_first: accepted for upstream compatibility (the result is the same).
             as_linked_list: accepted for upstream compatibility; a plain list is returned.
 
@@ -169,11 +169,11 @@ class ConvertMixin:
         return _tolist(self, convert_nodes, convert_tensors)
 
     def to_namedtuple(self: TensorDictBase, dest_cls: type | None = None) -> Any:
-        """A namedtuple (``GenericDict``, or ``dest_cls``) of the entries; sub-TensorDicts nest."""
+        """A namedtuple (`GenericDict`, or `dest_cls`) of the entries; sub-TensorDicts nest."""
         return _to_namedtuple(self, dest_cls)
 
     def to_pytree(self: TensorDictBase) -> Any:
-        """The tree ``from_pytree`` read (dicts, lists, tuples, namedtuples), or self for other TensorDicts."""
+        """The tree `from_pytree` read (dicts, lists, tuples, namedtuples), or self for other TensorDicts."""
         return _to_pytree(self)
 
     def to_struct_array(self: TensorDictBase) -> np.ndarray:
@@ -190,10 +190,10 @@ class ConvertMixin:
         lines: bool = False,
         **kwargs: Any,
     ) -> None:
-        """Write the rows along dim 0 as JSON records (nested keys joined by ``separator``, default ``"."``).
+        """Write the rows along dim 0 as JSON records (nested keys joined by `separator`, default `"."`).
 
-        A TensorDict with empty batch size is one record. ``lines=True``
-        writes one record per line. ``from_json`` reads it back.
+        A TensorDict with empty batch size is one record. `lines=True`
+        writes one record per line. `from_json` reads it back.
         """
         flat = self.flatten_keys(separator or ".")
         rows = [flat] if not flat.batch_size else list(flat.unbind(0))
@@ -211,21 +211,21 @@ class ConvertMixin:
     def from_module(
         module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
     ) -> Any:
-        """The parameters and buffers of ``module`` (see :func:`td_core.from_module`)."""
+        """The parameters and buffers of `module` (see `td_core.from_module`)."""
         from td_core._modules import from_module
 
         return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
 
     @staticmethod
     def from_modules(*modules: Any, **kwargs: Any) -> Any:
-        """The stacked parameters of several modules (see :func:`td_core.from_modules`)."""
+        """The stacked parameters of several modules (see `td_core.from_modules`)."""
         from td_core._modules import from_modules
 
         return from_modules(*modules, **kwargs)
 
     @staticmethod
     def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> Any:
-        """Receive a TensorDict sent with ``init_remote`` (no template needed)."""
+        """Receive a TensorDict sent with `init_remote` (no template needed)."""
         from td_core._distributed import from_remote_init
 
         return from_remote_init(src, group=group, device=device)
@@ -241,7 +241,7 @@ class ConvertMixin:
         auto_batch_size: bool | None = None,
         names: Sequence[str | None] | None = None,
     ) -> Any:
-        """A dense TensorDict from a (nested) mapping; see :func:`td_core.from_dict`."""
+        """A dense TensorDict from a (nested) mapping; see `td_core.from_dict`."""
         from td_core._td import from_dict
 
         return from_dict(
@@ -263,7 +263,7 @@ class ConvertMixin:
         batch_dims: int | None = None,
         names: Sequence[str | None] | None = None,
     ) -> Any:
-        """:meth:`from_dict` as an instance method (the result is a new dense TensorDict)."""
+        """`from_dict` as an instance method (the result is a new dense TensorDict)."""
         return type(self).from_dict(
             input_dict,
             batch_size=batch_size,
@@ -283,7 +283,7 @@ class ConvertMixin:
         device: Any = None,
         batch_size: Any = None,
     ) -> Any:
-        """See :func:`td_core.from_any`."""
+        """See `td_core.from_any`."""
         return from_any(
             obj,
             auto_batch_size=auto_batch_size,
@@ -302,7 +302,7 @@ class ConvertMixin:
         device: Any = None,
         batch_size: Any = None,
     ) -> Any:
-        """See :func:`td_core.from_tuple`."""
+        """See `td_core.from_tuple`."""
         return from_tuple(
             obj,
             auto_batch_size=auto_batch_size,
@@ -321,7 +321,7 @@ class ConvertMixin:
         device: Any = None,
         batch_size: Any = None,
     ) -> Any:
-        """See :func:`td_core.from_namedtuple`."""
+        """See `td_core.from_namedtuple`."""
         return from_namedtuple(
             named_tuple,
             auto_batch_size=auto_batch_size,
@@ -342,7 +342,7 @@ class ConvertMixin:
         device: Any = None,
         batch_size: Any = None,
     ) -> Any:
-        """See :func:`td_core.from_dataclass`."""
+        """See `td_core.from_dataclass`."""
         return from_dataclass(
             dataclass,
             dest_cls=dest_cls,
@@ -362,7 +362,7 @@ class ConvertMixin:
         auto_batch_size: bool = False,
         batch_dims: int | None = None,
     ) -> Any:
-        """See :func:`td_core.from_pytree`."""
+        """See `td_core.from_pytree`."""
         return from_pytree(
             pytree, batch_size=batch_size, auto_batch_size=auto_batch_size, batch_dims=batch_dims
         )
@@ -377,7 +377,7 @@ class ConvertMixin:
         device: Any = None,
         batch_size: Any = None,
     ) -> Any:
-        """See :func:`td_core.from_struct_array`."""
+        """See `td_core.from_struct_array`."""
         return from_struct_array(
             struct_array,
             auto_batch_size=auto_batch_size,
@@ -398,7 +398,7 @@ class ConvertMixin:
         names: Sequence[str | None] | None = None,
         lazy: bool | None = None,
     ) -> Any:
-        """See :func:`td_core.from_list`."""
+        """See `td_core.from_list`."""
         return from_list(
             input,
             auto_batch_size=auto_batch_size,
@@ -423,7 +423,7 @@ class ConvertMixin:
         lines: bool = False,
         **kwargs: Any,
     ) -> Any:
-        """See :func:`td_core.from_json`."""
+        """See `td_core.from_json`."""
         return from_json(
             path,
             auto_batch_size=auto_batch_size,
@@ -441,8 +441,8 @@ class ConvertMixin:
     ) -> TensorDictBase:
         """Set the batch size to the longest leading shape common to every leaf, in place.
 
-        Sub-TensorDicts are sized first (bottom up), unless ``keep_compliant_size``
-        and their batch size already fits. ``batch_dims`` caps the number of dims.
+        Sub-TensorDicts are sized first (bottom up), unless `keep_compliant_size`
+        and their batch size already fits. `batch_dims` caps the number of dims.
 
         Examples:
             >>> import torch
@@ -474,7 +474,7 @@ class ConvertMixin:
         return self
 
     def auto_device_(self: TensorDictBase) -> TensorDictBase:
-        """Set the device to the one every leaf shares (``None`` if they differ or there is none).
+        """Set the device to the one every leaf shares (`None` if they differ or there is none).
 
         Sub-TensorDicts are set first (bottom up).
         """

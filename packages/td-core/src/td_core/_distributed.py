@@ -1,14 +1,14 @@
-"""Point-to-point communication of TensorDicts over ``torch.distributed``.
+"""Point-to-point communication of TensorDicts over `torch.distributed`.
 
-``send``/``recv``/``isend``/``irecv`` move the tensor leaves one by one, in
-sorted key order, with consecutive tags starting at ``init_tag``; the receiver
+`send`/`recv`/`isend`/`irecv` move the tensor leaves one by one, in
+sorted key order, with consecutive tags starting at `init_tag`; the receiver
 holds a TensorDict of the same structure (a template) and receives in place.
 
-``init_remote``/``from_remote_init`` send the structure first (keys, shapes,
+`init_remote`/`from_remote_init` send the structure first (keys, shapes,
 dtypes, batch size, as JSON bytes in a uint8 tensor, never pickle), so the
 receiver needs no template.
 
-``torch.distributed`` is imported when one of these is called, not at import.
+`torch.distributed` is imported when one of these is called, not at import.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _leaves(td: TensorDictBase) -> list[torch.Tensor]:
 
 
 def send(td: TensorDictBase, dst: int, *, init_tag: int = 0, group: Any = None) -> int:
-    """Send every tensor leaf to rank ``dst``; returns the next free tag."""
+    """Send every tensor leaf to rank `dst`; returns the next free tag."""
     import torch.distributed as dist
 
     tag = init_tag
@@ -61,7 +61,7 @@ def send(td: TensorDictBase, dst: int, *, init_tag: int = 0, group: Any = None) 
 
 
 def recv(td: TensorDictBase, src: int, *, init_tag: int = 0, group: Any = None) -> int:
-    """Receive every tensor leaf from rank ``src`` into ``td`` (in place); returns the next free tag."""
+    """Receive every tensor leaf from rank `src` into `td` (in place); returns the next free tag."""
     import torch.distributed as dist
 
     tag = init_tag
@@ -84,7 +84,7 @@ def isend(
     group: Any = None,
     return_early: bool = False,
 ) -> Any:
-    """Non-blocking ``send``; waits unless ``return_early``, then returns the list of work handles."""
+    """Non-blocking `send`; waits unless `return_early`, then returns the list of work handles."""
     import torch.distributed as dist
 
     works = [
@@ -107,7 +107,7 @@ def irecv(
     group: Any = None,
     return_premature: bool = False,
 ) -> Any:
-    """Non-blocking ``recv`` into ``td``'s (contiguous) leaves; waits unless ``return_premature``."""
+    """Non-blocking `recv` into `td`'s (contiguous) leaves; waits unless `return_premature`."""
     import torch.distributed as dist
 
     leaves = _leaves(td)
@@ -152,7 +152,7 @@ def _allocate(meta: dict[str, Any], device: Any) -> TensorDictBase:
 
 
 def init_remote(td: TensorDictBase, dst: int, *, group: Any = None) -> int:
-    """Send the structure (as JSON) and then the data to ``dst``, for ``from_remote_init``."""
+    """Send the structure (as JSON) and then the data to `dst`, for `from_remote_init`."""
     import torch.distributed as dist
 
     payload = torch.tensor(bytearray(json.dumps(_describe(td)).encode()), dtype=torch.uint8)
@@ -162,7 +162,7 @@ def init_remote(td: TensorDictBase, dst: int, *, group: Any = None) -> int:
 
 
 def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDictBase:
-    """Receive a TensorDict sent with ``init_remote``: structure first, then data."""
+    """Receive a TensorDict sent with `init_remote`: structure first, then data."""
     import torch.distributed as dist
 
     size = torch.zeros(1, dtype=torch.int64)

@@ -1,13 +1,15 @@
 """Finding sibling packages at call time through entry points.
 
 td-core never imports td-memmap or td-distributions. A sibling that adds
-behaviour to the container declares, in its pyproject::
+behaviour to the container declares, in its pyproject:
 
-    [project.entry-points."td_core.extensions"]
-    memmap = "td_memmap._extension"
+```toml
+[project.entry-points."td_core.extensions"]
+memmap = "td_memmap._extension"
+```
 
-and ``load_extension("memmap", "td-memmap")`` imports that module the first
-time it is needed (never at ``import td_core``) and caches it.
+and `load_extension("memmap", "td-memmap")` imports that module the first
+time it is needed (never at `import td_core`) and caches it.
 """
 
 from __future__ import annotations
@@ -33,15 +35,15 @@ def _find(name: str) -> ModuleType | None:
 
 
 def has_extension(name: str) -> bool:
-    """Whether a sibling provides the extension ``name``."""
+    """Whether a sibling provides the extension `name`."""
     return _find(name) is not None
 
 
 def load_extension(name: str, package: str) -> ModuleType:
-    """The module registered for extension ``name``.
+    """The module registered for extension `name`.
 
     Raises:
-        ExtensionMissingError: (an ``ImportError``) naming ``package`` when no
+        ExtensionMissingError: (an `ImportError`) naming `package` when no
             installed distribution provides it.
     """
     module = _find(name)

@@ -1,12 +1,12 @@
-"""Behaviour switches under upstream's names, each a ``ContextVar``.
+"""Behaviour switches under upstream's names, each a `ContextVar`.
 
-Every ``set_*`` object is a context manager and a decorator that scopes the
-mode to a block, and ``.set()`` applies it for the rest of the current
+Every `set_*` object is a context manager and a decorator that scopes the
+mode to a block, and `.set()` applies it for the rest of the current
 context (upstream's "for the rest of the program"). No environment variable is
 read or written: a block affects the code it runs, never another thread.
 
-``set_lazy_legacy``/``lazy_legacy`` are upstream's spelling of td's
-``set_lazy_stack``/``lazy_stack_enabled``: the same switch.
+`set_lazy_legacy`/`lazy_legacy` are upstream's spelling of td's
+`set_lazy_stack`/`lazy_stack_enabled`: the same switch.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ _F = TypeVar("_F")
 
 _LIST_TO_STACK: ContextVar[bool] = ContextVar("td_list_to_stack", default=True)
 _CAPTURE_NON_TENSOR_STACK: ContextVar[bool] = ContextVar("td_capture_non_tensor", default=False)
-# td's ``get`` raises for a missing key (docs/migration.md): the switch starts off
+# td's `get` raises for a missing key (docs/migration.md): the switch starts off
 _GET_DEFAULTS_TO_NONE: ContextVar[bool] = ContextVar("td_get_defaults_to_none", default=False)
 
 
 class _Switch:
-    """A boolean ``ContextVar`` behind a context manager, a decorator and ``.set()``."""
+    """A boolean `ContextVar` behind a context manager, a decorator and `.set()`."""
 
     _var: ContextVar[bool]
 
@@ -71,10 +71,10 @@ class _Switch:
 
 
 class set_lazy_legacy(_Switch):
-    """Make ``torch.stack`` of TensorDicts lazy (the same switch as ``set_lazy_stack``).
+    """Make `torch.stack` of TensorDicts lazy (the same switch as `set_lazy_stack`).
 
     Args:
-        mode: ``True`` for lazy stacking.
+        mode: `True` for lazy stacking.
 
     Examples:
         >>> import torch
@@ -89,9 +89,9 @@ class set_lazy_legacy(_Switch):
 
 
 def lazy_legacy(allow_none: bool = False) -> bool:
-    """Whether ``torch.stack`` of TensorDicts is lazy (see :class:`set_lazy_legacy`).
+    """Whether `torch.stack` of TensorDicts is lazy (see `set_lazy_legacy`).
 
-    ``allow_none`` is accepted for upstream compatibility: the switch always
+    `allow_none` is accepted for upstream compatibility: the switch always
     has a value.
     """
     del allow_none
@@ -99,10 +99,10 @@ def lazy_legacy(allow_none: bool = False) -> bool:
 
 
 class set_list_to_stack(_Switch):
-    """Whether assigning a list stores one value per batch element (a ``NonTensorStack``).
+    """Whether assigning a list stores one value per batch element (a `NonTensorStack`).
 
     Args:
-        mode: ``True`` (the default) stacks; ``False`` stores the list as one value.
+        mode: `True` (the default) stacks; `False` stores the list as one value.
 
     Examples:
         >>> from td_core import list_to_stack, set_list_to_stack
@@ -115,7 +115,7 @@ class set_list_to_stack(_Switch):
 
 
 def list_to_stack(allow_none: bool = False) -> bool:
-    """The mode of :class:`set_list_to_stack` (``True`` unless changed)."""
+    """The mode of `set_list_to_stack` (`True` unless changed)."""
     del allow_none
     return _LIST_TO_STACK.get()
 
@@ -124,8 +124,8 @@ class set_capture_non_tensor_stack(_Switch):
     """Whether stacking equal non-tensor values gives one value instead of a stack.
 
     Args:
-        mode: ``True`` to collapse equal values; ``False`` (the default) keeps
-            a ``NonTensorStack``.
+        mode: `True` to collapse equal values; `False` (the default) keeps
+            a `NonTensorStack`.
 
     Examples:
         >>> from td_core import capture_non_tensor_stack, set_capture_non_tensor_stack
@@ -138,20 +138,20 @@ class set_capture_non_tensor_stack(_Switch):
 
 
 def capture_non_tensor_stack(allow_none: bool = False) -> bool:
-    """The mode of :class:`set_capture_non_tensor_stack` (``False`` unless changed)."""
+    """The mode of `set_capture_non_tensor_stack` (`False` unless changed)."""
     del allow_none
     return _CAPTURE_NON_TENSOR_STACK.get()
 
 
 class set_get_defaults_to_none(_Switch):
-    """Whether ``td.get(missing_key)`` returns ``None`` instead of raising ``KeyError``.
+    """Whether `td.get(missing_key)` returns `None` instead of raising `KeyError`.
 
     Upstream calls it as a function that changes the mode for good; here the
     call applies the mode at once (as upstream) and the object also works as a
     context manager that restores the previous mode on exit.
 
     Args:
-        set_to_none: ``True`` to return ``None`` for missing keys.
+        set_to_none: `True` to return `None` for missing keys.
 
     Examples:
         >>> from td_core import get_defaults_to_none, set_get_defaults_to_none
@@ -174,9 +174,9 @@ class set_get_defaults_to_none(_Switch):
 
 
 def get_defaults_to_none(set_to_none: bool = True) -> bool:
-    """Whether ``td.get(missing_key)`` returns ``None`` (td's default: ``False``, it raises).
+    """Whether `td.get(missing_key)` returns `None` (td's default: `False`, it raises).
 
-    ``set_to_none`` is ignored, as upstream.
+    `set_to_none` is ignored, as upstream.
     """
     del set_to_none
     return _GET_DEFAULTS_TO_NONE.get()

@@ -1,9 +1,9 @@
-"""Building TensorDicts from other containers (``from_any``, ``from_tuple``, ``from_pytree``, ...).
+"""Building TensorDicts from other containers (`from_any`, `from_tuple`, `from_pytree`, ...).
 
-Every ``from_*`` builds a dense :class:`td_core.TensorDict` (a tensorclass
-with ``from_dataclass(..., as_tensorclass=True)``) and ends in one tail,
-:func:`_finish`: an explicit ``batch_size`` wins, else ``auto_batch_size`` /
-``batch_dims`` infer one, else it stays empty.
+Every `from_*` builds a dense `td_core.TensorDict` (a tensorclass
+with `from_dataclass(..., as_tensorclass=True)`) and ends in one tail,
+`_finish`: an explicit `batch_size` wins, else `auto_batch_size` /
+`batch_dims` infer one, else it stays empty.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _tuple_entries(obj: Sequence[Any]) -> dict[str, Any]:
 
 
 def _value(value: Any) -> Any:
-    """An entry for ``from_any``-style builders: containers become TensorDicts."""
+    """An entry for `from_any`-style builders: containers become TensorDicts."""
     if is_td(value) or isinstance(value, Tensor):
         return value
     if isinstance(value, Mapping):
@@ -143,13 +143,13 @@ def from_pytree(
     auto_batch_size: bool = False,
     batch_dims: int | None = None,
 ) -> Any:
-    """A TensorDict from a tree of dicts, lists, tuples and namedtuples (see ``to_pytree``).
+    """A TensorDict from a tree of dicts, lists, tuples and namedtuples (see `to_pytree`).
 
-    Each node records its type under ``"_pytree_type"`` so ``to_pytree`` can
+    Each node records its type under `"_pytree_type"` so `to_pytree` can
     rebuild the tree. A tensor passed alone is returned as it is.
 
     Raises:
-        NotImplementedError: (a ``RuntimeError``) for a leaf that is not a tensor or a number.
+        NotImplementedError: (a `RuntimeError`) for a leaf that is not a tensor or a number.
     """
     if isinstance(pytree, Tensor):
         return pytree
@@ -169,7 +169,7 @@ def from_namedtuple(
     device: Any = None,
     batch_size: Any = None,
 ) -> Any:
-    """A TensorDict whose keys are the fields of ``named_tuple`` (nested namedtuples nest)."""
+    """A TensorDict whose keys are the fields of `named_tuple` (nested namedtuples nest)."""
     if not _is_namedtuple(named_tuple):
         raise ConversionError(
             f"from_namedtuple expects a namedtuple instance, got {type(named_tuple).__name__}"
@@ -192,7 +192,7 @@ def from_tuple(
     device: Any = None,
     batch_size: Any = None,
 ) -> Any:
-    """A TensorDict with keys ``"0"``, ``"1"``, ... for the items of ``obj`` (nested tuples nest)."""
+    """A TensorDict with keys `"0"`, `"1"`, ... for the items of `obj` (nested tuples nest)."""
     if not isinstance(obj, (tuple, list)):
         raise TypeError(f"from_tuple expects a tuple, got {type(obj).__name__}")
     return _finish(
@@ -214,9 +214,9 @@ def from_dataclass(
     device: Any = None,
     batch_size: Any = None,
 ) -> Any:
-    """A TensorDict (or an instance of ``dest_cls``) holding the fields of a dataclass instance.
+    """A TensorDict (or an instance of `dest_cls`) holding the fields of a dataclass instance.
 
-    With ``as_tensorclass=True`` and a dataclass *type*, returns a tensorclass
+    With `as_tensorclass=True` and a dataclass *type*, returns a tensorclass
     type with the same fields; with an instance, an instance of that tensorclass.
     """
     from td_core._tensorclass import tensorclass
@@ -259,8 +259,8 @@ def from_struct_array(
 ) -> Any:
     """A TensorDict over a numpy structured array: one entry per field (nested dtypes nest).
 
-    The batch size is the array's shape unless ``batch_size`` or
-    ``auto_batch_size`` say otherwise. Numeric fields share memory with the
+    The batch size is the array's shape unless `batch_size` or
+    `auto_batch_size` say otherwise. Numeric fields share memory with the
     array where their layout allows it.
     """
     if not isinstance(struct_array, np.ndarray) or struct_array.dtype.names is None:
@@ -291,7 +291,7 @@ def from_list(
 ) -> Any:
     """Stack a list of mappings or TensorDicts along a new dim 0.
 
-    Members with different keys give a lazy stack (also with ``lazy=True``).
+    Members with different keys give a lazy stack (also with `lazy=True`).
     """
     from td_core._lazy import LazyStackedTensorDict
     from td_core._stack import stack
@@ -332,10 +332,10 @@ def from_json(
     lines: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """Read what :meth:`~td_core.TensorDictBase.to_json` wrote (a list of records, one per row).
+    """Read what `to_json` wrote (a list of records, one per row).
 
-    Keys joined with ``separator`` (default ``"."``) become nested keys. Numbers
-    become tensors (``dtype`` if given), other values non-tensor leaves.
+    Keys joined with `separator` (default `"."`) become nested keys. Numbers
+    become tensors (`dtype` if given), other values non-tensor leaves.
     """
     with open(path, encoding="utf-8") as f:
         if lines:
@@ -375,7 +375,7 @@ def from_json(
 
 
 def fromkeys(keys: list[Any], value: Any = 0) -> Any:
-    """A TensorDict with empty batch size holding ``value`` at every key (see ``TensorDict.fromkeys``)."""
+    """A TensorDict with empty batch size holding `value` at every key (see `TensorDict.fromkeys`)."""
     td = _dense()
     for key in keys:
         td.set(key, value)
@@ -390,7 +390,7 @@ def from_any(
     device: Any = None,
     batch_size: Any = None,
 ) -> Any:
-    """Convert ``obj`` with the matching ``from_*``: mappings, namedtuples, tuples,
+    """Convert `obj` with the matching `from_*`: mappings, namedtuples, tuples,
     dataclasses, structured arrays; TensorDicts are returned as they are, as are
     tensors and other values. A list becomes a non-tensor stack of its items.
     """

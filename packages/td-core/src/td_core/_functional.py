@@ -34,7 +34,7 @@ def merge_tensordicts(
     Args:
         *tensordicts: at least two TensorDicts; the result has the batch size
             of the first.
-        callback_exist: ``callback_exist(*values)`` combines a tensor leaf that
+        callback_exist: `callback_exist(*values)` combines a tensor leaf that
             every input holds; a dict gives one callable per (nested) key.
             Without it (or for keys it lacks) the first input's value wins.
 
@@ -115,7 +115,7 @@ def maybe_dense_stack(
 
 
 def _probe(item: TensorDictBase, key: str) -> tuple[str, Any]:
-    """``(kind, shape)`` of an entry; in a lazy stack without stacking it (-1: ragged dim)."""
+    """`(kind, shape)` of an entry; in a lazy stack without stacking it (-1: ragged dim)."""
     members = getattr(item, "tensordicts", None)
     value = members[0]._get_str(key) if members is not None else item._get_str(key)
     if isinstance(value, Tensor):
@@ -157,12 +157,12 @@ def dense_stack_tds(
     """Restack a lazy stack (or a list) densely where the members agree.
 
     Args:
-        td_list: a ``LazyStackedTensorDict`` (its ``stack_dim`` is used), a
+        td_list: a `LazyStackedTensorDict` (its `stack_dim` is used), a
             list of TensorDicts, or a dense TensorDict (returned unchanged).
         dim: the stack dim; required for a list.
 
     Raises:
-        ValueError: for a list without ``dim``.
+        ValueError: for a list without `dim`.
 
     Examples:
         >>> import torch
@@ -186,19 +186,19 @@ def dense_stack_tds(
 
 # ----------------------------------------------------------------- grouping
 def group_by(tensordict: TensorDictBase, key: Any) -> tuple[Tensor | list[Any], tuple[Any, ...]]:
-    """Split the rows (first batch dim) into groups that share the value of ``key``.
+    """Split the rows (first batch dim) into groups that share the value of `key`.
 
     Args:
         tensordict: a TensorDict (or tensorclass) with at least one batch dim.
         key: a tensor entry, or a non-tensor entry of hashable, sortable values.
 
     Returns:
-        ``(values, groups)``: the sorted unique values (a tensor, or a list for
+        `(values, groups)`: the sorted unique values (a tensor, or a list for
         non-tensor entries) and one container per value, rows in order.
 
     Raises:
-        ValueError: if ``tensordict`` has no batch dim.
-        KeyError: if ``key`` is missing.
+        ValueError: if `tensordict` has no batch dim.
+        KeyError: if `key` is missing.
         TypeError: if the entry is a TensorDict, or its values cannot be
             hashed or sorted.
 
@@ -268,11 +268,11 @@ def collate(
     nested_keys: Sequence[Any] | None = None,
     mask_key: Any = None,
 ) -> Any:
-    """Collate a list of samples into a batch (a ``DataLoader`` ``collate_fn``).
+    """Collate a list of samples into a batch (a `DataLoader` `collate_fn`).
 
-    TensorDicts and tensorclasses go through :func:`maybe_dense_stack`,
-    tensors through ``torch.stack``, mappings and tuples entry by entry, and
-    anything else through ``torch.utils.data.default_collate``. Anything but
+    TensorDicts and tensorclasses go through `maybe_dense_stack`,
+    tensors through `torch.stack`, mappings and tuples entry by entry, and
+    anything else through `torch.utils.data.default_collate`. Anything but
     a non-empty list is returned as is.
 
     Args:
@@ -280,10 +280,10 @@ def collate(
         pad_keys: entries to pad along their first dim to the longest sample
             (mapped to their padding value); samples must have no batch dims.
         nested_keys: entries to stack as jagged nested tensors.
-        mask_key: where to store the masks of the ``pad_keys`` entries.
+        mask_key: where to store the masks of the `pad_keys` entries.
 
     Raises:
-        KeyError: for a ``pad_keys``/``nested_keys`` entry a sample lacks.
+        KeyError: for a `pad_keys`/`nested_keys` entry a sample lacks.
         ValueError: for inconsistent options (see upstream's rules).
 
     Examples:

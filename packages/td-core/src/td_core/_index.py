@@ -1,7 +1,7 @@
-"""Indexing over the batch dims: ``td[idx]`` and ``td[idx] = value``.
+"""Indexing over the batch dims: `td[idx]` and `td[idx] = value`.
 
 An index is normalised once: lists and numpy arrays become tensors, and an
-Ellipsis expands to full slices over the *batch* dims only (so ``td[..., :2]``
+Ellipsis expands to full slices over the *batch* dims only (so `td[..., :2]`
 slices the last batch dim, never a feature dim). The normalised tuple then
 indexes every leaf directly: trailing (feature) dims are untouched.
 """
@@ -51,7 +51,7 @@ def _dims_used(item: Any) -> int:
 
 
 def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
-    """``index`` as a tuple that indexes only batch dims, with Ellipsis expanded.
+    """`index` as a tuple that indexes only batch dims, with Ellipsis expanded.
 
     Raises:
         IndexError: naming the index and the batch size when the index uses more
@@ -92,9 +92,9 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
 
 
 def single_index(norm: tuple[Any, ...], batch_size: torch.Size) -> tuple[int, torch.Tensor] | None:
-    """``(dim, positions)`` when ``norm`` is full slices then one 1-d index tensor or mask.
+    """`(dim, positions)` when `norm` is full slices then one 1-d index tensor or mask.
 
-    Such an index reads with ``index_select`` and writes with ``index_copy_``
+    Such an index reads with `index_select` and writes with `index_copy_`
     (each about a third faster than advanced indexing on CPU), and a mask is
     turned into positions once instead of once per leaf.
     """
@@ -127,7 +127,7 @@ def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
 
 
 class IndexingMixin:
-    """``__getitem__`` over batch dims and ``__setitem__`` with an index."""
+    """`__getitem__` over batch dims and `__setitem__` with an index."""
 
     __slots__ = ()
 
@@ -217,9 +217,9 @@ def _plan_sub(
     writes: list[tuple[Tensor, Any]],
     later: list[tuple[TensorDictBase, str, Any, int]],
 ) -> None:
-    """Validate ``td[index] = value`` completely, collecting the writes to make.
+    """Validate `td[index] = value` completely, collecting the writes to make.
 
-    Nothing is written here, so a failure leaves ``td`` as it was.
+    Nothing is written here, so a failure leaves `td` as it was.
     """
     n_sub = len(sub)
     vbs = value.batch_size
@@ -278,7 +278,7 @@ def _plan_sub(
 
 
 def _advanced(index: Any) -> bool:
-    """Whether ``index`` holds an index tensor (a write through it is torch's ``index_put``)."""
+    """Whether `index` holds an index tensor (a write through it is torch's `index_put`)."""
     if isinstance(index, Tensor):
         return True
     return type(index) is tuple and any(isinstance(i, Tensor) for i in index)
@@ -332,7 +332,7 @@ def _apply_plan(
 
 
 def _allocate(td: TensorDictBase, src: Any, nv: int) -> Any:
-    """An empty entry of ``td``'s batch size shaped like ``src`` beyond its ``nv`` batch dims."""
+    """An empty entry of `td`'s batch size shaped like `src` beyond its `nv` batch dims."""
     bs = td.batch_size
     if isinstance(src, Tensor):
         return torch.zeros(bs + src.shape[nv:], dtype=src.dtype, device=td.device or src.device)

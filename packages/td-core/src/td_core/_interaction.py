@@ -1,7 +1,7 @@
 """How probabilistic modules turn a distribution into a value.
 
 Shared by td-nn (which reads it) and td-distributions (whose distributions
-offer a ``deterministic_sample``), so neither needs to import the other.
+offer a `deterministic_sample`), so neither needs to import the other.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 class InteractionType(enum.Enum):
     """What a probabilistic module returns: a sample or a summary statistic.
 
-    ``DETERMINISTIC`` asks the distribution for its ``deterministic_sample``
+    `DETERMINISTIC` asks the distribution for its `deterministic_sample`
     (its mode or mean when it has no such property).
     """
 
@@ -32,7 +32,7 @@ class InteractionType(enum.Enum):
 
     @classmethod
     def from_str(cls, value: str | InteractionType) -> InteractionType:
-        """Parse ``"random"``, ``"MODE"``, ... (any case) or pass an enum through."""
+        """Parse `"random"`, `"MODE"`, ... (any case) or pass an enum through."""
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
@@ -50,7 +50,7 @@ _INTERACTION_TYPE: ContextVar[InteractionType | None] = ContextVar(
 
 
 def interaction_type() -> InteractionType | None:
-    """The interaction type set by the innermost :class:`set_interaction_type`, or None.
+    """The interaction type set by the innermost `set_interaction_type`, or None.
 
     Examples:
         >>> from td_core import InteractionType, interaction_type, set_interaction_type
@@ -67,8 +67,8 @@ class set_interaction_type:
     """Context manager and decorator that sets the interaction type.
 
     Args:
-        type: an :class:`InteractionType` or its name; ``None`` clears it so
-            modules fall back to their ``default_interaction_type``.
+        type: an `InteractionType` or its name; `None` clears it so
+            modules fall back to their `default_interaction_type`.
     """
 
     def __init__(self, type: InteractionType | str | None = InteractionType.DETERMINISTIC) -> None:

@@ -1,9 +1,9 @@
 """Nested keys: normalising them once at the boundary, and the keys() view.
 
-A nested key is a ``str`` or a tuple whose items are strings or nested tuples
-of strings. ``unravel_key`` flattens it once (``("a", ("b", ("c",)))`` becomes
-``("a", "b", "c")``; a one-item tuple becomes its string), so every internal
-path works on ``str`` or a flat tuple of ``str``.
+A nested key is a `str` or a tuple whose items are strings or nested tuples
+of strings. `unravel_key` flattens it once (`("a", ("b", ("c",)))` becomes
+`("a", "b", "c")`; a one-item tuple becomes its string), so every internal
+path works on `str` or a flat tuple of `str`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _flatten_into(key: tuple[Any, ...], out: list[str]) -> None:
 
 
 def unravel_key(key: NestedKey) -> str | tuple[str, ...]:
-    """Flatten a nested key: a ``str``, or a tuple of two or more ``str``.
+    """Flatten a nested key: a `str`, or a tuple of two or more `str`.
 
     Examples:
         >>> from td_core import unravel_key
@@ -59,7 +59,7 @@ def unravel_key(key: NestedKey) -> str | tuple[str, ...]:
 
 
 def unravel_key_list(keys: Any) -> list[str | tuple[str, ...]]:
-    """``unravel_key`` applied to each key of a list (a single key becomes a one-item list)."""
+    """`unravel_key` applied to each key of a list (a single key becomes a one-item list)."""
     if isinstance(keys, (str, tuple)):
         return [unravel_key(keys)]
     return [unravel_key(k) for k in keys]
@@ -71,16 +71,16 @@ def as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def default_is_leaf(cls: type) -> bool:
-    """Default ``is_leaf`` of ``keys()``: tensors only (not sub-TensorDicts, not non-tensor data).
+    """Default `is_leaf` of `keys()`: tensors only (not sub-TensorDicts, not non-tensor data).
 
-    This matches upstream: ``keys(leaves_only=True)`` lists tensor leaves, so
+    This matches upstream: `keys(leaves_only=True)` lists tensor leaves, so
     code that calls tensor methods on each leaf keeps working.
     """
     return not getattr(cls, "_td_collection", False)
 
 
 def is_leaf_nontensor(cls: type) -> bool:
-    """An ``is_leaf`` that also counts non-tensor data as leaves."""
+    """An `is_leaf` that also counts non-tensor data as leaves."""
     return not getattr(cls, "_td_collection", False) or getattr(cls, "_is_non_tensor", False)
 
 
@@ -89,9 +89,9 @@ def _is_subtree(cls: type) -> bool:
 
 
 class KeysView:
-    """The keys of a TensorDict, optionally nested; supports ``in`` with nested keys.
+    """The keys of a TensorDict, optionally nested; supports `in` with nested keys.
 
-    Iteration yields ``str`` for top-level keys and flat tuples for nested ones.
+    Iteration yields `str` for top-level keys and flat tuples for nested ones.
     """
 
     __slots__ = ("_td", "_include_nested", "_leaves_only", "_is_leaf", "_sort")
@@ -128,7 +128,7 @@ class KeysView:
     def _collect(
         self, td: TensorDictBase, prefix: tuple[str, ...], out: list[str | tuple[str, ...]]
     ) -> None:
-        """``_walk`` for the default ``is_leaf``, eagerly: no generator per level."""
+        """`_walk` for the default `is_leaf`, eagerly: no generator per level."""
         nested, leaves_only = self._include_nested, self._leaves_only
         for key, value in td._items_str():
             if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
@@ -163,7 +163,7 @@ class KeysView:
         return sum(1 for _ in self._iter())
 
     def _count(self, td: TensorDictBase) -> int:
-        """How many keys ``_collect`` gives for ``td``."""
+        """How many keys `_collect` gives for `td`."""
         nested, leaves_only = self._include_nested, self._leaves_only
         n = 0
         for value in td._values_str():

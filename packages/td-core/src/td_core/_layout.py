@@ -1,13 +1,13 @@
-"""Batch-dim rearrangements beyond views (``repeat``, ``tile``, ``narrow``, ``movedim``, ``rot90``, ``pad``, ...).
+"""Batch-dim rearrangements beyond views (`repeat`, `tile`, `narrow`, `movedim`, `rot90`, `pad`, ...).
 
 Every op here validates its arguments against the batch size, then hands one
 tensor function of the leading batch dims to the shared traversals in
-``_map`` (or to the lazy-stack translation in ``_lazy_shape`` where upstream
+`_map` (or to the lazy-stack translation in `_lazy_shape` where upstream
 keeps lazy stacks lazy). Non-tensor leaves follow through their batch
 positions, so per-element values stay aligned with the tensors.
 
-The ``new_*`` constructors and the per-leaf queries (``entry_class``,
-``get_item_shape``, ``data_ptr``, ``is_cpu``, ...) live in ``_layout_new``.
+The `new_*` constructors and the per-leaf queries (`entry_class`,
+`get_item_shape`, `data_ptr`, `is_cpu`, ...) live in `_layout_new`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ Tensor = torch.Tensor
 
 
 def _counts(repeats: Any, size: int, d: int) -> tuple[list[int] | int, int]:
-    """The repeats of ``repeat_interleave`` (an int or one count per element) and the new size."""
+    """The repeats of `repeat_interleave` (an int or one count per element) and the new size."""
     if isinstance(repeats, Tensor) and repeats.numel() != 1:
         counts = repeats.reshape(-1).tolist()
         if len(counts) != size:
@@ -80,7 +80,7 @@ def _pad_leaf(t: Tensor, pairs: list[int], n: int, value: float) -> Tensor:
 
 
 def _pad_values(leaf: Any, pairs: list[int], n: int, new: torch.Size) -> Any:
-    """A non-tensor leaf padded with ``None`` (its positions, shifted by one, padded with 0)."""
+    """A non-tensor leaf padded with `None` (its positions, shifted by one, padded with 0)."""
     shape = leaf.batch_size
     flat = np.empty(shape.numel() + 1, dtype=object)
     flat[0] = None
@@ -104,7 +104,7 @@ def _pad_tree(td: TensorDictBase, pairs: list[int], value: float, new: torch.Siz
 
 
 def _split_bounds(ios: Any, size: int) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each piece of ``tensor_split(indices_or_sections)`` over ``size``."""
+    """`(start, stop)` of each piece of `tensor_split(indices_or_sections)` over `size`."""
     if isinstance(ios, Tensor):
         ios = ios.item() if ios.ndim == 0 else ios.tolist()
     if isinstance(ios, int):
@@ -120,20 +120,20 @@ def _split_bounds(ios: Any, size: int) -> list[tuple[int, int]]:
 
 
 class LayoutMixin(NewMixin):
-    """Methods of :class:`td_core.TensorDictBase` from this family."""
+    """Methods of `td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------- repeating
     def repeat(self: TensorDictBase, *repeats: Any, inplace: bool = False) -> TensorDictBase:
-        """Tile the batch: batch dim ``i`` is repeated ``repeats[i]`` times, as ``Tensor.repeat``.
+        """Tile the batch: batch dim `i` is repeated `repeats[i]` times, as `Tensor.repeat`.
 
         Args:
             repeats: one count per batch dim, as ints or one sequence.
             inplace: make this TensorDict hold the result (returns self).
 
         Raises:
-            DimError: (a ``ValueError``) if there is not one count per batch dim.
+            DimError: (a `ValueError`) if there is not one count per batch dim.
 
         Examples:
             >>> import torch
@@ -166,9 +166,9 @@ class LayoutMixin(NewMixin):
         output_size: int | None = None,
         inplace: bool = False,
     ) -> TensorDictBase:
-        """Repeat each element along batch dim ``dim``, as ``torch.repeat_interleave``.
+        """Repeat each element along batch dim `dim`, as `torch.repeat_interleave`.
 
-        Without ``dim`` the batch is flattened first. ``repeats`` is an int or one
+        Without `dim` the batch is flattened first. `repeats` is an int or one
         count per element of the dim.
         """
         if dim is None:
@@ -186,7 +186,7 @@ class LayoutMixin(NewMixin):
         return assign_reshaped(self, out) if inplace else out
 
     def tile(self: TensorDictBase, dims: int | Sequence[int]) -> TensorDictBase:
-        """Repeat the batch as ``torch.tile``: missing leading counts are 1, extra ones add batch dims."""
+        """Repeat the batch as `torch.tile`: missing leading counts are 1, extra ones add batch dims."""
         reps = (dims,) if isinstance(dims, int) else tuple(int(r) for r in dims)
         if any(r < 0 for r in reps):
             raise BatchSizeError(f"tile: counts must be non-negative, got {list(reps)}")
@@ -203,7 +203,7 @@ class LayoutMixin(NewMixin):
 
     # ------------------------------------------------------------ selecting
     def narrow(self: TensorDictBase, dim: int, start: int | Tensor, length: int) -> TensorDictBase:
-        """The elements ``start`` to ``start + length`` of batch dim ``dim`` (a view)."""
+        """The elements `start` to `start + length` of batch dim `dim` (a view)."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
         size = bs[d]
@@ -224,7 +224,7 @@ class LayoutMixin(NewMixin):
     def tensor_split(
         self: TensorDictBase, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0
     ) -> tuple[TensorDictBase, ...]:
-        """Split along batch dim ``dim`` as ``torch.tensor_split``: into N near-equal pieces, or at indices."""
+        """Split along batch dim `dim` as `torch.tensor_split`: into N near-equal pieces, or at indices."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
         bounds = _split_bounds(indices_or_sections, bs[d])
@@ -241,26 +241,26 @@ class LayoutMixin(NewMixin):
     def movedim(
         self: TensorDictBase, source: int | Sequence[int], destination: int | Sequence[int]
     ) -> TensorDictBase:
-        """Move batch dims ``source`` to positions ``destination``, as ``torch.movedim``."""
+        """Move batch dims `source` to positions `destination`, as `torch.movedim`."""
         bs = self.batch_size
         return permute_order(self, _move_order(source, destination, len(bs), bs))
 
     def moveaxis(
         self: TensorDictBase, source: int | Sequence[int], destination: int | Sequence[int]
     ) -> TensorDictBase:
-        """Alias of :meth:`movedim`."""
+        """Alias of `movedim`."""
         return self.movedim(source, destination)
 
     def swapaxes(self: TensorDictBase, axis0: int, axis1: int) -> TensorDictBase:
-        """Swap two batch dims (alias of :meth:`transpose`)."""
+        """Swap two batch dims (alias of `transpose`)."""
         return self.transpose(axis0, axis1)
 
     def swapdims(self: TensorDictBase, axis0: int, axis1: int) -> TensorDictBase:
-        """Swap two batch dims (alias of :meth:`transpose`)."""
+        """Swap two batch dims (alias of `transpose`)."""
         return self.transpose(axis0, axis1)
 
     def fliplr(self: TensorDictBase) -> TensorDictBase:
-        """Reverse batch dim 1 (needs at least 2 batch dims), as ``torch.fliplr``."""
+        """Reverse batch dim 1 (needs at least 2 batch dims), as `torch.fliplr`."""
         if self.batch_dims < 2:
             raise DimError(
                 f"fliplr needs at least 2 batch dims, batch_size is {list(self.batch_size)}"
@@ -268,13 +268,13 @@ class LayoutMixin(NewMixin):
         return self.flip(1)
 
     def flipud(self: TensorDictBase) -> TensorDictBase:
-        """Reverse batch dim 0 (needs at least 1 batch dim), as ``torch.flipud``."""
+        """Reverse batch dim 0 (needs at least 1 batch dim), as `torch.flipud`."""
         if self.batch_dims < 1:
             raise DimError("flipud needs at least 1 batch dim, batch_size is []")
         return self.flip(0)
 
     def rot90(self: TensorDictBase, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
-        """Rotate by 90 degrees ``k`` times in the plane of batch dims ``dims``, as ``torch.rot90``."""
+        """Rotate by 90 degrees `k` times in the plane of batch dims `dims`, as `torch.rot90`."""
         bs = self.batch_size
         if len(dims) != 2:
             raise DimError(f"rot90 needs exactly 2 dims, got {list(dims)}")
@@ -302,7 +302,7 @@ class LayoutMixin(NewMixin):
         return _at_least(self, 3)
 
     def broadcast_to(self: TensorDictBase, shape: Sequence[int]) -> TensorDictBase:
-        """Broadcast to batch size ``shape`` without copying (``-1`` keeps a dim), as ``torch.broadcast_to``."""
+        """Broadcast to batch size `shape` without copying (`-1` keeps a dim), as `torch.broadcast_to`."""
         bs = self.batch_size
         new = expanded_shape(bs, tuple(shape), "broadcast_to")
         n = len(bs)
@@ -315,11 +315,11 @@ class LayoutMixin(NewMixin):
         inplace: bool = False,
         safe: bool = True,
     ) -> TensorDictBase:
-        """Pad the batch dims with ``value`` (``None`` for non-tensor leaves).
+        """Pad the batch dims with `value` (`None` for non-tensor leaves).
 
         Args:
-            pad_size: ``(dim0_before, dim0_after, dim1_before, ...)``, from the
-                FIRST batch dim (``torch.nn.functional.pad`` starts from the last);
+            pad_size: `(dim0_before, dim0_after, dim1_before, ...)`, from the
+                FIRST batch dim (`torch.nn.functional.pad` starts from the last);
                 negative sizes crop.
             value: the value of the padded elements.
             inplace: make this TensorDict hold the result (returns self).
@@ -327,7 +327,7 @@ class LayoutMixin(NewMixin):
                 before anything changes.
 
         Raises:
-            DimError: (a ``RuntimeError``) if ``pad_size`` has an odd length or
+            DimError: (a `RuntimeError`) if `pad_size` has an odd length or
                 more than two entries per batch dim.
         """
         pairs = [int(p) for p in pad_size]
@@ -350,7 +350,7 @@ class LayoutMixin(NewMixin):
 
 def _pad_stack_(td: TensorDictBase, full: list[int], value: float) -> TensorDictBase:
     """Pad a lazy stack in place: members are padded in place, and along the stack
-    dim members filled with ``value`` are added (or members dropped, for a crop)."""
+    dim members filled with `value` are added (or members dropped, for a crop)."""
     members, s = lazy.parts(td)  # type: ignore[misc]
     locked = [i for i, m in enumerate(members) if m.is_locked]
     if td.is_locked or locked:

@@ -1,7 +1,7 @@
-"""New TensorDicts shaped like this one (``new_zeros``, ``new_full``, ``new_tensor``, ...) and layout queries.
+"""New TensorDicts shaped like this one (`new_zeros`, `new_full`, `new_tensor`, ...) and layout queries.
 
-The ``new_*`` constructors are one table (name -> ``Tensor`` method) and one
-implementation: each tensor leaf ``t`` becomes ``t.new_*(size + t.shape[batch_dims:])``,
+The `new_*` constructors are one table (name -> `Tensor` method) and one
+implementation: each tensor leaf `t` becomes `t.new_*(size + t.shape[batch_dims:])`,
 so leaves keep their dtype, device and feature shape unless told otherwise;
 non-tensor leaves keep their value at the new batch size.
 """
@@ -26,7 +26,7 @@ __all__ = ["NewMixin"]
 
 Tensor = torch.Tensor
 
-# name -> the Tensor method building one leaf (``new_full`` also takes the fill value)
+# name -> the Tensor method building one leaf (`new_full` also takes the fill value)
 _NEW: dict[str, Callable[..., Tensor]] = {
     "new_zeros": Tensor.new_zeros,
     "new_ones": Tensor.new_ones,
@@ -39,7 +39,7 @@ _ALL_LEVELS = 1 << 30
 
 
 def _retag(td: TensorDictBase, device: Any) -> TensorDictBase:
-    """Record ``device`` as the device of ``td`` and its sub-TensorDicts."""
+    """Record `device` as the device of `td` and its sub-TensorDicts."""
     td._set_device(device)
     for sub in td._subtrees():
         _retag(sub, device)
@@ -79,7 +79,7 @@ def _new_like(
 
 
 class NewMixin:
-    """``new_*`` constructors and layout queries of :class:`td_core.TensorDictBase`."""
+    """`new_*` constructors and layout queries of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
@@ -93,9 +93,9 @@ class NewMixin:
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
     ) -> TensorDictBase:
-        """A TensorDict of batch size ``size`` with the same keys, every leaf filled with 0.
+        """A TensorDict of batch size `size` with the same keys, every leaf filled with 0.
 
-        Leaves keep their dtype, device and feature dims unless ``dtype``/``device`` are given.
+        Leaves keep their dtype, device and feature dims unless `dtype`/`device` are given.
 
         Examples:
             >>> import torch
@@ -116,7 +116,7 @@ class NewMixin:
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
     ) -> TensorDictBase:
-        """Like :meth:`new_zeros`, filled with 1."""
+        """Like `new_zeros`, filled with 1."""
         return _new_like(self, "new_ones", size, (), dtype, device, requires_grad, pin_memory)
 
     def new_empty(
@@ -129,7 +129,7 @@ class NewMixin:
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
     ) -> TensorDictBase:
-        """Like :meth:`new_zeros`, uninitialised."""
+        """Like `new_zeros`, uninitialised."""
         return _new_like(self, "new_empty", size, (), dtype, device, requires_grad, pin_memory)
 
     def new_full(
@@ -144,7 +144,7 @@ class NewMixin:
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
     ) -> TensorDictBase:
-        """Like :meth:`new_zeros`, filled with ``fill_value`` (cast to each leaf's dtype)."""
+        """Like `new_zeros`, filled with `fill_value` (cast to each leaf's dtype)."""
         return _new_like(
             self, "new_full", (size,), (fill_value,), dtype, device, requires_grad, pin_memory
         )
@@ -158,12 +158,12 @@ class NewMixin:
         requires_grad: bool = False,
         pin_memory: bool | None = None,
     ) -> TensorDictBase:
-        """A TensorDict with the same keys whose leaves are copies of ``data``.
+        """A TensorDict with the same keys whose leaves are copies of `data`.
 
-        With a TensorDict, each leaf is copied from ``data``'s leaf at the same
+        With a TensorDict, each leaf is copied from `data`'s leaf at the same
         key. With a tensor (or array, list, number), every leaf is a copy of it;
-        the batch size is ``data``'s shape. Leaves keep their dtype unless
-        ``dtype`` is given.
+        the batch size is `data`'s shape. Leaves keep their dtype unless
+        `dtype` is given.
         """
         dev = as_device(device) if device is not NO_DEFAULT else None
 
@@ -195,7 +195,7 @@ class NewMixin:
         return _retag(out, dev) if dev is not None else out
 
     def as_tensor(self: TensorDictBase) -> TensorDictBase:
-        """Every leaf as a plain ``torch.Tensor`` (memory-mapped or subclassed leaves are unwrapped)."""
+        """Every leaf as a plain `torch.Tensor` (memory-mapped or subclassed leaves are unwrapped)."""
         return lazy.per_member(
             self, lambda m: m.as_tensor(), lambda d: map_leaves(d, torch.as_tensor)
         )
@@ -206,7 +206,7 @@ class NewMixin:
         A TensorDict that is already dense is returned as is.
 
         Args:
-            layout: the layout of the nested tensors (``torch.strided`` or ``torch.jagged``).
+            layout: the layout of the nested tensors (`torch.strided` or `torch.jagged`).
         """
         found = lazy.parts(self)
         if found is None:
@@ -262,12 +262,12 @@ class NewMixin:
 
     # ------------------------------------------------------------- queries
     def get_item_shape(self: TensorDictBase, key: Any) -> torch.Size:
-        """The shape of the entry at ``key``: a tensor's shape, a sub-TensorDict's batch size."""
+        """The shape of the entry at `key`: a tensor's shape, a sub-TensorDict's batch size."""
         value = self.get(key)
         return value.shape if isinstance(value, Tensor) else value.batch_size
 
     def entry_class(self: TensorDictBase, key: Any) -> type:
-        """The class of the entry at ``key`` (``type(None)`` if there is none, as upstream)."""
+        """The class of the entry at `key` (`type(None)` if there is none, as upstream)."""
         found = lazy.parts(self)
         if found is not None:
             cls = found[0][0].entry_class(key)
@@ -279,22 +279,22 @@ class NewMixin:
 
     @property
     def is_cpu(self: TensorDictBase) -> bool:
-        """Whether the TensorDict's device is the CPU (``False`` when it has no device)."""
+        """Whether the TensorDict's device is the CPU (`False` when it has no device)."""
         return self.device is not None and self.device.type == "cpu"
 
     @property
     def is_cuda(self: TensorDictBase) -> bool:
-        """Whether the TensorDict's device is a CUDA device (``False`` when it has no device)."""
+        """Whether the TensorDict's device is a CUDA device (`False` when it has no device)."""
         return self.device is not None and self.device.type == "cuda"
 
     @property
     def is_meta(self: TensorDictBase) -> bool:
-        """Whether the TensorDict's device is the meta device (``False`` when it has no device)."""
+        """Whether the TensorDict's device is the meta device (`False` when it has no device)."""
         return self.device is not None and self.device.type == "meta"
 
     @property
     def depth(self: TensorDictBase) -> int:
-        """How deeply entries are nested: 0 with only top-level leaves, 1 with ``("a", "b")``, ..."""
+        """How deeply entries are nested: 0 with only top-level leaves, 1 with `("a", "b")`, ..."""
         found = lazy.parts(self)
         if found is not None:  # from the members: reading a ragged entry would fail
             return max(m.depth for m in found[0])
@@ -304,7 +304,7 @@ class NewMixin:
         )
 
     def data_ptr(self: TensorDictBase, *, storage: bool = False) -> TensorDictBase:
-        """A 0-d TensorDict of each tensor leaf's ``data_ptr()`` (its storage's with ``storage=True``)."""
+        """A 0-d TensorDict of each tensor leaf's `data_ptr()` (its storage's with `storage=True`)."""
 
         def ptrs(td: TensorDictBase) -> TensorDictBase:
             out: dict[str, Any] = {}

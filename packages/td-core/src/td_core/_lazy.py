@@ -1,15 +1,15 @@
-"""``LazyStackedTensorDict``: a stack of TensorDicts that keeps the originals.
+"""`LazyStackedTensorDict`: a stack of TensorDicts that keeps the originals.
 
-Reads stack on demand (``lazy["a"]`` stacks the members' ``"a"``); a sub-TensorDict
+Reads stack on demand (`lazy["a"]` stacks the members' `"a"`); a sub-TensorDict
 comes back as a lazy stack of the members' sub-TensorDicts, so writes at any
 depth go through. Writes unbind along the stack dim into the members. Members
-share a batch size but may hold keys the others lack (``exclusive_fields``)
-and leaves whose feature shapes differ (read them with ``as_nested_tensor``).
-Shapes are known without stacking (:meth:`get_item_shape`).
+share a batch size but may hold keys the others lack (`exclusive_fields`)
+and leaves whose feature shapes differ (read them with `as_nested_tensor`).
+Shapes are known without stacking (`get_item_shape`).
 
 Indexing that selects along the stack dim (an int, a slice, a list or 1-d
 index tensor, a 1-d mask) gives members or a lazy stack of indexed members, so
-writes to the result reach the originals. Other indices (``None``, masks over
+writes to the result reach the originals. Other indices (`None`, masks over
 several dims, index tensors on other dims together with one on the stack dim)
 give a dense result.
 """
@@ -44,12 +44,12 @@ _ABSENT = object()
 
 
 def lazy_stack_enabled() -> bool:
-    """Whether ``torch.stack`` of TensorDicts currently builds a lazy stack."""
+    """Whether `torch.stack` of TensorDicts currently builds a lazy stack."""
     return _LAZY.get()
 
 
 class set_lazy_stack:
-    """Context manager and decorator: within it, ``torch.stack`` of TensorDicts is lazy.
+    """Context manager and decorator: within it, `torch.stack` of TensorDicts is lazy.
 
     Examples:
         >>> import torch
@@ -83,7 +83,7 @@ class set_lazy_stack:
 
 
 class LazyStackedTensorDict(TensorDictBase):
-    """A lazy stack of TensorDicts along batch dim ``stack_dim``.
+    """A lazy stack of TensorDicts along batch dim `stack_dim`.
 
     Args:
         *tensordicts: the members; they must share a batch size.
@@ -111,7 +111,7 @@ class LazyStackedTensorDict(TensorDictBase):
 
     @classmethod
     def lazy_stack(cls, items: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
-        """Stack ``items`` lazily along batch dim ``dim``."""
+        """Stack `items` lazily along batch dim `dim`."""
         return cls(*items, stack_dim=dim)
 
     @classmethod
@@ -124,10 +124,10 @@ class LazyStackedTensorDict(TensorDictBase):
         batch_dims: int | None = None,
         stack_dim: int = 0,
     ) -> LazyStackedTensorDict:
-        """A lazy stack with one member per mapping (``TensorDict.from_dict`` of each).
+        """A lazy stack with one member per mapping (`TensorDict.from_dict` of each).
 
-        ``input_dict`` is a list of mappings, or a mapping ``{"0": ..., "1": ...}``
-        as ``to_dict()`` of a lazy stack gives. ``batch_size`` and ``batch_dims``
+        `input_dict` is a list of mappings, or a mapping `{"0": ..., "1": ...}`
+        as `to_dict()` of a lazy stack gives. `batch_size` and `batch_dims`
         are the members' (without the stack dim).
         """
         if isinstance(input_dict, Mapping):
@@ -148,19 +148,19 @@ class LazyStackedTensorDict(TensorDictBase):
     def from_module(
         module: Any, as_module: bool = False, lock: bool = True, use_state_dict: bool = False
     ) -> Any:
-        """The parameters and buffers of ``module``: a TensorDict, as upstream (see ``from_module``)."""
+        """The parameters and buffers of `module`: a TensorDict, as upstream (see `from_module`)."""
         return TensorDict.from_module(
             module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
         )
 
     @staticmethod
     def from_modules(*modules: Any, **kwargs: Any) -> Any:
-        """The stacked parameters of several modules (see :func:`td_core.from_modules`)."""
+        """The stacked parameters of several modules (see `td_core.from_modules`)."""
         return TensorDict.from_modules(*modules, **kwargs)
 
     @staticmethod
     def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDict:
-        """Receive a TensorDict sent with ``init_remote`` (see ``TensorDict.from_remote_init``)."""
+        """Receive a TensorDict sent with `init_remote` (see `TensorDict.from_remote_init`)."""
         return TensorDict.from_remote_init(src, group=group, device=device)
 
     # ---------------------------------------------------------------- members
@@ -169,7 +169,7 @@ class LazyStackedTensorDict(TensorDictBase):
         self.insert(len(self.tensordicts), tensordict)
 
     def insert(self, index: int, tensordict: TensorDictBase) -> None:
-        """Add a member before position ``index`` of the stack dim."""
+        """Add a member before position `index` of the stack dim."""
         self._check_members([tensordict])
         self.tensordicts.insert(index, tensordict)
 
@@ -202,7 +202,7 @@ class LazyStackedTensorDict(TensorDictBase):
         *,
         sort: bool = False,
     ) -> Any:
-        """The keys every member holds (the same as :meth:`keys`)."""
+        """The keys every member holds (the same as `keys`)."""
         return self.keys(include_nested, leaves_only, is_leaf, sort=sort)
 
     def auto_batch_size_(
@@ -210,8 +210,8 @@ class LazyStackedTensorDict(TensorDictBase):
     ) -> LazyStackedTensorDict:
         """Grow the members' batch size to the longest leading shape they all share.
 
-        ``batch_dims`` caps the number of dims of the stack's batch size. A lazy
-        stack's batch size is always compliant, so ``keep_compliant_size=True``
+        `batch_dims` caps the number of dims of the stack's batch size. A lazy
+        stack's batch size is always compliant, so `keep_compliant_size=True`
         leaves it as it is.
         """
         if keep_compliant_size:
@@ -266,7 +266,7 @@ class LazyStackedTensorDict(TensorDictBase):
 
     # ------------------------------------------------- per-member traversals (_map)
     def _stack_parts(self) -> tuple[list[TensorDictBase], int]:
-        """The members and the stack dim: ``_map``'s traversals walk these."""
+        """The members and the stack dim: `_map`'s traversals walk these."""
         return self.tensordicts, self.stack_dim
 
     def _restack(self, members: Sequence[TensorDictBase], dim: int) -> LazyStackedTensorDict:
@@ -316,7 +316,7 @@ class LazyStackedTensorDict(TensorDictBase):
         return LazyStackedTensorDict(*values, stack_dim=self.stack_dim)
 
     def get(self, key: Any, default: Any = NO_DEFAULT, *, as_nested_tensor: bool = False) -> Any:
-        """The entry at ``key``, stacked; ``as_nested_tensor`` stacks ragged leaves as a nested tensor."""
+        """The entry at `key`, stacked; `as_nested_tensor` stacks ragged leaves as a nested tensor."""
         if not as_nested_tensor:
             return super().get(key, default)
         return self.get_nestedtensor(key, default)
@@ -324,11 +324,11 @@ class LazyStackedTensorDict(TensorDictBase):
     def get_nestedtensor(
         self, key: Any, default: Any = NO_DEFAULT, *, layout: torch.layout | None = None
     ) -> Any:
-        """The members' entries at ``key`` as one nested tensor (ragged dims allowed).
+        """The members' entries at `key` as one nested tensor (ragged dims allowed).
 
         Args:
-            default: returned when a member lacks ``key``.
-            layout: ``torch.jagged`` or ``torch.strided`` (the default).
+            default: returned when a member lacks `key`.
+            layout: `torch.jagged` or `torch.strided` (the default).
         """
         if self.stack_dim != 0:
             raise ValueError(
@@ -350,7 +350,7 @@ class LazyStackedTensorDict(TensorDictBase):
             return torch.nested.as_nested_tensor(values, layout=layout)
 
     def get_item_shape(self, key: Any) -> torch.Size:
-        """The shape of the entry at ``key`` without stacking; ragged dims are -1."""
+        """The shape of the entry at `key` without stacking; ragged dims are -1."""
         values = [td.get(key) for td in self.tensordicts]
         return _stacked_shape(
             [v.shape if isinstance(v, Tensor) else v.batch_size for v in values], self.stack_dim
@@ -376,9 +376,9 @@ class LazyStackedTensorDict(TensorDictBase):
             td._del_str(key)
 
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
-        """In-place write of ``item`` into entry ``key``: into the members' own storage.
+        """In-place write of `item` into entry `key`: into the members' own storage.
 
-        ``dest`` (a stacked read) is only used to check the value fits, before
+        `dest` (a stacked read) is only used to check the value fits, before
         any member is written.
         """
         if isinstance(dest, Tensor):
@@ -612,7 +612,7 @@ def _stacked_shape(shapes: list[torch.Size], stack_dim: int) -> torch.Size:
 
 
 def lazy_stack(tensordicts: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
-    """Stack TensorDicts lazily along batch dim ``dim`` (see :class:`LazyStackedTensorDict`)."""
+    """Stack TensorDicts lazily along batch dim `dim` (see `LazyStackedTensorDict`)."""
     return LazyStackedTensorDict(*tensordicts, stack_dim=dim)
 
 

@@ -1,13 +1,13 @@
 """Batch-dim ops on a lazy stack, run on its members and re-stacked lazily.
 
-A lazy stack of members with batch size ``m`` along dim ``s`` is rearranged
+A lazy stack of members with batch size `m` along dim `s` is rearranged
 without stacking any leaf: the op is translated to the members' dims (the
 stack dim removed) and the results are stacked lazily again, at the dim the
 stack dim moved to. So ragged members (leaves of different shapes) work, and
 the result's leaves are the members' (views where the member op gives views).
 
-The functions here take the container and return ``None`` when it is not a
-lazy stack, so each op's body reads ``lazy.permute(td, order) or dense path``.
+The functions here take the container and return `None` when it is not a
+lazy stack, so each op's body reads `lazy.permute(td, order) or dense path`.
 """
 
 from __future__ import annotations
@@ -39,19 +39,19 @@ __all__ = [
 
 @functools.cache
 def _is_stack_type(cls: type) -> bool:
-    # a lazy stack keeps its members in a ``tensordicts`` slot; the base never names the class
+    # a lazy stack keeps its members in a `tensordicts` slot; the base never names the class
     return any("tensordicts" in getattr(c, "__slots__", ()) for c in cls.__mro__)
 
 
 def parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
-    """``(members, stack_dim)`` if ``td`` is a lazy stack, else ``None``."""
+    """`(members, stack_dim)` if `td` is a lazy stack, else `None`."""
     if not _is_stack_type(type(td)):
         return None
     return list(td.tensordicts), td.stack_dim
 
 
 def restack(td: TensorDictBase, members: Sequence[TensorDictBase], dim: int) -> TensorDictBase:
-    """A lazy stack like ``td`` of ``members`` along ``dim``."""
+    """A lazy stack like `td` of `members` along `dim`."""
     return type(td)(*members, stack_dim=dim)  # type: ignore[call-arg]
 
 
@@ -60,7 +60,7 @@ def per_member(
     fn: Callable[[TensorDictBase], TensorDictBase],
     dense: Callable[[TensorDictBase], TensorDictBase],
 ) -> TensorDictBase:
-    """``fn`` on each member re-stacked lazily if ``td`` is a lazy stack, else ``dense(td)``
+    """`fn` on each member re-stacked lazily if `td` is a lazy stack, else `dense(td)`
     (ops that keep the batch size)."""
     found = parts(td)
     if found is None:
@@ -70,7 +70,7 @@ def per_member(
 
 
 def permute(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase | None:
-    """Members permuted by ``order`` without the stack dim; the stack dim goes where ``order`` puts it."""
+    """Members permuted by `order` without the stack dim; the stack dim goes where `order` puts it."""
     found = parts(td)
     if found is None:
         return None
@@ -80,7 +80,7 @@ def permute(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase | None:
 
 
 def unsqueeze(td: TensorDictBase, d: int) -> TensorDictBase | None:
-    """``d`` is already normalised to ``[0, batch_dims]``."""
+    """`d` is already normalised to `[0, batch_dims]`."""
     found = parts(td)
     if found is None:
         return None
@@ -91,14 +91,14 @@ def unsqueeze(td: TensorDictBase, d: int) -> TensorDictBase | None:
 
 
 def squeeze(td: TensorDictBase, dims: Sequence[int]) -> TensorDictBase | None:
-    """Remove the size-1 batch dims ``dims`` (normalised, all of size 1)."""
+    """Remove the size-1 batch dims `dims` (normalised, all of size 1)."""
     found = parts(td)
     if found is None:
         return None
     out: TensorDictBase = td
     for d in sorted(dims, reverse=True):
         found = parts(out)
-        if found is None:  # the stack dim was squeezed: ``out`` is a member now
+        if found is None:  # the stack dim was squeezed: `out` is a member now
             out = out.squeeze(d)
             continue
         members, s = found
@@ -110,7 +110,7 @@ def squeeze(td: TensorDictBase, dims: Sequence[int]) -> TensorDictBase | None:
 
 
 def expand(td: TensorDictBase, new: torch.Size) -> TensorDictBase | None:
-    """Expand to the (validated) batch size ``new``, when the stack dim keeps its size."""
+    """Expand to the (validated) batch size `new`, when the stack dim keeps its size."""
     found = parts(td)
     if found is None:
         return None
@@ -123,7 +123,7 @@ def expand(td: TensorDictBase, new: torch.Size) -> TensorDictBase | None:
 
 
 def _elements(td: TensorDictBase) -> list[TensorDictBase]:
-    """The 0-d elements of ``td`` in row-major order (views of the members)."""
+    """The 0-d elements of `td` in row-major order (views of the members)."""
     if not td.batch_dims:
         return [td]
     return [e for row in td.unbind(0) for e in _elements(row)]
@@ -138,14 +138,14 @@ def _build(td: TensorDictBase, elements: list[TensorDictBase], shape: torch.Size
 
 
 def reshape(td: TensorDictBase, new: torch.Size) -> TensorDictBase | None:
-    """``td`` as batch size ``new`` (same numel), as nested lazy stacks of its elements."""
+    """`td` as batch size `new` (same numel), as nested lazy stacks of its elements."""
     if parts(td) is None or 0 in new:
         return None
     return _build(td, _elements(td), new)
 
 
 def repeat(td: TensorDictBase, reps: Sequence[int]) -> TensorDictBase | None:
-    """Members repeated along their dims; the member list tiled ``reps[stack_dim]`` times."""
+    """Members repeated along their dims; the member list tiled `reps[stack_dim]` times."""
     found = parts(td)
     if found is None or reps[found[1]] <= 0:
         return None
@@ -178,7 +178,7 @@ def repeat_interleave(
 
 
 def slices(td: TensorDictBase, d: int, bounds: Sequence[tuple[int, int]]) -> tuple[Any, ...] | None:
-    """``td[..., a:b]`` along batch dim ``d`` for each ``(a, b)``: lazy stacks of (indexed) members."""
+    """`td[..., a:b]` along batch dim `d` for each `(a, b)`: lazy stacks of (indexed) members."""
     if parts(td) is None:
         return None
     lead = (slice(None),) * d

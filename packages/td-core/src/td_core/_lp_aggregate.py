@@ -1,9 +1,9 @@
 """The switch that says whether composite log-probabilities are summed into one tensor.
 
 Shared by td-nn and td-distributions. When it is on, a composite distribution's
-``log_prob`` returns one tensor (the sum over leaves) written under a single
+`log_prob` returns one tensor (the sum over leaves) written under a single
 key; when off (the default, as in upstream 0.15), it returns a TensorDict with
-one log-prob per leaf, written next to each sampled leaf as ``<name>_log_prob``.
+one log-prob per leaf, written next to each sampled leaf as `<name>_log_prob`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ _AGGREGATE: ContextVar[bool] = ContextVar("td_composite_lp_aggregate", default=F
 
 
 def composite_lp_aggregate() -> bool:
-    """Whether composite log-probabilities are aggregated (default ``False``)."""
+    """Whether composite log-probabilities are aggregated (default `False`)."""
     return _AGGREGATE.get()
 
 

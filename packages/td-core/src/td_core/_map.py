@@ -1,12 +1,12 @@
 """The two traversals every bulk operation is built on.
 
-``map_batch`` applies a *batch op* to a whole tree: a function that acts on
-the ``n`` leading (batch) dims of a tensor and leaves the trailing dims alone
+`map_batch` applies a *batch op* to a whole tree: a function that acts on
+the `n` leading (batch) dims of a tensor and leaves the trailing dims alone
 (indexing, reshape, permute, expand, ...). Sub-TensorDicts are traversed with
-the same function and ``n``, and get the new leading dims plus whatever extra
+the same function and `n`, and get the new leading dims plus whatever extra
 batch dims they had. Non-tensor leaves apply the op to their values.
 
-``map_leaves`` applies a function to every tensor leaf, keeping the batch
+`map_leaves` applies a function to every tensor leaf, keeping the batch
 size (clone, to, detach, arithmetic, ...). Non-tensor leaves pass through.
 
 Both build each result's entry dict in one pass and construct it with the
@@ -14,11 +14,11 @@ private constructor, which does not re-validate.
 
 Lazy stacks run per member. A lazy stack's reads are stacked copies, and its
 members may hold leaves of different shapes, so every traversal here asks
-:func:`stack_parts` first: for a lazy stack it walks the members and re-stacks
-the results lazily. Leaf-wise traversals (``map_leaves``, ``tensor_leaves``,
-``rebuild``, ``aligned_leaves``) always do this, so in-place ops write the
+`stack_parts` first: for a lazy stack it walks the members and re-stacks
+the results lazily. Leaf-wise traversals (`map_leaves`, `tensor_leaves`,
+`rebuild`, `aligned_leaves`) always do this, so in-place ops write the
 members' own tensors and results stay lazy, as upstream. Batch ops run per
-member only when the members' leaves differ in shape (``ragged``); otherwise
+member only when the members' leaves differ in shape (`ragged`); otherwise
 stacking once and running the op once is cheaper. An op written over these
 traversals works on ragged lazy stacks with no code of its own.
 """
@@ -68,33 +68,35 @@ def is_nt(obj: Any) -> bool:
 
 
 def stack_parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
-    """``(members, stack_dim)`` of a lazy stack, ``None`` for every other kind."""
+    """`(members, stack_dim)` of a lazy stack, `None` for every other kind."""
     parts = getattr(type(td), "_stack_parts", None)
     return None if parts is None else parts(td)
 
 
 def _restack(td: Any, members: Sequence[Any], dim: int) -> Any:
-    """A lazy stack of ``members`` along ``dim``, built by the lazy stack ``td``'s class."""
+    """A lazy stack of `members` along `dim`, built by the lazy stack `td`'s class."""
     return td._restack(members, dim)  # only lazy stacks reach here
 
 
 def is_ragged(td: Any) -> bool:
-    """Whether ``td`` is a lazy stack whose members' leaves differ in shape (at any depth)."""
+    """Whether `td` is a lazy stack whose members' leaves differ in shape (at any depth)."""
     return stack_parts(td) is not None and bool(td._is_ragged())
 
 
 def per_member(td: TensorDictBase, fn: Callable[..., Any], *others: Any) -> Any:
-    """``fn(member, *others_member)`` for each member of a lazy stack, re-stacked lazily.
+    """`fn(member, *others_member)` for each member of a lazy stack, re-stacked lazily.
 
-    ``others`` (TensorDicts of ``td``'s batch size, or anything else) are split
-    along the stack dim. Returns ``NotImplemented`` when ``td`` is not a lazy
-    stack, so a traversal starts with::
+    `others` (TensorDicts of `td`'s batch size, or anything else) are split
+    along the stack dim. Returns `NotImplemented` when `td` is not a lazy
+    stack, so a traversal starts with:
 
-        result = per_member(td, lambda m, *o: traversal(m, *o, ...), *others)
-        if result is not NotImplemented:
-            return result
+    ```python
+    result = per_member(td, lambda m, *o: traversal(m, *o, ...), *others)
+    if result is not NotImplemented:
+        return result
+    ```
 
-    Results that are ``None`` (in-place traversals) give ``None``.
+    Results that are `None` (in-place traversals) give `None`.
     """
     parts = stack_parts(td)
     if parts is None:
@@ -108,7 +110,7 @@ def per_member(td: TensorDictBase, fn: Callable[..., Any], *others: Any) -> Any:
 
 
 def _ragged(td: TensorDictBase) -> tuple[list[TensorDictBase], int] | None:
-    """``stack_parts(td)`` when it is a lazy stack whose members' leaves differ in shape."""
+    """`stack_parts(td)` when it is a lazy stack whose members' leaves differ in shape."""
     parts = stack_parts(td)
     return parts if parts is not None and td._is_ragged() else None  # type: ignore[attr-defined]
 
@@ -116,7 +118,7 @@ def _ragged(td: TensorDictBase) -> tuple[list[TensorDictBase], int] | None:
 def map_batch(
     td: TensorDictBase, fn: Callable[[Tensor], Tensor], lead: torch.Size
 ) -> TensorDictBase:
-    """Apply the batch op ``fn`` to every entry; ``lead`` is the new batch size of ``td``."""
+    """Apply the batch op `fn` to every entry; `lead` is the new batch size of `td`."""
     return _map_batch(td, fn, lead, td.batch_dims)
 
 
@@ -139,7 +141,7 @@ def _map_batch(
 
 
 def index_batch(td: TensorDictBase, index: Any, lead: torch.Size) -> TensorDictBase:
-    """``map_batch`` specialised to ``t[index]``: indexing is the hottest batch op,
+    """`map_batch` specialised to `t[index]`: indexing is the hottest batch op,
     and inlining it saves a function call per leaf."""
     return _index_batch(td, index, lead, td.batch_dims)
 
@@ -164,7 +166,7 @@ def map_batch_multi(
     fn: Callable[[Tensor], Sequence[Tensor]],
     leads: Sequence[torch.Size],
 ) -> list[TensorDictBase]:
-    """Like ``map_batch`` for ops with several results (unbind, split, chunk)."""
+    """Like `map_batch` for ops with several results (unbind, split, chunk)."""
     return _map_batch_multi(td, fn, leads, td.batch_dims)
 
 
@@ -199,10 +201,10 @@ def map_leaves(
     device: Any = None,
     keep_non_tensor: Callable[[Any], Any] | None = None,
 ) -> TensorDictBase:
-    """Apply ``fn`` to every tensor leaf; the batch size is unchanged.
+    """Apply `fn` to every tensor leaf; the batch size is unchanged.
 
     Args:
-        device: the device of the result (default: ``td``'s).
+        device: the device of the result (default: `td`'s).
         keep_non_tensor: what to do with non-tensor leaves (default: keep them).
     """
     lazy = per_member(
@@ -222,7 +224,7 @@ def map_leaves(
 
 
 def tensor_leaves(td: TensorDictContract) -> list[Tensor]:
-    """The tensor leaves in traversal order (the order ``rebuild`` consumes)."""
+    """The tensor leaves in traversal order (the order `rebuild` consumes)."""
     out: list[Tensor] = []
     _collect(td, out)
     return out
@@ -244,7 +246,7 @@ def _collect(td: TensorDictContract, out: list[Tensor]) -> None:
 def rebuild(
     td: TensorDictContract, leaves: Iterator[Tensor], *, batch_size: torch.Size | None = None
 ) -> TensorDictBase:
-    """A tree shaped like ``td`` whose tensor leaves are taken from ``leaves`` in order."""
+    """A tree shaped like `td` whose tensor leaves are taken from `leaves` in order."""
     parts = stack_parts(td)
     if parts is not None:
         members, d = parts
@@ -269,9 +271,9 @@ def rebuild(
 
 
 def aligned_leaves(td: TensorDictBase, other: TensorDictBase) -> list[Any]:
-    """``other``'s entries at ``td``'s tensor leaves, in :func:`tensor_leaves` order.
+    """`other`'s entries at `td`'s tensor leaves, in `tensor_leaves` order.
 
-    Raises ``KeyError`` naming the first key of ``td`` that ``other`` lacks.
+    Raises `KeyError` naming the first key of `td` that `other` lacks.
     """
     out: list[Any] = []
     _align(td, other, out, ())
@@ -311,9 +313,9 @@ def _lazy_batch(
     leads: Sequence[torch.Size],
     n: int,
 ) -> list[TensorDictBase]:
-    """The batch op ``fn`` (acting on the ``n`` leading dims) on a ragged lazy stack, per member.
+    """The batch op `fn` (acting on the `n` leading dims) on a ragged lazy stack, per member.
 
-    The op is first run on a probe, ``arange(len(members))`` laid along the
+    The op is first run on a probe, `arange(len(members))` laid along the
     stack dim: where the member numbers land in each result tells which result
     dim is the new stack dim and which member each slice along it comes from
     (a result constant throughout comes from one member). Each member then runs
@@ -373,11 +375,11 @@ def _lazy_batch(
 
 
 def _member_layout(probe: Any, mirrored: Any, count: int) -> tuple[int | None, list[int]] | None:
-    """``(result dim, member per slice)`` from a probe result, ``(None, [member])`` if constant.
+    """`(result dim, member per slice)` from a probe result, `(None, [member])` if constant.
 
-    ``None`` when the op is not a pure data move of the members' rows: its probe
-    result must hold member numbers, and relabelling the members (``mirrored``,
-    the op on ``count - 1 - probe``) must relabel the result the same way.
+    `None` when the op is not a pure data move of the members' rows: its probe
+    result must hold member numbers, and relabelling the members (`mirrored`,
+    the op on `count - 1 - probe`) must relabel the result the same way.
     """
     if (
         not isinstance(probe, Tensor)

@@ -1,4 +1,4 @@
-"""The ``dict`` surface beyond get/set: locking, ``popitem``, ``clear``, ``fromkeys``, non-tensor entries, ...
+"""The `dict` surface beyond get/set: locking, `popitem`, `clear`, `fromkeys`, non-tensor entries, ...
 
 Every method here checks what can fail (locks, missing keys) before it writes,
 so a failed call leaves the TensorDict as it was.
@@ -29,7 +29,7 @@ Tensor = torch.Tensor
 class _PerObject:
     """A dict keyed by object identity whose entries vanish with their object.
 
-    (``WeakKeyDictionary`` compares keys with ``==``, which a TensorDict
+    (`WeakKeyDictionary` compares keys with `==`, which a TensorDict
     answers with a TensorDict.)
     """
 
@@ -48,7 +48,7 @@ class _PerObject:
         return entry[1]
 
 
-# Lock state before the latest lock_()/unlock_() call, and the states ``with`` blocks restore.
+# Lock state before the latest lock_()/unlock_() call, and the states `with` blocks restore.
 _BEFORE = _PerObject()
 _RESTORE = _PerObject()
 
@@ -59,7 +59,7 @@ def _locked_error(what: str, key: Any = None) -> LockedError:
 
 
 def _drop_empty(td: TensorDictBase) -> bool:
-    """Remove empty sub-TensorDicts (bottom up); whether ``td`` itself ended up empty."""
+    """Remove empty sub-TensorDicts (bottom up); whether `td` itself ended up empty."""
     for key in list(td._keys_str()):
         value = td._get_str(key)
         if is_td(value) and _drop_empty(value):
@@ -78,7 +78,7 @@ def _without_non_tensor(td: TensorDictBase) -> TensorDictBase:
 
 
 class MappingMixin:
-    """Dict-like methods of :class:`td_core.TensorDictBase`."""
+    """Dict-like methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
@@ -86,8 +86,8 @@ class MappingMixin:
     def lock_(self: TensorDictBase) -> TensorDictBase:
         """Lock this TensorDict and its sub-TensorDicts: no entry may be added, replaced or removed.
 
-        In-place writes (``set_``, ``td[idx] = ...`` on existing entries) stay
-        allowed. Returns self; as a context manager (``with td.lock_():``) the
+        In-place writes (`set_`, `td[idx] = ...` on existing entries) stay
+        allowed. Returns self; as a context manager (`with td.lock_():`) the
         previous state comes back on exit.
         """
         _BEFORE.set(self, self._is_locked)
@@ -97,7 +97,7 @@ class MappingMixin:
     def unlock_(self: TensorDictBase) -> TensorDictBase:
         """Unlock this TensorDict and its sub-TensorDicts.
 
-        Returns self; as a context manager (``with td.unlock_():``) the
+        Returns self; as a context manager (`with td.unlock_():`) the
         previous state comes back on exit.
 
         Examples:
@@ -134,11 +134,11 @@ class MappingMixin:
 
     # ---------------------------------------------------------------- dict methods
     def popitem(self: TensorDictBase) -> tuple[str, Any]:
-        """Remove the last top-level entry and return ``(key, entry)``.
+        """Remove the last top-level entry and return `(key, entry)`.
 
         Raises:
             KeyError: if the TensorDict is empty.
-            LockedError: (a ``RuntimeError``) if it is locked.
+            LockedError: (a `RuntimeError`) if it is locked.
         """
         keys = list(self._keys_str())
         if not keys:
@@ -160,7 +160,7 @@ class MappingMixin:
 
     @classmethod
     def fromkeys(cls, keys: list[NestedKey], value: Any = 0) -> TensorDictBase:
-        """A TensorDict with empty batch size holding ``value`` at every key of ``keys``.
+        """A TensorDict with empty batch size holding `value` at every key of `keys`.
 
         Examples:
             >>> from td_core import TensorDict
@@ -177,7 +177,7 @@ class MappingMixin:
         return sorted(self._keys_str())
 
     def create_nested(self: TensorDictBase, key: NestedKey) -> TensorDictBase:
-        """Write an empty sub-TensorDict with this batch size at ``key`` (replacing what was there)."""
+        """Write an empty sub-TensorDict with this batch size at `key` (replacing what was there)."""
         key = unravel_key(key)
         parent = self if type(key) is str else self._parent_for(key, create=True)
         leaf = key if type(key) is str else key[-1]
@@ -200,7 +200,7 @@ class MappingMixin:
         return _without_non_tensor(self)
 
     def replace(self: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
-        """A shallow copy with some entries replaced: ``td.replace({"a": x}, b=y)``.
+        """A shallow copy with some entries replaced: `td.replace({"a": x}, b=y)`.
 
         Self is not modified; the entries not replaced are shared.
         """
@@ -217,10 +217,10 @@ class MappingMixin:
     def rename_keys(
         self: TensorDictBase, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True
     ) -> TensorDictBase:
-        """A copy whose entries at the keys of ``mapping`` move to the mapped keys.
+        """A copy whose entries at the keys of `mapping` move to the mapped keys.
 
         Leaves are shared, not copied. Sub-TensorDicts emptied by the moves are
-        dropped. With ``strict`` a missing source key raises ``KeyError``.
+        dropped. With `strict` a missing source key raises `KeyError`.
         """
         present = self.keys(include_nested=True)
         moves = []
@@ -248,7 +248,7 @@ class MappingMixin:
 
     # ---------------------------------------------------------------- non-tensor data
     def set_non_tensor(self: TensorDictBase, key: NestedKey, value: Any) -> TensorDictBase:
-        """Store ``value`` at ``key`` as a non-tensor leaf, even if it is a tensor or a number."""
+        """Store `value` at `key` as a non-tensor leaf, even if it is a tensor or a number."""
         key = unravel_key(key)
         parent = self if type(key) is str else self._parent_for(key, create=True)
         leaf = key if type(key) is str else key[-1]
@@ -258,13 +258,13 @@ class MappingMixin:
         return self
 
     def is_non_tensor(self: TensorDictBase, key: NestedKey) -> bool:
-        """Whether the entry at ``key`` is a non-tensor leaf (``KeyError`` if missing)."""
+        """Whether the entry at `key` is a non-tensor leaf (`KeyError` if missing)."""
         return bool(is_nt(self.get(key)))
 
     def non_tensor_items(
         self: TensorDictBase, include_nested: bool = False
     ) -> Iterator[tuple[NestedKey, Any]]:
-        """``(key, leaf)`` for every non-tensor leaf (nested ones as tuple keys with ``include_nested``)."""
+        """`(key, leaf)` for every non-tensor leaf (nested ones as tuple keys with `include_nested`)."""
         for key in self.keys(include_nested=include_nested):
             value = self.get(key)
             if is_nt(value):
@@ -278,11 +278,11 @@ class MappingMixin:
         strict: bool = True,
         filter_empty: bool = True,
     ) -> TensorDictBase:
-        """Remove ``keys`` from self (in place) and return them as a new TensorDict.
+        """Remove `keys` from self (in place) and return them as a new TensorDict.
 
         Args:
-            default: the value a missing key gets in the result (instead of a ``KeyError``).
-            strict: raise ``KeyError`` on a missing key (when no ``default`` is given).
+            default: the value a missing key gets in the result (instead of a `KeyError`).
+            strict: raise `KeyError` on a missing key (when no `default` is given).
             filter_empty: drop the sub-TensorDicts of self that the removal leaves empty.
         """
         present = self.keys(include_nested=True)
@@ -317,10 +317,10 @@ class MappingMixin:
 
     # ---------------------------------------------------------------- conversion to dense
     def to_tensordict(self: TensorDictBase, *, retain_none: bool | None = None) -> TensorDictBase:
-        """A dense, unlocked ``TensorDict`` copy of this one (any kind; leaves are cloned).
+        """A dense, unlocked `TensorDict` copy of this one (any kind; leaves are cloned).
 
         Args:
-            retain_none: kept for upstream compatibility; ``None`` values are kept
+            retain_none: kept for upstream compatibility; `None` values are kept
                 as non-tensor leaves either way.
         """
         from td_core._td import TensorDict

@@ -1,8 +1,8 @@
 """Maps from unconstrained reals to positive reals, for scale parameters.
 
-Shared by td-nn and td-distributions (``NormalParamWrapper``,
-``AddStateIndependentNormalScale``). ``mappings(name)`` turns a name such as
-``"biased_softplus_1.0"`` into the callable.
+Shared by td-nn and td-distributions (`NormalParamWrapper`,
+`AddStateIndependentNormalScale`). `mappings(name)` turns a name such as
+`"biased_softplus_1.0"` into the callable.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["biased_softplus", "inv_softplus", "expln", "mappings", "add_custom_m
 
 
 def inv_softplus(bias: float | torch.Tensor) -> float | torch.Tensor:
-    """Inverse of softplus: ``x`` such that ``softplus(x) == bias`` (``bias > 0``).
+    """Inverse of softplus: `x` such that `softplus(x) == bias` (`bias > 0`).
 
     Examples:
         >>> import torch
@@ -33,10 +33,10 @@ def inv_softplus(bias: float | torch.Tensor) -> float | torch.Tensor:
 
 
 class biased_softplus(nn.Module):
-    """Softplus shifted so that ``f(0) == bias`` and ``f(x) > min_val`` everywhere.
+    """Softplus shifted so that `f(0) == bias` and `f(x) > min_val` everywhere.
 
     Args:
-        bias: the value at 0; must exceed ``min_val``.
+        bias: the value at 0; must exceed `min_val`.
         min_val: the lower bound of the output.
     """
 
@@ -57,7 +57,7 @@ class biased_softplus(nn.Module):
 
 
 def expln(x: torch.Tensor) -> torch.Tensor:
-    """``exp(x)`` for ``x <= 0`` and ``log1p(x) + 1`` above: positive, smooth, slow-growing."""
+    """`exp(x)` for `x <= 0` and `log1p(x) + 1` above: positive, smooth, slow-growing."""
     return torch.where(x <= 0, x.clamp_max(0).exp(), x.clamp_min(0).log1p() + 1)
 
 
@@ -79,16 +79,16 @@ _CUSTOM: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
 
 
 def add_custom_mapping(name: str, mapping: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    """Register ``mapping`` under ``name`` so that ``mappings(name)`` returns it.
+    """Register `mapping` under `name` so that `mappings(name)` returns it.
 
     A registered name replaces a built-in one of the same name.
 
     Args:
-        name: the name, e.g. for ``NormalParamExtractor(scale_mapping=name)``.
+        name: the name, e.g. for `NormalParamExtractor(scale_mapping=name)`.
         mapping: a function from a tensor to a tensor of the same shape.
 
     Raises:
-        TypeError: if ``name`` is not a str or ``mapping`` is not callable.
+        TypeError: if `name` is not a str or `mapping` is not callable.
 
     Examples:
         >>> import torch
@@ -105,11 +105,11 @@ def add_custom_mapping(name: str, mapping: Callable[[torch.Tensor], torch.Tensor
 
 
 def mappings(key: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The positive mapping called ``key``.
+    """The positive mapping called `key`.
 
-    Known names: ``softplus``, ``exp``, ``relu``, ``expln``, ``none``,
-    ``biased_softplus`` (bias 1.0), ``biased_softplus_{bias}`` and
-    ``biased_softplus_{bias}_{min_val}``.
+    Known names: `softplus`, `exp`, `relu`, `expln`, `none`,
+    `biased_softplus` (bias 1.0), `biased_softplus_{bias}` and
+    `biased_softplus_{bias}_{min_val}`.
 
     Examples:
         >>> import torch

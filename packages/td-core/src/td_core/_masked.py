@@ -1,22 +1,22 @@
-"""Masked and indexed reads and writes (``where``, ``masked_fill``, ``get_at``, ``set_at_``, ``gather``, ...).
+"""Masked and indexed reads and writes (`where`, `masked_fill`, `get_at`, `set_at_`, `gather`, ...).
 
 Two kinds of op live here:
 
-* mask ops (``where``, ``masked_fill``, ``masked_fill_``): one table row each
+* mask ops (`where`, `masked_fill`, `masked_fill_`): one table row each
   (name, what to do with one leaf, in place or not) and one implementation,
-  :func:`_mask_map`. The mask covers leading batch dims (size-1 dims
+  `_mask_map`. The mask covers leading batch dims (size-1 dims
   broadcast) and is reshaped once per leaf rank to broadcast over the
   feature dims. Non-tensor leaves are kept as they are.
-* indexed and whole-entry writes (``set_at_``, ``update_at_``, ``copy_``,
-  ``copy_at_``, ``fill_``, ``zero_``): every write is validated before the
+* indexed and whole-entry writes (`set_at_`, `update_at_`, `copy_`,
+  `copy_at_`, `fill_`, `zero_`): every write is validated before the
   first one is made, and goes to the tensors that hold the data, so writes
-  through a lazy stack reach its members (see :func:`td_core._index.set_at`).
+  through a lazy stack reach its members (see `td_core._index.set_at`).
 
 A lazy stack runs mask ops member by member (the mask and a TensorDict
 operand are split along the stack dim) and re-stacks lazily, which also
-covers members whose leaves differ in shape. ``TensorDictParams`` writes its
-parameters under ``no_grad`` where upstream does (``zero_``, ``fill_``,
-``set_at_``, ``update_at_``, ``copy_``, ``copy_at_``).
+covers members whose leaves differ in shape. `TensorDictParams` writes its
+parameters under `no_grad` where upstream does (`zero_`, `fill_`,
+`set_at_`, `update_at_`, `copy_`, `copy_at_`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ _SCALARS = (int, float, bool)
 
 
 class _MaskRow(NamedTuple):
-    """One mask op: its name, its action on one leaf ``(leaf, mask, operand)``, in place or not."""
+    """One mask op: its name, its action on one leaf `(leaf, mask, operand)`, in place or not."""
 
     name: str
     leaf: Callable[[Tensor, Tensor, Any], Tensor]
@@ -74,7 +74,7 @@ MASK_OPS: dict[str, _MaskRow] = {
 
 # ------------------------------------------------------------------ mask ops
 def _check_mask(td: Any, mask: Any, name: str) -> None:
-    """Raise (before anything is written) unless ``mask`` is a boolean mask over leading batch dims."""
+    """Raise (before anything is written) unless `mask` is a boolean mask over leading batch dims."""
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name}: the mask must be a boolean tensor, got {type(mask).__name__}")
     if mask.dtype is not torch.bool:
@@ -91,7 +91,7 @@ def _check_mask(td: Any, mask: Any, name: str) -> None:
 
 
 def _split_mask(mask: Tensor, d: int, n: int) -> list[Tensor]:
-    """The part of ``mask`` for each of ``n`` members stacked along batch dim ``d``."""
+    """The part of `mask` for each of `n` members stacked along batch dim `d`."""
     if mask.ndim <= d:
         return [mask] * n
     if mask.shape[d] != n:
@@ -100,7 +100,7 @@ def _split_mask(mask: Tensor, d: int, n: int) -> list[Tensor]:
 
 
 def _per_member(parts: tuple[list[Any], int], mask: Tensor, operand: Any) -> list[Any] | None:
-    """``(member, mask, operand)`` triples, or None if the operand cannot be split by member."""
+    """`(member, mask, operand)` triples, or None if the operand cannot be split by member."""
     members, d = parts
     n = len(members)
     if is_td(operand):
@@ -117,7 +117,7 @@ def _per_member(parts: tuple[list[Any], int], mask: Tensor, operand: Any) -> lis
 def _mask_map(
     td: Any, row: _MaskRow, mask: Tensor, operand: Any, pad: Any, views: dict[int, Tensor]
 ) -> Any:
-    """Apply ``row`` to every tensor leaf of ``td`` (the family's one implementation)."""
+    """Apply `row` to every tensor leaf of `td` (the family's one implementation)."""
     parts = lazy_parts(td)
     if parts is not None:
         triples = _per_member(parts, mask, operand)
@@ -175,7 +175,7 @@ def _pad_only_other(value: Any, mask: Tensor, pad: Any, views: dict[int, Tensor]
 
 # ------------------------------------------------------------------ gather
 def _expand_index(index: Tensor, shape: torch.Size, d: int) -> Tensor:
-    """``index`` broadcast over the trailing dims of ``shape``, as ``torch.gather`` needs it."""
+    """`index` broadcast over the trailing dims of `shape`, as `torch.gather` needs it."""
     idx = index.reshape(index.shape + (1,) * (len(shape) - index.ndim))
     target = list(shape)
     for i, size in enumerate(index.shape[: len(shape)]):
@@ -212,7 +212,7 @@ def _gather(td: Any, d: int, index: Tensor) -> Any:
 
 
 class MaskedMixin:
-    """Methods of :class:`td_core.TensorDictBase` from this family."""
+    """Methods of `td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
 
@@ -226,18 +226,18 @@ class MaskedMixin:
         pad: Any = None,
         update_batch_size: bool = False,
     ) -> TensorDictBase:
-        """Leaf-wise ``torch.where(condition, leaf, other)``: self where True, ``other`` elsewhere.
+        """Leaf-wise `torch.where(condition, leaf, other)`: self where True, `other` elsewhere.
 
         Args:
             condition: a boolean mask over the leading batch dims (size-1 dims broadcast).
             other: a TensorDict (leaves paired by key), a tensor or a scalar.
             out: a TensorDict whose entries are set to the result's (returned).
             pad: the value used for keys present on one side only; without it,
-                a key of self missing from ``other`` raises ``KeyError``.
+                a key of self missing from `other` raises `KeyError`.
             update_batch_size: accepted for compatibility; the batch size is kept.
 
         Raises:
-            RuntimeError: if ``condition`` is not boolean or does not fit the batch size.
+            RuntimeError: if `condition` is not boolean or does not fit the batch size.
 
         Examples:
             >>> import torch
@@ -251,7 +251,7 @@ class MaskedMixin:
         return result if out is None else set_into(out, result)
 
     def masked_fill(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
-        """A copy with ``value`` written where ``mask`` (over leading batch dims) is True.
+        """A copy with `value` written where `mask` (over leading batch dims) is True.
 
         Examples:
             >>> import torch
@@ -264,7 +264,7 @@ class MaskedMixin:
         return _mask_map(self, MASK_OPS["masked_fill"], mask, value, None, {})  # type: ignore[no-any-return]
 
     def masked_fill_(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
-        """Write ``value`` in place where ``mask`` (over leading batch dims) is True; returns self."""
+        """Write `value` in place where `mask` (over leading batch dims) is True; returns self."""
         _check_mask(self, mask, "masked_fill_")
         _mask_map(self, MASK_OPS["masked_fill_"], mask, value, None, {})
         return self
@@ -272,12 +272,12 @@ class MaskedMixin:
     def masked_select(
         self: TensorDictBase, mask: Tensor, *, inplace: bool = False
     ) -> TensorDictBase:
-        """The batch elements where ``mask`` is True: the masked batch dims become one dim.
+        """The batch elements where `mask` is True: the masked batch dims become one dim.
 
         Args:
             mask: a boolean mask whose shape is the batch size or its leading dims.
             inplace: rebind self's leaves to the result and return self (not on
-                a lazy stack or ``TensorDictParams``: ``NotImplementedError``).
+                a lazy stack or `TensorDictParams`: `NotImplementedError`).
 
         Raises:
             IndexError: if the mask's shape does not match the batch dims it covers.
@@ -304,17 +304,17 @@ class MaskedMixin:
         *,
         inplace: bool = False,
     ) -> TensorDictBase:
-        """``torch.gather`` along batch dim ``dim`` on every leaf; the result's batch size is ``index.shape``.
+        """`torch.gather` along batch dim `dim` on every leaf; the result's batch size is `index.shape`.
 
-        ``index`` is broadcast over each leaf's feature dims.
+        `index` is broadcast over each leaf's feature dims.
 
         Args:
             out: a TensorDict to write the result into (returned).
             inplace: rebind self's leaves to the result and return self (needs
-                ``index.ndim == batch_dims``; not on lazy stacks).
+                `index.ndim == batch_dims`; not on lazy stacks).
 
         Raises:
-            RuntimeError: if ``dim`` is not a batch dim.
+            RuntimeError: if `dim` is not a batch dim.
 
         Examples:
             >>> import torch
@@ -351,7 +351,7 @@ class MaskedMixin:
 
     # ------------------------------------------------------- indexed reads/writes
     def get_at(self: TensorDictBase, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:
-        """``td.get(key)[index]``, reading only what is needed (through lazy stacks).
+        """`td.get(key)[index]`, reading only what is needed (through lazy stacks).
 
         Args:
             key: the entry's key.
@@ -359,8 +359,8 @@ class MaskedMixin:
             default: returned when the key is missing.
 
         Raises:
-            KeyError: naming the key, if it is missing and no ``default`` is given
-                (as :meth:`get`; upstream returns ``None``).
+            KeyError: naming the key, if it is missing and no `default` is given
+                (as `get`; upstream returns `None`).
 
         Examples:
             >>> import torch
@@ -397,11 +397,11 @@ class MaskedMixin:
         *,
         non_blocking: bool = False,
     ) -> TensorDictBase:
-        """``td[key][index] = value`` in place (allowed on a locked TensorDict); returns self.
+        """`td[key][index] = value` in place (allowed on a locked TensorDict); returns self.
 
         Raises:
             KeyError: naming the key, if it is missing.
-            RuntimeError: if ``value`` does not fit ``td[key][index]`` (nothing is written).
+            RuntimeError: if `value` does not fit `td[key][index]` (nothing is written).
 
         Examples:
             >>> import torch
@@ -441,7 +441,7 @@ class MaskedMixin:
         non_blocking: bool = False,
         keys_to_update: Iterable[NestedKey] | None = None,
     ) -> TensorDictBase:
-        """Write every leaf of the input at index ``idx`` into self's existing entries, in place.
+        """Write every leaf of the input at index `idx` into self's existing entries, in place.
 
         Every leaf is checked (key present, shape fits) before the first write.
 
@@ -464,11 +464,11 @@ class MaskedMixin:
         *,
         fast: bool = True,
     ) -> TensorDictBase:
-        """Copy ``tensordict`` into self at index ``idx``, in place (``self[idx] = tensordict`` without new keys).
+        """Copy `tensordict` into self at index `idx`, in place (`self[idx] = tensordict` without new keys).
 
         Raises:
-            KeyError: (also a ``RuntimeError`` with ``fast=True``, as upstream) naming
-                a key of ``tensordict`` that self lacks.
+            KeyError: (also a `RuntimeError` with `fast=True`, as upstream) naming
+                a key of `tensordict` that self lacks.
         """
         missing = MissingEntryError if fast else KeyNotFoundError
         plan = plan_at(self, tensordict, idx, None, False, missing, "copy_at_")
@@ -476,7 +476,7 @@ class MaskedMixin:
         return self
 
     def copy_(self: TensorDictBase, tensordict: Any, non_blocking: bool = False) -> TensorDictBase:
-        """Copy the leaves of ``tensordict`` into self's entries in place; returns self.
+        """Copy the leaves of `tensordict` into self's entries in place; returns self.
 
         Keys that self lacks are skipped (as upstream); every shape is checked first.
         """
@@ -493,7 +493,7 @@ class MaskedMixin:
         return self
 
     def fill_(self: TensorDictBase, key: NestedKey, value: float | bool) -> TensorDictBase:
-        """Fill the entry at ``key`` (every leaf of it, if it is a TensorDict) with ``value``.
+        """Fill the entry at `key` (every leaf of it, if it is a TensorDict) with `value`.
 
         Raises:
             KeyError: naming the key, if it is missing.

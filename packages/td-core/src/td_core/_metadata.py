@@ -1,8 +1,8 @@
-"""``MetaData``: one Python object for a whole batch, kept as one object by batch ops.
+"""`MetaData`: one Python object for a whole batch, kept as one object by batch ops.
 
-It is a ``NonTensorData`` whose indexing and shape ops give a ``MetaData``,
-and whose stack is one ``MetaData`` when every item holds the very same
-object (``is``), a ``NonTensorStack`` otherwise. ``MetaData[cls]`` checks the
+It is a `NonTensorData` whose indexing and shape ops give a `MetaData`,
+and whose stack is one `MetaData` when every item holds the very same
+object (`is`), a `NonTensorStack` otherwise. `MetaData[cls]` checks the
 type of the value.
 """
 
@@ -23,12 +23,12 @@ class MetaData(NonTensorData):
     """A value that describes the batch as a whole (a config, a dataset name).
 
     Args:
-        data: the value (a ``NonTensorData`` is unwrapped).
+        data: the value (a `NonTensorData` is unwrapped).
         batch_size: the batch size of the entry.
         device: the device of the entry (the value is not moved).
 
     Raises:
-        TypeError: for ``MetaData[cls]`` when ``data`` is not a ``cls``.
+        TypeError: for `MetaData[cls]` when `data` is not a `cls`.
 
     Examples:
         >>> import torch
@@ -86,7 +86,7 @@ class MetaData(NonTensorData):
 
     @classmethod
     def _stack_leaves(cls, leaves: Sequence[Any], dim: int) -> MetaData | None:
-        """One ``MetaData`` when every leaf holds the same object, else ``None`` (stack them)."""
+        """One `MetaData` when every leaf holds the same object, else `None` (stack them)."""
         first = leaves[0]
         if all(isinstance(leaf, MetaData) and leaf.data is first.data for leaf in leaves):
             bs = list(first.batch_size)

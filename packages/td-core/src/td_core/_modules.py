@@ -1,13 +1,15 @@
-"""Module parameters as TensorDicts: ``from_module``, ``from_modules``, ``to_module``.
+"""Module parameters as TensorDicts: `from_module`, `from_modules`, `to_module`.
 
-The module tree becomes nested keys (``model[0].weight`` is ``("0", "weight")``).
-``to_module`` writes a TensorDict's tensors into a module's parameter and buffer
+The module tree becomes nested keys (`model[0].weight` is `("0", "weight")`).
+`to_module` writes a TensorDict's tensors into a module's parameter and buffer
 slots and returns the values it replaced, as a TensorDict that restores them
-when used as a context manager::
+when used as a context manager:
 
-    with params.to_module(model):
-        out = model(x)          # runs with params
-    # model has its own parameters back
+```python
+with params.to_module(model):
+    out = model(x)          # runs with params
+# model has its own parameters back
+```
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ _EMPTY = torch.Size()
 
 
 class ModuleSwap(TensorDict):
-    """What ``to_module`` replaced; as a context manager it puts it back on exit."""
+    """What `to_module` replaced; as a context manager it puts it back on exit."""
 
     __slots__ = ("_inplace", "_module")
     _inplace: bool
@@ -65,14 +67,14 @@ def _collect(module: nn.Module) -> dict[str, Any]:
 def from_module(
     module: nn.Module, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
 ) -> TensorDictBase:
-    """The parameters and buffers of ``module`` as a TensorDict, nested like the module tree.
+    """The parameters and buffers of `module` as a TensorDict, nested like the module tree.
 
-    The leaves are the module's own ``nn.Parameter`` and buffer objects (no copy).
+    The leaves are the module's own `nn.Parameter` and buffer objects (no copy).
 
     Args:
-        as_module: return a :class:`TensorDictParams` (an ``nn.Module``) instead.
+        as_module: return a `TensorDictParams` (an `nn.Module`) instead.
         lock: lock the result.
-        use_state_dict: build from ``module.state_dict()`` (so state-dict hooks apply).
+        use_state_dict: build from `module.state_dict()` (so state-dict hooks apply).
 
     Examples:
         >>> import torch
@@ -145,15 +147,15 @@ def from_modules(
 
     Dense stacking (the default) makes new leaf parameters that receive the
     gradients (the modules' own parameters are left untouched). With
-    ``lazy_stack=True`` the modules' own parameters are kept, stacked on read.
+    `lazy_stack=True` the modules' own parameters are kept, stacked on read.
 
     Args:
-        as_module: return a :class:`TensorDictParams`. Exclusive with ``lazy_stack``.
+        as_module: return a `TensorDictParams`. Exclusive with `lazy_stack`.
         lock: lock the result (default True).
-        use_state_dict: read each module through its ``state_dict()``.
+        use_state_dict: read each module through its `state_dict()`.
         lazy_stack: keep references to the original parameters.
         expand_identical: a parameter shared (same object) by every module is
-            expanded rather than copied. Ignored with ``lazy_stack``.
+            expanded rather than copied. Ignored with `lazy_stack`.
 
     Examples:
         >>> import torch
@@ -270,19 +272,19 @@ def to_module(
     non_blocking: bool = False,
     preserve_module_state: bool = True,
 ) -> Any:
-    """Write ``td``'s tensors into ``module``'s parameters and buffers.
+    """Write `td`'s tensors into `module`'s parameters and buffers.
 
     Args:
-        inplace: copy into the existing parameters (under ``no_grad``) instead
+        inplace: copy into the existing parameters (under `no_grad`) instead
             of replacing them; use this to load a checkpoint into a model's
             own parameters.
         return_swap: return what was replaced (a context manager restoring it).
-        swap_dest: with ``return_swap``, also copy what was replaced into this TensorDict.
-        use_state_dict: go through ``module.load_state_dict`` (hooks apply).
+        swap_dest: with `return_swap`, also copy what was replaced into this TensorDict.
+        use_state_dict: go through `module.load_state_dict` (hooks apply).
         non_blocking: accepted for upstream compatibility.
-        preserve_module_state: a plain tensor written over an ``nn.Parameter``
-            becomes a parameter (with the old ``requires_grad``) unless it
-            requires grad itself or is batched by ``vmap``; with ``False`` it
+        preserve_module_state: a plain tensor written over an `nn.Parameter`
+            becomes a parameter (with the old `requires_grad`) unless it
+            requires grad itself or is batched by `vmap`; with `False` it
             replaces the parameter as a plain attribute.
     """
     inplace = bool(inplace)

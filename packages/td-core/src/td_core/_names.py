@@ -1,11 +1,11 @@
-"""Named batch dims (``names``, ``refine_names``, ``rename``, ``rename_``).
+"""Named batch dims (`names`, `refine_names`, `rename`, `rename_`).
 
-A TensorDict stores one optional name per batch dim (``None`` when every dim
+A TensorDict stores one optional name per batch dim (`None` when every dim
 is unnamed, the usual case, so unnamed containers pay nothing). Sub-TensorDicts
 share the names of their parent's batch dims. Shape ops carry the names along
-(see :func:`names_after`): indexing drops the names of indexed-away dims,
-``unsqueeze`` inserts ``None``, ``permute`` permutes them; ops that merge dims
-(``view``, ``flatten``) forget them.
+(see `names_after`): indexing drops the names of indexed-away dims,
+`unsqueeze` inserts `None`, `permute` permutes them; ops that merge dims
+(`view`, `flatten`) forget them.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ Names = tuple[str | None, ...]
 
 
 class NamesError(TDError, RuntimeError):
-    """Dim names that cannot be reconciled (``refine_names`` on a differently named dim)."""
+    """Dim names that cannot be reconciled (`refine_names` on a differently named dim)."""
 
 
 class NamesCountError(TDError, ValueError, IndexError):
-    """As many dim names as batch dims are needed (upstream raises ``IndexError`` or ``ValueError``)."""
+    """As many dim names as batch dims are needed (upstream raises `IndexError` or `ValueError`)."""
 
 
 def _check(names: Sequence[Any], ndim: int) -> Names:
@@ -60,7 +60,7 @@ def _check(names: Sequence[Any], ndim: int) -> Names:
 
 
 def carry_names(result: Any, names: Sequence[str | None] | None) -> Any:
-    """Give ``result`` (a TensorDict, or a tuple of them) the dim ``names``; returns ``result``."""
+    """Give `result` (a TensorDict, or a tuple of them) the dim `names`; returns `result`."""
     if isinstance(result, tuple):
         for item in result:
             carry_names(item, names)
@@ -70,7 +70,7 @@ def carry_names(result: Any, names: Sequence[str | None] | None) -> Any:
 
 
 def inherit_names(source: Any, result: Any) -> Any:
-    """``result`` with ``source``'s names if it has the same batch size (for ``_new``)."""
+    """`result` with `source`'s names if it has the same batch size (for `_new`)."""
     names = source._raw_names()
     if names is not None and result.batch_size == source.batch_size:
         result._store_names(names)
@@ -78,7 +78,7 @@ def inherit_names(source: Any, result: Any) -> Any:
 
 
 def index_names(names: Names, index: Any) -> Names | None:
-    """The names after ``td[index]``; every result dim unnamed when that is unclear."""
+    """The names after `td[index]`; every result dim unnamed when that is unclear."""
     items = index if type(index) is tuple else (index,)
     ndim = len(names)
     used = 0
@@ -123,7 +123,7 @@ def index_names(names: Names, index: Any) -> Names | None:
 def names_after(
     names: Names | None, *, drop: Sequence[int] = (), insert: Sequence[int] = ()
 ) -> Names | None:
-    """The names once the dims ``drop`` are removed and then ``None`` is inserted at ``insert``."""
+    """The names once the dims `drop` are removed and then `None` is inserted at `insert`."""
     if names is None:
         return None
     out: list[str | None] = [n for i, n in enumerate(names) if i not in set(drop)]
@@ -133,20 +133,20 @@ def names_after(
 
 
 class NamesMixin:
-    """Named-dimension methods of :class:`td_core.TensorDictBase`."""
+    """Named-dimension methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------------ storage
     def _raw_names(self: TensorDictBase) -> Names | None:
-        """The stored names, or ``None`` when no dim is named."""
+        """The stored names, or `None` when no dim is named."""
         names = getattr(self, "_names", None)
         if names is not None and len(names) != self.batch_dims:  # batch size changed since
             return None
         return names
 
     def _store_names(self: TensorDictBase, names: Names | None) -> None:
-        """Store ``names`` (already checked) here and on the sub-TensorDicts' leading dims."""
+        """Store `names` (already checked) here and on the sub-TensorDicts' leading dims."""
         if names is not None and all(n is None for n in names):
             names = None
         object.__setattr__(self, "_names", names)
@@ -166,7 +166,7 @@ class NamesMixin:
     # ------------------------------------------------------------------ public
     @property
     def names(self: TensorDictBase) -> list[str | None]:
-        """The name of each batch dim (``None`` for unnamed dims).
+        """The name of each batch dim (`None` for unnamed dims).
 
         Setting it names the dims in place (sub-TensorDicts follow).
 
@@ -187,14 +187,14 @@ class NamesMixin:
         self._set_names(value)
 
     def refine_names(self: TensorDictBase, *names: Any) -> TensorDictBase:
-        """Name unnamed dims, in place; ``...`` stands for the dims not listed.
+        """Name unnamed dims, in place; `...` stands for the dims not listed.
 
-        A dim that already has a name must be given that name (or ``None``
+        A dim that already has a name must be given that name (or `None`
         together with an unnamed dim).
 
         Raises:
             ValueError: wrong number of names, or duplicates.
-            NamesError: (a ``RuntimeError``) a named dim given another name.
+            NamesError: (a `RuntimeError`) a named dim given another name.
         """
         ndim = self.batch_dims
         if Ellipsis in names:
@@ -215,14 +215,14 @@ class NamesMixin:
         return self
 
     def rename(self: TensorDictBase, *names: Any, **rename_map: str) -> TensorDictBase:
-        """A shallow copy with renamed batch dims: ``rename("a", "b")`` or ``rename(a="x")``."""
+        """A shallow copy with renamed batch dims: `rename("a", "b")` or `rename(a="x")`."""
         new = self._renamed(names, rename_map)
         out = self.clone(recurse=False)
         out._store_names(new)
         return out
 
     def rename_(self: TensorDictBase, *names: Any, **rename_map: str) -> TensorDictBase:
-        """Rename the batch dims in place (also allowed when locked); see :meth:`rename`."""
+        """Rename the batch dims in place (also allowed when locked); see `rename`."""
         self._store_names(self._renamed(names, rename_map))
         return self
 

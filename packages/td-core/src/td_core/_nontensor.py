@@ -1,14 +1,14 @@
 """Non-tensor leaves: any Python value stored in a TensorDict with the batch size.
 
-``NonTensorData`` is one value shared by every element of the batch.
-``NonTensorStack`` holds one value per element, as a numpy object array whose
+`NonTensorData` is one value shared by every element of the batch.
+`NonTensorStack` holds one value per element, as a numpy object array whose
 shape is the batch size. Every batch operation (indexing, reshape, permute,
-flip, ...) is applied to an index tensor ``arange(numel).view(batch_size)``
+flip, ...) is applied to an index tensor `arange(numel).view(batch_size)`
 and the values are gathered with the result, so values stay aligned with the
 tensors under any shape op, through one mechanism.
 
 One rule for stacking (upstream collapses equal values, a source of bugs):
-stacking non-tensor leaves always gives a ``NonTensorStack``, whether or not
+stacking non-tensor leaves always gives a `NonTensorStack`, whether or not
 the values are equal, and reading it gives a (nested) list.
 """
 
@@ -39,7 +39,7 @@ def _positions(shape: torch.Size) -> torch.Tensor:
 
 
 def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
-    """``flat`` at positions ``idx``, always as an array of ``idx``'s shape (0-d included)."""
+    """`flat` at positions `idx`, always as an array of `idx`'s shape (0-d included)."""
     return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
 
 
@@ -62,7 +62,7 @@ class _NonTensorBase(BatchMeta):
         ]
 
     def _set_at(self, index: Any, value: Any) -> NonTensorStack | NonTensorData:
-        """A leaf equal to this one with ``value`` written at batch ``index``."""
+        """A leaf equal to this one with `value` written at batch `index`."""
         if (
             isinstance(self, NonTensorData)
             and isinstance(value, NonTensorData)
@@ -80,7 +80,7 @@ class _NonTensorBase(BatchMeta):
         return _from_array(values, self.device)
 
     def _write_(self, value: Any) -> bool:
-        """Write ``value`` into this leaf in place, if it supports that.
+        """Write `value` into this leaf in place, if it supports that.
 
         Plain non-tensor leaves are immutable values: they return False and the
         container replaces them. Leaves backed by shared storage override this.
@@ -258,11 +258,11 @@ def _from_array(values: np.ndarray, device: torch.device | None) -> NonTensorSta
 
 
 def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
-    """Stack non-tensor leaves of equal batch size into one ``NonTensorStack``.
+    """Stack non-tensor leaves of equal batch size into one `NonTensorStack`.
 
-    Two exceptions, both opt-in: leaves whose class defines ``_stack_leaves``
-    (``MetaData``) may stack into one leaf, and under
-    ``set_capture_non_tensor_stack(True)`` equal values give one ``NonTensorData``.
+    Two exceptions, both opt-in: leaves whose class defines `_stack_leaves`
+    (`MetaData`) may stack into one leaf, and under
+    `set_capture_non_tensor_stack(True)` equal values give one `NonTensorData`.
     """
     special = _collapse(leaves, dim)
     if special is not None:
@@ -293,12 +293,12 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
 
 
 def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
-    """Concatenate non-tensor leaves into one ``NonTensorStack`` (the same rule as stacking)."""
+    """Concatenate non-tensor leaves into one `NonTensorStack` (the same rule as stacking)."""
     return NonTensorStack(
         np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
     )
 
 
 def is_non_tensor(obj: Any) -> bool:
-    """Whether ``obj`` is a non-tensor leaf (``NonTensorData`` or ``NonTensorStack``)."""
+    """Whether `obj` is a non-tensor leaf (`NonTensorData` or `NonTensorStack`)."""
     return getattr(type(obj), "_is_non_tensor", False)

@@ -1,9 +1,9 @@
-"""Padding over batch dims: ``pad``, ``pad_sequence`` and its inverse ``unpad_sequence``.
+"""Padding over batch dims: `pad`, `pad_sequence` and its inverse `unpad_sequence`.
 
-All three are written over the storage primitives (``_items_str``, ``_new``),
+All three are written over the storage primitives (`_items_str`, `_new`),
 so tensorclass inputs give tensorclass results. Every padded leaf is computed
-before anything is written, so an in-place ``pad`` that fails changes nothing.
-Non-tensor leaves hold ``None`` in padded slots along batch dims.
+before anything is written, so an in-place `pad` that fails changes nothing.
+Non-tensor leaves hold `None` in padded slots along batch dims.
 """
 
 from __future__ import annotations
@@ -38,20 +38,20 @@ def pad(
 
     Args:
         tensordict: the TensorDict (or tensorclass) to pad.
-        pad_size: ``(dim0_before, dim0_after, dim1_before, ...)``, starting
-            from the FIRST batch dim (``torch.nn.functional.pad`` starts from
+        pad_size: `(dim0_before, dim0_after, dim1_before, ...)`, starting
+            from the FIRST batch dim (`torch.nn.functional.pad` starts from
             the last). Negative values crop.
         value: the value of padded tensor elements; non-tensor leaves hold
-            ``None`` there.
-        inplace: replace the leaves of ``tensordict`` and return it.
+            `None` there.
+        inplace: replace the leaves of `tensordict` and return it.
         safe: kept for upstream compatibility; td always computes every padded
             leaf before writing, so a failing pad never changes the input.
 
     Returns:
-        The padded container (``tensordict`` itself when ``inplace``).
+        The padded container (`tensordict` itself when `inplace`).
 
     Raises:
-        RuntimeError: if ``pad_size`` has an odd length, or more entries than
+        RuntimeError: if `pad_size` has an odd length, or more entries than
             twice the number of batch dims, or crops a dim below zero.
 
     Examples:
@@ -134,7 +134,7 @@ def _pad_tree(td: TensorDictBase, pads: _Pads, value: float, bs: torch.Size) -> 
 
 
 def _pad_plan(td: TensorDictBase, pads: _Pads, value: float) -> dict[str, Any]:
-    """The padded leaves of ``td``, nested as dicts (nothing written yet)."""
+    """The padded leaves of `td`, nested as dicts (nothing written yet)."""
     return {
         key: (_pad_plan(v, pads, value), v) if is_td(v) else _pad_leaf(v, pads, value)
         for key, v in td._items_str()
@@ -160,7 +160,7 @@ def pad_sequence(
     return_mask: bool | str | tuple[str, ...] = False,
     padding_side: str = "right",
 ) -> TensorDictBase:
-    """Pad TensorDicts to a common size along ``pad_dim``, then stack them densely.
+    """Pad TensorDicts to a common size along `pad_dim`, then stack them densely.
 
     Args:
         list_of_tensordicts: the TensorDicts (or tensorclasses) to pad; same keys.
@@ -170,18 +170,18 @@ def pad_sequence(
         padding_value: the padding value, or a mapping from (nested) key to
             value; entries it does not name are padded with 0.
         out: a TensorDict to write the result into.
-        return_mask: ``True`` adds a ``"masks"`` TensorDict (the valid
+        return_mask: `True` adds a `"masks"` TensorDict (the valid
             positions of every entry); a nested key stores it there.
-        padding_side: ``"right"`` (padding after the data) or ``"left"``.
+        padding_side: `"right"` (padding after the data) or `"left"`.
 
     Returns:
-        A container of batch size ``[len(list_of_tensordicts), *batch_size]``.
+        A container of batch size `[len(list_of_tensordicts), *batch_size]`.
 
     Raises:
         RuntimeError: for an empty list, shapes that differ in another dim, or
-            ``return_mask`` with tensorclass inputs.
-        KeyError: for a ``padding_value`` key that names no entry.
-        ValueError: for a bad ``padding_side``.
+            `return_mask` with tensorclass inputs.
+        KeyError: for a `padding_value` key that names no entry.
+        ValueError: for a bad `padding_side`.
 
     Examples:
         >>> import torch
@@ -226,7 +226,7 @@ def pad_sequence(
 
 
 class _Sequence:
-    """The settings of one ``pad_sequence`` call, and its recursive walk."""
+    """The settings of one `pad_sequence` call, and its recursive walk."""
 
     def __init__(
         self, pad_dim: int, values: dict[tuple[str, ...], float], default: float, left: bool
@@ -279,7 +279,7 @@ class _Sequence:
         return first._new(entries, out_bs), mask_td
 
     def _batch_dim(self, td: Any, prefix: tuple[str, ...]) -> int | None:
-        """The batch dim that ``pad_dim`` names in ``td``, or None."""
+        """The batch dim that `pad_dim` names in `td`, or None."""
         nb = td.batch_dims
         if self.pad_dim >= 0:
             return self.pad_dim if self.pad_dim < nb else None
@@ -347,22 +347,22 @@ def unpad_sequence(
     *,
     pad_dim: int = 0,
 ) -> TensorDictBase:
-    """Split a batch built by ``pad_sequence(..., return_mask=True)`` back into samples.
+    """Split a batch built by `pad_sequence(..., return_mask=True)` back into samples.
 
     Args:
         padded: the padded batch, samples along its first dim.
-        mask: the valid positions: a TensorDict of masks as ``pad_sequence``
-            builds them, or one boolean tensor ``[len(padded), max_len]`` for
-            every entry. ``None`` reads (and drops) ``padded["masks"]``.
-        pad_dim: the ``pad_dim`` given to ``pad_sequence``.
+        mask: the valid positions: a TensorDict of masks as `pad_sequence`
+            builds them, or one boolean tensor `[len(padded), max_len]` for
+            every entry. `None` reads (and drops) `padded["masks"]`.
+        pad_dim: the `pad_dim` given to `pad_sequence`.
 
     Returns:
-        A ``LazyStackedTensorDict`` of the samples (views of ``padded``).
+        A `LazyStackedTensorDict` of the samples (views of `padded`).
 
     Raises:
-        ValueError: if ``padded`` has no batch dim, has no masks, a mask has
+        ValueError: if `padded` has no batch dim, has no masks, a mask has
             the wrong shape, or a row's valid positions are not contiguous.
-        KeyError: if the mask TensorDict lacks an entry of ``padded``.
+        KeyError: if the mask TensorDict lacks an entry of `padded`.
 
     Examples:
         >>> import torch

@@ -1,20 +1,20 @@
-"""``TensorDictParams``: a TensorDict that is also an ``nn.Module`` owning its leaves.
+"""`TensorDictParams`: a TensorDict that is also an `nn.Module` owning its leaves.
 
 Its storage *is* the module's registries: tensor entries live in
-``_parameters`` (floating point, converted to ``nn.Parameter``) or ``_buffers``,
-sub-TensorDicts become child ``TensorDictParams`` modules in ``_modules``, so
-``parameters()``, ``state_dict()``, optimizers and ``module.to(device)`` all see
-them, with dotted names like ``"0.weight"``.
+`_parameters` (floating point, converted to `nn.Parameter`) or `_buffers`,
+sub-TensorDicts become child `TensorDictParams` modules in `_modules`, so
+`parameters()`, `state_dict()`, optimizers and `module.to(device)` all see
+them, with dotted names like `"0.weight"`.
 
-``params.to(...)`` returns a new ``TensorDictParams`` and leaves ``params`` as
-it is, as upstream does; a parent module's ``module.to(...)`` (``nn.Module``'s
+`params.to(...)` returns a new `TensorDictParams` and leaves `params` as
+it is, as upstream does; a parent module's `module.to(...)` (`nn.Module`'s
 own machinery) still casts and moves the registered leaves in place, so
 optimizers keep their references.
 
-In-place writes that replace values (``zero_``, ``fill_``, ``set_``,
-``update_``, ``apply_``, ``copy_``) run under ``torch.no_grad()``, as upstream:
+In-place writes that replace values (`zero_`, `fill_`, `set_`,
+`update_`, `apply_`, `copy_`) run under `torch.no_grad()`, as upstream:
 they are how parameters are initialised and loaded. In-place arithmetic
-(``add_``, ...) is left to autograd, which refuses it on leaf parameters.
+(`add_`, ...) is left to autograd, which refuses it on leaf parameters.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ Tensor = torch.Tensor
 
 
 class TensorDictParams(TensorDictBase, nn.Module):
-    """A TensorDict of parameters and buffers that can be stored in an ``nn.Module``.
+    """A TensorDict of parameters and buffers that can be stored in an `nn.Module`.
 
     Args:
         parameters: the TensorDict (or mapping) to hold.
-        no_convert: keep tensors that are not ``nn.Parameter`` as buffers
+        no_convert: keep tensors that are not `nn.Parameter` as buffers
             instead of converting floating-point ones to parameters.
         lock: lock the result.
 
@@ -144,9 +144,9 @@ class TensorDictParams(TensorDictBase, nn.Module):
 
     # ----------------------------------------------------- nn.Module semantics
     def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
-        """A new ``TensorDictParams`` with every leaf moved and/or cast (``self`` is unchanged).
+        """A new `TensorDictParams` with every leaf moved and/or cast (`self` is unchanged).
 
-        A parent module's ``module.to(...)`` moves and casts these leaves in place.
+        A parent module's `module.to(...)` moves and casts these leaves in place.
         """
         result = TensorDictBase.to(self, *args, **kwargs)
         if result is self:
@@ -170,13 +170,13 @@ class TensorDictParams(TensorDictBase, nn.Module):
             TensorDictBase._copy_into(self, key, dest, item, full_key)
 
     def zero_(self) -> TensorDictParams:
-        """Zero every leaf in place (under ``no_grad``: parameters are leaves)."""
+        """Zero every leaf in place (under `no_grad`: parameters are leaves)."""
         with torch.no_grad():
             TensorDictBase.zero_(self)
         return self
 
     def fill_(self, key: Any, value: float | bool) -> TensorDictParams:
-        """Fill the entry at ``key`` in place (under ``no_grad``)."""
+        """Fill the entry at `key` in place (under `no_grad`)."""
         with torch.no_grad():
             TensorDictBase.fill_(self, key, value)
         return self
@@ -184,17 +184,17 @@ class TensorDictParams(TensorDictBase, nn.Module):
     def update_(
         self, input_dict_or_td: Any, clone: bool = False, **kwargs: Any
     ) -> TensorDictParams:
-        """Copy the input's entries into the existing leaves (under ``no_grad``)."""
+        """Copy the input's entries into the existing leaves (under `no_grad`)."""
         with torch.no_grad():
             TensorDictBase.update_(self, input_dict_or_td, clone, **kwargs)
         return self
 
     def copy_(self, tensordict: Any, non_blocking: bool = False) -> TensorDictParams:
-        """Copy every entry of ``tensordict`` into the existing leaves (under ``no_grad``)."""
+        """Copy every entry of `tensordict` into the existing leaves (under `no_grad`)."""
         return self.update_(tensordict, non_blocking=non_blocking)
 
     def apply_(self, fn: Any, *others: Any, **kwargs: Any) -> TensorDictParams:
-        """Apply ``fn`` to every leaf and write the results in place (under ``no_grad``)."""
+        """Apply `fn` to every leaf and write the results in place (under `no_grad`)."""
         with torch.no_grad():
             TensorDictBase.apply_(self, fn, *others, **kwargs)
         return self

@@ -1,8 +1,8 @@
-"""``parse_tensor_dict_string``: rebuild a TensorDict (zeros) from its printed form.
+"""`parse_tensor_dict_string`: rebuild a TensorDict (zeros) from its printed form.
 
 A debugging aid: keys, shapes, dtypes, devices and batch sizes come from the
 text, values are zeros. Reads td's detailed repr (and tensorclasses') and
-upstream's default compact repr (``TensorDict(batch_size=[3], fields={a: f32[4]})``).
+upstream's default compact repr (`TensorDict(batch_size=[3], fields={a: f32[4]})`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _split(body: str) -> list[str]:
 
 
 def _block(text: str, open_at: int) -> tuple[str, int]:
-    """The text inside the bracket opening at ``open_at``, and the index after it closes."""
+    """The text inside the bracket opening at `open_at`, and the index after it closes."""
     depth = 0
     for i in range(open_at, len(text)):
         if text[i] in "([{":
@@ -74,7 +74,7 @@ def _block(text: str, open_at: int) -> tuple[str, int]:
 
 
 def parse_tensor_dict_string(s: str) -> TensorDict:
-    """Build a TensorDict of zeros with the keys, shapes, dtypes and batch sizes printed in ``s``.
+    """Build a TensorDict of zeros with the keys, shapes, dtypes and batch sizes printed in `s`.
 
     Raises:
         ValueError: for a field that is neither a tensor nor a TensorDict, or

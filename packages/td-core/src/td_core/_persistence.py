@@ -1,7 +1,7 @@
 """Saving and loading as folders of memory-mapped files: the TensorDict side of td-memmap.
 
-The methods live in td-memmap, found through the ``memmap`` extension (td-core
-never imports a sibling); without it they raise ``ImportError`` naming the
+The methods live in td-memmap, found through the `memmap` extension (td-core
+never imports a sibling); without it they raise `ImportError` naming the
 package to install. td-memmap's functions document every argument.
 """
 
@@ -23,11 +23,11 @@ __all__ = ["MemmapMixin"]
 
 
 class MemmapMixin(TensorDictContract):
-    """``memmap``, ``load_memmap`` and the other methods delegated to td-memmap."""
+    """`memmap`, `load_memmap` and the other methods delegated to td-memmap."""
 
     __slots__ = ()
 
-    # The memmap methods live in td-memmap (found through the ``memmap`` extension);
+    # The memmap methods live in td-memmap (found through the `memmap` extension);
     # td-memmap's functions document every argument.
     def memmap(
         self,
@@ -45,11 +45,11 @@ class MemmapMixin(TensorDictContract):
         allow_pickle: bool = False,
         durable: bool = False,
     ) -> Any:
-        """Write to memory-mapped files under ``prefix``; a locked copy on them (needs td-memmap).
+        """Write to memory-mapped files under `prefix`; a locked copy on them (needs td-memmap).
 
         A save over an earlier one is atomic: the earlier save stays loadable
-        until the new one is complete. Without ``prefix``, leaves move to
-        shared memory. See ``td_memmap.memmap`` for every argument.
+        until the new one is complete. Without `prefix`, leaves move to
+        shared memory. See `td_memmap.memmap` for every argument.
         """
         return _ext_memmap().memmap(
             self,
@@ -81,7 +81,7 @@ class MemmapMixin(TensorDictContract):
         allow_pickle: bool = False,
         durable: bool = False,
     ) -> Any:
-        """Like :meth:`memmap`, replacing this TensorDict's leaves in place (needs td-memmap)."""
+        """Like `memmap`, replacing this TensorDict's leaves in place (needs td-memmap)."""
         return _ext_memmap().memmap(
             self,
             prefix,
@@ -137,7 +137,7 @@ class MemmapMixin(TensorDictContract):
         compression: str | int | None = None,
         atomic: bool = False,
     ) -> Any:
-        """Save to ``prefix``: the same as :meth:`memmap` (needs td-memmap)."""
+        """Save to `prefix`: the same as `memmap` (needs td-memmap)."""
         return self.memmap(
             prefix,
             copy_existing,
@@ -172,10 +172,10 @@ class MemmapMixin(TensorDictContract):
         num_threads: int = 0,
         allow_pickle: bool | None = None,
     ) -> Any:
-        """Load a TensorDict saved with :meth:`memmap` (needs td-memmap).
+        """Load a TensorDict saved with `memmap` (needs td-memmap).
 
         Leaves are mapped read-write and shared by default (writes reach the
-        files); ``mode="r"`` gives a locked TensorDict whose leaves refuse writes.
+        files); `mode="r"` gives a locked TensorDict whose leaves refuse writes.
         """
         return _ext_memmap().load_memmap(
             prefix,
@@ -203,7 +203,7 @@ class MemmapMixin(TensorDictContract):
         num_threads: int = 0,
         allow_pickle: bool | None = None,
     ) -> Any:
-        """Load a saved TensorDict: the same as :meth:`load_memmap` (needs td-memmap)."""
+        """Load a saved TensorDict: the same as `load_memmap` (needs td-memmap)."""
         return cls.load_memmap(
             prefix,
             device,
@@ -224,7 +224,7 @@ class MemmapMixin(TensorDictContract):
         allow_pickle: bool | None = None,
         mode: str | None = None,
     ) -> Any:
-        """Replace this TensorDict's content, in place, by the save in ``prefix`` (needs td-memmap)."""
+        """Replace this TensorDict's content, in place, by the save in `prefix` (needs td-memmap)."""
         return _ext_memmap().load_memmap_(
             self, prefix, robust_key, allow_pickle=allow_pickle, mode=mode
         )
@@ -237,7 +237,7 @@ class MemmapMixin(TensorDictContract):
         allow_pickle: bool | None = None,
         mode: str | None = None,
     ) -> Any:
-        """The same as :meth:`load_memmap_` (needs td-memmap)."""
+        """The same as `load_memmap_` (needs td-memmap)."""
         return self.load_memmap_(prefix, robust_key, allow_pickle=allow_pickle, mode=mode)
 
     def memmap_refresh_(self, *, allow_pickle: bool | None = None) -> Any:
@@ -252,7 +252,7 @@ class MemmapMixin(TensorDictContract):
         dtype: torch.dtype | None = None,
         robust_key: bool | None = True,
     ) -> Any:
-        """Add a zero-filled memory-mapped leaf ``key`` in this TensorDict's folder; returns it (needs td-memmap)."""
+        """Add a zero-filled memory-mapped leaf `key` in this TensorDict's folder; returns it (needs td-memmap)."""
         return _ext_memmap().make_memmap(self, key, shape, dtype=dtype, robust_key=robust_key)
 
     def make_memmap_from_tensor(
@@ -264,7 +264,7 @@ class MemmapMixin(TensorDictContract):
         existsok: bool = True,
         robust_key: bool | None = True,
     ) -> Any:
-        """Add a memory-mapped copy of ``tensor`` as ``key`` in this TensorDict's folder (needs td-memmap)."""
+        """Add a memory-mapped copy of `tensor` as `key` in this TensorDict's folder (needs td-memmap)."""
         return _ext_memmap().make_memmap_from_tensor(
             self, key, tensor, copy_data=copy_data, existsok=existsok, robust_key=robust_key
         )
@@ -278,7 +278,7 @@ class MemmapMixin(TensorDictContract):
         dtype: torch.dtype | None = None,
         robust_key: bool | None = True,
     ) -> Any:
-        """Add a memory-mapped copy of ``storage`` viewed as ``shape`` as ``key`` (needs td-memmap)."""
+        """Add a memory-mapped copy of `storage` viewed as `shape` as `key` (needs td-memmap)."""
         return _ext_memmap().make_memmap_from_storage(
             self, key, storage, shape, dtype=dtype, robust_key=robust_key
         )

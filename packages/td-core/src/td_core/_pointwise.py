@@ -1,11 +1,11 @@
 """Pointwise math: one table of ops (name, torch function, in-place form), one implementation.
 
-Out-of-place and in-place (``x_``) leaf-wise math with TensorDict, tensor or scalar
-operands; ``torch._foreach_*`` where it applies, a per-leaf path under ``torch.func``
-transforms and for dtypes ``_foreach`` refuses. The rows with one operand (``exp``,
-``sqrt``, ...) are in :mod:`td_core._pointwise_unary`; how a row runs (operands,
-broadcasting over batch dims, fast paths, lazy stacks) in :mod:`td_core._pointwise_run`.
-Comparisons (``==``, ``<``, ...) also turn non-tensor leaves into bool tensors.
+Out-of-place and in-place (`x_`) leaf-wise math with TensorDict, tensor or scalar
+operands; `torch._foreach_*` where it applies, a per-leaf path under `torch.func`
+transforms and for dtypes `_foreach` refuses. The rows with one operand (`exp`,
+`sqrt`, ...) are in `td_core._pointwise_unary`; how a row runs (operands,
+broadcasting over batch dims, fast paths, lazy stacks) in `td_core._pointwise_run`.
+Comparisons (`==`, `<`, ...) also turn non-tensor leaves into bool tensors.
 
 Examples:
     >>> import torch
@@ -41,7 +41,7 @@ _SCALARS = (int, float, bool, complex)
 
 
 def _row(name: str, fn: Callable[..., Any] | None = None, in_place: str | None = None) -> Op:
-    """``torch.<name>``, ``Tensor.<name>_`` and their ``_foreach`` forms where torch has them."""
+    """`torch.<name>`, `Tensor.<name>_` and their `_foreach` forms where torch has them."""
     fn = fn if fn is not None else getattr(torch, name)
     fn_ = getattr(Tensor, in_place or f"{name}_", None)
     if fn_ is None:  # torch has no in-place method (maximum, minimum): compute, then copy back
@@ -79,7 +79,7 @@ BINARY: dict[str, Op] = {
 
 
 def _alpha(other: Any, alpha: Any) -> tuple[Any, dict[str, Any]]:
-    """``add``/``sub`` ``alpha=``: folded into a scalar operand, else passed to torch."""
+    """`add`/`sub` `alpha=`: folded into a scalar operand, else passed to torch."""
     if alpha is None:
         return other, {}
     if type(other) in _SCALARS:
@@ -109,7 +109,7 @@ def _clamp(td: TensorDictBase, low: Any, high: Any, inplace: bool) -> Any:
 
 
 class PointwiseMixin(UnaryMixin):
-    """Pointwise methods of :class:`td_core.TensorDictBase` (one-operand ones in ``UnaryMixin``)."""
+    """Pointwise methods of `td_core.TensorDictBase` (one-operand ones in `UnaryMixin`)."""
 
     __slots__ = ()
 
@@ -117,174 +117,174 @@ class PointwiseMixin(UnaryMixin):
     def add(
         self: TensorDictBase, other: Any, *, alpha: float | None = None, default: Any = None
     ) -> TensorDictBase:
-        """``self + alpha * other`` leaf-wise (a new TensorDict).
+        """`self + alpha * other` leaf-wise (a new TensorDict).
 
         Args:
             other: a TensorDict (same keys), a tensor aligned with the batch dims, or a scalar.
-            alpha: a multiplier of ``other``.
-            default: a value for keys only one side holds, or ``"intersection"``
-                to keep only the common keys (default: missing keys raise ``KeyError``).
+            alpha: a multiplier of `other`.
+            default: a value for keys only one side holds, or `"intersection"`
+                to keep only the common keys (default: missing keys raise `KeyError`).
         """
         return _add(self, "add", other, alpha, default, False)
 
     def add_(self: TensorDictBase, other: Any, *, alpha: float | None = None) -> TensorDictBase:
-        """``self += alpha * other`` leaf-wise, in place (returns self)."""
+        """`self += alpha * other` leaf-wise, in place (returns self)."""
         return _add(self, "add", other, alpha, None, True)
 
     def sub(
         self: TensorDictBase, other: Any, *, alpha: float | None = None, default: Any = None
     ) -> TensorDictBase:
-        """``self - alpha * other`` leaf-wise (a new TensorDict); see :meth:`add`."""
+        """`self - alpha * other` leaf-wise (a new TensorDict); see `add`."""
         return _add(self, "sub", other, alpha, default, False)
 
     def sub_(self: TensorDictBase, other: Any, alpha: float | None = None) -> TensorDictBase:
-        """``self -= alpha * other`` leaf-wise, in place (returns self)."""
+        """`self -= alpha * other` leaf-wise, in place (returns self)."""
         return _add(self, "sub", other, alpha, None, True)
 
     def rsub(
         self: TensorDictBase, other: Any, *, alpha: float | None = None, default: Any = None
     ) -> TensorDictBase:
-        """``other - alpha * self`` leaf-wise (a new TensorDict)."""
+        """`other - alpha * self` leaf-wise (a new TensorDict)."""
         kwargs = {} if alpha is None else {"alpha": alpha}
         return run(self, BINARY["rsub"], (other,), default=default, **kwargs)
 
     def mul(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """``self * other`` leaf-wise (a new TensorDict); see :meth:`add` for ``default``."""
+        """`self * other` leaf-wise (a new TensorDict); see `add` for `default`."""
         return run(self, BINARY["mul"], (other,), default=default)
 
     def mul_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self *= other`` leaf-wise, in place (returns self)."""
+        """`self *= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["mul"], (other,), inplace=True)
 
     def div(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """``self / other`` leaf-wise (true division; a new TensorDict)."""
+        """`self / other` leaf-wise (true division; a new TensorDict)."""
         return run(self, BINARY["div"], (other,), default=default)
 
     def div_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self /= other`` leaf-wise, in place (integer leaves raise; returns self)."""
+        """`self /= other` leaf-wise, in place (integer leaves raise; returns self)."""
         return run(self, BINARY["div"], (other,), inplace=True)
 
     def pow(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """``self ** other`` leaf-wise (a new TensorDict)."""
+        """`self ** other` leaf-wise (a new TensorDict)."""
         return run(self, BINARY["pow"], (other,), default=default)
 
     def pow_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self **= other`` leaf-wise, in place (returns self)."""
+        """`self **= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["pow"], (other,), inplace=True)
 
     def mod(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self % other`` leaf-wise (Python's modulus, ``torch.remainder``)."""
+        """`self % other` leaf-wise (Python's modulus, `torch.remainder`)."""
         return run(self, BINARY["mod"], (other,))
 
     def mod_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self %= other`` leaf-wise, in place (returns self)."""
+        """`self %= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["mod"], (other,), inplace=True)
 
     def maximum(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """The element-wise maximum of ``self`` and ``other`` (a new TensorDict)."""
+        """The element-wise maximum of `self` and `other` (a new TensorDict)."""
         return run(self, BINARY["maximum"], (other,), default=default)
 
     def maximum_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """The element-wise maximum of ``self`` and ``other``, in place (returns self)."""
+        """The element-wise maximum of `self` and `other`, in place (returns self)."""
         return run(self, BINARY["maximum"], (other,), inplace=True)
 
     def minimum(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """The element-wise minimum of ``self`` and ``other`` (a new TensorDict)."""
+        """The element-wise minimum of `self` and `other` (a new TensorDict)."""
         return run(self, BINARY["minimum"], (other,), default=default)
 
     def minimum_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """The element-wise minimum of ``self`` and ``other``, in place (returns self)."""
+        """The element-wise minimum of `self` and `other`, in place (returns self)."""
         return run(self, BINARY["minimum"], (other,), inplace=True)
 
     def clamp_min(self: TensorDictBase, other: Any, default: Any = None) -> TensorDictBase:
-        """Every element raised to at least ``other`` (a new TensorDict)."""
+        """Every element raised to at least `other` (a new TensorDict)."""
         return run(self, BINARY["clamp_min"], (other,), default=default)
 
     def clamp_min_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """Every element raised to at least ``other``, in place (returns self)."""
+        """Every element raised to at least `other`, in place (returns self)."""
         return run(self, BINARY["clamp_min"], (other,), inplace=True)
 
     def clamp_max(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """Every element lowered to at most ``other`` (a new TensorDict)."""
+        """Every element lowered to at most `other` (a new TensorDict)."""
         return run(self, BINARY["clamp_max"], (other,), default=default)
 
     def clamp_max_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """Every element lowered to at most ``other``, in place (returns self)."""
+        """Every element lowered to at most `other`, in place (returns self)."""
         return run(self, BINARY["clamp_max"], (other,), inplace=True)
 
     def clamp(
         self: TensorDictBase, min: Any = None, max: Any = None, *, out: Any = None
     ) -> TensorDictBase:
-        """Every element clamped to ``[min, max]`` (either may be ``None``; a new TensorDict).
+        """Every element clamped to `[min, max]` (either may be `None`; a new TensorDict).
 
-        ``min`` and ``max`` are both TensorDicts or both not. With ``out``, the
-        result is written into ``out`` (a TensorDict of the same structure).
+        `min` and `max` are both TensorDicts or both not. With `out`, the
+        result is written into `out` (a TensorDict of the same structure).
         """
         result = _clamp(self, min, max, False)
         return result if out is None else out.update_(result)
 
     def clamp_(self: TensorDictBase, min: Any = None, max: Any = None) -> TensorDictBase:
-        """Every element clamped to ``[min, max]``, in place (returns self)."""
+        """Every element clamped to `[min, max]`, in place (returns self)."""
         return _clamp(self, min, max, True)  # type: ignore[no-any-return]
 
     def lerp(self: TensorDictBase, end: Any, weight: Any) -> TensorDictBase:
-        """``self + weight * (end - self)`` leaf-wise (a new TensorDict).
+        """`self + weight * (end - self)` leaf-wise (a new TensorDict).
 
-        ``end`` and ``weight`` are TensorDicts, batch-shaped tensors or (``weight``) scalars.
+        `end` and `weight` are TensorDicts, batch-shaped tensors or (`weight`) scalars.
         """
         return run(self, BINARY["lerp"], (end, weight))
 
     def lerp_(self: TensorDictBase, end: Any, weight: Any) -> TensorDictBase:
-        """``self += weight * (end - self)`` in place: the soft target-network update."""
+        """`self += weight * (end - self)` in place: the soft target-network update."""
         return run(self, BINARY["lerp"], (end, weight), inplace=True)
 
     def addcmul(
         self: TensorDictBase, other1: Any, other2: Any, *, value: float | None = 1
     ) -> TensorDictBase:
-        """``self + value * other1 * other2`` leaf-wise (a new TensorDict)."""
+        """`self + value * other1 * other2` leaf-wise (a new TensorDict)."""
         return run(self, BINARY["addcmul"], (other1, other2), value=value)
 
     def addcmul_(
         self: TensorDictBase, other1: Any, other2: Any, *, value: float | None = 1
     ) -> TensorDictBase:
-        """``self += value * other1 * other2`` leaf-wise, in place (returns self)."""
+        """`self += value * other1 * other2` leaf-wise, in place (returns self)."""
         return run(self, BINARY["addcmul"], (other1, other2), inplace=True, value=value)
 
     def addcdiv(
         self: TensorDictBase, other1: Any, other2: Any, value: float | None = 1
     ) -> TensorDictBase:
-        """``self + value * other1 / other2`` leaf-wise (a new TensorDict)."""
+        """`self + value * other1 / other2` leaf-wise (a new TensorDict)."""
         return run(self, BINARY["addcdiv"], (other1, other2), value=value)
 
     def addcdiv_(
         self: TensorDictBase, other1: Any, other2: Any, *, value: float | None = 1
     ) -> TensorDictBase:
-        """``self += value * other1 / other2`` leaf-wise, in place (returns self)."""
+        """`self += value * other1 / other2` leaf-wise, in place (returns self)."""
         return run(self, BINARY["addcdiv"], (other1, other2), inplace=True, value=value)
 
     # ------------------------------------------------------------ bitwise, logical
     def bitwise_and(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """``self & other`` leaf-wise (integer and bool leaves; a new TensorDict)."""
+        """`self & other` leaf-wise (integer and bool leaves; a new TensorDict)."""
         return run(self, BINARY["bitwise_and"], (other,), default=default)
 
     def bitwise_and_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self &= other`` leaf-wise, in place (returns self)."""
+        """`self &= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["bitwise_and"], (other,), inplace=True)
 
     def bitwise_or(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """``self | other`` leaf-wise (integer and bool leaves; a new TensorDict)."""
+        """`self | other` leaf-wise (integer and bool leaves; a new TensorDict)."""
         return run(self, BINARY["bitwise_or"], (other,), default=default)
 
     def bitwise_or_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self |= other`` leaf-wise, in place (returns self)."""
+        """`self |= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["bitwise_or"], (other,), inplace=True)
 
     def bitwise_xor(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
-        """``self ^ other`` leaf-wise (integer and bool leaves; a new TensorDict)."""
+        """`self ^ other` leaf-wise (integer and bool leaves; a new TensorDict)."""
         return run(self, BINARY["bitwise_xor"], (other,), default=default)
 
     def bitwise_xor_(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """``self ^= other`` leaf-wise, in place (returns self)."""
+        """`self ^= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["bitwise_xor"], (other,), inplace=True)
 
     def logical_and(self: TensorDictBase, other: Any, *, default: Any = None) -> TensorDictBase:
@@ -399,7 +399,7 @@ class PointwiseMixin(UnaryMixin):
 
 # ------------------------------------------------------------------ comparisons
 def _compare(td: TensorDictBase, other: Any, op: Callable[[Any, Any], Any]) -> Any:
-    """Leaf-wise comparison; non-tensor leaves compare by value (``==``/``!=`` only)."""
+    """Leaf-wise comparison; non-tensor leaves compare by value (`==`/`!=` only)."""
     members = _lazy_members(td)
     if members is not None:
         dim, (parts,) = split_operands(td, "compare", (other,), False)
@@ -440,7 +440,7 @@ def _map_compare(
 
 
 def _nt_compare(value: Any, other: Any, op: Callable[[Any, Any], Any]) -> Tensor:
-    """Element-wise ``==`` / ``!=`` of non-tensor values, as a bool tensor of the batch shape."""
+    """Element-wise `==` / `!=` of non-tensor values, as a bool tensor of the batch shape."""
     if op is not operator.eq and op is not operator.ne:
         raise TypeError(f"non-tensor data {value!r} can only be compared with == and !=")
     mine = value.as_array()

@@ -1,21 +1,21 @@
 """How one row of the pointwise table runs over a TensorDict.
 
-An op is a per-leaf torch function (``fn`` out of place, ``fn_`` in place) and,
-where torch has one, its ``torch._foreach_*`` form. Operands come in three
+An op is a per-leaf torch function (`fn` out of place, `fn_` in place) and,
+where torch has one, its `torch._foreach_*` form. Operands come in three
 sorts, resolved once per call:
 
-- a Python scalar (or ``None``): passed as is to every leaf;
+- a Python scalar (or `None`): passed as is to every leaf;
 - a tensor: a *batch-shaped* value, as upstream treats it. It is broadcast
-  against the batch size (``[4, 3]`` or ``[3]`` for a ``[4, 3]`` TensorDict),
+  against the batch size (`[4, 3]` or `[3]` for a `[4, 3]` TensorDict),
   then viewed with one trailing singleton dim per feature dim of each leaf;
 - a TensorDict: its leaves at this TensorDict's leaf keys, in traversal order.
-  Missing keys raise ``KeyError`` naming the key (``default=`` fills them, or
-  ``"intersection"`` keeps only common keys); out of place, keys only the
+  Missing keys raise `KeyError` naming the key (`default=` fills them, or
+  `"intersection"` keeps only common keys); out of place, keys only the
   operand holds raise too.
 
-``_foreach`` runs every leaf in one call; the per-leaf path is taken under
-``torch.func`` transforms (vmap, grad, jacrev: ``_foreach`` has no batching
-rule) and when ``_foreach`` refuses the arguments. In-place ops check every
+`_foreach` runs every leaf in one call; the per-leaf path is taken under
+`torch.func` transforms (vmap, grad, jacrev: `_foreach` has no batching
+rule) and when `_foreach` refuses the arguments. In-place ops check every
 leaf's dtype against the op (once per dtype combination, cached) and every
 shape before writing, so a failed op leaves the TensorDict unchanged. Lazy
 stacks run per member and are re-stacked lazily; non-tensor leaves are
@@ -54,10 +54,10 @@ class Op:
 
     Attributes:
         name: the public method name (out of place).
-        fn: per-leaf, out of place: ``fn(leaf, *operands, **kwargs)``.
-        fn_: per-leaf, in place (``None``: the op has no in-place form).
-        foreach: ``torch._foreach_*`` form of ``fn`` (``None``: per leaf only).
-        foreach_: ``torch._foreach_*_`` form of ``fn_``.
+        fn: per-leaf, out of place: `fn(leaf, *operands, **kwargs)`.
+        fn_: per-leaf, in place (`None`: the op has no in-place form).
+        foreach: `torch._foreach_*` form of `fn` (`None`: per leaf only).
+        foreach_: `torch._foreach_*_` form of `fn_`.
     """
 
     name: str
@@ -76,7 +76,7 @@ def run(
     default: Any = None,
     **kwargs: Any,
 ) -> Any:
-    """Run ``op`` over ``td``'s tensor leaves (in place: write them and return ``td``)."""
+    """Run `op` over `td`'s tensor leaves (in place: write them and return `td`)."""
     members = _lazy_members(td)
     if members is not None:
         return _run_lazy(td, members, op, operands, inplace, default, kwargs)
@@ -189,7 +189,7 @@ def _align(
     prefix: tuple[str, ...],
     strict: bool,
 ) -> None:
-    """Append ``other``'s leaves at ``td``'s tensor-leaf keys to ``out``, in traversal order."""
+    """Append `other`'s leaves at `td`'s tensor-leaf keys to `out`, in traversal order."""
     if _align_same_order(td, other, out, prefix, strict):
         return
     get = other._get_str
@@ -229,7 +229,7 @@ def _align_same_order(
 ) -> bool:
     """The usual case, keys in the same order on both sides: zip them, no lookups.
 
-    Returns ``False`` (``out`` as it was) at the first difference, for ``_align`` to
+    Returns `False` (`out` as it was) at the first difference, for `_align` to
     take the lookup path and name what differs.
     """
     mine = td._items_str()
@@ -277,7 +277,7 @@ def _key_error(
 def _fill_missing(
     td: TensorDictBase, operands: tuple[Any, ...], default: Any
 ) -> tuple[TensorDictBase, tuple[Any, ...]]:
-    """Upstream's ``default=``: ``"intersection"`` keeps common keys, a value fills missing ones."""
+    """Upstream's `default=`: `"intersection"` keeps common keys, a value fills missing ones."""
     out = []
     for operand in operands:
         if not is_td(operand):
@@ -367,7 +367,7 @@ def _check_dtypes(
 def _probe(
     op: Op, combo: tuple[torch.dtype, ...], args: list[Any], kwargs: dict[str, Any]
 ) -> BaseException | None:
-    """What the in-place op raises on one-element tensors of these dtypes (``None``: it works)."""
+    """What the in-place op raises on one-element tensors of these dtypes (`None`: it works)."""
     dtypes = iter(combo)
     self_probe = torch.ones((), dtype=next(dtypes))
     probe_args = [torch.ones((), dtype=next(dtypes)) if type(a) is list else a for a in args]
@@ -391,7 +391,7 @@ _LAZY: list[type] = []
 
 
 def _collect(td: TensorDictBase, out: list[Tensor]) -> bool:
-    """``tensor_leaves`` into ``out``; ``False`` (stop) at a lazy stack, whose reads are copies."""
+    """`tensor_leaves` into `out`; `False` (stop) at a lazy stack, whose reads are copies."""
     for value in td._values_str():
         if isinstance(value, Tensor):
             out.append(value)
@@ -408,7 +408,7 @@ def _run_entries(
     inplace: bool,
     kwargs: dict[str, Any],
 ) -> Any:
-    """``op`` run on each entry alone (a one-entry TensorDict sharing the leaf, or the sub-tree)."""
+    """`op` run on each entry alone (a one-entry TensorDict sharing the leaf, or the sub-tree)."""
     bs = td.batch_size
     out: dict[str, Any] = {}
     for key, value in td._items_str():
@@ -465,7 +465,7 @@ def _run_lazy(
 def split_operands(
     td: TensorDictBase, name: str, operands: tuple[Any, ...], inplace: bool
 ) -> tuple[int, list[Any]]:
-    """The result's stack dim, and each operand split into one part per member of ``td``."""
+    """The result's stack dim, and each operand split into one part per member of `td`."""
     bs = td.batch_size
     new_bs = bs
     for operand in operands:

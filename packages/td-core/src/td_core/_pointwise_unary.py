@@ -1,6 +1,6 @@
-"""The one-operand rows of the pointwise table, as methods (``td.exp()``, ``td.exp_()``, ...).
+"""The one-operand rows of the pointwise table, as methods (`td.exp()`, `td.exp_()`, ...).
 
-Each method is one line running its row of ``UNARY`` (see :mod:`td_core._pointwise_run`).
+Each method is one line running its row of `UNARY` (see `td_core._pointwise_run`).
 """
 
 from __future__ import annotations
@@ -72,13 +72,13 @@ UNARY: dict[str, Op] = {
         name: Op(name, getattr(torch, name))
         for name in ("isfinite", "isnan", "isneginf", "isposinf", "isreal")
     },
-    # ``~td``: operator.invert raises torch's TypeError on float leaves, as upstream
+    # `~td`: operator.invert raises torch's TypeError on float leaves, as upstream
     "bitwise_not": Op("bitwise_not", operator.invert, Tensor.bitwise_not_),
 }
 
 
 class UnaryMixin:
-    """One-operand pointwise methods of :class:`td_core.TensorDictBase`."""
+    """One-operand pointwise methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
@@ -163,11 +163,11 @@ class UnaryMixin:
         return run(self, UNARY["exp"], inplace=True)
 
     def expm1(self: TensorDictBase) -> TensorDictBase:
-        """The ``exp(x) - 1`` of every tensor leaf (a new TensorDict)."""
+        """The `exp(x) - 1` of every tensor leaf (a new TensorDict)."""
         return run(self, UNARY["expm1"])
 
     def expm1_(self: TensorDictBase) -> TensorDictBase:
-        """The ``exp(x) - 1`` of every tensor leaf, in place (returns self)."""
+        """The `exp(x) - 1` of every tensor leaf, in place (returns self)."""
         return run(self, UNARY["expm1"], inplace=True)
 
     def floor(self: TensorDictBase) -> TensorDictBase:
@@ -211,11 +211,11 @@ class UnaryMixin:
         return run(self, UNARY["log10"], inplace=True)
 
     def log1p(self: TensorDictBase) -> TensorDictBase:
-        """The ``log(1 + x)`` of every tensor leaf (a new TensorDict)."""
+        """The `log(1 + x)` of every tensor leaf (a new TensorDict)."""
         return run(self, UNARY["log1p"])
 
     def log1p_(self: TensorDictBase) -> TensorDictBase:
-        """The ``log(1 + x)`` of every tensor leaf, in place (returns self)."""
+        """The `log(1 + x)` of every tensor leaf, in place (returns self)."""
         return run(self, UNARY["log1p"], inplace=True)
 
     def log2(self: TensorDictBase) -> TensorDictBase:
@@ -235,11 +235,11 @@ class UnaryMixin:
         return run(self, UNARY["neg"], inplace=True)
 
     def reciprocal(self: TensorDictBase) -> TensorDictBase:
-        """The reciprocal ``1 / x`` of every tensor leaf (a new TensorDict)."""
+        """The reciprocal `1 / x` of every tensor leaf (a new TensorDict)."""
         return run(self, UNARY["reciprocal"])
 
     def reciprocal_(self: TensorDictBase) -> TensorDictBase:
-        """The reciprocal ``1 / x`` of every tensor leaf, in place (returns self)."""
+        """The reciprocal `1 / x` of every tensor leaf, in place (returns self)."""
         return run(self, UNARY["reciprocal"], inplace=True)
 
     def round(self: TensorDictBase) -> TensorDictBase:

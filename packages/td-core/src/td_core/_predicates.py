@@ -1,7 +1,7 @@
-"""Small public helpers: dtype predicates for ``apply``/``cast_filter``, and key utilities.
+"""Small public helpers: dtype predicates for `apply`/`cast_filter`, and key utilities.
 
-The dtype predicates test their LAST argument, so they work as ``fn(value)``
-and as ``fn(key, value)``.
+The dtype predicates test their LAST argument, so they work as `fn(value)`
+and as `fn(key, value)`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ __all__ = [
 ]
 
 KEY_SEPARATOR: str = "."
-"""The separator ``flatten_keys`` uses by default to join nested keys."""
+"""The separator `flatten_keys` uses by default to join nested keys."""
 
 
 def unravel_key_to_tuple(key: Any) -> tuple[str, ...]:
-    """A nested key as a flat tuple of ``str``; ``()`` for an invalid key (never raises).
+    """A nested key as a flat tuple of `str`; `()` for an invalid key (never raises).
 
     Examples:
         >>> from td_core import unravel_key_to_tuple
@@ -65,5 +65,5 @@ def is_integer(*args: Any) -> bool:
 
 
 def is_bool(*args: Any) -> bool:
-    """Whether the last argument has dtype ``torch.bool``."""
+    """Whether the last argument has dtype `torch.bool`."""
     return args[-1].dtype is torch.bool

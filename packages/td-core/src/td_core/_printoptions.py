@@ -1,9 +1,9 @@
-"""``set_printoptions``/``get_printoptions``: what ``repr`` of a TensorDict shows.
+"""`set_printoptions`/`get_printoptions`: what `repr` of a TensorDict shows.
 
-The options live in one ``ContextVar`` holding an immutable mapping, so a
-``with set_printoptions(...)`` block changes the printing of the code it runs
-only. td prints the detailed form by default (``compact=False``, see
-docs/migration.md); the ``compact`` key is accepted for upstream compatibility.
+The options live in one `ContextVar` holding an immutable mapping, so a
+`with set_printoptions(...)` block changes the printing of the code it runs
+only. td prints the detailed form by default (`compact=False`, see
+docs/migration.md); the `compact` key is accepted for upstream compatibility.
 """
 
 from __future__ import annotations
@@ -53,17 +53,17 @@ def print_option(name: str) -> Any:
 
 
 class set_printoptions:
-    """Set what ``repr`` of a TensorDict shows, for a block, a function, or (``.set()``) the context.
+    """Set what `repr` of a TensorDict shows, for a block, a function, or (`.set()`) the context.
 
     Keyword Args:
-        verbose: ``False`` hides devices, dtypes and ``is_shared`` unless an
+        verbose: `False` hides devices, dtypes and `is_shared` unless an
             option below sets them.
-        **kwargs: ``show_batch_size``, ``show_device``, ``show_is_shared``,
-            ``show_shape``, ``show_field_device``, ``show_dtype``,
-            ``show_field_is_shared``, ``show_grad``, ``show_is_contiguous``,
-            ``show_is_view``, ``show_storage_size``, ``plain``, ``sort_keys``
-            (``"alphabetical"`` or ``None`` for insertion order), ``compact``
-            and ``html``. Options not passed keep their current value.
+        **kwargs: `show_batch_size`, `show_device`, `show_is_shared`,
+            `show_shape`, `show_field_device`, `show_dtype`,
+            `show_field_is_shared`, `show_grad`, `show_is_contiguous`,
+            `show_is_view`, `show_storage_size`, `plain`, `sort_keys`
+            (`"alphabetical"` or `None` for insertion order), `compact`
+            and `html`. Options not passed keep their current value.
 
     Raises:
         TypeError: for an unknown option.
@@ -112,7 +112,7 @@ class set_printoptions:
 
 
 def get_printoptions() -> dict[str, Any]:
-    """The current print options, as a new ``dict``.
+    """The current print options, as a new `dict`.
 
     Examples:
         >>> from td_core import get_printoptions

@@ -1,11 +1,11 @@
-"""TensorDicts as pytree nodes, so ``torch.vmap``, ``torch.func`` and ``torch.compile`` see their leaves.
+"""TensorDicts as pytree nodes, so `torch.vmap`, `torch.func` and `torch.compile` see their leaves.
 
 The children of a node are its tensor and sub-TensorDict entries; non-tensor
 leaves, keys, batch size and device travel in the (static) context. When the
 children come back with more or fewer dims than they left with (inside and out
-of ``vmap``), the batch size is re-derived from a reference child: the number
+of `vmap`), the batch size is re-derived from a reference child: the number
 of batch dims changes by the same amount as that child's dims. So inside
-``vmap`` a TensorDict has its per-sample batch size, and outside again the
+`vmap` a TensorDict has its per-sample batch size, and outside again the
 full one.
 """
 
@@ -68,7 +68,7 @@ def _flatten_with_keys(td: Any) -> tuple[list[tuple[Any, Any]], Any]:
 
 
 def register(cls: type) -> None:
-    """Register ``cls`` (a TensorDictBase subclass with ``_from_pytree``) as a pytree node."""
+    """Register `cls` (a TensorDictBase subclass with `_from_pytree`) as a pytree node."""
     pytree.register_pytree_node(
         cls,
         _flatten,
@@ -79,7 +79,7 @@ def register(cls: type) -> None:
 
 
 def allow_weights_only(*classes: type) -> None:
-    """Let ``torch.load(..., weights_only=True)`` rebuild ``classes``.
+    """Let `torch.load(..., weights_only=True)` rebuild `classes`.
 
     Their pickled state is made of tensors, strings, numbers, tuples, lists and
     dicts only, so allowing them runs no code from the file.

@@ -1,19 +1,19 @@
-"""The reduction engine: the table of ops (``REDUCTIONS``) and the one implementation.
+"""The reduction engine: the table of ops (`REDUCTIONS`) and the one implementation.
 
-Every op reads ``dim`` the same way:
+Every op reads `dim` the same way:
 
-- no ``dim`` (or ``None``): each leaf is reduced over all of its dims (``logsumexp``: over
-  the batch dims only) and the result has ``batch_size=[]`` (``[1, ...]`` with ``keepdim``);
-- an int or a tuple of ints: those batch dims; ``keepdim=True`` keeps them with size 1;
-- ``"feature"``: each leaf over its non-batch dims; the batch size is unchanged.
+- no `dim` (or `None`): each leaf is reduced over all of its dims (`logsumexp`: over
+  the batch dims only) and the result has `batch_size=[]` (`[1, ...]` with `keepdim`);
+- an int or a tuple of ints: those batch dims; `keepdim=True` keeps them with size 1;
+- `"feature"`: each leaf over its non-batch dims; the batch size is unchanged.
 
-With ``reduce=True`` the leaves are reduced together into one tensor: with no ``dim`` over
-every element of every leaf, with ``dim="feature"`` over the features of all leaves, with
+With `reduce=True` the leaves are reduced together into one tensor: with no `dim` over
+every element of every leaf, with `dim="feature"` over the features of all leaves, with
 batch dims by concatenating the leaves along the (first) dim and reducing over the dims.
-``max``/``min`` with a dim and ``cummax``/``cummin`` return ``(values, indices)`` as torch's
+`max`/`min` with a dim and `cummax`/`cummin` return `(values, indices)` as torch's
 named tuples of TensorDicts. Non-tensor leaves are left out of every result, as upstream does.
 A lazy stack with ragged leaves is reduced member by member when the dims leave its stack
-dim alone. The public methods are in ``_reductions.py``.
+dim alone. The public methods are in `_reductions.py`.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ class Reduction:
     """One row of the table.
 
     Attributes:
-        name: the method name (and the name of torch's named tuple for ``indices`` ops).
-        fn: the torch op, called as ``fn(leaf, *args, *dims, keepdim=..., **kwargs)``.
-        multi_dim: ``fn`` takes a tuple of dims (otherwise several dims are flattened into one).
-        no_dim: what no ``dim`` means: ``"leaf"`` (every dim of each leaf) or ``"batch"``.
-        scan: the op keeps every dim (``cummax``, ``softmax``): it takes exactly one dim.
-        indices: ``fn`` returns ``(values, indices)`` when given a dim.
-        values_fn: the op that returns the values alone (``amax`` for ``max``), if any.
+        name: the method name (and the name of torch's named tuple for `indices` ops).
+        fn: the torch op, called as `fn(leaf, *args, *dims, keepdim=..., **kwargs)`.
+        multi_dim: `fn` takes a tuple of dims (otherwise several dims are flattened into one).
+        no_dim: what no `dim` means: `"leaf"` (every dim of each leaf) or `"batch"`.
+        scan: the op keeps every dim (`cummax`, `softmax`): it takes exactly one dim.
+        indices: `fn` returns `(values, indices)` when given a dim.
+        values_fn: the op that returns the values alone (`amax` for `max`), if any.
     """
 
     name: str
@@ -92,7 +92,7 @@ REDUCTIONS: dict[str, Reduction] = {
 def _parse_dim(
     td: TensorDictBase, row: Reduction, dim: Any, keepdim: bool
 ) -> tuple[str, tuple[int, ...]]:
-    """``("leaf" | "feature" | "dims", dims)``; raises before anything is computed."""
+    """`("leaf" | "feature" | "dims", dims)`; raises before anything is computed."""
     n = td.batch_dims
     if dim is NO_DEFAULT or dim is None:
         if row.scan:
@@ -130,7 +130,7 @@ def _parse_dim(
 
 
 def _features(t: Tensor, n: int) -> Tensor:
-    """``t`` with its dims after the first ``n`` flattened into one last dim."""
+    """`t` with its dims after the first `n` flattened into one last dim."""
     return t.unsqueeze(-1) if t.ndim == n else t.flatten(n)
 
 
@@ -144,9 +144,9 @@ def _reduced_size(bs: torch.Size, dims: tuple[int, ...], keepdim: bool) -> torch
 def _call(
     row: Reduction, values: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Callable[..., Any]:
-    """``fn(t, *dims, **keywords)`` for the row with ``args`` and ``kwargs`` bound.
+    """`fn(t, *dims, **keywords)` for the row with `args` and `kwargs` bound.
 
-    ``values``: a dim is given and only the values are wanted (``amax`` for ``max``).
+    `values`: a dim is given and only the values are wanted (`amax` for `max`).
     """
     fn = row.values_fn if values and row.values_fn is not None else row.fn
     if values and row.indices and row.values_fn is None:  # cummax/cummin values
@@ -192,7 +192,7 @@ def _leaf_op(
 def _flattened(
     call: Callable[..., Tensor], t: Tensor, dims: tuple[int, ...], keepdim: bool, lead: int
 ) -> Tensor:
-    """``call`` over several dims of ``t`` for ops that take one: flatten them into dim 0."""
+    """`call` over several dims of `t` for ops that take one: flatten them into dim 0."""
     k = len(dims)
     out = call(t.movedim(dims, tuple(range(k))).flatten(0, k - 1), 0)
     if keepdim:
@@ -202,7 +202,7 @@ def _flattened(
 
 
 def _lead(row: Reduction, args: tuple[Any, ...]) -> tuple[int, ...]:
-    """Dims an op puts in front of its result (``quantile`` with a tensor ``q``)."""
+    """Dims an op puts in front of its result (`quantile` with a tensor `q`)."""
     if row.name == "quantile" and isinstance(args[0], Tensor):
         return tuple(args[0].shape)
     return ()
@@ -216,7 +216,7 @@ def _walk(
     key_transform: KeyTransform,
     pair: bool,
 ) -> Any:
-    """A result tree shaped like ``td`` (with ``pair``: two, values and indices)."""
+    """A result tree shaped like `td` (with `pair`: two, values and indices)."""
     out: dict[str, Any] = {}
     second: dict[str, Any] = {}
     for key, value in td._items_str():
@@ -268,7 +268,7 @@ def reduction(
     return_indices: bool = True,
     **kwargs: Any,
 ) -> Any:
-    """Run the reduction ``row`` over ``td``; ``args``/``kwargs`` go to the torch function."""
+    """Run the reduction `row` over `td`; `args`/`kwargs` go to the torch function."""
     keepdim = bool(keepdim)
     mode, dims = _parse_dim(td, row, dim, keepdim)
     n = td.batch_dims
@@ -304,7 +304,7 @@ def _per_member(
     pair: bool,
     kwargs: dict[str, Any],
 ) -> Any:
-    """The reduction of each member of a lazy stack over ``dims`` (not the stack dim), re-stacked lazily."""
+    """The reduction of each member of a lazy stack over `dims` (not the stack dim), re-stacked lazily."""
     stack_dim: int = cast(Any, td).stack_dim
     inner = tuple(d if d < stack_dim else d - 1 for d in dims)
     results = [
@@ -371,7 +371,7 @@ def _reduce_leaves(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """``reduce=True``: every leaf reduced together into one tensor."""
+    """`reduce=True`: every leaf reduced together into one tensor."""
     n = td.batch_dims
     leaves = _flat_leaves(td, []) if mode == "leaf" else tensor_leaves(td)
     if not leaves:
@@ -397,7 +397,7 @@ def _reduce_leaves(
 
 
 def bool_reduction(td: TensorDictBase, row: Reduction, dim: Dim) -> Any:
-    """``all``/``any``: a Python bool over every leaf, or a TensorDict over batch dim(s) ``dim``."""
+    """`all`/`any`: a Python bool over every leaf, or a TensorDict over batch dim(s) `dim`."""
     if dim is None:
         leaves = _flat_leaves(td, [])
         if not leaves:
@@ -409,9 +409,9 @@ def bool_reduction(td: TensorDictBase, row: Reduction, dim: Dim) -> Any:
 def leafwise_loss(
     fn: Callable[..., Tensor], input: Any, target: Any, *args: Any, **kwargs: Any
 ) -> TensorDictBase:
-    """``fn(input_leaf, target_leaf, ...)`` at every leaf (a TensorDict and a TensorDict or tensor).
+    """`fn(input_leaf, target_leaf, ...)` at every leaf (a TensorDict and a TensorDict or tensor).
 
-    The batch size is kept with ``reduction="none"``, ``[]`` otherwise.
+    The batch size is kept with `reduction="none"`, `[]` otherwise.
     """
     mine, other, swap = (input, target, False) if is_td(input) else (target, input, True)
     size_average = kwargs.get("size_average", args[0] if args else None)

@@ -1,7 +1,7 @@
-"""Reductions over batch dims (``sum``, ``mean``, ``std``, ``max``, ...): the public methods.
+"""Reductions over batch dims (`sum`, `mean`, `std`, `max`, ...): the public methods.
 
-Each method is one line calling the engine in ``_reduce.py`` with its row of the table;
-the module doc there says how ``dim``, ``keepdim`` and ``reduce`` are read.
+Each method is one line calling the engine in `_reduce.py` with its row of the table;
+the module doc there says how `dim`, `keepdim` and `reduce` are read.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ _R = REDUCTIONS
 
 
 class ReductionMixin:
-    """Methods of :class:`td_core.TensorDictBase` from this family."""
+    """Methods of `td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
 
@@ -36,7 +36,7 @@ class ReductionMixin:
         reduce: bool | None = None,
         key_transform: KeyTransform = None,
     ) -> Any:
-        """Sum of each leaf over ``dim`` (see the module doc for ``dim`` and ``reduce``).
+        """Sum of each leaf over `dim` (see the module doc for `dim` and `reduce`).
 
         Examples:
             >>> import torch
@@ -65,7 +65,7 @@ class ReductionMixin:
         dtype: torch.dtype | None = None,
         reduce: bool | None = None,
     ) -> Any:
-        """Sum of each leaf over ``dim``, NaNs counted as zero."""
+        """Sum of each leaf over `dim`, NaNs counted as zero."""
         return reduction(self, _R["nansum"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
 
     def mean(
@@ -77,7 +77,7 @@ class ReductionMixin:
         reduce: bool | None = None,
         key_transform: KeyTransform = None,
     ) -> Any:
-        """Mean of each leaf over ``dim`` (floating-point leaves, or pass ``dtype``)."""
+        """Mean of each leaf over `dim` (floating-point leaves, or pass `dtype`)."""
         return reduction(
             self,
             _R["mean"],
@@ -96,7 +96,7 @@ class ReductionMixin:
         dtype: torch.dtype | None = None,
         reduce: bool | None = None,
     ) -> Any:
-        """Mean of each leaf over ``dim``, ignoring NaNs."""
+        """Mean of each leaf over `dim`, ignoring NaNs."""
         return reduction(self, _R["nanmean"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
 
     def prod(
@@ -107,7 +107,7 @@ class ReductionMixin:
         dtype: torch.dtype | None = None,
         reduce: bool | None = None,
     ) -> Any:
-        """Product of each leaf over ``dim``."""
+        """Product of each leaf over `dim`."""
         return reduction(self, _R["prod"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
 
     def std(
@@ -119,7 +119,7 @@ class ReductionMixin:
         reduce: bool | None = None,
         key_transform: KeyTransform = None,
     ) -> Any:
-        """Standard deviation of each leaf over ``dim`` (``correction=0``: the biased one)."""
+        """Standard deviation of each leaf over `dim` (`correction=0`: the biased one)."""
         return reduction(
             self,
             _R["std"],
@@ -139,7 +139,7 @@ class ReductionMixin:
         reduce: bool | None = None,
         key_transform: KeyTransform = None,
     ) -> Any:
-        """Variance of each leaf over ``dim`` (``correction=0``: the biased one)."""
+        """Variance of each leaf over `dim` (`correction=0`: the biased one)."""
         return reduction(
             self,
             _R["var"],
@@ -158,7 +158,7 @@ class ReductionMixin:
         reduce: bool | None = None,
         return_indices: bool = True,
     ) -> Any:
-        """Maximum of each leaf; with a batch ``dim``, ``(values, indices)`` as in ``torch.max``.
+        """Maximum of each leaf; with a batch `dim`, `(values, indices)` as in `torch.max`.
 
         Examples:
             >>> import torch
@@ -180,7 +180,7 @@ class ReductionMixin:
         reduce: bool | None = None,
         return_indices: bool = True,
     ) -> Any:
-        """Minimum of each leaf; with a batch ``dim``, ``(values, indices)`` as in ``torch.min``."""
+        """Minimum of each leaf; with a batch `dim`, `(values, indices)` as in `torch.min`."""
         return reduction(
             self, _R["min"], dim, keepdim, reduce=reduce, return_indices=return_indices
         )
@@ -192,7 +192,7 @@ class ReductionMixin:
         *,
         reduce: bool | None = None,
     ) -> Any:
-        """Maximum of each leaf over ``dim`` (values only)."""
+        """Maximum of each leaf over `dim` (values only)."""
         return reduction(self, _R["amax"], dim, keepdim, reduce=reduce)
 
     def amin(
@@ -202,15 +202,15 @@ class ReductionMixin:
         *,
         reduce: bool | None = None,
     ) -> Any:
-        """Minimum of each leaf over ``dim`` (values only)."""
+        """Minimum of each leaf over `dim` (values only)."""
         return reduction(self, _R["amin"], dim, keepdim, reduce=reduce)
 
     def logsumexp(
         self: TensorDictBase, dim: Dim = None, keepdim: bool = False, *, out: Any = None
     ) -> Any:
-        """``log(sum(exp(leaf)))`` over batch ``dim`` (default: every batch dim).
+        """`log(sum(exp(leaf)))` over batch `dim` (default: every batch dim).
 
-        With ``out`` (a TensorDict of the result's structure) the result is written into it.
+        With `out` (a TensorDict of the result's structure) the result is written into it.
         """
         result = reduction(self, _R["logsumexp"], dim, keepdim)
         return result if out is None else out.update_(result)
@@ -225,7 +225,7 @@ class ReductionMixin:
         reduce: bool | None = None,
         key_transform: KeyTransform = None,
     ) -> Any:
-        """The ``q``-th quantile of each leaf over ``dim`` (a tensor ``q`` adds leading dims)."""
+        """The `q`-th quantile of each leaf over `dim` (a tensor `q` adds leading dims)."""
         return reduction(
             self,
             _R["quantile"],
@@ -240,17 +240,17 @@ class ReductionMixin:
     def cummax(
         self: TensorDictBase, dim: int, *, reduce: bool | None = None, return_indices: bool = True
     ) -> Any:
-        """Running maximum along batch ``dim``: ``(values, indices)`` as in ``torch.cummax``."""
+        """Running maximum along batch `dim`: `(values, indices)` as in `torch.cummax`."""
         return reduction(self, _R["cummax"], dim, reduce=reduce, return_indices=return_indices)
 
     def cummin(
         self: TensorDictBase, dim: int, *, reduce: bool | None = None, return_indices: bool = True
     ) -> Any:
-        """Running minimum along batch ``dim``: ``(values, indices)`` as in ``torch.cummin``."""
+        """Running minimum along batch `dim`: `(values, indices)` as in `torch.cummin`."""
         return reduction(self, _R["cummin"], dim, reduce=reduce, return_indices=return_indices)
 
     def softmax(self: TensorDictBase, dim: int, dtype: torch.dtype | None = None) -> Any:
-        """Softmax of each leaf along batch ``dim``."""
+        """Softmax of each leaf along batch `dim`."""
         return reduction(self, _R["softmax"], dim, **_opt(dtype=dtype))
 
     def norm(
@@ -260,19 +260,19 @@ class ReductionMixin:
         dtype: torch.dtype | None = None,
         key_transform: KeyTransform = None,
     ) -> Any:
-        """The 2-norm of each leaf over all its elements (``batch_size=[]``)."""
+        """The 2-norm of each leaf over all its elements (`batch_size=[]`)."""
         result = reduction(self, _R["norm"], key_transform=key_transform, **_opt(dtype=dtype))
         return result if out is None else out.update_(result)
 
     def all(self: TensorDictBase, dim: Dim = None) -> Any:
-        """``True`` if every element of every tensor leaf is true; per batch ``dim`` with a dim."""
+        """`True` if every element of every tensor leaf is true; per batch `dim` with a dim."""
         return bool_reduction(self, _R["all"], dim)
 
     def any(self: TensorDictBase, dim: Dim = None) -> Any:
-        """``True`` if any element of any tensor leaf is true; per batch ``dim`` with a dim."""
+        """`True` if any element of any tensor leaf is true; per batch `dim` with a dim."""
         return bool_reduction(self, _R["any"], dim)
 
 
 def _opt(**kwargs: Any) -> dict[str, Any]:
-    """The keyword arguments that were given (not ``None``)."""
+    """The keyword arguments that were given (not `None`)."""
     return {k: v for k, v in kwargs.items() if v is not None}

@@ -1,4 +1,4 @@
-"""``repr`` in the seeds' format: one line per field, nested TensorDicts indented."""
+"""`repr` in the seeds' format: one line per field, nested TensorDicts indented."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ _LEAF_PARTS: list[tuple[str, str, Any]] = [
 
 
 def leaf_repr(value: Any) -> str:
-    """``Tensor(shape=..., device=..., dtype=..., is_shared=...)`` or the leaf's own repr."""
+    """`Tensor(shape=..., device=..., dtype=..., is_shared=...)` or the leaf's own repr."""
     if isinstance(value, torch.Tensor):
         name = type(value).__name__ if type(value) is not torch.Tensor else "Tensor"
         opts = get_printoptions()
@@ -47,10 +47,10 @@ def td_repr(
     """The multi-line repr of a TensorDict-like container.
 
     Args:
-        extra: more ``name=value`` parts after ``fields`` (e.g. ``exclusive_fields``).
-        fields: pre-rendered ``(key, text)`` pairs, for containers that render
+        extra: more `name=value` parts after `fields` (e.g. `exclusive_fields`).
+        fields: pre-rendered `(key, text)` pairs, for containers that render
             entries without materialising them.
-        after: parts after ``is_shared`` (e.g. ``stack_dim``).
+        after: parts after `is_shared` (e.g. `stack_dim`).
     """
     if fields is None:
         # each sub-container renders itself: a lazy stack shows ragged dims as -1 without stacking
@@ -71,7 +71,7 @@ def td_repr(
 
 
 def _fields(name: str, fields: list[tuple[str, str]]) -> str:
-    """``name={`` then one ``key: text`` line per field, sorted by key."""
+    """`name={` then one `key: text` line per field, sorted by key."""
     if get_printoptions()["sort_keys"]:
         fields = sorted(fields)
     lines = ",\n".join(textwrap.indent(f"{k}: {text}", _INDENT) for k, text in fields)

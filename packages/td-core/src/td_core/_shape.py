@@ -1,14 +1,14 @@
 """Shape operations over the batch dims (view, reshape, permute, unbind, split, ...).
 
-Each op is a tensor function on the leading ``batch_dims`` dims plus the new
-batch size, handed to ``map_batch``; feature dims are never touched. A lazy
-stack is rearranged member by member and stays lazy (``_lazy_shape``), so
+Each op is a tensor function on the leading `batch_dims` dims plus the new
+batch size, handed to `map_batch`; feature dims are never touched. A lazy
+stack is rearranged member by member and stays lazy (`_lazy_shape`), so
 stacks of ragged members support these ops too.
 
 The keyword spellings upstream accepts are accepted here too:
-``view(size=...)``, ``reshape(size=...)``, ``expand(size=...)``,
-``permute(dims=...)``, ``flip(dims=...)``, and ``inplace=True`` where
-upstream has it (``flatten``, ``unflatten``, ``roll``).
+`view(size=...)`, `reshape(size=...)`, `expand(size=...)`,
+`permute(dims=...)`, `flip(dims=...)`, and `inplace=True` where
+upstream has it (`flatten`, `unflatten`, `roll`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ Tensor = torch.Tensor
 
 
 def batch_dim(dim: Any, batch_size: torch.Size, *, extra: int = 0) -> int:
-    """``dim`` normalised to ``[0, len(batch_size) + extra)``, or a :class:`DimError` naming both."""
+    """`dim` normalised to `[0, len(batch_size) + extra)`, or a `DimError` naming both."""
     n = len(batch_size) + extra
     try:
         return normalize_dim(int(dim) if isinstance(dim, Tensor) else dim, n)
@@ -54,7 +54,7 @@ def batch_dim(dim: Any, batch_size: torch.Size, *, extra: int = 0) -> int:
 
 
 def size_arg(args: tuple[Any, ...], size: Any, what: str) -> tuple[int, ...]:
-    """The shape given as ``f(2, 3)``, ``f((2, 3))`` or ``f(size=(2, 3))`` (not both)."""
+    """The shape given as `f(2, 3)`, `f((2, 3))` or `f(size=(2, 3))` (not both)."""
     if size is not None:
         if args:
             raise TypeError(f"{what}: pass the shape positionally or as size=, not both")
@@ -63,10 +63,10 @@ def size_arg(args: tuple[Any, ...], size: Any, what: str) -> tuple[int, ...]:
 
 
 def assign_reshaped(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:
-    """Make ``td`` hold ``result``'s entries and batch size (the ``inplace=True`` forms).
+    """Make `td` hold `result`'s entries and batch size (the `inplace=True` forms).
 
-    All or nothing: if the batch size of ``td`` cannot change (a lazy stack,
-    ``TensorDictParams``, a locked TensorDict), ``td`` is left as it was.
+    All or nothing: if the batch size of `td` cannot change (a lazy stack,
+    `TensorDictParams`, a locked TensorDict), `td` is left as it was.
     """
     if td.is_locked:
         raise LockedError(
@@ -87,7 +87,7 @@ def assign_reshaped(td: TensorDictBase, result: TensorDictBase) -> TensorDictBas
 
 
 def expanded_shape(bs: torch.Size, target: Sequence[int], what: str) -> torch.Size:
-    """``target`` with ``-1`` resolved, after checking ``bs`` broadcasts to it."""
+    """`target` with `-1` resolved, after checking `bs` broadcasts to it."""
     out = list(target)
     n = len(bs)
     if len(out) < n:
@@ -113,7 +113,7 @@ def _view_shape(td: TensorDictBase, args: tuple[Any, ...], size: Any, what: str)
 
 
 def _reshape(td: TensorDictBase, new: torch.Size, *, copy: bool) -> TensorDictBase:
-    """``td`` viewed (``copy=False``) or reshaped to batch size ``new``."""
+    """`td` viewed (`copy=False`) or reshaped to batch size `new`."""
     if new == td.batch_size:
         return td
     n = td.batch_dims
@@ -131,7 +131,7 @@ def _reshape(td: TensorDictBase, new: torch.Size, *, copy: bool) -> TensorDictBa
 
 
 def permute_order(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase:
-    """``td`` with its batch dims in the (validated) ``order``."""
+    """`td` with its batch dims in the (validated) `order`."""
     n = td.batch_dims
     out = lazy.permute(td, order)
     if out is not None:
@@ -152,13 +152,13 @@ class ShapeMixin:
         size: Sequence[int] | None = None,
         batch_size: Sequence[int] | None = None,
     ) -> TensorDictBase:
-        """A view with batch size ``shape`` (one dim may be -1), or of every leaf as a dtype.
+        """A view with batch size `shape` (one dim may be -1), or of every leaf as a dtype.
 
         Args:
-            shape: the new batch size, as ints or one sequence; or a ``torch.dtype``
-                to view every tensor leaf as that dtype (``Tensor.view(dtype)``).
+            shape: the new batch size, as ints or one sequence; or a `torch.dtype`
+                to view every tensor leaf as that dtype (`Tensor.view(dtype)`).
             size: the new batch size, as a keyword.
-            batch_size: the new batch size, checked against ``shape`` when both are given.
+            batch_size: the new batch size, checked against `shape` when both are given.
 
         Examples:
             >>> import torch
@@ -184,11 +184,11 @@ class ShapeMixin:
     def reshape(
         self: TensorDictBase, *shape: Any, size: Sequence[int] | None = None
     ) -> TensorDictBase:
-        """Like :meth:`view`, copying where a view is impossible (``size=`` as a keyword)."""
+        """Like `view`, copying where a view is impossible (`size=` as a keyword)."""
         return _reshape(self, _view_shape(self, shape, size, "reshape"), copy=True)
 
     def squeeze(self: TensorDictBase, dim: int | None = None) -> TensorDictBase:
-        """Remove batch dims of size 1 (all of them, or ``dim`` if it has size 1)."""
+        """Remove batch dims of size 1 (all of them, or `dim` if it has size 1)."""
         bs = self.batch_size
         if dim is None:
             dims = tuple(i for i, s in enumerate(bs) if s == 1)
@@ -206,7 +206,7 @@ class ShapeMixin:
         return out if names is None else carry_names(out, names_after(names, drop=dims))
 
     def unsqueeze(self: TensorDictBase, dim: int) -> TensorDictBase:
-        """Insert a batch dim of size 1 at ``dim`` (negative dims count from the batch end)."""
+        """Insert a batch dim of size 1 at `dim` (negative dims count from the batch end)."""
         bs = self.batch_size
         d = batch_dim(dim, bs, extra=1)
         out = lazy.unsqueeze(self, d)
@@ -220,7 +220,7 @@ class ShapeMixin:
     def permute(
         self: TensorDictBase, *order: Any, dims: Sequence[int] | None = None
     ) -> TensorDictBase:
-        """Reorder the batch dims: ``td.permute(1, 0)``, ``td.permute([1, 0])`` or ``td.permute(dims=[1, 0])``."""
+        """Reorder the batch dims: `td.permute(1, 0)`, `td.permute([1, 0])` or `td.permute(dims=[1, 0])`."""
         given = size_arg(order, dims, "permute")
         bs = self.batch_size
         if len(given) != len(bs):
@@ -249,7 +249,7 @@ class ShapeMixin:
     def expand(
         self: TensorDictBase, *shape: Any, size: Sequence[int] | None = None
     ) -> TensorDictBase:
-        """Broadcast to batch size ``shape`` without copying (``-1`` keeps a dim)."""
+        """Broadcast to batch size `shape` without copying (`-1` keeps a dim)."""
         bs = self.batch_size
         n = len(bs)
         new = expanded_shape(bs, size_arg(shape, size, "expand"), "expand")
@@ -262,13 +262,13 @@ class ShapeMixin:
         return carry_names(out, names_after(names, insert=range(len(new) - n)))
 
     def expand_as(self: TensorDictBase, other: Any) -> TensorDictBase:
-        """Expand to the batch size of ``other`` (a TensorDict) or the shape of a tensor."""
+        """Expand to the batch size of `other` (a TensorDict) or the shape of a tensor."""
         return self.expand(other.batch_size if hasattr(other, "batch_size") else other.shape)
 
     def flatten(
         self: TensorDictBase, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False
     ) -> TensorDictBase:
-        """Merge batch dims ``start_dim`` to ``end_dim`` (inclusive) into one."""
+        """Merge batch dims `start_dim` to `end_dim` (inclusive) into one."""
         bs = self.batch_size
         if not bs:
             out = self.unsqueeze(0)
@@ -287,7 +287,7 @@ class ShapeMixin:
         *,
         inplace: bool = False,
     ) -> TensorDictBase:
-        """Split batch dim ``dim`` into ``unflattened_size``."""
+        """Split batch dim `dim` into `unflattened_size`."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
         sizes = infer_shape(tuple(unflattened_size), bs[d], torch.Size([bs[d]]))
@@ -295,7 +295,7 @@ class ShapeMixin:
         return assign_reshaped(self, out) if inplace else out
 
     def unbind(self: TensorDictBase, dim: int = 0) -> tuple[TensorDictBase, ...]:
-        """The slices along batch dim ``dim``, as a tuple."""
+        """The slices along batch dim `dim`, as a tuple."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
         if lazy.parts(self) is not None:
@@ -310,7 +310,7 @@ class ShapeMixin:
     def split(
         self: TensorDictBase, split_size: int | Sequence[int], dim: int = 0
     ) -> tuple[TensorDictBase, ...]:
-        """Split along batch dim ``dim`` into chunks of ``split_size`` (or the listed sizes)."""
+        """Split along batch dim `dim` into chunks of `split_size` (or the listed sizes)."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
         total = bs[d]
@@ -329,7 +329,7 @@ class ShapeMixin:
         return out if names is None else carry_names(out, names)
 
     def chunk(self: TensorDictBase, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
-        """Split along ``dim`` into at most ``chunks`` pieces, as ``torch.chunk`` does."""
+        """Split along `dim` into at most `chunks` pieces, as `torch.chunk` does."""
         if chunks <= 0:
             raise ValueError(f"chunks must be positive, got {chunks}")
         d = batch_dim(dim, self.batch_size)
@@ -337,7 +337,7 @@ class ShapeMixin:
         return self.split(max(1, math.ceil(size / chunks)), d)
 
     def flip(self: TensorDictBase, *order: Any, dims: Any = None) -> TensorDictBase:
-        """Reverse the order of elements along the given batch dims (ints, a sequence, or ``dims=``)."""
+        """Reverse the order of elements along the given batch dims (ints, a sequence, or `dims=`)."""
         if dims is not None and isinstance(dims, int):
             dims = (dims,)
         bs = self.batch_size
@@ -351,9 +351,9 @@ class ShapeMixin:
         *,
         inplace: bool = False,
     ) -> TensorDictBase:
-        """Roll the elements along the given batch dims, as ``torch.roll`` does.
+        """Roll the elements along the given batch dims, as `torch.roll` does.
 
-        Without ``dims`` the batch is flattened, rolled and restored, as for a tensor.
+        Without `dims` the batch is flattened, rolled and restored, as for a tensor.
         """
         bs = self.batch_size
         n = len(bs)
@@ -376,7 +376,7 @@ class ShapeMixin:
 
 
 def split_sizes(td: TensorDictBase, d: int, sizes: Sequence[int]) -> tuple[TensorDictBase, ...]:
-    """``td`` cut along batch dim ``d`` into consecutive pieces of ``sizes``."""
+    """`td` cut along batch dim `d` into consecutive pieces of `sizes`."""
     bounds, start = [], 0
     for s in sizes:
         bounds.append((start, start + s))

@@ -1,11 +1,11 @@
-"""Dense ``stack`` and ``cat`` of TensorDicts (``torch.stack`` / ``torch.cat`` land here).
+"""Dense `stack` and `cat` of TensorDicts (`torch.stack` / `torch.cat` land here).
 
 Keys must match across inputs; the error names the first key one input lacks.
-Non-tensor leaves stack into a ``NonTensorStack`` (one rule, equal values or not).
+Non-tensor leaves stack into a `NonTensorStack` (one rule, equal values or not).
 
-``StackMixin`` holds the stacking methods of every kind: the class-level
-``stack``/``cat``/``lazy_stack``/``maybe_dense_stack`` and the entry-level
-``stack_tensors``/``cat_tensors``/``stack_from_tensordict``/``cat_from_tensordict``.
+`StackMixin` holds the stacking methods of every kind: the class-level
+`stack`/`cat`/`lazy_stack`/`maybe_dense_stack` and the entry-level
+`stack_tensors`/`cat_tensors`/`stack_from_tensordict`/`cat_from_tensordict`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _same_keys(tds: list[TensorDictBase], prefix: tuple[str, ...], what: str) ->
 
 
 def _getters(tds: list[TensorDictBase]) -> list[Any]:
-    """Per-member lookups: the entry dict's own ``__getitem__`` for dense TensorDicts (fastest)."""
+    """Per-member lookups: the entry dict's own `__getitem__` for dense TensorDicts (fastest)."""
     out = []
     for td in tds:
         entries = getattr(td, "_tensordict", None)
@@ -64,7 +64,7 @@ def _getters(tds: list[TensorDictBase]) -> list[Any]:
 def stack(
     tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
 ) -> TensorDictBase:
-    """Stack TensorDicts of equal batch size along a new batch dim ``dim``."""
+    """Stack TensorDicts of equal batch size along a new batch dim `dim`."""
     tds = _check_inputs(tds, "stack")
     bs = tds[0].batch_size
     for i, td in enumerate(tds[1:], 1):
@@ -93,7 +93,7 @@ def stack(
 def _combine(
     tds: list[TensorDictBase], d: int, prefix: tuple[str, ...], stacking: bool
 ) -> TensorDictBase:
-    """Stack (new dim ``d``) or concatenate (along ``d``) matching entries, recursively."""
+    """Stack (new dim `d`) or concatenate (along `d`) matching entries, recursively."""
     what = "stack" if stacking else "cat"
     tensor_op = torch.stack if stacking else torch.cat
     non_tensor_op = stack_non_tensors if stacking else cat_non_tensors
@@ -131,7 +131,7 @@ def _combine(
 def cat(
     tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
 ) -> TensorDictBase:
-    """Concatenate TensorDicts along the existing batch dim ``dim``."""
+    """Concatenate TensorDicts along the existing batch dim `dim`."""
     tds = _check_inputs(tds, "cat")
     bs = tds[0].batch_size
     d = normalize_dim(dim, len(bs))
@@ -155,7 +155,7 @@ def cat(
 
 
 def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
-    """``cat`` of lazy stacks whose members differ in shape: a lazy stack again.
+    """`cat` of lazy stacks whose members differ in shape: a lazy stack again.
 
     Along the stack dim the members are chained; along another dim the inputs
     must stack the same number of members, which are concatenated pairwise.
@@ -190,7 +190,7 @@ def _combine_entries(
     keep_entries: bool,
     op: Any,
 ) -> TensorDictBase:
-    """``td[out_key] = op([td[k] for k in keys], dim)``; the inputs are removed unless kept."""
+    """`td[out_key] = op([td[k] for k in keys], dim)`; the inputs are removed unless kept."""
     if not keys:
         raise ValueError("stack_tensors/cat_tensors need at least one key to combine")
     values = [td.get(key) for key in keys]
@@ -230,19 +230,19 @@ class StackMixin:
     def stack(
         cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
     ) -> TensorDictBase:
-        """Stack TensorDicts along a new batch dim (``torch.stack``; see :func:`td_core.stack`)."""
+        """Stack TensorDicts along a new batch dim (`torch.stack`; see `td_core.stack`)."""
         return stack(input, dim, out=out)
 
     @classmethod
     def cat(
         cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
     ) -> TensorDictBase:
-        """Concatenate TensorDicts along a batch dim (``torch.cat``; see :func:`td_core.cat`)."""
+        """Concatenate TensorDicts along a batch dim (`torch.cat`; see `td_core.cat`)."""
         return cat(input, dim, out=out)
 
     @classmethod
     def lazy_stack(cls, input: Sequence[TensorDictBase], dim: int = 0) -> TensorDictBase:
-        """Stack TensorDicts lazily (a ``LazyStackedTensorDict`` keeping the originals)."""
+        """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals)."""
         from td_core._lazy import LazyStackedTensorDict
 
         return LazyStackedTensorDict(*input, stack_dim=dim)
@@ -271,9 +271,9 @@ class StackMixin:
             return cls.lazy_stack(input, dim)
 
     def to_lazystack(self: TensorDictBase, dim: int = 0) -> TensorDictBase:
-        """A lazy stack of this TensorDict's slices along batch dim ``dim`` (views of it).
+        """A lazy stack of this TensorDict's slices along batch dim `dim` (views of it).
 
-        A lazy stack along ``dim`` already is one: it is returned as it is.
+        A lazy stack along `dim` already is one: it is returned as it is.
         """
         from td_core._lazy import LazyStackedTensorDict
 
@@ -289,10 +289,10 @@ class StackMixin:
         dim: int = 0,
         keep_entries: bool = False,
     ) -> TensorDictBase:
-        """Write ``torch.stack([self[k] for k in keys], dim)`` at ``out_key`` (returns self).
+        """Write `torch.stack([self[k] for k in keys], dim)` at `out_key` (returns self).
 
-        ``dim`` counts from the first dim of the tensors (batch dims included).
-        The inputs are removed unless ``keep_entries``; nothing is removed if the
+        `dim` counts from the first dim of the tensors (batch dims included).
+        The inputs are removed unless `keep_entries`; nothing is removed if the
         result does not fit the batch size.
         """
         return _combine_entries(self, keys, out_key, dim, keep_entries, torch.stack)
@@ -304,7 +304,7 @@ class StackMixin:
         dim: int = 0,
         keep_entries: bool = False,
     ) -> TensorDictBase:
-        """Write ``torch.cat([self[k] for k in keys], dim)`` at ``out_key`` (returns self)."""
+        """Write `torch.cat([self[k] for k in keys], dim)` at `out_key` (returns self)."""
         return _combine_entries(self, keys, out_key, dim, keep_entries, torch.cat)
 
     def stack_from_tensordict(
@@ -313,8 +313,8 @@ class StackMixin:
         """Stack every tensor leaf into one tensor (they must share a shape).
 
         Args:
-            sorted: ``True`` orders the leaves by key, a list of keys gives the
-                order; by default the order of ``keys(include_nested=True)``.
+            sorted: `True` orders the leaves by key, a list of keys gives the
+                order; by default the order of `keys(include_nested=True)`.
             out: the tensor to write into.
         """
         return torch.stack(_leaf_tensors(self, sorted), dim, out=out)
@@ -322,5 +322,5 @@ class StackMixin:
     def cat_from_tensordict(
         self: TensorDictBase, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
     ) -> Tensor:
-        """Concatenate every tensor leaf into one tensor along ``dim``."""
+        """Concatenate every tensor leaf into one tensor along `dim`."""
         return torch.cat(_leaf_tensors(self, sorted), dim, out=out)

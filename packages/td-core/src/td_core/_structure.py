@@ -1,6 +1,6 @@
 """Operations on the key structure: select, exclude, flatten/unflatten keys, update, dicts.
 
-Writes that can fail (``update``, ``update_``, ``load_state_dict``) validate
+Writes that can fail (`update`, `update_`, `load_state_dict`) validate
 every entry first and only then write, so a failure leaves the TensorDict as
 it was.
 """
@@ -29,7 +29,7 @@ Tensor = torch.Tensor
 def _select(
     td: TensorDictBase, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
 ) -> TensorDictBase:
-    """A new TensorDict with only ``paths`` (paths of length 1 take the whole entry)."""
+    """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
     lazy = per_member(td, lambda m: _select(m, paths, strict, prefix))
     if lazy is not NotImplemented:
         return lazy
@@ -97,9 +97,9 @@ def _flatten(
 
 
 def _members_do(td: TensorDictBase, method: str, *args: Any, **kwargs: Any) -> Any:
-    """``method`` run on each member of a lazy stack (``NotImplemented`` for other kinds).
+    """`method` run on each member of a lazy stack (`NotImplemented` for other kinds).
 
-    In place, the members change and ``td`` itself is returned.
+    In place, the members change and `td` itself is returned.
     """
     lazy = per_member(td, lambda m: getattr(m, method)(*args, **kwargs))
     if lazy is NotImplemented or not kwargs.get("inplace"):
@@ -115,7 +115,7 @@ class StructureMixin:
     def select(
         self: TensorDictBase, *keys: NestedKey, inplace: bool = False, strict: bool = True
     ) -> TensorDictBase:
-        """Only the given (possibly nested) keys; with ``inplace`` the others are removed from self."""
+        """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
         lazy = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
         if lazy is not NotImplemented:
             return lazy  # type: ignore[no-any-return]
@@ -159,8 +159,8 @@ class StructureMixin:
         Args:
             inplace: remove the split keys from self (self is then the last result).
             default: accepted for upstream compatibility; a missing key still
-                raises ``KeyError`` unless ``strict=False``.
-            strict: raise ``KeyError`` on a missing key (else skip it).
+                raises `KeyError` unless `strict=False`.
+            strict: raise `KeyError` on a missing key (else skip it).
             reproduce_struct: every result keeps self's sub-TensorDicts (empty where
                 none of their keys went to it).
         """
@@ -179,7 +179,7 @@ class StructureMixin:
         inplace: bool = False,
         is_leaf: Callable[[type], bool] | None = None,
     ) -> TensorDictBase:
-        """A flat TensorDict whose keys join nested keys with ``separator``.
+        """A flat TensorDict whose keys join nested keys with `separator`.
 
         Examples:
             >>> import torch
@@ -199,7 +199,7 @@ class StructureMixin:
     def unflatten_keys(
         self: TensorDictBase, separator: str = ".", inplace: bool = False
     ) -> TensorDictBase:
-        """The inverse of :meth:`flatten_keys`: split keys on ``separator`` into nested TensorDicts."""
+        """The inverse of `flatten_keys`: split keys on `separator` into nested TensorDicts."""
         tree: dict[str, Any] = {}
         for key, value in self._items_str():
             if is_td(value):
@@ -231,7 +231,7 @@ class StructureMixin:
     def rename_key_(
         self: TensorDictBase, old_key: NestedKey, new_key: NestedKey, safe: bool = False
     ) -> TensorDictBase:
-        """Move the entry at ``old_key`` to ``new_key`` (``safe``: refuse to overwrite)."""
+        """Move the entry at `old_key` to `new_key` (`safe`: refuse to overwrite)."""
         if self.is_locked:
             raise LockedError(f"cannot rename {old_key!r}: the TensorDict is locked")
         value = self.get(old_key)
@@ -251,7 +251,7 @@ class StructureMixin:
         keys_to_update: Iterable[NestedKey] | None = None,
         non_blocking: bool = False,
     ) -> TensorDictBase:
-        """Write every entry of ``input_dict_or_td`` into self (sub-TensorDicts are merged).
+        """Write every entry of `input_dict_or_td` into self (sub-TensorDicts are merged).
 
         Every entry is validated before any is written: on error, self is unchanged.
         """
@@ -284,7 +284,7 @@ class StructureMixin:
     ) -> TensorDictBase:
         """Copy every entry of the input into the existing entry of self, in place.
 
-        Raises ``KeyError`` naming the first key that self lacks, before writing anything.
+        Raises `KeyError` naming the first key that self lacks, before writing anything.
         """
         allowed = (
             None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
@@ -307,7 +307,7 @@ class StructureMixin:
     ) -> TensorDictBase:
         """A TensorDict with the same batch size and device and no leaves.
 
-        With ``recurse=True`` the sub-TensorDicts are kept (empty).
+        With `recurse=True` the sub-TensorDicts are kept (empty).
         """
         out = {}
         if recurse:
@@ -325,7 +325,7 @@ class StructureMixin:
         prefix: str = "",
         keep_vars: bool = False,
     ) -> OrderedDict[str, Any]:
-        """Tensor leaves under dotted keys, like ``nn.Module.state_dict`` (detached unless ``keep_vars``)."""
+        """Tensor leaves under dotted keys, like `nn.Module.state_dict` (detached unless `keep_vars`)."""
         out: OrderedDict[str, Any] = OrderedDict() if destination is None else destination  # type: ignore[assignment]
         for key, value in self.items(include_nested=True, leaves_only=True):
             name = prefix + (key if type(key) is str else ".".join(key))
@@ -338,10 +338,10 @@ class StructureMixin:
         strict: bool = True,
         assign: bool = False,
     ) -> TensorDictBase:
-        """Copy (or, with ``assign``, set) the entries of a :meth:`state_dict` into self.
+        """Copy (or, with `assign`, set) the entries of a `state_dict` into self.
 
-        With ``strict``, the keys must match exactly; missing or unexpected keys
-        are all named in the ``KeyError``, and nothing is written.
+        With `strict`, the keys must match exactly; missing or unexpected keys
+        are all named in the `KeyError`, and nothing is written.
         """
         mine = {
             k if type(k) is str else ".".join(k)
@@ -362,7 +362,7 @@ class StructureMixin:
 
 
 def _update_flat(td: TensorDictBase, source: Any) -> bool:
-    """``update`` when every entry is a plain tensor under a top-level key that is not a sub-TensorDict.
+    """`update` when every entry is a plain tensor under a top-level key that is not a sub-TensorDict.
 
     Validates everything first, then writes; returns False (having written
     nothing) when the fast path does not apply, so the general path takes over.
@@ -398,13 +398,13 @@ def _update_flat(td: TensorDictBase, source: Any) -> bool:
 
 
 def _build(td: TensorDictBase, tree: dict[str, Any]) -> TensorDictBase:
-    """A container of ``td``'s batch size from nested dicts (each dict becomes a TensorDict)."""
+    """A container of `td`'s batch size from nested dicts (each dict becomes a TensorDict)."""
     entries = {k: _build(td, v) if type(v) is dict else v for k, v in tree.items()}
     return td._new(entries, td.batch_size)
 
 
 def _assign(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:
-    """Make ``td`` hold ``result``'s entries (for ``inplace=True`` variants)."""
+    """Make `td` hold `result`'s entries (for `inplace=True` variants)."""
     if td.is_locked:
         raise LockedError("cannot restructure a locked TensorDict in place")
     for key in list(td._keys_str()):
@@ -477,7 +477,7 @@ def _check_copy(dest: Tensor, value: Any, full: tuple[str, ...]) -> None:
 
 
 def _member_part(source: Any, d: int, i: int, n: int) -> Any:
-    """Member ``i``'s share of ``source`` (written into a lazy stack along dim ``d`` of ``n``)."""
+    """Member `i`'s share of `source` (written into a lazy stack along dim `d` of `n`)."""
     if is_td(source):
         return source.unbind(d)[i] if source.batch_dims > d else source
     if isinstance(source, Mapping):

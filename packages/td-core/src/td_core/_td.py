@@ -1,4 +1,4 @@
-"""``TensorDict``: the dense container, a plain dict of entries plus a batch size."""
+"""`TensorDict`: the dense container, a plain dict of entries plus a batch size."""
 
 from __future__ import annotations
 
@@ -27,18 +27,18 @@ Tensor = torch.Tensor
 class TensorDict(TensorDictBase):
     """A dictionary of tensors that behaves like a tensor over its leading (batch) dims.
 
-    Every entry's leading dims equal ``batch_size``. Entries are tensors,
+    Every entry's leading dims equal `batch_size`. Entries are tensors,
     nested TensorDicts (nested dicts are converted), or any other Python value
     (stored as a non-tensor leaf).
 
     Args:
         source: a mapping of keys to values (nested mappings become nested TensorDicts).
-        batch_size: an int, a sequence of ints or a ``torch.Size``. Omitted: ``[]``.
-            ``None``: the largest leading shape common to every leaf (see
-            :meth:`auto_batch_size_`).
+        batch_size: an int, a sequence of ints or a `torch.Size`. Omitted: `[]`.
+            `None`: the largest leading shape common to every leaf (see
+            `auto_batch_size_`).
         device: if given, every entry is moved there now and when written later.
-        lock: lock the result (see :meth:`lock_`).
-        **kwargs: more entries, as with ``dict(**kwargs)``.
+        lock: lock the result (see `lock_`).
+        **kwargs: more entries, as with `dict(**kwargs)`.
 
     Examples:
         >>> import torch
@@ -163,15 +163,15 @@ class TensorDict(TensorDictBase):
 
         Args:
             input_dict: the entries; nested mappings become nested TensorDicts.
-            batch_size: the batch size (default: empty, or inferred with ``auto_batch_size``).
+            batch_size: the batch size (default: empty, or inferred with `auto_batch_size`).
             device: the device of the result.
             batch_dims: infer the batch size, keeping at most this many dims.
             auto_batch_size: infer the batch size (the longest leading shape
-                common to every leaf), as :meth:`auto_batch_size_`.
+                common to every leaf), as `auto_batch_size_`.
             names: names of the batch dims.
 
         Raises:
-            BatchSizeError: (a ``RuntimeError``) if a leaf does not start with ``batch_size``.
+            BatchSizeError: (a `RuntimeError`) if a leaf does not start with `batch_size`.
 
         Examples:
             >>> import torch
@@ -190,9 +190,9 @@ class TensorDict(TensorDictBase):
         )
 
     # ---------------------------------------------------------------- primitives
-    # Keys added inside a torch.compile'd function go to ``_pending`` (None otherwise):
+    # Keys added inside a torch.compile'd function go to `_pending` (None otherwise):
     # mutating the entry dict itself makes Dynamo guard on its length, so a function
-    # that adds a key would recompile once per distinct number of keys. ``_pending``
+    # that adds a key would recompile once per distinct number of keys. `_pending`
     # is None on entry every time, so its guard never changes; its entries are
     # folded into the entry dict at the next eager access.
     def _sync(self) -> dict[str, Any]:
@@ -203,7 +203,7 @@ class TensorDict(TensorDictBase):
         return self._tensordict
 
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
-        """The entry at ``key``, or ``default`` (never raises: callers decide)."""
+        """The entry at `key`, or `default` (never raises: callers decide)."""
         value = self._tensordict.get(key, NO_DEFAULT)
         if value is NO_DEFAULT and self._pending is not None:
             value = self._pending.get(key, NO_DEFAULT)
@@ -428,7 +428,7 @@ def _from_dict(
     auto_batch_size: bool | None = None,
     names: Sequence[str | None] | None = None,
 ) -> TensorDict:
-    """The body of ``TensorDict.from_dict`` (see there)."""
+    """The body of `TensorDict.from_dict` (see there)."""
     if is_td(input_dict):
         if batch_size is None and not auto_batch_size and batch_dims is None:
             batch_size = input_dict.batch_size
@@ -457,7 +457,7 @@ def from_dict(
     batch_dims: int | None = None,
     names: Sequence[str | None] | None = None,
 ) -> TensorDict:
-    """A TensorDict from a (nested) mapping; see :meth:`TensorDict.from_dict`."""
+    """A TensorDict from a (nested) mapping; see `TensorDict.from_dict`."""
     return _from_dict(
         TensorDict,
         input_dict,

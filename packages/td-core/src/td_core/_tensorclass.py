@@ -1,8 +1,8 @@
-"""``@tensorclass``: a dataclass whose fields live in a TensorDict.
+"""`@tensorclass`: a dataclass whose fields live in a TensorDict.
 
-The decorator builds a subclass of the user's class and of ``TensorDictBase``
-whose storage primitives delegate to a wrapped ``TensorDict`` and whose
-results (``_new``) are built as the same class. So every TensorDict operation
+The decorator builds a subclass of the user's class and of `TensorDictBase`
+whose storage primitives delegate to a wrapped `TensorDict` and whose
+results (`_new`) are built as the same class. So every TensorDict operation
 (indexing, reshape, stack, cat, apply, to, clone, comparisons) returns an
 instance of the user's class, with the user's methods, through the shared base.
 Fields are properties: tensors read as tensors, other values as themselves.
@@ -85,7 +85,7 @@ class _TensorClassBase(TensorDictBase):
     def from_tensordict(
         cls, tensordict: TensorDictBase, non_tensordict: dict[str, Any] | None = None
     ) -> Any:
-        """An instance holding ``tensordict`` (not copied); unknown keys are refused."""
+        """An instance holding `tensordict` (not copied); unknown keys are refused."""
         unknown = [k for k in tensordict.keys() if k not in cls._fields]
         if unknown:
             raise KeyError(
@@ -185,11 +185,11 @@ def _is_data_descriptor(cls: type, name: str) -> bool:
 
 
 def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any], Any]:
-    """``__dataclass_fields__`` and ``__dataclass_params__`` for the declared fields.
+    """`__dataclass_fields__` and `__dataclass_params__` for the declared fields.
 
-    A generated tensorclass is a real dataclass (``dataclasses.is_dataclass``,
-    ``dataclasses.fields`` in declared order, with their defaults), but its
-    ``__init__``, ``repr`` and ``==`` stay the TensorDict ones: the spec is
+    A generated tensorclass is a real dataclass (`dataclasses.is_dataclass`,
+    `dataclasses.fields` in declared order, with their defaults), but its
+    `__init__`, `repr` and `==` stay the TensorDict ones: the spec is
     built on a throwaway class and attached.
     """
     annotations: dict[str, Any] = {}
@@ -225,7 +225,7 @@ def _field_property(name: str) -> property:
     def setter(self: _TensorClassBase, value: Any) -> None:
         _TensorClassBase.__setattr__(self, name, value)
 
-    return property(getter, setter, doc=f"The ``{name}`` field.")
+    return property(getter, setter, doc=f"The `{name}` field.")
 
 
 def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -294,7 +294,7 @@ def tensorclass(cls: type[_T]) -> type[_T]:
     """Turn an annotated class into a dataclass backed by a TensorDict.
 
     The constructor takes the fields (positionally or by name) plus
-    ``batch_size`` and ``device``. Methods of the class are kept, and every
+    `batch_size` and `device`. Methods of the class are kept, and every
     TensorDict operation returns an instance of the class.
 
     Examples:
@@ -334,6 +334,6 @@ def tensorclass(cls: type[_T]) -> type[_T]:
 
 
 def is_tensorclass(obj: Any) -> bool:
-    """Whether ``obj`` (an instance or a class) is a tensorclass."""
+    """Whether `obj` (an instance or a class) is a tensorclass."""
     cls = obj if isinstance(obj, type) else type(obj)
     return issubclass(cls, _TensorClassBase)

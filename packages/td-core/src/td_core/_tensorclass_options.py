@@ -1,9 +1,9 @@
-"""The keyword forms of ``@tensorclass`` and the class form ``TensorClass``.
+"""The keyword forms of `@tensorclass` and the class form `TensorClass`.
 
-``tensorclass(autocast=, nocast=, frozen=, shadow=, kw_only=, ...)`` builds the
-class with ``td_core._tensorclass`` and then wraps its ``__init__`` and
-``__setattr__`` with the options; ``class Foo(TensorClass): x: Tensor`` (and
-``TensorClass["frozen", "nocast"]``) runs the same builder from a metaclass.
+`tensorclass(autocast=, nocast=, frozen=, shadow=, kw_only=, ...)` builds the
+class with `td_core._tensorclass` and then wraps its `__init__` and
+`__setattr__` with the options; `class Foo(TensorClass): x: Tensor` (and
+`TensorClass["frozen", "nocast"]`) runs the same builder from a metaclass.
 """
 
 from __future__ import annotations
@@ -49,27 +49,27 @@ def tensorclass(
 ) -> Any:
     """Turn an annotated class into a dataclass backed by a TensorDict.
 
-    Used bare (``@tensorclass``) or with options (``@tensorclass(frozen=True)``).
+    Used bare (`@tensorclass`) or with options (`@tensorclass(frozen=True)`).
 
     Args:
         cls: the class (when used bare).
         autocast: cast each assigned value to its field's annotation
-            (``int``, ``float``, ``bool``, ``str``, ``torch.Tensor``).
+            (`int`, `float`, `bool`, `str`, `torch.Tensor`).
         frozen: fields cannot be assigned after construction
-            (``dataclasses.FrozenInstanceError``) and the storage is locked.
+            (`dataclasses.FrozenInstanceError`) and the storage is locked.
         nocast: keep Python numbers as they are instead of making tensors.
-        shadow: allow fields named like a TensorDict attribute (``get``, ...);
+        shadow: allow fields named like a TensorDict attribute (`get`, ...);
             the field then hides the attribute.
         tensor_only: accepted for upstream compatibility (a speed hint).
         skip_post_init_on_rebuild: accepted for upstream compatibility.
-        cast_filter: with ``autocast``, ``cast_filter(name, value)`` picks the
-            fields to cast (all when ``None``).
+        cast_filter: with `autocast`, `cast_filter(name, value)` picks the
+            fields to cast (all when `None`).
         kw_only: fields are keyword-only in the constructor.
 
     Raises:
         AttributeError: for a field named like a TensorDict attribute without
-            ``shadow=True``.
-        ValueError: for ``autocast`` together with ``nocast``.
+            `shadow=True`.
+        ValueError: for `autocast` together with `nocast`.
 
     Examples:
         >>> import torch
@@ -186,7 +186,7 @@ def _make(cls: Any, options: dict[str, Any]) -> Any:
 
 
 class _TensorClassMeta(type):
-    """Builds every subclass of ``TensorClass`` as a tensorclass."""
+    """Builds every subclass of `TensorClass` as a tensorclass."""
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> Any:
         cls = super().__new__(mcls, name, bases, ns, **kw)
@@ -199,9 +199,9 @@ class _TensorClassMeta(type):
 
 
 class TensorClass(metaclass=_TensorClassMeta):
-    """The class form of ``@tensorclass``: subclass it and annotate the fields.
+    """The class form of `@tensorclass`: subclass it and annotate the fields.
 
-    ``TensorClass["autocast", "frozen", ...]`` gives a base with those options.
+    `TensorClass["autocast", "frozen", ...]` gives a base with those options.
 
     Examples:
         >>> import torch

@@ -1,4 +1,4 @@
-"""``assert_close``: compare two TensorDicts leaf by leaf, for tests."""
+"""`assert_close`: compare two TensorDicts leaf by leaf, for tests."""
 
 from __future__ import annotations
 
@@ -25,28 +25,28 @@ def assert_close(
 ) -> bool:
     """Assert that two TensorDicts have the same keys and close tensor values.
 
-    Each pair of tensors goes through ``torch.testing.assert_close`` (which
+    Each pair of tensors goes through `torch.testing.assert_close` (which
     also checks dtype, shape and device); sub-TensorDicts are compared entry
     by entry; non-tensor leaves are not compared. Works on every kind (lazy
-    stacks, tensorclasses). ``assert_allclose_td`` is the same function.
+    stacks, tensorclasses). `assert_allclose_td` is the same function.
 
     Args:
         actual: the container to check.
         expected: the container holding the expected values.
-        rtol: relative tolerance (``None``: torch's default for the dtype).
-        atol: absolute tolerance (``None``: torch's default for the dtype).
+        rtol: relative tolerance (`None`: torch's default for the dtype).
+        atol: absolute tolerance (`None`: torch's default for the dtype).
         equal_nan: whether two NaNs compare equal.
         intersection: compare only the keys both hold, instead of raising
-            ``KeyError`` when the key sets differ.
+            `KeyError` when the key sets differ.
         msg: appended to the error message.
         prefix: a key prepended to the keys named in error messages.
 
     Returns:
-        ``True`` when the check passes.
+        `True` when the check passes.
 
     Raises:
         TypeError: if an input is not a TensorDict-like container.
-        KeyError: if the keys differ and ``intersection`` is False.
+        KeyError: if the keys differ and `intersection` is False.
         AssertionError: if two leaves differ; the message names the key and
             the root mean squared error.
 

@@ -1,7 +1,7 @@
-"""``torch.stack(tds)``, ``torch.cat``, ``torch.unbind``, ... through ``__torch_function__``.
+"""`torch.stack(tds)`, `torch.cat`, `torch.unbind`, ... through `__torch_function__`.
 
 One table maps each supported torch function to its TensorDict implementation;
-anything else returns ``NotImplemented`` (so torch raises its usual TypeError).
+anything else returns `NotImplemented` (so torch raises its usual TypeError).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ TORCH_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {}
 
 
 def implements(*funcs: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the decorated function as the TensorDict version of ``funcs``."""
+    """Register the decorated function as the TensorDict version of `funcs`."""
 
     def register(impl: Callable[..., Any]) -> Callable[..., Any]:
         for func in funcs:
@@ -121,7 +121,7 @@ for _func in (
 
 @implements(torch.where)
 def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> TensorDictBase:
-    """``torch.where(cond, td, other)``; ``torch.where(cond, value, td)`` picks ``td`` where False."""
+    """`torch.where(cond, td, other)`; `torch.where(cond, value, td)` picks `td` where False."""
     if not is_td(input):
         return other.where(condition.logical_not(), input, out=out)  # type: ignore[no-any-return]
     return input.where(condition, other, out=out)  # type: ignore[no-any-return]
@@ -164,7 +164,7 @@ def _roll(input: TensorDictBase, shifts: Any, dims: Any = None) -> TensorDictBas
 
 # ------------------------------------------------------------------ reductions
 def _reduction(name: str) -> Callable[..., Any]:
-    """``torch.<name>(td, ...)`` as ``td.<name>(...)`` (same arguments after the input)."""
+    """`torch.<name>(td, ...)` as `td.<name>(...)` (same arguments after the input)."""
 
     def impl(input: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
         if args and (is_td(args[0]) or isinstance(args[0], torch.Tensor)) and name != "quantile":

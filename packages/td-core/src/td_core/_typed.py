@@ -1,9 +1,9 @@
-"""``TypedTensorDict``: a ``TensorDict`` subclass whose fields are class annotations.
+"""`TypedTensorDict`: a `TensorDict` subclass whose fields are class annotations.
 
-A subclass declares ``name: Tensor`` annotations (with optional defaults); its
+A subclass declares `name: Tensor` annotations (with optional defaults); its
 constructor takes them by keyword and checks them, fields read and write as
-attributes, and every TensorDict operation returns the subclass (``_new``
-builds ``type(self)``). Subclasses of subclasses add fields.
+attributes, and every TensorDict operation returns the subclass (`_new`
+builds `type(self)`). Subclasses of subclasses add fields.
 """
 
 from __future__ import annotations
@@ -32,20 +32,20 @@ def _field(name: str) -> property:
     def setter(self: TensorDict, value: Any) -> None:
         self.set(name, value)
 
-    return property(getter, setter, doc=f"The ``{name}`` field.")
+    return property(getter, setter, doc=f"The `{name}` field.")
 
 
 class TypedTensorDict(TensorDict):
     """A TensorDict with declared fields, read and written as attributes.
 
     Keyword Args:
-        batch_size: the batch size (``None``: empty).
+        batch_size: the batch size (`None`: empty).
         device: the device.
-        names: accepted for upstream compatibility; must be ``None``.
+        names: accepted for upstream compatibility; must be `None`.
         non_blocking: accepted for upstream compatibility.
         lock: lock the instance.
         **fields: the value of each field; a missing field without a default,
-            or an unknown name, raises ``TypeError``.
+            or an unknown name, raises `TypeError`.
 
     Examples:
         >>> import torch
@@ -127,7 +127,7 @@ class TypedTensorDict(TensorDict):
 
     @classmethod
     def from_tensordict(cls, tensordict: TensorDictBase) -> Any:
-        """A typed view of ``tensordict``'s entries (the entries are not copied).
+        """A typed view of `tensordict`'s entries (the entries are not copied).
 
         Raises:
             TypeError: if a field without a default is missing.

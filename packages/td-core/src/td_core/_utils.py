@@ -16,7 +16,7 @@ __all__ = ["NO_DEFAULT", "as_size", "as_device", "normalize_dim", "shape_args", 
 
 
 class _NoDefault(enum.Enum):
-    """Sentinel: no default was given (``None`` is a legitimate default).
+    """Sentinel: no default was given (`None` is a legitimate default).
 
     An enum member, because torch.compile can trace enum constants.
     """
@@ -34,7 +34,7 @@ NO_DEFAULT: Any = _NoDefault.NO_DEFAULT
 
 
 def as_size(batch_size: Any) -> torch.Size:
-    """A ``torch.Size`` from an int, a sequence of ints or a ``torch.Size``."""
+    """A `torch.Size` from an int, a sequence of ints or a `torch.Size`."""
     if type(batch_size) is torch.Size:
         return batch_size
     if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
@@ -55,7 +55,7 @@ def as_size(batch_size: Any) -> torch.Size:
 
 
 def as_device(device: Any) -> torch.device | None:
-    """``None`` or a ``torch.device`` (ints mean the default accelerator's index)."""
+    """`None` or a `torch.device` (ints mean the default accelerator's index)."""
     if device is None or type(device) is torch.device:
         return device
     if isinstance(device, int) and not isinstance(device, bool):
@@ -69,7 +69,7 @@ def as_device(device: Any) -> torch.device | None:
 
 
 def normalize_dim(dim: int, ndim: int, what: str = "batch dims") -> int:
-    """``dim`` in ``[0, ndim)``; negative dims count from the end."""
+    """`dim` in `[0, ndim)`; negative dims count from the end."""
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"dim must be an int, got {dim!r}")
     if not -ndim <= dim < ndim:
@@ -78,14 +78,14 @@ def normalize_dim(dim: int, ndim: int, what: str = "batch dims") -> int:
 
 
 def shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
-    """``(2, 3)`` from ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` or ``f(torch.Size([2, 3]))``."""
+    """`(2, 3)` from `f(2, 3)`, `f((2, 3))`, `f([2, 3])` or `f(torch.Size([2, 3]))`."""
     if len(args) == 1 and not isinstance(args[0], int):
         args = tuple(args[0])
     return tuple(int(a) for a in args)
 
 
 def infer_shape(shape: Sequence[int], numel: int, old: torch.Size) -> torch.Size:
-    """Resolve one ``-1`` in a view shape; raise naming both shapes if the sizes differ."""
+    """Resolve one `-1` in a view shape; raise naming both shapes if the sizes differ."""
     shape = list(shape)
     unknown = [i for i, s in enumerate(shape) if s == -1]
     if len(unknown) > 1:
@@ -105,7 +105,7 @@ def infer_shape(shape: Sequence[int], numel: int, old: torch.Size) -> torch.Size
 def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> torch.Size | None:
     """The broadcast of two shapes, or None if they do not broadcast.
 
-    Pure Python on purpose: ``torch.broadcast_shapes`` imports sympy on first use (~1.5 s).
+    Pure Python on purpose: `torch.broadcast_shapes` imports sympy on first use (~1.5 s).
     """
     out = []
     for x, y in zip(
@@ -121,14 +121,14 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> torch.Size | None:
 
 
 class BatchMeta:
-    """Batch metadata derived from ``batch_size``, shared by containers and non-tensor leaves."""
+    """Batch metadata derived from `batch_size`, shared by containers and non-tensor leaves."""
 
     __slots__ = ()
     batch_size: torch.Size
 
     @property
     def shape(self) -> torch.Size:
-        """Alias of ``batch_size``."""
+        """Alias of `batch_size`."""
         return self.batch_size
 
     @property
@@ -146,5 +146,5 @@ class BatchMeta:
         return len(self.batch_size)
 
     def numel(self) -> int:
-        """Number of elements of the batch (the product of ``batch_size``)."""
+        """Number of elements of the batch (the product of `batch_size`)."""
         return self.batch_size.numel()

@@ -1,11 +1,11 @@
-"""``TensorDict.map``: run a function over chunks of a TensorDict in a process pool.
+"""`TensorDict.map`: run a function over chunks of a TensorDict in a process pool.
 
 The TensorDict's leaves are moved to shared memory first (unless they already
 are, or are memory-mapped), so chunks reach the workers as views, not copies:
-a function that writes into its chunk in place (``chunk.set_("x", ...)``)
+a function that writes into its chunk in place (`chunk.set_("x", ...)`)
 writes into the original. Each chunk's result (or the chunk itself, when the
-function returns ``None``) is gathered with ``torch.cat`` (``chunksize > 0``)
-or ``torch.stack`` (``chunksize == 0``, one element per call).
+function returns `None`) is gathered with `torch.cat` (`chunksize > 0`)
+or `torch.stack` (`chunksize == 0`, one element per call).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class _WorkerFailure:
 
 
 class _Call:
-    """A picklable wrapper that runs ``fn`` on one chunk and catches its errors."""
+    """A picklable wrapper that runs `fn` on one chunk and catches its errors."""
 
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
@@ -55,7 +55,7 @@ def _chunks(
 ) -> tuple[list[Any], bool]:
     """The pieces handed to workers, cut by basic indexing only.
 
-    Slices (not ``split``/``unbind``) keep memory-mapped leaves as memory-mapped
+    Slices (not `split`/`unbind`) keep memory-mapped leaves as memory-mapped
     views, which pickle as a file name and offset instead of as data.
     """
     size = td.batch_size[dim]
@@ -116,7 +116,7 @@ def map_td(
     mp_start_method: str | None = None,
     worker_threads: int = 1,
 ) -> TensorDictBase:
-    """See :meth:`TensorDictBase.map`."""
+    """See `TensorDictBase.map`."""
     d = normalize_dim(dim, td.batch_dims)
     workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
     if workers <= 0:

@@ -2,10 +2,10 @@
 
 A lazy stack's reads are copies (its leaves are stacked on demand), so an
 in-place write must go to its members: these helpers find the tensors that
-hold the data, whatever the kind, and write there. The ``plan_*`` functions
+hold the data, whatever the kind, and write there. The `plan_*` functions
 check a whole multi-leaf write (keys present, shapes fit) and return what to
 write, so a failure leaves the TensorDict unchanged. Used by the masked and
-indexed family (:mod:`td_core._masked`).
+indexed family (`td_core._masked`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ _LAZY: dict[type, bool] = {}
 
 
 def is_lazy(cls: type) -> bool:
-    """Whether instances of ``cls`` are lazy stacks (hold members; reads are stacked copies)."""
+    """Whether instances of `cls` are lazy stacks (hold members; reads are stacked copies)."""
     lazy = _LAZY.get(cls)
     if lazy is None:
         lazy = _LAZY[cls] = hasattr(cls, "tensordicts") and hasattr(cls, "stack_dim")
@@ -54,12 +54,12 @@ def is_lazy(cls: type) -> bool:
 
 
 def lazy_parts(td: Any) -> tuple[list[Any], int] | None:
-    """``(members, stack_dim)`` of a lazy stack; ``None`` for kinds whose reads are views."""
+    """`(members, stack_dim)` of a lazy stack; `None` for kinds whose reads are views."""
     return (td.tensordicts, td.stack_dim) if is_lazy(type(td)) else None
 
 
 def storage_leaves(td: Any, out: list[Tensor] | None = None) -> list[Tensor]:
-    """The tensors holding ``td``'s data (a lazy stack's: its members'); writing them writes ``td``."""
+    """The tensors holding `td`'s data (a lazy stack's: its members'); writing them writes `td`."""
     if out is None:
         out = []
     parts = lazy_parts(td)
@@ -76,14 +76,14 @@ def storage_leaves(td: Any, out: list[Tensor] | None = None) -> list[Tensor]:
 
 
 def slot_shape(shape: torch.Size, index: Any) -> torch.Size:
-    """The shape of ``t[index]`` for a tensor ``t`` of ``shape`` (no data read or copied)."""
+    """The shape of `t[index]` for a tensor `t` of `shape` (no data read or copied)."""
     return torch.zeros((), dtype=torch.uint8).expand(shape)[index].shape
 
 
 def set_at(td: Any, key: str, value: Any, index: Any, full_key: Any) -> None:
-    """``td[key][index] = value`` in place, through lazy stacks to their members.
+    """`td[key][index] = value` in place, through lazy stacks to their members.
 
-    A failed write leaves ``td`` unchanged (torch checks a tensor write's shape
+    A failed write leaves `td` unchanged (torch checks a tensor write's shape
     before it writes, and a TensorDict write is planned before it is made).
     """
     parts = lazy_parts(td)
@@ -142,7 +142,7 @@ def _set_at_lazy(
 
 
 def _write_entry(td: Any, key: str, value: Tensor) -> None:
-    """Copy ``value`` into the existing tensor entry ``key`` of ``td``, through lazy stacks."""
+    """Copy `value` into the existing tensor entry `key` of `td`, through lazy stacks."""
     parts = lazy_parts(td)
     if parts is not None:
         for member, part in zip(parts[0], value.unbind(parts[1])):
@@ -153,7 +153,7 @@ def _write_entry(td: Any, key: str, value: Tensor) -> None:
 
 # ------------------------------------------------------------ multi-leaf writes
 def no_grad_for(td: Any) -> bool:
-    """Whether writes into ``td`` must run under ``no_grad`` (its leaves are parameters)."""
+    """Whether writes into `td` must run under `no_grad` (its leaves are parameters)."""
     return isinstance(td, torch.nn.Module)
 
 
@@ -170,7 +170,7 @@ def zero_all(leaves: list[Tensor]) -> None:
 def plan_copy(
     td: Any, src: Any, dests: list[Tensor], srcs: list[Tensor], prefix: tuple[str, ...]
 ) -> None:
-    """Validate ``td.copy_(src)``, collecting the tensors to copy; keys ``td`` lacks are skipped."""
+    """Validate `td.copy_(src)`, collecting the tensors to copy; keys `td` lacks are skipped."""
     parts = lazy_parts(td)
     if parts is not None:
         members, d = parts
@@ -215,7 +215,7 @@ def copy_all(dests: list[Tensor], srcs: list[Tensor], non_blocking: bool) -> Non
 
 
 def _flat_items(source: Any, prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
-    """``(full key, leaf value)`` of a TensorDict or a (nested) mapping with str or tuple keys."""
+    """`(full key, leaf value)` of a TensorDict or a (nested) mapping with str or tuple keys."""
     items = source._items_str() if is_td(source) else source.items()
     for key, value in items:
         full = prefix + ((key,) if type(key) is str else tuple(as_tuple(unravel_key(key))))
@@ -238,7 +238,7 @@ def plan_at(
     missing: type[KeyError],
     name: str,
 ) -> list[tuple[Any, str, Any, tuple[str, ...]]]:
-    """Validate writing every leaf of ``source`` at ``index`` into ``td``'s existing entries."""
+    """Validate writing every leaf of `source` at `index` into `td`'s existing entries."""
     plan: list[tuple[Any, str, Any, tuple[str, ...]]] = []
     shapes: dict[torch.Size, torch.Size] = {}
     for full, value in _flat_items(source):
@@ -272,7 +272,7 @@ def plan_at(
 
 
 def _entry_meta(td: Any, key: str) -> tuple[Any, torch.Size | None]:
-    """The entry at ``key`` (for a lazy stack: its first member's) and its shape if it is a
+    """The entry at `key` (for a lazy stack: its first member's) and its shape if it is a
     tensor whose dims are all known (a lazy stack's ragged leaf has none), without stacking."""
     parts = lazy_parts(td)
     if parts is None:
@@ -314,7 +314,7 @@ def write_plan(td: Any, plan: list[tuple[Any, str, Any, tuple[str, ...]]], idx: 
 
 
 def set_into(out: Any, result: Any) -> Any:
-    """Set ``out``'s entries to ``result``'s (``where(out=)``: dtypes follow the result); returns ``out``."""
+    """Set `out`'s entries to `result`'s (`where(out=)`: dtypes follow the result); returns `out`."""
     parts = lazy_parts(out)
     if parts is not None and result.batch_size == out.batch_size:
         for member, part in zip(parts[0], result.unbind(parts[1])):
@@ -324,7 +324,7 @@ def set_into(out: Any, result: Any) -> Any:
 
 
 def copy_into(out: Any, result: Any) -> Any:
-    """Copy ``result`` into ``out`` (the ``out=`` forms), checked first; returns ``out``."""
+    """Copy `result` into `out` (the `out=` forms), checked first; returns `out`."""
     dests: list[Tensor] = []
     srcs: list[Tensor] = []
     plan_copy(out, result, dests, srcs, ())
@@ -333,7 +333,7 @@ def copy_into(out: Any, result: Any) -> Any:
 
 
 def rebind(td: Any, result: Any) -> Any:
-    """Make ``td`` hold ``result``'s entries and batch size (the ``inplace=True`` forms)."""
+    """Make `td` hold `result`'s entries and batch size (the `inplace=True` forms)."""
     for key, value in result._items_str():
         td._set_str(key, value)
     if td.batch_size != result.batch_size:

@@ -1,7 +1,7 @@
 """Exceptions raised by td.
 
 Each class also subclasses the builtin that upstream tensordict raises for the
-same mistake, so ``except RuntimeError`` or ``except KeyError`` clauses written
+same mistake, so `except RuntimeError` or `except KeyError` clauses written
 for upstream keep working.
 """
 
@@ -27,7 +27,7 @@ class TDError(Exception):
 class KeyNotFoundError(TDError, KeyError):
     """A key is not in the TensorDict.
 
-    ``KeyError`` quotes its message with ``repr``; this one prints it as written.
+    `KeyError` quotes its message with `repr`; this one prints it as written.
     """
 
     def __str__(self) -> str:
@@ -39,7 +39,7 @@ class BatchSizeError(TDError, ValueError, RuntimeError):
 
 
 class MissingEntryError(KeyNotFoundError, RuntimeError):
-    """An in-place copy names an entry the destination lacks (upstream raises ``RuntimeError``)."""
+    """An in-place copy names an entry the destination lacks (upstream raises `RuntimeError`)."""
 
 
 class LockedError(TDError, RuntimeError):
@@ -47,11 +47,11 @@ class LockedError(TDError, RuntimeError):
 
 
 class DeviceError(TDError, ValueError, RuntimeError):
-    """A device could not be parsed (torch raises ``RuntimeError`` for these)."""
+    """A device could not be parsed (torch raises `RuntimeError` for these)."""
 
 
 class DTypeError(TDError, TypeError, RuntimeError):
-    """A write needs the value's dtype to match the entry's (torch raises ``RuntimeError``)."""
+    """A write needs the value's dtype to match the entry's (torch raises `RuntimeError`)."""
 
 
 class ExtensionMissingError(TDError, ImportError):
@@ -61,6 +61,6 @@ class ExtensionMissingError(TDError, ImportError):
 class DimError(TDError, IndexError, ValueError, RuntimeError):
     """A batch dim is out of range, repeated, or of the wrong count for the op.
 
-    Upstream raises ``IndexError``, ``ValueError`` or ``RuntimeError`` for
+    Upstream raises `IndexError`, `ValueError` or `RuntimeError` for
     these depending on the op; this is an instance of all three.
     """

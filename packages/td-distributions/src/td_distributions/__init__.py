@@ -1,6 +1,6 @@
 """td-distributions: the distributions of td (Delta, TruncatedNormal, OneHotCategorical, ...).
 
-Distributions follow ``torch.distributions`` conventions; the helper modules
+Distributions follow `torch.distributions` conventions; the helper modules
 build normal parameters from network outputs. The positive scale mappings and
 the interaction-type and log-prob aggregation switches live in td-core and are
 re-exported here.

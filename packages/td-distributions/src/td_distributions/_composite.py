@@ -23,21 +23,21 @@ Key = str | tuple[str, ...]
 
 
 def _add_suffix(key: Key, suffix: str) -> Key:
-    """``"a" -> "a_log_prob"``; ``("n", "a") -> ("n", "a_log_prob")``."""
+    """`"a" -> "a_log_prob"`; `("n", "a") -> ("n", "a_log_prob")`."""
     if isinstance(key, str):
         return key + suffix
     return (*key[:-1], key[-1] + suffix)
 
 
 def _sum_to_batch(value: torch.Tensor, ndim: int) -> torch.Tensor:
-    """Sum ``value`` over its dimensions beyond the first ``ndim`` (the event dimensions)."""
+    """Sum `value` over its dimensions beyond the first `ndim` (the event dimensions)."""
     if value.dim() > ndim:
         return value.flatten(ndim).sum(-1)
     return value
 
 
 def _deterministic(name: Key, dist: D.Distribution) -> torch.Tensor:
-    """``deterministic_sample`` if the component has one; else its mode or mean.
+    """`deterministic_sample` if the component has one; else its mode or mean.
 
     Discrete supports prefer the mode (a mean is not a valid value there),
     continuous ones the mean, each falling back on the other.
@@ -65,52 +65,52 @@ def _deterministic(name: Key, dist: D.Distribution) -> torch.Tensor:
 class CompositeDistribution(D.Distribution):
     """A distribution made of named distributions, which samples and scores TensorDicts.
 
-    Each component is built from one entry of ``params``:
-    ``distribution_map[name](**params[name], **extra_kwargs[name])``. Samples,
-    :attr:`mode`, :attr:`mean` and :attr:`deterministic_sample` are TensorDicts
-    with one entry per component, at its name (or at ``name_map[name]``). The
-    batch size of ``params`` is the :attr:`batch_shape`; a sample of shape
-    ``sample_shape`` has batch size ``sample_shape + batch_shape``, and each
-    component's event dimensions stay inside its entry (``event_shape`` is
-    ``()``).
+    Each component is built from one entry of `params`:
+    `distribution_map[name](**params[name], **extra_kwargs[name])`. Samples,
+    `mode`, `mean` and `deterministic_sample` are TensorDicts
+    with one entry per component, at its name (or at `name_map[name]`). The
+    batch size of `params` is the `batch_shape`; a sample of shape
+    `sample_shape` has batch size `sample_shape + batch_shape`, and each
+    component's event dimensions stay inside its entry (`event_shape` is
+    `()`).
 
-    :meth:`log_prob` and :meth:`entropy` return a TensorDict with one
-    ``<name>_log_prob`` (``<name>_entropy``) entry per component, the suffix
+    `log_prob` and `entropy` return a TensorDict with one
+    `<name>_log_prob` (`<name>_entropy`) entry per component, the suffix
     on the last part of a nested key, when aggregation is off; when it is on,
     one tensor summed over components and event dimensions. Aggregation is the
-    ``aggregate_probabilities`` argument when given, else the td-core switch
-    :func:`~td_core.composite_lp_aggregate` (off by default, as upstream 0.15).
+    `aggregate_probabilities` argument when given, else the td-core switch
+    `composite_lp_aggregate` (off by default, as upstream 0.15).
 
     The distribution reads like a mapping from sample keys to components:
-    ``dist["cont"]``, ``list(dist)``, ``len(dist)``, ``"cont" in dist``.
+    `dist["cont"]`, `list(dist)`, `len(dist)`, `"cont" in dist`.
 
     Args:
-        params: a TensorDict whose entry at each name of ``distribution_map`` is a
+        params: a TensorDict whose entry at each name of `distribution_map` is a
             TensorDict of keyword arguments of that component.
         distribution_map: maps names (nested keys) to distribution classes, or
             to callables taking the parameters as keywords and returning a
             distribution.
         name_map: maps some names to the keys their samples are written under.
         extra_kwargs: maps some names to extra keyword arguments (constants
-            not in ``params``).
+            not in `params`).
         aggregate_probabilities: sum the log-probabilities and entropies over
-            components (``True``), keep them per component (``False``), or
-            follow :func:`~td_core.composite_lp_aggregate` (``None``).
+            components (`True`), keep them per component (`False`), or
+            follow `composite_lp_aggregate` (`None`).
         log_prob_key: key of the summed log-probability that
-            :meth:`log_prob_composite` writes with ``include_sum=True``
-            (default ``"sample_log_prob"``).
-        entropy_key: key of the summed entropy that :meth:`entropy_composite`
-            writes with ``include_sum=True`` (default ``"entropy"``).
+            `log_prob_composite` writes with `include_sum=True`
+            (default `"sample_log_prob"`).
+        entropy_key: key of the summed entropy that `entropy_composite`
+            writes with `include_sum=True` (default `"entropy"`).
 
     Raises:
-        TypeError: if ``params`` is not a TensorDict, an entry of it is not a
-            TensorDict of parameters, or a value of ``distribution_map`` is
+        TypeError: if `params` is not a TensorDict, an entry of it is not a
+            TensorDict of parameters, or a value of `distribution_map` is
             not callable.
-        KeyError: if ``params`` has no entry for a name, or ``name_map`` /
-            ``extra_kwargs`` name a component that does not exist.
-        ValueError: if ``distribution_map`` is empty, two components would be
+        KeyError: if `params` has no entry for a name, or `name_map` /
+            `extra_kwargs` name a component that does not exist.
+        ValueError: if `distribution_map` is empty, two components would be
             written under the same key, or a component's batch shape does not
-            start with the batch size of ``params``.
+            start with the batch size of `params`.
 
     Examples:
         >>> import torch
@@ -199,7 +199,7 @@ class CompositeDistribution(D.Distribution):
         """Build a composite from distribution instances rather than classes and parameters.
 
         Args:
-            params: only its batch size is read: the :attr:`batch_shape`.
+            params: only its batch size is read: the `batch_shape`.
             distributions: maps names to distributions.
             name_map, aggregate_probabilities, log_prob_key, entropy_key: as in
                 the constructor.
@@ -289,7 +289,7 @@ class CompositeDistribution(D.Distribution):
 
     @property
     def log_prob_key(self) -> Key:
-        """Key of the summed log-probability in :meth:`log_prob_composite` (``"sample_log_prob"``)."""
+        """Key of the summed log-probability in `log_prob_composite` (`"sample_log_prob"`)."""
         return "sample_log_prob" if self._log_prob_key is None else self._log_prob_key
 
     @log_prob_key.setter
@@ -298,7 +298,7 @@ class CompositeDistribution(D.Distribution):
 
     @property
     def entropy_key(self) -> Key:
-        """Key of the summed entropy in :meth:`entropy_composite` (``"entropy"``)."""
+        """Key of the summed entropy in `entropy_composite` (`"entropy"`)."""
         return "entropy" if self._entropy_key is None else self._entropy_key
 
     @entropy_key.setter
@@ -325,13 +325,13 @@ class CompositeDistribution(D.Distribution):
     # parameters where torch.distributions returns tensors: upstream's API, so their
     # overrides are not Liskov-substitutable and say so with [override] ignores.
     def sample(self, sample_shape: torch.Size | tuple[int, ...] | None = None) -> TensorDict:  # type: ignore[override]
-        """One sample per component, in a TensorDict of batch size ``sample_shape + batch_shape``."""
+        """One sample per component, in a TensorDict of batch size `sample_shape + batch_shape`."""
         shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
         out = {name: dist.sample(shape) for name, dist in self.dists.items()}
         return self._td(out, shape + self.batch_shape)
 
     def rsample(self, sample_shape: torch.Size | tuple[int, ...] | None = None) -> TensorDict:  # type: ignore[override]
-        """Reparameterised samples (every component must support ``rsample``)."""
+        """Reparameterised samples (every component must support `rsample`)."""
         shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
         for name, dist in self.dists.items():
             if not dist.has_rsample:
@@ -352,14 +352,14 @@ class CompositeDistribution(D.Distribution):
 
     @property
     def deterministic_sample(self) -> TensorDict:
-        """Each component's ``deterministic_sample``, else its mode (discrete) or mean."""
+        """Each component's `deterministic_sample`, else its mode (discrete) or mean."""
         out = {n: _deterministic(n, d) for n, d in self.dists.items()}
         return self._td(out, self.batch_shape)
 
     def sample_and_log_prob(
         self, sample_shape: torch.Size | tuple[int, ...] | None = None
     ) -> tuple[TensorDict, torch.Tensor | TensorDict]:
-        """A sample and its log-probability, in the layout :meth:`log_prob` returns."""
+        """A sample and its log-probability, in the layout `log_prob` returns."""
         sample = self.sample(sample_shape)
         return sample, self.log_prob(sample)
 
@@ -403,12 +403,12 @@ class CompositeDistribution(D.Distribution):
             aggregate_probabilities: overrides the instance's and the global
                 setting for this call.
             include_sum: without aggregation, also write the sum at
-                :attr:`log_prob_key` (see :meth:`log_prob_composite`).
+                `log_prob_key` (see `log_prob_composite`).
 
         Returns:
             With aggregation, a tensor of the sample's batch size: the sum over
             components and their event dimensions. Without, a new TensorDict of
-            ``<name>_log_prob`` entries; ``sample`` is never modified.
+            `<name>_log_prob` entries; `sample` is never modified.
         """
         if self._aggregate(aggregate_probabilities):
             values = self._component_values(sample, "log_prob")
@@ -424,7 +424,7 @@ class CompositeDistribution(D.Distribution):
     def log_prob_composite(
         self, sample: TensorDictBase, *, include_sum: bool = False
     ) -> TensorDict:
-        """A TensorDict of ``<name>_log_prob`` entries (and their sum at :attr:`log_prob_key`)."""
+        """A TensorDict of `<name>_log_prob` entries (and their sum at `log_prob_key`)."""
         values = self._component_values(sample, "log_prob_composite")
         ndim = sample.batch_dims
         out: dict[Key, torch.Tensor] = {}
@@ -447,10 +447,10 @@ class CompositeDistribution(D.Distribution):
         aggregate_probabilities: bool | None = None,
         include_sum: bool | None = None,
     ) -> torch.Tensor | TensorDict:
-        """Entropy per component (a TensorDict) or summed (a tensor), as :meth:`log_prob`.
+        """Entropy per component (a TensorDict) or summed (a tensor), as `log_prob`.
 
         A component without a closed-form entropy gets a Monte Carlo estimate
-        from ``samples_mc`` samples (reparameterised where possible).
+        from `samples_mc` samples (reparameterised where possible).
         """
         if samples_mc < 1:
             raise ValueError(f"samples_mc must be >= 1, got {samples_mc!r}")
@@ -464,7 +464,7 @@ class CompositeDistribution(D.Distribution):
         return self.entropy_composite(samples_mc, include_sum=bool(include_sum))
 
     def entropy_composite(self, samples_mc: int = 1, *, include_sum: bool = False) -> TensorDict:
-        """A TensorDict of ``<name>_entropy`` entries (and their sum at :attr:`entropy_key`)."""
+        """A TensorDict of `<name>_entropy` entries (and their sum at `entropy_key`)."""
         out: dict[Key, torch.Tensor] = {}
         total: torch.Tensor | None = None
         for name, dist in self.dists.items():
@@ -487,16 +487,16 @@ class CompositeDistribution(D.Distribution):
             return -dist.log_prob(x).mean(0)
 
     def cdf(self, sample: TensorDictBase) -> TensorDict:  # type: ignore[override]
-        """A new TensorDict of ``<name>_cdf`` entries (upstream writes them into ``sample``)."""
+        """A new TensorDict of `<name>_cdf` entries (upstream writes them into `sample`)."""
         values = self._component_values(sample, "cdf")
         out = {_add_suffix(n, "_cdf"): d.cdf(values[n]) for n, d in self.dists.items()}
         return self._td(out, sample.batch_size)
 
     def icdf(self, sample: TensorDictBase) -> TensorDict:  # type: ignore[override]
-        """A new TensorDict of ``<name>_icdf`` entries.
+        """A new TensorDict of `<name>_icdf` entries.
 
-        Reads each component's probability at ``<name>_cdf`` (as :meth:`cdf`
-        returns it), or else takes the CDF of the value at ``name``.
+        Reads each component's probability at `<name>_cdf` (as `cdf`
+        returns it), or else takes the CDF of the value at `name`.
         """
         if not is_tensor_collection(sample):
             raise TypeError(f"icdf expects a TensorDict, got {type(sample).__name__}")

@@ -1,4 +1,4 @@
-"""Modules that turn network outputs into the ``loc`` and ``scale`` of a normal distribution."""
+"""Modules that turn network outputs into the `loc` and `scale` of a normal distribution."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ScaleMapping = str | Callable[[torch.Tensor], torch.Tensor]
 
 
 class _ScaleShapeError(ValueError, RuntimeError):
-    """``loc`` does not end with the scale's shape (upstream raises ``RuntimeError``)."""
+    """`loc` does not end with the scale's shape (upstream raises `RuntimeError`)."""
 
 
 def _resolve_mapping(scale_mapping: ScaleMapping) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -55,22 +55,22 @@ def _split_loc_scale(
 
 
 class NormalParamExtractor(nn.Module):
-    """Split the last dimension of a tensor into the ``loc`` and a positive ``scale`` of a normal.
+    """Split the last dimension of a tensor into the `loc` and a positive `scale` of a normal.
 
-    The first half of the last dimension is ``loc``; the second half goes
-    through ``scale_mapping`` and is clamped to at least ``scale_lb``.
-    ``module(x, *others)`` returns ``(loc, scale, *others)``, so it can follow a
+    The first half of the last dimension is `loc`; the second half goes
+    through `scale_mapping` and is clamped to at least `scale_lb`.
+    `module(x, *others)` returns `(loc, scale, *others)`, so it can follow a
     module that returns several tensors (an RNN's output and hidden state).
 
     Args:
-        scale_mapping: a name understood by :func:`td_core.mappings`
-            (``"biased_softplus_1.0"``, ``"softplus"``, ``"exp"``, ``"relu"``,
-            ``"expln"``, ``"none"``...) or a callable.
+        scale_mapping: a name understood by `td_core.mappings`
+            (`"biased_softplus_1.0"`, `"softplus"`, `"exp"`, `"relu"`,
+            `"expln"`, `"none"`...) or a callable.
         scale_lb: the smallest scale returned.
 
     Raises:
         ValueError: when called on a tensor whose last dimension is odd (upstream
-            gives ``loc`` one element more than ``scale`` there).
+            gives `loc` one element more than `scale` there).
 
     Examples:
         >>> import torch
@@ -96,21 +96,21 @@ class NormalParamExtractor(nn.Module):
 
 
 class NormalParamWrapper(nn.Module):
-    """Run ``module``, then split the last dimension of its (first) output into ``loc`` and ``scale``.
+    """Run `module`, then split the last dimension of its (first) output into `loc` and `scale`.
 
     Upstream tensordict removed this class (it now raises on use) in favour of
-    ``nn.Sequential(module, NormalParamExtractor())``; it is kept here because
+    `nn.Sequential(module, NormalParamExtractor())`; it is kept here because
     the tensordict.nn documentation still builds models with it. When
-    ``module`` returns a tuple, the first element is split and the others are
-    returned after ``scale``: ``(loc, scale, *others)``.
+    `module` returns a tuple, the first element is split and the others are
+    returned after `scale`: `(loc, scale, *others)`.
 
     Args:
-        module: the wrapped module (stored as ``operator``, as upstream did).
-        scale_mapping: as in :class:`NormalParamExtractor`.
-        scale_lb: as in :class:`NormalParamExtractor`.
+        module: the wrapped module (stored as `operator`, as upstream did).
+        scale_mapping: as in `NormalParamExtractor`.
+        scale_lb: as in `NormalParamExtractor`.
 
     Raises:
-        TypeError: if ``module`` is not callable.
+        TypeError: if `module` is not callable.
         ValueError: when the output's last dimension is odd.
 
     Examples:
@@ -146,29 +146,29 @@ class NormalParamWrapper(nn.Module):
 
 
 class AddStateIndependentNormalScale(nn.Module):
-    """Return the input as ``loc`` together with a learned scale that does not depend on it.
+    """Return the input as `loc` together with a learned scale that does not depend on it.
 
-    The module holds ``state_independent_scale``, a tensor of shape
-    ``scale_shape`` (a parameter, or a buffer with ``make_param=False``). Called
-    as ``module(loc, *others)`` it returns ``(loc, scale, *others)`` where
-    ``scale = scale_mapping(state_independent_scale)``, clamped to at least
-    ``scale_lb`` and expanded to the shape of ``loc``.
+    The module holds `state_independent_scale`, a tensor of shape
+    `scale_shape` (a parameter, or a buffer with `make_param=False`). Called
+    as `module(loc, *others)` it returns `(loc, scale, *others)` where
+    `scale = scale_mapping(state_independent_scale)`, clamped to at least
+    `scale_lb` and expanded to the shape of `loc`.
 
     Args:
         scale_shape: the shape of the learned scale; it must equal the trailing
-            dimensions of ``loc``. An ``int`` means ``(scale_shape,)``; ``None``
+            dimensions of `loc`. An `int` means `(scale_shape,)`; `None`
             means one scalar for every element.
-        scale_mapping: as in :class:`NormalParamExtractor` (default ``"exp"``,
-            so that ``init_value=0.0`` gives a scale of 1).
+        scale_mapping: as in `NormalParamExtractor` (default `"exp"`,
+            so that `init_value=0.0` gives a scale of 1).
         scale_lb: the smallest scale returned.
         device: where to create the scale.
         make_param: register the scale as a trainable parameter (else a buffer).
         init_value: initial value of the scale before the mapping.
 
     Raises:
-        ValueError: if ``scale_shape`` has a negative entry, or (when called) if
-            ``loc`` does not end with ``scale_shape``; the latter is also a
-            ``RuntimeError``, the class upstream raises.
+        ValueError: if `scale_shape` has a negative entry, or (when called) if
+            `loc` does not end with `scale_shape`; the latter is also a
+            `RuntimeError`, the class upstream raises.
 
     Examples:
         >>> import torch

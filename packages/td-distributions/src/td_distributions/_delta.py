@@ -17,7 +17,7 @@ def _split_shape(
     batch_shape: torch.Size | Sequence[int] | None,
     event_shape: torch.Size | Sequence[int] | None,
 ) -> tuple[torch.Size, torch.Size]:
-    """Batch and event shapes of a Delta, the missing one inferred from ``param``."""
+    """Batch and event shapes of a Delta, the missing one inferred from `param`."""
     batch = None if batch_shape is None else torch.Size(batch_shape)
     event = None if event_shape is None else torch.Size(event_shape)
     if not batch and not event:
@@ -32,34 +32,34 @@ def _split_shape(
 
 
 class Delta(Distribution):
-    """A distribution with all its mass on ``param``.
+    """A distribution with all its mass on `param`.
 
-    :meth:`sample` and :meth:`rsample` return ``param`` (expanded to the
-    sample shape; :meth:`rsample` keeps its gradient), and :attr:`mean`,
-    :attr:`mode` and :attr:`deterministic_sample` return ``param`` itself.
-    :meth:`log_prob` is ``inf`` (upstream's convention for a point mass) where
-    a value matches ``param`` on every element of the event, within
-    ``|value - param| <= atol + rtol * |param|``, and ``-inf`` elsewhere. Its
+    `sample` and `rsample` return `param` (expanded to the
+    sample shape; `rsample` keeps its gradient), and `mean`,
+    `mode` and `deterministic_sample` return `param` itself.
+    `log_prob` is `inf` (upstream's convention for a point mass) where
+    a value matches `param` on every element of the event, within
+    `|value - param| <= atol + rtol * |param|`, and `-inf` elsewhere. Its
     entropy is not defined (as upstream). This is td-nn's default
-    ``distribution_class``, which then copies its input to its output.
+    `distribution_class`, which then copies its input to its output.
 
     Args:
         param: the value holding all the mass.
-        atol: absolute tolerance of :meth:`log_prob`'s comparison.
-        rtol: relative tolerance of :meth:`log_prob`'s comparison.
-        batch_shape: the batch shape. When neither it nor ``event_shape`` is
-            given (or both are empty), the last dimension of ``param`` is the
+        atol: absolute tolerance of `log_prob`'s comparison.
+        rtol: relative tolerance of `log_prob`'s comparison.
+        batch_shape: the batch shape. When neither it nor `event_shape` is
+            given (or both are empty), the last dimension of `param` is the
             event and the others the batch; when only one is given, the other
-            is what remains of ``param.shape``.
+            is what remains of `param.shape`.
         event_shape: the shape of one value.
-        validate_args: check that ``param.shape == batch_shape + event_shape``
-            and the values given to :meth:`log_prob`; ``None`` follows
-            ``torch.distributions.Distribution``'s global default.
+        validate_args: check that `param.shape == batch_shape + event_shape`
+            and the values given to `log_prob`; `None` follows
+            `torch.distributions.Distribution`'s global default.
 
     Raises:
-        TypeError: if ``param`` is not a tensor.
-        ValueError: if ``atol`` or ``rtol`` is negative, or (with validation)
-            if the shapes do not split ``param.shape``.
+        TypeError: if `param` is not a tensor.
+        ValueError: if `atol` or `rtol` is negative, or (with validation)
+            if the shapes do not split `param.shape`.
 
     Examples:
         >>> import torch
@@ -110,7 +110,7 @@ class Delta(Distribution):
         return constraints.independent(constraints.real, len(self.event_shape))
 
     def update(self, param: torch.Tensor) -> None:
-        """Replace ``param``; the batch and event shapes stay as they are."""
+        """Replace `param`; the batch and event shapes stay as they are."""
         self.param = param
 
     def expand(self, batch_shape: torch.Size | Sequence[int], _instance: Any = None) -> Delta:
@@ -129,7 +129,7 @@ class Delta(Distribution):
         return close
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """``inf`` where ``value`` matches ``param`` (whole event), ``-inf`` elsewhere."""
+        """`inf` where `value` matches `param` (whole event), `-inf` elsewhere."""
         if self._validate_args:
             self._validate_sample(value)
         dtype = value.dtype if value.is_floating_point() else self.param.dtype
@@ -139,12 +139,12 @@ class Delta(Distribution):
         return torch.where(self._matches(value), inf, -inf)
 
     def rsample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
-        """``param`` expanded to ``sample_shape + param.shape`` (a view, with gradient)."""
+        """`param` expanded to `sample_shape + param.shape` (a view, with gradient)."""
         shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
         return self.param.expand(shape + self.param.shape)
 
     def sample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
-        """``param`` expanded to ``sample_shape + param.shape`` (a view, detached)."""
+        """`param` expanded to `sample_shape + param.shape` (a view, detached)."""
         return self.rsample(sample_shape).detach()
 
     @property
@@ -164,7 +164,7 @@ class Delta(Distribution):
         return torch.zeros_like(self.param)
 
     def entropy(self) -> torch.Tensor:
-        """Not defined, as upstream: the differential entropy of a point mass is ``-inf``.
+        """Not defined, as upstream: the differential entropy of a point mass is `-inf`.
 
         Raises:
             NotImplementedError: always.

@@ -1,7 +1,7 @@
-"""What td-core (and through it td-nn) finds under the ``td_core.extensions`` entry point.
+"""What td-core (and through it td-nn) finds under the `td_core.extensions` entry point.
 
 Kept light on purpose: td-nn loads it to learn its default
-``distribution_class`` without importing the rest of td-distributions' API.
+`distribution_class` without importing the rest of td-distributions' API.
 """
 
 from td_distributions._delta import Delta
@@ -12,7 +12,7 @@ DEFAULT_DISTRIBUTION_CLASS = Delta
 
 
 def composite_distribution() -> type:
-    """``CompositeDistribution``, imported on first use (td-nn's ``return_composite=True``)."""
+    """`CompositeDistribution`, imported on first use (td-nn's `return_composite=True`)."""
     from td_distributions._composite import CompositeDistribution
 
     return CompositeDistribution

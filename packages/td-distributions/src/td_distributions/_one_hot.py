@@ -1,4 +1,4 @@
-"""Categorical distributions over one-hot vectors, with a straight-through ``rsample``."""
+"""Categorical distributions over one-hot vectors, with a straight-through `rsample`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ __all__ = ["OneHotCategorical", "rand_one_hot"]
 
 
 class _StraightThrough(torch.autograd.Function):
-    """Returns ``hard`` in the forward pass and hands its gradient to ``soft``."""
+    """Returns `hard` in the forward pass and hands its gradient to `soft`."""
 
     generate_vmap_rule = True
 
@@ -31,12 +31,12 @@ class _StraightThrough(torch.autograd.Function):
 
 
 def rand_one_hot(values: torch.Tensor, do_softmax: bool = True) -> torch.Tensor:
-    """Draw one one-hot ``torch.long`` vector per row of the last dimension of ``values``.
+    """Draw one one-hot `torch.long` vector per row of the last dimension of `values`.
 
     Args:
         values: logits along the last dimension, or probabilities if
-            ``do_softmax=False`` (then each row must sum to 1).
-        do_softmax: apply a softmax to ``values`` first.
+            `do_softmax=False` (then each row must sum to 1).
+        do_softmax: apply a softmax to `values` first.
 
     Examples:
         >>> import torch
@@ -53,29 +53,29 @@ def rand_one_hot(values: torch.Tensor, do_softmax: bool = True) -> torch.Tensor:
 class OneHotCategorical(D.OneHotCategorical):
     """A categorical distribution over one-hot vectors, that can also be reparameterised.
 
-    Shapes follow :class:`torch.distributions.OneHotCategorical`: the categories
-    are the last dimension of ``logits``/``probs`` and form the event
-    (``event_shape == (num_categories,)``). As upstream, :meth:`sample`,
-    :attr:`mode` and :attr:`deterministic_sample` return ``torch.long`` one-hot
-    tensors, and :meth:`log_prob` accepts a one-hot tensor of any dtype.
+    Shapes follow `torch.distributions.OneHotCategorical`: the categories
+    are the last dimension of `logits`/`probs` and form the event
+    (`event_shape == (num_categories,)`). As upstream, `sample`,
+    `mode` and `deterministic_sample` return `torch.long` one-hot
+    tensors, and `log_prob` accepts a one-hot tensor of any dtype.
 
-    :meth:`rsample` is the straight-through Gumbel-softmax estimator: its value
+    `rsample` is the straight-through Gumbel-softmax estimator: its value
     is an exact one-hot sample (the Gumbel-max trick), and its gradient is that
-    of the relaxed sample ``softmax(logits + gumbel)`` (temperature 1), as
+    of the relaxed sample `softmax(logits + gumbel)` (temperature 1), as
     upstream documents. Unlike upstream, it works whether the distribution was
-    built from ``logits`` or from ``probs``.
+    built from `logits` or from `probs`.
 
     Args:
         logits: unnormalised log-probabilities, categories last.
         probs: probabilities, categories last (each row sums to 1). Pass
-            ``logits`` or ``probs``, not both.
+            `logits` or `probs`, not both.
         validate_args: check the parameters and the values given to
-            :meth:`log_prob`; ``None`` follows the global default of
-            ``torch.distributions``.
+            `log_prob`; `None` follows the global default of
+            `torch.distributions`.
 
     Raises:
-        ValueError: if neither or both of ``logits`` and ``probs`` are given, or
-            (with validation) if ``probs`` is not a distribution.
+        ValueError: if neither or both of `logits` and `probs` are given, or
+            (with validation) if `probs` is not a distribution.
 
     Examples:
         >>> import torch
@@ -119,7 +119,7 @@ class OneHotCategorical(D.OneHotCategorical):
         return self._categorical._num_events
 
     def sample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
-        """One-hot ``torch.long`` samples of shape ``sample_shape + batch_shape + (K,)``."""
+        """One-hot `torch.long` samples of shape `sample_shape + batch_shape + (K,)`."""
         shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
         index = self._categorical.sample(shape)
         return F.one_hot(index, self.num_categories)
@@ -127,7 +127,7 @@ class OneHotCategorical(D.OneHotCategorical):
     def rsample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
         """Straight-through samples: one-hot values, gradients of the relaxed sample.
 
-        Returns a floating tensor of shape ``sample_shape + batch_shape + (K,)``.
+        Returns a floating tensor of shape `sample_shape + batch_shape + (K,)`.
         """
         shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
         logits = self.logits.expand(shape + self.logits.shape)
@@ -139,10 +139,10 @@ class OneHotCategorical(D.OneHotCategorical):
 
     @property
     def mode(self) -> torch.Tensor:
-        """One-hot ``torch.long`` encoding of the most likely category (the first, on ties)."""
+        """One-hot `torch.long` encoding of the most likely category (the first, on ties)."""
         return F.one_hot(self.logits.argmax(-1), self.num_categories)
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
-        """The :attr:`mode`."""
+        """The `mode`."""
         return self.mode

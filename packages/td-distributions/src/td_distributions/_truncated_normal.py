@@ -1,22 +1,22 @@
-"""A normal distribution restricted to an interval ``[a, b]``, stable far into the tails.
+"""A normal distribution restricted to an interval `[a, b]`, stable far into the tails.
 
-Everything is computed on the standardised bounds ``alpha = (a - loc) / scale``
-and ``beta = (b - loc) / scale``. Differences of normal CDFs lose all their
-digits when both bounds sit in the upper tail (``Phi(9) - Phi(8)`` is ``0`` in
+Everything is computed on the standardised bounds `alpha = (a - loc) / scale`
+and `beta = (b - loc) / scale`. Differences of normal CDFs lose all their
+digits when both bounds sit in the upper tail (`Phi(9) - Phi(8)` is `0` in
 float32), so each interval is first reflected, where needed, so that its centre
-is at or below zero: ``[lo, hi] = [-beta, -alpha]`` when ``alpha + beta > 0``.
-There ``Phi(lo)`` and ``Phi(hi)`` are small numbers known to full relative
-precision (``2 Phi(x) = erfc(-x / sqrt 2)``), and their difference cannot
-cancel. Beyond ~12 deviations (float32; ~37 in float64) ``erfc`` underflows
-and ``log Phi`` comes from its asymptotic series instead.
+is at or below zero: `[lo, hi] = [-beta, -alpha]` when `alpha + beta > 0`.
+There `Phi(lo)` and `Phi(hi)` are small numbers known to full relative
+precision (`2 Phi(x) = erfc(-x / sqrt 2)`), and their difference cannot
+cancel. Beyond ~12 deviations (float32; ~37 in float64) `erfc` underflows
+and `log Phi` comes from its asymptotic series instead.
 
-Sampling inverts the CDF on the reflected side: ``erfinv`` plus one Newton step
-on ``erfc`` (as accurate as ``ndtri`` and much faster on CPU), with ``ndtri``
+Sampling inverts the CDF on the reflected side: `erfinv` plus one Newton step
+on `erfc` (as accurate as `ndtri` and much faster on CPU), with `ndtri`
 for the few quantiles in the outer tails and a log-space inversion where
-``Phi(hi)`` underflows. Gradients of ``rsample`` are the implicit
-reparameterisation gradients ``dx/dalpha = (1 - U) phi(alpha) / phi(x)`` and
-``dx/dbeta = U phi(beta) / phi(x)``, evaluated in log space so they stay finite
-where ``phi`` underflows. Moments and entropy are computed in float64.
+`Phi(hi)` underflows. Gradients of `rsample` are the implicit
+reparameterisation gradients `dx/dalpha = (1 - U) phi(alpha) / phi(x)` and
+`dx/dbeta = U phi(beta) / phi(x)`, evaluated in log space so they stay finite
+where `phi` underflows. Moments and entropy are computed in float64.
 
 On CPU, a few host-side checks (is any bound in a far tail?) skip work that no
 element needs; on other devices every branch runs, so nothing syncs.
@@ -49,7 +49,7 @@ _HALF_SQRT_PI = 0.5 * math.sqrt(math.pi)
 
 
 def _log1mexp(x: torch.Tensor) -> torch.Tensor:
-    """``log(1 - exp(x))`` for ``x <= 0``, to an absolute error of a few ulps.
+    """`log(1 - exp(x))` for `x <= 0`, to an absolute error of a few ulps.
 
     Absolute accuracy is what the callers need: the result is added to other
     logarithms and exponentiated, so it becomes a relative error there.
@@ -60,8 +60,8 @@ def _log1mexp(x: torch.Tensor) -> torch.Tensor:
 def _on_host(x: torch.Tensor) -> bool:
     """Whether data-dependent shortcuts are possible and free.
 
-    Off the CPU they need a device sync; under ``torch.compile`` they break the
-    graph, and under ``torch.func`` transforms (``vmap``) they are not allowed.
+    Off the CPU they need a device sync; under `torch.compile` they break the
+    graph, and under `torch.func` transforms (`vmap`) they are not allowed.
     """
     return (
         x.device.type == "cpu"
@@ -71,20 +71,20 @@ def _on_host(x: torch.Tensor) -> bool:
 
 
 def _tail_start(dtype: torch.dtype) -> float:
-    """Below this, ``erfc(-x / sqrt 2)`` nears subnormals: ``log Phi`` switches to a series."""
+    """Below this, `erfc(-x / sqrt 2)` nears subnormals: `log Phi` switches to a series."""
     return -37.0 if dtype == torch.float64 else -12.0
 
 
 def _two_phi(x: torch.Tensor) -> torch.Tensor:
-    """``2 Phi(x) = erfc(-x / sqrt 2)``, with full relative precision for ``x < 0``."""
+    """`2 Phi(x) = erfc(-x / sqrt 2)`, with full relative precision for `x < 0`."""
     return torch.special.erfc(x * -_INV_SQRT2)
 
 
 def _log_ndtr(x: torch.Tensor) -> torch.Tensor:
-    """``log Phi(x)``, accurate in both tails, from vectorised kernels.
+    """`log Phi(x)`, accurate in both tails, from vectorised kernels.
 
-    ``torch.special.log_ndtr`` is exact too but an order of magnitude slower on
-    CPU. Above :func:`_tail_start` this is ``log(erfc(-x / sqrt 2) / 2)``; below,
+    `torch.special.log_ndtr` is exact too but an order of magnitude slower on
+    CPU. Above `_tail_start` this is `log(erfc(-x / sqrt 2) / 2)`; below,
     the asymptotic series of the Mills ratio (relative error < 1e-15 there).
     Both branches are fed safe inputs so that gradients stay finite. On CPU the
     series is skipped when no element needs it.
@@ -103,7 +103,7 @@ def _log_ndtr(x: torch.Tensor) -> torch.Tensor:
 
 
 def _ndtri_exp(y: torch.Tensor) -> torch.Tensor:
-    """``x`` with ``log Phi(x) == y``, for ``y`` far below 0 (``exp(y)`` may underflow)."""
+    """`x` with `log Phi(x) == y`, for `y` far below 0 (`exp(y)` may underflow)."""
     y = y.clamp(max=-1.0)  # the lower tail only; other elements are discarded by the caller
     t = -2.0 * y - 2.0 * _LOG_SQRT_2PI
     x = -torch.sqrt(t - torch.log(t))
@@ -116,10 +116,10 @@ def _ndtri_exp(y: torch.Tensor) -> torch.Tensor:
 
 
 def _standardize(bound: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``(bound - loc) / scale``; when gradients are tracked, infinite bounds become huge finite ones.
+    """`(bound - loc) / scale`; when gradients are tracked, infinite bounds become huge finite ones.
 
     Every formula here accepts infinite standardised bounds, but their
-    gradients would meet ``inf * 0``; a finite stand-in far beyond any tail that
+    gradients would meet `inf * 0`; a finite stand-in far beyond any tail that
     carries probability mass keeps them finite.
     """
     if not (bound.requires_grad or loc.requires_grad or scale.requires_grad):
@@ -131,7 +131,7 @@ def _standardize(bound: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) ->
 
 
 class _Consts(NamedTuple):
-    """Per-parameter constants. Where ``flip``, the interval is reflected: ``x_std = -s``."""
+    """Per-parameter constants. Where `flip`, the interval is reflected: `x_std = -s`."""
 
     flip: torch.Tensor
     alpha: torch.Tensor  # standardised bounds, original orientation
@@ -178,7 +178,7 @@ def _log_z(c: _Consts) -> torch.Tensor:
 
 
 def _neg_log_norm(c: _Consts, scale: torch.Tensor) -> torch.Tensor:
-    """``-log(scale * Z * sqrt(2 pi))``, the log-density at the centre."""
+    """`-log(scale * Z * sqrt(2 pi))`, the log-density at the centre."""
     if c.log_z is None:
         return torch.sub(_LN2 - _LOG_SQRT_2PI, torch.log(scale * c.two_mass))
     return -(torch.log(scale) + c.log_z + _LOG_SQRT_2PI)
@@ -193,10 +193,10 @@ _TAIL_LO = -4.0
 class _ImplicitReparam(torch.autograd.Function):
     """Attaches the implicit reparameterisation gradient to a standardised sample.
 
-    Forward returns ``z`` (a view); backward sends
-    ``grad * (1 - U) phi(alpha) / phi(z)`` to ``alpha`` and
-    ``grad * U phi(beta) / phi(z)`` to ``beta``, with ``U`` the CDF at ``z``
-    (given as ``log U`` and ``log(1 - U)``).
+    Forward returns `z` (a view); backward sends
+    `grad * (1 - U) phi(alpha) / phi(z)` to `alpha` and
+    `grad * U phi(beta) / phi(z)` to `beta`, with `U` the CDF at `z`
+    (given as `log U` and `log(1 - U)`).
     """
 
     generate_vmap_rule = True
@@ -230,7 +230,7 @@ class _ImplicitReparam(torch.autograd.Function):
 
 
 def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Sum ``grad`` over the leading (sample) dimensions it has beyond ``shape``."""
+    """Sum `grad` over the leading (sample) dimensions it has beyond `shape`."""
     extra = grad.dim() - len(shape)
     return grad.sum(tuple(range(extra))) if extra > 0 else grad
 
@@ -240,33 +240,33 @@ def _as_shape(shape: torch.Size | Sequence[int] | None) -> torch.Size:
 
 
 class TruncatedNormal(Distribution):
-    """A normal distribution with mean ``loc`` and deviation ``scale``, restricted to ``[a, b]``.
+    """A normal distribution with mean `loc` and deviation `scale`, restricted to `[a, b]`.
 
-    The density is ``phi((x - loc) / scale) / (scale * Z)`` on ``[a, b]`` and 0
-    outside, with ``Z = Phi(beta) - Phi(alpha)``, ``alpha = (a - loc) / scale``
-    and ``beta = (b - loc) / scale``. Every quantity is computed so that it stays
+    The density is `phi((x - loc) / scale) / (scale * Z)` on `[a, b]` and 0
+    outside, with `Z = Phi(beta) - Phi(alpha)`, `alpha = (a - loc) / scale`
+    and `beta = (b - loc) / scale`. Every quantity is computed so that it stays
     finite and accurate when the interval lies many deviations away from
-    ``loc`` (checked against ``scipy.stats.truncnorm`` up to 30 deviations out).
-    ``a`` may be ``-inf`` and ``b`` may be ``inf``.
+    `loc` (checked against `scipy.stats.truncnorm` up to 30 deviations out).
+    `a` may be `-inf` and `b` may be `inf`.
 
-    :meth:`rsample` is reparameterised: gradients flow to ``loc``, ``scale``,
-    ``a`` and ``b``. Unlike upstream, :attr:`mode` (``loc`` clamped to
-    ``[a, b]``) and :attr:`deterministic_sample` (the mode) are defined, and
-    :meth:`log_prob` of a value outside ``[a, b]`` is ``-inf`` when argument
+    `rsample` is reparameterised: gradients flow to `loc`, `scale`,
+    `a` and `b`. Unlike upstream, `mode` (`loc` clamped to
+    `[a, b]`) and `deterministic_sample` (the mode) are defined, and
+    `log_prob` of a value outside `[a, b]` is `-inf` when argument
     validation is off.
 
     Args:
         loc: the mean of the untruncated normal.
         scale: its standard deviation (positive).
         a: the lower bound of the support.
-        b: the upper bound of the support (``a < b`` elementwise).
-        validate_args: check the arguments (``scale > 0``, ``a < b``, no NaN)
-            and the values given to :meth:`log_prob` and :meth:`cdf`; ``None``
-            follows ``torch.distributions.Distribution``'s global default.
+        b: the upper bound of the support (`a < b` elementwise).
+        validate_args: check the arguments (`scale > 0`, `a < b`, no NaN)
+            and the values given to `log_prob` and `cdf`; `None`
+            follows `torch.distributions.Distribution`'s global default.
 
     Raises:
-        ValueError: with validation on, if ``scale <= 0``, a parameter is NaN,
-            or ``a >= b`` somewhere.
+        ValueError: with validation on, if `scale <= 0`, a parameter is NaN,
+            or `a >= b` somewhere.
 
     Examples:
         >>> import torch
@@ -344,7 +344,7 @@ class TruncatedNormal(Distribution):
         )
 
     def _params(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``loc, scale, a, b`` in the computing dtype: float32 for half-precision parameters."""
+        """`loc, scale, a, b` in the computing dtype: float32 for half-precision parameters."""
         if self.loc.dtype in (torch.float16, torch.bfloat16):
             return self.loc.float(), self.scale.float(), self.a.float(), self.b.float()
         return self.loc, self.scale, self.a, self.b
@@ -363,7 +363,7 @@ class TruncatedNormal(Distribution):
         return self._detached()
 
     def _log_norm_offset(self) -> torch.Tensor:
-        """``-log(scale * Z * sqrt(2 pi))``: cached unless it must carry gradients."""
+        """`-log(scale * Z * sqrt(2 pi))`: cached unless it must carry gradients."""
         scale = self._params()[1]
         if self._needs_grad():
             return _neg_log_norm(self._tracked(), scale)
@@ -373,7 +373,7 @@ class TruncatedNormal(Distribution):
         return self._lp_offset
 
     def _neg_root2_scale(self) -> torch.Tensor:
-        """``-sqrt(2) * scale``, negated again where the interval is reflected (cached)."""
+        """`-sqrt(2) * scale`, negated again where the interval is reflected (cached)."""
         if self._y_scale is None:
             with torch.no_grad():
                 flip, scale = self._detached().flip, self._params()[1]
@@ -384,14 +384,14 @@ class TruncatedNormal(Distribution):
 
     @torch.no_grad()
     def _quantile(self, w: torch.Tensor) -> torch.Tensor:
-        """``n = -s / sqrt 2`` for the reflected standardised ``s`` with ``Phi(s) = Phi(lo) + w Z``.
+        """`n = -s / sqrt 2` for the reflected standardised `s` with `Phi(s) = Phi(lo) + w Z`.
 
-        With ``p = Phi(lo) + w Z`` and ``y = s / sqrt 2``: ``erf(y) = 2p - 1``, so
-        ``y = erfinv(2p - 1)``, refined by one Newton step on ``erfc(-y) = 2p``
-        (which keeps the relative precision of small ``p``). That is as accurate
-        as ``ndtri`` and several times faster on CPU. Quantiles in the outer
-        ``_P_TAIL`` tails, where ``2p - 1`` has lost the digits of ``p``, are
-        redone with ``ndtri``, or in log space where ``Phi(hi)`` underflows.
+        With `p = Phi(lo) + w Z` and `y = s / sqrt 2`: `erf(y) = 2p - 1`, so
+        `y = erfinv(2p - 1)`, refined by one Newton step on `erfc(-y) = 2p`
+        (which keeps the relative precision of small `p`). That is as accurate
+        as `ndtri` and several times faster on CPU. Quantiles in the outer
+        `_P_TAIL` tails, where `2p - 1` has lost the digits of `p`, are
+        redone with `ndtri`, or in log space where `Phi(hi)` underflows.
         """
         c = self._detached()
         two_p = torch.addcmul(c.two_phi_lo, w, c.two_mass)
@@ -408,7 +408,7 @@ class TruncatedNormal(Distribution):
     def _tail_fixup(
         self, n: torch.Tensor, w: torch.Tensor, two_p: torch.Tensor, tail: torch.Tensor, c: _Consts
     ) -> torch.Tensor:
-        """Recompute the quantiles whose ``p`` lies outside ``[_P_TAIL, 1 - _P_TAIL]``."""
+        """Recompute the quantiles whose `p` lies outside `[_P_TAIL, 1 - _P_TAIL]`."""
         if _on_host(n):
             # few elements: gather them, fix them, scatter them back
             index = tail.nonzero(as_tuple=True)
@@ -422,10 +422,10 @@ class TruncatedNormal(Distribution):
     def _tail_quantile(
         two_p: torch.Tensor, w: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, extreme: bool
     ) -> torch.Tensor:
-        """``-s / sqrt 2`` from ``ndtri`` on whichever side of 1/2 ``p`` is accurate.
+        """`-s / sqrt 2` from `ndtri` on whichever side of 1/2 `p` is accurate.
 
-        Near ``p = 1`` the complement ``1 - p = (1 - w) Phi(-lo) + w Phi(-hi)``
-        keeps the digits that ``p`` itself cannot hold; where ``Phi(hi)``
+        Near `p = 1` the complement `1 - p = (1 - w) Phi(-lo) + w Phi(-hi)`
+        keeps the digits that `p` itself cannot hold; where `Phi(hi)`
         underflows, the quantile is found in log space.
         """
         finfo = torch.finfo(two_p.dtype)
@@ -443,7 +443,7 @@ class TruncatedNormal(Distribution):
         return s * -_INV_SQRT2
 
     def _to_value(self, n: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """Map ``n`` (see :meth:`_quantile`, drawn at fraction ``w``) back into ``[a, b]``."""
+        """Map `n` (see `_quantile`, drawn at fraction `w`) back into `[a, b]`."""
         loc, scale, a, b = self._params()
         if not self._needs_grad():
             x = torch.addcmul(loc, self._neg_root2_scale(), n)
@@ -461,9 +461,9 @@ class TruncatedNormal(Distribution):
         return torch.clamp(loc + scale * z, a, b).to(self.loc.dtype)
 
     def rsample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
-        """Reparameterised samples of shape ``sample_shape + batch_shape``.
+        """Reparameterised samples of shape `sample_shape + batch_shape`.
 
-        Gradients reach ``loc``, ``scale``, ``a`` and ``b`` through the implicit
+        Gradients reach `loc`, `scale`, `a` and `b` through the implicit
         reparameterisation formula (first order).
         """
         shape = self._extended_shape(_as_shape(sample_shape))
@@ -471,14 +471,14 @@ class TruncatedNormal(Distribution):
         return self._to_value(self._quantile(w), w)
 
     def sample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
-        """Samples of shape ``sample_shape + batch_shape``, without gradients."""
+        """Samples of shape `sample_shape + batch_shape`, without gradients."""
         with torch.no_grad():
             return self.rsample(sample_shape)
 
     # -- densities --------------------------------------------------------
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """Log-density of ``value``; ``-inf`` outside ``[a, b]``."""
+        """Log-density of `value`; `-inf` outside `[a, b]`."""
         if self._validate_args:
             self._validate_sample(value)
         loc, scale, a, b = self._params()
@@ -489,7 +489,7 @@ class TruncatedNormal(Distribution):
         return lp.to(torch.promote_types(value.dtype, self.loc.dtype))
 
     def cdf(self, value: torch.Tensor) -> torch.Tensor:
-        """``P(X <= value)``: 0 below ``a``, 1 above ``b``."""
+        """`P(X <= value)`: 0 below `a`, 1 above `b`."""
         if self._validate_args:
             self._validate_sample(value)
         c = self._tracked()
@@ -506,10 +506,10 @@ class TruncatedNormal(Distribution):
         return out.to(torch.promote_types(value.dtype, self.loc.dtype))
 
     def icdf(self, value: torch.Tensor) -> torch.Tensor:
-        """The quantile function: the ``x`` in ``[a, b]`` with ``cdf(x) == value``.
+        """The quantile function: the `x` in `[a, b]` with `cdf(x) == value`.
 
         Gradients reach the parameters through the same implicit formula as
-        :meth:`rsample` (not through ``value``).
+        `rsample` (not through `value`).
         """
         value = torch.as_tensor(value, dtype=self._params()[0].dtype, device=self.loc.device)
         if self._validate_args and not bool(((value >= 0) & (value <= 1)).all()):
@@ -523,10 +523,10 @@ class TruncatedNormal(Distribution):
     # -- moments ----------------------------------------------------------
 
     def _moment_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(m, v, log_z)`` of the standardised, reflected distribution, in float64.
+        """`(m, v, log_z)` of the standardised, reflected distribution, in float64.
 
-        ``m = (phi(lo) - phi(hi)) / Z`` is its mean and
-        ``v = (lo phi(lo) - hi phi(hi)) / Z`` enters the variance and entropy.
+        `m = (phi(lo) - phi(hi)) / Z` is its mean and
+        `v = (lo phi(lo) - hi phi(hi)) / Z` enters the variance and entropy.
         """
         wide = torch.float64 if self.loc.device.type != "mps" else self.loc.dtype
         loc, scale, a, b = (t.to(wide) for t in (self.loc, self.scale, self.a, self.b))
@@ -556,12 +556,12 @@ class TruncatedNormal(Distribution):
 
     @property
     def mode(self) -> torch.Tensor:
-        """``loc`` clamped to ``[a, b]``: the density is largest there."""
+        """`loc` clamped to `[a, b]`: the density is largest there."""
         return torch.clamp(self.loc, self.a, self.b)
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
-        """The value a probabilistic module takes in deterministic mode: the :attr:`mode`."""
+        """The value a probabilistic module takes in deterministic mode: the `mode`."""
         return self.mode
 
     @property

@@ -72,13 +72,13 @@ def memmap(
     allow_pickle: bool = False,
     durable: bool = False,
 ) -> Any:
-    """Write ``td`` to memory-mapped files under ``prefix``; a locked copy of ``td`` on them.
+    """Write `td` to memory-mapped files under `prefix`; a locked copy of `td` on them.
 
     Each tensor leaf becomes one raw file written sequentially (in parallel
-    with ``num_threads > 0``); each (sub-)TensorDict a folder with a
-    ``meta.json`` written last and atomically. A lazy stack becomes a folder
+    with `num_threads > 0`); each (sub-)TensorDict a folder with a
+    `meta.json` written last and atomically. A lazy stack becomes a folder
     with one sub-folder per member, a tensorclass instance a folder recording
-    its class. Without ``prefix`` the leaves move to anonymous shared memory
+    its class. Without `prefix` the leaves move to anonymous shared memory
     instead. Non-tensor values are stored as JSON in the metadata.
 
     Saving over an earlier save is atomic: the new files are written beside
@@ -90,36 +90,36 @@ def memmap(
 
     Args:
         td: a TensorDict, lazy stack or tensorclass instance (a plain mapping is
-            wrapped with ``batch_size=[]``). The result is of the same kind.
+            wrapped with `batch_size=[]`). The result is of the same kind.
         prefix: destination folder (created); None for shared memory.
         copy_existing: copy leaves that are already memory-mapped elsewhere
-            (otherwise that raises a ``RuntimeError``, as upstream).
+            (otherwise that raises a `RuntimeError`, as upstream).
         num_threads: threads writing leaves; 0 writes in the calling thread.
-        return_early: return a ``concurrent.futures.Future`` of the result at once.
+        return_early: return a `concurrent.futures.Future` of the result at once.
         share_non_tensor: share the non-tensor values between processes: each
             is also written to its own file, and the result's non-tensor leaves
-            (:class:`SharedNonTensorData`, :class:`SharedNonTensorStack`) re-read
-            it on every access; ``td.get(key).data = value`` writes it, for
+            (`SharedNonTensorData`, `SharedNonTensorStack`) re-read
+            it on every access; `td.get(key).data = value` writes it, for
             every process holding the leaf or loading the folder. Values must
-            have a JSON form, and ``prefix`` must be given.
-        existsok: overwrite an existing save in ``prefix``; otherwise a
-            ``MemmapExistsError`` (a ``FileExistsError``) is raised.
+            have a JSON form, and `prefix` must be given.
+        existsok: overwrite an existing save in `prefix`; otherwise a
+            `MemmapExistsError` (a `FileExistsError`) is raised.
         robust_key: accepted for upstream compatibility: keys are always
             encoded into safe file names.
         archive: upstream's single-file archive; not supported (must be falsy).
         compression: upstream's archive compression; not supported (must be None).
         atomic: accepted for upstream compatibility: every save is atomic.
-        inplace: replace ``td``'s own leaves (what ``memmap_`` does).
+        inplace: replace `td`'s own leaves (what `memmap_` does).
         allow_pickle: store values that have no JSON form with pickle (the
-            folder then only loads with ``allow_pickle=True``).
+            folder then only loads with `allow_pickle=True`).
         durable: also fsync every data file, so the save survives power loss.
 
     Raises:
-        PickleNotAllowedError: (a ``ValueError``) a non-tensor value has no
-            JSON form and ``allow_pickle`` is False.
+        PickleNotAllowedError: (a `ValueError`) a non-tensor value has no
+            JSON form and `allow_pickle` is False.
         TypeError: an entry cannot be memory-mapped (sparse, quantized, ...),
             or a shared non-tensor value has no JSON form.
-        ValueError: ``share_non_tensor=True`` without a ``prefix`` while ``td``
+        ValueError: `share_non_tensor=True` without a `prefix` while `td`
             holds non-tensor values.
 
     Examples:
@@ -182,7 +182,7 @@ def memmap_(
     allow_pickle: bool = False,
     durable: bool = False,
 ) -> Any:
-    """:func:`memmap` in place: ``td``'s leaves become memory-mapped tensors; returns ``td``."""
+    """`memmap` in place: `td`'s leaves become memory-mapped tensors; returns `td`."""
     return memmap(
         td,
         prefix,
@@ -212,15 +212,15 @@ def memmap_like(
     archive: bool | None = None,
     durable: bool = False,
 ) -> Any:
-    """Allocate zero-filled memory-mapped files shaped like ``td``'s leaves, without copying data.
+    """Allocate zero-filled memory-mapped files shaped like `td`'s leaves, without copying data.
 
     The files are created sparse, so a huge data set costs no write time and no
     disk space until it is filled (expanded leaves allocate the expanded size).
-    Non-tensor values are copied into the metadata. ``num_threads``,
-    ``return_early``, ``existsok``, ``robust_key``, ``archive`` and ``durable``
-    are as for :func:`memmap`; ``copy_existing`` is accepted for upstream
-    compatibility (nothing is copied). ``share_non_tensor=True`` is not
-    supported here (``NotImplementedError``): save the filled TensorDict with it.
+    Non-tensor values are copied into the metadata. `num_threads`,
+    `return_early`, `existsok`, `robust_key`, `archive` and `durable`
+    are as for `memmap`; `copy_existing` is accepted for upstream
+    compatibility (nothing is copied). `share_non_tensor=True` is not
+    supported here (`NotImplementedError`): save the filled TensorDict with it.
 
     Examples:
         >>> import tempfile, torch
@@ -264,58 +264,58 @@ def load_memmap(
     allow_pickle: bool | None = None,
     cls: type | None = None,
 ) -> Any:
-    """Load what :func:`memmap` saved (or any of its sub-folders).
+    """Load what `memmap` saved (or any of its sub-folders).
 
     Every metadata file is validated, and every data file's size checked,
     before anything is mapped; the loader never writes, truncates or grows a
     file. Leaves are memory-mapped: data is read from disk only when touched.
     By default they are mapped read-write and shared, as upstream: an
     in-place write to a leaf reaches the file, and every process mapping the
-    folder sees it. With ``mode="r"`` the result is locked and its leaves
-    refuse writes (:class:`ReadOnlyMemmapError`). A saved lazy stack loads as
+    folder sees it. With `mode="r"` the result is locked and its leaves
+    refuse writes (`ReadOnlyMemmapError`). A saved lazy stack loads as
     a lazy stack of memory-mapped members, a saved tensorclass instance as an
     instance of its class.
 
     A tensorclass is only restored if it is already imported: the loader
-    looks its recorded ``module:qualname`` up in ``sys.modules`` and never
+    looks its recorded `module:qualname` up in `sys.modules` and never
     imports a module or runs code named by the folder. Otherwise the load
-    raises :class:`UnknownClassError` before mapping anything, unless ``cls``
+    raises `UnknownClassError` before mapping anything, unless `cls`
     says what to build.
 
     Args:
         prefix: the saved folder, or one of its sub-folders.
         device: move the result there (a copy, no longer memory-mapped).
-        non_blocking: passed to ``.to(device)``.
+        non_blocking: passed to `.to(device)`.
         out: copy the loaded values into this TensorDict (in place) and return it.
         robust_key: accepted for upstream compatibility (keys are always encoded).
         subpath: a nested key: load only that entry of the save.
-        mode: ``"r+"``: leaves are mapped shared, writes reach the files.
-            ``"r"``: read-only: the result is locked and every write to a leaf
-            (or a view of one) raises :class:`ReadOnlyMemmapError`, never a
-            silent private copy. None (the default): ``"r+"`` for files this
-            process may write, ``"r"`` for others. Values saved with
-            ``share_non_tensor=True`` load as shared leaves unless ``"r"``,
+        mode: `"r+"`: leaves are mapped shared, writes reach the files.
+            `"r"`: read-only: the result is locked and every write to a leaf
+            (or a view of one) raises `ReadOnlyMemmapError`, never a
+            silent private copy. None (the default): `"r+"` for files this
+            process may write, `"r"` for others. Values saved with
+            `share_non_tensor=True` load as shared leaves unless `"r"`,
             then as their current values.
         num_threads: threads reading the folders and mapping the leaves (0:
             the calling thread).
         allow_pickle: load values that were saved with pickle. Unpickling
             runs code chosen by whoever wrote the folder: only for trusted data.
         cls: a tensorclass: the folder loaded becomes an instance of it,
-            whatever class it recorded (its entries must be fields of ``cls``);
+            whatever class it recorded (its entries must be fields of `cls`);
             tensorclasses in its sub-folders are still looked up.
-            ``TensorDict``: no class is restored; every tensorclass of the save
+            `TensorDict`: no class is restored; every tensorclass of the save
             loads as a plain TensorDict of its fields. None (the default): the
             recorded classes.
 
     Raises:
-        IncompleteSaveError: (a ``FileNotFoundError``) no metadata: not a save,
+        IncompleteSaveError: (a `FileNotFoundError`) no metadata: not a save,
             or an interrupted one.
         MissingLeafError, LeafSizeError, UnsafePathError, MemmapFormatError:
-            (``ValueError``) malformed content, naming the file at fault.
-        PickleNotAllowedError: (a ``ValueError``) the folder holds pickled
-            values and ``allow_pickle`` is False.
-        UnknownClassError: (a ``LookupError``, ``RuntimeError``) the save holds a tensorclass
-            that is not imported, and ``cls`` does not replace it.
+            (`ValueError`) malformed content, naming the file at fault.
+        PickleNotAllowedError: (a `ValueError`) the folder holds pickled
+            values and `allow_pickle` is False.
+        UnknownClassError: (a `LookupError`, `RuntimeError`) the save holds a tensorclass
+            that is not imported, and `cls` does not replace it.
 
     Examples:
         >>> import tempfile, torch
@@ -357,7 +357,7 @@ load = load_memmap
 
 
 def is_memmap(td: Any) -> bool:
-    """Whether ``td`` has tensor leaves and every one of them is a :class:`MemoryMappedTensor`.
+    """Whether `td` has tensor leaves and every one of them is a `MemoryMappedTensor`.
 
     Lazy stacks are looked at member by member, tensorclasses field by field.
     """

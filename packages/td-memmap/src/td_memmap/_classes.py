@@ -1,8 +1,8 @@
 """Tensorclasses on disk: the name a save records, and finding the class again safely.
 
-A save records a tensorclass as ``"module:qualname"``. Loading looks the class
-up among modules that are *already imported* (``sys.modules``), reading module
-and class ``__dict__``s only: nothing is imported, and no ``__getattr__`` or
+A save records a tensorclass as `"module:qualname"`. Loading looks the class
+up among modules that are *already imported* (`sys.modules`), reading module
+and class `__dict__`s only: nothing is imported, and no `__getattr__` or
 other code named by the file runs. The object found must be a tensorclass.
 """
 
@@ -25,12 +25,12 @@ _MAX_NAME = 1000
 
 
 def class_name(cls: type) -> str:
-    """The name a save records for ``cls``: ``"module:qualname"``."""
+    """The name a save records for `cls`: `"module:qualname"`."""
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def check_class_name(name: object) -> str | None:
-    """Why ``name`` is not a well-formed recorded class name, or ``None`` if it is."""
+    """Why `name` is not a well-formed recorded class name, or `None` if it is."""
     if type(name) is not str:
         return f"expected a string, got {type(name).__name__}"
     if len(name) > _MAX_NAME or _NAME.fullmatch(name) is None:
@@ -39,7 +39,7 @@ def check_class_name(name: object) -> str | None:
 
 
 def find_class(name: str) -> type | None:
-    """The tensorclass recorded as ``name``, if its module is already imported; else ``None``.
+    """The tensorclass recorded as `name`, if its module is already imported; else `None`.
 
     Examples:
         >>> find_class("td_core:TensorDict") is None  # not a tensorclass

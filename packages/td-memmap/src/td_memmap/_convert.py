@@ -27,7 +27,7 @@ _CPU = torch.device("cpu")
 
 
 def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
-    """The tree of ``td``; a memory-mapped copy lives on the CPU, so a set device becomes "cpu"."""
+    """The tree of `td`; a memory-mapped copy lives on the CPU, so a set device becomes "cpu"."""
     device = None if td.device is None else "cpu"
     if isinstance(td, LazyStackedTensorDict):
         node = Node(tuple(td.batch_size), device, {}, KIND_LAZY, td.stack_dim)
@@ -75,9 +75,9 @@ def _leaf(leaf: NonTensorLeaf) -> Any:
 def from_tree(node: Node) -> Any:
     """The TensorDict, lazy stack or tensorclass instance holding the tree's entries (no copies).
 
-    Every tree given here is valid by construction: made by :func:`to_tree`
+    Every tree given here is valid by construction: made by `to_tree`
     from a TensorDict (its leaves possibly replaced by memory-mapped tensors of
-    the same shapes), or by the loader after ``parse_folder`` checked that keys
+    the same shapes), or by the loader after `parse_folder` checked that keys
     are unique strings, that every tensor's shape and every sub-folder's
     batch size start with the folder's batch size, that non-tensor batch sizes
     equal it, and that the device is None or the CPU (where mapped leaves live).
@@ -104,7 +104,7 @@ def from_tree(node: Node) -> Any:
 
 
 def assign_leaves(td: Any, node: Node) -> None:
-    """Replace ``td``'s tensor leaves (and shared values), in place, by the tree's (same structure)."""
+    """Replace `td`'s tensor leaves (and shared values), in place, by the tree's (same structure)."""
     remember(td, node.path)
     if node.kind == KIND_LAZY:
         for member, sub in zip(td.tensordicts, node.entries.values()):
@@ -121,7 +121,7 @@ def assign_leaves(td: Any, node: Node) -> None:
 
 
 def clear_device(td: Any) -> None:
-    """Forget the device of ``td`` and of everything it holds (without stacking lazy stacks)."""
+    """Forget the device of `td` and of everything it holds (without stacking lazy stacks)."""
     if isinstance(td, LazyStackedTensorDict):
         for member in td.tensordicts:
             clear_device(member)

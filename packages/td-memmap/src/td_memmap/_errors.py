@@ -1,8 +1,8 @@
 """Exceptions raised by td-memmap.
 
 Each class also subclasses the builtins a caller would reach for (and the one
-upstream tensordict raises for the same situation), so ``except ValueError``,
-``except FileNotFoundError`` or ``except RuntimeError`` all work.
+upstream tensordict raises for the same situation), so `except ValueError`,
+`except FileNotFoundError` or `except RuntimeError` all work.
 """
 
 from __future__ import annotations
@@ -52,18 +52,18 @@ class PickleNotAllowedError(MemmapError, ValueError):
 
 
 class MemmapExistsError(MemmapError, FileExistsError, RuntimeError):
-    """The target file or folder already exists and ``existsok=False``."""
+    """The target file or folder already exists and `existsok=False`."""
 
 
 class UnknownClassError(MemmapError, LookupError, RuntimeError):
     """A save holds a tensorclass that is not imported (td-memmap never imports by name).
 
-    Also a ``RuntimeError``, which upstream tensordict raises in this case.
+    Also a `RuntimeError`, which upstream tensordict raises in this case.
     """
 
 
 class ReadOnlyMemmapError(MemmapError, RuntimeError):
-    """A write to a memory-mapped tensor opened read-only (``mode="r"``).
+    """A write to a memory-mapped tensor opened read-only (`mode="r"`).
 
-    A ``RuntimeError``, as upstream raises for writes to a locked TensorDict.
+    A `RuntimeError`, as upstream raises for writes to a locked TensorDict.
     """

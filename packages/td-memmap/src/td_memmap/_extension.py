@@ -1,9 +1,9 @@
-"""The module td-core finds through the ``td_core.extensions`` entry point ``memmap``.
+"""The module td-core finds through the `td_core.extensions` entry point `memmap`.
 
-``TensorDict.memmap``, ``memmap_``, ``memmap_like``, ``save``, ``is_memmap``,
-``load_memmap_``, ``memmap_refresh_``, ``make_memmap*``, ``saved_path``, the class
-methods ``load_memmap``/``load``, and the interchange methods (``to_safetensors``,
-``from_safetensors``, ``to_h5``, ``from_h5``) delegate here; keep it thin.
+`TensorDict.memmap`, `memmap_`, `memmap_like`, `save`, `is_memmap`,
+`load_memmap_`, `memmap_refresh_`, `make_memmap*`, `saved_path`, the class
+methods `load_memmap`/`load`, and the interchange methods (`to_safetensors`,
+`from_safetensors`, `to_h5`, `from_h5`) delegate here; keep it thin.
 """
 
 from __future__ import annotations

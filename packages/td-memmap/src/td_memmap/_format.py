@@ -1,6 +1,6 @@
 """The fixed vocabulary of the on-disk format: dtype names, file names, JSON values.
 
-Nothing here touches the disk. The metadata schema itself lives in ``_meta``.
+Nothing here touches the disk. The metadata schema itself lives in `_meta`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ MAX_DIMS = 64  # the most dims a saved or mapped tensor may have
 PICKLE_SUFFIX = ".pkl"
 SHARED_SUFFIX = ".nt.json"  # a shared non-tensor value; stems have no ".": never "meta.json"
 
-# dtypes whose storage is plain bytes, by the name ``str(dtype)`` gives without "torch.".
+# dtypes whose storage is plain bytes, by the name `str(dtype)` gives without "torch.".
 # Looked up with getattr so older torch versions simply have fewer of them.
 _DTYPE_NAMES = (
     "bool",
@@ -85,7 +85,7 @@ _NAMES: dict[torch.dtype, str] = {dt: name for name, dt in DTYPES.items()}
 
 
 def dtype_name(dtype: torch.dtype, *, key: object = None) -> str:
-    """The on-disk name of ``dtype``; ``TypeError`` for dtypes with no raw storage (quantized)."""
+    """The on-disk name of `dtype`; `TypeError` for dtypes with no raw storage (quantized)."""
     try:
         return _NAMES[dtype]
     except KeyError:
@@ -96,7 +96,7 @@ def dtype_name(dtype: torch.dtype, *, key: object = None) -> str:
 
 
 def dtype_from_name(name: object) -> torch.dtype | None:
-    """The dtype called ``name`` on disk, or ``None`` if the name is not in the table."""
+    """The dtype called `name` on disk, or `None` if the name is not in the table."""
     return DTYPES.get(name) if isinstance(name, str) else None
 
 
@@ -111,12 +111,12 @@ _MAX_STEM = 120  # leaves room for suffixes in the usual 255-byte name limit
 
 
 def encode_key(key: str) -> str:
-    """A file-name stem for ``key``: safe on every common file system, never empty.
+    """A file-name stem for `key`: safe on every common file system, never empty.
 
-    Letters, digits, ``_`` and ``-`` are kept; every other byte of the UTF-8
-    encoding (``.``, ``/``, ``%``, spaces, NUL, ...) becomes ``%XX``. The empty
-    key is ``%``. Long keys are cut and suffixed with a hash. The stem never
-    contains ``.``, so suffixes such as ``.bin`` cannot collide with a key.
+    Letters, digits, `_` and `-` are kept; every other byte of the UTF-8
+    encoding (`.`, `/`, `%`, spaces, NUL, ...) becomes `%XX`. The empty
+    key is `%`. Long keys are cut and suffixed with a hash. The stem never
+    contains `.`, so suffixes such as `.bin` cannot collide with a key.
 
     Examples:
         >>> encode_key("weight")
@@ -139,8 +139,8 @@ def encode_key(key: str) -> str:
 def file_stems(keys: Iterable[str]) -> dict[str, str]:
     """Encoded stems for the keys of one folder, unique even on case-insensitive file systems.
 
-    A stem that differs from an earlier one only by case gets a ``.N`` suffix
-    (keys never produce a ``.``, so this cannot collide either).
+    A stem that differs from an earlier one only by case gets a `.N` suffix
+    (keys never produce a `.`, so this cannot collide either).
     """
     seen: set[str] = set()
     stems: dict[str, str] = {}
@@ -156,10 +156,10 @@ def file_stems(keys: Iterable[str]) -> dict[str, str]:
 
 
 def check_component(name: object) -> str | None:
-    """Why ``name`` is not a safe single path component, or ``None`` if it is.
+    """Why `name` is not a safe single path component, or `None` if it is.
 
     Safe: a non-empty printable string of at most 255 UTF-8 bytes, not starting
-    with ``.`` (so neither ``.``, ``..`` nor a hidden or temporary file), with no
+    with `.` (so neither `.`, `..` nor a hidden or temporary file), with no
     path separator, drive separator or NUL.
     """
     if type(name) is not str:
@@ -183,12 +183,12 @@ _FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 def value_to_json(value: Any) -> Any:
-    """``value`` as JSON-compatible data, reversibly; ``TypeError`` if it needs pickle.
+    """`value` as JSON-compatible data, reversibly; `TypeError` if it needs pickle.
 
-    Exact types only (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
-    ``list``, ``tuple``, ``dict``), so a value loads back as the same type.
+    Exact types only (`None`, `bool`, `int`, `float`, `str`, `bytes`,
+    `list`, `tuple`, `dict`), so a value loads back as the same type.
     Tuples, bytes, non-finite floats and dicts with non-string keys are tagged
-    objects ``{"$td": kind, "v": ...}``.
+    objects `{"$td": kind, "v": ...}`.
     """
     try:
         return _to_json(value)
@@ -222,7 +222,7 @@ def _to_json(value: Any) -> Any:
 
 
 def value_from_json(data: Any) -> Any:
-    """Inverse of :func:`value_to_json`; ``ValueError`` on anything it could not have written."""
+    """Inverse of `value_to_json`; `ValueError` on anything it could not have written."""
     if data is None or type(data) in (bool, str, int, float):
         return data
     if type(data) is list:
@@ -253,10 +253,10 @@ def value_from_json(data: Any) -> Any:
 
 
 def object_array(nested: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """An object array of ``shape`` from nested lists, without numpy guessing the depth.
+    """An object array of `shape` from nested lists, without numpy guessing the depth.
 
     Raises:
-        ValueError: ``nested`` is not nested lists of exactly ``shape``.
+        ValueError: `nested` is not nested lists of exactly `shape`.
     """
     out = np.empty(shape, dtype=object)
     flat = out.reshape(-1)

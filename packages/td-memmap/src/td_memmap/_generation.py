@@ -55,7 +55,7 @@ def _collect(meta: FolderMeta, out: Previous) -> None:
 
 
 def previous_save(root: str) -> Previous:
-    """What the save in ``root`` uses; empty if nothing there loads."""
+    """What the save in `root` uses; empty if nothing there loads."""
     out = Previous()
     if not os.path.isfile(os.path.join(root, META_NAME)):
         return out
@@ -69,13 +69,13 @@ def previous_save(root: str) -> Previous:
 
 
 def candidates(path: str, suffix: str) -> list[str]:
-    """Names for the file ``path`` (ending in ``suffix``): itself first, then ``stem.b``+suffix, ..."""
+    """Names for the file `path` (ending in `suffix`): itself first, then `stem.b`+suffix, ..."""
     stem = path[: -len(suffix)]
     return [stem + infix + suffix for infix in _INFIXES]
 
 
 def first_free(names: Iterable[str], taken: Callable[[str], bool]) -> str:
-    """The first of ``names`` not ``taken``."""
+    """The first of `names` not `taken`."""
     for name in names:
         if not taken(name):
             return name
@@ -83,7 +83,7 @@ def first_free(names: Iterable[str], taken: Callable[[str], bool]) -> str:
 
 
 def _siblings(name: str) -> list[str]:
-    """``name`` and the other names :func:`candidates` gives for the same entry."""
+    """`name` and the other names `candidates` gives for the same entry."""
     for suffix in _SUFFIXES:
         if name.endswith(suffix):
             base = name[: -len(suffix)]
@@ -94,9 +94,9 @@ def _siblings(name: str) -> list[str]:
 
 
 def remove_replaced(previous: Previous, files: dict[str, set[str]]) -> None:
-    """Remove what the previous save used and the new one (``files``) neither uses nor keeps.
+    """Remove what the previous save used and the new one (`files`) neither uses nor keeps.
 
-    ``files`` holds, per folder, the names the new save uses and the spares it
+    `files` holds, per folder, the names the new save uses and the spares it
     keeps. Only files and folders that the previous save named are touched; a
     folder that still holds something else stays.
     """

@@ -1,8 +1,8 @@
 """Working on a TensorDict that lives in a folder: reload it in place, add leaves to it.
 
-``TensorDict.load_memmap_``, ``memmap_refresh_``, ``make_memmap``,
-``make_memmap_from_tensor``, ``make_memmap_from_storage`` and ``saved_path``
-delegate here. A folder is known from :func:`saved_path`: the folder a
+`TensorDict.load_memmap_`, `memmap_refresh_`, `make_memmap`,
+`make_memmap_from_tensor`, `make_memmap_from_storage` and `saved_path`
+delegate here. A folder is known from `saved_path`: the folder a
 TensorDict (or any of its sub-TensorDicts) was last saved to or loaded from.
 """
 
@@ -40,14 +40,14 @@ def load_memmap_(
     allow_pickle: bool | None = None,
     mode: str | None = None,
 ) -> TensorDictBase:
-    """Replace ``td``'s content, in place, by the save in ``prefix``; returns ``td``.
+    """Replace `td`'s content, in place, by the save in `prefix`; returns `td`.
 
     Keys the save lacks are removed, the batch size becomes the save's, and
-    every leaf is the memory-mapped leaf :func:`load_memmap` gives (``mode``
-    as there). Everything is loaded and checked before ``td`` changes.
+    every leaf is the memory-mapped leaf `load_memmap` gives (`mode`
+    as there). Everything is loaded and checked before `td` changes.
 
     Raises:
-        RuntimeError: ``td`` is locked (as for any in-place change).
+        RuntimeError: `td` is locked (as for any in-place change).
     """
     loaded = load_memmap(prefix, robust_key=robust_key, allow_pickle=allow_pickle, mode=mode)
     if td.is_locked:
@@ -64,10 +64,10 @@ def load_memmap_(
 
 
 def memmap_refresh_(td: TensorDictBase, *, allow_pickle: bool | None = None) -> TensorDictBase:
-    """Reload ``td`` in place from the folder it was saved to or loaded from (see :func:`saved_path`).
+    """Reload `td` in place from the folder it was saved to or loaded from (see `saved_path`).
 
     Raises:
-        RuntimeError: ``td`` has no folder.
+        RuntimeError: `td` has no folder.
     """
     folder = saved_path(td)
     if folder is None:
@@ -86,7 +86,7 @@ def memmap_refresh_(td: TensorDictBase, *, allow_pickle: bool | None = None) -> 
 
 
 def _folder_of(td: TensorDictBase, key: Any) -> tuple[TensorDictBase, str, str]:
-    """The sub-TensorDict holding ``key``, the last part of ``key``, and its folder."""
+    """The sub-TensorDict holding `key`, the last part of `key`, and its folder."""
     parts = (key,) if isinstance(key, str) else tuple(_flat(key))
     if not parts or not all(isinstance(p, str) for p in parts):
         raise TypeError(f"key must be a string or a tuple of strings, got {key!r}")
@@ -107,7 +107,7 @@ def _flat(key: Any) -> list[Any]:
 
 
 def _add(parent: TensorDictBase, name: str, folder: str, make: Any) -> MemoryMappedTensor:
-    """Create the leaf ``make(path)`` in ``folder`` and re-save ``parent`` there with it."""
+    """Create the leaf `make(path)` in `folder` and re-save `parent` there with it."""
     stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
     path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
     tensor = make(path)
@@ -132,7 +132,7 @@ def make_memmap(
     dtype: torch.dtype | None = None,
     robust_key: bool | None = True,
 ) -> MemoryMappedTensor:
-    """A new zero-filled memory-mapped leaf ``key`` of ``td``, in ``td``'s folder; it is saved too."""
+    """A new zero-filled memory-mapped leaf `key` of `td`, in `td`'s folder; it is saved too."""
     parent, name, folder = _folder_of(td, key)
     return _add(
         parent,
@@ -151,7 +151,7 @@ def make_memmap_from_tensor(
     existsok: bool = True,
     robust_key: bool | None = True,
 ) -> MemoryMappedTensor:
-    """A new memory-mapped leaf ``key`` of ``td`` holding ``tensor``'s data (zeros without ``copy_data``)."""
+    """A new memory-mapped leaf `key` of `td` holding `tensor`'s data (zeros without `copy_data`)."""
     parent, name, folder = _folder_of(td, key)
     if not existsok and name in parent.keys():
         raise RuntimeError(f"{key!r} already exists: pass existsok=True to replace it")
@@ -172,6 +172,6 @@ def make_memmap_from_storage(
     dtype: torch.dtype | None = None,
     robust_key: bool | None = True,
 ) -> MemoryMappedTensor:
-    """A new memory-mapped leaf ``key`` of ``td`` holding a copy of ``storage`` viewed as ``shape``."""
+    """A new memory-mapped leaf `key` of `td` holding a copy of `storage` viewed as `shape`."""
     view = MemoryMappedTensor.from_storage(storage, shape=shape, dtype=dtype)
     return make_memmap_from_tensor(td, key, torch.Tensor._make_subclass(torch.Tensor, view))

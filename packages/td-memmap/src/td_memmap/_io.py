@@ -2,8 +2,8 @@
 
 Files are never truncated in place: a process that has one mapped would fault
 on the lost pages. A file is either written whole under a temporary name and
-renamed (``"atomic"``), unlinked and created again (``"replace"``), or rewritten
-in place at the same size (``"overwrite"``); see ``_write_file``.
+renamed (`"atomic"`), unlinked and created again (`"replace"`), or rewritten
+in place at the same size (`"overwrite"`); see `_write_file`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _EXPERIMENTAL = frozenset(
 
 
 def tensor_bytes(tensor: torch.Tensor) -> np.ndarray:
-    """The bytes of ``tensor`` in C order, as a 1-d uint8 array (a view when possible)."""
+    """The bytes of `tensor` in C order, as a 1-d uint8 array (a view when possible)."""
     if tensor.layout != torch.strided:
         raise TypeError(f"only strided tensors can be memory-mapped, got layout {tensor.layout}")
     t = tensor.detach()
@@ -84,7 +84,7 @@ def _write_all(fd: int, buffer: memoryview) -> None:
 
 
 def _open_for_write(path: str, mode: str, nbytes: int) -> tuple[int, str]:
-    """An fd to write ``nbytes`` for ``path`` and the name it is written under (see ``_write_file``)."""
+    """An fd to write `nbytes` for `path` and the name it is written under (see `_write_file`)."""
     if mode == "atomic":
         tmp = _tmp_path(path)
         return _create(tmp), tmp
@@ -102,15 +102,15 @@ def _open_for_write(path: str, mode: str, nbytes: int) -> tuple[int, str]:
 def _write_file(
     path: str, nbytes: int, fill: Callable[[int], None], *, mode: str, durable: bool
 ) -> None:
-    """Write ``nbytes`` to ``path`` through ``fill``, in one of three ways.
+    """Write `nbytes` to `path` through `fill`, in one of three ways.
 
-    - ``"atomic"``: into a temporary file renamed over ``path``: readers see the
+    - `"atomic"`: into a temporary file renamed over `path`: readers see the
       old or the new file, never a partial one.
-    - ``"replace"``: unlink ``path``, then create it: processes that have the old
+    - `"replace"`: unlink `path`, then create it: processes that have the old
       file mapped keep its data (a truncated mapping would fault instead).
-    - ``"overwrite"``: write into ``path`` in place when it is a regular file of
-      exactly ``nbytes`` bytes (no new inode: the fastest; mappings of the file
-      see the new data, as after any write), else ``"replace"``.
+    - `"overwrite"`: write into `path` in place when it is a regular file of
+      exactly `nbytes` bytes (no new inode: the fastest; mappings of the file
+      see the new data, as after any write), else `"replace"`.
 
     On error the partial file is removed.
     """
@@ -139,7 +139,7 @@ def write_bytes(
     mode: str = "atomic",
     durable: bool = False,
 ) -> None:
-    """Write ``data`` to ``path`` in large sequential writes (``mode``: see ``_write_file``)."""
+    """Write `data` to `path` in large sequential writes (`mode`: see `_write_file`)."""
     view = memoryview(data).cast("B")
     _write_file(path, len(view), lambda fd: _write_all(fd, view), mode=mode, durable=durable)
 
@@ -147,19 +147,19 @@ def write_bytes(
 def write_leaf(
     path: str, tensor: torch.Tensor, *, mode: str = "atomic", durable: bool = False
 ) -> None:
-    """Write the raw bytes of ``tensor`` (C order, native byte order) to ``path``."""
+    """Write the raw bytes of `tensor` (C order, native byte order) to `path`."""
     write_bytes(path, tensor_bytes(tensor), mode=mode, durable=durable)
 
 
 def allocate_leaf(path: str, nbytes: int, *, mode: str = "atomic", durable: bool = False) -> None:
-    """Create ``path`` as ``nbytes`` zero bytes without writing them (a sparse file)."""
+    """Create `path` as `nbytes` zero bytes without writing them (a sparse file)."""
     if mode == "overwrite":
         mode = "replace"  # the old contents must not survive
     _write_file(path, nbytes, lambda fd: os.ftruncate(fd, nbytes), mode=mode, durable=durable)
 
 
 def check_leaf(path: str, nbytes: int, *, what: str) -> None:
-    """Raise unless ``path`` is a regular file of exactly ``nbytes`` bytes."""
+    """Raise unless `path` is a regular file of exactly `nbytes` bytes."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -181,9 +181,9 @@ def map_leaf(
     writable: bool,
     nbytes: int | None = None,
 ) -> torch.Tensor:
-    """Map ``path`` as a tensor; writable mappings write through, others are copy-on-write.
+    """Map `path` as a tensor; writable mappings write through, others are copy-on-write.
 
-    The caller has checked the file size (``check_leaf``): a shared mapping of a
+    The caller has checked the file size (`check_leaf`): a shared mapping of a
     short file would otherwise grow it.
     """
     if nbytes is None:
@@ -213,11 +213,11 @@ SMALL_LEAF = 4096
 def map_leaves(
     leaves: Iterable[tuple[str, torch.dtype, tuple[int, ...], int]], *, writable: bool
 ) -> list[torch.Tensor]:
-    """:func:`map_leaf` of many ``(path, dtype, shape, nbytes)``, sizes already checked.
+    """`map_leaf` of many `(path, dtype, shape, nbytes)`, sizes already checked.
 
-    The same as calling ``map_leaf`` on each, with the per-call overhead cut
+    The same as calling `map_leaf` on each, with the per-call overhead cut
     (loading a checkpoint maps hundreds of files); read-only leaves of at most
-    ``SMALL_LEAF`` bytes are read instead of mapped.
+    `SMALL_LEAF` bytes are read instead of mapped.
     """
     out = []
     append = out.append
@@ -256,9 +256,9 @@ def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
 def write_json(
     folder: str, name: str, data: Any, *, durable: bool = False, payload: bytes | None = None
 ) -> None:
-    """Write ``data`` as ``folder/name`` atomically (temp file, rename).
+    """Write `data` as `folder/name` atomically (temp file, rename).
 
-    ``payload`` is ``json_bytes(data)`` if the caller has it already. ``durable``
+    `payload` is `json_bytes(data)` if the caller has it already. `durable`
     adds an fsync of the file before the rename and of the folder after it.
     """
     if payload is None:
@@ -269,7 +269,7 @@ def write_json(
 
 
 def json_bytes(data: Any) -> bytes:
-    """Compact JSON: one line per top-level field and per item of ``entries`` and ``index``."""
+    """Compact JSON: one line per top-level field and per item of `entries` and `index`."""
 
     def one(value: Any) -> str:
         return json.dumps(value, allow_nan=False, separators=(", ", ": "))
@@ -300,10 +300,10 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def read_json(path: str, size: int | None = None, *, fd: int | None = None) -> Any:
-    """Parse the JSON file ``path`` strictly (no NaN or Infinity literals).
+    """Parse the JSON file `path` strictly (no NaN or Infinity literals).
 
-    ``size`` is the file's size if the caller has just stat-ed it (saves a
-    syscall); ``fd`` an open descriptor of it to read from (closed here).
+    `size` is the file's size if the caller has just stat-ed it (saves a
+    syscall); `fd` an open descriptor of it to read from (closed here).
     """
     if fd is None:
         fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_BINARY)
@@ -333,7 +333,7 @@ def read_json(path: str, size: int | None = None, *, fd: int | None = None) -> A
 
 
 def fsync_dir(folder: str) -> None:
-    """Make a rename in ``folder`` durable (no-op where directories cannot be opened)."""
+    """Make a rename in `folder` durable (no-op where directories cannot be opened)."""
     flags = getattr(os, "O_DIRECTORY", None)
     if flags is None:
         return
@@ -362,7 +362,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_stale_tmp(folder: str) -> None:
-    """Remove temporary files left in ``folder`` by saves whose process has died."""
+    """Remove temporary files left in `folder` by saves whose process has died."""
     try:
         names = os.listdir(folder)
     except FileNotFoundError:

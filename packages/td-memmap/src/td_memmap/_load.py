@@ -3,8 +3,8 @@
 Every folder's metadata is parsed and checked (names, dtypes, shapes against
 file sizes, tensorclass names) before any leaf is mapped; the loader never
 writes, truncates or grows a file. Leaves are mapped shared (writes reach the
-files) unless the load is read-only (``mode="r"``), or the default mode meets
-a file this process may not write. With ``num_threads > 0`` and enough work (see ``MIN_SHARE``) the
+files) unless the load is read-only (`mode="r"`), or the default mode meets
+a file this process may not write. With `num_threads > 0` and enough work (see `MIN_SHARE`) the
 folders of each nesting level are read, and the leaves mapped, by threads.
 """
 
@@ -57,7 +57,7 @@ def _nontensor(entry: NonTensorEntry, meta_path: str, writable: bool) -> NonTens
 class _Builder:
     """Builds the tree of a parsed save, resolving tensorclasses; leaves are mapped later.
 
-    Nothing is unpickled unless ``allow_pickle``: a pickled entry raises first.
+    Nothing is unpickled unless `allow_pickle`: a pickled entry raises first.
     """
 
     def __init__(self, *, cls: type | None, writable: bool, allow_pickle: bool) -> None:
@@ -152,7 +152,7 @@ class _Threads:
         self.pool: ThreadPoolExecutor | None = None
 
     def chunks(self, fn: Callable[[list[Any]], list[Any]], items: list[Any]) -> list[Any]:
-        """``fn(items)``, computed as ``fn`` of contiguous shares of ``items`` in parallel."""
+        """`fn(items)`, computed as `fn` of contiguous shares of `items` in parallel."""
         n = min(self.num_threads, len(items) // MIN_SHARE)
         if n < 2:
             return fn(items)
@@ -198,19 +198,19 @@ def load_tree(
     allow_pickle: bool = False,
     cls: type | None = None,
 ) -> Node:
-    """Load the save in ``prefix`` (or in any of its sub-folders) as a tree.
+    """Load the save in `prefix` (or in any of its sub-folders) as a tree.
 
     Args:
         num_threads: at most this many threads read the folders of each
             nesting level and map the leaves, each taking a contiguous share of
-            at least ``MIN_SHARE`` of them.
-        mode: ``"r+"``: leaves are mapped shared (in-place writes reach the
-            files, seen by every process mapping them); ``"r"``: read-only
-            leaves that refuse writes; None: ``"r+"`` where this process may
-            write the file, else ``"r"``.
+            at least `MIN_SHARE` of them.
+        mode: `"r+"`: leaves are mapped shared (in-place writes reach the
+            files, seen by every process mapping them); `"r"`: read-only
+            leaves that refuse writes; None: `"r+"` where this process may
+            write the file, else `"r"`.
         allow_pickle: unpickle non-tensor values saved with pickle (runs code
             from the folder: only for trusted data).
-        cls: the top folder's tensorclass, or ``TensorDict`` to restore no class.
+        cls: the top folder's tensorclass, or `TensorDict` to restore no class.
     """
     threads = _Threads(num_threads)
     try:

@@ -4,7 +4,7 @@ Validation is complete before any data is touched: the loader parses every
 folder's metadata and checks every name, dtype, shape and file size first.
 Folders are parsed level by level, so a thread pool can read the folders of
 one level in parallel. The top folder's metadata may hold an index of its
-sub-folders' metadata (see :class:`Index`), used where it is current.
+sub-folders' metadata (see `Index`), used where it is current.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class FolderMeta:
     stack_dim: int = 0
     members: list[FolderMeta] = field(default_factory=list)  # lazy stacks: the members, in order
     class_name: str | None = None  # tensorclasses: "module:qualname"
-    generation: int = 0  # the save that wrote it (see ``_save``): larger is newer
+    generation: int = 0  # the save that wrote it (see `_save`): larger is newer
 
 
 def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[s
 
 
 def meta_stamp(st: os.stat_result) -> list[int]:
-    """What identifies one version of a metadata file, from its ``lstat``.
+    """What identifies one version of a metadata file, from its `lstat`.
 
     Inode, size and mtime: a save publishes a metadata file by renaming it
     into place (which keeps all three); another save, an edit or a touch
@@ -135,19 +135,19 @@ def meta_stamp(st: os.stat_result) -> list[int]:
 
 
 def generation_of(data: Any) -> int:
-    """The ``generation`` of parsed metadata (0 when absent or malformed; checked when parsed)."""
+    """The `generation` of parsed metadata (0 when absent or malformed; checked when parsed)."""
     gen = data.get("generation", 0) if type(data) is dict else 0
     return gen if type(gen) is int else 0
 
 
 class Index:
-    """A folder's ``index``: sub-folder path -> ``[stamp, metadata]`` of every folder below it.
+    """A folder's `index`: sub-folder path -> `[stamp, metadata]` of every folder below it.
 
     Written by the save that wrote the folder's own metadata, it is that
     save's view of the whole tree: a loader takes a sub-folder's record
-    rather than its ``meta.json`` (which a save publishes only after the
+    rather than its `meta.json` (which a save publishes only after the
     top folder's, so it may be older or missing after a crash), unless that
-    file is newer: another stamp and a ``generation`` at least the record's
+    file is newer: another stamp and a `generation` at least the record's
     (the sub-folder was saved again on its own since). Records are validated
     exactly as files would be.
     """
@@ -160,9 +160,9 @@ class Index:
         self.base = base  # where that file's folder is, from the folder loaded ("" for itself)
 
     def lookup(self, rel: str, meta_path: str) -> tuple[Any, bool]:
-        """The record of sub-folder ``rel`` (None if absent), and whether it is current.
+        """The record of sub-folder `rel` (None if absent), and whether it is current.
 
-        Current: the sub-folder's ``meta.json`` is missing (not yet published)
+        Current: the sub-folder's `meta.json` is missing (not yet published)
         or has the recorded stamp; otherwise the caller compares generations.
         """
         if self.base:
@@ -223,7 +223,7 @@ class _Ctx:
         self.target = target
 
     def attach(self, meta: FolderMeta) -> None:
-        """Put the parsed ``meta`` where the parent expects it."""
+        """Put the parsed `meta` where the parent expects it."""
         if type(self.target) is DirEntry:
             self.target.folder = meta
         else:
@@ -236,7 +236,7 @@ class _Ctx:
     def inside(
         self, name: object, key: str | None, label: str
     ) -> tuple[str, os.stat_result, str | None]:
-        """``folder/name`` after checking it stays in the save; its ``stat``; its real path if a link."""
+        """`folder/name` after checking it stays in the save; its `stat`; its real path if a link."""
         why = _component(name) if type(name) is str else check_component(name)
         if why is not None:
             what = _what(key, label)
@@ -272,7 +272,7 @@ class _Ctx:
         exact_batch: bool,
         target: DirEntry | tuple[list[FolderMeta], int],
     ) -> _Ctx:
-        """The context of sub-folder ``name``, after checking it (see :meth:`subfolder`)."""
+        """The context of sub-folder `name`, after checking it (see `subfolder`)."""
         path, real = self.subfolder(name, key, label)
         rel = name if not self.rel else self.rel + "/" + name
         return _Ctx(
@@ -280,7 +280,7 @@ class _Ctx:
         )
 
     def subfolder(self, name: object, key: str, label: str) -> tuple[str, str]:
-        """``folder/name`` and its real path, after checking it is a folder strictly inside this one."""
+        """`folder/name` and its real path, after checking it is a folder strictly inside this one."""
         path, st, real = self.inside(name, key, label)
         if not _S_ISDIR(st.st_mode):
             raise self.fail(f"entry {key!r}: {path!r} is not a folder")
@@ -317,11 +317,11 @@ def _dims(value: object) -> tuple[int, ...] | None:
 def parse_folder(
     folder: str, *, map_fn: Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]] = map
 ) -> FolderMeta:
-    """Read and validate ``folder``'s metadata and, recursively, its sub-folders'.
+    """Read and validate `folder`'s metadata and, recursively, its sub-folders'.
 
     Args:
-        map_fn: how the folders of one level are parsed (``map``, or a thread
-            pool's ``map`` to read them in parallel).
+        map_fn: how the folders of one level are parsed (`map`, or a thread
+            pool's `map` to read them in parallel).
 
     Raises:
         IncompleteSaveError: no metadata file (not a save, or an interrupted one).
@@ -456,7 +456,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
 
 
 def _parse_members(data: dict[str, Any], meta: FolderMeta, ctx: _Ctx, children: list[_Ctx]) -> None:
-    """A lazy stack's ``stack_dim`` and ``members``: member ``i`` is the sub-folder ``"i"``."""
+    """A lazy stack's `stack_dim` and `members`: member `i` is the sub-folder `"i"`."""
     batch_size = meta.batch_size
     stack_dim, count = data.get("stack_dim"), data.get("members")
     if type(stack_dim) is not int or not 0 <= stack_dim < len(batch_size):

@@ -1,4 +1,4 @@
-"""Where a TensorDict was saved to or loaded from (``TensorDict.saved_path``).
+"""Where a TensorDict was saved to or loaded from (`TensorDict.saved_path`).
 
 Kept beside the objects, not in them: a registry keyed by identity, whose
 entries go away with the objects (weak references), so td-core's classes
@@ -17,7 +17,7 @@ _PATHS: dict[int, tuple[weakref.ref[Any], str]] = {}
 
 
 def remember(obj: _T, path: str | None) -> _T:
-    """Record that ``obj`` lives in folder ``path`` (nothing if None); returns ``obj``."""
+    """Record that `obj` lives in folder `path` (nothing if None); returns `obj`."""
     if path is None:
         return obj
     key = id(obj)
@@ -35,7 +35,7 @@ def remember(obj: _T, path: str | None) -> _T:
 
 
 def saved_path(obj: Any) -> str | None:
-    """The folder ``obj`` was last saved to or loaded from by td-memmap, or None."""
+    """The folder `obj` was last saved to or loaded from by td-memmap, or None."""
     entry = _PATHS.get(id(obj))
     if entry is None or entry[0]() is not obj:
         return None

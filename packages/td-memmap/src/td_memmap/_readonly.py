@@ -1,11 +1,11 @@
-"""Refusing writes to tensors opened read-only (``mode="r"``).
+"""Refusing writes to tensors opened read-only (`mode="r"`).
 
 A read-only leaf is a private (copy-on-write) mapping of its file: a write would
 change this process's copy only and be lost, a silent drop. Its class routes
-every torch operation through :func:`guarded_call`, which raises before any
-operation that writes into a read-only tensor (in-place methods, ``out=``,
-``inplace=True``, item assignment) and marks results that share its memory
-(views, ``numpy()``) read-only in turn.
+every torch operation through `guarded_call`, which raises before any
+operation that writes into a read-only tensor (in-place methods, `out=`,
+`inplace=True`, item assignment) and marks results that share its memory
+(views, `numpy()`) read-only in turn.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from td_memmap._errors import ReadOnlyMemmapError
 
 __all__ = ["guarded_call", "is_read_only"]
 
-# in-place operators: ``t += 1`` calls ``Tensor.__iadd__``
+# in-place operators: `t += 1` calls `Tensor.__iadd__`
 _INPLACE_DUNDERS = frozenset(
     f"__i{op}__"
     for op in ("add sub mul matmul truediv floordiv div mod pow lshift rshift and or xor".split())
@@ -32,7 +32,7 @@ _disabled = torch._C.DisableTorchFunctionSubclass
 
 
 def is_read_only(x: object) -> bool:
-    """Whether ``x`` is a tensor opened read-only."""
+    """Whether `x` is a tensor opened read-only."""
     return isinstance(x, torch.Tensor) and getattr(x, "_mm_writable", True) is False
 
 
@@ -43,7 +43,7 @@ def _any_read_only(x: object) -> torch.Tensor | None:
 
 
 def _written(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The read-only tensor ``func(*args, **kwargs)`` would write into, if any."""
+    """The read-only tensor `func(*args, **kwargs)` would write into, if any."""
     out = kwargs.get("out")
     if out is not None and (target := _any_read_only(out)) is not None:
         return target
@@ -67,7 +67,7 @@ def _storage_ptr(t: torch.Tensor) -> int | None:
 
 
 def _protect(result: Any, sources: list[torch.Tensor], cls: Any, numpy: bool) -> Any:
-    """``result`` with every tensor sharing a source's memory wrapped read-only."""
+    """`result` with every tensor sharing a source's memory wrapped read-only."""
     if isinstance(result, (list, tuple)) and not hasattr(result, "_fields"):
         return type(result)(_protect(r, sources, cls, numpy) for r in result)
     if numpy and isinstance(result, np.ndarray):
@@ -87,7 +87,7 @@ def _protect(result: Any, sources: list[torch.Tensor], cls: Any, numpy: bool) ->
 def guarded_call(
     cls: Any, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``func(*args, **kwargs)`` as plain tensors; raises if it writes into a read-only tensor."""
+    """`func(*args, **kwargs)` as plain tensors; raises if it writes into a read-only tensor."""
     target = _written(func, args, kwargs)
     if target is not None:
         name = getattr(func, "__name__", repr(func))

@@ -7,15 +7,15 @@ Order of a save, which is what makes it crash-safe:
 2. read what the previous save in the folder (if any) uses: its files stay
    untouched until the new save is complete;
 3. name every file: a leaf already memory-mapped from a whole file of its
-   folder keeps it; any other gets the first of ``a.bin``, ``a.b.bin``,
-   ``a.c.bin``, ... that the previous save does not use;
+   folder keeps it; any other gets the first of `a.bin`, `a.b.bin`,
+   `a.c.bin`, ... that the previous save does not use;
 4. write every leaf (one sequential write each; a thread pool when
-   ``num_threads > 0``);
+   `num_threads > 0`);
 5. stage the sub-folders' metadata under temporary names, deepest first;
 6. commit: write the top folder's metadata atomically (temporary file,
    rename). It indexes every sub-folder's metadata, so it alone decides what
-   loads (see ``_meta.Index``); every metadata file records the save's
-   ``generation`` (larger is newer);
+   loads (see `_meta.Index`); every metadata file records the save's
+   `generation` (larger is newer);
 7. publish the staged metadata files by renaming them into place, then
    remove the files and folders of entries the new save lacks. The previous
    save's other files stay as spares, rewritten in place by the next save.
@@ -98,14 +98,14 @@ class _Folder:
 
 
 def nontensor_json(leaf: NonTensorLeaf) -> Any:
-    """The JSON form of a non-tensor leaf's value (``TypeError`` if it has none)."""
+    """The JSON form of a non-tensor leaf's value (`TypeError` if it has none)."""
     if leaf.stacked:
         return value_to_json(np.asarray(leaf.value, dtype=object).tolist())
     return value_to_json(leaf.value)
 
 
 def _folder_of(mmt: MemoryMappedTensor) -> str | None:
-    """The real path of the folder holding ``mmt``'s file."""
+    """The real path of the folder holding `mmt`'s file."""
     if mmt._mm_file is None:
         return None
     return os.path.realpath(os.path.dirname(mmt._mm_file))
@@ -249,7 +249,7 @@ class _Planner:
 
 
 def _each(pool: ThreadPoolExecutor | None, fn: Callable[[Any], None], items: list[Any]) -> None:
-    """``fn`` on every item, in the pool if there is one; the first error is raised."""
+    """`fn` on every item, in the pool if there is one; the first error is raised."""
     if pool is None or len(items) < 2:
         for item in items:
             fn(item)
@@ -333,7 +333,7 @@ def _name_files(
 
 
 def _payload(folder: _Folder, stamps: dict[str, list[int]]) -> bytes:
-    """``folder``'s metadata, with the index of every folder below it (see ``_meta.Index``)."""
+    """`folder`'s metadata, with the index of every folder below it (see `_meta.Index`)."""
     below = _preorder(folder)[1:]
     if not below:
         return json_bytes(folder.meta)
@@ -345,7 +345,7 @@ def _payload(folder: _Folder, stamps: dict[str, list[int]]) -> bytes:
 
 
 def _stage(folder: _Folder, stamps: dict[str, list[int]], durable: bool) -> str:
-    """Write a sub-folder's metadata under a temporary name; that name (its stamp in ``stamps``)."""
+    """Write a sub-folder's metadata under a temporary name; that name (its stamp in `stamps`)."""
     tmp = os.path.join(folder.path, f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{META_NAME}")
     write_bytes(tmp, _payload(folder, stamps), mode="replace", durable=durable)
     stamps[folder.path] = meta_stamp(os.lstat(tmp))
@@ -364,13 +364,13 @@ def save_tree(
     durable: bool = False,
     share_non_tensor: bool = False,
 ) -> Node:
-    """Save ``node`` under ``prefix``; the same tree with memory-mapped leaves.
+    """Save `node` under `prefix`; the same tree with memory-mapped leaves.
 
     Args:
         like: allocate zero-filled files of the right size without copying data.
         durable: also fsync every data file (survive power loss, not only a crash).
         share_non_tensor: also write each non-tensor value to its own file, which
-            the returned tree's shared leaves read and write (see ``_shared``).
+            the returned tree's shared leaves read and write (see `_shared`).
     """
     root = os.path.abspath(os.fspath(prefix))
     planner = _Planner(
@@ -431,7 +431,7 @@ def save_tree(
 
 
 def share_tree(node: Node, *, copy_existing: bool = False, like: bool = False) -> Node:
-    """``node`` with every tensor leaf in anonymous shared memory (``memmap(prefix=None)``)."""
+    """`node` with every tensor leaf in anonymous shared memory (`memmap(prefix=None)`)."""
     out = node.empty_like()
     for key, value in node.entries.items():
         if isinstance(value, Node):

@@ -1,9 +1,9 @@
-"""Non-tensor values shared between processes (``share_non_tensor=True``).
+"""Non-tensor values shared between processes (`share_non_tensor=True`).
 
 A shared value lives in its own small file of the saved folder,
-``<stem>.nt.json``, holding the value's JSON form (the encoding of the
-metadata's ``value`` fields). A shared leaf keeps only the file's path: every
-read of its ``data`` re-reads the file, and ``leaf.data = value`` writes the
+`<stem>.nt.json`, holding the value's JSON form (the encoding of the
+metadata's `value` fields). A shared leaf keeps only the file's path: every
+read of its `data` re-reads the file, and `leaf.data = value` writes the
 new value to a temporary file renamed over the old one. A reader, in any
 process, sees the old value or the new one, never a mix, without locks; of
 concurrent writers the last rename wins. Pickling a shared leaf sends the
@@ -36,11 +36,11 @@ __all__ = [
 
 
 def read_value(path: str, stacked: bool, batch_size: tuple[int, ...]) -> Any:
-    """The value stored in the shared-value file ``path`` (an object array if ``stacked``).
+    """The value stored in the shared-value file `path` (an object array if `stacked`).
 
     Raises:
-        MissingLeafError: (a ``FileNotFoundError``) the file is gone.
-        MemmapFormatError: (a ``ValueError``) it does not hold a value td-memmap wrote.
+        MissingLeafError: (a `FileNotFoundError`) the file is gone.
+        MemmapFormatError: (a `ValueError`) it does not hold a value td-memmap wrote.
     """
     try:
         data = read_json(path)
@@ -54,9 +54,9 @@ def read_value(path: str, stacked: bool, batch_size: tuple[int, ...]) -> Any:
 
 
 def encode_value(value: Any, stacked: bool, batch_size: tuple[int, ...]) -> bytes:
-    """The file contents for ``value``; ``TypeError`` if it has no JSON form.
+    """The file contents for `value`; `TypeError` if it has no JSON form.
 
-    A ``stacked`` value is an object array (or nested lists) of shape ``batch_size``.
+    A `stacked` value is an object array (or nested lists) of shape `batch_size`.
     """
     if stacked:
         value = value.tolist() if isinstance(value, np.ndarray) else value
@@ -68,21 +68,21 @@ def encode_value(value: Any, stacked: bool, batch_size: tuple[int, ...]) -> byte
 
 
 def write_value(path: str, value: Any, stacked: bool, batch_size: tuple[int, ...]) -> None:
-    """Replace the value in ``path`` atomically (a temporary file renamed over it)."""
+    """Replace the value in `path` atomically (a temporary file renamed over it)."""
     write_bytes(path, encode_value(value, stacked, batch_size), mode="atomic")
 
 
 class SharedNonTensorData(NonTensorData):
     """A non-tensor value for the whole batch, shared between processes through a file.
 
-    Reading ``data`` (what ``td[key]`` gives) re-reads the file; assigning
-    ``leaf.data = value`` writes it, and every process holding the leaf (or
+    Reading `data` (what `td[key]` gives) re-reads the file; assigning
+    `leaf.data = value` writes it, and every process holding the leaf (or
     one pickled from it), or loading the folder, sees the new value. Made by
-    ``memmap(..., share_non_tensor=True)`` and by ``load_memmap(...,
-    writable=True)`` of such a save.
+    `memmap(..., share_non_tensor=True)` and by `load_memmap(...,
+    writable=True)` of such a save.
 
-    ``td.set_(key, value)`` and ``td.update_(...)`` write into the file too
-    (through td-core's ``_write_`` hook), as does ``td.get(key).data = value``.
+    `td.set_(key, value)` and `td.update_(...)` write into the file too
+    (through td-core's `_write_` hook), as does `td.get(key).data = value`.
 
     Examples:
         >>> import tempfile
@@ -142,8 +142,8 @@ class SharedNonTensorData(NonTensorData):
 class SharedNonTensorStack(NonTensorStack):
     """One non-tensor value per batch element, shared between processes through a file.
 
-    As :class:`SharedNonTensorData`: reads re-read the file, and ``leaf.data =
-    values`` (nested lists, or an object array, of the batch shape) writes it.
+    As `SharedNonTensorData`: reads re-read the file, and `leaf.data =
+    values` (nested lists, or an object array, of the batch shape) writes it.
     Indexing gives ordinary leaves holding the values read.
     """
 
@@ -199,7 +199,7 @@ def make_shared(
     stacked: bool,
     device: torch.device | str | None = None,
 ) -> SharedNonTensorData | SharedNonTensorStack:
-    """A shared leaf reading ``path`` (nothing is read now)."""
+    """A shared leaf reading `path` (nothing is read now)."""
     cls = SharedNonTensorStack if stacked else SharedNonTensorData
     leaf = object.__new__(cls)
     leaf._file = path

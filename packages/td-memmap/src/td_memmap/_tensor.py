@@ -1,4 +1,4 @@
-"""``MemoryMappedTensor``: a ``torch.Tensor`` whose storage is a file (or shared memory)."""
+"""`MemoryMappedTensor`: a `torch.Tensor` whose storage is a file (or shared memory)."""
 
 from __future__ import annotations
 
@@ -59,19 +59,19 @@ def _target(filename: _PathLike, existsok: bool) -> str:
 class MemoryMappedTensor(torch.Tensor):
     """A tensor whose data lives in a file, shared by every process that maps it.
 
-    Build one with :meth:`from_tensor`, :meth:`empty`, :meth:`zeros`,
-    :meth:`ones`, :meth:`full`, the ``*_like`` variants, or map an existing raw
-    file with :meth:`from_filename`. Without ``filename`` the data lives in
+    Build one with `from_tensor`, `empty`, `zeros`,
+    `ones`, `full`, the `*_like` variants, or map an existing raw
+    file with `from_filename`. Without `filename` the data lives in
     anonymous shared memory instead.
 
     Results of operations are plain tensors, except basic indexing (ints,
-    slices, ``None``, ``...``), which gives a memory-mapped view of the same
+    slices, `None`, `...`), which gives a memory-mapped view of the same
     file, as upstream does. Pickling sends the file name, shape, strides and
     offset, not the data, so a worker process maps the same file (an anonymous
-    one pickles as an ordinary tensor, which ``torch.multiprocessing`` shares).
+    one pickles as an ordinary tensor, which `torch.multiprocessing` shares).
 
-    A tensor opened read-only (``mode="r"``) refuses every write with a
-    :class:`ReadOnlyMemmapError`, and so do its views: a write can never be
+    A tensor opened read-only (`mode="r"`) refuses every write with a
+    `ReadOnlyMemmapError`, and so do its views: a write can never be
     silently dropped. A writable one (the default) writes through to the file,
     seen by every process that maps it.
 
@@ -86,7 +86,7 @@ class MemoryMappedTensor(torch.Tensor):
         True
     """
 
-    # class defaults: an instance made by ``as_subclass`` behaves as a shared-memory one
+    # class defaults: an instance made by `as_subclass` behaves as a shared-memory one
     _mm_file: str | None = None
     _mm_writable: bool = True
     _mm_parent_shape: tuple[int, ...] | None = None
@@ -130,7 +130,7 @@ class MemoryMappedTensor(torch.Tensor):
     def _map_many(
         cls, leaves: Sequence[tuple[str, torch.dtype, tuple[int, ...], int]], *, writable: bool
     ) -> list[MemoryMappedTensor]:
-        """``_map`` of many ``(path, dtype, shape, nbytes)`` whose sizes are checked."""
+        """`_map` of many `(path, dtype, shape, nbytes)` whose sizes are checked."""
         out = map_leaves(leaves, writable=writable)
         klass = MemoryMappedTensor if writable else _ReadOnly
         for (path, _, shape, _), tensor in zip(leaves, out):
@@ -215,11 +215,11 @@ class MemoryMappedTensor(torch.Tensor):
         filename: _PathLike | None = None,
         handler: Any = None,
     ) -> MemoryMappedTensor:
-        """A MemoryMappedTensor viewing ``storage`` (no copy), shaped ``shape``, optionally indexed.
+        """A MemoryMappedTensor viewing `storage` (no copy), shaped `shape`, optionally indexed.
 
-        ``storage`` should live in shared memory or a file (e.g. the storage of
-        another memory-mapped tensor); ``filename`` records which file, so the
-        result pickles by name. ``handler`` is accepted for upstream
+        `storage` should live in shared memory or a file (e.g. the storage of
+        another memory-mapped tensor); `filename` records which file, so the
+        result pickles by name. `handler` is accepted for upstream
         compatibility and must be None.
 
         Examples:
@@ -258,13 +258,13 @@ class MemoryMappedTensor(torch.Tensor):
         existsok: bool = False,
         copy_data: bool = True,
     ) -> MemoryMappedTensor:
-        """A memory-mapped copy of ``input`` (or, with ``copy_data=False``, zeros of its shape).
+        """A memory-mapped copy of `input` (or, with `copy_data=False`, zeros of its shape).
 
         The file is written with one sequential write through a temporary name,
         then mapped for reading and writing.
 
         Raises:
-            MemmapExistsError: (a ``FileExistsError``) if ``filename`` exists and not ``existsok``.
+            MemmapExistsError: (a `FileExistsError`) if `filename` exists and not `existsok`.
             TypeError: for sparse or quantized tensors, which have no raw-bytes form.
         """
         if not isinstance(input, torch.Tensor):
@@ -299,21 +299,21 @@ class MemoryMappedTensor(torch.Tensor):
         The file is never modified by opening it (nor grown, nor truncated).
 
         Args:
-            filename: the file; its size must be exactly ``numel * itemsize``.
+            filename: the file; its size must be exactly `numel * itemsize`.
             dtype: element type.
             shape: tensor shape (at most 64 dims).
-            index: applied to the result, as ``tensor[index]``.
-            mode: ``"r+"``: mapped shared, in-place writes reach the file and
-                every process mapping it (``PermissionError`` if the file is
-                not writable). ``"r"``: read-only; every write raises
-                :class:`ReadOnlyMemmapError` (upstream maps it copy-on-write
-                instead). None (the default): ``"r+"`` if the file is
-                writable, else ``"r"``.
+            index: applied to the result, as `tensor[index]`.
+            mode: `"r+"`: mapped shared, in-place writes reach the file and
+                every process mapping it (`PermissionError` if the file is
+                not writable). `"r"`: read-only; every write raises
+                `ReadOnlyMemmapError` (upstream maps it copy-on-write
+                instead). None (the default): `"r+"` if the file is
+                writable, else `"r"`.
 
         Raises:
             FileNotFoundError: if the file is missing.
-            ValueError: if its size does not match ``shape`` and ``dtype``, or
-                ``shape`` has more than 64 dims; ``mode`` is not one of the above.
+            ValueError: if its size does not match `shape` and `dtype`, or
+                `shape` has more than 64 dims; `mode` is not one of the above.
         """
         _check_mode(mode)
         path = os.path.abspath(os.fspath(filename))
@@ -340,7 +340,7 @@ class MemoryMappedTensor(torch.Tensor):
     ) -> MemoryMappedTensor:
         """An uninitialised memory-mapped tensor (a new file reads as zeros).
 
-        ``shape`` is given as ints, as one sequence, or as ``shape=``.
+        `shape` is given as ints, as one sequence, or as `shape=`.
 
         Examples:
             >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int64).shape
@@ -382,7 +382,7 @@ class MemoryMappedTensor(torch.Tensor):
         existsok: bool = False,
         **kwargs: Any,
     ) -> MemoryMappedTensor:
-        """A memory-mapped tensor filled with ``fill_value``.
+        """A memory-mapped tensor filled with `fill_value`.
 
         Examples:
             >>> MemoryMappedTensor.full((2,), fill_value=7, dtype=torch.int32)
@@ -424,21 +424,21 @@ class MemoryMappedTensor(torch.Tensor):
     def empty_like(
         cls, input: torch.Tensor, *, filename: _PathLike | None = None, existsok: bool = False
     ) -> MemoryMappedTensor:
-        """An uninitialised memory-mapped tensor with the shape and dtype of ``input``."""
+        """An uninitialised memory-mapped tensor with the shape and dtype of `input`."""
         return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, None)
 
     @classmethod
     def zeros_like(
         cls, input: torch.Tensor, *, filename: _PathLike | None = None, existsok: bool = False
     ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of zeros with the shape and dtype of ``input``."""
+        """A memory-mapped tensor of zeros with the shape and dtype of `input`."""
         return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, 0)
 
     @classmethod
     def ones_like(
         cls, input: torch.Tensor, *, filename: _PathLike | None = None, existsok: bool = False
     ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of ones with the shape and dtype of ``input``."""
+        """A memory-mapped tensor of ones with the shape and dtype of `input`."""
         return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, 1)
 
     @classmethod
@@ -450,7 +450,7 @@ class MemoryMappedTensor(torch.Tensor):
         filename: _PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of ``fill_value`` with the shape and dtype of ``input``."""
+        """A memory-mapped tensor of `fill_value` with the shape and dtype of `input`."""
         return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, fill_value)
 
 
@@ -481,7 +481,7 @@ def _rebuild_file(
 class _ReadOnly(MemoryMappedTensor):
     """A MemoryMappedTensor opened read-only: operations run as on plain tensors, writes raise.
 
-    ``isinstance(t, MemoryMappedTensor)`` holds; see ``_readonly`` for what counts as a write.
+    `isinstance(t, MemoryMappedTensor)` holds; see `_readonly` for what counts as a write.
     """
 
     _mm_writable = False

@@ -1,6 +1,6 @@
 """The container-agnostic tree the writer and reader work on.
 
-``_convert`` turns TensorDicts, lazy stacks and tensorclasses into this tree and
+`_convert` turns TensorDicts, lazy stacks and tensorclasses into this tree and
 back, so the on-disk core never depends on td-core's classes.
 """
 
@@ -13,7 +13,7 @@ import torch
 
 __all__ = ["Node", "NonTensorLeaf", "Entry", "KIND_TD", "KIND_LAZY", "KIND_CLASS"]
 
-#: The kinds of folder (the ``kind`` field of the metadata).
+#: The kinds of folder (the `kind` field of the metadata).
 KIND_TD = "TensorDict"
 KIND_LAZY = "LazyStackedTensorDict"
 KIND_CLASS = "tensorclass"
@@ -21,10 +21,10 @@ KIND_CLASS = "tensorclass"
 
 @dataclass
 class NonTensorLeaf:
-    """A non-tensor value: one value for the whole batch, or (``stacked``) an object array.
+    """A non-tensor value: one value for the whole batch, or (`stacked`) an object array.
 
-    ``shared`` is the file holding the live value when it is shared between
-    processes (``share_non_tensor=True``); ``value`` is then its value when read.
+    `shared` is the file holding the live value when it is shared between
+    processes (`share_non_tensor=True`); `value` is then its value when read.
     """
 
     value: Any
@@ -37,10 +37,10 @@ class NonTensorLeaf:
 class Node:
     """One folder: a kind, batch size, device and ordered entries.
 
-    A ``KIND_LAZY`` node's entries are its members, keyed ``"0"``, ``"1"``, ...
-    in order, and ``stack_dim`` is where they are stacked. A ``KIND_CLASS``
-    node's entries are the fields of a tensorclass instance; ``class_name`` is
-    the class as ``"module:qualname"`` and ``cls`` the class itself once known.
+    A `KIND_LAZY` node's entries are its members, keyed `"0"`, `"1"`, ...
+    in order, and `stack_dim` is where they are stacked. A `KIND_CLASS`
+    node's entries are the fields of a tensorclass instance; `class_name` is
+    the class as `"module:qualname"` and `cls` the class itself once known.
     """
 
     batch_size: tuple[int, ...]

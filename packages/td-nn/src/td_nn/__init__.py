@@ -1,6 +1,6 @@
 """td-nn: nn.Modules that read and write TensorDicts by key.
 
-The interaction-type switch, the positive mappings and ``TensorDictParams``
+The interaction-type switch, the positive mappings and `TensorDictParams`
 live in td-core (they are shared with td-distributions) and are re-exported here.
 """
 

@@ -1,9 +1,9 @@
-"""``TensorDictModuleBase``: the ``in_keys``/``out_keys`` contract of td-nn modules.
+"""`TensorDictModuleBase`: the `in_keys`/`out_keys` contract of td-nn modules.
 
-A subclass writes ``forward(self, tensordict)``; the base makes every such
+A subclass writes `forward(self, tensordict)`; the base makes every such
 forward accept tensors too (keyword tensors give a TensorDict back, positional
-ones give tensors back) and honour :class:`~td_nn.set_skip_existing`. td-nn's
-own modules do both inline (flag ``_native_call``), which is faster.
+ones give tensors back) and honour `set_skip_existing`. td-nn's
+own modules do both inline (flag `_native_call`), which is faster.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["TensorDictModuleBase", "format_keys", "indent"]
 
 
 def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
-    """``forward`` accepting tensors and skipping existing outputs, as every td-nn module does."""
+    """`forward` accepting tensors and skipping existing outputs, as every td-nn module does."""
 
     @functools.wraps(forward)
     def wrapper(self: Any, tensordict: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -51,16 +51,16 @@ def indent(text: str, spaces: int = 4) -> str:
 
 
 class _KeyedModuleMeta(abc.ABCMeta):
-    """Makes ``isinstance(m, TensorDictModuleBase)`` hold for any key-wired ``nn.Module``.
+    """Makes `isinstance(m, TensorDictModuleBase)` hold for any key-wired `nn.Module`.
 
     Siblings such as td-query build modules that compose with
-    :class:`TensorDictSequential` (an ``nn.Module`` declaring ``in_keys`` and
-    ``out_keys``) without importing td-nn, since packages depend on td-core
+    `TensorDictSequential` (an `nn.Module` declaring `in_keys` and
+    `out_keys`) without importing td-nn, since packages depend on td-core
     only. Recognising them here by what they declare is simpler than moving
     this base class (with its forward wrapping and skip logic) into td-core.
-    Only the base itself answers this way: ``isinstance(m, TensorDictSequential)``
-    and other subclasses are ordinary checks, and ``issubclass`` is unchanged.
-    (Deriving from ``ABCMeta`` lets subclasses mix in ``abc.ABC``.)
+    Only the base itself answers this way: `isinstance(m, TensorDictSequential)`
+    and other subclasses are ordinary checks, and `issubclass` is unchanged.
+    (Deriving from `ABCMeta` lets subclasses mix in `abc.ABC`.)
     """
 
     def __instancecheck__(cls, instance: Any) -> bool:
@@ -78,18 +78,18 @@ def _declares_keys(obj: Any) -> bool:
 
 
 class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
-    """Base of the modules that read ``in_keys`` from a TensorDict and write ``out_keys``.
+    """Base of the modules that read `in_keys` from a TensorDict and write `out_keys`.
 
-    Subclass it and write ``forward(self, tensordict) -> TensorDict``; set
-    ``in_keys`` and ``out_keys`` as class attributes or in ``__init__``.
-    :class:`TensorDictSequential` reads them to chain modules. The subclass's
-    ``forward`` also accepts tensors (``module(a=x)`` returns a TensorDict,
-    ``module(x)`` the output tensors) and skips its call inside
-    :class:`set_skip_existing` when its outputs are present.
+    Subclass it and write `forward(self, tensordict) -> TensorDict`; set
+    `in_keys` and `out_keys` as class attributes or in `__init__`.
+    `TensorDictSequential` reads them to chain modules. The subclass's
+    `forward` also accepts tensors (`module(a=x)` returns a TensorDict,
+    `module(x)` the output tensors) and skips its call inside
+    `set_skip_existing` when its outputs are present.
 
-    ``isinstance(m, TensorDictModuleBase)`` also holds for any ``nn.Module``
-    that declares list ``in_keys`` and ``out_keys`` without subclassing this
-    (td-query's ``QueryModule``, for one): siblings stay free of td-nn.
+    `isinstance(m, TensorDictModuleBase)` also holds for any `nn.Module`
+    that declares list `in_keys` and `out_keys` without subclassing this
+    (td-query's `QueryModule`, for one): siblings stay free of td-nn.
 
     Examples:
         >>> import torch
@@ -126,10 +126,10 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
 
     # ---------------------------------------------------------------- out keys
     def select_out_keys(self, *out_keys: NestedKey) -> TensorDictModuleBase:
-        """Keep only ``out_keys`` in the output (the others are still computed). Returns self.
+        """Keep only `out_keys` in the output (the others are still computed). Returns self.
 
         Raises:
-            KeyError: naming the keys that are not among ``self.out_keys``.
+            KeyError: naming the keys that are not among `self.out_keys`.
         """
         keys = unravel_key_list(list(out_keys))
         every = getattr(self, "_all_out_keys", None) or list(self.out_keys)
@@ -144,7 +144,7 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
         return self
 
     def reset_out_keys(self) -> TensorDictModuleBase:
-        """Undo :meth:`select_out_keys`: write every output again. Returns self."""
+        """Undo `select_out_keys`: write every output again. Returns self."""
         every = getattr(self, "_all_out_keys", None)
         if every is not None:
             self._set_selected_out_keys(list(every))
@@ -152,7 +152,7 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
         return self
 
     def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
-        """Make the call write only ``keys``; subclasses that can do it natively override this."""
+        """Make the call write only `keys`; subclasses that can do it natively override this."""
         self.out_keys = keys
         every = self._all_out_keys or []
         dropped = [k for k in every if k not in keys and k not in self.in_keys]
@@ -173,16 +173,16 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
     def reset_parameters_recursive(
         self, parameters: TensorDictBase | None = None
     ) -> TensorDictBase | None:
-        """Call ``reset_parameters()`` on every sub-module that has one.
+        """Call `reset_parameters()` on every sub-module that has one.
 
         Args:
             parameters: a TensorDict of this module's parameters (as from
-                ``TensorDict.from_module(module)``, often a copy). When given, its
+                `TensorDict.from_module(module)`, often a copy). When given, its
                 values are re-initialised in place and returned, and the module's
                 own parameters are left untouched (the functional form).
 
         Returns:
-            ``parameters``, or ``None`` when it is not given.
+            `parameters`, or `None` when it is not given.
         """
         if parameters is None:
             self._reset_all()

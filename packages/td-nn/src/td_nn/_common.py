@@ -1,4 +1,4 @@
-"""``TensorDictModule``: wrap a callable so it reads and writes TensorDict entries by key."""
+"""`TensorDictModule`: wrap a callable so it reads and writes TensorDict entries by key."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ Tensor = torch.Tensor
 
 
 def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
-    """``keys`` (one key or a sequence of keys) as a list of unravelled keys."""
+    """`keys` (one key or a sequence of keys) as a list of unravelled keys."""
     if isinstance(keys, (str, tuple)):
         keys = [keys]
     elif not isinstance(keys, Sequence):
@@ -46,7 +46,7 @@ def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
 
 
 def _dropped_output(out: Any) -> bool:
-    """Whether the module returned ``None`` (or a sequence holding one) instead of an output."""
+    """Whether the module returned `None` (or a sequence holding one) instead of an output."""
     return out is None or (isinstance(out, (tuple, list)) and any(o is None for o in out))
 
 
@@ -55,44 +55,44 @@ def _unique(keys: list[NestedKey]) -> list[NestedKey]:
 
 
 class TensorDictModule(TensorDictModuleBase):
-    """Wrap ``module`` so that it reads its inputs at ``in_keys`` and writes its outputs at ``out_keys``.
+    """Wrap `module` so that it reads its inputs at `in_keys` and writes its outputs at `out_keys`.
 
-    ``module`` is an ``nn.Module`` or any callable. Its outputs (a tensor, a
+    `module` is an `nn.Module` or any callable. Its outputs (a tensor, a
     tuple or list of them, or a mapping or TensorDict holding every out key)
-    are written at ``out_keys`` in order; an output whose key is ``"_"`` or
-    whose value is ``None`` is not written.
+    are written at `out_keys` in order; an output whose key is `"_"` or
+    whose value is `None` is not written.
 
     Calls:
-        - ``module(td)``: reads from and (by default) writes into ``td``, returned.
-        - ``module(td, tensordict_out=out)`` (or ``module(td, out)``): writes into ``out``.
-        - ``module(x=tensor, ...)``: keyword tensors named after the in keys
-          (nested keys joined by ``"_"``) give back a TensorDict holding the
+        - `module(td)`: reads from and (by default) writes into `td`, returned.
+        - `module(td, tensordict_out=out)` (or `module(td, out)`): writes into `out`.
+        - `module(x=tensor, ...)`: keyword tensors named after the in keys
+          (nested keys joined by `"_"`) give back a TensorDict holding the
           inputs and outputs, whose batch size is the longest leading shape
           they share.
-        - ``module(tensor, ...)``: positional tensors give back the output
+        - `module(tensor, ...)`: positional tensors give back the output
           tensor (or a tuple of them).
 
     Args:
         module: the callable to wrap.
         in_keys: a key or a list of keys, passed positionally in order; or a
-            dict, passed as keyword arguments: ``{argument: key}`` (or
-            ``{key: argument}`` with ``out_to_in_map=False``).
+            dict, passed as keyword arguments: `{argument: key}` (or
+            `{key: argument}` with `out_to_in_map=False`).
         out_keys: a key or a list of keys, one per output.
-        out_to_in_map: direction of a dict ``in_keys`` (default ``True``:
-            ``{argument: key}``).
-        inplace: ``True`` writes into the input TensorDict; ``False`` into a new
-            TensorDict with an empty batch size; ``"empty"`` into
-            ``tensordict.empty()`` (same batch size, device and class).
-        method: call this method of ``module`` instead of ``module`` itself.
+        out_to_in_map: direction of a dict `in_keys` (default `True`:
+            `{argument: key}`).
+        inplace: `True` writes into the input TensorDict; `False` into a new
+            TensorDict with an empty batch size; `"empty"` into
+            `tensordict.empty()` (same batch size, device and class).
+        method: call this method of `module` instead of `module` itself.
         method_kwargs: keyword arguments passed at every call.
-        strict: a missing input raises ``KeyError`` at once. When ``False``
-            (the default, as upstream) ``None`` is passed instead, and if the
-            call then fails the ``KeyError`` names the missing keys.
+        strict: a missing input raises `KeyError` at once. When `False`
+            (the default, as upstream) `None` is passed instead, and if the
+            call then fails the `KeyError` names the missing keys.
 
     Raises:
         KeyError: naming the missing key(s) and the module.
 
-    Attributes the wrapper lacks (such as ``weight``) are read from ``module``.
+    Attributes the wrapper lacks (such as `weight`) are read from `module`.
 
     Examples:
         >>> import torch
@@ -179,7 +179,7 @@ class TensorDictModule(TensorDictModuleBase):
         tensordict_out: TensorDictBase | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Read ``in_keys`` from ``tensordict``, call the module, write ``out_keys``."""
+        """Read `in_keys` from `tensordict`, call the module, write `out_keys`."""
         tensordict, tensordict_out, result = resolve_call(
             self, self.forward, tensordict, args, tensordict_out, kwargs
         )
@@ -241,7 +241,7 @@ class TensorDictModule(TensorDictModuleBase):
         return fn(**dict(zip(self._arg_names, values)), **kwargs)
 
     def _outputs(self, out: Any) -> Sequence[Any]:
-        """The outputs of the module as a sequence aligned with ``_out_keys_all``."""
+        """The outputs of the module as a sequence aligned with `_out_keys_all`."""
         keys = self._out_keys_all
         if type(out) is Tensor:
             outs: Sequence[Any] = (out,)

@@ -1,11 +1,11 @@
-"""``CudaGraphModule``: record a function (or td module) as a CUDA graph and replay it.
+"""`CudaGraphModule`: record a function (or td module) as a CUDA graph and replay it.
 
 Without CUDA the wrapper passes every call through to the function (as
 upstream, with a warning at construction). With CUDA, the first
-``warmup - 1`` calls run on a side stream, the next one records the graph on
+`warmup - 1` calls run on a side stream, the next one records the graph on
 static copies of the inputs, and later calls copy their inputs into those
 copies, replay the graph and return clones of its outputs. Inputs are
-flattened with ``torch.utils._pytree`` (TensorDicts are pytree nodes), so
+flattened with `torch.utils._pytree` (TensorDicts are pytree nodes), so
 tensors, TensorDicts and nests of them are all accepted.
 """
 
@@ -29,22 +29,22 @@ _REQUIRES_GRAD_ERROR = (
 
 
 class CudaGraphModule:
-    """Record ``module`` as a CUDA graph at call ``warmup`` and replay it afterwards.
+    """Record `module` as a CUDA graph at call `warmup` and replay it afterwards.
 
-    Not an ``nn.Module`` (as upstream), so its parameters are not collected
+    Not an `nn.Module` (as upstream), so its parameters are not collected
     twice. Between calls the inputs may change values but not structure,
     shapes, dtypes or devices; non-tensor arguments must not change.
 
     Args:
         module: a function of tensors / TensorDicts returning tensors,
             TensorDicts or pytrees of them (a td module included).
-        warmup: the call that records the graph (``>= 1``).
-        in_keys: the module's in_keys (read from ``module`` when it has them).
-        out_keys: the module's out_keys (read from ``module`` when it has them).
+        warmup: the call that records the graph (`>= 1`).
+        in_keys: the module's in_keys (read from `module` when it has them).
+        out_keys: the module's out_keys (read from `module` when it has them).
         device: the CUDA device of the side streams (default: the current one).
 
     Raises:
-        ValueError: for ``warmup < 1``, or inputs whose structure changed
+        ValueError: for `warmup < 1`, or inputs whose structure changed
             since the capture.
         RuntimeError: for inputs that require gradients (on CUDA).
 

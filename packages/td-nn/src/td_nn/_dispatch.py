@@ -1,11 +1,11 @@
-"""Calling TensorDict functions and modules with tensors: ``dispatch``.
+"""Calling TensorDict functions and modules with tensors: `dispatch`.
 
-Two entry points share the key-naming rule (a nested key ``("a", "c")`` is the
-keyword ``a_c`` with the default separator):
+Two entry points share the key-naming rule (a nested key `("a", "c")` is the
+keyword `a_c` with the default separator):
 
-- :func:`dispatch` decorates a function or method taking a ``tensordict``; a call
+- `dispatch` decorates a function or method taking a `tensordict`; a call
   with tensors returns tensors (one, or a tuple), as upstream.
-- :func:`call_with_tensors` is what td-nn modules do when called without a
+- `call_with_tensors` is what td-nn modules do when called without a
   TensorDict: keyword tensors give a TensorDict back, positional tensors give
   tensors back.
 """
@@ -23,7 +23,7 @@ __all__ = ["dispatch", "call_with_tensors", "arg_name"]
 
 
 def arg_name(key: NestedKey, separator: str = "_") -> str:
-    """The keyword argument naming ``key``: its parts joined with ``separator``."""
+    """The keyword argument naming `key`: its parts joined with `separator`."""
     return key if type(key) is str else separator.join(key)  # type: ignore[arg-type]
 
 
@@ -36,7 +36,7 @@ def _gather(
     keep_unknown: bool,
     owner: str,
 ) -> tuple[dict[Any, Any], dict[str, Any]]:
-    """Entries ``{key: value}`` from positional and keyword tensors, and the unused kwargs."""
+    """Entries `{key: value}` from positional and keyword tensors, and the unused kwargs."""
     if len(args) > len(keys):
         raise TypeError(
             f"{owner} takes {len(keys)} positional input(s) (in_keys {list(keys)!r}), "
@@ -79,13 +79,13 @@ def call_with_tensors(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """Run ``forward`` (a TensorDict to TensorDict call of ``module``) on tensors.
+    """Run `forward` (a TensorDict to TensorDict call of `module`) on tensors.
 
-    Keyword tensors (``module(x=...)``) are put in a TensorDict with an empty
+    Keyword tensors (`module(x=...)`) are put in a TensorDict with an empty
     batch size; the result is returned as a TensorDict whose batch size is the
     longest leading shape shared by its entries (inputs and outputs).
-    Positional tensors are matched to ``module.in_keys`` in order and the
-    output entries at ``module.out_keys`` are returned (a tensor, or a tuple).
+    Positional tensors are matched to `module.in_keys` in order and the
+    output entries at `module.out_keys` are returned (a tensor, or a tuple).
     """
     positional = args if first is None else (first, *args)
     owner = type(module).__name__
@@ -106,12 +106,12 @@ def resolve_call(
     tensordict_out: Any,
     kwargs: dict[str, Any],
 ) -> tuple[Any, Any, Any]:
-    """Normalise the arguments of a module's ``forward``.
+    """Normalise the arguments of a module's `forward`.
 
-    Returns ``(tensordict, tensordict_out, None)`` for a TensorDict call (the
-    input may also come as ``tensordict=`` and the output TensorDict as a second
-    positional argument), or ``(None, None, result)`` after running the call on
-    tensors (see :func:`call_with_tensors`).
+    Returns `(tensordict, tensordict_out, None)` for a TensorDict call (the
+    input may also come as `tensordict=` and the output TensorDict as a second
+    positional argument), or `(None, None, result)` after running the call on
+    tensors (see `call_with_tensors`).
     """
     if not is_tensor_collection(tensordict):
         if tensordict is None and is_tensor_collection(kwargs.get("tensordict")):
@@ -137,27 +137,27 @@ def dispatch(
     dest: str | Sequence[NestedKey] = "out_keys",
     auto_batch_size: bool = True,
 ) -> Any:
-    """Let a function of a ``tensordict`` be called with tensors.
+    """Let a function of a `tensordict` be called with tensors.
 
-    Decorate a function whose first argument (after ``self`` for a method) is
-    named ``tensordict``. A call with a TensorDict goes straight through. A
-    call with tensors puts them in a new TensorDict at the ``source`` keys
+    Decorate a function whose first argument (after `self` for a method) is
+    named `tensordict`. A call with a TensorDict goes straight through. A
+    call with tensors puts them in a new TensorDict at the `source` keys
     (positional arguments in order; keyword arguments by name, nested keys
-    joined with ``separator``), calls the function, and returns the entries at
-    the ``dest`` keys: one tensor, or a tuple. Other keyword arguments are
+    joined with `separator`), calls the function, and returns the entries at
+    the `dest` keys: one tensor, or a tuple. Other keyword arguments are
     passed on to the function.
 
     Args:
-        func: the function (when used as ``@dispatch`` without arguments).
+        func: the function (when used as `@dispatch` without arguments).
         separator: joins the parts of a nested key into a keyword name.
-        source: the input keys, or the name of the attribute of ``self`` holding them.
-        dest: the output keys, or the name of the attribute of ``self`` holding them.
+        source: the input keys, or the name of the attribute of `self` holding them.
+        dest: the output keys, or the name of the attribute of `self` holding them.
         auto_batch_size: give the new TensorDict the longest leading shape
             shared by the inputs (else an empty batch size).
 
     Raises:
-        TypeError: at decoration if the function has no ``tensordict`` first
-            argument; at a call if an input is given twice or ``source`` names
+        TypeError: at decoration if the function has no `tensordict` first
+            argument; at a call if an input is given twice or `source` names
             an attribute on a plain function.
 
     Examples:

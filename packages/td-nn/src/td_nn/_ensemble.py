@@ -1,4 +1,4 @@
-"""``EnsembleModule``: independent copies of a module run at once with ``torch.vmap``."""
+"""`EnsembleModule`: independent copies of a module run at once with `torch.vmap`."""
 
 from __future__ import annotations
 
@@ -22,20 +22,20 @@ def _reset(module: nn.Module) -> None:
 
 
 class EnsembleModule(TensorDictModuleBase):
-    """Run ``num_copies`` copies of ``module``, each with its own re-initialised parameters.
+    """Run `num_copies` copies of `module`, each with its own re-initialised parameters.
 
-    The copies' parameters are stacked in ``params_td`` (a ``TensorDictParams``
-    of batch size ``[num_copies]``, trained like any parameters); a call runs
-    ``module`` once per copy with ``torch.vmap``, so every output gets a
-    leading dim of size ``num_copies``. ``module`` itself keeps its own
+    The copies' parameters are stacked in `params_td` (a `TensorDictParams`
+    of batch size `[num_copies]`, trained like any parameters); a call runs
+    `module` once per copy with `torch.vmap`, so every output gets a
+    leading dim of size `num_copies`. `module` itself keeps its own
     parameters, which the call does not use.
 
     Args:
-        module: a TensorDict module; its ``in_keys``/``out_keys`` become the ensemble's.
+        module: a TensorDict module; its `in_keys`/`out_keys` become the ensemble's.
         num_copies: the number of copies.
         expand_input: give every copy the same input (else the input must
-            already have a leading dim of size ``num_copies``, as after another
-            ensemble, and copy ``i`` reads row ``i``).
+            already have a leading dim of size `num_copies`, as after another
+            ensemble, and copy `i` reads row `i`).
 
     Examples:
         >>> import torch
@@ -78,7 +78,7 @@ class EnsembleModule(TensorDictModuleBase):
             return self.module(tensordict)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Run every copy on ``tensordict``; the result has batch size ``[num_copies, *batch]``."""
+        """Run every copy on `tensordict`; the result has batch size `[num_copies, *batch]`."""
         if not isinstance(tensordict, TensorDictBase):
             raise TypeError(
                 f"EnsembleModule is called with a TensorDict, got {type(tensordict).__name__}"

@@ -1,7 +1,7 @@
 """Exceptions of td-nn.
 
-Like ``td_core.errors``, each class also subclasses the builtin that upstream
-tensordict raises for the same mistake, so existing ``except`` clauses keep
+Like `td_core.errors`, each class also subclasses the builtin that upstream
+tensordict raises for the same mistake, so existing `except` clauses keep
 working.
 """
 
@@ -13,12 +13,12 @@ __all__ = ["OutputMismatchError", "KeySpecError", "UnknownKeyError"]
 
 
 class OutputMismatchError(TDError, ValueError, RuntimeError):
-    """A module returned a different number of outputs than it has ``out_keys``."""
+    """A module returned a different number of outputs than it has `out_keys`."""
 
 
 class KeySpecError(TDError, TypeError, ValueError):
-    """``in_keys`` or ``out_keys`` are not keys (upstream raises ``ValueError`` here)."""
+    """`in_keys` or `out_keys` are not keys (upstream raises `ValueError` here)."""
 
 
 class UnknownKeyError(KeyNotFoundError, ValueError):
-    """A key asked for is not among a module's keys (upstream raises ``ValueError`` here)."""
+    """A key asked for is not among a module's keys (upstream raises `ValueError` here)."""

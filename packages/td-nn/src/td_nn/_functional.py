@@ -1,12 +1,12 @@
-"""The functional API of the seeds: ``make_functional`` and friends, on top of ``to_module``.
+"""The functional API of the seeds: `make_functional` and friends, on top of `to_module`.
 
 Upstream tensordict removed these functions; td keeps them, as the seeds
-document. A functional module's ``forward`` (and any other method named in
-``funs_to_decorate``), and those of its sub-modules, accept the parameters as
-a TensorDict: ``module(x, params=params)``, or as the last positional argument
-for modules made functional by :func:`make_functional`. The call runs inside
-``params.to_module(module)``, which swaps the tensors in and back out, so it
-composes with ``torch.vmap`` over a stack of parameters.
+document. A functional module's `forward` (and any other method named in
+`funs_to_decorate`), and those of its sub-modules, accept the parameters as
+a TensorDict: `module(x, params=params)`, or as the last positional argument
+for modules made functional by `make_functional`. The call runs inside
+`params.to_module(module)`, which swaps the tensors in and back out, so it
+composes with `torch.vmap` over a stack of parameters.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _FLAG = "_td_functional"
 
 
 class _FunctionalMethod:
-    """Instance attribute replacing a method: swap ``params`` in around the original call."""
+    """Instance attribute replacing a method: swap `params` in around the original call."""
 
     def __init__(self, module: nn.Module, name: str, positional: bool) -> None:
         self.module = module
@@ -48,7 +48,7 @@ class _FunctionalMethod:
 
 
 def is_functional(module: nn.Module) -> bool:
-    """Whether :func:`make_functional` (or :func:`get_functional`) was called on ``module``.
+    """Whether `make_functional` (or `get_functional`) was called on `module`.
 
     Examples:
         >>> from torch import nn
@@ -82,20 +82,20 @@ def make_functional(
     keep_params: bool = False,
     return_params: bool = True,
 ) -> TensorDict | None:
-    """Make ``module`` and its sub-modules functional, in place, and return its parameters.
+    """Make `module` and its sub-modules functional, in place, and return its parameters.
 
     The parameters and buffers come back as a TensorDict nested like the
-    module tree (``params["0", "weight"]`` is ``model[0].weight``: the same
-    tensors, not copies). Unless ``keep_params``, the module is left without
-    them (its slots hold shape-only tensors on the ``meta`` device), so it must
-    be called with parameters: ``model(x, params=params)`` or ``model(x, params)``;
-    sub-modules too: ``model[0](x, params["0"])``.
+    module tree (`params["0", "weight"]` is `model[0].weight`: the same
+    tensors, not copies). Unless `keep_params`, the module is left without
+    them (its slots hold shape-only tensors on the `meta` device), so it must
+    be called with parameters: `model(x, params=params)` or `model(x, params)`;
+    sub-modules too: `model[0](x, params["0"])`.
 
     Args:
         module: the module to convert.
-        funs_to_decorate: the methods that take ``params`` (default ``["forward"]``).
-        keep_params: leave the parameters in the module as well (see :func:`get_functional`).
-        return_params: return the parameters (else ``None``).
+        funs_to_decorate: the methods that take `params` (default `["forward"]`).
+        keep_params: leave the parameters in the module as well (see `get_functional`).
+        return_params: return the parameters (else `None`).
 
     Examples:
         >>> import torch
@@ -134,10 +134,10 @@ def make_functional(
 
 
 def get_functional(module: _M, funs_to_decorate: Sequence[str] | None = None) -> _M:
-    """Make ``module`` functional in place but keep its parameters; return it.
+    """Make `module` functional in place but keep its parameters; return it.
 
     It still works as before, and also takes parameters by keyword:
-    ``module(x, params=params)`` (not positionally, since the module keeps its
+    `module(x, params=params)` (not positionally, since the module keeps its
     usual positional signature).
 
     Examples:
@@ -155,7 +155,7 @@ def get_functional(module: _M, funs_to_decorate: Sequence[str] | None = None) ->
 
 
 def repopulate_module(model: _M, tensordict: TensorDictBase) -> _M:
-    """Put the parameters of ``tensordict`` (nested like the module tree) into ``model``; return it.
+    """Put the parameters of `tensordict` (nested like the module tree) into `model`; return it.
 
     Examples:
         >>> import torch

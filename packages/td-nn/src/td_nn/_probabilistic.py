@@ -1,9 +1,9 @@
 """Probabilistic modules: build a distribution from entries, write a sample or a statistic.
 
-td-nn never imports td-distributions: the default ``distribution_class`` is
+td-nn never imports td-distributions: the default `distribution_class` is
 found through td-core's extension entry points, and distributions whose
 samples and log-probabilities are TensorDicts (td-distributions'
-``CompositeDistribution``) are recognised by what they return.
+`CompositeDistribution`) are recognised by what they return.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ _MISSING: Any = object()
 
 
 def default_distribution_class() -> type:
-    """td-distributions' default class (``Delta``), or a ``TypeError`` naming the package."""
+    """td-distributions' default class (`Delta`), or a `TypeError` naming the package."""
     try:
         return load_extension("distributions", "td-distributions").DEFAULT_DISTRIBUTION_CLASS
     except ImportError as err:
@@ -48,7 +48,7 @@ def default_distribution_class() -> type:
 
 
 def log_prob_key_for(key: NestedKey) -> NestedKey:
-    """``"sample"`` -> ``"sample_log_prob"``; ``("a", "b")`` -> ``("a", "b_log_prob")``."""
+    """`"sample"` -> `"sample_log_prob"`; `("a", "b")` -> `("a", "b_log_prob")`."""
     if type(key) is str:
         return f"{key}_log_prob"
     return (*key[:-1], f"{key[-1]}_log_prob")  # type: ignore[index]
@@ -75,11 +75,11 @@ def _statistic(dist: Any, what: str, n: int) -> Any:
 
 
 def draw(dist: Any, kind: InteractionType, n_empirical_estimate: int = 1000) -> Any:
-    """A value of ``dist`` for ``kind``: a sample (reparametrised when possible) or a statistic.
+    """A value of `dist` for `kind`: a sample (reparametrised when possible) or a statistic.
 
-    ``MODE``, ``MEAN`` and ``MEDIAN`` fall back to an estimate from
-    ``n_empirical_estimate`` samples when the distribution does not define
-    them. ``DETERMINISTIC`` uses ``dist.deterministic_sample`` when it exists,
+    `MODE`, `MEAN` and `MEDIAN` fall back to an estimate from
+    `n_empirical_estimate` samples when the distribution does not define
+    them. `DETERMINISTIC` uses `dist.deterministic_sample` when it exists,
     else the mean of a continuous distribution and the mode of a discrete one.
     """
     if kind is InteractionType.RANDOM:
@@ -103,36 +103,36 @@ def draw(dist: Any, kind: InteractionType, n_empirical_estimate: int = 1000) -> 
 
 
 class ProbabilisticTensorDictModule(TensorDictModuleBase):
-    """Build a distribution from the entries at ``in_keys``; write a sample at ``out_keys``.
+    """Build a distribution from the entries at `in_keys`; write a sample at `out_keys`.
 
     What is written depends on the interaction type: the innermost
-    :class:`set_interaction_type` block, else ``default_interaction_type``.
-    ``RANDOM`` samples (with ``rsample`` when the distribution has it);
-    ``MODE``, ``MEAN``, ``MEDIAN`` write that statistic; ``DETERMINISTIC``
-    (the default) the distribution's ``deterministic_sample``, else its mean
+    `set_interaction_type` block, else `default_interaction_type`.
+    `RANDOM` samples (with `rsample` when the distribution has it);
+    `MODE`, `MEAN`, `MEDIAN` write that statistic; `DETERMINISTIC`
+    (the default) the distribution's `deterministic_sample`, else its mean
     (continuous) or mode (discrete).
 
-    Any ``torch.distributions`` class works. A distribution whose sample is a
-    TensorDict (like td-distributions' ``CompositeDistribution``) has its
-    leaves written at ``out_keys``, and a TensorDict log-probability is merged
+    Any `torch.distributions` class works. A distribution whose sample is a
+    TensorDict (like td-distributions' `CompositeDistribution`) has its
+    leaves written at `out_keys`, and a TensorDict log-probability is merged
     into the output.
 
     Args:
         in_keys: a key or list of keys, passed to the distribution as keyword
             arguments named after the last part of each key; or a dict
-            ``{argument: key}``.
-        out_keys: where the sample goes (default ``["sample"]``).
-        default_interaction_type: used outside any ``set_interaction_type`` block.
+            `{argument: key}`.
+        out_keys: where the sample goes (default `["sample"]`).
+        default_interaction_type: used outside any `set_interaction_type` block.
         distribution_class: the distribution class (or any callable building
-            one). Default: td-distributions' ``Delta``; without td-distributions
-            omitting it raises ``TypeError``.
+            one). Default: td-distributions' `Delta`; without td-distributions
+            omitting it raises `TypeError`.
         distribution_kwargs: more keyword arguments for the distribution.
         return_log_prob: also write the log-probability of the sample.
         log_prob_key: where to write it. Default: the out key with a
-            ``_log_prob`` suffix (``"sample_log_prob"``); for several out keys,
-            one such key per out key, or ``"sample_log_prob"`` when
-            :func:`composite_lp_aggregate` is on.
-        cache_dist: keep the last distribution built by ``forward`` in ``self.dist``.
+            `_log_prob` suffix (`"sample_log_prob"`); for several out keys,
+            one such key per out key, or `"sample_log_prob"` when
+            `composite_lp_aggregate` is on.
+        cache_dist: keep the last distribution built by `forward` in `self.dist`.
         n_empirical_estimate: samples used to estimate a statistic the
             distribution does not define.
 
@@ -208,7 +208,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
     # ---------------------------------------------------------------- keys
     @property
     def log_prob_keys(self) -> list[NestedKey]:
-        """Where log-probabilities are written (see ``log_prob_key``)."""
+        """Where log-probabilities are written (see `log_prob_key`)."""
         if self._log_prob_key is not None:
             return [self._log_prob_key]
         if len(self._sample_keys) == 1:
@@ -225,7 +225,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
 
     @property
     def dist_keys(self) -> list[str]:
-        """The keyword names the distribution is built with (one per ``in_keys`` entry)."""
+        """The keyword names the distribution is built with (one per `in_keys` entry)."""
         return [name for name, _ in self._dist_keys]
 
     @property
@@ -235,16 +235,16 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
 
     @property
     def dist_sample_keys(self) -> list[NestedKey]:
-        """The keys the sample is written under (``out_keys`` without log-probabilities)."""
+        """The keys the sample is written under (`out_keys` without log-probabilities)."""
         return list(self._sample_keys)
 
     @property
     def out_keys_source(self) -> list[NestedKey]:
-        """The sample keys, before any ``select_out_keys`` (as upstream)."""
+        """The sample keys, before any `select_out_keys` (as upstream)."""
         return list(self._sample_keys)
 
     def build_dist_from_params(self, tensordict: TensorDictBase) -> Any:
-        """The distribution built from the parameters in ``tensordict`` (``get_dist``)."""
+        """The distribution built from the parameters in `tensordict` (`get_dist`)."""
         return self.get_dist(tensordict)
 
     @property  # type: ignore[override]
@@ -260,7 +260,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
 
     # ---------------------------------------------------------------- distribution
     def get_dist(self, tensordict: TensorDictBase) -> Any:
-        """The distribution built from the entries of ``tensordict``.
+        """The distribution built from the entries of `tensordict`.
 
         Raises:
             KeyError: naming the missing key and the module.
@@ -282,7 +282,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         return getattr(self.distribution_class, "__name__", repr(self.distribution_class))
 
     def log_prob(self, tensordict: TensorDictBase, *, dist: Any = None) -> Any:
-        """The log-probability of the sample stored in ``tensordict`` (a tensor or a TensorDict)."""
+        """The log-probability of the sample stored in `tensordict` (a tensor or a TensorDict)."""
         if dist is None:
             dist = self.get_dist(tensordict)
         if len(self._sample_keys) == 1:
@@ -355,9 +355,9 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
 
 
 class ProbabilisticTensorDictSequential(TensorDictSequential):
-    """A :class:`TensorDictSequential` whose last member is a :class:`ProbabilisticTensorDictModule`.
+    """A `TensorDictSequential` whose last member is a `ProbabilisticTensorDictModule`.
 
-    It adds :meth:`get_dist` and :meth:`log_prob`, which run the members
+    It adds `get_dist` and `log_prob`, which run the members
     before the last on a shallow copy of the input (the input is not changed).
 
     Examples:
@@ -422,10 +422,10 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return td, last
 
     def get_dist(self, tensordict: TensorDictBase) -> Any:
-        """The distribution the last member builds after the others ran on ``tensordict``.
+        """The distribution the last member builds after the others ran on `tensordict`.
 
-        With ``return_composite=True`` it is a td-distributions
-        ``CompositeDistribution`` keyed by the sample key.
+        With `return_composite=True` it is a td-distributions
+        `CompositeDistribution` keyed by the sample key.
         """
         td, last = self._head(tensordict)
         return self._maybe_composite(td, last, last.get_dist(td))
@@ -441,9 +441,9 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return composite.from_distributions(params, {last.dist_sample_keys[0]: dist})
 
     def log_prob(self, tensordict: TensorDictBase) -> Any:
-        """The log-probability of the sample stored in ``tensordict`` under :meth:`get_dist`.
+        """The log-probability of the sample stored in `tensordict` under `get_dist`.
 
-        A TensorDict of per-sample-key log-probabilities with ``return_composite=True``.
+        A TensorDict of per-sample-key log-probabilities with `return_composite=True`.
         """
         td, last = self._head(tensordict)
         dist = last.get_dist(td)
@@ -453,7 +453,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
 
     @property
     def det_part(self) -> TensorDictSequential:
-        """The members before the last (probabilistic) one, as a ``TensorDictSequential``."""
+        """The members before the last (probabilistic) one, as a `TensorDictSequential`."""
         return TensorDictSequential(*self._members()[:-1], partial_tolerant=self.partial_tolerant)
 
     def get_dist_params(
@@ -462,7 +462,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         tensordict_out: TensorDictBase | None = None,
         **kwargs: Any,
     ) -> TensorDictBase:
-        """Run the members before the last one on ``tensordict`` (written in place) and return it."""
+        """Run the members before the last one on `tensordict` (written in place) and return it."""
         out = tensordict
         for module in self._members()[:-1]:
             out = module(out, **kwargs)
@@ -471,13 +471,13 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return out
 
     def build_dist_from_params(self, tensordict: TensorDictBase) -> Any:
-        """The distribution built from parameters already in ``tensordict`` (no member runs)."""
+        """The distribution built from parameters already in `tensordict` (no member runs)."""
         last = self._members()[-1]
         return self._maybe_composite(tensordict, last, last.get_dist(tensordict))
 
     @property
     def default_interaction_type(self) -> InteractionType:
-        """The last member's ``default_interaction_type``."""
+        """The last member's `default_interaction_type`."""
         return self._members()[-1].default_interaction_type
 
     @property
@@ -492,7 +492,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
 
     @property
     def out_keys_source(self) -> list[NestedKey]:
-        """Every key the members write, in order, before any ``select_out_keys``."""
+        """Every key the members write, in order, before any `select_out_keys`."""
         keys: dict[NestedKey, None] = {}
         for module in self._members():
             keys.update(dict.fromkeys(module.out_keys))

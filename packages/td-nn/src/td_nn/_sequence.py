@@ -1,4 +1,4 @@
-"""``TensorDictSequential``: run modules one after the other on one TensorDict."""
+"""`TensorDictSequential`: run modules one after the other on one TensorDict."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ __all__ = ["TensorDictSequential", "sequence_keys"]
 
 
 def sequence_keys(modules: Iterable[Any]) -> tuple[list[NestedKey], list[NestedKey]]:
-    """``(in_keys, out_keys)`` of modules run in order.
+    """`(in_keys, out_keys)` of modules run in order.
 
     The in keys are those some module reads before any earlier module wrote
     them (they must come from outside); the out keys are everything written.
@@ -52,12 +52,12 @@ def _check_module(module: Any, index: Any) -> nn.Module:
 
 
 def _check_ran(module: nn.Module, index: int, td: TensorDictBase, out: Any) -> None:
-    """Raise ``KeyError`` if a member wrote none of its outputs because an input was missing.
+    """Raise `KeyError` if a member wrote none of its outputs because an input was missing.
 
     A member that skips its work on a missing input would otherwise hand on a
     TensorDict without its outputs, and a later member (or the caller) fails far
     from the cause. Members that handle missing inputs and still write their
-    outputs pass; ``partial_tolerant=True`` sequences skip such members instead.
+    outputs pass; `partial_tolerant=True` sequences skip such members instead.
     """
     if not isinstance(out, TensorDictBase):
         return
@@ -79,20 +79,20 @@ def _check_ran(module: nn.Module, index: int, td: TensorDictBase, out: Any) -> N
 class TensorDictSequential(TensorDictModuleBase):
     """Run TensorDict modules in order, each reading from and writing to the same TensorDict.
 
-    Any ``nn.Module`` with ``in_keys``/``out_keys`` whose forward maps a
-    TensorDict to a TensorDict can be a member. ``in_keys`` lists what must
+    Any `nn.Module` with `in_keys`/`out_keys` whose forward maps a
+    TensorDict to a TensorDict can be a member. `in_keys` lists what must
     come from outside (keys read before any member writes them) and
-    ``out_keys`` everything the members write.
+    `out_keys` everything the members write.
 
     Args:
-        *modules: the members, or one ``OrderedDict`` of named members.
+        *modules: the members, or one `OrderedDict` of named members.
         partial_tolerant: skip the members whose inputs are missing instead
             of raising.
         selected_out_keys: keep only these outputs (and the inputs) in the
             result; intermediate outputs are removed.
-        inplace: ``None`` or ``True``: the input TensorDict is updated and
-            returned; ``False``: a new TensorDict (empty batch size) holding
-            only the out keys; ``"empty"``: ``tensordict.empty()`` holding them.
+        inplace: `None` or `True`: the input TensorDict is updated and
+            returned; `False`: a new TensorDict (empty batch size) holding
+            only the out keys; `"empty"`: `tensordict.empty()` holding them.
 
     Examples:
         >>> import torch
@@ -152,7 +152,7 @@ class TensorDictSequential(TensorDictModuleBase):
         tensordict_out: TensorDictBase | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run every member on ``tensordict`` in order."""
+        """Run every member on `tensordict` in order."""
         tensordict, tensordict_out, result = resolve_call(
             self, self.forward, tensordict, args, tensordict_out, kwargs
         )
@@ -213,7 +213,7 @@ class TensorDictSequential(TensorDictModuleBase):
             out_keys: keep the members needed to compute these keys.
 
         Raises:
-            ValueError: (also a ``KeyError``) naming the ``out_keys`` entries this
+            ValueError: (also a `KeyError`) naming the `out_keys` entries this
                 sequence does not write; or if no member is left.
         """
         members = self._members()

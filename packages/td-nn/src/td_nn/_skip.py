@@ -1,6 +1,6 @@
-"""Skipping modules whose outputs are already in the input: ``set_skip_existing``.
+"""Skipping modules whose outputs are already in the input: `set_skip_existing`.
 
-The mode is a ``ContextVar``: a block only changes it for the code it runs
+The mode is a `ContextVar`: a block only changes it for the code it runs
 (and the threads or tasks that code starts with a copy of the context).
 """
 
@@ -22,7 +22,7 @@ _SKIP: ContextVar[SkipMode] = ContextVar("td_nn_skip_existing", default=False)
 
 
 def skip_existing() -> SkipMode:
-    """The mode set by the innermost :class:`set_skip_existing`: ``False`` (default), ``True`` or keys.
+    """The mode set by the innermost `set_skip_existing`: `False` (default), `True` or keys.
 
     Examples:
         >>> from td_nn import set_skip_existing, skip_existing
@@ -48,10 +48,10 @@ def _normalise(mode: Any) -> SkipMode | None:
 def should_skip(
     mode: SkipMode, in_keys: Sequence[NestedKey], out_keys: Sequence[NestedKey], td: TensorDictBase
 ) -> bool:
-    """Whether a module with these keys can skip its call on ``td`` under ``mode``.
+    """Whether a module with these keys can skip its call on `td` under `mode`.
 
-    It can when ``mode`` is on, it has output keys, every one of them is in
-    ``td`` (and, for a list mode, in the list), and none of them is also an input.
+    It can when `mode` is on, it has output keys, every one of them is in
+    `td` (and, for a list mode, in the list), and none of them is also an input.
     """
     if mode is False or not out_keys:
         return False
@@ -67,26 +67,26 @@ def should_skip(
 
 
 class set_skip_existing:
-    """Make modules skip their call when all their ``out_keys`` are already in the input.
+    """Make modules skip their call when all their `out_keys` are already in the input.
 
-    As a context manager it sets what :func:`skip_existing` returns in the
+    As a context manager it sets what `skip_existing` returns in the
     block; every td-nn module reads it. A module whose input is also one of
     its outputs always runs.
 
-    As a decorator of a method ``forward(self, tensordict, ...)`` it checks the
-    module's keys (read from ``in_key_attr`` and ``out_key_attr``) before the
-    method runs, and sets the mode while it runs. With ``mode=None`` the
+    As a decorator of a method `forward(self, tensordict, ...)` it checks the
+    module's keys (read from `in_key_attr` and `out_key_attr`) before the
+    method runs, and sets the mode while it runs. With `mode=None` the
     decorated method follows the enclosing block instead of setting a mode.
 
     Args:
-        mode: ``True``, ``False``, or a list of keys (only modules whose
-            ``out_keys`` are all in the list may be skipped). ``None`` is only
+        mode: `True`, `False`, or a list of keys (only modules whose
+            `out_keys` are all in the list may be skipped). `None` is only
             accepted by the decorator.
         in_key_attr: the attribute holding the module's input keys (decorator).
         out_key_attr: the attribute holding the module's output keys (decorator).
 
     Raises:
-        ValueError: if ``mode=None`` is used as a context manager.
+        ValueError: if `mode=None` is used as a context manager.
 
     Examples:
         >>> import torch

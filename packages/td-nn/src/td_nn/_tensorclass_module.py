@@ -1,4 +1,4 @@
-"""Modules typed by tensorclasses: ``TensorClassModuleBase[In, Out]`` and its TensorDict wrapper."""
+"""Modules typed by tensorclasses: `TensorClassModuleBase[In, Out]` and its TensorDict wrapper."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ OutputClass = TypeVar("OutputClass")
 class TensorClassModuleBase(nn.Module, Generic[InputClass, OutputClass]):
     """Base of modules that take one tensorclass (or tensor) and return another.
 
-    Subclass ``TensorClassModuleBase[In, Out]`` and write ``forward``; the
-    subscript sets ``input_type`` and ``output_type``, so a type checker knows
-    both, and :meth:`as_td_module` gives a TensorDict module.
+    Subclass `TensorClassModuleBase[In, Out]` and write `forward`; the
+    subscript sets `input_type` and `output_type`, so a type checker knows
+    both, and `as_td_module` gives a TensorDict module.
 
     Raises:
         ValueError: when subclassed with an empty subscript.
@@ -63,10 +63,10 @@ class TensorClassModuleBase(nn.Module, Generic[InputClass, OutputClass]):
         return super().__call__(x)  # type: ignore[no-any-return]
 
     def as_td_module(self) -> TensorClassModuleWrapper:
-        """This module as a :class:`TensorClassModuleWrapper` (TensorDict in, TensorDict out).
+        """This module as a `TensorClassModuleWrapper` (TensorDict in, TensorDict out).
 
         Raises:
-            ValueError: if ``input_type``/``output_type`` are unset or not tensorclasses.
+            ValueError: if `input_type`/`output_type` are unset or not tensorclasses.
         """
         in_type = getattr(self, "input_type", None)
         out_type = getattr(self, "output_type", None)
@@ -100,7 +100,7 @@ def _field_keys(cls: type) -> list[NestedKey]:
 
 
 class TensorClassModuleWrapper(TensorDictModuleBase):
-    """A :class:`TensorClassModuleBase` seen as a TensorDict module.
+    """A `TensorClassModuleBase` seen as a TensorDict module.
 
     The input TensorDict is converted to the input class (entries that are not
     fields are ignored), the module runs, and its output comes back as a NEW

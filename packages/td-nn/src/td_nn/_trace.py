@@ -1,13 +1,13 @@
-"""``symbolic_trace``: a TensorDict module as a ``torch.fx.GraphModule``.
+"""`symbolic_trace`: a TensorDict module as a `torch.fx.GraphModule`.
 
 The graph takes the TensorDict, reads the keys that come from outside
-(``getitem`` nodes), runs the wrapped networks (traced like any module:
-``torch.nn`` layers stay ``call_module`` nodes) and writes the out keys with
-``set`` nodes, so ``graph_module(td)`` does what ``td_module(td)`` does.
+(`getitem` nodes), runs the wrapped networks (traced like any module:
+`torch.nn` layers stay `call_module` nodes) and writes the out keys with
+`set` nodes, so `graph_module(td)` does what `td_module(td)` does.
 
-``TensorDictModule`` and ``TensorDictSequential`` members are opened up, so
+`TensorDictModule` and `TensorDictSequential` members are opened up, so
 values flow between them as tensors; any other member (a probabilistic
-module, a custom ``TensorDictModuleBase``) is called as one ``call_module``
+module, a custom `TensorDictModuleBase`) is called as one `call_module`
 node on the TensorDict.
 """
 
@@ -25,7 +25,7 @@ __all__ = ["symbolic_trace"]
 
 
 def new_tensordict() -> TensorDict:
-    """An empty TensorDict (the destination of ``inplace=False`` modules in traced graphs)."""
+    """An empty TensorDict (the destination of `inplace=False` modules in traced graphs)."""
     return TensorDict()
 
 
@@ -126,18 +126,18 @@ class _Root(nn.Module):
 
 
 def symbolic_trace(td_module: nn.Module) -> fx.GraphModule:
-    """Trace a TensorDict module into a ``torch.fx.GraphModule`` that computes the same thing.
+    """Trace a TensorDict module into a `torch.fx.GraphModule` that computes the same thing.
 
     The result takes a TensorDict and returns the TensorDict the module
-    returns; its code is plain tensor operations between ``getitem`` reads and
-    ``set`` writes, which ``torch.compile`` and fx passes handle. It keeps
-    ``in_keys`` and ``out_keys``. The wrapped networks must be fx-traceable
-    (no data-dependent Python control flow). :class:`set_skip_existing` is
+    returns; its code is plain tensor operations between `getitem` reads and
+    `set` writes, which `torch.compile` and fx passes handle. It keeps
+    `in_keys` and `out_keys`. The wrapped networks must be fx-traceable
+    (no data-dependent Python control flow). `set_skip_existing` is
     not consulted by the graph.
 
     Args:
-        td_module: a :class:`TensorDictModule`, :class:`TensorDictSequential` or
-            any module with ``in_keys``/``out_keys`` (called as one node).
+        td_module: a `TensorDictModule`, `TensorDictSequential` or
+            any module with `in_keys`/`out_keys` (called as one node).
 
     Examples:
         >>> import torch

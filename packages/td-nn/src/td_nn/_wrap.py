@@ -1,4 +1,4 @@
-"""Turning plain functions into td-nn modules: ``WrapModule`` and ``as_tensordict_module``."""
+"""Turning plain functions into td-nn modules: `WrapModule` and `as_tensordict_module`."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ class WrapModule(TensorDictModuleBase):
         func: takes a TensorDict and returns a TensorDict.
 
     Keyword Args:
-        inplace: write the result's entries into the input (``update``) and
+        inplace: write the result's entries into the input (`update`) and
             return the input, instead of returning the result.
-        in_keys: what ``func`` reads (not checked; for ``TensorDictSequential``).
-        out_keys: what ``func`` writes (not checked).
+        in_keys: what `func` reads (not checked; for `TensorDictSequential`).
+        out_keys: what `func` writes (not checked).
 
     Examples:
         >>> import torch
@@ -57,7 +57,7 @@ class WrapModule(TensorDictModuleBase):
         self.out_keys = list(out_keys or [])
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
-        """``func(data)``, or ``data`` updated with it when ``inplace``."""
+        """`func(data)`, or `data` updated with it when `inplace`."""
         result = self.func(data)
         if self.inplace and result is not data:
             return data.update(result)
@@ -68,12 +68,12 @@ class WrapModule(TensorDictModuleBase):
 
 
 class as_tensordict_module:
-    """Decorator: make a function (or method) a :class:`TensorDictModule` reading ``in_keys``.
+    """Decorator: make a function (or method) a `TensorDictModule` reading `in_keys`.
 
-    Called with a TensorDict it writes ``out_keys`` into it and returns it;
-    called with tensors it follows ``TensorDictModule`` (positional tensors
+    Called with a TensorDict it writes `out_keys` into it and returns it;
+    called with tensors it follows `TensorDictModule` (positional tensors
     return tensors). On a method, one module serves every instance and the
-    instance is passed as ``self``.
+    instance is passed as `self`.
 
     Keyword Args:
         in_keys: the keys passed to the function, in argument order.

@@ -1,4 +1,4 @@
-"""``TensorDictModuleWrapper``: change a module's call, keep everything else."""
+"""`TensorDictModuleWrapper`: change a module's call, keep everything else."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ __all__ = ["TensorDictModuleWrapper"]
 
 
 class TensorDictModuleWrapper(TensorDictModuleBase):
-    """Behave like ``td_module`` except for what a subclass overrides (usually ``forward``).
+    """Behave like `td_module` except for what a subclass overrides (usually `forward`).
 
-    ``in_keys``, ``out_keys`` and any attribute the wrapper lacks are those of
-    ``td_module``; its parameters are the wrapper's.
+    `in_keys`, `out_keys` and any attribute the wrapper lacks are those of
+    `td_module`; its parameters are the wrapper's.
 
     Args:
         td_module: the module to wrap.
@@ -66,12 +66,12 @@ class TensorDictModuleWrapper(TensorDictModuleBase):
         return self.td_module(*args, **kwargs)
 
     def select_out_keys(self, *out_keys: NestedKey) -> TensorDictModuleWrapper:
-        """Select the outputs of the wrapped module (see ``TensorDictModuleBase.select_out_keys``)."""
+        """Select the outputs of the wrapped module (see `TensorDictModuleBase.select_out_keys`)."""
         self.td_module.select_out_keys(*out_keys)
         return self
 
     def reset_out_keys(self) -> TensorDictModuleWrapper:
-        """Undo :meth:`select_out_keys` on the wrapped module."""
+        """Undo `select_out_keys` on the wrapped module."""
         self.td_module.reset_out_keys()
         return self
 

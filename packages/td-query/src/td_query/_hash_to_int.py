@@ -17,10 +17,10 @@ _FIBONACCI = np.int64(0x9E3779B97F4A7C15 - (1 << 64))
 
 
 def _home_slot(keys: np.ndarray, slots: int) -> np.ndarray:
-    """The first slot to probe for each key in a table of ``slots`` (a power of two).
+    """The first slot to probe for each key in a table of `slots` (a power of two).
 
     The product wraps around in int64 (numpy does not check overflow of arrays);
-    its top bits pick the slot (``>>`` is arithmetic, so the mask drops the sign).
+    its top bits pick the slot (`>>` is arithmetic, so the mask drops the sign).
     """
     bits = slots.bit_length() - 1
     return ((keys * _FIBONACCI) >> (64 - bits)) & (slots - 1)
@@ -35,7 +35,7 @@ class HashToInt(nn.Module):
 
     The table is an open-addressing hash table (linear probing, load factor at most
     1/4 so that probes stay short, Fibonacci hashing picks the first slot) plus
-    ``hashes``, where index ``i`` holds the hash that maps to ``i``: about 100 bytes
+    `hashes`, where index `i` holds the hash that maps to `i`: about 100 bytes
     per hash in all. Lookups and inserts are a few numpy gathers
     and scatters per probe step over all pending elements at once, so the Python
     loop runs over probe steps (a handful), never over elements; inserting costs
@@ -45,12 +45,12 @@ class HashToInt(nn.Module):
     loop waits for each step's result before the next, so on an accelerator it
     would synchronise at every step and gain nothing. Hashes on another device
     are copied to the host (8 bytes each) and the indices are returned on the
-    hashes' device; ``.to()`` leaves the table where it is.
+    hashes' device; `.to()` leaves the table where it is.
 
-    ``state_dict()`` holds ``hashes`` (a 1-D int64 tensor), and
-    ``load_state_dict`` restores the mapping (of any size) so that it survives a
-    restart; torchrl's ``HashToInt.state_dict`` raises instead. A lookup of unseen
-    hashes with ``extend=False`` returns ``-1`` for them and inserts nothing
+    `state_dict()` holds `hashes` (a 1-D int64 tensor), and
+    `load_state_dict` restores the mapping (of any size) so that it survives a
+    restart; torchrl's `HashToInt.state_dict` raises instead. A lookup of unseen
+    hashes with `extend=False` returns `-1` for them and inserts nothing
     (torchrl returns the current table size, an index that is out of range).
 
     Examples:
@@ -80,7 +80,7 @@ class HashToInt(nn.Module):
 
     @property
     def hashes(self) -> torch.Tensor:
-        """The known hashes, in index order (``hashes[i]`` maps to ``i``)."""
+        """The known hashes, in index order (`hashes[i]` maps to `i`)."""
         return torch.from_numpy(self._by_index[: self._size])
 
     def __len__(self) -> int:
@@ -97,21 +97,21 @@ class HashToInt(nn.Module):
         self._size = 0
 
     def forward(self, hashes: torch.Tensor, *, extend: bool = False) -> torch.Tensor:
-        """Look up (and with ``extend=True`` insert) hash values.
+        """Look up (and with `extend=True` insert) hash values.
 
         Args:
             hashes: an integer tensor of hash values, of any shape and device.
 
         Keyword Args:
-            extend: if ``True``, hashes not seen before are given the next free
-                indices; if ``False`` (default) they map to ``-1`` and the table is
+            extend: if `True`, hashes not seen before are given the next free
+                indices; if `False` (default) they map to `-1` and the table is
                 left unchanged.
 
         Returns:
-            An int64 tensor with the shape and device of ``hashes``.
+            An int64 tensor with the shape and device of `hashes`.
 
         Raises:
-            TypeError: if ``hashes`` is not an integer tensor.
+            TypeError: if `hashes` is not an integer tensor.
         """
         if not isinstance(hashes, torch.Tensor):
             raise TypeError(f"HashToInt expects a tensor of hashes, got {type(hashes).__name__}")
@@ -132,7 +132,7 @@ class HashToInt(nn.Module):
 
     # ------------------------------------------------------------------ table
     def _lookup(self, flat: np.ndarray) -> np.ndarray:
-        """Index of each hash in ``flat``, ``-1`` where absent (a new array)."""
+        """Index of each hash in `flat`, `-1` where absent (a new array)."""
         if self._size == 0:
             return np.full(flat.shape, -1, dtype=np.int64)
         slot_hash, slot_index = self._slot_hash, self._slot_index
@@ -158,7 +158,7 @@ class HashToInt(nn.Module):
     def _place(self, keys: np.ndarray, first_id: int) -> np.ndarray:
         """Put hashes absent from the table into free slots; return each one's slot.
 
-        ``keys[i]`` is entered with index ``first_id + i``; of several equal
+        `keys[i]` is entered with index `first_id + i`; of several equal
         hashes, one (any) is entered and the others get its slot. Each step of the
         loop moves every pending hash one slot on, so it runs as many times as the
         longest probe, never once per hash.
@@ -214,7 +214,7 @@ class HashToInt(nn.Module):
         return ids
 
     def _rehash(self, room: int) -> None:
-        """Rebuild the slot table with at least four times ``room`` slots."""
+        """Rebuild the slot table with at least four times `room` slots."""
         slots = _MIN_SLOTS
         while slots < 4 * room:
             slots *= 2

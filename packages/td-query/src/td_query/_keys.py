@@ -1,4 +1,4 @@
-"""Nested keys as td-query accepts them: a ``str`` or a (nested) tuple of ``str``."""
+"""Nested keys as td-query accepts them: a `str` or a (nested) tuple of `str`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _flatten(key: tuple[Any, ...], out: list[str], what: str, whole: Any) -> Non
 
 
 def unravel(key: Any, what: str) -> str | tuple[str, ...]:
-    """Flatten a nested key (``("a", ("b",))`` -> ``("a", "b")``; ``("a",)`` -> ``"a"``)."""
+    """Flatten a nested key (`("a", ("b",))` -> `("a", "b")`; `("a",)` -> `"a"`)."""
     if isinstance(key, str):
         return str(key)
     if isinstance(key, tuple):
@@ -36,7 +36,7 @@ def unravel(key: Any, what: str) -> str | tuple[str, ...]:
 
 
 def key_list(keys: Any, what: str) -> list[str | tuple[str, ...]]:
-    """One key (a ``str`` or a tuple) or a sequence of keys, as a list of flat keys."""
+    """One key (a `str` or a tuple) or a sequence of keys, as a list of flat keys."""
     if isinstance(keys, (str, tuple)):
         return [unravel(keys, what)]
     if not isinstance(keys, Sequence):

@@ -45,7 +45,7 @@ def _leaf_keys(td: Any) -> list[Key]:
 
 def _rows(t: torch.Tensor) -> np.ndarray | None:
     """The rows of a contiguous CPU tensor as a 1-D numpy array of opaque items
-    sharing its memory, or ``None`` (other devices, rows of no bytes)."""
+    sharing its memory, or `None` (other devices, rows of no bytes)."""
     width = t[0].numel() * t.element_size() if t.shape[0] else 0
     if t.device.type != "cpu" or width == 0 or not t.is_contiguous():
         return None
@@ -53,7 +53,7 @@ def _rows(t: torch.Tensor) -> np.ndarray | None:
 
 
 def _zeros(like: torch.Tensor, rows: int) -> torch.Tensor:
-    """A zero tensor of ``rows`` rows shaped like the rows of ``like``, on its device."""
+    """A zero tensor of `rows` rows shaped like the rows of `like`, on its device."""
     shape = (rows, *like.shape[1:])
     nbytes = math.prod(shape) * like.element_size()
     if like.device.type != "cpu" or nbytes == 0:
@@ -62,7 +62,7 @@ def _zeros(like: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def _take(column: torch.Tensor, index: torch.Tensor, host: np.ndarray) -> torch.Tensor:
-    """``column.index_select(0, index)``; ``host`` is ``index`` as a numpy array."""
+    """`column.index_select(0, index)`; `host` is `index` as a numpy array."""
     rows = _rows(column)
     if rows is None:
         return column.index_select(0, index.to(column.device))
@@ -71,7 +71,7 @@ def _take(column: torch.Tensor, index: torch.Tensor, host: np.ndarray) -> torch.
 
 
 def _put(column: torch.Tensor, index: torch.Tensor, host: np.ndarray, value: torch.Tensor) -> None:
-    """``column.index_copy_(0, index, value)`` for distinct indices."""
+    """`column.index_copy_(0, index, value)` for distinct indices."""
     rows, values = _rows(column), _rows(value.resolve_conj().resolve_neg().contiguous())
     if rows is None or values is None:
         column.index_copy_(0, index.to(column.device), value)
@@ -80,7 +80,7 @@ def _put(column: torch.Tensor, index: torch.Tensor, host: np.ndarray, value: tor
 
 
 def _last_occurrences(index: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """``None`` if ``index`` (non-empty) holds no value twice, else ``(values, last)``:
+    """`None` if `index` (non-empty) holds no value twice, else `(values, last)`:
     its distinct values and the position of the last occurrence of each."""
     ordered = np.sort(index)
     if not (ordered[1:] == ordered[:-1]).any():
@@ -93,27 +93,27 @@ def _last_occurrences(index: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None
 class TensorDictMap(nn.Module):
     """A store of TensorDict rows addressed by the content of other rows.
 
-    ``td_map[keys] = values`` stores each row of ``values`` (detached from
-    autograd) under the content of the matching row of ``keys`` (its entries at the
-    query module's ``in_keys``); ``td_map[keys]`` returns the stored rows;
-    ``td_map.contains(keys)`` says which rows are stored. Writing the same key
+    `td_map[keys] = values` stores each row of `values` (detached from
+    autograd) under the content of the matching row of `keys` (its entries at the
+    query module's `in_keys`); `td_map[keys]` returns the stored rows;
+    `td_map.contains(keys)` says which rows are stored. Writing the same key
     again overwrites its row; within one write, the last of several equal keys
     wins.
 
-    Keys are hashed by a :class:`QueryModule`, whose :class:`HashToInt` gives each
+    Keys are hashed by a `QueryModule`, whose `HashToInt` gives each
     distinct key a dense index; that index is the row of a TensorDict storage that
-    grows (by doubling) as new keys arrive, so there is no ``max_size`` to choose.
-    The storage takes its schema (``out_keys``, dtypes, feature shapes, device)
-    from the first write (``out_keys`` from the constructor if given); ``.to()``
+    grows (by doubling) as new keys arrive, so there is no `max_size` to choose.
+    The storage takes its schema (`out_keys`, dtypes, feature shapes, device)
+    from the first write (`out_keys` from the constructor if given); `.to()`
     moves it with the module.
 
-    ``state_dict()`` holds the hash table and the stored rows (plain tensors, so
-    ``torch.load(weights_only=True)`` reads it); ``load_state_dict`` restores both.
+    `state_dict()` holds the hash table and the stored rows (plain tensors, so
+    `torch.load(weights_only=True)` reads it); `load_state_dict` restores both.
 
     Keyword Args:
-        query_module: the :class:`QueryModule` addressing rows. Its ``hash_to_int``
-            must map unseen hashes to ``-1`` on lookups (the default
-            :class:`HashToInt` does).
+        query_module: the `QueryModule` addressing rows. Its `hash_to_int`
+            must map unseen hashes to `-1` on lookups (the default
+            `HashToInt` does).
         out_keys: the keys stored and returned. Defaults to every leaf of the
             first TensorDict written.
 
@@ -162,22 +162,22 @@ class TensorDictMap(nn.Module):
         *,
         hash_module: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> TensorDictMap:
-        """A map from rows like ``source`` (read at ``in_keys``) to rows like ``dest``.
+        """A map from rows like `source` (read at `in_keys`) to rows like `dest`.
 
-        Nothing is written: ``source`` and ``dest`` only tell the keys apart and
-        check that ``in_keys`` and ``out_keys`` exist.
+        Nothing is written: `source` and `dest` only tell the keys apart and
+        check that `in_keys` and `out_keys` exist.
 
         Args:
             source: an example of the TensorDicts used as keys.
             dest: an example of the TensorDicts stored.
-            in_keys: the entries of ``source`` that address a row.
-            out_keys: the entries of ``dest`` stored. Defaults to all its leaves.
+            in_keys: the entries of `source` that address a row.
+            out_keys: the entries of `dest` stored. Defaults to all its leaves.
 
         Keyword Args:
-            hash_module: passed to the :class:`QueryModule`.
+            hash_module: passed to the `QueryModule`.
 
         Raises:
-            KeyError: if an in_key is not in ``source`` or an out_key not in ``dest``.
+            KeyError: if an in_key is not in `source` or an out_key not in `dest`.
         """
         _check_td(source, "source")
         _check_td(dest, "dest")
@@ -200,7 +200,7 @@ class TensorDictMap(nn.Module):
     # ---------------------------------------------------------------- properties
     @property
     def in_keys(self) -> list[Key]:
-        """The keys whose content addresses a row (the query module's ``in_keys``)."""
+        """The keys whose content addresses a row (the query module's `in_keys`)."""
         return self.query_module.in_keys
 
     def __len__(self) -> int:
@@ -209,7 +209,7 @@ class TensorDictMap(nn.Module):
 
     @property
     def storage(self) -> Any:
-        """A TensorDict of the storage rows (row ``i`` is the key with index ``i``)."""
+        """A TensorDict of the storage rows (row `i` is the key with index `i`)."""
         return _tensordict([self._size], {k: v[: self._size] for k, v in self._columns.items()})
 
     def extra_repr(self) -> str:
@@ -217,7 +217,7 @@ class TensorDictMap(nn.Module):
 
     # -------------------------------------------------------------------- lookup
     def _indices(self, keys: Any) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
-        """Storage index of each row of ``keys`` (flat; as a tensor and on the host)
+        """Storage index of each row of `keys` (flat; as a tensor and on the host)
         and whether it is stored."""
         _check_td(keys, "key")
         hashes = self.query_module.hash(keys).reshape(-1)
@@ -229,15 +229,15 @@ class TensorDictMap(nn.Module):
         return index, host, present
 
     def contains(self, keys: Any) -> torch.Tensor:
-        """A bool tensor of shape ``keys.batch_size``: which rows of ``keys`` are stored."""
+        """A bool tensor of shape `keys.batch_size`: which rows of `keys` are stored."""
         index, _, present = self._indices(keys)
         return torch.from_numpy(present).reshape(keys.batch_size).to(index.device)
 
     def __getitem__(self, keys: Any) -> Any:
-        """The stored rows for the rows of ``keys``, as a TensorDict of the same batch size.
+        """The stored rows for the rows of `keys`, as a TensorDict of the same batch size.
 
         Raises:
-            KeyError: if some row of ``keys`` is not stored (see :meth:`contains`).
+            KeyError: if some row of `keys` is not stored (see `contains`).
         """
         index, host, present = self._indices(keys)
         if not present.all():
@@ -257,7 +257,7 @@ class TensorDictMap(nn.Module):
         )
 
     def forward(self, tensordict: Any) -> Any:
-        """Write the stored ``out_keys`` of each row of ``tensordict`` into it; return it."""
+        """Write the stored `out_keys` of each row of `tensordict` into it; return it."""
         found = self[tensordict]
         for key in self.out_keys or ():
             tensordict.set(key, found.get(key))
@@ -315,12 +315,12 @@ class TensorDictMap(nn.Module):
         self._filled = filled
 
     def __setitem__(self, keys: Any, values: Any) -> None:
-        """Store each row of ``values`` under the content of the matching row of ``keys``.
+        """Store each row of `values` under the content of the matching row of `keys`.
 
         Raises:
-            ValueError: if the batch sizes differ, or ``values`` does not fit the
+            ValueError: if the batch sizes differ, or `values` does not fit the
                 storage's schema (dtype or feature shape of an out_key).
-            KeyError: if an in_key is missing from ``keys`` or an out_key from ``values``.
+            KeyError: if an in_key is missing from `keys` or an out_key from `values`.
         """
         _check_td(keys, "key")
         _check_td(values, "value")
@@ -355,7 +355,7 @@ class TensorDictMap(nn.Module):
         self._size = max(self._size, top)
 
     def clear(self) -> None:
-        """Forget every key and stored row (``out_keys`` are kept)."""
+        """Forget every key and stored row (`out_keys` are kept)."""
         self._columns = {}
         self._filled = np.zeros(0, dtype=bool)
         self._count = 0

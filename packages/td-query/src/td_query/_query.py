@@ -26,7 +26,7 @@ def _check_callable(fn: Any, what: str) -> None:
 
 
 def _join(tensors: list[torch.Tensor], *, stack: bool) -> torch.Tensor:
-    """``torch.stack(tensors, -1)`` if ``stack`` else ``torch.cat(tensors)``.
+    """`torch.stack(tensors, -1)` if `stack` else `torch.cat(tensors)`.
 
     CPU tensors are joined by numpy, on one thread: torch copies megabytes with
     OpenMP threads, which stall for milliseconds when other processes hold the
@@ -48,46 +48,46 @@ def _shallow_copy(tensordict: Any) -> Any:
 class QueryModule(nn.Module):
     """Map the content of selected entries of each row of a TensorDict to a storage index.
 
-    For each of ``in_keys``, every row (all dims after the TensorDict's batch dims)
-    is hashed by a hash module (:class:`SipHash` by default); with several keys the
-    per-key hashes of a row are combined by ``aggregator``; the row's hash is then
-    mapped by ``hash_to_int`` (a :class:`HashToInt` by default) to a dense int64
-    index, written at ``index_key``. Rows with equal content in every in_key get the
-    same index. The hash is written at ``hash_key`` too (unless ``write_hash=False``).
+    For each of `in_keys`, every row (all dims after the TensorDict's batch dims)
+    is hashed by a hash module (`SipHash` by default); with several keys the
+    per-key hashes of a row are combined by `aggregator`; the row's hash is then
+    mapped by `hash_to_int` (a `HashToInt` by default) to a dense int64
+    index, written at `index_key`. Rows with equal content in every in_key get the
+    same index. The hash is written at `hash_key` too (unless `write_hash=False`).
 
     Hashing is vectorised: a hash module receives the entry with its batch dims
-    flattened into one (shape ``[n, *feature_dims]``) and returns ``n`` hashes, so
+    flattened into one (shape `[n, *feature_dims]`) and returns `n` hashes, so
     TensorDicts of any batch size work (torchrl only supports one batch dim).
 
-    The module is an ``nn.Module`` with ``in_keys`` and ``out_keys``
-    (``[index_key, hash_key]``), so it composes in a ``TensorDictSequential``, and
-    its ``state_dict`` holds the hash table: a mapping survives a restart.
+    The module is an `nn.Module` with `in_keys` and `out_keys`
+    (`[index_key, hash_key]`), so it composes in a `TensorDictSequential`, and
+    its `state_dict` holds the hash table: a mapping survives a restart.
 
     Args:
         in_keys: the key, or list of keys, whose content is hashed. A tuple is one
             nested key; a list of several keys hashes them jointly.
-        index_key: where the int64 indices are written. Defaults to ``"_index"``.
+        index_key: where the int64 indices are written. Defaults to `"_index"`.
 
     Keyword Args:
-        hash_key: where the int64 hashes are written. Defaults to ``"_hash"``.
-        hash_module: a callable mapping a ``[n, ...]`` tensor to ``n`` integer hashes
-            (like :class:`SipHash`, the default), used for every key, or a list of
-            such callables, one per in_key (its length must equal ``len(in_keys)``).
-        hash_to_int: a stateful callable ``(hashes, extend=...) -> indices`` mapping
+        hash_key: where the int64 hashes are written. Defaults to `"_hash"`.
+        hash_module: a callable mapping a `[n, ...]` tensor to `n` integer hashes
+            (like `SipHash`, the default), used for every key, or a list of
+            such callables, one per in_key (its length must equal `len(in_keys)`).
+        hash_to_int: a stateful callable `(hashes, extend=...) -> indices` mapping
             hashes to non-negative storage indices. Defaults to a new
-            :class:`HashToInt`, with which unseen rows looked up with
-            ``extend=False`` get ``-1``.
-        aggregator: a callable combining the ``[n, len(in_keys)]`` int64 per-key hashes
-            into ``n`` hashes; only allowed with more than one in_key. If omitted:
-            the single ``hash_module`` if one was given, else a :class:`SipHash`.
-        clone: if ``True``, :meth:`forward` writes into a shallow copy of its input
-            instead of the input itself. ``None`` (default) means ``False``.
+            `HashToInt`, with which unseen rows looked up with
+            `extend=False` get `-1`.
+        aggregator: a callable combining the `[n, len(in_keys)]` int64 per-key hashes
+            into `n` hashes; only allowed with more than one in_key. If omitted:
+            the single `hash_module` if one was given, else a `SipHash`.
+        clone: if `True`, `forward` writes into a shallow copy of its input
+            instead of the input itself. `None` (default) means `False`.
 
     Raises:
         ValueError: if a list of hash modules does not have one per in_key, if
-            ``aggregator`` is given with a single in_key, or if ``in_keys`` is
+            `aggregator` is given with a single in_key, or if `in_keys` is
             empty or repeats a key.
-        TypeError: if a hash module, the aggregator or ``hash_to_int`` is not
+        TypeError: if a hash module, the aggregator or `hash_to_int` is not
             callable, or a key is not a string or tuple of strings.
 
     Examples:
@@ -188,7 +188,7 @@ class QueryModule(nn.Module):
         return f"in_keys={self.in_keys!r}, out_keys={self.out_keys!r}"
 
     def _rows(self, tensordict: Any, key: Any, n: int, batch_dims: int) -> torch.Tensor:
-        """The entry at ``key`` with its batch dims flattened: ``[n, *feature_dims]``."""
+        """The entry at `key` with its batch dims flattened: `[n, *feature_dims]`."""
         try:
             value = tensordict.get(key)
         except KeyError:
@@ -207,7 +207,7 @@ class QueryModule(nn.Module):
     def _hash_entries(self, rows: list[torch.Tensor], n: int) -> list[torch.Tensor]:
         """The hash of each row of each entry.
 
-        Entries hashed by the same plain :class:`SipHash` whose rows have the same
+        Entries hashed by the same plain `SipHash` whose rows have the same
         number of bytes go through it in one call: SipHash hashes bytes only, so
         hashing their byte rows together gives the same values with fewer ops.
         """
@@ -247,7 +247,7 @@ class QueryModule(nn.Module):
         return hashes.reshape(n).to(torch.int64)
 
     def hash(self, tensordict: Any) -> torch.Tensor:
-        """The (aggregated) int64 hash of each row of ``tensordict``, of shape ``batch_size``."""
+        """The (aggregated) int64 hash of each row of `tensordict`, of shape `batch_size`."""
         batch = tensordict.batch_size
         n = math.prod(batch)
         rows = [self._rows(tensordict, key, n, len(batch)) for key in self.in_keys]
@@ -267,28 +267,28 @@ class QueryModule(nn.Module):
         write_hash: bool = True,
         clone: bool | None = None,
     ) -> Any:
-        """Write the storage index (and hash) of each row of ``tensordict``.
+        """Write the storage index (and hash) of each row of `tensordict`.
 
         Args:
             tensordict: a TensorDict holding every in_key.
 
         Keyword Args:
-            extend: if ``True`` (default), rows never seen get new indices; if
-                ``False`` the table is left unchanged and, with the default
-                :class:`HashToInt`, unseen rows get ``-1``.
-            write_hash: also write the hashes at ``hash_key``. Defaults to ``True``.
-            clone: write into a shallow copy rather than the input; ``None`` uses
-                the module's ``clone`` setting.
+            extend: if `True` (default), rows never seen get new indices; if
+                `False` the table is left unchanged and, with the default
+                `HashToInt`, unseen rows get `-1`.
+            write_hash: also write the hashes at `hash_key`. Defaults to `True`.
+            clone: write into a shallow copy rather than the input; `None` uses
+                the module's `clone` setting.
 
         Returns:
             The TensorDict written to (the input itself unless cloning), with int64
-            indices of shape ``batch_size`` at ``index_key``.
+            indices of shape `batch_size` at `index_key`.
 
         Raises:
-            KeyError: if an in_key is missing from ``tensordict``.
-            TypeError: if ``tensordict`` is not a TensorDict, or an in_key holds
+            KeyError: if an in_key is missing from `tensordict`.
+            TypeError: if `tensordict` is not a TensorDict, or an in_key holds
                 something other than a tensor.
-            RuntimeError: (``td_core.errors.LockedError``) if ``tensordict`` is
+            RuntimeError: (`td_core.errors.LockedError`) if `tensordict` is
                 locked and not cloned; the table is then left unchanged.
         """
         if not (

@@ -20,16 +20,16 @@ from td_query._sipkernels import (
 
 __all__ = ["DEFAULT_KEY", "SipHash"]
 
-#: The fixed key used when none is given: bytes ``0x00 .. 0x0f``, the key of the
+#: The fixed key used when none is given: bytes `0x00 .. 0x0f`, the key of the
 #: SipHash paper's test vectors. SipHash serves here as a fast, well-mixed,
 #: reproducible hash, not as a MAC, so the key is not a secret.
 DEFAULT_KEY: bytes = bytes(range(16))
 
-#: Rows longer than this many bytes are hashed as a tree of ``CHUNK``-byte chunks.
+#: Rows longer than this many bytes are hashed as a tree of `CHUNK`-byte chunks.
 TREE_THRESHOLD = 1024
 CHUNK = 256
-#: On CPU, with ``compiled=None``, batches of at least this many messages of at most
-#: ``COMPILE_MAX_WORDS`` full words go through the compiled kernel.
+#: On CPU, with `compiled=None`, batches of at least this many messages of at most
+#: `COMPILE_MAX_WORDS` full words go through the compiled kernel.
 COMPILE_MIN_ROWS = 8192
 COMPILE_MAX_WORDS = 32
 
@@ -45,10 +45,10 @@ def _check_key(key: bytes) -> tuple[int, int]:
 
 
 def _blocks_host(rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | int]:
-    """The SipHash blocks of each row of a ``[n, length]`` uint8 array.
+    """The SipHash blocks of each row of a `[n, length]` uint8 array.
 
-    Returns ``words``, the full 8-byte words (``[n, length // 8]`` uint64, or
-    ``None``), and ``last``, the last block (``[n]`` uint64, or one unsigned int
+    Returns `words`, the full 8-byte words (`[n, length // 8]` uint64, or
+    `None`), and `last`, the last block (`[n]` uint64, or one unsigned int
     shared by all rows). Viewing bytes as uint64 reads them little-endian, as
     SipHash specifies, on little-endian hosts (every platform PyTorch ships for).
     Copies are numpy's, on one thread (torch's OpenMP copies stall when other
@@ -65,7 +65,7 @@ def _blocks_host(rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | int]
         words = words.view(np.uint64)
         if not words.flags.aligned:
             words = words.copy()
-    # the trailing ``length % 8`` bytes, zero padded, with the length (mod 256) as
+    # the trailing `length % 8` bytes, zero padded, with the length (mod 256) as
     # the most significant byte; without trailing bytes, one constant for all rows
     last: np.ndarray | int = (length & 0xFF) << 56
     if tail:
@@ -73,13 +73,13 @@ def _blocks_host(rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | int]
         buffer[:, :tail] = rows[:, 8 * full :]
         buffer[:, 7] = length & 0xFF
         last = buffer.view(np.uint64).reshape(n)
-    elif words is None:  # empty rows: nothing but ``last`` tells the row count
+    elif words is None:  # empty rows: nothing but `last` tells the row count
         last = np.zeros(n, dtype=np.uint64)
     return words, last
 
 
 def _blocks_torch(rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | int]:
-    """:func:`_blocks_host` in torch ops on the rows' device, as int64 (same bits)."""
+    """`_blocks_host` in torch ops on the rows' device, as int64 (same bits)."""
     n, length = rows.shape
     full = length // 8  # (not divmod: torch.compile cannot trace it)
     tail = length - 8 * full
@@ -102,7 +102,7 @@ def _blocks_torch(rows: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor
     return words, last
 
 
-#: With ``compiled=None``, a row length is compiled once this many seconds were spent
+#: With `compiled=None`, a row length is compiled once this many seconds were spent
 #: hashing its large batches with numpy: the build takes seconds, so it pays only in
 #: long-running work (JIT-style tiering; a one-off script never waits for it).
 COMPILE_AFTER_SECONDS = 2.0
@@ -116,12 +116,12 @@ def siphash_rows(
     compiled: bool | None,
     compile_after: float = COMPILE_AFTER_SECONDS,
 ) -> torch.Tensor:
-    """SipHash-c-d of each row of a ``[n, length]`` uint8 tensor, as ``[n]`` int64.
+    """SipHash-c-d of each row of a `[n, length]` uint8 tensor, as `[n]` int64.
 
-    The loop runs over the 8-byte words of a row (``length // 8 + 1`` steps), never
-    over rows. Where it runs: on CPU, through the compiled kernel if ``compiled``
-    asks for it (``None``: for large batches, when one can be built), else with
-    numpy; on other devices (or while a caller's ``torch.compile`` traces this),
+    The loop runs over the 8-byte words of a row (`length // 8 + 1` steps), never
+    over rows. Where it runs: on CPU, through the compiled kernel if `compiled`
+    asks for it (`None`: for large batches, when one can be built), else with
+    numpy; on other devices (or while a caller's `torch.compile` traces this),
     with torch ops on the rows' device. All three give the same bits.
     """
     n, length = rows.shape
@@ -150,11 +150,11 @@ def hash_rows(
     compiled: bool | None,
     compile_after: float = COMPILE_AFTER_SECONDS,
 ) -> torch.Tensor:
-    """The hash of each row of a ``[n, length]`` uint8 tensor, as ``[n]`` int64.
+    """The hash of each row of a `[n, length]` uint8 tensor, as `[n]` int64.
 
-    Rows of up to ``TREE_THRESHOLD`` bytes get SipHash-c-d of their bytes. Longer
-    rows are cut into ``CHUNK``-byte chunks (the last one zero padded), every chunk
-    of every row is hashed at once, and the row's hash is ``hash_rows`` of its chunk
+    Rows of up to `TREE_THRESHOLD` bytes get SipHash-c-d of their bytes. Longer
+    rows are cut into `CHUNK`-byte chunks (the last one zero padded), every chunk
+    of every row is hashed at once, and the row's hash is `hash_rows` of its chunk
     hashes followed by its byte length (one int64 word each). This bounds the Python
     loop to a few dozen steps per level instead of one per 8 bytes of a row.
     """
@@ -174,7 +174,7 @@ def hash_rows(
 
 
 def row_bytes(x: torch.Tensor, batch_dims: int) -> torch.Tensor:
-    """The bytes of each row of ``x`` (all dims after the first ``batch_dims``), as ``[n, L]`` uint8."""
+    """The bytes of each row of `x` (all dims after the first `batch_dims`), as `[n, L]` uint8."""
     n = math.prod(x.shape[:batch_dims])
     features = math.prod(x.shape[batch_dims:])
     x = x.detach().resolve_conj().resolve_neg().reshape(n, features).contiguous()
@@ -184,17 +184,17 @@ def row_bytes(x: torch.Tensor, batch_dims: int) -> torch.Tensor:
 class SipHash(nn.Module):
     """A deterministic 64-bit hash of each row of a tensor: SipHash over the row's bytes.
 
-    A row is everything after the first ``batch_dims`` dims (by default: one row per
+    A row is everything after the first `batch_dims` dims (by default: one row per
     index of the first dim). Its bytes, in row-major order, are hashed with
-    SipHash-c-d under a fixed ``key``. The computation is vectorised over rows (a
+    SipHash-c-d under a fixed `key`. The computation is vectorised over rows (a
     Python loop over the words of a row, never over rows), so the result is
-    identical across processes, runs and machines: unlike ``hash()``, it does not
-    depend on ``PYTHONHASHSEED``.
+    identical across processes, runs and machines: unlike `hash()`, it does not
+    depend on `PYTHONHASHSEED`.
 
-    **Which SipHash.** SipHash-1-3 by default (``rounds=(1, 3)``: one compression
+    **Which SipHash.** SipHash-1-3 by default (`rounds=(1, 3)`: one compression
     round per 8-byte word, three finalisation rounds), the variant behind CPython's
-    ``hash()`` of bytes and Rust's ``HashMap``; it costs about 40% less than
-    SipHash-2-4 on short rows. ``rounds=(2, 4)`` gives SipHash-2-4, the paper's
+    `hash()` of bytes and Rust's `HashMap`; it costs about 40% less than
+    SipHash-2-4 on short rows. `rounds=(2, 4)` gives SipHash-2-4, the paper's
     default, and reproduces its test vectors. Rows longer than 1 KiB are hashed as
     a two-level tree (each 256-byte chunk with SipHash, then the chunk hashes and
     the row's length with SipHash, recursively), which keeps the number of Python
@@ -202,50 +202,50 @@ class SipHash(nn.Module):
 
     **What is hashed.** Only the bytes and their number: neither the dtype nor the
     shape of a row enters the hash. Rows whose bytes are equal therefore hash equal
-    even when their dtypes or shapes differ (``float32`` ``1.0`` and ``int32``
-    ``1065353216``; a row of shape ``[2, 3]`` and one of shape ``[6]``), and rows
-    equal as numbers but not as bytes hash differently (``0.0`` and ``-0.0``, NaNs
-    with different payloads, ``1.0`` as ``float32`` and as ``float64``). Cast to a
-    common dtype first if values, not representations, should decide. ``bfloat16``
-    is hashed as its own bytes (torchrl converts it to ``float16`` first).
+    even when their dtypes or shapes differ (`float32` `1.0` and `int32`
+    `1065353216`; a row of shape `[2, 3]` and one of shape `[6]`), and rows
+    equal as numbers but not as bytes hash differently (`0.0` and `-0.0`, NaNs
+    with different payloads, `1.0` as `float32` and as `float64`). Cast to a
+    common dtype first if values, not representations, should decide. `bfloat16`
+    is hashed as its own bytes (torchrl converts it to `float16` first).
 
     **Collisions.** The output is 64 bits, the SipHash value's bits read as an
-    int64. Distinct rows collide with probability about ``2**-64`` per pair, so
-    about ``n**2 / 2**65`` among ``n`` distinct rows (``3e-8`` for a million). A
+    int64. Distinct rows collide with probability about `2**-64` per pair, so
+    about `n**2 / 2**65` among `n` distinct rows (`3e-8` for a million). A
     collision is silent: the two rows get the same hash (and, in a
-    :class:`QueryModule`, the same index). SipHash with a key an adversary does not
-    know also resists crafted collisions, but :data:`DEFAULT_KEY` is public: pass
-    your own ``key`` if inputs may be adversarial.
+    `QueryModule`, the same index). SipHash with a key an adversary does not
+    know also resists crafted collisions, but `DEFAULT_KEY` is public: pass
+    your own `key` if inputs may be adversarial.
 
     **Where it runs.** On CPU, large batches (at least 8192 rows of up to 256
-    bytes, tree chunks included) go through a kernel that ``torch.compile``
+    bytes, tree chunks included) go through a kernel that `torch.compile`
     generates: one C++ loop over rows, the SipHash state in registers. It is built
     on the first such call, once per row length and round count in a process, which
     takes seconds (torch caches the code on disk, so later processes are quicker);
     if it cannot be built (no C++ compiler, say), a warning is logged once and
     numpy is used instead. Other CPU batches are hashed with numpy uint64 ops, a
     few dozen passes per 8 bytes of a row over blocks of rows. On other devices
-    (and inside a caller's ``torch.compile``) it is torch ops on the tensor's
+    (and inside a caller's `torch.compile`) it is torch ops on the tensor's
     device, one kernel per step over all rows. All paths give the same bits.
 
     Args:
-        as_tensor: if ``True`` (default) return the hashes as an int64 tensor of
-            shape ``x.shape[:batch_dims]``; if ``False`` return what torchrl returns:
-            a list with the bytes of each row (``bytes``), in row-major order of
+        as_tensor: if `True` (default) return the hashes as an int64 tensor of
+            shape `x.shape[:batch_dims]`; if `False` return what torchrl returns:
+            a list with the bytes of each row (`bytes`), in row-major order of
             the batch dims.
 
     Keyword Args:
-        key: the 16-byte SipHash key. Defaults to :data:`DEFAULT_KEY`.
+        key: the 16-byte SipHash key. Defaults to `DEFAULT_KEY`.
         batch_dims: how many leading dims index rows. Defaults to 1.
-        rounds: ``(c, d)``, the compression and finalisation rounds. Defaults to
-            ``(1, 3)``; ``(2, 4)`` is SipHash-2-4.
-        compiled: on CPU, whether to use the compiled kernel: ``None`` (default)
+        rounds: `(c, d)`, the compression and finalisation rounds. Defaults to
+            `(1, 3)`; `(2, 4)` is SipHash-2-4.
+        compiled: on CPU, whether to use the compiled kernel: `None` (default)
             for large batches when it can be built, once a row length has spent
-            ``compile_after`` seconds in numpy (the build takes seconds: only
-            long-running work pays it), ``True`` for every batch
-            (errors from ``torch.compile`` are raised), ``False`` never (numpy
+            `compile_after` seconds in numpy (the build takes seconds: only
+            long-running work pays it), `True` for every batch
+            (errors from `torch.compile` are raised), `False` never (numpy
             only: no compilation, no first-call delay).
-        compile_after: with ``compiled=None``, the seconds of numpy hashing of
+        compile_after: with `compiled=None`, the seconds of numpy hashing of
             large batches of one row length after which its kernel is built
             (default 2; 0 builds it for the first large batch).
 
@@ -314,18 +314,18 @@ class SipHash(nn.Module):
         return ", ".join(parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | list[bytes]:
-        """Hash each row of ``x``.
+        """Hash each row of `x`.
 
         Args:
-            x: a tensor with at least ``batch_dims`` dims, of any dtype and device.
+            x: a tensor with at least `batch_dims` dims, of any dtype and device.
 
         Returns:
-            An int64 tensor of shape ``x.shape[:batch_dims]`` on ``x.device`` (or a
-            list of bytes if ``as_tensor=False``).
+            An int64 tensor of shape `x.shape[:batch_dims]` on `x.device` (or a
+            list of bytes if `as_tensor=False`).
 
         Raises:
-            TypeError: if ``x`` is not a tensor.
-            ValueError: if ``x`` has fewer than ``batch_dims`` dims.
+            TypeError: if `x` is not a tensor.
+            ValueError: if `x` has fewer than `batch_dims` dims.
         """
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"SipHash expects a torch.Tensor, got {type(x).__name__}")

@@ -1,17 +1,17 @@
-"""SipHash-c-d of many messages at once: the arithmetic behind ``SipHash``.
+"""SipHash-c-d of many messages at once: the arithmetic behind `SipHash`.
 
-A batch of ``n`` messages of the same length is given as ``words`` (``[n, full]``
-int64: the full 8-byte words of each message, read little-endian) and ``last``
+A batch of `n` messages of the same length is given as `words` (`[n, full]`
+int64: the full 8-byte words of each message, read little-endian) and `last`
 (the final block of each message: its trailing bytes and its length). The same
 arithmetic runs three ways, all with identical results:
 
 - **numpy**, on CPU: uint64 ops in place (native wraparound and logical shifts),
   over blocks of rows that stay in cache. No compilation, a few hundred ufunc
   calls per block.
-- **torch**, on other devices (and inside a caller's ``torch.compile``): int64
+- **torch**, on other devices (and inside a caller's `torch.compile`): int64
   ops over all rows, one kernel per op.
 - **compiled**, on CPU for large batches: the torch function above, fused by
-  ``torch.compile`` (inductor) into one C++ loop over rows that keeps the state
+  `torch.compile` (inductor) into one C++ loop over rows that keeps the state
   in registers. Built lazily, once per message length and round count, and
   cached by torch on disk; if it cannot be built, numpy is used instead.
 """
@@ -45,7 +45,7 @@ NUMPY_BLOCK = 16384
 
 
 def to_int64(value: int) -> int:
-    """The int64 with the same 64 bits as the unsigned ``value``."""
+    """The int64 with the same 64 bits as the unsigned `value`."""
     value &= (1 << 64) - 1
     return value - (1 << 64) if value >= 1 << 63 else value
 
@@ -62,7 +62,7 @@ _SHIFTS = {bits: (_U64(bits), _U64(64 - bits)) for bits in (13, 16, 17, 21, 32)}
 
 
 def _rotl_np(x: np.ndarray, bits: int, tmp: np.ndarray) -> None:
-    """Rotate the uint64 words of ``x`` left by ``bits``, in place (``tmp`` is scratch)."""
+    """Rotate the uint64 words of `x` left by `bits`, in place (`tmp` is scratch)."""
     left, right = _SHIFTS[bits]
     np.right_shift(x, right, out=tmp)
     np.left_shift(x, left, out=x)
@@ -94,15 +94,15 @@ def siphash_numpy(
     key: tuple[int, int],
     rounds: tuple[int, int],
 ) -> np.ndarray:
-    """SipHash-c-d of ``n`` messages on CPU, as ``[n]`` uint64.
+    """SipHash-c-d of `n` messages on CPU, as `[n]` uint64.
 
     Args:
-        words: ``[n, full]`` uint64, the full words of each message, or ``None``.
-        last: ``[n]`` uint64, the final block of each message, or one unsigned int
+        words: `[n, full]` uint64, the full words of each message, or `None`.
+        last: `[n]` uint64, the final block of each message, or one unsigned int
             for all.
         n: the number of messages.
-        key: ``(k0, k1)``.
-        rounds: ``(c, d)``.
+        key: `(k0, k1)`.
+        rounds: `(c, d)`.
     """
     c_rounds, d_rounds = rounds
     full = 0 if words is None else words.shape[1]
@@ -137,7 +137,7 @@ def siphash_numpy(
 
 # ----------------------------------------------------------------------- torch
 def _rotl(x: torch.Tensor, bits: int) -> torch.Tensor:
-    # ``>>`` on int64 is arithmetic: masking off the sign bits shifted in makes it
+    # `>>` on int64 is arithmetic: masking off the sign bits shifted in makes it
     # the logical shift that uint64 arithmetic needs
     return (x << bits) | ((x >> (64 - bits)) & ((1 << bits) - 1))
 
@@ -168,10 +168,10 @@ def siphash_torch(
     """SipHash-c-d of each message, in int64 torch ops (the same bits as uint64).
 
     Args:
-        words: ``[n, full]`` int64, the full words of each message, or ``None``.
-        last: ``[n]`` int64, the final blocks, or one int64 value for all (then
-            ``words`` must be given).
-        init: ``[4]`` int64, the initial state (:func:`init_state`, as int64).
+        words: `[n, full]` int64, the full words of each message, or `None`.
+        last: `[n]` int64, the final blocks, or one int64 value for all (then
+            `words` must be given).
+        init: `[4]` int64, the initial state (`init_state`, as int64).
         c_rounds: rounds per word.
         d_rounds: finalisation rounds.
     """
@@ -197,7 +197,7 @@ _broken: list[BaseException] = []  # the error that made compilation unavailable
 
 def _new_kernel(full: int, c_rounds: int, d_rounds: int) -> Callable[..., torch.Tensor]:
     # torch.compile keeps its graphs per code object and stops compiling after a
-    # few (``recompile_limit``); each message length unrolls into a graph of its
+    # few (`recompile_limit`); each message length unrolls into a graph of its
     # own, so each gets a code object of its own.
     # (a plain function: torch.compile would wrap a functools.partial in a shared one)
     code = siphash_torch.__code__.replace(co_name=f"siphash_{full}w_{c_rounds}_{d_rounds}")
@@ -217,12 +217,12 @@ def compiled_kernel(
 ) -> torch.Tensor | None:
     """SipHash through the compiled kernel for this message length, on CPU.
 
-    Takes what :func:`siphash_numpy` takes and returns ``[n]`` int64. The kernel
+    Takes what `siphash_numpy` takes and returns `[n]` int64. The kernel
     is built on first use: seconds, once per process and message length (torch
     caches the generated code on disk, so later processes build faster). Returns
-    ``None`` if it cannot be built (no C++ compiler, unsupported Python), after
-    which every call in this process returns ``None`` at once; with
-    ``required=True`` the error is raised instead.
+    `None` if it cannot be built (no C++ compiler, unsupported Python), after
+    which every call in this process returns `None` at once; with
+    `required=True` the error is raised instead.
     """
     if _broken and not required:
         return None
