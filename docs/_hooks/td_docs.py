@@ -10,8 +10,8 @@
    written by hand here (no plotting library) as the generated page asset
    ``assets/benchmark-ratios.svg``.
 2. API completeness. Every name in a package's ``__all__`` must have an anchor on
-   its ``api/<module>.md`` page; a missing one is a warning, so the strict build
-   fails.
+   its ``api/<module>.md`` page; a missing one is logged as an error, which fails
+   the strict build even under ``--quiet`` (that hides warnings from ``--strict``).
 
 Run as a script to refresh the snapshot from the current results::
 
@@ -249,7 +249,13 @@ def on_page_content(html_text: str, page: Any, config: Any, files: Any) -> str:
         module = src[len("api/") : -len(".md")]
         missing = [n for n in public_names(module) if f'id="{module}.{n}"' not in html_text]
         if missing:
-            log.warning("%s: no API entry for %s (in %s.__all__)", src, missing, module)
+            log.error(
+                "%s: no API entry for %s (in %s.__all__): add a `::: %s.<name>` line",
+                src,
+                missing,
+                module,
+                module,
+            )
     return html_text
 
 

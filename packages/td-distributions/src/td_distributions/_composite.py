@@ -201,8 +201,10 @@ class CompositeDistribution(D.Distribution):
         Args:
             params: only its batch size is read: the `batch_shape`.
             distributions: maps names to distributions.
-            name_map, aggregate_probabilities, log_prob_key, entropy_key: as in
-                the constructor.
+            name_map: as in the constructor.
+            aggregate_probabilities: as in the constructor.
+            log_prob_key: as in the constructor.
+            entropy_key: as in the constructor.
 
         Examples:
             >>> import torch
