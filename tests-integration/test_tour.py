@@ -1,9 +1,14 @@
 """The README's first command, ``uv run python docs/examples/tour.py``, in its CI form (``--quick``)."""
 
 import os
+import struct
 import subprocess
 import sys
+import threading
+import zlib
 from pathlib import Path
+
+import pytest
 
 from td_core import TensorDict
 
@@ -21,6 +26,36 @@ def run_tour(*args: str, tmp: Path) -> subprocess.CompletedProcess:
         timeout=120,
         check=False,
     )
+
+
+def read_png(path: Path) -> tuple[int, int, bytes]:
+    """Width, height and RGB pixels of an 8-bit RGB PNG, checking every chunk's CRC."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
+    pos, chunks = 8, []
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert crc == zlib.crc32(kind + body), f"bad CRC in chunk {kind!r}"
+        chunks.append((kind, body))
+        pos += 12 + length
+    assert chunks[0][0] == b"IHDR" and chunks[-1] == (b"IEND", b"")
+    width, height, depth, color, *_ = struct.unpack(">IIBBBBB", chunks[0][1])
+    assert (depth, color) == (8, 2), "expected 8-bit RGB"
+    raw = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
+    stride = 1 + 3 * width
+    assert len(raw) == height * stride
+    assert all(raw[y * stride] == 0 for y in range(height)), "rows use filter type 0"
+    return width, height, b"".join(raw[y * stride + 1 : (y + 1) * stride] for y in range(height))
+
+
+def assert_training_plot(path: Path) -> None:
+    width, height, pixels = read_png(path)
+    assert (width, height) == (880, 300)  # two 440 x 300 panels
+    colors = {pixels[i : i + 3] for i in range(0, len(pixels), 3)}
+    # white canvas, black axes, a blue and an orange curve
+    assert {b"\xff\xff\xff", b"\x00\x00\x00", bytes((31, 119, 180)), bytes((230, 110, 0))} <= colors
 
 
 def leftovers(tmp: Path) -> list[str]:
@@ -41,8 +76,12 @@ def test_quick_tour_runs_prints_a_summary_and_cleans_up(tmp_path):
     summary = out[out.index("\nsummary\n") :]
     assert summary.count(" s  ") == 5 and "total" in summary  # four stages and the total
     assert "60 steps, loss 2." in summary and "accuracy" in summary
-    assert "100%" in result.stderr  # the progress bar of the save
-    assert leftovers(tmp_path / "tmp") == []  # the tour's temp dir is gone
+    assert result.stderr == ""  # no progress bars when stderr is not a terminal
+    # the tour's temp dir is gone; the plot stays beside it, and the tour says where
+    assert leftovers(tmp_path / "tmp") == ["td-tour-training.png"]
+    plot = tmp_path / "tmp" / "td-tour-training.png"
+    assert f"drawn in {plot}" in out and f"training curves: {plot}" in summary
+    assert_training_plot(plot)
 
 
 def test_tour_keeps_its_files_with_out(tmp_path):
@@ -55,4 +94,51 @@ def test_tour_keeps_its_files_with_out(tmp_path):
     assert data["images"].dtype.is_floating_point is False and data["labels"].max() < 10
     params = TensorDict.load_memmap(out_dir / "model")
     assert len(list(params.keys(include_nested=True, leaves_only=True))) == 8
+    assert_training_plot(out_dir / "training.png")
+    assert f"drawn in {out_dir / 'training.png'}" in result.stdout
     assert leftovers(tmp_path / "tmp") == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_tour_shows_progress_bars_on_a_terminal(tmp_path):
+    import fcntl
+    import pty
+    import termios
+
+    # stderr on a pseudo-terminal, as when a person runs the tour
+    leader, follower = pty.openpty()
+    # 24 rows of 100 columns: a new pty is 0 x 0, and tqdm draws nothing in 0 columns
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # read while it runs: a full terminal buffer would block the tour
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO once the tour has exited and closed its end
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-W", "error", str(TOUR), "--rows", "300", "--steps", "3"],
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(follower)
+        reader.join(timeout=30)
+        os.close(leader)
+    bars = b"".join(chunks).decode(errors="replace")
+    assert result.returncode == 0, result.stdout + bars
+    for stage in ("writing chunks", "hashing chunks", "training"):
+        assert stage in bars
+    assert "100%" in bars and "4/4" in bars  # the training bar: steps 0 to 3

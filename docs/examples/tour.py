@@ -5,9 +5,13 @@
     uv run python docs/examples/tour.py --out DIR  # keep the data set and checkpoint in DIR
 
 1. generate labelled images and save them with td-memmap (one file per entry);
-2. find repeated images with td-query's ``QueryModule`` (content hashing);
-3. train a td-nn ensemble with a td-distributions head on random batches read from disk;
+2. find repeated images with td-query's `QueryModule` (content hashing);
+3. train a td-nn ensemble with a td-distributions head on random batches read from disk,
+   and draw the loss and accuracy over the steps into a PNG (`training.png` in DIR, or
+   `td-tour-training.png` in the temp folder when the files are not kept);
 4. checkpoint the parameters with memmap and load them into a fresh model.
+
+Progress bars (tqdm) show the stages that take a while, when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
+from pngplot import BLUE, ORANGE, Panel, Series, save_line_charts  # docs/examples/pngplot.py
 from torch import nn
 from tqdm import tqdm
 
@@ -29,7 +35,7 @@ import td_distributions
 import td_memmap
 import td_nn
 import td_query
-from td_core import TensorDict
+from td_core import TensorDict, TensorDictBase
 from td_distributions import OneHotCategorical
 from td_nn import (
     EnsembleModule,
@@ -41,7 +47,9 @@ from td_nn import (
 from td_query import QueryModule
 
 CLASSES, SIDE, CHUNK, BATCH, MEMBERS = 10, 16, 10_000, 256, 3
+EVALS = 20  # held-out accuracy is measured this many times during training
 SUMMARY: list[tuple[str, float, str]] = []  # (stage, seconds, outcome)
+T = TypeVar("T")
 
 
 @contextmanager
@@ -52,6 +60,11 @@ def stage(name: str, title: str) -> Iterator[list[str]]:
     start = time.perf_counter()
     yield outcome
     SUMMARY.append((name, time.perf_counter() - start, ", ".join(outcome)))
+
+
+def progress(items: Iterable[T], what: str, unit: str) -> tqdm[T]:
+    """`items` with a progress bar on stderr; none when stderr is not a terminal (CI logs)."""
+    return tqdm(items, desc=f"   {what}", unit=unit, disable=None)
 
 
 # --------------------------------------------------------------------------- data
@@ -79,7 +92,7 @@ def generate_and_save(rows: int, folder: Path) -> str:
     )
     store = template.expand(rows).memmap_like(folder)
     # Fill it chunk by chunk: indexing a memory-mapped TensorDict writes through to the files.
-    for start in tqdm(range(0, rows, CHUNK), desc="   writing chunks", unit="chunk"):
+    for start in progress(range(0, rows, CHUNK), "writing chunks", "chunk"):
         stop = min(start + CHUNK, rows)
         store[start:stop] = make_rows(start, stop, prototypes)
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
@@ -92,7 +105,8 @@ def deduplicate(data: TensorDict) -> torch.Tensor:
     # QueryModule hashes each row's "images" (SipHash, vectorised) and maps every new hash
     # to the next free index: equal images get equal ids, across calls too.
     query = QueryModule(in_keys=["images"], index_key="image_id")
-    ids = torch.cat([query(chunk.select("images"))["image_id"] for chunk in data.split(CHUNK)])
+    chunks = progress(data.split(CHUNK), "hashing chunks", "chunk")
+    ids = torch.cat([query(chunk.select("images"))["image_id"] for chunk in chunks])
     distinct = int(ids.max()) + 1
     rows = torch.arange(len(ids))
     first = torch.full((distinct,), len(ids)).scatter_reduce_(0, ids, rows, "amin")
@@ -123,14 +137,65 @@ def make_model() -> ProbabilisticTensorDictSequential:
 
 def predict(model: ProbabilisticTensorDictSequential, batch: TensorDict) -> torch.Tensor:
     """Every member's vote: one-hot labels of shape [MEMBERS, len(batch), CLASSES]."""
-    with set_interaction_type("mode"):  # write the most likely label, not a random sample
+    # the most likely label, not a random sample; no gradients are needed to predict
+    with set_interaction_type("mode"), torch.no_grad():
         return model(batch.copy())["label"]
 
 
-def train(data: TensorDict, train_rows: torch.Tensor, steps: int) -> tuple[nn.Module, list[float]]:
-    model, losses = make_model(), []
-    optim = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(steps + 1):
+def accuracy(votes: torch.Tensor, labels: torch.Tensor) -> float:
+    """The share of rows whose majority vote (over the members, dim 0) is the label."""
+    return (votes.sum(0).argmax(-1) == labels).float().mean().item()
+
+
+class Adam:
+    """Adam over a TensorDict of parameters: each line updates every parameter at once.
+
+    It computes what `torch.optim.Adam` does; written with TensorDict arithmetic here, it
+    also spares the tour the import of `torch._dynamo` that the first `torch.optim`
+    optimizer triggers (seconds: longer than the quick tour's training).
+    """
+
+    def __init__(
+        self, params: TensorDictBase, lr: float, betas: tuple[float, float] = (0.9, 0.999)
+    ) -> None:
+        self.params, self.lr, self.betas, self.steps = params, lr, betas, 0
+        # running means of the gradients and of their squares, made at the first step
+        self.means: tuple[TensorDictBase, TensorDictBase] | None = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        # the leaves that received a gradient (torch.optim skips the others too: here the
+        # ensemble's template copy of the net, which vmap does not run)
+        grad = self.params.grad
+        assert grad is not None, "no parameter has a gradient: call backward() first"
+        if self.means is None:
+            self.means = (grad.clone().zero_(), grad.clone().zero_())
+        (b1, b2), (mean, square), self.steps = self.betas, self.means, self.steps + 1
+        mean.lerp_(grad, 1 - b1)
+        square.lerp_(grad * grad, 1 - b2)
+        # the averages without their bias towards 0
+        mean, square = mean / (1 - b1**self.steps), square / (1 - b2**self.steps)
+        trained = self.params.select(*grad.keys(include_nested=True, leaves_only=True))
+        trained.sub_(self.lr * mean / (square.sqrt() + 1e-8))  # in the module's own tensors
+
+    def zero_grad(self) -> None:
+        self.params.zero_grad()
+
+
+def train(
+    data: TensorDict, train_rows: torch.Tensor, steps: int, test: TensorDict
+) -> tuple[ProbabilisticTensorDictSequential, dict[str, list[float]]]:
+    """Train on random batches; record the loss and accuracy of every step and, EVALS times,
+    the accuracy on the held-out `test` rows."""
+    model = make_model()
+    history: dict[str, list[float]] = {
+        "loss": [], "batch_accuracy": [], "eval_step": [], "test_accuracy": []
+    }  # fmt: skip
+    # from_module: the module's own parameters (not copies) as the leaves of a TensorDict
+    optim = Adam(TensorDict.from_module(model), lr=3e-3)
+    every = max(steps // EVALS, 1)
+    bar = progress(range(steps + 1), "training", "step")
+    for step in bar:
         # advanced indexing reads only the rows asked for from the files
         batch = data[train_rows[torch.randint(len(train_rows), (BATCH,))]]
         dist = model.get_dist(batch)  # runs the members before the head
@@ -138,21 +203,43 @@ def train(data: TensorDict, train_rows: torch.Tensor, steps: int) -> tuple[nn.Mo
         optim.zero_grad()
         loss.backward()
         optim.step()
-        losses.append(loss.item())
+        history["loss"].append(loss.item())
+        # each member's most likely class for each row, one-hot: [MEMBERS, BATCH, CLASSES]
+        votes = F.one_hot(dist.logits.detach().argmax(-1), CLASSES)
+        history["batch_accuracy"].append(accuracy(votes, batch["labels"]))
+        if step % every == 0 or step == steps:
+            history["eval_step"].append(step)
+            history["test_accuracy"].append(accuracy(predict(model, test), test["labels"]))
+            bar.set_postfix(loss=f"{history['loss'][-1]:.3f}")
         if step % max(steps // 6, 1) == 0:
-            print(f"   step {step:4d}  loss {losses[-1]:.4f}")
-    return model, losses
+            tqdm.write(f"   step {step:4d}  loss {history['loss'][-1]:.4f}")
+    return model, history
 
 
-def evaluate(model: nn.Module, test: TensorDict) -> float:
+def plot(history: dict[str, list[float]], path: Path) -> Path:
+    """Loss and accuracy over the steps, side by side, as a PNG file."""
+    steps = list(range(len(history["loss"])))
+    loss = Panel("loss over the training steps", [Series(steps, history["loss"], BLUE)])
+    acc = Panel(
+        "accuracy",
+        [
+            Series(steps, history["batch_accuracy"], BLUE, "training batch"),
+            Series(history["eval_step"], history["test_accuracy"], ORANGE, "held-out"),
+        ],
+        y_range=(0.0, 1.0),
+    )
+    return save_line_charts(path, [loss, acc])
+
+
+def evaluate(model: ProbabilisticTensorDictSequential, test: TensorDict) -> float:
     votes, labels = predict(model, test), test["labels"]
-    ensemble = (votes.sum(0).argmax(-1) == labels).float().mean().item()  # majority vote
+    ensemble = accuracy(votes, labels)  # majority vote
     members = ", ".join(f"{m:.1%}" for m in (votes.argmax(-1) == labels).float().mean(-1))
     print(f"   accuracy on {len(labels):,} held-out images: {ensemble:.1%} (members: {members})")
     return ensemble
 
 
-def checkpoint(model: nn.Module, folder: Path, test: TensorDict) -> int:
+def checkpoint(model: ProbabilisticTensorDictSequential, folder: Path, test: TensorDict) -> int:
     # from_module: every parameter and buffer, nested like the module tree
     params = TensorDict.from_module(model)
     params.memmap(folder, num_threads=2)  # one raw file per tensor, written in parallel
@@ -169,7 +256,7 @@ def checkpoint(model: nn.Module, folder: Path, test: TensorDict) -> int:
 
 
 # --------------------------------------------------------------------------- tour
-def tour(rows: int, steps: int, out: Path) -> None:
+def tour(rows: int, steps: int, out: Path, plot_path: Path) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)  # a model this small runs fastest on one thread
     versions = ", ".join(
@@ -194,12 +281,14 @@ def tour(rows: int, steps: int, out: Path) -> None:
         distinct = distinct[torch.randperm(len(distinct))]
         held_out = min(2_000, len(distinct) // 5)
         test, train_rows = data[distinct[:held_out]], distinct[held_out:]
-        model, losses = train(data, train_rows, steps)
-        accuracy = evaluate(model, test)
+        model, history = train(data, train_rows, steps, test)
+        final = evaluate(model, test)
+        print(f"   loss and accuracy over the steps, drawn in {plot(history, plot_path)}")
+        losses = history["loss"]
         outcome += [
             f"{steps} steps",
             f"loss {losses[0]:.2f} -> {losses[-1]:.2f}",
-            f"accuracy {accuracy:.1%}",
+            f"accuracy {final:.1%}",
         ]
 
     with stage(
@@ -211,6 +300,7 @@ def tour(rows: int, steps: int, out: Path) -> None:
     for name, seconds, what in SUMMARY:
         print(f"   {seconds:6.2f} s  {name:<11} {what}")
     print(f"   {sum(seconds for _, seconds, _ in SUMMARY):6.2f} s  total")
+    print(f"   training curves: {plot_path}")
 
 
 def main() -> None:
@@ -227,10 +317,12 @@ def main() -> None:
         parser.error("--rows must be >= 10 and --steps >= 1")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        tour(rows, steps, args.out)
+        tour(rows, steps, args.out, args.out / "training.png")
     else:
-        with tempfile.TemporaryDirectory(prefix="td-tour-") as tmp:  # removed at the end
-            tour(rows, steps, Path(tmp))
+        # the files go in a temp folder removed at the end; the plot stays beside it
+        plot_path = Path(tempfile.gettempdir()) / "td-tour-training.png"
+        with tempfile.TemporaryDirectory(prefix="td-tour-") as tmp:
+            tour(rows, steps, Path(tmp), plot_path)
 
 
 if __name__ == "__main__":
