@@ -1,6 +1,7 @@
 """Each package installed on its own: build every wheel, install a few into fresh virtual envs.
 
-``uv build --all-packages`` builds the five wheels; each test makes a new virtual
+``uv build --all-packages`` builds the five sdists and, from them, the five wheels;
+the first test checks what every archive ships (LICENSE, metadata); each other test makes a new virtual
 environment, installs only some of them (plus torch and numpy, pinned to this
 environment's versions so uv links them from its cache), and runs a script with
 that environment's Python, away from the workspace. Installing needs uv's cache or
@@ -9,12 +10,16 @@ the package index: without both, the test fails and says so.
 
 from __future__ import annotations
 
+import email.parser
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -62,10 +67,44 @@ def _uv_run(args: list[str], what: str, cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("wheels")
-    _uv_run(["build", "--all-packages", "--wheel", "--out-dir", str(out)], "build the wheels", ROOT)
+    # sdists first, then each wheel from its sdist (so a file the sdist lacks is missed)
+    _uv_run(["build", "--all-packages", "--out-dir", str(out)], "build the packages", ROOT)
     found = {w.name.split("-")[0].replace("_", "-"): w for w in out.glob("*.whl")}
     assert sorted(found) == PACKAGES, sorted(found)
     return found
+
+
+def test_every_wheel_and_sdist_ships_the_license_and_metadata(wheels):
+    license_text = (ROOT / "LICENSE").read_text()
+    sdists = {
+        s.name.rsplit("-", 1)[0].replace("_", "-"): s
+        for s in wheels["td-core"].parent.glob("*.tar.gz")
+    }
+    assert sorted(sdists) == PACKAGES, sorted(sdists)
+    for name, wheel in wheels.items():
+        with zipfile.ZipFile(wheel) as archive:
+            files = archive.namelist()
+            licenses = [f for f in files if f.endswith(".dist-info/licenses/LICENSE")]
+            assert len(licenses) == 1, f"{wheel.name}: no LICENSE in {files}"
+            assert archive.read(licenses[0]).decode() == license_text
+            meta_name = next(f for f in files if f.endswith(".dist-info/METADATA"))
+            meta = email.parser.Parser().parsestr(archive.read(meta_name).decode())
+        assert meta["License-Expression"] == "MIT" and meta["Author"], wheel.name
+        urls = {u.split(",")[0] for u in meta.get_all("Project-URL", [])}
+        assert {"Homepage", "Documentation", "Repository", "Issues"} <= urls, wheel.name
+        classifiers = meta.get_all("Classifier", [])
+        assert any(c.startswith("Development Status ::") for c in classifiers), wheel.name
+        assert {f"Programming Language :: Python :: 3.{m}" for m in (10, 11, 12, 13)} <= set(
+            classifiers
+        )
+        # the long description is the README an index page shows: its links must be absolute
+        links = re.findall(r"\]\(([^)]+)\)", meta.get_payload())
+        assert all(re.match(r"https://|#", link) for link in links), (wheel.name, links)
+        with tarfile.open(sdists[name]) as archive:
+            root = archive.getnames()[0].split("/")[0]
+            member = archive.extractfile(f"{root}/LICENSE")
+            assert member is not None and member.read().decode() == license_text, sdists[name].name
+            assert f"{root}/PKG-INFO" in archive.getnames()
 
 
 def make_venv(tmp_path: Path, wheels: dict[str, Path], names: list[str]) -> Path:
