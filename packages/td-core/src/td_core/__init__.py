@@ -62,6 +62,7 @@ from td_core._predicates import (
 from td_core._printoptions import get_printoptions, set_printoptions
 from td_core._stack import cat, stack
 from td_core._td import TensorDict, from_dict
+from td_core._tabular import from_csv, from_pandas, from_parquet
 from td_core._tensorclass import is_tensorclass
 from td_core._tensorclass_options import TensorClass, tensorclass
 from td_core._testing import assert_allclose_td, assert_close
@@ -84,6 +85,9 @@ __all__ = [
     "from_safetensors",
     "to_safetensors",
     "from_h5",
+    "from_pandas",
+    "from_csv",
+    "from_parquet",
     "collate",
     "LazyStackedTensorDict",
     "lazy_stack",
