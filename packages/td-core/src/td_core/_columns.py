@@ -175,12 +175,12 @@ def build(
     dtype: torch.dtype | None,
 ) -> Any:
     """The TensorDict of `columns` (the tail every reader shares)."""
-    if auto_batch_size and batch_size is not None:
-        raise TypeError(f"{what}: pass batch_size or auto_batch_size=True, not both")
     entries = {name: _entry(values, dtype) for name, values in columns.items()}
     source: Mapping[str, Any] = entries if separator is None else _nest(entries, separator)
     size = torch.Size([num_rows]) if batch_size is None else as_size(batch_size)
-    result: Any = dense(source, size, device)
+    result: Any = dense(source, size, device)  # a batch_size that does not fit raises first
+    if auto_batch_size and batch_size is not None:
+        raise TypeError(f"{what}: pass batch_size or auto_batch_size=True, not both")
     if auto_batch_size:
         result.auto_batch_size_(batch_dims=batch_dims)
     elif batch_dims is not None:
