@@ -88,6 +88,8 @@ def test_from_pandas_options() -> None:
     assert auto.batch_size == torch.Size([])
     with pytest.raises(TypeError, match="not both"):
         td_core.from_pandas(frame, auto_batch_size=True, batch_size=[2])
+    assert td_core.from_pandas(frame, device="cpu").device == torch.device("cpu")
+    assert set(td_core.from_pandas(pd.DataFrame({0: [1], 1: [2]})).keys()) == {"0", "1"}
     with pytest.warns(FutureWarning, match="batch_dims=0"):
         assert td_core.from_pandas(frame, batch_dims=0).batch_size == torch.Size([2])
 
@@ -214,6 +216,7 @@ def test_from_arrow_views_mutable_buffers_and_copies_on_request() -> None:
     table = pa.table({"x": pa.array([1.0, 2.0])})
     view = td_core.from_arrow(table)["x"]
     copy = td_core.from_arrow(table, copy=True)["x"]
+    assert td_core.from_arrow(table, device="cpu").device == torch.device("cpu")
     view.add_(1)
     assert table.column("x").to_pylist() == [2.0, 3.0]
     assert copy.tolist() == [1.0, 2.0]
