@@ -147,7 +147,7 @@ def test_from_pandas_on_a_tensorclass_builds_it() -> None:
         Point.from_pandas(frame.assign(z=[0, 0]))
 
 
-def test_lazy_stacks_read_and_write_tables() -> None:
+def test_lazy_stacks_read_and_write_tables(tmp_path: Path) -> None:
     members = [
         TensorDict(r=torch.rand(2), ragged=torch.zeros(2, i + 1), batch_size=[2]) for i in range(3)
     ]
@@ -156,6 +156,14 @@ def test_lazy_stacks_read_and_write_tables() -> None:
     assert frame["r"].tolist() == torch.stack([m["r"] for m in members]).reshape(-1).tolist()
     back = LazyStackedTensorDict.from_pandas(frame)
     assert type(back) is TensorDict and back.batch_size == torch.Size([6])
+    stack.select("r").reshape(-1).to_csv(tmp_path / "t.csv")
+    stack.select("r").reshape(-1).to_parquet(tmp_path / "t.parquet")
+    for back in (
+        LazyStackedTensorDict.from_csv(tmp_path / "t.csv", dtype=torch.float32),
+        LazyStackedTensorDict.from_parquet(tmp_path / "t.parquet"),
+    ):
+        assert type(back) is TensorDict
+        torch.testing.assert_close(back["r"], stack["r"].reshape(-1))
 
 
 # ---------------------------------------------------------------- files

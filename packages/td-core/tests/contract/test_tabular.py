@@ -62,6 +62,16 @@ def _file_round_trip(suffix: str, **read: Any) -> Any:
     return case
 
 
+def _classmethod_round_trip(suffix: str) -> Any:
+    def case(td: Any) -> Any:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"t.{suffix}"
+            getattr(_rows(td), f"to_{suffix}")(path, separator=".")
+            return _flat(getattr(type(td), f"from_{suffix}")(path, separator="."))
+
+    return case
+
+
 def _classmethod_from_pandas(td: Any, **kwargs: Any) -> Any:
     frame = _rows(td).to_pandas(separator=".")
     return _flat(type(td).from_pandas(frame, separator=".", **kwargs))
@@ -105,6 +115,8 @@ CASES = {
     "csv_round_trip_dtype": _file_round_trip("csv", dtype=torch.float32),
     "parquet_round_trip": _file_round_trip("parquet"),
     "parquet_columns": _file_round_trip("parquet", columns=["nested.y"]),
+    "csv_classmethod": _classmethod_round_trip("csv"),
+    "parquet_classmethod": _classmethod_round_trip("parquet"),
     # Arrow
     "arrow_round_trip": _arrow_round_trip,
     "to_arrow_two_batch_dims": lambda td: _ns(td).to_arrow(td),
