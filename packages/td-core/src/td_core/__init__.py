@@ -1,6 +1,7 @@
 """td-core: TensorDict, a dict of tensors that behaves like a tensor over its batch dims."""
 
 from td_core import errors
+from td_core._arrow import from_arrow, to_arrow
 from td_core._base import TensorDictBase, is_tensor_collection
 from td_core._collection import NonTensorDataBase, TensorCollection
 from td_core._consolidate import from_consolidated
@@ -61,6 +62,7 @@ from td_core._predicates import (
 )
 from td_core._printoptions import get_printoptions, set_printoptions
 from td_core._stack import cat, stack
+from td_core._tabular import from_csv, from_pandas, from_parquet
 from td_core._td import TensorDict, from_dict
 from td_core._tensorclass import is_tensorclass
 from td_core._tensorclass_options import TensorClass, tensorclass
@@ -84,6 +86,11 @@ __all__ = [
     "from_safetensors",
     "to_safetensors",
     "from_h5",
+    "from_pandas",
+    "from_csv",
+    "from_parquet",
+    "from_arrow",
+    "to_arrow",
     "collate",
     "LazyStackedTensorDict",
     "lazy_stack",

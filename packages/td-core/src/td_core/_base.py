@@ -36,6 +36,7 @@ from td_core import (
     _shape,
     _stack,
     _structure,
+    _tabular,
 )
 from td_core._contract import TensorDictContract, dense
 from td_core._keys import KeysView, NestedKey, unravel_key
@@ -78,6 +79,7 @@ class TensorDictBase(
     _stack.StackMixin,
     _interchange.InterchangeMixin,
     _persistence.MemmapMixin,
+    _tabular.TabularMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see `td_core.TensorDict`."""
