@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._casts import cast_all
+from td_core._contract import TD, TensorDictContract
 from td_core._map import (
     is_td,
     map_leaves,
@@ -22,6 +23,8 @@ from td_core._utils import NO_DEFAULT, as_device, as_size, broadcast_shape
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = ["ApplyMixin", "to"]
@@ -31,9 +34,9 @@ Tensor = torch.Tensor
 
 # ---------------------------------------------------------------------- apply
 def _apply(
-    td: TensorDictBase,
+    td: TensorDictContract,
     fn: Callable[..., Any],
-    others: tuple[TensorDictBase, ...],
+    others: tuple[TensorDictContract, ...],
     *,
     named: bool,
     nested_keys: bool,
@@ -93,7 +96,7 @@ def _apply(
             continue
         nested = not is_tensor
         if nested and not call_on_nested and not as_leaf:
-            sub = _apply(
+            sub: Any = _apply(
                 value,
                 fn,
                 tuple(other_values),
@@ -162,7 +165,7 @@ def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
 
 
 # ----------------------------------------------------------------------- to
-def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
+def to(td: TD, *args: Any, **kwargs: Any) -> TD | TensorDictBase:
     """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(other)`."""
     non_blocking = kwargs.pop("non_blocking", False)
     if kwargs.pop("batch_size", None) is not None:
@@ -200,15 +203,15 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
     )
 
 
-class ApplyMixin:
+class ApplyMixin(TensorDictContract):
     """Leaf-wise methods of TensorDictBase."""
 
     __slots__ = ()
 
     def apply(
-        self: TensorDictBase,
+        self,
         fn: Callable[..., Any],
-        *others: TensorDictBase,
+        *others: TensorDictContract,
         batch_size: Any = None,
         device: Any = NO_DEFAULT,
         inplace: bool = False,
@@ -259,9 +262,7 @@ class ApplyMixin:
         _write_all(writes)
         return result
 
-    def apply_(
-        self: TensorDictBase, fn: Callable[..., Any], *others: TensorDictBase, **kwargs: Any
-    ) -> TensorDictBase:
+    def apply_(self, fn: Callable[..., Any], *others: TensorDictContract, **kwargs: Any) -> Self:
         """Apply `fn` to every tensor leaf and write the results in place (returns self).
 
         All-or-nothing: `fn` runs on every leaf before any result is written,
@@ -272,9 +273,9 @@ class ApplyMixin:
         return self
 
     def named_apply(
-        self: TensorDictBase,
+        self,
         fn: Callable[..., Any],
-        *others: TensorDictBase,
+        *others: TensorDictContract,
         nested_keys: bool = False,
         prefix: tuple[str, ...] = (),
         batch_size: Any = None,
@@ -308,37 +309,37 @@ class ApplyMixin:
         return result
 
     # ------------------------------------------------------------------ memory
-    def clone(self: TensorDictBase, recurse: bool = True) -> TensorDictBase:
+    def clone(self, recurse: bool = True) -> TensorDictBase:
         """A copy; with `recurse=False` only the structure is copied (tensors are shared)."""
         if not recurse:
             return map_leaves(self, lambda t: t)
         return map_leaves(self, Tensor.clone, keep_non_tensor=lambda v: v.clone())
 
-    def __copy__(self: TensorDictBase) -> TensorDictBase:
+    def __copy__(self) -> TensorDictBase:
         return self.clone(recurse=False)
 
-    def __deepcopy__(self: TensorDictBase, memo: dict[int, Any]) -> TensorDictBase:
+    def __deepcopy__(self, memo: dict[int, Any]) -> TensorDictBase:
         return self.clone()
 
-    def contiguous(self: TensorDictBase) -> TensorDictBase:
+    def contiguous(self) -> TensorDictBase:
         """Every tensor leaf made contiguous (expanded leaves are materialised)."""
         return map_leaves(self, Tensor.contiguous)
 
-    def is_contiguous(self: TensorDictBase) -> bool:
+    def is_contiguous(self) -> bool:
         return all(t.is_contiguous() for t in tensor_leaves(self))
 
-    def share_memory_(self: TensorDictBase) -> TensorDictBase:
+    def share_memory_(self) -> TensorDictBase:
         """Move every CPU leaf to shared memory, then lock (new entries would not be shared)."""
         for t in tensor_leaves(self):
             t.share_memory_()
         return self.lock_()
 
-    def is_shared(self: TensorDictBase) -> bool:
+    def is_shared(self) -> bool:
         """Whether every tensor leaf is in shared memory (CUDA tensors count as shared)."""
         leaves = tensor_leaves(self)
         return bool(leaves) and all(t.is_shared() or t.is_cuda for t in leaves)
 
-    def pin_memory(self: TensorDictBase) -> TensorDictBase:
+    def pin_memory(self) -> TensorDictBase:
         """Every tensor leaf in page-locked memory (needs an accelerator)."""
         try:
             return map_leaves(self, Tensor.pin_memory)

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core import _lazy_shape as lazy
+from td_core._contract import TensorDictContract
 from td_core._map import is_td, map_leaves
 from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = ["AutogradMixin", "own_leaves"]
@@ -26,7 +29,9 @@ __all__ = ["AutogradMixin", "own_leaves"]
 Tensor = torch.Tensor
 
 
-def own_leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> Iterator[tuple[Any, Tensor]]:
+def own_leaves(
+    td: TensorDictContract, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[Any, Tensor]]:
     """`(key, tensor)` for every stored tensor leaf; a lazy stack's come from its members.
 
     A member's key is prefixed with its position in the stack (as a string).
@@ -43,7 +48,7 @@ def own_leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> Iterator[tup
             yield from own_leaves(value, (*prefix, key))
 
 
-def _grads(td: TensorDictBase) -> TensorDictBase | None:
+def _grads(td: TensorDictContract) -> TensorDictBase | None:
     """The `.grad` of every leaf that has one, or `None` if none has."""
     found = lazy.parts(td)
     if found is not None:
@@ -69,7 +74,7 @@ def _grads(td: TensorDictBase) -> TensorDictBase | None:
     return td._new(out, td.batch_size) if out else None
 
 
-def _pairs(td: TensorDictBase, other: Any, what: str) -> list[tuple[Tensor, Tensor]]:
+def _pairs(td: TensorDictContract, other: Any, what: str) -> list[tuple[Tensor, Tensor]]:
     """`(leaf, other's leaf at the same key)` for every leaf, checked before any write."""
     if not is_td(other):
         raise TypeError(f"{what} needs a TensorDict, got {type(other).__name__}")
@@ -99,13 +104,13 @@ def _pairs(td: TensorDictBase, other: Any, what: str) -> list[tuple[Tensor, Tens
     return pairs
 
 
-class AutogradMixin:
+class AutogradMixin(TensorDictContract):
     """Methods of `td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
 
     @property
-    def data(self: TensorDictBase) -> TensorDictBase:
+    def data(self) -> TensorDictBase:
         """A TensorDict of every leaf's `.data`: the same storage, outside autograd.
 
         `params.data.clone()` snapshots parameters; writing into the result
@@ -122,12 +127,12 @@ class AutogradMixin:
         return lazy.per_member(self, lambda m: m.data, lambda d: map_leaves(d, lambda t: t.data))
 
     @data.setter
-    def data(self: TensorDictBase, value: TensorDictBase) -> None:
+    def data(self, value: TensorDictContract) -> None:
         for leaf, src in _pairs(self, value, "data"):
             leaf.data = src
 
     @property
-    def grad(self: TensorDictBase) -> TensorDictBase | None:
+    def grad(self) -> TensorDictBase | None:
         """A TensorDict of the leaves' `.grad`; leaves without one are left out, `None` if no leaf has one.
 
         Assigning `td.grad = other` sets each leaf's `.grad` (copying into an existing one).
@@ -135,14 +140,14 @@ class AutogradMixin:
         return _grads(self)
 
     @grad.setter
-    def grad(self: TensorDictBase, value: TensorDictBase) -> None:
+    def grad(self, value: TensorDictContract) -> None:
         for leaf, src in _pairs(self, value, "grad"):
             if leaf.grad is None:
                 leaf.grad = src
             else:
                 leaf.grad.copy_(src)
 
-    def zero_grad(self: TensorDictBase, set_to_none: bool = True) -> TensorDictBase:
+    def zero_grad(self, set_to_none: bool = True) -> Self:
         """Reset every leaf's `.grad`: to `None`, or (`set_to_none=False`) fill existing ones with 0.
 
         Returns:
@@ -158,7 +163,7 @@ class AutogradMixin:
             torch._foreach_zero_(grads)
         return self
 
-    def requires_grad_(self: TensorDictBase, requires_grad: bool = True) -> TensorDictBase:
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Set `requires_grad` on every tensor leaf (returns self).
 
         Raises:
@@ -179,13 +184,13 @@ class AutogradMixin:
         return self
 
     @property
-    def requires_grad(self: TensorDictBase) -> bool:
+    def requires_grad(self) -> bool:
         """Whether any tensor leaf requires gradients."""
         return any(leaf.requires_grad for _, leaf in own_leaves(self))
 
     def backward(
-        self: TensorDictBase,
-        gradient: TensorDictBase | None = None,
+        self,
+        gradient: TensorDictContract | None = None,
         retain_graph: bool | None = None,
         create_graph: bool = False,
         inputs: TensorDictBase | Sequence[Tensor] | None = None,
@@ -248,7 +253,7 @@ class AutogradMixin:
                         f"leaf has shape {list(t.shape)}"
                     )
                 grad_tensors.append(g)
-        wrt = None
+        wrt: list[Tensor] | None = None
         if inputs is not None:
             wrt = [t for _, t in own_leaves(inputs)] if is_td(inputs) else list(inputs)
         torch.autograd.backward(
@@ -259,11 +264,11 @@ class AutogradMixin:
             inputs=wrt,
         )
 
-    def detach(self: TensorDictBase) -> TensorDictBase:
+    def detach(self) -> TensorDictBase:
         """Every tensor leaf detached from the autograd graph (sharing storage)."""
         return lazy.per_member(self, lambda m: m.detach(), lambda d: map_leaves(d, Tensor.detach))
 
-    def detach_(self: TensorDictBase) -> TensorDictBase:
+    def detach_(self) -> Self:
         """Detach every tensor leaf in place (returns self).
 
         Raises:
@@ -281,17 +286,17 @@ class AutogradMixin:
             leaf.detach_()
         return self
 
-    def param_count(self: TensorDictBase, *, count_duplicates: bool = True) -> int:
+    def param_count(self, *, count_duplicates: bool = True) -> int:
         """The number of elements over all tensor leaves (a tensor stored twice counts once
         with `count_duplicates=False`)."""
         return sum(t.numel() for t in _distinct(self, count_duplicates))
 
-    def bytes(self: TensorDictBase, *, count_duplicates: bool = True) -> int:
+    def bytes(self, *, count_duplicates: bool = True) -> int:
         """The bytes of all tensor leaves (`numel * element_size`; non-tensor leaves count 0)."""
         return sum(t.numel() * t.element_size() for t in _distinct(self, count_duplicates))
 
 
-def _distinct(td: TensorDictBase, count_duplicates: bool) -> list[Tensor]:
+def _distinct(td: TensorDictContract, count_duplicates: bool) -> list[Tensor]:
     leaves = [t for _, t in own_leaves(td)]
     if count_duplicates:
         return leaves

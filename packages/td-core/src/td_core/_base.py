@@ -87,12 +87,8 @@ class TensorDictBase(
     __slots__ = ()
     _td_collection = True
     _is_non_tensor = False
-    _is_locked: bool
 
     # ------------------------------------------------------------------ metadata
-    batch_size: torch.Size
-    device: torch.device | None
-
     def size(self, dim: int | None = None) -> torch.Size | int:
         """The batch size, or its `dim`-th entry."""
         return self.batch_size if dim is None else self.batch_size[dim]
@@ -118,7 +114,7 @@ class TensorDictBase(
         """
         if type(key) is not str:
             key = unravel_key(key)
-            if type(key) is not str:
+            if isinstance(key, tuple):
                 return self._get_tuple(key, default)
         value = self._get_str(key, NO_DEFAULT)
         if value is NO_DEFAULT:
@@ -286,7 +282,7 @@ class TensorDictBase(
         """
         if type(key) is not str:
             key = unravel_key(key)
-            if type(key) is not str:
+            if isinstance(key, tuple):
                 self._parent_for(key, create=True)._set_leaf(key[-1], item, inplace, key)
                 return self
         self._set_leaf(key, item, inplace, key)
@@ -306,7 +302,7 @@ class TensorDictBase(
         Raises `KeyError` if there is no such entry.
         """
         key = unravel_key(key)
-        td = self if type(key) is str else self._parent_for(key, create=False)
+        td = self if isinstance(key, str) else self._parent_for(key, create=False)
         leaf_key = key if type(key) is str else key[-1]
         dest = td._get_str(leaf_key, NO_DEFAULT)
         if dest is NO_DEFAULT:
@@ -336,7 +332,7 @@ class TensorDictBase(
     def del_(self, key: NestedKey) -> TensorDictBase:
         """Delete the entry at `key`."""
         key = unravel_key(key)
-        td = self if type(key) is str else self._parent_for(key, create=False)
+        td = self if isinstance(key, str) else self._parent_for(key, create=False)
         leaf_key = key if type(key) is str else key[-1]
         if td._is_locked:
             raise LockedError(

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._contract import TensorDictContract
+from td_core._lazy_shape import restack
 from td_core._map import rebuild, tensor_leaves
 from td_core._pointwise_run import _lazy_members
 
@@ -65,7 +67,7 @@ _QUANTIZED = {torch.qint8, torch.qint32, torch.quint8, torch.quint4x2}
 
 
 def cast_all(
-    td: TensorDictBase, dtype: torch.dtype, cast_filter: CastFilter | None = None
+    td: TensorDictContract, dtype: torch.dtype, cast_filter: CastFilter | None = None
 ) -> TensorDictBase:
     """Every tensor leaf (those `cast_filter` accepts) cast to `dtype`."""
     if not isinstance(dtype, torch.dtype):
@@ -73,7 +75,7 @@ def cast_all(
     members = _lazy_members(td)
     if members is not None:
         dim = td.stack_dim  # type: ignore[attr-defined]
-        return type(td)(*(cast_all(m, dtype, cast_filter) for m in members), stack_dim=dim)  # type: ignore[call-arg]
+        return restack(td, [cast_all(m, dtype, cast_filter) for m in members], dim)
     if dtype in _QUANTIZED and tensor_leaves(td):
         raise RuntimeError(
             f"cannot cast to {dtype}: quantized dtypes need a scale and a zero point; use "
@@ -101,7 +103,7 @@ def cast_all(
     return rebuild(td, iter([next(done) if t.dtype != dtype else t for t in leaves]))
 
 
-def _dtypes(td: TensorDictBase) -> set[torch.dtype]:
+def _dtypes(td: TensorDictContract) -> set[torch.dtype]:
     """The dtypes of the tensor leaves (a lazy stack's read per member: no stacking)."""
     members = _lazy_members(td)
     if members is not None:
@@ -119,32 +121,32 @@ def _as_tuple(key: Any) -> tuple[str, ...]:
     return key if type(key) is tuple else (key,)
 
 
-class CastMixin:
+class CastMixin(TensorDictContract):
     """Dtype methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
     @property
-    def dtype(self: TensorDictBase) -> torch.dtype | None:
+    def dtype(self) -> torch.dtype | None:
         """The dtype shared by every tensor leaf, or `None` if they differ (or there are none)."""
         dtypes = _dtypes(self)
         return dtypes.pop() if len(dtypes) == 1 else None
 
-    def is_floating_point(self: TensorDictBase) -> builtins.bool:
+    def is_floating_point(self) -> builtins.bool:
         """Whether every tensor leaf has a floating-point dtype (`True` when there are none)."""
         return all(d.is_floating_point for d in _dtypes(self))
 
     def type(
-        self: TensorDictBase, dst_type: torch.dtype, *, cast_filter: CastFilter | None = None
+        self, dst_type: torch.dtype, *, cast_filter: CastFilter | None = None
     ) -> TensorDictBase:
         """Every tensor leaf cast to `dst_type` (a `torch.dtype`); see `float32`."""
         return cast_all(self, dst_type, cast_filter)
 
-    def float16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.float16`."""
         return cast_all(self, CAST_DTYPES["float16"], cast_filter)
 
-    def float32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.float32` (a new TensorDict).
 
         Args:
@@ -153,100 +155,98 @@ class CastMixin:
         """
         return cast_all(self, CAST_DTYPES["float32"], cast_filter)
 
-    def float64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.float64`."""
         return cast_all(self, CAST_DTYPES["float64"], cast_filter)
 
-    def bfloat16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def bfloat16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.bfloat16`."""
         return cast_all(self, CAST_DTYPES["bfloat16"], cast_filter)
 
-    def half(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def half(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.float16`."""
         return cast_all(self, CAST_DTYPES["half"], cast_filter)
 
-    def float(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.float32`."""
         return cast_all(self, CAST_DTYPES["float"], cast_filter)
 
-    def double(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def double(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.float64`."""
         return cast_all(self, CAST_DTYPES["double"], cast_filter)
 
-    def int(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.int32`."""
         return cast_all(self, CAST_DTYPES["int"], cast_filter)
 
-    def long(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def long(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.int64`."""
         return cast_all(self, CAST_DTYPES["long"], cast_filter)
 
-    def int8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.int8`."""
         return cast_all(self, CAST_DTYPES["int8"], cast_filter)
 
-    def int16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.int16`."""
         return cast_all(self, CAST_DTYPES["int16"], cast_filter)
 
-    def int32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.int32`."""
         return cast_all(self, CAST_DTYPES["int32"], cast_filter)
 
-    def int64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.int64`."""
         return cast_all(self, CAST_DTYPES["int64"], cast_filter)
 
-    def uint8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.uint8`."""
         return cast_all(self, CAST_DTYPES["uint8"], cast_filter)
 
-    def byte(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def byte(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.uint8`."""
         return cast_all(self, CAST_DTYPES["byte"], cast_filter)
 
-    def uint16(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.uint16`."""
         return cast_all(self, CAST_DTYPES["uint16"], cast_filter)
 
-    def uint32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.uint32`."""
         return cast_all(self, CAST_DTYPES["uint32"], cast_filter)
 
-    def uint64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.uint64`."""
         return cast_all(self, CAST_DTYPES["uint64"], cast_filter)
 
-    def bool(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def bool(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.bool`."""
         return cast_all(self, CAST_DTYPES["bool"], cast_filter)
 
-    def complex32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def complex32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.complex32`."""
         return cast_all(self, CAST_DTYPES["complex32"], cast_filter)
 
-    def complex64(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def complex64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.complex64`."""
         return cast_all(self, CAST_DTYPES["complex64"], cast_filter)
 
-    def complex128(
-        self: TensorDictBase, *, cast_filter: CastFilter | None = None
-    ) -> TensorDictBase:
+    def complex128(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Every tensor leaf cast to `torch.complex128`."""
         return cast_all(self, CAST_DTYPES["complex128"], cast_filter)
 
-    def qint8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def qint8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["qint8"], cast_filter)
 
-    def qint32(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def qint32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["qint32"], cast_filter)
 
-    def quint8(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def quint8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["quint8"], cast_filter)
 
-    def quint4x2(self: TensorDictBase, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def quint4x2(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["quint4x2"], cast_filter)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from td_core._contract import TensorDictContract
 from td_core._from import (
     PYTREE_TYPE,
     from_any,
@@ -29,7 +30,8 @@ from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from typing_extensions import Self
+
 
 __all__ = ["ConvertMixin"]
 
@@ -37,7 +39,9 @@ Tensor = torch.Tensor
 
 
 # ---------------------------------------------------------------- towards python
-def _node_to_dict(td: TensorDictBase, convert: bool | str, tolist_first: bool) -> dict[str, Any]:
+def _node_to_dict(
+    td: TensorDictContract, convert: bool | str, tolist_first: bool
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
@@ -59,13 +63,13 @@ def _convert_tensor(value: Tensor, convert: bool | str) -> Any:
     return value
 
 
-def _tolist(td: TensorDictBase, convert_nodes: bool, convert: bool | str) -> Any:
+def _tolist(td: TensorDictContract, convert_nodes: bool, convert: bool | str) -> Any:
     if not td.batch_size:
         return _node_to_dict(td, convert, False) if convert_nodes else td
     return [_tolist(item, convert_nodes, convert) for item in td.unbind(0)]
 
 
-def _to_namedtuple(td: TensorDictBase, dest_cls: Any) -> Any:
+def _to_namedtuple(td: TensorDictContract, dest_cls: Any) -> Any:
     values = {}
     for key, value in td._items_str():
         if is_td(value):
@@ -76,7 +80,7 @@ def _to_namedtuple(td: TensorDictBase, dest_cls: Any) -> Any:
     return cls(**values)
 
 
-def _to_pytree(td: TensorDictBase) -> Any:
+def _to_pytree(td: TensorDictContract) -> Any:
     kind = td._get_str(PYTREE_TYPE, None)
     if kind is None:
         return td
@@ -95,7 +99,7 @@ def _to_pytree(td: TensorDictBase) -> Any:
     raise TypeError(f"to_pytree: cannot rebuild a node of type {kind!r}")
 
 
-def _struct_dtype(td: TensorDictBase, n: int) -> list[tuple[Any, ...]]:
+def _struct_dtype(td: TensorDictContract, n: int) -> list[tuple[Any, ...]]:
     fields: list[tuple[Any, ...]] = []
     for key, value in td._items_str():
         if isinstance(value, Tensor):
@@ -110,7 +114,7 @@ def _struct_dtype(td: TensorDictBase, n: int) -> list[tuple[Any, ...]]:
     return fields
 
 
-def _fill_struct(arr: np.ndarray, td: TensorDictBase) -> None:
+def _fill_struct(arr: np.ndarray, td: TensorDictContract) -> None:
     for key, value in td._items_str():
         if isinstance(value, Tensor):
             arr[key] = value.detach().cpu().numpy()
@@ -120,13 +124,13 @@ def _fill_struct(arr: np.ndarray, td: TensorDictBase) -> None:
             _fill_struct(arr[key], value)
 
 
-class ConvertMixin:
+class ConvertMixin(TensorDictContract):
     """Conversion methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
     def to_dict(
-        self: TensorDictBase,
+        self,
         *,
         retain_none: bool = True,
         convert_tensors: bool | str = False,
@@ -141,12 +145,12 @@ class ConvertMixin:
         """
         return _node_to_dict(self, convert_tensors, tolist_first)
 
-    def numpy(self: TensorDictBase) -> dict[str, Any]:
+    def numpy(self) -> dict[str, Any]:
         """A nested `dict` of numpy arrays (non-tensor leaves give their values)."""
         return _node_to_dict(self, "numpy", False)
 
     def tolist(
-        self: TensorDictBase,
+        self,
         *,
         convert_nodes: bool = True,
         convert_tensors: bool | str = False,
@@ -168,22 +172,22 @@ class ConvertMixin:
         """
         return _tolist(self, convert_nodes, convert_tensors)
 
-    def to_namedtuple(self: TensorDictBase, dest_cls: type | None = None) -> Any:
+    def to_namedtuple(self, dest_cls: type | None = None) -> Any:
         """A namedtuple (`GenericDict`, or `dest_cls`) of the entries; sub-TensorDicts nest."""
         return _to_namedtuple(self, dest_cls)
 
-    def to_pytree(self: TensorDictBase) -> Any:
+    def to_pytree(self) -> Any:
         """The tree `from_pytree` read (dicts, lists, tuples, namedtuples), or self for other TensorDicts."""
         return _to_pytree(self)
 
-    def to_struct_array(self: TensorDictBase) -> np.ndarray:
+    def to_struct_array(self) -> np.ndarray:
         """A numpy structured array shaped like the batch, one field per entry (nested dtypes nest)."""
         arr = np.empty(tuple(self.batch_size), dtype=_struct_dtype(self, self.batch_dims))
         _fill_struct(arr, self)
         return arr
 
     def to_json(
-        self: TensorDictBase,
+        self,
         path: Any,
         *,
         separator: str | None = None,
@@ -437,8 +441,8 @@ class ConvertMixin:
         )
 
     def auto_batch_size_(
-        self: TensorDictBase, batch_dims: int | None = None, keep_compliant_size: bool = False
-    ) -> TensorDictBase:
+        self, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> Self:
         """Set the batch size to the longest leading shape common to every leaf, in place.
 
         Sub-TensorDicts are sized first (bottom up), unless `keep_compliant_size`
@@ -473,12 +477,12 @@ class ConvertMixin:
             self.batch_size = torch.Size(common)
         return self
 
-    def auto_device_(self: TensorDictBase) -> TensorDictBase:
+    def auto_device_(self) -> Self:
         """Set the device to the one every leaf shares (`None` if they differ or there is none).
 
         Sub-TensorDicts are set first (bottom up).
         """
-        devices = set()
+        devices: set[torch.device | None] = set()
         for value in self._values_str():
             if isinstance(value, Tensor):
                 devices.add(value.device)

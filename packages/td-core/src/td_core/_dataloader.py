@@ -56,4 +56,4 @@ class DataLoaderMixin(TensorDictContract):
         """The rows at `indices` along the first batch dim, read with one indexing op."""
         if not isinstance(indices, torch.Tensor):
             indices = torch.as_tensor(indices, dtype=torch.long)
-        return self[indices]  # type: ignore[no-any-return]
+        return self[indices]

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from td_core._base import TensorDictBase
+from td_core._contract import TensorDictContract
 from td_core._keys import unravel_key
 from td_core._map import is_nt, is_td
 from td_core._nontensor import stack_non_tensors
@@ -26,7 +27,7 @@ Tensor = torch.Tensor
 
 # ----------------------------------------------------------------- merging
 def merge_tensordicts(
-    *tensordicts: TensorDictBase,
+    *tensordicts: TensorDictContract,
     callback_exist: Callable[..., Any] | Mapping[Any, Callable[..., Any]] | None = None,
 ) -> TensorDictBase:
     """Merge the entries of several TensorDicts into a new one (values are not copied).
@@ -114,7 +115,7 @@ def maybe_dense_stack(
     return result
 
 
-def _probe(item: TensorDictBase, key: str) -> tuple[str, Any]:
+def _probe(item: TensorDictContract, key: str) -> tuple[str, Any]:
     """`(kind, shape)` of an entry; in a lazy stack without stacking it (-1: ragged dim)."""
     members = getattr(item, "tensordicts", None)
     value = members[0]._get_str(key) if members is not None else item._get_str(key)
@@ -173,19 +174,21 @@ def dense_stack_tds(
     """
     members = getattr(td_list, "tensordicts", None)
     if members is not None and hasattr(td_list, "stack_dim"):
-        return maybe_dense_stack(list(members), td_list.stack_dim)  # type: ignore[union-attr]
+        return maybe_dense_stack(list(members), td_list.stack_dim)
     if is_td(td_list):
-        return td_list  # type: ignore[return-value]
+        return td_list
     if dim is None:
         raise ValueError(
             "dense_stack_tds: a list of TensorDicts needs dim= (a LazyStackedTensorDict uses its "
             "stack_dim)"
         )
-    return maybe_dense_stack(list(td_list), dim)  # type: ignore[arg-type]
+    return maybe_dense_stack(list(td_list), dim)
 
 
 # ----------------------------------------------------------------- grouping
-def group_by(tensordict: TensorDictBase, key: Any) -> tuple[Tensor | list[Any], tuple[Any, ...]]:
+def group_by(
+    tensordict: TensorDictContract, key: Any
+) -> tuple[Tensor | list[Any], tuple[Any, ...]]:
     """Split the rows (first batch dim) into groups that share the value of `key`.
 
     Args:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._contract import dense
+from td_core._contract import TensorDictContract, dense
 from td_core._map import index_batch, is_nt, is_td, map_batch
 from td_core._nontensor import NonTensorData
 from td_core._utils import NO_DEFAULT, broadcast_shape
@@ -126,12 +126,12 @@ def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
     return torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape
 
 
-class IndexingMixin:
+class IndexingMixin(TensorDictContract):
     """`__getitem__` over batch dims and `__setitem__` with an index."""
 
     __slots__ = ()
 
-    def _index(self: TensorDictBase, index: Any) -> TensorDictBase:
+    def _index(self, index: Any) -> TensorDictBase:
         bs = self.batch_size
         cls = type(index)
         if cls is int:
@@ -161,9 +161,10 @@ class IndexingMixin:
         lead = indexed_shape(bs, norm)
         return index_batch(self, norm if len(norm) != 1 else norm[0], lead)
 
-    def _setitem_index(self: TensorDictBase, index: Any, value: Any) -> None:
+    def _setitem_index(self, index: Any, value: Any) -> None:
         bs = self.batch_size
         single = None
+        norm: Any  # the index as given (an int or a slice), else normalised to a tuple
         if type(index) is int and bs and -bs[0] <= index < bs[0]:
             norm, sub = index, bs[1:]
         elif type(index) is slice and bs:
@@ -182,7 +183,7 @@ class IndexingMixin:
             value = dense(value, sub)
         if is_td(value):
             writes: list[tuple[Tensor, Any]] = []
-            later: list[tuple[TensorDictBase, str, Any, int]] = []
+            later: list[tuple[TensorDictContract, str, Any, int]] = []
             _plan_sub(self, value, sub, norm, (), writes, later)
             _apply_plan(writes, later, norm, sub, single)
         else:
@@ -209,13 +210,13 @@ class IndexingMixin:
 
 
 def _plan_sub(
-    td: TensorDictBase,
-    value: TensorDictBase,
+    td: TensorDictContract,
+    value: TensorDictContract,
     sub: torch.Size,
     index: Any,
     prefix: tuple[str, ...],
     writes: list[tuple[Tensor, Any]],
-    later: list[tuple[TensorDictBase, str, Any, int]],
+    later: list[tuple[TensorDictContract, str, Any, int]],
 ) -> None:
     """Validate `td[index] = value` completely, collecting the writes to make.
 
@@ -284,7 +285,9 @@ def _advanced(index: Any) -> bool:
     return type(index) is tuple and any(isinstance(i, Tensor) for i in index)
 
 
-def _check_dtypes(td: TensorDictBase, value: TensorDictBase, prefix: tuple[str, ...]) -> None:
+def _check_dtypes(
+    td: TensorDictContract, value: TensorDictContract, prefix: tuple[str, ...]
+) -> None:
     get = td._getter()
     for key, src in value._items_str():
         dest = get(key, NO_DEFAULT)
@@ -298,7 +301,7 @@ def _check_dtypes(td: TensorDictBase, value: TensorDictBase, prefix: tuple[str, 
 
 def _apply_plan(
     writes: list[tuple[Tensor, Any]],
-    later: list[tuple[TensorDictBase, str, Any, int]],
+    later: list[tuple[TensorDictContract, str, Any, int]],
     index: Any,
     sub: torch.Size,
     single: tuple[int, torch.Tensor] | None = None,
@@ -326,12 +329,12 @@ def _apply_plan(
             td._set_str(key, dest._set_at(index, src))
         else:
             writes_: list[tuple[Tensor, Any]] = []
-            later_: list[tuple[TensorDictBase, str, Any, int]] = []
+            later_: list[tuple[TensorDictContract, str, Any, int]] = []
             _plan_sub(dest, src, sub, index, (key,), writes_, later_)
             _apply_plan(writes_, later_, index, sub)
 
 
-def _allocate(td: TensorDictBase, src: Any, nv: int) -> Any:
+def _allocate(td: TensorDictContract, src: Any, nv: int) -> Any:
     """An empty entry of `td`'s batch size shaped like `src` beyond its `nv` batch dims."""
     bs = td.batch_size
     if isinstance(src, Tensor):

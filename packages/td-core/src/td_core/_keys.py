@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Union
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._contract import TensorDictContract
 
 __all__ = ["NestedKey", "unravel_key", "unravel_key_list", "default_is_leaf", "is_leaf_nontensor"]
 
@@ -98,7 +98,7 @@ class KeysView:
 
     def __init__(
         self,
-        td: TensorDictBase,
+        td: TensorDictContract,
         include_nested: bool,
         leaves_only: bool,
         is_leaf: Callable[[type], bool] | None,
@@ -126,7 +126,7 @@ class KeysView:
         return self._walk(self._td, ())
 
     def _collect(
-        self, td: TensorDictBase, prefix: tuple[str, ...], out: list[str | tuple[str, ...]]
+        self, td: TensorDictContract, prefix: tuple[str, ...], out: list[str | tuple[str, ...]]
     ) -> None:
         """`_walk` for the default `is_leaf`, eagerly: no generator per level."""
         nested, leaves_only = self._include_nested, self._leaves_only
@@ -139,7 +139,9 @@ class KeysView:
             if nested and not value._is_non_tensor:
                 self._collect(value, (*prefix, key), out)
 
-    def _walk(self, td: TensorDictBase, prefix: tuple[str, ...]) -> Iterator[str | tuple[str, ...]]:
+    def _walk(
+        self, td: TensorDictContract, prefix: tuple[str, ...]
+    ) -> Iterator[str | tuple[str, ...]]:
         is_leaf = self._is_leaf
         default = is_leaf is default_is_leaf
         for key, value in td._items_str():
@@ -162,7 +164,7 @@ class KeysView:
             return self._count(self._td)
         return sum(1 for _ in self._iter())
 
-    def _count(self, td: TensorDictBase) -> int:
+    def _count(self, td: TensorDictContract) -> int:
         """How many keys `_collect` gives for `td`."""
         nested, leaves_only = self._include_nested, self._leaves_only
         n = 0

@@ -28,7 +28,10 @@ from td_core._shape import assign_reshaped, batch_dim, expanded_shape, permute_o
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
+    from td_core._contract import TD, TensorDictContract
 
 __all__ = ["LayoutMixin"]
 
@@ -90,7 +93,7 @@ def _pad_values(leaf: Any, pairs: list[int], n: int, new: torch.Size) -> Any:
     return NonTensorStack(picked, leaf.device)
 
 
-def _pad_tree(td: TensorDictBase, pairs: list[int], value: float, new: torch.Size) -> Any:
+def _pad_tree(td: TensorDictContract, pairs: list[int], value: float, new: torch.Size) -> Any:
     n = len(new)
     out = {}
     for key, entry in td._items_str():
@@ -125,7 +128,7 @@ class LayoutMixin(NewMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------- repeating
-    def repeat(self: TensorDictBase, *repeats: Any, inplace: bool = False) -> TensorDictBase:
+    def repeat(self, *repeats: Any, inplace: bool = False) -> Self | TensorDictBase:
         """Tile the batch: batch dim `i` is repeated `repeats[i]` times, as `Tensor.repeat`.
 
         Args:
@@ -159,13 +162,13 @@ class LayoutMixin(NewMixin):
         return assign_reshaped(self, out) if inplace else out
 
     def repeat_interleave(
-        self: TensorDictBase,
+        self,
         repeats: Tensor | int,
         dim: int | None = None,
         *,
         output_size: int | None = None,
         inplace: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self | TensorDictBase:
         """Repeat each element along batch dim `dim`, as `torch.repeat_interleave`.
 
         Without `dim` the batch is flattened first. `repeats` is an int or one
@@ -185,7 +188,7 @@ class LayoutMixin(NewMixin):
             )
         return assign_reshaped(self, out) if inplace else out
 
-    def tile(self: TensorDictBase, dims: int | Sequence[int]) -> TensorDictBase:
+    def tile(self, dims: int | Sequence[int]) -> TensorDictBase:
         """Repeat the batch as `torch.tile`: missing leading counts are 1, extra ones add batch dims."""
         reps = (dims,) if isinstance(dims, int) else tuple(int(r) for r in dims)
         if any(r < 0 for r in reps):
@@ -202,7 +205,7 @@ class LayoutMixin(NewMixin):
         )
 
     # ------------------------------------------------------------ selecting
-    def narrow(self: TensorDictBase, dim: int, start: int | Tensor, length: int) -> TensorDictBase:
+    def narrow(self, dim: int, start: int | Tensor, length: int) -> TensorDictBase:
         """The elements `start` to `start + length` of batch dim `dim` (a view)."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -222,7 +225,7 @@ class LayoutMixin(NewMixin):
         return map_batch(self, lambda t: t.narrow(d, first, length), new)
 
     def tensor_split(
-        self: TensorDictBase, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0
+        self, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0
     ) -> tuple[TensorDictBase, ...]:
         """Split along batch dim `dim` as `torch.tensor_split`: into N near-equal pieces, or at indices."""
         bs = self.batch_size
@@ -239,27 +242,27 @@ class LayoutMixin(NewMixin):
 
     # ------------------------------------------------------------ reordering
     def movedim(
-        self: TensorDictBase, source: int | Sequence[int], destination: int | Sequence[int]
+        self, source: int | Sequence[int], destination: int | Sequence[int]
     ) -> TensorDictBase:
         """Move batch dims `source` to positions `destination`, as `torch.movedim`."""
         bs = self.batch_size
         return permute_order(self, _move_order(source, destination, len(bs), bs))
 
     def moveaxis(
-        self: TensorDictBase, source: int | Sequence[int], destination: int | Sequence[int]
+        self, source: int | Sequence[int], destination: int | Sequence[int]
     ) -> TensorDictBase:
         """Alias of `movedim`."""
         return self.movedim(source, destination)
 
-    def swapaxes(self: TensorDictBase, axis0: int, axis1: int) -> TensorDictBase:
+    def swapaxes(self, axis0: int, axis1: int) -> TensorDictBase:
         """Swap two batch dims (alias of `transpose`)."""
         return self.transpose(axis0, axis1)
 
-    def swapdims(self: TensorDictBase, axis0: int, axis1: int) -> TensorDictBase:
+    def swapdims(self, axis0: int, axis1: int) -> TensorDictBase:
         """Swap two batch dims (alias of `transpose`)."""
         return self.transpose(axis0, axis1)
 
-    def fliplr(self: TensorDictBase) -> TensorDictBase:
+    def fliplr(self) -> TensorDictBase:
         """Reverse batch dim 1 (needs at least 2 batch dims), as `torch.fliplr`."""
         if self.batch_dims < 2:
             raise DimError(
@@ -267,13 +270,13 @@ class LayoutMixin(NewMixin):
             )
         return self.flip(1)
 
-    def flipud(self: TensorDictBase) -> TensorDictBase:
+    def flipud(self) -> TensorDictBase:
         """Reverse batch dim 0 (needs at least 1 batch dim), as `torch.flipud`."""
         if self.batch_dims < 1:
             raise DimError("flipud needs at least 1 batch dim, batch_size is []")
         return self.flip(0)
 
-    def rot90(self: TensorDictBase, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
         """Rotate by 90 degrees `k` times in the plane of batch dims `dims`, as `torch.rot90`."""
         bs = self.batch_size
         if len(dims) != 2:
@@ -289,19 +292,19 @@ class LayoutMixin(NewMixin):
         return map_batch(self, lambda t: t.rot90(k, (d0, d1)), torch.Size(new))
 
     # ------------------------------------------------------------- reshaping
-    def atleast_1d(self: TensorDictBase) -> TensorDictBase:
+    def atleast_1d(self) -> Self:
         """This TensorDict with leading batch dims of size 1 added until it has at least 1."""
         return _at_least(self, 1)
 
-    def atleast_2d(self: TensorDictBase) -> TensorDictBase:
+    def atleast_2d(self) -> Self:
         """This TensorDict with leading batch dims of size 1 added until it has at least 2."""
         return _at_least(self, 2)
 
-    def atleast_3d(self: TensorDictBase) -> TensorDictBase:
+    def atleast_3d(self) -> Self:
         """This TensorDict with leading batch dims of size 1 added until it has at least 3."""
         return _at_least(self, 3)
 
-    def broadcast_to(self: TensorDictBase, shape: Sequence[int]) -> TensorDictBase:
+    def broadcast_to(self, shape: Sequence[int]) -> TensorDictBase:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim), as `torch.broadcast_to`."""
         bs = self.batch_size
         new = expanded_shape(bs, tuple(shape), "broadcast_to")
@@ -309,12 +312,12 @@ class LayoutMixin(NewMixin):
         return map_batch(self, lambda t: t.expand((*new, *t.shape[n:])), new)
 
     def pad(
-        self: TensorDictBase,
+        self,
         pad_size: Sequence[int],
         value: float = 0.0,
         inplace: bool = False,
         safe: bool = True,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Pad the batch dims with `value` (`None` for non-tensor leaves).
 
         Args:
@@ -348,7 +351,7 @@ class LayoutMixin(NewMixin):
         return assign_reshaped(self, out) if inplace else out
 
 
-def _pad_stack_(td: TensorDictBase, full: list[int], value: float) -> TensorDictBase:
+def _pad_stack_(td: TD, full: list[int], value: float) -> TD:
     """Pad a lazy stack in place: members are padded in place, and along the stack
     dim members filled with `value` are added (or members dropped, for a crop)."""
     members, s = lazy.parts(td)  # type: ignore[misc]
@@ -373,7 +376,7 @@ def _pad_stack_(td: TensorDictBase, full: list[int], value: float) -> TensorDict
     return td
 
 
-def _at_least(td: TensorDictBase, n: int) -> TensorDictBase:
+def _at_least(td: TD, n: int) -> TD:
     out = td
     while out.batch_dims < n:
         out = out.unsqueeze(0)

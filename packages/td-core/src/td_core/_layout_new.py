@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core import _lazy_shape as lazy
+from td_core._contract import TensorDictContract
 from td_core._map import _map_batch, is_ragged, is_td, map_leaves
 from td_core._utils import NO_DEFAULT, as_device, shape_args
 from td_core.errors import BatchSizeError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = ["NewMixin"]
@@ -47,7 +50,7 @@ def _retag(td: TensorDictBase, device: Any) -> TensorDictBase:
 
 
 def _new_like(
-    td: TensorDictBase,
+    td: TensorDictContract,
     name: str,
     size: tuple[Any, ...],
     fill: tuple[Any, ...],
@@ -78,13 +81,13 @@ def _new_like(
     return _retag(out, dev) if dev is not None else out
 
 
-class NewMixin:
+class NewMixin(TensorDictContract):
     """`new_*` constructors and layout queries of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
     def new_zeros(
-        self: TensorDictBase,
+        self,
         *size: Any,
         dtype: torch.dtype | None = None,
         device: Any = NO_DEFAULT,
@@ -107,7 +110,7 @@ class NewMixin:
         return _new_like(self, "new_zeros", size, (), dtype, device, requires_grad, pin_memory)
 
     def new_ones(
-        self: TensorDictBase,
+        self,
         *size: Any,
         dtype: torch.dtype | None = None,
         device: Any = NO_DEFAULT,
@@ -120,7 +123,7 @@ class NewMixin:
         return _new_like(self, "new_ones", size, (), dtype, device, requires_grad, pin_memory)
 
     def new_empty(
-        self: TensorDictBase,
+        self,
         *size: Any,
         dtype: torch.dtype | None = None,
         device: Any = NO_DEFAULT,
@@ -133,7 +136,7 @@ class NewMixin:
         return _new_like(self, "new_empty", size, (), dtype, device, requires_grad, pin_memory)
 
     def new_full(
-        self: TensorDictBase,
+        self,
         size: Any,
         fill_value: Any,
         *,
@@ -150,7 +153,7 @@ class NewMixin:
         )
 
     def new_tensor(
-        self: TensorDictBase,
+        self,
         data: Any,
         *,
         dtype: torch.dtype | None = None,
@@ -194,13 +197,13 @@ class NewMixin:
         assert out is not None
         return _retag(out, dev) if dev is not None else out
 
-    def as_tensor(self: TensorDictBase) -> TensorDictBase:
+    def as_tensor(self) -> TensorDictBase:
         """Every leaf as a plain `torch.Tensor` (memory-mapped or subclassed leaves are unwrapped)."""
         return lazy.per_member(
             self, lambda m: m.as_tensor(), lambda d: map_leaves(d, torch.as_tensor)
         )
 
-    def densify(self: TensorDictBase, layout: torch.layout = torch.strided) -> TensorDictBase:
+    def densify(self, layout: torch.layout = torch.strided) -> Self | TensorDictBase:
         """A TensorDict whose entries are all stacked: a lazy stack's ragged leaves become nested tensors.
 
         A TensorDict that is already dense is returned as is.
@@ -212,7 +215,7 @@ class NewMixin:
         if found is None:
             return self
         members, s = found
-        out = {}
+        out: dict[str, Any] = {}
         for key in self._keys_str():
             values = [m._get_str(key) for m in members]
             first = values[0]
@@ -231,9 +234,7 @@ class NewMixin:
                 out[key] = self._get_str(key)
         return self._new(out, self.batch_size)
 
-    def to_padded_tensor(
-        self: TensorDictBase, padding: float = 0.0, mask_key: Any = None
-    ) -> TensorDictBase:
+    def to_padded_tensor(self, padding: float = 0.0, mask_key: Any = None) -> TensorDictBase:
         """Every nested-tensor leaf converted to a padded dense tensor (other leaves as they are).
 
         Args:
@@ -247,7 +248,7 @@ class NewMixin:
                 f"{list(self.batch_size)} has none; the padded leaves' own shapes give the mask"
             )
 
-        def convert(td: TensorDictBase) -> TensorDictBase:
+        def convert(td: TensorDictContract) -> TensorDictBase:
             out: dict[str, Any] = {}
             for key, value in td._items_str():
                 if isinstance(value, Tensor) and value.is_nested:
@@ -261,16 +262,16 @@ class NewMixin:
         return lazy.per_member(self, lambda m: m.to_padded_tensor(padding, mask_key), convert)
 
     # ------------------------------------------------------------- queries
-    def get_item_shape(self: TensorDictBase, key: Any) -> torch.Size:
+    def get_item_shape(self, key: Any) -> torch.Size:
         """The shape of the entry at `key`: a tensor's shape, a sub-TensorDict's batch size."""
         value = self.get(key)
         return value.shape if isinstance(value, Tensor) else value.batch_size
 
-    def entry_class(self: TensorDictBase, key: Any) -> type:
+    def entry_class(self, key: Any) -> type:
         """The class of the entry at `key` (`type(None)` if there is none, as upstream)."""
         found = lazy.parts(self)
         if found is not None:
-            cls = found[0][0].entry_class(key)
+            cls: Any = found[0][0].entry_class(key)
             if getattr(cls, "_td_collection", False) and not cls._is_non_tensor:
                 return type(self)  # sub-TensorDicts of a lazy stack read as lazy stacks
             if not getattr(cls, "_is_non_tensor", False):
@@ -278,22 +279,22 @@ class NewMixin:
         return type(self.get(key, None))
 
     @property
-    def is_cpu(self: TensorDictBase) -> bool:
+    def is_cpu(self) -> bool:
         """Whether the TensorDict's device is the CPU (`False` when it has no device)."""
         return self.device is not None and self.device.type == "cpu"
 
     @property
-    def is_cuda(self: TensorDictBase) -> bool:
+    def is_cuda(self) -> bool:
         """Whether the TensorDict's device is a CUDA device (`False` when it has no device)."""
         return self.device is not None and self.device.type == "cuda"
 
     @property
-    def is_meta(self: TensorDictBase) -> bool:
+    def is_meta(self) -> bool:
         """Whether the TensorDict's device is the meta device (`False` when it has no device)."""
         return self.device is not None and self.device.type == "meta"
 
     @property
-    def depth(self: TensorDictBase) -> int:
+    def depth(self) -> int:
         """How deeply entries are nested: 0 with only top-level leaves, 1 with `("a", "b")`, ..."""
         found = lazy.parts(self)
         if found is not None:  # from the members: reading a ragged entry would fail
@@ -303,10 +304,10 @@ class NewMixin:
             default=0,
         )
 
-    def data_ptr(self: TensorDictBase, *, storage: bool = False) -> TensorDictBase:
+    def data_ptr(self, *, storage: bool = False) -> TensorDictBase:
         """A 0-d TensorDict of each tensor leaf's `data_ptr()` (its storage's with `storage=True`)."""
 
-        def ptrs(td: TensorDictBase) -> TensorDictBase:
+        def ptrs(td: TensorDictContract) -> TensorDictBase:
             out: dict[str, Any] = {}
             for key, value in td._items_str():
                 if isinstance(value, Tensor):

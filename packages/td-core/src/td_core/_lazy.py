@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._base import TensorDictBase
+from td_core._contract import TensorDictContract
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core._map import is_nt, is_td
 from td_core._names import inherit_names
@@ -115,7 +116,7 @@ class LazyStackedTensorDict(TensorDictBase):
         return cls(*items, stack_dim=dim)
 
     @classmethod
-    def from_dict(
+    def from_dict(  # type: ignore[override]  # one mapping per member, as upstream's lazy from_dict
         cls,
         input_dict: Sequence[Any] | Mapping[str, Any],
         batch_size: Any = None,
@@ -218,7 +219,7 @@ class LazyStackedTensorDict(TensorDictBase):
             return self
         member_dims = None if batch_dims is None else max(batch_dims - 1, self.batch_dims - 1)
         for td in self.tensordicts:
-            td.auto_batch_size_(member_dims)  # type: ignore[attr-defined]
+            td.auto_batch_size_(member_dims)
         common = list(self.tensordicts[0].batch_size)
         for td in self.tensordicts[1:]:
             i = 0
@@ -420,7 +421,7 @@ class LazyStackedTensorDict(TensorDictBase):
         return TensorDict._new_unsafe(source, batch_size, device)
 
     # ---------------------------------------------------------------- structure
-    def contiguous(self) -> TensorDict:
+    def contiguous(self) -> TensorDictBase:
         """A dense TensorDict holding the stacked common entries."""
         from td_core._stack import stack
 
@@ -521,7 +522,7 @@ class LazyStackedTensorDict(TensorDictBase):
         norm = normalize_index(rest, member_bs) if rest else ()
         sub = indexed_shape(member_bs, norm) if norm else member_bs
         writes: list[tuple[Tensor, Any]] = []
-        later: list[tuple[TensorDictBase, str, Any, int]] = []
+        later: list[tuple[TensorDictContract, str, Any, int]] = []
         plain: list[tuple[TensorDictBase, Any]] = []
         for i, part in zip(
             picked, parts

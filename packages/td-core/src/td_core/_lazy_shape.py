@@ -21,6 +21,7 @@ import torch
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
+    from td_core._contract import TensorDictContract
 
 __all__ = [
     "parts",
@@ -45,20 +46,20 @@ def _is_stack_type(cls: type) -> bool:
 
 def parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
     """`(members, stack_dim)` if `td` is a lazy stack, else `None`."""
-    if not _is_stack_type(type(td)):
+    if not _is_stack_type(type(td)):  # type: ignore[arg-type]  # mypy: type[Any] is not Hashable
         return None
     return list(td.tensordicts), td.stack_dim
 
 
-def restack(td: TensorDictBase, members: Sequence[TensorDictBase], dim: int) -> TensorDictBase:
+def restack(td: Any, members: Sequence[TensorDictBase], dim: int) -> TensorDictBase:
     """A lazy stack like `td` of `members` along `dim`."""
-    return type(td)(*members, stack_dim=dim)  # type: ignore[call-arg]
+    return type(td)(*members, stack_dim=dim)
 
 
 def per_member(
-    td: TensorDictBase,
+    td: TensorDictContract,
     fn: Callable[[TensorDictBase], TensorDictBase],
-    dense: Callable[[TensorDictBase], TensorDictBase],
+    dense: Callable[[TensorDictContract], TensorDictBase],
 ) -> TensorDictBase:
     """`fn` on each member re-stacked lazily if `td` is a lazy stack, else `dense(td)`
     (ops that keep the batch size)."""
@@ -69,7 +70,7 @@ def per_member(
     return restack(td, [fn(m) for m in members], s)
 
 
-def permute(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase | None:
+def permute(td: TensorDictContract, order: Sequence[int]) -> TensorDictBase | None:
     """Members permuted by `order` without the stack dim; the stack dim goes where `order` puts it."""
     found = parts(td)
     if found is None:
@@ -79,7 +80,7 @@ def permute(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase | None:
     return restack(td, [m.permute(*sub) if sub else m for m in members], list(order).index(s))
 
 
-def unsqueeze(td: TensorDictBase, d: int) -> TensorDictBase | None:
+def unsqueeze(td: TensorDictContract, d: int) -> TensorDictBase | None:
     """`d` is already normalised to `[0, batch_dims]`."""
     found = parts(td)
     if found is None:
@@ -90,12 +91,12 @@ def unsqueeze(td: TensorDictBase, d: int) -> TensorDictBase | None:
     return restack(td, [m.unsqueeze(d - 1) for m in members], s)
 
 
-def squeeze(td: TensorDictBase, dims: Sequence[int]) -> TensorDictBase | None:
+def squeeze(td: TensorDictContract, dims: Sequence[int]) -> TensorDictBase | None:
     """Remove the size-1 batch dims `dims` (normalised, all of size 1)."""
     found = parts(td)
     if found is None:
         return None
-    out: TensorDictBase = td
+    out: Any = td  # a lazy stack, then a member or a restack
     for d in sorted(dims, reverse=True):
         found = parts(out)
         if found is None:  # the stack dim was squeezed: `out` is a member now
@@ -109,7 +110,7 @@ def squeeze(td: TensorDictBase, dims: Sequence[int]) -> TensorDictBase | None:
     return out
 
 
-def expand(td: TensorDictBase, new: torch.Size) -> TensorDictBase | None:
+def expand(td: TensorDictContract, new: torch.Size) -> TensorDictBase | None:
     """Expand to the (validated) batch size `new`, when the stack dim keeps its size."""
     found = parts(td)
     if found is None:
@@ -122,14 +123,14 @@ def expand(td: TensorDictBase, new: torch.Size) -> TensorDictBase | None:
     return restack(td, [m.expand(sub) for m in members], s_new)
 
 
-def _elements(td: TensorDictBase) -> list[TensorDictBase]:
+def _elements(td: TensorDictContract) -> list[TensorDictContract]:
     """The 0-d elements of `td` in row-major order (views of the members)."""
     if not td.batch_dims:
         return [td]
     return [e for row in td.unbind(0) for e in _elements(row)]
 
 
-def _build(td: TensorDictBase, elements: list[TensorDictBase], shape: torch.Size) -> Any:
+def _build(td: TensorDictContract, elements: list[TensorDictContract], shape: torch.Size) -> Any:
     if not shape:
         return elements[0]
     step = math.prod(shape[1:])
@@ -137,14 +138,14 @@ def _build(td: TensorDictBase, elements: list[TensorDictBase], shape: torch.Size
     return restack(td, rows, 0)
 
 
-def reshape(td: TensorDictBase, new: torch.Size) -> TensorDictBase | None:
+def reshape(td: TensorDictContract, new: torch.Size) -> TensorDictBase | None:
     """`td` as batch size `new` (same numel), as nested lazy stacks of its elements."""
     if parts(td) is None or 0 in new:
         return None
     return _build(td, _elements(td), new)
 
 
-def repeat(td: TensorDictBase, reps: Sequence[int]) -> TensorDictBase | None:
+def repeat(td: TensorDictContract, reps: Sequence[int]) -> TensorDictBase | None:
     """Members repeated along their dims; the member list tiled `reps[stack_dim]` times."""
     found = parts(td)
     if found is None or reps[found[1]] <= 0:
@@ -156,7 +157,7 @@ def repeat(td: TensorDictBase, reps: Sequence[int]) -> TensorDictBase | None:
 
 
 def repeat_interleave(
-    td: TensorDictBase, repeats: Any, d: int, output_size: int | None
+    td: TensorDictContract, repeats: Any, d: int, output_size: int | None
 ) -> TensorDictBase | None:
     """Along the stack dim each member is repeated in place; elsewhere the members are."""
     found = parts(td)
@@ -177,7 +178,9 @@ def repeat_interleave(
     return restack(td, [m for m, c in zip(members, counts) for _ in range(c)], s)
 
 
-def slices(td: TensorDictBase, d: int, bounds: Sequence[tuple[int, int]]) -> tuple[Any, ...] | None:
+def slices(
+    td: TensorDictContract, d: int, bounds: Sequence[tuple[int, int]]
+) -> tuple[Any, ...] | None:
     """`td[..., a:b]` along batch dim `d` for each `(a, b)`: lazy stacks of (indexed) members."""
     if parts(td) is None:
         return None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._contract import TensorDictContract
 from td_core._keys import NestedKey, as_tuple, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
@@ -19,6 +20,8 @@ from td_core._utils import NO_DEFAULT
 from td_core.errors import KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = ["MappingMixin"]
@@ -38,7 +41,7 @@ class _PerObject:
 
     def set(self, obj: Any, value: Any) -> None:
         key = id(obj)
-        self._data[key] = (weakref.ref(obj, lambda _, key=key: self._data.pop(key, None)), value)
+        self._data[key] = (weakref.ref(obj, lambda _, key=key: self._data.pop(key, None)), value)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
 
     def pop(self, obj: Any, default: Any) -> Any:
         entry = self._data.get(id(obj))
@@ -58,7 +61,7 @@ def _locked_error(what: str, key: Any = None) -> LockedError:
     return LockedError(f"cannot {what}{target}: the TensorDict is locked (unlock_() it first)")
 
 
-def _drop_empty(td: TensorDictBase) -> bool:
+def _drop_empty(td: TensorDictContract) -> bool:
     """Remove empty sub-TensorDicts (bottom up); whether `td` itself ended up empty."""
     for key in list(td._keys_str()):
         value = td._get_str(key)
@@ -67,7 +70,7 @@ def _drop_empty(td: TensorDictBase) -> bool:
     return not td._keys_str()
 
 
-def _without_non_tensor(td: TensorDictBase) -> TensorDictBase:
+def _without_non_tensor(td: TensorDictContract) -> TensorDictBase:
     out = {}
     for key, value in td._items_str():
         if is_td(value):
@@ -77,13 +80,13 @@ def _without_non_tensor(td: TensorDictBase) -> TensorDictBase:
     return td._new(out, td.batch_size)
 
 
-class MappingMixin:
+class MappingMixin(TensorDictContract):
     """Dict-like methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
     # ---------------------------------------------------------------- locking
-    def lock_(self: TensorDictBase) -> TensorDictBase:
+    def lock_(self) -> Self:
         """Lock this TensorDict and its sub-TensorDicts: no entry may be added, replaced or removed.
 
         In-place writes (`set_`, `td[idx] = ...` on existing entries) stay
@@ -94,7 +97,7 @@ class MappingMixin:
         self._lock_tree(True)
         return self
 
-    def unlock_(self: TensorDictBase) -> TensorDictBase:
+    def unlock_(self) -> Self:
         """Unlock this TensorDict and its sub-TensorDicts.
 
         Returns self; as a context manager (`with td.unlock_():`) the
@@ -113,18 +116,18 @@ class MappingMixin:
         self._lock_tree(False)
         return self
 
-    def _lock_tree(self: TensorDictBase, locked: bool) -> None:
+    def _lock_tree(self, locked: bool) -> None:
         self._is_locked = locked
         for sub in self._subtrees():
             sub._lock_tree(locked)
 
-    def __enter__(self: TensorDictBase) -> TensorDictBase:
+    def __enter__(self) -> Self:
         stack = _RESTORE.pop(self, [])
         stack.append(_BEFORE.pop(self, self._is_locked))
         _RESTORE.set(self, stack)
         return self
 
-    def __exit__(self: TensorDictBase, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:
         stack = _RESTORE.pop(self, [])
         previous = stack.pop() if stack else self._is_locked
         if stack:
@@ -133,7 +136,7 @@ class MappingMixin:
             self._lock_tree(previous)
 
     # ---------------------------------------------------------------- dict methods
-    def popitem(self: TensorDictBase) -> tuple[str, Any]:
+    def popitem(self) -> tuple[str, Any]:
         """Remove the last top-level entry and return `(key, entry)`.
 
         Raises:
@@ -150,7 +153,7 @@ class MappingMixin:
         self._del_str(key)
         return key, value
 
-    def clear(self: TensorDictBase) -> TensorDictBase:
+    def clear(self) -> Self:
         """Remove every entry (the batch size stays)."""
         if self._is_locked:
             raise _locked_error("clear")
@@ -172,21 +175,21 @@ class MappingMixin:
         return fromkeys(keys, value)
 
     @property
-    def sorted_keys(self: TensorDictBase) -> list[str]:
+    def sorted_keys(self) -> list[str]:
         """The top-level keys, sorted."""
         return sorted(self._keys_str())
 
-    def create_nested(self: TensorDictBase, key: NestedKey) -> TensorDictBase:
+    def create_nested(self, key: NestedKey) -> Self:
         """Write an empty sub-TensorDict with this batch size at `key` (replacing what was there)."""
         key = unravel_key(key)
-        parent = self if type(key) is str else self._parent_for(key, create=True)
+        parent = self if isinstance(key, str) else self._parent_for(key, create=True)
         leaf = key if type(key) is str else key[-1]
         if parent._is_locked:
             raise _locked_error("create", key)
         parent._set_str(leaf, parent._new({}, parent.batch_size))
         return self
 
-    def filter_empty_(self: TensorDictBase) -> TensorDictBase:
+    def filter_empty_(self) -> Self:
         """Remove, in place and recursively, the sub-TensorDicts that hold no leaf."""
         if self._is_locked and any(
             is_td(v) and v.is_empty() for v in self.values(include_nested=True)
@@ -195,11 +198,11 @@ class MappingMixin:
         _drop_empty(self)
         return self
 
-    def filter_non_tensor_data(self: TensorDictBase) -> TensorDictBase:
+    def filter_non_tensor_data(self) -> TensorDictBase:
         """A copy without the non-tensor leaves (sub-TensorDicts are kept, even if emptied)."""
         return _without_non_tensor(self)
 
-    def replace(self: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
+    def replace(self, *args: Any, **kwargs: Any) -> Self:
         """A shallow copy with some entries replaced: `td.replace({"a": x}, b=y)`.
 
         Self is not modified; the entries not replaced are shared.
@@ -215,7 +218,7 @@ class MappingMixin:
         return out.update(source)
 
     def rename_keys(
-        self: TensorDictBase, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True
+        self, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True
     ) -> TensorDictBase:
         """A copy whose entries at the keys of `mapping` move to the mapped keys.
 
@@ -247,23 +250,21 @@ class MappingMixin:
         return out
 
     # ---------------------------------------------------------------- non-tensor data
-    def set_non_tensor(self: TensorDictBase, key: NestedKey, value: Any) -> TensorDictBase:
+    def set_non_tensor(self, key: NestedKey, value: Any) -> Self:
         """Store `value` at `key` as a non-tensor leaf, even if it is a tensor or a number."""
         key = unravel_key(key)
-        parent = self if type(key) is str else self._parent_for(key, create=True)
+        parent = self if isinstance(key, str) else self._parent_for(key, create=True)
         leaf = key if type(key) is str else key[-1]
         if parent._is_locked:
             raise _locked_error("set", key)
         parent._set_str(leaf, NonTensorData(value, parent.batch_size, parent.device))
         return self
 
-    def is_non_tensor(self: TensorDictBase, key: NestedKey) -> bool:
+    def is_non_tensor(self, key: NestedKey) -> bool:
         """Whether the entry at `key` is a non-tensor leaf (`KeyError` if missing)."""
         return bool(is_nt(self.get(key)))
 
-    def non_tensor_items(
-        self: TensorDictBase, include_nested: bool = False
-    ) -> Iterator[tuple[NestedKey, Any]]:
+    def non_tensor_items(self, include_nested: bool = False) -> Iterator[tuple[NestedKey, Any]]:
         """`(key, leaf)` for every non-tensor leaf (nested ones as tuple keys with `include_nested`)."""
         for key in self.keys(include_nested=include_nested):
             value = self.get(key)
@@ -272,7 +273,7 @@ class MappingMixin:
 
     # ---------------------------------------------------------------- splitting
     def separates(
-        self: TensorDictBase,
+        self,
         *keys: NestedKey,
         default: Any = NO_DEFAULT,
         strict: bool = True,
@@ -286,7 +287,8 @@ class MappingMixin:
             filter_empty: drop the sub-TensorDicts of self that the removal leaves empty.
         """
         present = self.keys(include_nested=True)
-        found, missing = [], []
+        found: list[NestedKey] = []
+        missing: list[NestedKey] = []
         for key in keys:
             (found if key in present else missing).append(key)
         if missing and default is NO_DEFAULT and strict:
@@ -316,7 +318,7 @@ class MappingMixin:
         return out
 
     # ---------------------------------------------------------------- conversion to dense
-    def to_tensordict(self: TensorDictBase, *, retain_none: bool | None = None) -> TensorDictBase:
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDictBase:
         """A dense, unlocked `TensorDict` copy of this one (any kind; leaves are cloned).
 
         Args:
@@ -328,7 +330,7 @@ class MappingMixin:
         return _densify(self, TensorDict)
 
 
-def _densify(td: TensorDictBase, dense: Any) -> Any:
+def _densify(td: TensorDictContract, dense: Any) -> Any:
     out = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):

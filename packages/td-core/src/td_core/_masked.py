@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from td_core._contract import TensorDictContract
 from td_core._keys import NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._utils import NO_DEFAULT, normalize_dim
@@ -49,6 +50,8 @@ from td_core._writes import (
 from td_core.errors import BatchSizeError, KeyNotFoundError, MissingEntryError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = ["MaskedMixin"]
@@ -211,18 +214,18 @@ def _gather(td: Any, d: int, index: Tensor) -> Any:
     return td._new(out, index.shape)
 
 
-class MaskedMixin:
+class MaskedMixin(TensorDictContract):
     """Methods of `td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
 
     # ---------------------------------------------------------------- mask ops
     def where(
-        self: TensorDictBase,
+        self,
         condition: Tensor,
         other: Any,
         *,
-        out: TensorDictBase | None = None,
+        out: TensorDictContract | None = None,
         pad: Any = None,
         update_batch_size: bool = False,
     ) -> TensorDictBase:
@@ -250,7 +253,7 @@ class MaskedMixin:
         result = _mask_map(self, MASK_OPS["where"], condition, other, pad, {})
         return result if out is None else set_into(out, result)
 
-    def masked_fill(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
+    def masked_fill(self, mask: Tensor, value: float | bool) -> TensorDictBase:
         """A copy with `value` written where `mask` (over leading batch dims) is True.
 
         Examples:
@@ -261,17 +264,15 @@ class MaskedMixin:
             tensor([3., 0.])
         """
         _check_mask(self, mask, "masked_fill")
-        return _mask_map(self, MASK_OPS["masked_fill"], mask, value, None, {})  # type: ignore[no-any-return]
+        return _mask_map(self, MASK_OPS["masked_fill"], mask, value, None, {})
 
-    def masked_fill_(self: TensorDictBase, mask: Tensor, value: float | bool) -> TensorDictBase:
+    def masked_fill_(self, mask: Tensor, value: float | bool) -> Self:
         """Write `value` in place where `mask` (over leading batch dims) is True; returns self."""
         _check_mask(self, mask, "masked_fill_")
         _mask_map(self, MASK_OPS["masked_fill_"], mask, value, None, {})
         return self
 
-    def masked_select(
-        self: TensorDictBase, mask: Tensor, *, inplace: bool = False
-    ) -> TensorDictBase:
+    def masked_select(self, mask: Tensor, *, inplace: bool = False) -> TensorDictBase:
         """The batch elements where `mask` is True: the masked batch dims become one dim.
 
         Args:
@@ -297,10 +298,10 @@ class MaskedMixin:
         return rebind(self, result) if inplace else result
 
     def gather(
-        self: TensorDictBase,
+        self,
         dim: int,
         index: Tensor,
-        out: TensorDictBase | None = None,
+        out: TensorDictContract | None = None,
         *,
         inplace: bool = False,
     ) -> TensorDictBase:
@@ -350,7 +351,7 @@ class MaskedMixin:
         return result if out is None else copy_into(out, result)
 
     # ------------------------------------------------------- indexed reads/writes
-    def get_at(self: TensorDictBase, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:
+    def get_at(self, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:
         """`td.get(key)[index]`, reading only what is needed (through lazy stacks).
 
         Args:
@@ -390,13 +391,13 @@ class MaskedMixin:
         return value[index]
 
     def set_at_(
-        self: TensorDictBase,
+        self,
         key: NestedKey,
         value: Any,
         index: Any,
         *,
         non_blocking: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """`td[key][index] = value` in place (allowed on a locked TensorDict); returns self.
 
         Raises:
@@ -424,7 +425,7 @@ class MaskedMixin:
         else:
             key = unravel_key(key)
             leaf = key if type(key) is str else key[-1]
-            parent = self if type(key) is str else self._parent_for(key, create=False)
+            parent = self if isinstance(key, str) else self._parent_for(key, create=False)
         if no_grad_for(self):
             with torch.no_grad():
                 set_at(parent, leaf, value, index, key)
@@ -433,14 +434,14 @@ class MaskedMixin:
         return self
 
     def update_at_(
-        self: TensorDictBase,
+        self,
         input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
         idx: Any,
         clone: bool = False,
         *,
         non_blocking: bool = False,
         keys_to_update: Iterable[NestedKey] | None = None,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Write every leaf of the input at index `idx` into self's existing entries, in place.
 
         Every leaf is checked (key present, shape fits) before the first write.
@@ -457,13 +458,13 @@ class MaskedMixin:
         return self
 
     def copy_at_(
-        self: TensorDictBase,
-        tensordict: TensorDictBase,
+        self,
+        tensordict: TensorDictContract,
         idx: Any,
         non_blocking: bool = False,
         *,
         fast: bool = True,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Copy `tensordict` into self at index `idx`, in place (`self[idx] = tensordict` without new keys).
 
         Raises:
@@ -475,7 +476,7 @@ class MaskedMixin:
         write_plan(self, plan, idx)
         return self
 
-    def copy_(self: TensorDictBase, tensordict: Any, non_blocking: bool = False) -> TensorDictBase:
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> Self:
         """Copy the leaves of `tensordict` into self's entries in place; returns self.
 
         Keys that self lacks are skipped (as upstream); every shape is checked first.
@@ -492,7 +493,7 @@ class MaskedMixin:
             copy_all(dests, srcs, non_blocking)
         return self
 
-    def fill_(self: TensorDictBase, key: NestedKey, value: float | bool) -> TensorDictBase:
+    def fill_(self, key: NestedKey, value: float | bool) -> Self:
         """Fill the entry at `key` (every leaf of it, if it is a TensorDict) with `value`.
 
         Raises:
@@ -510,7 +511,7 @@ class MaskedMixin:
             fill(self, as_tuple(key), value)
         return self
 
-    def zero_(self: TensorDictBase) -> TensorDictBase:
+    def zero_(self) -> Self:
         """Zero every tensor leaf in place (a lazy stack's members included); returns self."""
         leaves = storage_leaves(self)
         if no_grad_for(self):

@@ -254,7 +254,7 @@ def _swap(
                     # a tensor subclass whose detach() changes its type (a memory-mapped
                     # leaf) cannot be a Parameter: it goes in as it is, sharing its storage
                     pass
-        slots[key] = value  # type: ignore[assignment]
+        slots[key] = value
 
 
 def _is_batched(value: Tensor) -> bool:

@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from td_core._contract import TensorDictContract
 from td_core._map import is_td
 from td_core.errors import TDError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = [
@@ -132,20 +135,20 @@ def names_after(
     return tuple(out) if any(n is not None for n in out) else None
 
 
-class NamesMixin:
+class NamesMixin(TensorDictContract):
     """Named-dimension methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------------ storage
-    def _raw_names(self: TensorDictBase) -> Names | None:
+    def _raw_names(self) -> Names | None:
         """The stored names, or `None` when no dim is named."""
         names = getattr(self, "_names", None)
         if names is not None and len(names) != self.batch_dims:  # batch size changed since
             return None
         return names
 
-    def _store_names(self: TensorDictBase, names: Names | None) -> None:
+    def _store_names(self, names: Names | None) -> None:
         """Store `names` (already checked) here and on the sub-TensorDicts' leading dims."""
         if names is not None and all(n is None for n in names):
             names = None
@@ -160,12 +163,12 @@ class NamesMixin:
                 own = sub._raw_names()
                 sub._store_names((*names, *(own[n:] if own is not None else (None,) * extra)))
 
-    def _set_names(self: TensorDictBase, names: Sequence[str | None] | None) -> None:
+    def _set_names(self, names: Sequence[str | None] | None) -> None:
         self._store_names(None if names is None else _check(names, self.batch_dims))
 
     # ------------------------------------------------------------------ public
     @property
-    def names(self: TensorDictBase) -> list[str | None]:
+    def names(self) -> list[str | None]:
         """The name of each batch dim (`None` for unnamed dims).
 
         Setting it names the dims in place (sub-TensorDicts follow).
@@ -183,10 +186,10 @@ class NamesMixin:
         return [None] * self.batch_dims if names is None else list(names)
 
     @names.setter
-    def names(self: TensorDictBase, value: Sequence[str | None] | None) -> None:
+    def names(self, value: Sequence[str | None] | None) -> None:
         self._set_names(value)
 
-    def refine_names(self: TensorDictBase, *names: Any) -> TensorDictBase:
+    def refine_names(self, *names: Any) -> Self:
         """Name unnamed dims, in place; `...` stands for the dims not listed.
 
         A dim that already has a name must be given that name (or `None`
@@ -214,21 +217,19 @@ class NamesMixin:
         self._store_names(new)
         return self
 
-    def rename(self: TensorDictBase, *names: Any, **rename_map: str) -> TensorDictBase:
+    def rename(self, *names: Any, **rename_map: str) -> TensorDictBase:
         """A shallow copy with renamed batch dims: `rename("a", "b")` or `rename(a="x")`."""
         new = self._renamed(names, rename_map)
         out = self.clone(recurse=False)
         out._store_names(new)
         return out
 
-    def rename_(self: TensorDictBase, *names: Any, **rename_map: str) -> TensorDictBase:
+    def rename_(self, *names: Any, **rename_map: str) -> Self:
         """Rename the batch dims in place (also allowed when locked); see `rename`."""
         self._store_names(self._renamed(names, rename_map))
         return self
 
-    def _renamed(
-        self: TensorDictBase, names: tuple[Any, ...], rename_map: dict[str, str]
-    ) -> Names | None:
+    def _renamed(self, names: tuple[Any, ...], rename_map: dict[str, str]) -> Names | None:
         if names and rename_map:
             raise TypeError("rename: pass either names positionally or a mapping as keywords")
         if rename_map:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -52,6 +52,10 @@ class _NonTensorBase(BatchMeta):
 
     batch_size: torch.Size
     device: torch.device | None
+
+    if TYPE_CHECKING:
+
+        def as_array(self) -> np.ndarray: ...
 
     def _map_batch_multi(
         self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]

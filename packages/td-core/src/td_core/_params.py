@@ -36,7 +36,7 @@ __all__ = ["TensorDictParams"]
 Tensor = torch.Tensor
 
 
-class TensorDictParams(TensorDictBase, nn.Module):
+class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the TensorDict methods win over nn.Module ones (apply, float, ...), as upstream
     """A TensorDict of parameters and buffers that can be stored in an `nn.Module`.
 
     Args:
@@ -143,7 +143,7 @@ class TensorDictParams(TensorDictBase, nn.Module):
         self._device = as_device(device)
 
     # ----------------------------------------------------- nn.Module semantics
-    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:
         """A new `TensorDictParams` with every leaf moved and/or cast (`self` is unchanged).
 
         A parent module's `module.to(...)` moves and casts these leaves in place.
@@ -154,14 +154,14 @@ class TensorDictParams(TensorDictBase, nn.Module):
         out = TensorDictParams(result, no_convert=self._no_convert, lock=self._is_locked)
         for name, param in self._parameters.items():  # a cast keeps requires_grad, as upstream
             new = out._parameters.get(name)
-            if new is not None:
+            if new is not None and param is not None:
                 new.requires_grad_(param.requires_grad)
         return out
 
-    def cpu(self) -> TensorDictParams:  # type: ignore[override]
+    def cpu(self) -> TensorDictParams:
         return self.to("cpu")
 
-    def cuda(self, device: Any = None) -> TensorDictParams:  # type: ignore[override]
+    def cuda(self, device: Any = None) -> TensorDictParams:
         return self.to(torch.device("cuda") if device is None else torch.device("cuda", device))
 
     # ---------------------------------------------- value writes under no_grad

@@ -40,6 +40,8 @@ from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
+    from td_core._contract import TensorDictContract
+    from td_core._lazy import LazyStackedTensorDict
 
 __all__ = ["Op", "run"]
 
@@ -68,7 +70,7 @@ class Op:
 
 
 def run(
-    td: TensorDictBase,
+    td: TensorDictContract,
     op: Op,
     operands: tuple[Any, ...] = (),
     *,
@@ -142,7 +144,7 @@ def _apply(op: Op, leaves: list[Tensor], args: list[Any], kwargs: dict[str, Any]
 
 
 def _apply_inplace(
-    td: TensorDictBase, op: Op, leaves: list[Tensor], args: list[Any], kwargs: dict[str, Any]
+    td: TensorDictContract, op: Op, leaves: list[Tensor], args: list[Any], kwargs: dict[str, Any]
 ) -> None:
     if not leaves:
         return
@@ -183,8 +185,8 @@ def _broadcast(op: Op, bs: torch.Size, shape: torch.Size, what: str) -> torch.Si
 
 
 def _align(
-    td: TensorDictBase,
-    other: TensorDictBase,
+    td: TensorDictContract,
+    other: TensorDictContract,
     out: list[Any],
     prefix: tuple[str, ...],
     strict: bool,
@@ -221,8 +223,8 @@ def _align(
 
 
 def _align_same_order(
-    td: TensorDictBase,
-    other: TensorDictBase,
+    td: TensorDictContract,
+    other: TensorDictContract,
     out: list[Any],
     prefix: tuple[str, ...],
     strict: bool,
@@ -260,7 +262,7 @@ def _show(key: tuple[str, ...]) -> str | tuple[str, ...]:
 
 
 def _key_error(
-    td: TensorDictBase, other: TensorDictBase, key: tuple[str, ...], where: str
+    td: TensorDictContract, other: TensorDictContract, key: tuple[str, ...], where: str
 ) -> KeyNotFoundError:
     value = td._get_str(key[-1], None)
     below = ""
@@ -275,8 +277,8 @@ def _key_error(
 
 
 def _fill_missing(
-    td: TensorDictBase, operands: tuple[Any, ...], default: Any
-) -> tuple[TensorDictBase, tuple[Any, ...]]:
+    td: TensorDictContract, operands: tuple[Any, ...], default: Any
+) -> tuple[TensorDictContract, tuple[Any, ...]]:
     """Upstream's `default=`: `"intersection"` keeps common keys, a value fills missing ones."""
     out = []
     for operand in operands:
@@ -309,7 +311,7 @@ def _filled(like: Any, default: Any) -> Any:
 
 
 # ------------------------------------------------------------------ in-place checks
-def _check_shapes(td: TensorDictBase, op: Op, leaves: list[Tensor], args: list[Any]) -> None:
+def _check_shapes(td: TensorDictContract, op: Op, leaves: list[Tensor], args: list[Any]) -> None:
     shapes = None
     for a in args:
         if type(a) is not list:
@@ -334,7 +336,7 @@ _DTYPE = operator.attrgetter("dtype")
 
 
 def _check_dtypes(
-    td: TensorDictBase,
+    td: TensorDictContract,
     op: Op,
     leaves: list[Tensor],
     args: list[Any],
@@ -379,7 +381,7 @@ def _probe(
     return None
 
 
-def _key_of(td: TensorDictBase, leaf: Tensor) -> Any:
+def _key_of(td: TensorDictContract, leaf: Tensor) -> Any:
     for key, value in td.items(include_nested=True, leaves_only=True):
         if value is leaf:
             return key
@@ -387,10 +389,10 @@ def _key_of(td: TensorDictBase, leaf: Tensor) -> Any:
 
 
 # ------------------------------------------------------------------ lazy stacks
-_LAZY: list[type] = []
+_LAZY: list[type[LazyStackedTensorDict]] = []
 
 
-def _collect(td: TensorDictBase, out: list[Tensor]) -> bool:
+def _collect(td: TensorDictContract, out: list[Tensor]) -> bool:
     """`tensor_leaves` into `out`; `False` (stop) at a lazy stack, whose reads are copies."""
     for value in td._values_str():
         if isinstance(value, Tensor):
@@ -402,7 +404,7 @@ def _collect(td: TensorDictBase, out: list[Tensor]) -> bool:
 
 
 def _run_entries(
-    td: TensorDictBase,
+    td: TensorDictContract,
     op: Op,
     operands: tuple[Any, ...],
     inplace: bool,
@@ -432,18 +434,18 @@ def _run_entries(
     return td if inplace else td._new(out, bs)
 
 
-def _lazy_members(td: TensorDictBase) -> list[TensorDictBase] | None:
+def _lazy_members(td: TensorDictContract) -> list[TensorDictBase] | None:
     if not _LAZY:
         from td_core._lazy import LazyStackedTensorDict
 
         _LAZY.append(LazyStackedTensorDict)
     if isinstance(td, _LAZY[0]):
-        return td.tensordicts  # type: ignore[attr-defined,no-any-return]
+        return td.tensordicts
     return None
 
 
 def _run_lazy(
-    td: TensorDictBase,
+    td: TensorDictContract,
     members: list[TensorDictBase],
     op: Op,
     operands: tuple[Any, ...],
@@ -463,7 +465,7 @@ def _run_lazy(
 
 
 def split_operands(
-    td: TensorDictBase, name: str, operands: tuple[Any, ...], inplace: bool
+    td: TensorDictContract, name: str, operands: tuple[Any, ...], inplace: bool
 ) -> tuple[int, list[Any]]:
     """The result's stack dim, and each operand split into one part per member of `td`."""
     bs = td.batch_size

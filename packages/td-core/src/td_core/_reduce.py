@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 
+from td_core._lazy_shape import restack
 from td_core._map import is_nt, is_td, tensor_leaves
 from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
+    from td_core._contract import TensorDictContract
 
 __all__ = ["REDUCTIONS", "Reduction", "reduction", "bool_reduction", "leafwise_loss"]
 
@@ -90,7 +92,7 @@ REDUCTIONS: dict[str, Reduction] = {
 
 # ------------------------------------------------------------------ dims
 def _parse_dim(
-    td: TensorDictBase, row: Reduction, dim: Any, keepdim: bool
+    td: TensorDictContract, row: Reduction, dim: Any, keepdim: bool
 ) -> tuple[str, tuple[int, ...]]:
     """`("leaf" | "feature" | "dims", dims)`; raises before anything is computed."""
     n = td.batch_dims
@@ -210,7 +212,7 @@ def _lead(row: Reduction, args: tuple[Any, ...]) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------- traversal
 def _walk(
-    td: TensorDictBase,
+    td: TensorDictContract,
     leaf: Callable[[Tensor], Any],
     new_bs: Callable[[torch.Size], torch.Size],
     key_transform: KeyTransform,
@@ -236,7 +238,7 @@ def _walk(
     return (td._new(out, bs), td._new(second, bs)) if pair else td._new(out, bs)
 
 
-def _flat_leaves(td: TensorDictBase, out: list[Tensor]) -> list[Tensor]:
+def _flat_leaves(td: TensorDictContract, out: list[Tensor]) -> list[Tensor]:
     """Every tensor leaf, reading a lazy stack's members instead of stacking (ragged leaves too)."""
     lazy = hasattr(type(td), "stack_dim")  # a lazy stack: its members hold the data
     members: list[TensorDictBase] | None = cast(Any, td).tensordicts if lazy else None
@@ -258,7 +260,7 @@ def _flat_leaves(td: TensorDictBase, out: list[Tensor]) -> list[Tensor]:
 
 # ---------------------------------------------------------------- the implementation
 def reduction(
-    td: TensorDictBase,
+    td: TensorDictContract,
     row: Reduction,
     dim: Any = NO_DEFAULT,
     keepdim: Any = False,
@@ -295,7 +297,7 @@ def reduction(
 
 
 def _per_member(
-    td: TensorDictBase,
+    td: TensorDictContract,
     row: Reduction,
     dims: tuple[int, ...],
     keepdim: bool,
@@ -323,11 +325,11 @@ def _per_member(
     dropped = 0 if keepdim or row.scan else sum(d < stack_dim for d in dims)
     new_dim = stack_dim - dropped + len(_lead(row, args))
     if pair:
-        return tuple(type(td)(*part, stack_dim=new_dim) for part in zip(*results))
-    return type(td)(*results, stack_dim=new_dim)
+        return tuple(restack(td, part, new_dim) for part in zip(*results))
+    return restack(td, results, new_dim)
 
 
-def _check_fields(td: TensorDictBase, key_transform: Callable[[str], str]) -> None:
+def _check_fields(td: TensorDictContract, key_transform: Callable[[str], str]) -> None:
     """A tensorclass result can only hold its own fields: renamed keys must still be fields."""
     fields = getattr(type(td), "_fields", None)
     if not fields:
@@ -362,7 +364,7 @@ def _batch_rule(
 
 
 def _reduce_leaves(
-    td: TensorDictBase,
+    td: TensorDictContract,
     row: Reduction,
     mode: str,
     dims: tuple[int, ...],
@@ -396,7 +398,7 @@ def _reduce_leaves(
     return _leaf_op(row, "dims", dims, keepdim, n, pair, args, kwargs)(joined)
 
 
-def bool_reduction(td: TensorDictBase, row: Reduction, dim: Dim) -> Any:
+def bool_reduction(td: TensorDictContract, row: Reduction, dim: Dim) -> Any:
     """`all`/`any`: a Python bool over every leaf, or a TensorDict over batch dim(s) `dim`."""
     if dim is None:
         leaves = _flat_leaves(td, [])
@@ -425,7 +427,7 @@ def leafwise_loss(
 
 
 def _zip(
-    td: TensorDictBase,
+    td: TensorDictContract,
     other: Any,
     fn: Callable[..., Tensor],
     swap: bool,

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._contract import TensorDictContract
 from td_core._reduce import REDUCTIONS, Dim, KeyTransform, bool_reduction, reduction
 from td_core._utils import NO_DEFAULT
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    pass
 
 __all__ = ["ReductionMixin"]
 
@@ -22,13 +23,13 @@ Tensor = torch.Tensor
 _R = REDUCTIONS
 
 
-class ReductionMixin:
+class ReductionMixin(TensorDictContract):
     """Methods of `td_core.TensorDictBase` from this family."""
 
     __slots__ = ()
 
     def sum(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
         *,
@@ -58,7 +59,7 @@ class ReductionMixin:
         )
 
     def nansum(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
         *,
@@ -69,7 +70,7 @@ class ReductionMixin:
         return reduction(self, _R["nansum"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
 
     def mean(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
         *,
@@ -89,7 +90,7 @@ class ReductionMixin:
         )
 
     def nanmean(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
         *,
@@ -100,7 +101,7 @@ class ReductionMixin:
         return reduction(self, _R["nanmean"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
 
     def prod(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
         *,
@@ -111,7 +112,7 @@ class ReductionMixin:
         return reduction(self, _R["prod"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
 
     def std(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
         *,
@@ -131,7 +132,7 @@ class ReductionMixin:
         )
 
     def var(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
         *,
@@ -151,7 +152,7 @@ class ReductionMixin:
         )
 
     def max(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = False,
         *,
@@ -173,7 +174,7 @@ class ReductionMixin:
         )
 
     def min(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = False,
         *,
@@ -186,7 +187,7 @@ class ReductionMixin:
         )
 
     def amax(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = False,
         *,
@@ -196,7 +197,7 @@ class ReductionMixin:
         return reduction(self, _R["amax"], dim, keepdim, reduce=reduce)
 
     def amin(
-        self: TensorDictBase,
+        self,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = False,
         *,
@@ -205,9 +206,7 @@ class ReductionMixin:
         """Minimum of each leaf over `dim` (values only)."""
         return reduction(self, _R["amin"], dim, keepdim, reduce=reduce)
 
-    def logsumexp(
-        self: TensorDictBase, dim: Dim = None, keepdim: bool = False, *, out: Any = None
-    ) -> Any:
+    def logsumexp(self, dim: Dim = None, keepdim: bool = False, *, out: Any = None) -> Any:
         """`log(sum(exp(leaf)))` over batch `dim` (default: every batch dim).
 
         With `out` (a TensorDict of the result's structure) the result is written into it.
@@ -216,7 +215,7 @@ class ReductionMixin:
         return result if out is None else out.update_(result)
 
     def quantile(
-        self: TensorDictBase,
+        self,
         q: float | Tensor,
         dim: Dim = NO_DEFAULT,
         keepdim: bool = NO_DEFAULT,
@@ -237,24 +236,20 @@ class ReductionMixin:
             interpolation=interpolation,
         )
 
-    def cummax(
-        self: TensorDictBase, dim: int, *, reduce: bool | None = None, return_indices: bool = True
-    ) -> Any:
+    def cummax(self, dim: int, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
         """Running maximum along batch `dim`: `(values, indices)` as in `torch.cummax`."""
         return reduction(self, _R["cummax"], dim, reduce=reduce, return_indices=return_indices)
 
-    def cummin(
-        self: TensorDictBase, dim: int, *, reduce: bool | None = None, return_indices: bool = True
-    ) -> Any:
+    def cummin(self, dim: int, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
         """Running minimum along batch `dim`: `(values, indices)` as in `torch.cummin`."""
         return reduction(self, _R["cummin"], dim, reduce=reduce, return_indices=return_indices)
 
-    def softmax(self: TensorDictBase, dim: int, dtype: torch.dtype | None = None) -> Any:
+    def softmax(self, dim: int, dtype: torch.dtype | None = None) -> Any:
         """Softmax of each leaf along batch `dim`."""
         return reduction(self, _R["softmax"], dim, **_opt(dtype=dtype))
 
     def norm(
-        self: TensorDictBase,
+        self,
         *,
         out: Any = None,
         dtype: torch.dtype | None = None,
@@ -264,11 +259,11 @@ class ReductionMixin:
         result = reduction(self, _R["norm"], key_transform=key_transform, **_opt(dtype=dtype))
         return result if out is None else out.update_(result)
 
-    def all(self: TensorDictBase, dim: Dim = None) -> Any:
+    def all(self, dim: Dim = None) -> Any:
         """`True` if every element of every tensor leaf is true; per batch `dim` with a dim."""
         return bool_reduction(self, _R["all"], dim)
 
-    def any(self: TensorDictBase, dim: Dim = None) -> Any:
+    def any(self, dim: Dim = None) -> Any:
         """`True` if any element of any tensor leaf is true; per batch `dim` with a dim."""
         return bool_reduction(self, _R["any"], dim)
 

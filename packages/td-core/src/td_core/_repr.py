@@ -11,7 +11,7 @@ from td_core._map import is_td
 from td_core._printoptions import get_printoptions
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._contract import TensorDictContract
 
 __all__ = ["td_repr", "leaf_repr", "fields_repr"]
 
@@ -39,7 +39,7 @@ def leaf_repr(value: Any) -> str:
 
 
 def td_repr(
-    td: TensorDictBase,
+    td: TensorDictContract,
     extra: dict[str, Any] | None = None,
     fields: list[tuple[str, str]] | None = None,
     after: dict[str, Any] | None = None,

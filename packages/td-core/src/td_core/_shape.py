@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core import _lazy_shape as lazy
+from td_core._contract import TD, TensorDictContract
 from td_core._map import map_batch, map_batch_multi, map_leaves
 from td_core._names import carry_names, names_after
 from td_core._utils import infer_shape, normalize_dim, shape_args
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = [
@@ -62,7 +65,7 @@ def size_arg(args: tuple[Any, ...], size: Any, what: str) -> tuple[int, ...]:
     return shape_args(args)
 
 
-def assign_reshaped(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:
+def assign_reshaped(td: TD, result: TensorDictContract) -> TD:
     """Make `td` hold `result`'s entries and batch size (the `inplace=True` forms).
 
     All or nothing: if the batch size of `td` cannot change (a lazy stack,
@@ -107,12 +110,12 @@ def expanded_shape(bs: torch.Size, target: Sequence[int], what: str) -> torch.Si
     return torch.Size(out)
 
 
-def _view_shape(td: TensorDictBase, args: tuple[Any, ...], size: Any, what: str) -> torch.Size:
+def _view_shape(td: TensorDictContract, args: tuple[Any, ...], size: Any, what: str) -> torch.Size:
     bs = td.batch_size
     return infer_shape(size_arg(args, size, what), bs.numel(), bs)
 
 
-def _reshape(td: TensorDictBase, new: torch.Size, *, copy: bool) -> TensorDictBase:
+def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | TensorDictBase:
     """`td` viewed (`copy=False`) or reshaped to batch size `new`."""
     if new == td.batch_size:
         return td
@@ -130,7 +133,7 @@ def _reshape(td: TensorDictBase, new: torch.Size, *, copy: bool) -> TensorDictBa
     return map_batch(td, lambda t: t.view((*new, *t.shape[n:])), new)
 
 
-def permute_order(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase:
+def permute_order(td: TensorDictContract, order: Sequence[int]) -> TensorDictBase:
     """`td` with its batch dims in the (validated) `order`."""
     n = td.batch_dims
     out = lazy.permute(td, order)
@@ -141,17 +144,17 @@ def permute_order(td: TensorDictBase, order: Sequence[int]) -> TensorDictBase:
     return map_batch(td, lambda t: t.permute((*order, *range(n, t.ndim))), new)
 
 
-class ShapeMixin:
+class ShapeMixin(TensorDictContract):
     """Batch-dim shape operations; every result shares storage with the input when torch's op does."""
 
     __slots__ = ()
 
     def view(
-        self: TensorDictBase,
+        self,
         *shape: Any,
         size: Sequence[int] | None = None,
         batch_size: Sequence[int] | None = None,
-    ) -> TensorDictBase:
+    ) -> Self | TensorDictBase:
         """A view with batch size `shape` (one dim may be -1), or of every leaf as a dtype.
 
         Args:
@@ -181,13 +184,11 @@ class ShapeMixin:
             )
         return _reshape(self, new, copy=False)
 
-    def reshape(
-        self: TensorDictBase, *shape: Any, size: Sequence[int] | None = None
-    ) -> TensorDictBase:
+    def reshape(self, *shape: Any, size: Sequence[int] | None = None) -> Self | TensorDictBase:
         """Like `view`, copying where a view is impossible (`size=` as a keyword)."""
         return _reshape(self, _view_shape(self, shape, size, "reshape"), copy=True)
 
-    def squeeze(self: TensorDictBase, dim: int | None = None) -> TensorDictBase:
+    def squeeze(self, dim: int | None = None) -> Self | TensorDictBase:
         """Remove batch dims of size 1 (all of them, or `dim` if it has size 1)."""
         bs = self.batch_size
         if dim is None:
@@ -205,7 +206,7 @@ class ShapeMixin:
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, drop=dims))
 
-    def unsqueeze(self: TensorDictBase, dim: int) -> TensorDictBase:
+    def unsqueeze(self, dim: int) -> TensorDictBase:
         """Insert a batch dim of size 1 at `dim` (negative dims count from the batch end)."""
         bs = self.batch_size
         d = batch_dim(dim, bs, extra=1)
@@ -217,9 +218,7 @@ class ShapeMixin:
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, insert=(d,)))
 
-    def permute(
-        self: TensorDictBase, *order: Any, dims: Sequence[int] | None = None
-    ) -> TensorDictBase:
+    def permute(self, *order: Any, dims: Sequence[int] | None = None) -> TensorDictBase:
         """Reorder the batch dims: `td.permute(1, 0)`, `td.permute([1, 0])` or `td.permute(dims=[1, 0])`."""
         given = size_arg(order, dims, "permute")
         bs = self.batch_size
@@ -236,7 +235,7 @@ class ShapeMixin:
         names = self._raw_names()
         return out if names is None else carry_names(out, [names[d] for d in resolved])
 
-    def transpose(self: TensorDictBase, dim0: int, dim1: int) -> TensorDictBase:
+    def transpose(self, dim0: int, dim1: int) -> TensorDictBase:
         """Swap two batch dims."""
         bs = self.batch_size
         d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
@@ -246,9 +245,7 @@ class ShapeMixin:
         names = self._raw_names()
         return out if names is None else carry_names(out, [names[d] for d in order])
 
-    def expand(
-        self: TensorDictBase, *shape: Any, size: Sequence[int] | None = None
-    ) -> TensorDictBase:
+    def expand(self, *shape: Any, size: Sequence[int] | None = None) -> TensorDictBase:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim)."""
         bs = self.batch_size
         n = len(bs)
@@ -261,15 +258,16 @@ class ShapeMixin:
             return out
         return carry_names(out, names_after(names, insert=range(len(new) - n)))
 
-    def expand_as(self: TensorDictBase, other: Any) -> TensorDictBase:
+    def expand_as(self, other: Any) -> TensorDictBase:
         """Expand to the batch size of `other` (a TensorDict) or the shape of a tensor."""
         return self.expand(other.batch_size if hasattr(other, "batch_size") else other.shape)
 
     def flatten(
-        self: TensorDictBase, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False
-    ) -> TensorDictBase:
+        self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False
+    ) -> Self | TensorDictBase:
         """Merge batch dims `start_dim` to `end_dim` (inclusive) into one."""
         bs = self.batch_size
+        out: Self | TensorDictBase
         if not bs:
             out = self.unsqueeze(0)
         else:
@@ -281,12 +279,12 @@ class ShapeMixin:
         return assign_reshaped(self, out) if inplace else out
 
     def unflatten(
-        self: TensorDictBase,
+        self,
         dim: int,
         unflattened_size: Sequence[int],
         *,
         inplace: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self | TensorDictBase:
         """Split batch dim `dim` into `unflattened_size`."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -294,7 +292,7 @@ class ShapeMixin:
         out = _reshape(self, torch.Size((*bs[:d], *sizes, *bs[d + 1 :])), copy=True)
         return assign_reshaped(self, out) if inplace else out
 
-    def unbind(self: TensorDictBase, dim: int = 0) -> tuple[TensorDictBase, ...]:
+    def unbind(self, dim: int = 0) -> tuple[TensorDictBase, ...]:
         """The slices along batch dim `dim`, as a tuple."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -307,9 +305,7 @@ class ShapeMixin:
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, drop=(d,)))
 
-    def split(
-        self: TensorDictBase, split_size: int | Sequence[int], dim: int = 0
-    ) -> tuple[TensorDictBase, ...]:
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[TensorDictBase, ...]:
         """Split along batch dim `dim` into chunks of `split_size` (or the listed sizes)."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -328,7 +324,7 @@ class ShapeMixin:
         names = self._raw_names()
         return out if names is None else carry_names(out, names)
 
-    def chunk(self: TensorDictBase, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
         """Split along `dim` into at most `chunks` pieces, as `torch.chunk` does."""
         if chunks <= 0:
             raise ValueError(f"chunks must be positive, got {chunks}")
@@ -336,7 +332,7 @@ class ShapeMixin:
         size = self.batch_size[d]
         return self.split(max(1, math.ceil(size / chunks)), d)
 
-    def flip(self: TensorDictBase, *order: Any, dims: Any = None) -> TensorDictBase:
+    def flip(self, *order: Any, dims: Any = None) -> TensorDictBase:
         """Reverse the order of elements along the given batch dims (ints, a sequence, or `dims=`)."""
         if dims is not None and isinstance(dims, int):
             dims = (dims,)
@@ -345,12 +341,12 @@ class ShapeMixin:
         return map_batch(self, lambda t: t.flip(ds), bs)
 
     def roll(
-        self: TensorDictBase,
+        self,
         shifts: int | Sequence[int],
         dims: int | Sequence[int] | None = None,
         *,
         inplace: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self | TensorDictBase:
         """Roll the elements along the given batch dims, as `torch.roll` does.
 
         Without `dims` the batch is flattened, rolled and restored, as for a tensor.
@@ -375,7 +371,7 @@ class ShapeMixin:
         return self
 
 
-def split_sizes(td: TensorDictBase, d: int, sizes: Sequence[int]) -> tuple[TensorDictBase, ...]:
+def split_sizes(td: TensorDictContract, d: int, sizes: Sequence[int]) -> tuple[TensorDictBase, ...]:
     """`td` cut along batch dim `d` into consecutive pieces of `sizes`."""
     bounds, start = [], 0
     for s in sizes:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._contract import TD, TensorDictContract
 from td_core._map import is_ragged, is_td, stack_parts
 from td_core._names import carry_names, names_after
 from td_core._nontensor import cat_non_tensors, stack_non_tensors
@@ -22,6 +23,8 @@ from td_core._utils import normalize_dim
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
     from td_core._keys import NestedKey
 
@@ -183,13 +186,13 @@ def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
 
 
 def _combine_entries(
-    td: TensorDictBase,
+    td: TD,
     keys: tuple[NestedKey, ...],
     out_key: NestedKey,
     dim: int,
     keep_entries: bool,
     op: Any,
-) -> TensorDictBase:
+) -> TD:
     """`td[out_key] = op([td[k] for k in keys], dim)`; the inputs are removed unless kept."""
     if not keys:
         raise ValueError("stack_tensors/cat_tensors need at least one key to combine")
@@ -208,7 +211,7 @@ def _combine_entries(
     return td
 
 
-def _leaf_tensors(td: TensorDictBase, sorted_keys: Any) -> list[Tensor]:
+def _leaf_tensors(td: TensorDictContract, sorted_keys: Any) -> list[Tensor]:
     keys = [
         k for k in td.keys(include_nested=True, leaves_only=True) if isinstance(td.get(k), Tensor)
     ]
@@ -221,7 +224,7 @@ def _leaf_tensors(td: TensorDictBase, sorted_keys: Any) -> list[Tensor]:
     return [td.get(k) for k in keys]
 
 
-class StackMixin:
+class StackMixin(TensorDictContract):
     """Stacking and concatenation methods of TensorDictBase."""
 
     __slots__ = ()
@@ -270,7 +273,7 @@ class StackMixin:
                 raise
             return cls.lazy_stack(input, dim)
 
-    def to_lazystack(self: TensorDictBase, dim: int = 0) -> TensorDictBase:
+    def to_lazystack(self, dim: int = 0) -> TensorDictBase:
         """A lazy stack of this TensorDict's slices along batch dim `dim` (views of it).
 
         A lazy stack along `dim` already is one: it is returned as it is.
@@ -283,12 +286,12 @@ class StackMixin:
         return LazyStackedTensorDict(*self.unbind(d), stack_dim=d)
 
     def stack_tensors(
-        self: TensorDictBase,
+        self,
         *keys: NestedKey,
         out_key: NestedKey,
         dim: int = 0,
         keep_entries: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Write `torch.stack([self[k] for k in keys], dim)` at `out_key` (returns self).
 
         `dim` counts from the first dim of the tensors (batch dims included).
@@ -298,17 +301,17 @@ class StackMixin:
         return _combine_entries(self, keys, out_key, dim, keep_entries, torch.stack)
 
     def cat_tensors(
-        self: TensorDictBase,
+        self,
         *keys: NestedKey,
         out_key: NestedKey,
         dim: int = 0,
         keep_entries: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Write `torch.cat([self[k] for k in keys], dim)` at `out_key` (returns self)."""
         return _combine_entries(self, keys, out_key, dim, keep_entries, torch.cat)
 
     def stack_from_tensordict(
-        self: TensorDictBase, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
+        self, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
     ) -> Tensor:
         """Stack every tensor leaf into one tensor (they must share a shape).
 
@@ -320,7 +323,7 @@ class StackMixin:
         return torch.stack(_leaf_tensors(self, sorted), dim, out=out)
 
     def cat_from_tensordict(
-        self: TensorDictBase, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
+        self, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
     ) -> Tensor:
         """Concatenate every tensor leaf into one tensor along `dim`."""
         return torch.cat(_leaf_tensors(self, sorted), dim, out=out)

@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._contract import TD, TensorDictContract
 from td_core._keys import NestedKey, as_tuple, unravel_key
 from td_core._map import is_nt, is_td, per_member, stack_parts
 from td_core._utils import NO_DEFAULT, broadcast_shape
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._base import TensorDictBase
 
 __all__ = ["StructureMixin"]
@@ -27,7 +30,7 @@ Tensor = torch.Tensor
 
 
 def _select(
-    td: TensorDictBase, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
+    td: TensorDictContract, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
 ) -> TensorDictBase:
     """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
     lazy = per_member(td, lambda m: _select(m, paths, strict, prefix))
@@ -58,7 +61,7 @@ def _select(
     return td._new(ordered, td.batch_size)
 
 
-def _exclude(td: TensorDictBase, paths: list[tuple[str, ...]]) -> TensorDictBase:
+def _exclude(td: TensorDictContract, paths: list[tuple[str, ...]]) -> TensorDictBase:
     lazy = per_member(td, lambda m: _exclude(m, paths))
     if lazy is not NotImplemented:
         return lazy
@@ -78,7 +81,7 @@ def _exclude(td: TensorDictBase, paths: list[tuple[str, ...]]) -> TensorDictBase
 
 
 def _flatten(
-    td: TensorDictBase,
+    td: TensorDictContract,
     sep: str,
     prefix: str,
     out: dict[str, Any],
@@ -96,7 +99,7 @@ def _flatten(
         out[name] = value
 
 
-def _members_do(td: TensorDictBase, method: str, *args: Any, **kwargs: Any) -> Any:
+def _members_do(td: TensorDictContract, method: str, *args: Any, **kwargs: Any) -> Any:
     """`method` run on each member of a lazy stack (`NotImplemented` for other kinds).
 
     In place, the members change and `td` itself is returned.
@@ -107,18 +110,18 @@ def _members_do(td: TensorDictBase, method: str, *args: Any, **kwargs: Any) -> A
     return td
 
 
-class StructureMixin:
+class StructureMixin(TensorDictContract):
     """Key-structure methods of TensorDictBase."""
 
     __slots__ = ()
 
     def select(
-        self: TensorDictBase, *keys: NestedKey, inplace: bool = False, strict: bool = True
-    ) -> TensorDictBase:
+        self, *keys: NestedKey, inplace: bool = False, strict: bool = True
+    ) -> Self | TensorDictBase:
         """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
         lazy = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
         if lazy is not NotImplemented:
-            return lazy  # type: ignore[no-any-return]
+            return lazy
         if all(type(k) is str for k in keys):  # fast path: top-level keys only
             wanted = set(keys)
             present = self._keys_str()
@@ -133,11 +136,11 @@ class StructureMixin:
             result = _select(self, [as_tuple(unravel_key(k)) for k in keys], strict, ())
         return _assign(self, result) if inplace else result
 
-    def exclude(self: TensorDictBase, *keys: NestedKey, inplace: bool = False) -> TensorDictBase:
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self | TensorDictBase:
         """Everything but the given (possibly nested) keys."""
         lazy = _members_do(self, "exclude", *keys, inplace=inplace)
         if lazy is not NotImplemented:
-            return lazy  # type: ignore[no-any-return]
+            return lazy
         if all(type(k) is str for k in keys):  # top-level keys only: one pass, no paths
             drop = set(keys)
             out = {k: v for k, v in self._items_str() if k not in drop}
@@ -147,13 +150,13 @@ class StructureMixin:
         return _assign(self, result) if inplace else result
 
     def split_keys(
-        self: TensorDictBase,
+        self,
         *key_sets: Iterable[NestedKey],
         inplace: bool = False,
         default: Any = NO_DEFAULT,
         strict: bool = True,
         reproduce_struct: bool = False,
-    ) -> tuple[TensorDictBase, ...]:
+    ) -> tuple[Self | TensorDictBase, ...]:
         """One TensorDict per key set, then one with the remaining keys.
 
         Args:
@@ -174,11 +177,11 @@ class StructureMixin:
         return out
 
     def flatten_keys(
-        self: TensorDictBase,
+        self,
         separator: str = ".",
         inplace: bool = False,
         is_leaf: Callable[[type], bool] | None = None,
-    ) -> TensorDictBase:
+    ) -> Self | TensorDictBase:
         """A flat TensorDict whose keys join nested keys with `separator`.
 
         Examples:
@@ -190,15 +193,13 @@ class StructureMixin:
         """
         lazy = _members_do(self, "flatten_keys", separator, inplace=inplace, is_leaf=is_leaf)
         if lazy is not NotImplemented:
-            return lazy  # type: ignore[no-any-return]
+            return lazy
         out: dict[str, Any] = {}
         _flatten(self, separator, "", out, is_leaf)
         result = self._new(out, self.batch_size)
         return _assign(self, result) if inplace else result
 
-    def unflatten_keys(
-        self: TensorDictBase, separator: str = ".", inplace: bool = False
-    ) -> TensorDictBase:
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self | TensorDictBase:
         """The inverse of `flatten_keys`: split keys on `separator` into nested TensorDicts."""
         tree: dict[str, Any] = {}
         for key, value in self._items_str():
@@ -228,9 +229,7 @@ class StructureMixin:
         result = _build(self, tree)
         return _assign(self, result) if inplace else result
 
-    def rename_key_(
-        self: TensorDictBase, old_key: NestedKey, new_key: NestedKey, safe: bool = False
-    ) -> TensorDictBase:
+    def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> Self:
         """Move the entry at `old_key` to `new_key` (`safe`: refuse to overwrite)."""
         if self.is_locked:
             raise LockedError(f"cannot rename {old_key!r}: the TensorDict is locked")
@@ -243,14 +242,14 @@ class StructureMixin:
         return self
 
     def update(
-        self: TensorDictBase,
-        input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
+        self,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictContract,
         clone: bool = False,
         inplace: bool = False,
         *,
         keys_to_update: Iterable[NestedKey] | None = None,
         non_blocking: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Write every entry of `input_dict_or_td` into self (sub-TensorDicts are merged).
 
         Every entry is validated before any is written: on error, self is unchanged.
@@ -265,7 +264,7 @@ class StructureMixin:
         allowed = (
             None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
         )
-        plan: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]] = []
+        plan: list[tuple[TensorDictContract, str, Any, tuple[str, ...]]] = []
         _plan_update(self, input_dict_or_td, clone, inplace, allowed, (), plan)
         for target, key, value, full in plan:
             if inplace and key in target._keys_str():
@@ -275,13 +274,13 @@ class StructureMixin:
         return self
 
     def update_(
-        self: TensorDictBase,
+        self,
         input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
         clone: bool = False,
         *,
         keys_to_update: Iterable[NestedKey] | None = None,
         non_blocking: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Copy every entry of the input into the existing entry of self, in place.
 
         Raises `KeyError` naming the first key that self lacks, before writing anything.
@@ -290,7 +289,7 @@ class StructureMixin:
             None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
         )
         pairs: list[tuple[Tensor, Any, tuple[str, ...]]] = []
-        values: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]] = []
+        values: list[tuple[TensorDictContract, str, Any, tuple[str, ...]]] = []
         _plan_update_(self, input_dict_or_td, allowed, (), pairs, values)
         for dest, value, _ in pairs:
             dest.copy_(value, non_blocking=non_blocking)
@@ -299,7 +298,7 @@ class StructureMixin:
         return self
 
     def empty(
-        self: TensorDictBase,
+        self,
         recurse: bool = False,
         *,
         batch_size: Any = None,
@@ -315,12 +314,12 @@ class StructureMixin:
         bs = self.batch_size if batch_size is None else torch.Size(batch_size)
         return self._new(out, bs, self.device if device is NO_DEFAULT else device)
 
-    def copy(self: TensorDictBase) -> TensorDictBase:
+    def copy(self) -> Self:
         """A shallow copy: new containers, the same tensors."""
         return self.clone(recurse=False)
 
     def state_dict(
-        self: TensorDictBase,
+        self,
         destination: dict[str, Any] | None = None,
         prefix: str = "",
         keep_vars: bool = False,
@@ -333,11 +332,11 @@ class StructureMixin:
         return out
 
     def load_state_dict(
-        self: TensorDictBase,
+        self,
         state_dict: Mapping[str, Any],
         strict: bool = True,
         assign: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Copy (or, with `assign`, set) the entries of a `state_dict` into self.
 
         With `strict`, the keys must match exactly; missing or unexpected keys
@@ -361,7 +360,7 @@ class StructureMixin:
         return self.update(new) if new else self
 
 
-def _update_flat(td: TensorDictBase, source: Any) -> bool:
+def _update_flat(td: TensorDictContract, source: Any) -> bool:
     """`update` when every entry is a plain tensor under a top-level key that is not a sub-TensorDict.
 
     Validates everything first, then writes; returns False (having written
@@ -397,13 +396,13 @@ def _update_flat(td: TensorDictBase, source: Any) -> bool:
     return True
 
 
-def _build(td: TensorDictBase, tree: dict[str, Any]) -> TensorDictBase:
+def _build(td: TensorDictContract, tree: dict[str, Any]) -> TensorDictBase:
     """A container of `td`'s batch size from nested dicts (each dict becomes a TensorDict)."""
     entries = {k: _build(td, v) if type(v) is dict else v for k, v in tree.items()}
     return td._new(entries, td.batch_size)
 
 
-def _assign(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:
+def _assign(td: TD, result: TensorDictContract) -> TD:
     """Make `td` hold `result`'s entries (for `inplace=True` variants)."""
     if td.is_locked:
         raise LockedError("cannot restructure a locked TensorDict in place")
@@ -415,18 +414,18 @@ def _assign(td: TensorDictBase, result: TensorDictBase) -> TensorDictBase:
 
 
 def _plan_update(
-    td: TensorDictBase,
-    source: Mapping[Any, Any] | TensorDictBase,
+    td: TensorDictContract,
+    source: Mapping[Any, Any] | TensorDictContract,
     clone: bool,
     inplace: bool,
     allowed: set[tuple[str, ...]] | None,
     prefix: tuple[str, ...],
-    plan: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]],
+    plan: list[tuple[TensorDictContract, str, Any, tuple[str, ...]]],
 ) -> None:
     items = source._items_str() if is_td(source) else source.items()
     for raw_key, value in items:
         key = unravel_key(raw_key)
-        if type(key) is tuple:
+        if isinstance(key, tuple):
             target = td._parent_for(key, create=False) if _has_parent(td, key) else None
             if target is None:
                 if td.is_locked:
@@ -460,7 +459,7 @@ def _plan_update(
         plan.append((td, key, value, full))
 
 
-def _has_parent(td: TensorDictBase, key: tuple[str, ...]) -> bool:
+def _has_parent(td: TensorDictContract, key: tuple[str, ...]) -> bool:
     try:
         td._parent_for(key, create=False)
     except KeyError:
@@ -488,12 +487,12 @@ def _member_part(source: Any, d: int, i: int, n: int) -> Any:
 
 
 def _plan_update_(
-    td: TensorDictBase,
-    source: Mapping[Any, Any] | TensorDictBase,
+    td: TensorDictContract,
+    source: Mapping[Any, Any] | TensorDictContract,
     allowed: set[tuple[str, ...]] | None,
     prefix: tuple[str, ...],
     pairs: list[tuple[Tensor, Any, tuple[str, ...]]],
-    values: list[tuple[TensorDictBase, str, Any, tuple[str, ...]]],
+    values: list[tuple[TensorDictContract, str, Any, tuple[str, ...]]],
 ) -> None:
     parts = stack_parts(td)
     if parts is not None:  # a lazy stack's reads are copies: plan the writes into its members
@@ -516,7 +515,7 @@ def _plan_update_(
         if is_nt(dest) or (is_nt(value) and dest is not NO_DEFAULT and not is_td(dest)):
             # non-tensor values are written into (or replace) their leaf, after all checks
             key = unravel_key(raw_key)
-            target = td if type(key) is str else td._parent_for(key, create=False)
+            target = td if isinstance(key, str) else td._parent_for(key, create=False)
             values.append((target, key if type(key) is str else key[-1], value, full))
             continue
         if dest is NO_DEFAULT:

@@ -445,7 +445,7 @@ def _from_dict(
             out.auto_batch_size_(batch_dims)
     if names is not None:
         out._set_names(names)
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 def from_dict(

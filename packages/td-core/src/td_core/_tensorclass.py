@@ -121,8 +121,8 @@ class _TensorClassBase(TensorDictBase):
     def _set_device(self, device: Any) -> None:
         self._tensordict._set_device(device)
 
-    @property
-    def _is_locked(self) -> bool:  # type: ignore[override]
+    @property  # type: ignore[misc]  # read-only here: the lock is the inner TensorDict's
+    def _is_locked(self) -> bool:
         return self._tensordict._is_locked
 
     def _lock_tree(self, locked: bool) -> None:
@@ -206,13 +206,13 @@ def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any],
                 else dataclasses.field(default=default.default)
             )
         elif type(default).__hash__ is None:  # a list or dict default: dataclasses refuse these
-            namespace[name] = dataclasses.field(default_factory=lambda v=default: v)
+            namespace[name] = dataclasses.field(default_factory=lambda v=default: v)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
         else:
             namespace[name] = default
-    probe = dataclasses.dataclass(init=False, repr=False, eq=False)(
+    probe: Any = dataclasses.dataclass(init=False, repr=False, eq=False)(
         type(cls.__name__, (), namespace)
     )
-    return probe.__dataclass_fields__, probe.__dataclass_params__  # type: ignore[attr-defined]
+    return probe.__dataclass_fields__, probe.__dataclass_params__
 
 
 def _field_property(name: str) -> property:
@@ -330,7 +330,7 @@ def tensorclass(cls: type[_T]) -> type[_T]:
     new_cls = type(cls.__name__, (cls, _TensorClassBase), namespace)
     register(new_cls)
     allow_weights_only(new_cls)
-    return new_cls  # type: ignore[return-value]
+    return new_cls
 
 
 def is_tensorclass(obj: Any) -> bool:

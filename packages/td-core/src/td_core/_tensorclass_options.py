@@ -152,12 +152,12 @@ def _caster(cls: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
 def _make(cls: Any, options: dict[str, Any]) -> Any:
     if not options["shadow"]:
         _check_shadow(cls)
-    new_cls = _build(cls)
-    new_cls._tc_options = dict(options)  # type: ignore[attr-defined]
+    new_cls: Any = _build(cls)
+    new_cls._tc_options = dict(options)
     if not any(options[k] for k in ("autocast", "nocast", "frozen", "kw_only")):
         return new_cls
     convert = _caster(cls, options)
-    fields = new_cls._fields  # type: ignore[attr-defined]
+    fields = new_cls._fields
     init = new_cls.__init__
     setattr_ = new_cls.__setattr__
     frozen, kw_only = options["frozen"], options["kw_only"]

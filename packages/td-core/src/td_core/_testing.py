@@ -63,7 +63,12 @@ def assert_close(
             f"{type(actual).__name__} and {type(expected).__name__}"
         )
     prefix = (prefix,) if isinstance(prefix, str) else tuple(prefix)
-    opts = {"rtol": rtol, "atol": atol, "equal_nan": equal_nan, "intersection": intersection}
+    opts: dict[str, Any] = {
+        "rtol": rtol,
+        "atol": atol,
+        "equal_nan": equal_nan,
+        "intersection": intersection,
+    }
     members = _members(actual, expected)
     if members is not None:  # two lazy stacks: member by member (ragged members cannot stack)
         for sub1, sub2 in members:

@@ -17,6 +17,7 @@ from td_core._stack import cat, stack
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
+    from td_core._contract import TensorDictContract
 
 __all__ = ["TORCH_FUNCTIONS", "implements"]
 
@@ -39,64 +40,64 @@ implements(torch.cat, torch.concat, torch.concatenate)(cat)
 
 
 @implements(torch.unbind)
-def _unbind(input: TensorDictBase, dim: int = 0) -> tuple[TensorDictBase, ...]:
+def _unbind(input: TensorDictContract, dim: int = 0) -> tuple[TensorDictBase, ...]:
     return input.unbind(dim)
 
 
 @implements(torch.split)
 def _split(
-    input: TensorDictBase, split_size_or_sections: Any, dim: int = 0
+    input: TensorDictContract, split_size_or_sections: Any, dim: int = 0
 ) -> tuple[TensorDictBase, ...]:
     return input.split(split_size_or_sections, dim)
 
 
 @implements(torch.chunk)
-def _chunk(input: TensorDictBase, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
+def _chunk(input: TensorDictContract, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
     return input.chunk(chunks, dim)
 
 
 @implements(torch.squeeze)
-def _squeeze(input: TensorDictBase, dim: int | None = None) -> TensorDictBase:
+def _squeeze(input: TensorDictContract, dim: int | None = None) -> TensorDictBase:
     return input.squeeze(dim)
 
 
 @implements(torch.unsqueeze)
-def _unsqueeze(input: TensorDictBase, dim: int) -> TensorDictBase:
+def _unsqueeze(input: TensorDictContract, dim: int) -> TensorDictBase:
     return input.unsqueeze(dim)
 
 
 @implements(torch.permute)
-def _permute(input: TensorDictBase, dims: Any) -> TensorDictBase:
+def _permute(input: TensorDictContract, dims: Any) -> TensorDictBase:
     return input.permute(dims)
 
 
 @implements(torch.reshape)
-def _reshape(input: TensorDictBase, shape: Any) -> TensorDictBase:
+def _reshape(input: TensorDictContract, shape: Any) -> TensorDictBase:
     return input.reshape(shape)
 
 
 @implements(torch.flatten)
-def _flatten(input: TensorDictBase, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
+def _flatten(input: TensorDictContract, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
     return input.flatten(start_dim, end_dim)
 
 
 @implements(torch.unflatten)
-def _unflatten(input: TensorDictBase, dim: int, sizes: Any) -> TensorDictBase:
+def _unflatten(input: TensorDictContract, dim: int, sizes: Any) -> TensorDictBase:
     return input.unflatten(dim, sizes)
 
 
 @implements(torch.transpose, torch.swapaxes, torch.swapdims)
-def _transpose(input: TensorDictBase, dim0: int, dim1: int) -> TensorDictBase:
+def _transpose(input: TensorDictContract, dim0: int, dim1: int) -> TensorDictBase:
     return input.transpose(dim0, dim1)
 
 
 @implements(torch.clone)
-def _clone(input: TensorDictBase, *, memory_format: Any = None) -> TensorDictBase:
+def _clone(input: TensorDictContract, *, memory_format: Any = None) -> TensorDictBase:
     return input.clone()
 
 
 def _like(func: Callable[..., torch.Tensor]) -> Callable[..., TensorDictBase]:
-    def impl(input: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
+    def impl(input: TensorDictContract, *args: Any, **kwargs: Any) -> TensorDictBase:
         device = kwargs.get("device")
         return map_leaves(
             input,
@@ -123,13 +124,13 @@ for _func in (
 def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> TensorDictBase:
     """`torch.where(cond, td, other)`; `torch.where(cond, value, td)` picks `td` where False."""
     if not is_td(input):
-        return other.where(condition.logical_not(), input, out=out)  # type: ignore[no-any-return]
-    return input.where(condition, other, out=out)  # type: ignore[no-any-return]
+        return other.where(condition.logical_not(), input, out=out)
+    return input.where(condition, other, out=out)
 
 
 @implements(torch.gather)
 def _gather(
-    input: TensorDictBase,
+    input: TensorDictContract,
     dim: int,
     index: torch.Tensor,
     *,
@@ -144,17 +145,17 @@ def _gather(
 
 
 @implements(torch.masked_select)
-def _masked_select(input: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+def _masked_select(input: TensorDictContract, mask: torch.Tensor) -> TensorDictBase:
     return input.masked_select(mask)
 
 
 @implements(torch.flip)
-def _flip(input: TensorDictBase, dims: Any) -> TensorDictBase:
+def _flip(input: TensorDictContract, dims: Any) -> TensorDictBase:
     return input.flip(dims)
 
 
 @implements(torch.roll)
-def _roll(input: TensorDictBase, shifts: Any, dims: Any = None) -> TensorDictBase:
+def _roll(input: TensorDictContract, shifts: Any, dims: Any = None) -> TensorDictBase:
     if dims is None:
         raise TypeError(
             "torch.roll of a TensorDict needs dims= (rolling the flattened batch is ambiguous)"
@@ -166,7 +167,7 @@ def _roll(input: TensorDictBase, shifts: Any, dims: Any = None) -> TensorDictBas
 def _reduction(name: str) -> Callable[..., Any]:
     """`torch.<name>(td, ...)` as `td.<name>(...)` (same arguments after the input)."""
 
-    def impl(input: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
+    def impl(input: TensorDictContract, *args: Any, **kwargs: Any) -> Any:
         if args and (is_td(args[0]) or isinstance(args[0], torch.Tensor)) and name != "quantile":
             return NotImplemented  # torch.max(td, other) is the element-wise maximum
         if "unbiased" in kwargs:  # torch.std/var's older spelling of correction
@@ -186,7 +187,7 @@ for _name in (
 
 @implements(torch.nn.functional.softmax)
 def _f_softmax(
-    input: TensorDictBase,
+    input: TensorDictContract,
     dim: int | None = None,
     _stacklevel: int = 3,
     dtype: torch.dtype | None = None,
@@ -198,7 +199,7 @@ def _f_softmax(
 
 @implements(torch.norm)
 def _norm(
-    input: TensorDictBase,
+    input: TensorDictContract,
     p: Any = "fro",
     dim: Any = None,
     keepdim: bool = False,

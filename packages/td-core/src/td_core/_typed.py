@@ -81,7 +81,7 @@ class TypedTensorDict(TensorDict):
                     names.append(name)
                 default = klass.__dict__.get(name, _NO_FIELD)
                 if isinstance(default, property):
-                    default = klass._field_defaults.get(name, _NO_FIELD)  # type: ignore[attr-defined]
+                    default = klass._field_defaults.get(name, _NO_FIELD)
                 if default is not _NO_FIELD:
                     defaults[name] = default
         cls._field_names = tuple(names)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -83,7 +83,7 @@ def from_tree(node: Node) -> Any:
     equal it, and that the device is None or the CPU (where mapped leaves live).
     """
     if node.kind == KIND_LAZY:
-        members = [from_tree(member) for member in node.entries.values()]
+        members = [from_tree(cast(Node, member)) for member in node.entries.values()]
         return remember(LazyStackedTensorDict(*members, stack_dim=node.stack_dim), node.path)
     entries: dict[str, Any] = {}
     for key, value in node.entries.items():
@@ -111,7 +111,7 @@ def assign_leaves(td: Any, node: Node) -> None:
             assign_leaves(member, sub)  # type: ignore[arg-type]
         return
     for key, value in node.entries.items():
-        if type(value) is Node:
+        if isinstance(value, Node):
             assign_leaves(td.get(key), value)
         elif isinstance(value, torch.Tensor):
             if td.get(key) is not value:

@@ -140,7 +140,7 @@ def write_bytes(
     durable: bool = False,
 ) -> None:
     """Write `data` to `path` in large sequential writes (`mode`: see `_write_file`)."""
-    view = memoryview(data).cast("B")
+    view = memoryview(data).cast("B")  # type: ignore[arg-type]  # numpy stubs give ndarray __buffer__ only on 3.12+
     _write_file(path, len(view), lambda fd: _write_all(fd, view), mode=mode, durable=durable)
 
 
@@ -200,7 +200,7 @@ def map_leaf(
     return _empty(0, dtype=dtype).set_(storage, 0, shape, strides_of(shape))
 
 
-_from_file = torch.UntypedStorage.from_file
+_from_file: Callable[[str, bool, int], torch.UntypedStorage] = torch.UntypedStorage.from_file  # type: ignore[assignment]  # torch stubs: from_file gives an UntypedStorage
 _empty = torch.empty
 
 
@@ -219,7 +219,7 @@ def map_leaves(
     (loading a checkpoint maps hundreds of files); read-only leaves of at most
     `SMALL_LEAF` bytes are read instead of mapped.
     """
-    out = []
+    out: list[torch.Tensor] = []
     append = out.append
     for path, dtype, shape, nbytes in leaves:
         if not nbytes or dtype in _EXPERIMENTAL:

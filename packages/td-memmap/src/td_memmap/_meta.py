@@ -224,7 +224,7 @@ class _Ctx:
 
     def attach(self, meta: FolderMeta) -> None:
         """Put the parsed `meta` where the parent expects it."""
-        if type(self.target) is DirEntry:
+        if isinstance(self.target, DirEntry):
             self.target.folder = meta
         else:
             members, index = self.target
@@ -437,7 +437,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         why = check_class_name(name)
         if why is not None:
             raise ctx.fail(f"'class' {name!r} is not a class name ({why})")
-        meta.class_name = name  # type: ignore[assignment]
+        meta.class_name = name
     raw_entries = data.get("entries")
     if type(raw_entries) is not list:
         raise ctx.fail("'entries' is missing or not a list")

@@ -66,7 +66,7 @@ def _storage_ptr(t: torch.Tensor) -> int | None:
         return None
 
 
-def _protect(result: Any, sources: list[torch.Tensor], cls: Any, numpy: bool) -> Any:
+def _protect(result: Any, sources: list[Any], cls: Any, numpy: bool) -> Any:
     """`result` with every tensor sharing a source's memory wrapped read-only."""
     if isinstance(result, (list, tuple)) and not hasattr(result, "_fields"):
         return type(result)(_protect(r, sources, cls, numpy) for r in result)

@@ -114,7 +114,7 @@ def _folder_of(mmt: MemoryMappedTensor) -> str | None:
 def _whole_file(mmt: MemoryMappedTensor) -> bool:
     plain = torch.Tensor._make_subclass(torch.Tensor, mmt)
     return (
-        plain.storage_offset() == 0
+        plain.storage_offset() == 0  # type: ignore[return-value]  # torch stubs: SymInt comparisons give SymBool
         and plain.is_contiguous()
         and plain.untyped_storage().nbytes() == plain.numel() * plain.element_size()
     )
@@ -322,7 +322,8 @@ def _name_files(
         taken = used.setdefault(folder, set())
         names = candidates(job.path, _SUFFIXES.get(job.action, LEAF_SUFFIX))
         path = first_free(
-            names, lambda p, taken=taken: os.path.basename(p) in taken or previous.uses(p)
+            names,
+            lambda p, taken=taken: os.path.basename(p) in taken or previous.uses(p),  # type: ignore[misc]  # mypy cannot infer a lambda with a default
         )
         name = os.path.basename(path)
         taken.add(name)

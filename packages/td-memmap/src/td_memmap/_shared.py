@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ class SharedNonTensorData(NonTensorData):
     __slots__ = ("_file",)
     _file: str
 
-    @property  # type: ignore[override]
+    @property
     def data(self) -> Any:
         return read_value(self._file, False, ())
 
@@ -150,11 +150,11 @@ class SharedNonTensorStack(NonTensorStack):
     __slots__ = ("_file",)
     _file: str
 
-    @property  # type: ignore[override]
-    def _values(self) -> np.ndarray:
+    @property
+    def _values(self) -> np.ndarray:  # type: ignore[override]  # a read-only view of the file
         return read_value(self._file, True, tuple(self.batch_size))
 
-    @property  # type: ignore[override]
+    @property
     def data(self) -> list[Any]:
         return self._values.tolist()
 
@@ -193,6 +193,20 @@ def _reduce(leaf: Any, stacked: bool) -> tuple[Any, ...]:
     return (make_shared, (leaf._file, tuple(leaf.batch_size), stacked, device))
 
 
+@overload
+def make_shared(
+    path: str,
+    batch_size: Sequence[int],
+    stacked: Literal[False],
+    device: torch.device | str | None = None,
+) -> SharedNonTensorData: ...
+@overload
+def make_shared(
+    path: str,
+    batch_size: Sequence[int],
+    stacked: bool,
+    device: torch.device | str | None = None,
+) -> SharedNonTensorData | SharedNonTensorStack: ...
 def make_shared(
     path: str,
     batch_size: Sequence[int],
@@ -200,6 +214,7 @@ def make_shared(
     device: torch.device | str | None = None,
 ) -> SharedNonTensorData | SharedNonTensorStack:
     """A shared leaf reading `path` (nothing is read now)."""
+    cls: type[SharedNonTensorData] | type[SharedNonTensorStack]
     cls = SharedNonTensorStack if stacked else SharedNonTensorData
     leaf = object.__new__(cls)
     leaf._file = path

@@ -111,7 +111,7 @@ class MemoryMappedTensor(torch.Tensor):
         out._mm_file = file
         out._mm_writable = writable
         out._mm_parent_shape = parent_shape
-        return out  # type: ignore[return-value]
+        return out
 
     @classmethod
     def _map(
@@ -133,6 +133,7 @@ class MemoryMappedTensor(torch.Tensor):
         """`_map` of many `(path, dtype, shape, nbytes)` whose sizes are checked."""
         out = map_leaves(leaves, writable=writable)
         klass = MemoryMappedTensor if writable else _ReadOnly
+        tensor: Any  # a MemoryMappedTensor once retyped
         for (path, _, shape, _), tensor in zip(leaves, out):
             # each tensor is new and referenced only here: retyping it in place is
             # the same as wrapping it in a subclass view, at half the cost
@@ -144,7 +145,7 @@ class MemoryMappedTensor(torch.Tensor):
 
     # Operations run at plain-tensor speed and give plain tensors; only basic
     # indexing is intercepted, to keep views of the file memory-mapped.
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__: Any = torch._C._disabled_torch_function_impl
 
     def __getitem__(self, index: Any) -> torch.Tensor:
         out = _getitem(self, index)
@@ -154,7 +155,7 @@ class MemoryMappedTensor(torch.Tensor):
             )
         return out
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's is untyped
         text = repr(_make_subclass(torch.Tensor, self))
         name = "MemoryMappedTensor"
         pad = " " * (len(name) - len("tensor"))

@@ -122,7 +122,7 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
             and not cls.__dict__.get("_native_call", False)
             and not getattr(forward, "_td_forward", False)
         ):
-            cls.forward = _tensordict_forward(forward)  # type: ignore[method-assign]
+            cls.forward = _tensordict_forward(forward)
 
     # ---------------------------------------------------------------- out keys
     def select_out_keys(self, *out_keys: NestedKey) -> TensorDictModuleBase:
@@ -197,6 +197,7 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
         return parameters
 
     def _reset_all(self) -> None:
+        module: Any  # torch stubs type a module's attributes as Tensor | Module
         for module in self.modules():
             if module is not self and callable(getattr(module, "reset_parameters", None)):
                 module.reset_parameters()

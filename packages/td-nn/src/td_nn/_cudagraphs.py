@@ -112,7 +112,7 @@ class CudaGraphModule:
         out = pytree.tree_map(
             lambda x: x.clone() if isinstance(x, torch.Tensor) else x, self._static_out
         )
-        first = args[0] if args else None
+        first: Any = args[0] if args else None
         if is_tensor_collection(first) and self._static_out is self._static_first:
             return first.update(out)  # the module wrote into its input: keep the caller's object
         return out

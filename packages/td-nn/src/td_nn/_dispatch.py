@@ -15,16 +15,19 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from td_core import NestedKey, TensorDict, is_tensor_collection, unravel_key_list
+
+if TYPE_CHECKING:
+    from td_core import TensorDictBase
 
 __all__ = ["dispatch", "call_with_tensors", "arg_name"]
 
 
 def arg_name(key: NestedKey, separator: str = "_") -> str:
     """The keyword argument naming `key`: its parts joined with `separator`."""
-    return key if type(key) is str else separator.join(key)  # type: ignore[arg-type]
+    return key if type(key) is str else separator.join(key)
 
 
 def _gather(
@@ -105,7 +108,7 @@ def resolve_call(
     args: tuple[Any, ...],
     tensordict_out: Any,
     kwargs: dict[str, Any],
-) -> tuple[Any, Any, Any]:
+) -> tuple[TensorDictBase | None, TensorDictBase | None, Any]:
     """Normalise the arguments of a module's `forward`.
 
     Returns `(tensordict, tensordict_out, None)` for a TensorDict call (the

@@ -70,8 +70,8 @@ class EnsembleModule(TensorDictModuleBase):
         self.module = module
         self.num_copies = num_copies
         self.expand_input = expand_input
-        self.in_keys = list(module.in_keys)
-        self.out_keys = list(module.out_keys)
+        self.in_keys = list(module.in_keys)  # type: ignore[arg-type]  # torch stubs: Tensor | Module
+        self.out_keys = list(module.out_keys)  # type: ignore[arg-type]  # torch stubs: Tensor | Module
 
     def _call_one(self, params: TensorDictBase, tensordict: TensorDictBase) -> Any:
         with params.to_module(self.module):

@@ -51,7 +51,7 @@ def log_prob_key_for(key: NestedKey) -> NestedKey:
     """`"sample"` -> `"sample_log_prob"`; `("a", "b")` -> `("a", "b_log_prob")`."""
     if type(key) is str:
         return f"{key}_log_prob"
-    return (*key[:-1], f"{key[-1]}_log_prob")  # type: ignore[index]
+    return (*key[:-1], f"{key[-1]}_log_prob")
 
 
 def _empirical(dist: Any, what: str, n: int) -> torch.Tensor:
@@ -247,7 +247,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         """The distribution built from the parameters in `tensordict` (`get_dist`)."""
         return self.get_dist(tensordict)
 
-    @property  # type: ignore[override]
+    @property
     def out_keys(self) -> list[NestedKey]:
         keys = list(self._sample_keys)
         return keys + self.log_prob_keys if self.return_log_prob else keys

@@ -51,7 +51,7 @@ def _check_module(module: Any, index: Any) -> nn.Module:
     return module
 
 
-def _check_ran(module: nn.Module, index: int, td: TensorDictBase, out: Any) -> None:
+def _check_ran(module: Any, index: int, td: TensorDictBase, out: Any) -> None:
     """Raise `KeyError` if a member wrote none of its outputs because an input was missing.
 
     A member that skips its work on a missing input would otherwise hand on a
@@ -124,7 +124,7 @@ class TensorDictSequential(TensorDictModuleBase):
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], OrderedDict):
             named = OrderedDict((name, _check_module(m, name)) for name, m in modules[0].items())
-            self.module: nn.Module = nn.ModuleDict(named)
+            self.module: nn.ModuleDict | nn.ModuleList = nn.ModuleDict(named)
         else:
             self.module = nn.ModuleList([_check_module(m, i) for i, m in enumerate(modules)])
         if inplace not in (None, True, False, "empty"):
@@ -141,7 +141,7 @@ class TensorDictSequential(TensorDictModuleBase):
                 *as_key_list(selected_out_keys, "selected_out_keys", "TensorDictSequential")
             )
 
-    def _members(self) -> list[nn.Module]:
+    def _members(self) -> list[Any]:  # modules with in_keys and out_keys
         return list(self.module._modules.values())
 
     # ---------------------------------------------------------------- call
@@ -168,6 +168,7 @@ class TensorDictSequential(TensorDictModuleBase):
         inplace = self.inplace
         copy = tensordict_out is not None or (inplace is not None and inplace is not True)
         td = tensordict.copy() if copy else tensordict
+        module: Any  # a member: it has in_keys and out_keys
         if self.partial_tolerant:
             for module in self.module._modules.values():
                 present = td.keys(include_nested=True)

@@ -60,7 +60,7 @@ class TensorClassModuleBase(nn.Module, Generic[InputClass, OutputClass]):
         raise NotImplementedError(f"{type(self).__name__} must implement forward")
 
     def __call__(self, x: InputClass) -> OutputClass:
-        return super().__call__(x)  # type: ignore[no-any-return]
+        return super().__call__(x)
 
     def as_td_module(self) -> TensorClassModuleWrapper:
         """This module as a `TensorClassModuleWrapper` (TensorDict in, TensorDict out).

@@ -55,8 +55,8 @@ class _Tracer(fx.Tracer):
 class _State:
     """The TensorDict proxy, and the values written but not yet set into it."""
 
-    def __init__(self, td: fx.Proxy) -> None:
-        self.td = td
+    def __init__(self, td: Any) -> None:
+        self.td = td  # an fx.Proxy of the TensorDict
         self.pending: dict[NestedKey, Any] = {}
         self.reads: dict[NestedKey, Any] = {}
         self.dropped: list[NestedKey] = []
@@ -75,13 +75,13 @@ class _State:
         self.reads.clear()
 
 
-def _run(module: nn.Module, state: _State) -> None:
+def _run(module: Any, state: _State) -> None:
     if isinstance(module, TensorDictModule) and _openable(module):
         values = [state.read(k) for k in module._read_keys]
         out = module._call_module(values, dict(module.method_kwargs))
         keys = module._out_keys_all
         if isinstance(out, fx.Proxy) and len(keys) > 1:
-            outs: Any = [out[i] for i in range(len(keys))]
+            outs: Any = [out[i] for i in range(len(keys))]  # type: ignore[index]  # torch stubs: Proxy.__getitem__ is added at run time
         else:
             outs = module._outputs(out)
         for i, key in module._write:
@@ -105,8 +105,8 @@ class _Root(nn.Module):
         self.module = td_module
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        module = self.module
-        state = _State(tensordict)  # type: ignore[arg-type]
+        module: Any = self.module
+        state = _State(tensordict)
         _run(module, state)
         if state.dropped:
             state.flush()
@@ -115,7 +115,7 @@ class _Root(nn.Module):
         if inplace is None or inplace is True:
             state.flush()
             return state.td
-        tracer = state.td.tracer  # type: ignore[attr-defined]
+        tracer = state.td.tracer
         if inplace is False:
             dest = tracer.create_proxy("call_function", new_tensordict, (), {})
         else:
@@ -162,6 +162,6 @@ def symbolic_trace(td_module: nn.Module) -> fx.GraphModule:
     root = _Root(td_module)
     graph = _Tracer().trace(root)
     gm = fx.GraphModule(root, graph, class_name=f"{type(td_module).__name__}Graph")
-    gm.in_keys = list(td_module.in_keys)
-    gm.out_keys = list(td_module.out_keys)
+    gm.in_keys = list(td_module.in_keys)  # type: ignore[arg-type,assignment]  # torch stubs: Tensor | Module
+    gm.out_keys = list(td_module.out_keys)  # type: ignore[arg-type,assignment]  # torch stubs: Tensor | Module
     return gm

@@ -107,7 +107,7 @@ class as_tensordict_module:
         if params and params[0] == "self":
             return self._method(func)
         module = TensorDictModule(func, in_keys=self.in_keys, out_keys=self.out_keys)
-        functools.update_wrapper(module, func, updated=())  # type: ignore[arg-type]
+        functools.update_wrapper(module, func, updated=())
         return module
 
     def _method(self, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -45,7 +45,7 @@ class TensorDictModuleWrapper(TensorDictModuleBase):
             )
         self.td_module = td_module
 
-    @property  # type: ignore[override]
+    @property
     def in_keys(self) -> list[NestedKey]:
         return self.td_module.in_keys
 
@@ -53,7 +53,7 @@ class TensorDictModuleWrapper(TensorDictModuleBase):
     def in_keys(self, value: list[NestedKey]) -> None:
         self.td_module.in_keys = value
 
-    @property  # type: ignore[override]
+    @property
     def out_keys(self) -> list[NestedKey]:
         return self.td_module.out_keys
 
