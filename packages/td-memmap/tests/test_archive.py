@@ -357,3 +357,15 @@ def test_behaviour_matches_upstream_on_the_same_data(tmp_path):
     for fn in (upstream.unpack_memmap, unpack_memmap):
         with pytest.raises(ValueError):
             fn(tmp_path / "missing.tdz", tmp_path / "out")
+
+
+def test_in_place_loads_and_refresh_from_an_archive(tmp_path):
+    td = _flat()
+    td.memmap(tmp_path / "x.tdz")
+    target = td.clone().zero_()
+    target.load_memmap_(tmp_path / "x.tdz")
+    _same(target, td)
+    loaded = load_memmap(tmp_path / "x.tdz")
+    assert loaded.memmap_refresh_()["a"].equal(td["a"])
+    with pytest.raises(RuntimeError, match="archive"):
+        loaded.make_memmap("new", (3,))
