@@ -195,3 +195,30 @@ def test_an_append_killed_at_random_points_keeps_a_whole_save(tmp_path):
         interrupted += not finished
         rows_seen = n
     assert interrupted >= 3, "the appends finished before SIGKILL: the test proves nothing"
+
+
+def test_append_matches_upstream_on_the_same_data(tmp_path):
+    upstream = pytest.importorskip("tensordict")
+    data = {"a": torch.arange(6.0).view(3, 2), "n": {"b": torch.ones(3, 4, dtype=torch.int32)}}
+    more = {"a": torch.full((2, 2), 9.0), "n": {"b": torch.zeros(2, 4, dtype=torch.int32)}}
+    TensorDict(data, [3]).memmap(tmp_path / "ours")
+    upstream.TensorDict(data, batch_size=[3]).memmap(tmp_path / "theirs")
+    append_memmap(tmp_path / "ours", TensorDict(more, [2]))
+    upstream.append_memmap(tmp_path / "theirs", upstream.TensorDict(more, batch_size=[2]))
+    ours = load_memmap(tmp_path / "ours")
+    theirs = upstream.TensorDict.load_memmap(tmp_path / "theirs")
+    assert ours.batch_size == theirs.batch_size == (5,)
+    for key in (("a",), ("n", "b")):
+        assert torch.equal(ours[key], theirs[key])
+    bad = {
+        "a": torch.zeros(1, 2, dtype=torch.float64),
+        "n": {"b": torch.zeros(1, 4, dtype=torch.int32)},
+    }
+    for fn, path, cls in (
+        (append_memmap, "ours", TensorDict),
+        (upstream.append_memmap, "theirs", upstream.TensorDict),
+    ):
+        with pytest.raises(ValueError, match="'a'"):
+            fn(tmp_path / path, cls(bad, batch_size=[1]))
+        with pytest.raises(TypeError):
+            fn(tmp_path / path, {"a": torch.zeros(1, 2)})

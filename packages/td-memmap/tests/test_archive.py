@@ -369,3 +369,33 @@ def test_in_place_loads_and_refresh_from_an_archive(tmp_path):
     assert loaded.memmap_refresh_()["a"].equal(td["a"])
     with pytest.raises(RuntimeError, match="archive"):
         loaded.make_memmap("new", (3,))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_memmap_like_to_an_archive_on_every_kind(tmp_path, kind):
+    td = KINDS[kind]()
+    like = td.memmap_like(tmp_path / "l.tdz")
+    assert type(like) is type(td) and like.batch_size == td.batch_size
+    loaded = load_memmap(tmp_path / "l.tdz")
+    assert type(loaded) is type(td)
+    leaves = loaded.tensordicts if isinstance(loaded, LazyStackedTensorDict) else [loaded]
+    for member in leaves:
+        for value in member.values(True, True):
+            if isinstance(value, torch.Tensor):
+                assert not value.any()
+
+
+def test_lazy_stack_archive_matches_upstream(tmp_path):
+    upstream = pytest.importorskip("tensordict")
+    members = [{"a": torch.zeros(3)}, {"a": torch.ones(5), "only": torch.ones(2)}]
+    lazy_stack([TensorDict(m, []) for m in members]).memmap(tmp_path / "ours.tdz")
+    upstream.lazy_stack([upstream.TensorDict(m, batch_size=[]) for m in members]).memmap(
+        tmp_path / "theirs.tdz"
+    )
+    ours = load_memmap(tmp_path / "ours.tdz")
+    theirs = upstream.TensorDict.load_memmap(tmp_path / "theirs.tdz")
+    assert type(ours).__name__ == type(theirs).__name__ == "LazyStackedTensorDict"
+    for mine, other in zip(ours.tensordicts, theirs.tensordicts):
+        assert sorted(mine.keys()) == sorted(other.keys())
+        for key in mine.keys():
+            assert torch.equal(mine[key], other[key])
