@@ -399,3 +399,41 @@ def test_lazy_stack_archive_matches_upstream(tmp_path):
         assert sorted(mine.keys()) == sorted(other.keys())
         for key in mine.keys():
             assert torch.equal(mine[key], other[key])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_an_archive_save_killed_at_random_points_keeps_the_previous_archive(tmp_path):
+    import random
+    import signal
+    import time
+
+    rng = random.Random(3)
+
+    def layout(value: float) -> TensorDict:
+        return TensorDict({f"w{i}": torch.full((1 << 16,), value) for i in range(16)}, [])
+
+    archive = tmp_path / "run.tdz"
+    layout(0.0).memmap(archive)
+    start = time.perf_counter()
+    layout(0.0).memmap(tmp_path / "timing.tdz")
+    scale = time.perf_counter() - start
+    current, interrupted = 0.0, 0
+    for trial in range(1, 13):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                layout(float(trial)).memmap(archive)
+            finally:
+                os._exit(0)
+        time.sleep(rng.uniform(0, 1.3 * scale))
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        finished = os.WIFEXITED(status)
+        scale *= 0.7 if finished else 1.1
+        found = {v.unique().item() for v in load_memmap(archive).values()}
+        assert found in ({current}, {float(trial)}), (trial, found)
+        current = found.pop()
+        interrupted += not finished
+    assert interrupted >= 3, "the saves finished before SIGKILL: the test proves nothing"
+    layout(99.0).memmap(archive)  # the next save cleans what the killed ones left
+    assert sorted(os.listdir(tmp_path)) == ["run.tdz", "timing.tdz"]

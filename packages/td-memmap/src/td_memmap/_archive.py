@@ -35,7 +35,7 @@ from td_memmap._errors import (
     UnsafePathError,
 )
 from td_memmap._format import META_NAME, TMP_PREFIX
-from td_memmap._io import fsync_dir, remove_if_exists, tensor_bytes
+from td_memmap._io import clean_stale_tmp, fsync_dir, remove_if_exists, tensor_bytes
 from td_memmap._load import raw_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
 from td_memmap._save import save_tree
@@ -485,6 +485,7 @@ def save_archive(
         )
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
+    clean_stale_tmp(parent)  # what saves killed before us left beside their archive
     staging = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=parent)
     try:
         staged = save_tree(tree, staging, like=True, allow_pickle=allow_pickle)

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -404,7 +405,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_stale_tmp(folder: str) -> None:
-    """Remove temporary files left in `folder` by saves whose process has died."""
+    """Remove temporary files (and staging folders) left in `folder` by saves whose process died."""
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
@@ -414,4 +415,8 @@ def clean_stale_tmp(folder: str) -> None:
             continue
         pid_text = name[len(TMP_PREFIX) :].split("-", 1)[0]
         if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
-            remove_if_exists(os.path.join(folder, name))
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):  # an archive's staging folder
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                remove_if_exists(path)
