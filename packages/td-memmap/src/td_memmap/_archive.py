@@ -171,7 +171,9 @@ def _write(
                 if path is None:
                     writer.folder(name)
                     continue
-                source = None if sources is None else sources.get(os.path.realpath(path))
+                source = None if sources is None else sources.get(path)
+                if sources is not None and data and source is None:  # never pack the zeros
+                    raise RuntimeError(f"internal: no source tensor for the staged leaf {path!r}")
                 if source is not None:
                     size = source.numel() * source.element_size()
                     writer.file(name, size, _tensor_chunks(source), data=data)
@@ -491,8 +493,10 @@ def save_archive(
         staged = save_tree(tree, staging, like=True, allow_pickle=allow_pickle)
         sources = None
         if not like:
+            # the staged files' paths, spelled as the pack spells them (both start from
+            # the absolute path of `staging`, itself in a folder without links)
             sources = {
-                os.path.realpath(mapped._mm_file): source
+                mapped._mm_file: source
                 for source, mapped in zip(tensor_leaves(tree), tensor_leaves(staged))
                 if isinstance(mapped, MemoryMappedTensor) and mapped._mm_file is not None
             }
