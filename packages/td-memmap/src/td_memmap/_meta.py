@@ -16,7 +16,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union
+from typing import Any, Union
 
 import torch
 
@@ -28,6 +28,7 @@ from td_memmap._errors import (
     MissingLeafError,
     UnsafePathError,
 )
+from td_memmap._files import Files
 from td_memmap._format import (
     DTYPES,
     FORMAT_NAME,
@@ -51,7 +52,6 @@ __all__ = [
     "meta_stamp",
     "generation_of",
     "parse_folder",
-    "Files",
 ]
 
 #: Folder kinds this version reads.
@@ -139,29 +139,6 @@ def generation_of(data: Any) -> int:
     """The `generation` of parsed metadata (0 when absent or malformed; checked when parsed)."""
     gen = data.get("generation", 0) if type(data) is dict else 0
     return gen if type(gen) is int else 0
-
-
-class Files(Protocol):
-    """Where the files of a save are read from, when they are not the OS's (an archive).
-
-    `parse_folder` reads the real file system unless given one of these. Paths
-    are absolute strings under `root`, joined with `os.sep`; the same checks
-    run on them as on real files, and errors name them.
-    """
-
-    root: str
-
-    def lstat(self, path: str) -> os.stat_result:
-        """The `lstat` of `path`; `FileNotFoundError` if there is none."""
-        ...
-
-    def is_dir(self, path: str) -> bool:
-        """Whether `path` is a folder."""
-        ...
-
-    def read_json(self, path: str) -> Any:
-        """The parsed JSON file `path` (`IncompleteSaveError` if it is missing)."""
-        ...
 
 
 class Index:
