@@ -305,3 +305,37 @@ class TestPickle:
         t = MemoryMappedTensor.from_tensor(torch.arange(5))
         back = pickle.loads(pickle.dumps(t))
         assert isinstance(back, MemoryMappedTensor) and torch.equal(back, t) and back.is_shared()
+
+
+# ----------------------------------------------------------------------------- from_handler
+
+
+def test_from_handler_views_the_buffer_and_is_deprecated():
+    import mmap
+
+    memory = mmap.mmap(-1, 24)
+    with pytest.warns(DeprecationWarning, match="from_handler"):
+        t = MemoryMappedTensor.from_handler(memory, torch.float32, (2, 3))
+    assert isinstance(t, MemoryMappedTensor) and t.shape == (2, 3)
+    t.fill_(2.0)
+    assert memory[:4] == torch.tensor([2.0]).numpy().tobytes()  # no copy
+
+    class Handler:  # upstream's handlers hold their memory as .buffer
+        buffer = memory
+
+    with pytest.warns(DeprecationWarning):
+        row = MemoryMappedTensor.from_handler(Handler(), torch.float32, torch.Size([2, 3]), index=1)
+    assert row.shape == (3,) and row.eq(2).all()
+
+
+def test_from_handler_errors_and_read_only_buffers():
+    with pytest.warns(DeprecationWarning):
+        ro = MemoryMappedTensor.from_handler(bytes(8), torch.int32, (2,))
+    with pytest.raises(ReadOnlyMemmapError):
+        ro.add_(1)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="needs 16 bytes"):
+        MemoryMappedTensor.from_handler(bytearray(8), torch.float32, (4,))
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="buffer"):
+        MemoryMappedTensor.from_handler(object(), torch.float32, (1,))
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="nested"):
+        MemoryMappedTensor.from_handler(bytearray(8), torch.float32, torch.tensor([[1, 2]]))

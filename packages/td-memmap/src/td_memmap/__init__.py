@@ -1,6 +1,13 @@
 """td-memmap: memory-mapped tensors and safe, crash-proof on-disk TensorDicts."""
 
 from td_memmap._api import is_memmap, load, load_memmap, memmap, memmap_, memmap_like, save
+from td_memmap._append import append_memmap
+from td_memmap._archive import (
+    is_memmap_archive,
+    pack_memmap,
+    refresh_archive_checksums,
+    unpack_memmap,
+)
 from td_memmap._errors import (
     IncompleteSaveError,
     LeafSizeError,
@@ -46,6 +53,12 @@ __all__ = [
     "make_memmap_from_tensor",
     "make_memmap_from_storage",
     "saved_path",
+    "append_memmap",
+    # single-file archives
+    "pack_memmap",
+    "unpack_memmap",
+    "is_memmap_archive",
+    "refresh_archive_checksums",
     # other formats
     "to_safetensors",
     "from_safetensors",

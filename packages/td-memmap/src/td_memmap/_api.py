@@ -10,11 +10,13 @@ from typing import Any
 import torch
 
 from td_core import TensorDict, TensorDictBase, is_tensor_collection
+from td_memmap._archive import ARCHIVE_SUFFIX, save_archive
 from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_leaves, to_tree
 from td_memmap._load import load_tree
 from td_memmap._save import save_tree, share_tree
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import Node, NonTensorLeaf
+from td_memmap._zip import compression_method
 
 __all__ = ["memmap", "memmap_", "memmap_like", "save", "load_memmap", "load", "is_memmap"]
 
@@ -39,11 +41,36 @@ def _check_threads(num_threads: int) -> None:
         raise ValueError(f"num_threads must be a non-negative int, got {num_threads!r}")
 
 
-def _check_upstream_options(archive: bool | None, compression: str | int | None) -> None:
-    if archive or compression is not None:
-        raise NotImplementedError(
-            "td-memmap saves folders of raw files only: archive=True and compression are not "
-            "supported (see docs/migration.md); save to a folder and archive it yourself"
+def _as_archive(prefix: _Prefix, archive: bool | None, compression: str | int | None) -> bool:
+    """Whether a save to `prefix` writes an archive (checking the options that go with one)."""
+    if archive is None:
+        archive = prefix is not None and os.fspath(prefix).endswith(ARCHIVE_SUFFIX)
+    if archive and prefix is None:
+        raise ValueError("archive=True needs a prefix: the path of the archive to write")
+    if compression is not None:
+        if not archive:
+            raise ValueError(
+                "compression applies to archives only: pass archive=True or a prefix ending "
+                f"in {ARCHIVE_SUFFIX!r}"
+            )
+        compression_method(compression)  # an unknown one raises before anything is written
+    return bool(archive)
+
+
+def _check_share(share_non_tensor: bool, prefix: _Prefix, as_archive: bool, tree: Node) -> None:
+    """Shared non-tensor values need a folder to live in."""
+    if not share_non_tensor or not _has_non_tensor(tree):
+        return
+    if as_archive:
+        raise ValueError(
+            "share_non_tensor=True needs a folder: the values live in files that every process "
+            "rewrites, which an archive cannot hold. Save to a folder, or pass "
+            "share_non_tensor=False"
+        )
+    if prefix is None:
+        raise ValueError(
+            "share_non_tensor=True needs a prefix: shared non-tensor values live in files of the "
+            "saved folder (a folder under /dev/shm keeps them in memory)"
         )
 
 
@@ -106,8 +133,14 @@ def memmap(
             `MemmapExistsError` (a `FileExistsError`) is raised.
         robust_key: accepted for upstream compatibility: keys are always
             encoded into safe file names.
-        archive: upstream's single-file archive; not supported (must be falsy).
-        compression: upstream's archive compression; not supported (must be None).
+        archive: write one archive file at `prefix` (a zip of the folder's
+            files, see `pack_memmap`) instead of a folder. None (the
+            default): an archive when `prefix` ends in `".tdz"`. The result's
+            leaves are views of the archive: writes reach it (run
+            `refresh_archive_checksums` before handing it to zip tools).
+        compression: archives only: compress the tensor payloads
+            (`"deflate"`, `"bzip2"`, `"lzma"` or a `zipfile` constant);
+            the leaves are then read into memory, read-only, when loaded.
         atomic: accepted for upstream compatibility: every save is atomic.
         inplace: replace `td`'s own leaves (what `memmap_` does).
         allow_pickle: store values that have no JSON form with pickle (the
@@ -119,8 +152,9 @@ def memmap(
             JSON form and `allow_pickle` is False.
         TypeError: an entry cannot be memory-mapped (sparse, quantized, ...),
             or a shared non-tensor value has no JSON form.
-        ValueError: `share_non_tensor=True` without a `prefix` while `td`
-            holds non-tensor values.
+        ValueError: `share_non_tensor=True` without a folder `prefix` while
+            `td` holds non-tensor values; `compression` without an archive,
+            or unknown; `archive=True` without a `prefix`.
 
     Examples:
         >>> import tempfile, torch
@@ -134,18 +168,23 @@ def memmap(
         6.0
     """
     _check_threads(num_threads)
-    _check_upstream_options(archive, compression)
+    as_archive = _as_archive(prefix, archive, compression)
     td = _as_td(td)
     tree = to_tree(td)
-    if share_non_tensor and prefix is None and _has_non_tensor(tree):
-        raise ValueError(
-            "share_non_tensor=True needs a prefix: shared non-tensor values live in files of the "
-            "saved folder (a folder under /dev/shm keeps them in memory)"
-        )
+    _check_share(share_non_tensor, prefix, as_archive, tree)
 
     def run() -> Any:
         if prefix is None:
             out = share_tree(tree, copy_existing=copy_existing)
+        elif as_archive:
+            out = save_archive(
+                tree,
+                prefix,
+                compression=compression,
+                existsok=existsok,
+                allow_pickle=allow_pickle,
+                durable=durable,
+            )
         else:
             out = save_tree(
                 tree,
@@ -217,10 +256,10 @@ def memmap_like(
     The files are created sparse, so a huge data set costs no write time and no
     disk space until it is filled (expanded leaves allocate the expanded size).
     Non-tensor values are copied into the metadata. `num_threads`,
-    `return_early`, `existsok`, `robust_key`, `archive` and `durable`
-    are as for `memmap`; `copy_existing` is accepted for upstream
-    compatibility (nothing is copied). `share_non_tensor=True` is not
-    supported here (`NotImplementedError`): save the filled TensorDict with it.
+    `return_early`, `existsok`, `robust_key`, `share_non_tensor`,
+    `archive` and `durable` are as for `memmap` (an archive is written with
+    its zeros, and the result's leaves write into it); `copy_existing` is
+    accepted for upstream compatibility (nothing is copied).
 
     Examples:
         >>> import tempfile, torch
@@ -231,20 +270,24 @@ def memmap_like(
         torch.Size([2, 8, 8, 3])
     """
     _check_threads(num_threads)
-    _check_upstream_options(archive, None)
-    if share_non_tensor:
-        raise NotImplementedError(
-            "memmap_like does not share non-tensor values: pass share_non_tensor=True to memmap "
-            "or memmap_ when saving the filled TensorDict"
-        )
+    as_archive = _as_archive(prefix, archive, None)
     tree = to_tree(_as_td(td))
+    _check_share(share_non_tensor, prefix, as_archive, tree)
 
     def run() -> Any:
         if prefix is None:
             out = share_tree(tree, like=True)
+        elif as_archive:
+            out = save_archive(tree, prefix, like=True, existsok=existsok, durable=durable)
         else:
             out = save_tree(
-                tree, prefix, like=True, num_threads=num_threads, existsok=existsok, durable=durable
+                tree,
+                prefix,
+                like=True,
+                num_threads=num_threads,
+                existsok=existsok,
+                durable=durable,
+                share_non_tensor=share_non_tensor,
             )
         return from_tree(out).lock_()
 

@@ -97,6 +97,12 @@ def _folder_of(td: TensorDictBase, key: Any) -> tuple[TensorDictBase, str, str]:
             f"cannot add {key!r}: the TensorDict holding it has no folder. Save it with "
             "memmap_(prefix) (or load it with load_memmap) first"
         )
+    if os.path.isfile(folder):
+        raise RuntimeError(
+            f"cannot add {key!r}: the TensorDict holding it was loaded from the archive "
+            f"{folder!r}, whose entries are fixed. Unpack it with unpack_memmap (or save it to a "
+            "folder) first"
+        )
     return parent, parts[-1], folder
 
 

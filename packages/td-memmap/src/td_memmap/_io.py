@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "tensor_bytes",
     "write_leaf",
     "allocate_leaf",
+    "write_grown",
     "write_bytes",
     "check_leaf",
     "map_leaf",
@@ -34,6 +36,7 @@ __all__ = [
     "write_json",
     "json_bytes",
     "read_json",
+    "read_json_bytes",
     "fsync_dir",
     "remove_if_exists",
     "clean_stale_tmp",
@@ -149,6 +152,41 @@ def write_leaf(
 ) -> None:
     """Write the raw bytes of `tensor` (C order, native byte order) to `path`."""
     write_bytes(path, tensor_bytes(tensor), mode=mode, durable=durable)
+
+
+def write_grown(
+    path: str, head: str, tail: torch.Tensor, *, mode: str = "atomic", durable: bool = False
+) -> None:
+    """Write the content of the file `head` followed by the raw bytes of `tail` to `path`."""
+    size = os.path.getsize(head)
+    rest = memoryview(tensor_bytes(tail)).cast("B")
+
+    def fill(fd: int) -> None:
+        with open(head, "rb") as src:
+            _copy_file(src.fileno(), fd, size)
+        _write_all(fd, rest)
+
+    _write_file(path, size + len(rest), fill, mode=mode, durable=durable)
+
+
+def _copy_file(src: int, dst: int, size: int) -> None:
+    """Copy `size` bytes from `src` to `dst` (in the kernel where it can)."""
+    copy_range = getattr(os, "copy_file_range", None)
+    done = 0
+    while done < size:
+        if copy_range is not None:
+            try:
+                n = copy_range(src, dst, min(size - done, _CHUNK))
+            except OSError:
+                copy_range = None
+                continue
+        else:
+            chunk = os.read(src, min(size - done, 16 << 20))
+            n = len(chunk)
+            _write_all(dst, memoryview(chunk))
+        if n == 0:
+            raise LeafSizeError(f"data file shrank while it was copied ({done} of {size} bytes)")
+        done += n
 
 
 def allocate_leaf(path: str, nbytes: int, *, mode: str = "atomic", durable: bool = False) -> None:
@@ -324,6 +362,11 @@ def read_json(path: str, size: int | None = None, *, fd: int | None = None) -> A
             raw = b"".join(chunks)
     finally:
         os.close(fd)
+    return read_json_bytes(path, raw)
+
+
+def read_json_bytes(path: str, raw: bytes) -> Any:
+    """Parse `raw`, the content of the JSON file `path`, strictly (see `read_json`)."""
     if not raw:
         raise MemmapFormatError(f"JSON file {path!r} is empty (truncated)")
     try:
@@ -362,7 +405,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_stale_tmp(folder: str) -> None:
-    """Remove temporary files left in `folder` by saves whose process has died."""
+    """Remove temporary files (and staging folders) left in `folder` by saves whose process died."""
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
@@ -372,4 +415,8 @@ def clean_stale_tmp(folder: str) -> None:
             continue
         pid_text = name[len(TMP_PREFIX) :].split("-", 1)[0]
         if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
-            remove_if_exists(os.path.join(folder, name))
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):  # an archive's staging folder
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                remove_if_exists(path)

@@ -23,24 +23,35 @@ from td_memmap._classes import find_class
 from td_memmap._errors import MemmapFormatError, PickleNotAllowedError, UnknownClassError
 from td_memmap._format import META_NAME, object_array, value_from_json
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
-from td_memmap._shared import read_value
+from td_memmap._shared import read_value, shared_value
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD, Node, NonTensorLeaf
 
-__all__ = ["load_tree"]
+__all__ = ["load_tree", "Builder", "check_cls", "raw_tree"]
 
 
-def _nontensor(entry: NonTensorEntry, meta_path: str, writable: bool) -> NonTensorLeaf:
+def _nontensor(
+    entry: NonTensorEntry, meta_path: str, writable: bool, read: Callable[[str], bytes] | None
+) -> NonTensorLeaf:
     where = f"{meta_path!r}, entry {entry.key!r}"
     if entry.encoding == "pickle":
         assert entry.path is not None
-        with open(entry.path, "rb") as f:
-            value = pickle.load(f)
+        if read is not None:
+            value = pickle.loads(read(entry.path))
+        else:
+            with open(entry.path, "rb") as f:
+                value = pickle.load(f)
         if entry.stacked and (not isinstance(value, np.ndarray) or value.shape != entry.batch_size):
             raise MemmapFormatError(
                 f"{where}: pickled stacked value is not an array of shape {list(entry.batch_size)}"
             )
         return NonTensorLeaf(value, entry.batch_size, entry.stacked)
+    if entry.shared is not None and read is not None:  # in an archive: the value, not live
+        return NonTensorLeaf(
+            shared_value(read(entry.shared), entry.shared, entry.stacked, entry.batch_size),
+            entry.batch_size,
+            entry.stacked,
+        )
     if entry.shared is not None:  # the live value, not the one at save time
         value = read_value(entry.shared, entry.stacked, entry.batch_size)
         shared = entry.shared if writable else None
@@ -54,16 +65,32 @@ def _nontensor(entry: NonTensorEntry, meta_path: str, writable: bool) -> NonTens
     return NonTensorLeaf(value, entry.batch_size, entry.stacked)
 
 
-class _Builder:
+class Builder:
     """Builds the tree of a parsed save, resolving tensorclasses; leaves are mapped later.
 
     Nothing is unpickled unless `allow_pickle`: a pickled entry raises first.
+    `read` reads the bytes of a file the metadata names (None: the OS's files);
+    `raw_classes` keeps tensorclass folders as named, without looking the
+    classes up (to save the tree again as it is); `skip_pickles` gives
+    pickled values as None without reading them (the caller has the values).
     """
 
-    def __init__(self, *, cls: type | None, writable: bool, allow_pickle: bool) -> None:
+    def __init__(
+        self,
+        *,
+        cls: type | None,
+        writable: bool,
+        allow_pickle: bool,
+        read: Callable[[str], bytes] | None = None,
+        raw_classes: bool = False,
+        skip_pickles: bool = False,
+    ) -> None:
         self.plain = cls is TensorDict  # no class restored anywhere
         self.writable = writable
         self.allow_pickle = allow_pickle
+        self.read = read
+        self.raw_classes = raw_classes
+        self.skip_pickles = skip_pickles  # pickled values become None, unread
         self.slots: list[tuple[Node, str]] = []  # where each leaf goes
         self.leaves: list[tuple[str, Any, tuple[int, ...], int]] = []  # what to map there
 
@@ -76,7 +103,7 @@ class _Builder:
             return node
         if cls is not None and not self.plain:  # the caller's class for the top folder
             node.kind, node.cls = KIND_CLASS, cls
-        elif meta.kind == KIND_CLASS:
+        elif meta.kind == KIND_CLASS and not self.raw_classes:
             if self.plain:
                 node.kind = KIND_TD
             else:
@@ -100,13 +127,16 @@ class _Builder:
                 node.entries[entry.key] = self.build(entry.folder)
             else:
                 assert type(entry) is NonTensorEntry
+                if entry.encoding == "pickle" and self.skip_pickles:
+                    node.entries[entry.key] = NonTensorLeaf(None, entry.batch_size, entry.stacked)
+                    continue
                 if entry.encoding == "pickle" and not self.allow_pickle:
                     raise PickleNotAllowedError(
                         f"entry {entry.key!r} of {meta.path!r} is stored with pickle "
                         f"({entry.path!r}), which can run arbitrary code: pass allow_pickle=True "
                         "only if you trust this folder"
                     )
-                node.entries[entry.key] = _nontensor(entry, meta_path, self.writable)
+                node.entries[entry.key] = _nontensor(entry, meta_path, self.writable, self.read)
         return node
 
     @staticmethod
@@ -125,7 +155,7 @@ class _Builder:
         return found
 
 
-def _check_cls(cls: type | None, meta: FolderMeta) -> None:
+def check_cls(cls: type | None, meta: FolderMeta) -> None:
     if cls is None or cls is TensorDict:
         return
     if not isinstance(cls, type) or not is_tensorclass(cls):
@@ -135,6 +165,27 @@ def _check_cls(cls: type | None, meta: FolderMeta) -> None:
             f"cls={cls.__qualname__} was given, but {meta.path!r} holds a lazy stack, not a "
             "TensorDict or a tensorclass"
         )
+
+
+def raw_tree(
+    meta: FolderMeta,
+    leaf: Callable[[str, Any, tuple[int, ...]], Any],
+    *,
+    allow_pickle: bool = False,
+    read: Callable[[str], bytes] | None = None,
+) -> Node:
+    """The tree of a parsed save as it is on disk: classes by name only, leaves `leaf(path, dtype, shape)`.
+
+    For saving the tree again (unpacking over a save, appending rows): no
+    class is looked up, and nothing is mapped unless `leaf` maps it.
+    """
+    builder = Builder(
+        cls=None, writable=False, allow_pickle=allow_pickle, read=read, raw_classes=True
+    )
+    root = builder.build(meta)
+    for (node, key), (path, dtype, shape, _) in zip(builder.slots, builder.leaves):
+        node.entries[key] = leaf(path, dtype, shape)
+    return root
 
 
 #: Fewest folders or leaves worth a thread of their own. Loading is mostly Python work
@@ -211,12 +262,18 @@ def load_tree(
         allow_pickle: unpickle non-tensor values saved with pickle (runs code
             from the folder: only for trusted data).
         cls: the top folder's tensorclass, or `TensorDict` to restore no class.
+
+    `prefix` may also be an archive (see `_archive_load`).
     """
+    if os.path.isfile(prefix):  # an archive
+        from td_memmap._archive_load import load_archive_tree
+
+        return load_archive_tree(prefix, mode=mode, allow_pickle=allow_pickle, cls=cls)
     threads = _Threads(num_threads)
     try:
         meta = parse_folder(os.fspath(prefix), map_fn=threads.map)
-        _check_cls(cls, meta)
-        builder = _Builder(cls=cls, writable=mode != "r", allow_pickle=allow_pickle)
+        check_cls(cls, meta)
+        builder = Builder(cls=cls, writable=mode != "r", allow_pickle=allow_pickle)
         root = builder.build(meta, cls)
         mapped = _map_all(builder.leaves, threads, mode)
     finally:

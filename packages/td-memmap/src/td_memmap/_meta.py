@@ -28,6 +28,7 @@ from td_memmap._errors import (
     MissingLeafError,
     UnsafePathError,
 )
+from td_memmap._files import Files
 from td_memmap._format import (
     DTYPES,
     FORMAT_NAME,
@@ -152,12 +153,15 @@ class Index:
     exactly as files would be.
     """
 
-    __slots__ = ("records", "path", "base")
+    __slots__ = ("records", "path", "base", "files")
 
-    def __init__(self, records: dict[str, Any], path: str, base: str) -> None:
+    def __init__(
+        self, records: dict[str, Any], path: str, base: str, files: Files | None = None
+    ) -> None:
         self.records = records
         self.path = path  # the metadata file holding it, for errors
         self.base = base  # where that file's folder is, from the folder loaded ("" for itself)
+        self.files = files  # None: the OS's
 
     def lookup(self, rel: str, meta_path: str) -> tuple[Any, bool]:
         """The record of sub-folder `rel` (None if absent), and whether it is current.
@@ -175,7 +179,7 @@ class Index:
                 f"{self.path!r}: 'index' record {rel!r} is not [stamp, metadata]"
             )
         try:
-            st = _lstat(meta_path)
+            st = _lstat(meta_path) if self.files is None else self.files.lstat(meta_path)
         except FileNotFoundError:
             return record[1], True
         except OSError:
@@ -197,6 +201,7 @@ class _Ctx:
         "parent_batch",
         "exact_batch",
         "target",
+        "files",
     )
 
     def __init__(
@@ -210,6 +215,7 @@ class _Ctx:
         target: DirEntry | tuple[list[FolderMeta], int],  # the entry, or (members, index)
         rel: str = "",  # the path from the top folder, "/"-separated
         index: Index | None = None,
+        files: Files | None = None,  # None: the OS's
     ) -> None:
         self.folder = folder
         self.rel = rel
@@ -221,6 +227,7 @@ class _Ctx:
         self.parent_batch = parent_batch
         self.exact_batch = exact_batch
         self.target = target
+        self.files = files
 
     def attach(self, meta: FolderMeta) -> None:
         """Put the parsed `meta` where the parent expects it."""
@@ -245,7 +252,7 @@ class _Ctx:
             )
         path = self.folder + _SEP + name  # type: ignore[operator]
         try:
-            st = _lstat(path)
+            st = _lstat(path) if self.files is None else self.files.lstat(path)
         except FileNotFoundError:
             what = _what(key, label)
             raise self.fail(f"{what}: {path!r} is missing", MissingLeafError) from None
@@ -276,7 +283,16 @@ class _Ctx:
         path, real = self.subfolder(name, key, label)
         rel = name if not self.rel else self.rel + "/" + name
         return _Ctx(
-            path, real, self.root_real, self.depth + 1, batch, exact_batch, target, rel, self.index
+            path,
+            real,
+            self.root_real,
+            self.depth + 1,
+            batch,
+            exact_batch,
+            target,
+            rel,
+            self.index,
+            self.files,
         )
 
     def subfolder(self, name: object, key: str, label: str) -> tuple[str, str]:
@@ -315,24 +331,33 @@ def _dims(value: object) -> tuple[int, ...] | None:
 
 
 def parse_folder(
-    folder: str, *, map_fn: Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]] = map
+    folder: str,
+    *,
+    map_fn: Callable[[Callable[[Any], Any], list[Any]], Iterable[Any]] = map,
+    files: Files | None = None,
 ) -> FolderMeta:
     """Read and validate `folder`'s metadata and, recursively, its sub-folders'.
 
     Args:
         map_fn: how the folders of one level are parsed (`map`, or a thread
             pool's `map` to read them in parallel).
+        files: read the save from there (an archive) rather than from the OS.
 
     Raises:
         IncompleteSaveError: no metadata file (not a save, or an interrupted one).
         MemmapFormatError: anything malformed, each naming the file at fault.
     """
-    folder = os.path.abspath(folder)
-    if not os.path.isdir(folder):
-        raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
-    real = os.path.realpath(folder)  # the folder asked for: anything goes, links included
+    if files is None:
+        folder = os.path.abspath(folder)
+        if not os.path.isdir(folder):
+            raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
+        real = os.path.realpath(folder)  # the folder asked for: anything goes, links included
+    else:
+        if not files.is_dir(folder):
+            raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
+        real = folder  # an archive holds no links
     root: list[FolderMeta] = [None]  # type: ignore[list-item]
-    level = [_Ctx(folder, real, real, 0, (), False, (root, 0))]
+    level = [_Ctx(folder, real, real, 0, (), False, (root, 0), files=files)]
     while level:
         parsed = map_fn(_parse_one, level)
         done, level = level, []
@@ -345,6 +370,8 @@ def parse_folder(
 def _open_meta(ctx: _Ctx) -> Any:
     """The parsed JSON of the folder's metadata file (one open and one fstat when it is plain)."""
     path = ctx.meta_path
+    if ctx.files is not None:
+        return ctx.files.read_json(path)
     try:
         fd = os.open(path, _META_FLAGS)
     except FileNotFoundError:
@@ -389,7 +416,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
             records = data["index"]
             if type(records) is not dict:
                 raise ctx.fail(f"'index' is a {type(records).__name__}, expected an object")
-            ctx.index = Index(records, ctx.meta_path, ctx.rel)
+            ctx.index = Index(records, ctx.meta_path, ctx.rel, ctx.files)
     if data.get("format") != FORMAT_NAME:
         raise ctx.fail(f"'format' is {data.get('format')!r}, expected {FORMAT_NAME!r}")
     version = data.get("version")

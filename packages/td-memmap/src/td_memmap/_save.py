@@ -65,6 +65,7 @@ from td_memmap._io import (
     json_bytes,
     remove_if_exists,
     write_bytes,
+    write_grown,
     write_json,
     write_leaf,
 )
@@ -72,12 +73,22 @@ from td_memmap._meta import MAX_DEPTH, header, meta_stamp
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
-__all__ = ["save_tree", "share_tree", "nontensor_json"]
+__all__ = ["save_tree", "share_tree", "nontensor_json", "Grown"]
+
+
+@dataclass
+class Grown:
+    """A leaf that grows along its first dim: the rows of the file `head`, then `tail`'s."""
+
+    head: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]  # the grown shape
+    tail: torch.Tensor
 
 
 @dataclass
 class _Job:
-    action: str  # "write", "alloc", "reuse", "bytes" or "shared"
+    action: str  # "write", "alloc", "reuse", "bytes", "shared" or "grow"
     src: Any
     path: str
     out: Node
@@ -169,6 +180,19 @@ class _Planner:
                     self._tensor(value, os.path.join(path, stem + LEAF_SUFFIX), out, key, full_key)
                 )
                 out.entries[key] = value
+            elif isinstance(value, Grown):
+                leaf = os.path.join(path, stem + LEAF_SUFFIX)
+                entry = {
+                    "key": key,
+                    "type": "tensor",
+                    "file": os.path.basename(leaf),
+                    "dtype": dtype_name(value.dtype, key=full_key),
+                    "shape": list(value.shape),
+                }
+                self.jobs.append(
+                    _Job("grow", value, leaf, out, key, value.dtype, value.shape, entry)
+                )
+                entries.append(entry)
             else:
                 raise TypeError(f"entry {full_key!r}: cannot save a {type(value).__name__}")
         return plan
@@ -215,7 +239,7 @@ class _Planner:
         try:
             value = nontensor_json(leaf)
         except TypeError as e:
-            if self.share and not self.like:
+            if self.share:
                 raise TypeError(
                     f"non-tensor entry {full_key!r} cannot be shared: share_non_tensor=True stores "
                     f"values as JSON ({e})"
@@ -228,7 +252,7 @@ class _Planner:
         else:
             entry["encoding"] = "json"
             entry["value"] = value
-            if self.share and not self.like:
+            if self.share:
                 path = stem_path + SHARED_SUFFIX
                 payload = json.dumps(value, allow_nan=False).encode("utf-8")
                 self.jobs.append(
@@ -277,6 +301,8 @@ def _run(job: _Job, durable: bool) -> None:
     assert job.dtype is not None
     if job.action == "write":
         write_leaf(job.path, job.src, mode="overwrite", durable=durable)
+    elif job.action == "grow":
+        write_grown(job.path, job.src.head, job.src.tail, mode="overwrite", durable=durable)
     else:
         numel = 1
         for d in job.shape:

@@ -30,6 +30,7 @@ __all__ = [
     "SharedNonTensorStack",
     "make_shared",
     "read_value",
+    "shared_value",
     "encode_value",
     "write_value",
 ]
@@ -50,6 +51,15 @@ def read_value(path: str, stacked: bool, batch_size: tuple[int, ...]) -> Any:
         value = value_from_json(data)
         return object_array(value, batch_size) if stacked else value
     except (ValueError, TypeError, RecursionError) as e:
+        raise MemmapFormatError(f"shared non-tensor value file {path!r}: bad value ({e})") from None
+
+
+def shared_value(data: bytes, path: str, stacked: bool, batch_size: tuple[int, ...]) -> Any:
+    """The value a shared-value file holds, given its bytes (read from an archive)."""
+    try:
+        value = value_from_json(json.loads(data.decode("utf-8")))
+        return object_array(value, batch_size) if stacked else value
+    except (ValueError, TypeError, RecursionError, UnicodeDecodeError) as e:
         raise MemmapFormatError(f"shared non-tensor value file {path!r}: bad value ({e})") from None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -248,6 +249,89 @@ class MemoryMappedTensor(torch.Tensor):
         tensor = torch.empty(0, dtype=dtype).set_(storage, 0, dims, strides_of(dims))
         file = None if filename is None else os.path.abspath(os.fspath(filename))
         out = cls._wrap(tensor, file, True, dims)
+        return out if index is None else out[index]  # type: ignore[return-value]
+
+    @classmethod
+    def from_handler(
+        cls,
+        handler: Any,
+        dtype: torch.dtype,
+        shape: Sequence[int] | torch.Size,
+        index: Any = None,
+    ) -> MemoryMappedTensor:
+        """A MemoryMappedTensor viewing the memory of `handler` (no copy); deprecated.
+
+        Upstream rebuilds tensors from its private shared-memory handler
+        objects with this method (pickles of tensordict 0.14 and earlier call
+        it); it is deprecated there too, with no replacement. Any object with a
+        `buffer` attribute that exposes the buffer protocol (upstream's
+        handlers, an `mmap.mmap` wrapper) or a buffer itself (`mmap.mmap`,
+        `bytearray`) is accepted. A read-only buffer gives a tensor that
+        refuses writes. Prefer `from_storage` or `from_filename`.
+
+        Args:
+            handler: the memory, or an object holding it as `.buffer`.
+            dtype: element type.
+            shape: the shape of the tensor (a nested tensor's shape tensor is
+                not supported: `TypeError`).
+            index: applied to the result, as `tensor[index]`.
+
+        Raises:
+            TypeError: `handler` exposes no buffer, or `shape` is a tensor.
+            ValueError: the buffer is smaller than `shape` needs.
+
+        Example:
+            ```python
+            import mmap, warnings, torch
+            from td_memmap import MemoryMappedTensor
+
+            memory = mmap.mmap(-1, 24)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                t = MemoryMappedTensor.from_handler(memory, torch.float32, (2, 3))
+            t.fill_(1.0)
+            assert memory[:4] == torch.ones(1).numpy().tobytes()
+            ```
+        """
+        warnings.warn(
+            "MemoryMappedTensor.from_handler() is deprecated (as upstream, where handlers are "
+            "private): use MemoryMappedTensor.from_storage or from_filename",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if isinstance(shape, torch.Tensor):
+            raise TypeError(
+                "from_handler: nested-tensor shapes (a shape tensor) are not supported; pass the "
+                "shape as a sequence of ints"
+            )
+        buffer = getattr(handler, "buffer", handler)
+        try:
+            view = memoryview(buffer).cast("B")
+        except TypeError:
+            raise TypeError(
+                f"from_handler expects a buffer or an object with a .buffer, got "
+                f"{type(handler).__name__}"
+            ) from None
+        dims = _parse_shape((), shape)
+        dtype_name(dtype)
+        nbytes = dtype.itemsize
+        for d in dims:
+            nbytes *= d
+        if nbytes > len(view):
+            raise ValueError(
+                f"from_handler: shape {list(dims)} of {dtype} needs {nbytes} bytes, the buffer "
+                f"has {len(view)}"
+            )
+        if nbytes == 0:
+            tensor = torch.empty(dims, dtype=dtype)
+        else:
+            with (
+                warnings.catch_warnings()
+            ):  # torch warns about read-only buffers: they refuse writes
+                warnings.simplefilter("ignore", UserWarning)
+                tensor = torch.frombuffer(view, dtype=dtype, count=nbytes // dtype.itemsize)
+            tensor = tensor.view(dims)
+        out = cls._wrap(tensor, None, not view.readonly, dims)
         return out if index is None else out[index]  # type: ignore[return-value]
 
     @classmethod

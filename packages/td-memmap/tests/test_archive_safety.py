@@ -1,0 +1,194 @@
+"""Archives from strangers: no write outside the target, no unpickling, tampering refused."""
+
+import os
+import stat
+import struct
+import zipfile
+
+import pytest
+import torch
+
+from td_core import TensorDict
+from td_memmap import (
+    LeafSizeError,
+    MemmapFormatError,
+    PickleNotAllowedError,
+    UnsafePathError,
+    load_memmap,
+    save,
+    unpack_memmap,
+)
+
+
+def _td() -> TensorDict:
+    return TensorDict({"a": torch.arange(12.0).view(3, 4), "n": {"b": torch.ones(3)}}, [3])
+
+
+def _zip_folder(folder, archive) -> None:
+    with zipfile.ZipFile(archive, "w") as zf:
+        for root, _, names in os.walk(folder):
+            for name in names:
+                path = os.path.join(root, name)
+                zf.write(path, os.path.relpath(path, folder).replace(os.sep, "/"))
+
+
+def _evil(tmp_path, name: str, *, link: bool = False):
+    """A valid archive of `_td()` plus one entry named `name` (a link if `link`)."""
+    _td().memmap(tmp_path / "good")
+    archive = tmp_path / "evil.zip"
+    _zip_folder(tmp_path / "good", archive)
+    with zipfile.ZipFile(archive, "a") as zf:
+        info = zipfile.ZipInfo(name)
+        if link:
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/etc/passwd" if link else "pwned")
+    return archive
+
+
+@pytest.mark.parametrize(
+    "name, link",
+    [
+        ("../evil", False),
+        ("n/../../evil", False),
+        ("/tmp/evil-absolute", False),
+        ("..\\evil", False),
+        ("C:evil", False),
+        ("n/./evil", False),
+        ("link", True),
+    ],
+)
+def test_unsafe_entries_are_refused_and_nothing_is_written(tmp_path, name, link):
+    archive = _evil(tmp_path, name, link=link)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(UnsafePathError, match=r"evil\.zip"):
+        unpack_memmap(archive, tmp_path / "out")
+    with pytest.raises(UnsafePathError):
+        load_memmap(archive)
+    assert sorted(os.listdir(tmp_path)) == before  # no output folder, no staging, no evil
+    assert not os.path.exists(tmp_path.parent / "evil")
+    assert not os.path.exists("/tmp/evil-absolute")
+
+
+def test_pickled_values_are_never_unpickled_by_default(tmp_path):
+    marker = tmp_path / "ran"
+    value = _Marker(str(marker))
+    save(
+        TensorDict({"a": torch.zeros(2), "obj": value}, [2]), tmp_path / "p.tdz", allow_pickle=True
+    )
+    assert not marker.exists()
+    with pytest.raises(PickleNotAllowedError):
+        load_memmap(tmp_path / "p.tdz")
+    unpack_memmap(tmp_path / "p.tdz", tmp_path / "fresh")  # raw files only
+    assert os.path.isfile(tmp_path / "fresh" / "obj.pkl")
+    _td().memmap(tmp_path / "busy")
+    with pytest.raises(PickleNotAllowedError, match="new or empty folder"):
+        unpack_memmap(tmp_path / "p.tdz", tmp_path / "busy")
+    assert not marker.exists()
+    assert torch.equal(load_memmap(tmp_path / "busy")["a"], _td()["a"])  # untouched
+    loaded = load_memmap(tmp_path / "p.tdz", allow_pickle=True)  # opt-in only
+    assert marker.exists() and loaded["obj"] is not None
+
+
+class _Marker:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (_touch, (self.path,))
+
+
+def _touch(path: str) -> str:
+    with open(path, "w") as f:
+        f.write("x")
+    return path
+
+
+def _payload_offset(raw: bytes, info: zipfile.ZipInfo) -> int:
+    n, m = struct.unpack_from("<2H", raw, info.header_offset + 26)
+    return info.header_offset + 30 + n + m
+
+
+def test_a_bad_crc_in_metadata_is_refused_on_load_and_unpack(tmp_path):
+    _td().memmap(tmp_path / "x.tdz")
+    raw = bytearray((tmp_path / "x.tdz").read_bytes())
+    with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
+        info = zf.getinfo("n/meta.json")
+    at = raw.index(b'"generation"', _payload_offset(raw, info))
+    raw[at + 1 : at + 2] = b"G"  # same size, different bytes
+    (tmp_path / "x.tdz").write_bytes(bytes(raw))
+    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*'n/meta\.json'.*CRC"):
+        load_memmap(tmp_path / "x.tdz")
+    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*'n/meta\.json'.*CRC"):
+        unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_bad_crc_in_a_leaf_is_refused_on_unpack(tmp_path):
+    _td().memmap(tmp_path / "x.tdz")
+    raw = bytearray((tmp_path / "x.tdz").read_bytes())
+    with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
+        at = _payload_offset(raw, zf.getinfo("a.bin"))
+    raw[at] ^= 0xFF
+    (tmp_path / "x.tdz").write_bytes(bytes(raw))
+    with pytest.raises(MemmapFormatError, match=r"'a\.bin'.*CRC"):
+        unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
+    assert sorted(os.listdir(tmp_path)) == ["x.tdz"]
+
+
+def test_an_entry_size_that_does_not_match_the_metadata_is_refused(tmp_path):
+    _td().memmap(tmp_path / "f")
+    with open(tmp_path / "f" / "a.bin", "r+b") as f:
+        f.truncate(20)
+    _zip_folder(tmp_path / "f", tmp_path / "short.zip")
+    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.bin.*20 bytes"):
+        load_memmap(tmp_path / "short.zip")
+    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.bin.*20 bytes"):
+        unpack_memmap(tmp_path / "short.zip", tmp_path / "out")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_overlapping_entries_are_refused(tmp_path):
+    _td().memmap(tmp_path / "x.tdz")
+    raw = bytearray((tmp_path / "x.tdz").read_bytes())
+    with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
+        info = zf.getinfo("a.bin")
+        central = zf.start_dir
+    # grow the recorded sizes of a.bin in the central directory: its data now covers the next entry
+    at = raw.index(b"PK\x01\x02", central)
+    while raw[at + 46 : at + 46 + 5] != b"a.bin":
+        at = raw.index(b"PK\x01\x02", at + 4)
+    struct.pack_into("<2I", raw, at + 20, info.file_size + 100, info.file_size + 100)
+    (tmp_path / "x.tdz").write_bytes(bytes(raw))
+    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*overlaps entry 'a\.bin'"):
+        load_memmap(tmp_path / "x.tdz")
+    with pytest.raises(MemmapFormatError, match="overlaps"):
+        unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_duplicate_entries_are_refused(tmp_path):
+    with pytest.warns(UserWarning, match="Duplicate name"):
+        archive = _evil(tmp_path, "a.bin")
+    with pytest.raises(MemmapFormatError, match="twice"):
+        load_memmap(archive)
+
+
+def test_not_a_zip_and_not_an_archive(tmp_path):
+    (tmp_path / "junk.tdz").write_bytes(b"not a zip at all")
+    with pytest.raises(MemmapFormatError, match="zip"):
+        load_memmap(tmp_path / "junk.tdz")
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as zf:
+        zf.writestr("a.txt", "x")
+    with pytest.raises(ValueError, match="not a memory-mapped TensorDict archive"):
+        unpack_memmap(tmp_path / "other.zip", tmp_path / "out")
+    with pytest.raises(ValueError, match=r"meta\.json"):
+        load_memmap(tmp_path / "other.zip")
+
+
+def test_unpack_over_an_existing_save_switches_atomically(tmp_path):
+    _td().memmap(tmp_path / "x.tdz")
+    TensorDict({"z": torch.zeros(1)}, [1]).memmap(tmp_path / "target")
+    unpack_memmap(tmp_path / "x.tdz", tmp_path / "target")
+    loaded = load_memmap(tmp_path / "target")
+    assert set(loaded.keys()) == {"a", "n"}
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
