@@ -159,7 +159,7 @@ def write_grown(
 ) -> None:
     """Write the content of the file `head` followed by the raw bytes of `tail` to `path`."""
     size = os.path.getsize(head)
-    rest = memoryview(tensor_bytes(tail)).cast("B")
+    rest = memoryview(tensor_bytes(tail)).cast("B")  # type: ignore[arg-type]  # numpy stubs give ndarray __buffer__ only on 3.12+
 
     def fill(fd: int) -> None:
         with open(head, "rb") as src:
