@@ -1,6 +1,7 @@
 """td-core: TensorDict, a dict of tensors that behaves like a tensor over its batch dims."""
 
 from td_core import errors
+from td_core._attrs import TensorAttrs
 from td_core._base import TensorDictBase, is_tensor_collection
 from td_core._collection import NonTensorDataBase, TensorCollection
 from td_core._consolidate import from_consolidated
@@ -48,6 +49,7 @@ from td_core._mappings import add_custom_mapping, biased_softplus, expln, inv_so
 from td_core._metadata import MetaData
 from td_core._modules import from_module, from_modules, make_tensordict, to_module
 from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
+from td_core._pack import PackLayout
 from td_core._padding import pad, pad_sequence, unpad_sequence
 from td_core._params import TensorDictParams
 from td_core._parse import parse_tensor_dict_string
@@ -107,6 +109,8 @@ __all__ = [
     "NonTensorDataBase",
     "MetaData",
     "TypedTensorDict",
+    "TensorAttrs",
+    "PackLayout",
     # functions over TensorDicts
     "pad",
     "pad_sequence",

@@ -29,6 +29,7 @@ from td_core import (
     _mapping,
     _masked,
     _names,
+    _pack,
     _persistence,
     _pointwise,
     _reductions,
@@ -78,6 +79,7 @@ class TensorDictBase(
     _stack.StackMixin,
     _interchange.InterchangeMixin,
     _persistence.MemmapMixin,
+    _pack.PackMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see `td_core.TensorDict`."""
@@ -464,8 +466,9 @@ class TensorDictBase(
     def to(self, *args: Any, **kwargs: Any) -> TensorDictBase:
         """Move and/or cast every tensor leaf, like `torch.Tensor.to`.
 
-        Accepts a device, a dtype, both, another TensorDict or tensor (take its
-        device), and `non_blocking`.
+        Accepts a device, a dtype, both, a tensor (take its device and dtype),
+        `non_blocking`, or a TensorDict from `attrs()`: each leaf then moves to
+        the device and dtype recorded at its key (the result has no device).
         """
         return _apply.to(self, *args, **kwargs)
 
