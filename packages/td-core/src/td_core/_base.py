@@ -37,6 +37,7 @@ from td_core import (
     _shape,
     _stack,
     _structure,
+    _workers,
 )
 from td_core._contract import TensorDictContract, dense
 from td_core._keys import KeysView, NestedKey, unravel_key
@@ -80,6 +81,7 @@ class TensorDictBase(
     _interchange.InterchangeMixin,
     _persistence.MemmapMixin,
     _pack.PackMixin,
+    _workers.WorkersMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see `td_core.TensorDict`."""
