@@ -68,6 +68,7 @@ from td_core._tensorclass import is_tensorclass
 from td_core._tensorclass_options import TensorClass, tensorclass
 from td_core._testing import assert_allclose_td, assert_close
 from td_core._typed import TypedTensorDict
+from td_core._unbatched import UnbatchedTensor
 from td_core._version import __version__
 
 __all__ = [
@@ -111,6 +112,7 @@ __all__ = [
     "TypedTensorDict",
     "TensorAttrs",
     "PackLayout",
+    "UnbatchedTensor",
     # functions over TensorDicts
     "pad",
     "pad_sequence",

@@ -45,6 +45,7 @@ from td_core._map import is_nt, is_td
 from td_core._names import carry_names, index_names
 from td_core._nontensor import NonTensorData
 from td_core._torch_function import TORCH_FUNCTIONS
+from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -418,7 +419,9 @@ class TensorDictBase(
         """`value` converted to an entry and checked against the batch size and device."""
         bs = self.batch_size
         if isinstance(value, Tensor):
-            if value.shape[: len(bs)] != bs:
+            if type(value) is not Tensor and is_unbatched(value):  # any shape: no batch dims
+                value = value.with_batch_size(bs)
+            elif value.shape[: len(bs)] != bs:
                 raise self._shape_error(key, value.shape)
             device = self.device
             if device is not None and value.device != device:

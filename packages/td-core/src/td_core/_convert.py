@@ -28,6 +28,7 @@ from td_core._from import (
 )
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
+from td_core._unbatched import is_unbatched
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
@@ -501,7 +502,8 @@ class ConvertMixin:
         shapes = []
         for value in self._values_str():
             if isinstance(value, Tensor):
-                shapes.append(value.shape)
+                if type(value) is Tensor or not is_unbatched(value):  # unbatched: no batch dims
+                    shapes.append(value.shape)
                 continue
             if isinstance(value, NonTensorData):  # one value fits any batch size
                 continue

@@ -33,6 +33,7 @@ from td_core._nontensor import NonTensorData, stack_non_tensors
 from td_core._pytree import allow_weights_only, register
 from td_core._repr import fields_repr, leaf_repr, td_repr
 from td_core._td import TensorDict
+from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -319,6 +320,8 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
 
     def _stack_values(self, key: str, values: list[Any]) -> Any:
         first = values[0]
+        if type(first) is not Tensor and is_unbatched(first):  # shared by the members
+            return first.with_batch_size(self.batch_size)
         if isinstance(first, Tensor):
             try:
                 return torch.stack(values, self.stack_dim)
@@ -375,8 +378,11 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
 
     def _set_str(self, key: str, value: Any) -> None:
         d = self.stack_dim
-        if isinstance(value, Tensor):
-            parts: Sequence[Any] = value.unbind(d)
+        if type(value) is not Tensor and is_unbatched(value):
+            member_bs = self.tensordicts[0].batch_size
+            parts: Sequence[Any] = [value.with_batch_size(member_bs)] * len(self.tensordicts)
+        elif isinstance(value, Tensor):
+            parts = value.unbind(d)
         elif is_nt(value):
             if isinstance(value, NonTensorData):
                 member_bs = self.tensordicts[0].batch_size
