@@ -242,12 +242,12 @@ class PackMixin(TensorDictContract):
             ```python
             >>> import torch
             >>> from td_core import TensorDict
-            >>> td = TensorDict(p=torch.zeros(5), v=torch.ones(5, 3), batch_size=[5])
-            >>> flat, layout = td.pack()
-            >>> flat.shape
-            torch.Size([5, 4])
-            >>> (layout.unpack(flat) == td).all()
-            tensor(True)
+            >>> td = TensorDict(obs=torch.zeros(2, 4, 3), r=torch.ones(2, 4), batch_size=[2, 4])
+            >>> flat, layout = td.pack(0)  # the features first: (F, *batch_size)
+            >>> flat.shape, layout.dim
+            (torch.Size([4, 2, 4]), -3)
+            >>> td.pack(0, layout=layout)[0].equal(flat)
+            True
 
             ```
         """

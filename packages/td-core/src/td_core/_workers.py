@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from td_core._contract import TensorDictContract
 from td_core._map import tensor_leaves
 from td_core._utils import normalize_dim
 
@@ -80,7 +81,7 @@ def _chunks(
     """
     indices, stacked = _chunk_indices(td.batch_size[dim], chunksize, num_chunks, workers)
     lead = (slice(None),) * dim
-    return [td[(*lead, index)] for index in indices], stacked
+    return [td[lead + (index,)] for index in indices], stacked
 
 
 def _init_worker(threads: int) -> None:
@@ -90,7 +91,7 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _share(td: TensorDictBase) -> None:
+def _share(td: TensorDictContract) -> None:
     for t in tensor_leaves(td):
         if not t.is_shared() and t.device.type == "cpu" and not _is_mapped(t):
             t.share_memory_()
@@ -164,7 +165,7 @@ def _init_seeded_worker(seed: int, ranks: Any, threads: int) -> None:
 
 
 def map_iter_td(
-    td: TensorDictBase,
+    td: TensorDictContract,
     fn: Callable[[Any], Any],
     dim: int = 0,
     num_workers: int | None = None,
@@ -196,7 +197,7 @@ def map_iter_td(
     seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
     _share(td)
     lead = (slice(None),) * d
-    chunks: Iterator[Any] = (td[(*lead, i)] for i in indices)
+    chunks: Iterator[Any] = (td[lead + (i,)] for i in indices)
     if not index_with_generator:
         chunks = iter(list(chunks))
     return _map_iter(
@@ -257,13 +258,13 @@ def _map_iter(
             own.join()
 
 
-class WorkersMixin:
+class WorkersMixin(TensorDictContract):
     """`map_iter`: the streaming form of `map` (`map` itself lives on the base)."""
 
     __slots__ = ()
 
     def map_iter(
-        self: TensorDictBase,
+        self,
         fn: Callable[[Any], Any],
         dim: int = 0,
         num_workers: int | None = None,
