@@ -291,3 +291,37 @@ def test_a_plain_tensor_still_needs_the_batch_dims() -> None:
     with pytest.raises(RuntimeError, match="'table'"):
         td.set("table", torch.ones(2))
     assert isinstance(td["table"], UnbatchedTensor)
+
+
+# ---------------------------------------------------------------- pipes
+class _ListPipe:
+    """A stand-in for upstream's UCXX `TensorDictPipe`: awaitable asend/arecv."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    async def asend(self, td) -> None:
+        self.items.append(td.clone())
+
+    async def arecv(self, td, device=None):
+        return self.items.pop(0).to(device) if device is not None else self.items.pop(0)
+
+
+def test_asend_arecv_go_through_the_pipe() -> None:
+    import asyncio
+
+    async def run():
+        pipe = _ListPipe()
+        await _td().asend(pipe)
+        return await TensorDict().arecv(pipe)
+
+    out = asyncio.run(run())
+    assert out.batch_size == torch.Size([3]) and out["b", "c"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("method", ["asend", "arecv"])
+def test_asend_arecv_refuse_what_is_not_a_pipe(method) -> None:
+    import asyncio
+
+    with pytest.raises(TypeError, match=f"{method}: int is not a pipe"):
+        asyncio.run(getattr(TensorDict(), method)(3))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -80,6 +81,9 @@ CASES = {
     "hook_out": lambda td: td.hook_out,
     "hook_in": lambda td: td.hook_in,
     "hook_out_applied": _read_with_hook_out,
+    # asend / arecv need a pipe object
+    "asend_not_a_pipe": lambda td: asyncio.run(td.asend(3)),
+    "arecv_not_a_pipe": lambda td: asyncio.run(td.arecv(3)),
     # from_schema
     "from_schema": lambda td: _ns(td).TensorDict.from_schema(
         {"a": ([2], torch.float32), ("b", "c"): ([], torch.int64)}, batch_size=[3]
