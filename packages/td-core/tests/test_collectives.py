@@ -1,4 +1,4 @@
-"""Collectives (all_reduce, reduce, broadcast, all_gather, gather_and_stack) over 2 and 3 gloo processes."""
+"""Collectives (all_reduce, reduce, broadcast, all_gather, scatter, gather_and_stack) over 2 and 3 gloo processes."""
 
 from __future__ import annotations
 
@@ -72,6 +72,25 @@ SCRIPT = textwrap.dedent(
                 assert (out[row]["a"] == r).all()
         else:
             assert make(rank).gather_and_stack(0) is None
+    elif mode == "scatter":
+        src = world - 1
+        tds = None
+        if rank == src:
+            tds = [TensorDict({"a": torch.full((r + 1,), float(r)), "label": f"r{r}",
+                               "n": {"b": torch.full((r + 1, 2), r)}}, [r + 1])
+                   for r in range(world)]
+        out = TensorDict().scatter(src, tds)
+        assert out.batch_size == torch.Size([rank + 1]), out.batch_size
+        assert (out["a"] == rank).all() and out["label"] == f"r{rank}"
+        assert out["n", "b"].dtype == torch.int64 and (out["n", "b"] == rank).all()
+    elif mode == "scatter_wrong_count":
+        if rank == 0:
+            try:
+                TensorDict().scatter(0, [TensorDict()] * (world + 1))
+            except ValueError as err:
+                assert "one TensorDict per rank" in str(err)
+            else:
+                raise AssertionError("no error")
     dist.barrier()
     dist.destroy_process_group()
     print("ok", rank)
@@ -115,13 +134,15 @@ def _run(tmp_path, mode: str, world: int) -> None:
         "broadcast",
         "all_gather",
         "gather_and_stack",
+        "scatter",
+        "scatter_wrong_count",
     ],
 )
 def test_collectives_two_ranks(tmp_path, mode: str) -> None:
     _run(tmp_path, mode, 2)
 
 
-@pytest.mark.parametrize("mode", ["all_reduce", "all_gather", "gather_and_stack"])
+@pytest.mark.parametrize("mode", ["all_reduce", "all_gather", "gather_and_stack", "scatter"])
 def test_collectives_three_ranks(tmp_path, mode: str) -> None:
     _run(tmp_path, mode, 3)
 

@@ -2,6 +2,7 @@
 
 from td_core import errors
 from td_core._arrow import from_arrow, to_arrow
+from td_core._attrs import TensorAttrs
 from td_core._base import TensorDictBase, is_tensor_collection
 from td_core._collection import NonTensorDataBase, TensorCollection
 from td_core._consolidate import from_consolidated
@@ -49,6 +50,7 @@ from td_core._mappings import add_custom_mapping, biased_softplus, expln, inv_so
 from td_core._metadata import MetaData
 from td_core._modules import from_module, from_modules, make_tensordict, to_module
 from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
+from td_core._pack import PackLayout
 from td_core._padding import pad, pad_sequence, unpad_sequence
 from td_core._params import TensorDictParams
 from td_core._parse import parse_tensor_dict_string
@@ -68,6 +70,7 @@ from td_core._tensorclass import is_tensorclass
 from td_core._tensorclass_options import TensorClass, tensorclass
 from td_core._testing import assert_allclose_td, assert_close
 from td_core._typed import TypedTensorDict
+from td_core._unbatched import UnbatchedTensor
 from td_core._version import __version__
 
 __all__ = [
@@ -114,6 +117,9 @@ __all__ = [
     "NonTensorDataBase",
     "MetaData",
     "TypedTensorDict",
+    "TensorAttrs",
+    "PackLayout",
+    "UnbatchedTensor",
     # functions over TensorDicts
     "pad",
     "pad_sequence",

@@ -6,7 +6,9 @@ Pointwise math and comparisons live in `td_core._pointwise`, dtype casts in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -17,8 +19,11 @@ from td_core._map import (
     is_td,
     map_leaves,
     per_member,
+    rebuild,
+    stack_parts,
     tensor_leaves,
 )
+from td_core._mapping import PerObject
 from td_core._utils import NO_DEFAULT, as_device, as_size, broadcast_shape
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
@@ -164,16 +169,44 @@ def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
             dest.update_(result)
 
 
+# ------------------------------------------------------------------ memory
+# The stream each TensorDict was marked with by `record_stream` (one per TensorDict, as upstream).
+_STREAMS = PerObject()
+
+
+def _replace_leaves(td: TensorDictContract, new: TensorDictContract) -> None:
+    """Put `new`'s tensor leaves (a tree shaped like `td`) in `td`'s storage, in place."""
+    parts = stack_parts(td)
+    if parts is not None:
+        new_parts = stack_parts(new)
+        assert new_parts is not None  # rebuild keeps a lazy stack lazy
+        for member, new_member in zip(parts[0], new_parts[0]):
+            _replace_leaves(member, new_member)
+        return
+    for key, value in list(td._items_str()):
+        if isinstance(value, Tensor):
+            td._set_str(key, new._get_str(key))
+        elif not value._is_non_tensor:
+            _replace_leaves(value, new._get_str(key))
+
+
 # ----------------------------------------------------------------------- to
 def to(td: TD, *args: Any, **kwargs: Any) -> TD | TensorDictBase:
-    """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(other)`."""
+    """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(tensor)`, `td.to(attrs_td)`."""
+    if args and is_td(args[0]):
+        # as upstream: a TensorDict argument holds a `TensorAttrs` per leaf (see `attrs`)
+        if len(args) > 1:
+            raise TypeError(
+                f"to(attrs_td) takes no other positional argument, got {len(args) - 1} more"
+            )
+        from td_core._attrs import to_attrs
+
+        kwargs.pop("cast_filter", None)
+        return to_attrs(td, args[0], non_blocking=kwargs.pop("non_blocking", None))
     non_blocking = kwargs.pop("non_blocking", False)
     if kwargs.pop("batch_size", None) is not None:
         raise TypeError("to(batch_size=...) is not supported; set td.batch_size instead")
-    if args and is_td(args[0]):
-        device, dtype = args[0].device, None
-        args = args[1:]
-    elif args and isinstance(args[0], Tensor):
+    if args and isinstance(args[0], Tensor):
         device, dtype = args[0].device, args[0].dtype
         args = args[1:]
     else:
@@ -339,13 +372,113 @@ class ApplyMixin(TensorDictContract):
         leaves = tensor_leaves(self)
         return bool(leaves) and all(t.is_shared() or t.is_cuda for t in leaves)
 
-    def pin_memory(self) -> TensorDictBase:
-        """Every tensor leaf in page-locked memory (needs an accelerator)."""
+    def pin_memory(
+        self, num_threads: int | None = None, inplace: bool = False
+    ) -> Self | TensorDictBase:
+        """Every tensor leaf copied to page-locked memory (needs an accelerator).
+
+        Args:
+            num_threads: pin the leaves on this many threads (`None` or `0`:
+                on the calling thread).
+            inplace: replace the leaves of this TensorDict by their pinned
+                copies (allowed when locked) and return it.
+
+        Raises:
+            RuntimeError: if no accelerator is available; nothing is replaced.
+        """
+        leaves = tensor_leaves(self)
         try:
-            return map_leaves(self, Tensor.pin_memory)
+            if num_threads:
+                with ThreadPoolExecutor(num_threads) as pool:
+                    pinned = list(pool.map(Tensor.pin_memory, leaves))
+            else:
+                pinned = [t.pin_memory() for t in leaves]
         except RuntimeError as err:
             raise RuntimeError(
                 f"pin_memory needs an accelerator (CUDA) to be available: {err}"
             ) from err
+        result = rebuild(self, iter(pinned))
+        if not inplace:
+            return result
+        _replace_leaves(self, result)
+        return self
+
+    def pin_memory_(self, num_threads: int = 0) -> Self:
+        """Pin the tensor leaves in place and return self (deprecated, as upstream).
+
+        Deprecated: use `pin_memory(inplace=True)`; upstream removes this in 0.17.
+
+        Args:
+            num_threads: the number of threads that pin the leaves (`0`: the calling thread).
+        """
+        warnings.warn(
+            "TensorDictBase.pin_memory_() is deprecated and will be removed in TensorDict 0.17. "
+            "Use pin_memory(inplace=True) instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.pin_memory(num_threads=num_threads, inplace=True)
+        return self
+
+    def record_stream(self, stream: Any) -> Self:
+        """Mark every tensor leaf as used by `stream` (`torch.Tensor.record_stream`).
+
+        The memory of a leaf freed later is not reused before the work queued
+        on `stream` is done. A TensorDict is marked with one stream only.
+
+        Args:
+            stream: a `torch.cuda.Stream`.
+
+        Returns:
+            self.
+
+        Raises:
+            RuntimeError: if the TensorDict is already marked with another
+                stream, or if a leaf refuses the stream (a CPU tensor, or a
+                `stream` that is not a stream).
+        """
+        previous = _STREAMS.get(self)
+        if previous is not None and previous != stream:
+            raise RuntimeError(
+                f"record_stream: this TensorDict is already marked with stream {previous!r}; "
+                f"it cannot be marked with {stream!r} too"
+            )
+        for t in tensor_leaves(self):
+            t.record_stream(stream)
+        _STREAMS.set(self, stream)
+        return self
+
+    def attrs(
+        self,
+        *,
+        fields: Sequence[str] = ("device", "dtype", "shape"),
+        num_threads: int | None = None,
+    ) -> TensorDictBase:
+        """A TensorDict of empty batch size with a `TensorAttrs` in place of each tensor leaf.
+
+        Pass it to `to` to move and cast another TensorDict leaf by leaf, when
+        its leaves do not share one device or dtype. Non-tensor leaves are
+        kept; sub-TensorDicts (and tensorclasses) keep their kind.
+
+        Args:
+            fields: the attributes to record, among `"device"`, `"dtype"` and
+                `"shape"`; the others are `None`.
+            num_threads: accepted for upstream compatibility; the leaves are
+                described on the calling thread (it is metadata only).
+
+        Example:
+            ```python
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict(a=torch.zeros(3), b=torch.zeros(3, dtype=torch.int32), batch_size=[3])
+            >>> target = TensorDict(a=torch.ones(3), b=torch.ones(3), batch_size=[3])
+            >>> target.to(td.attrs(fields=("dtype",)))["b"].dtype
+            torch.int32
+
+            ```
+        """
+        from td_core._attrs import attrs_of
+
+        return attrs_of(self, tuple(fields))
 
     # ----------------------------------------------------------- reductions

@@ -23,12 +23,14 @@ from td_core import (
     _consolidate,
     _convert,
     _dataloader,
+    _distributed,
     _index,
     _interchange,
     _layout,
     _mapping,
     _masked,
     _names,
+    _pack,
     _persistence,
     _pointwise,
     _reductions,
@@ -37,6 +39,7 @@ from td_core import (
     _stack,
     _structure,
     _tabular,
+    _workers,
 )
 from td_core._contract import TensorDictContract, dense
 from td_core._keys import KeysView, NestedKey, unravel_key
@@ -44,6 +47,7 @@ from td_core._map import is_nt, is_td
 from td_core._names import carry_names, index_names
 from td_core._nontensor import NonTensorData
 from td_core._torch_function import TORCH_FUNCTIONS
+from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -76,10 +80,13 @@ class TensorDictBase(
     _consolidate.ConsolidateMixin,
     _dataloader.DataLoaderMixin,
     _collectives.CollectivesMixin,
+    _distributed.PipeMixin,
     _stack.StackMixin,
     _interchange.InterchangeMixin,
     _persistence.MemmapMixin,
     _tabular.TabularMixin,
+    _pack.PackMixin,
+    _workers.WorkersMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see `td_core.TensorDict`."""
@@ -412,7 +419,9 @@ class TensorDictBase(
         """`value` converted to an entry and checked against the batch size and device."""
         bs = self.batch_size
         if isinstance(value, Tensor):
-            if value.shape[: len(bs)] != bs:
+            if type(value) is not Tensor and is_unbatched(value):  # any shape: no batch dims
+                value = value.with_batch_size(bs)
+            elif value.shape[: len(bs)] != bs:
                 raise self._shape_error(key, value.shape)
             device = self.device
             if device is not None and value.device != device:
@@ -462,8 +471,9 @@ class TensorDictBase(
     def to(self, *args: Any, **kwargs: Any) -> TensorDictBase:
         """Move and/or cast every tensor leaf, like `torch.Tensor.to`.
 
-        Accepts a device, a dtype, both, another TensorDict or tensor (take its
-        device), and `non_blocking`.
+        Accepts a device, a dtype, both, a tensor (take its device and dtype),
+        `non_blocking`, or a TensorDict from `attrs()`: each leaf then moves to
+        the device and dtype recorded at its key (the result has no device).
         """
         return _apply.to(self, *args, **kwargs)
 

@@ -1,9 +1,9 @@
-"""Collectives over `torch.distributed`: all_reduce, reduce, broadcast, all_gather, gather_and_stack.
+"""Collectives over `torch.distributed`: all_reduce, reduce, broadcast, all_gather, scatter, gather_and_stack.
 
 Every rank of the group calls the same method. Reductions work leaf by leaf
 (or bucket by bucket with `bucket_bytes`), in sorted key order, on
 TensorDicts of the same structure. The collectives that move whole TensorDicts
-(`broadcast`, `all_gather`, `gather_and_stack`) consolidate each one (one
+(`broadcast`, `all_gather`, `scatter`, `gather_and_stack`) consolidate each one (one
 buffer) and send a JSON description of its layout before the buffer, so the
 receivers need no template, and nothing is ever pickled: the description is
 validated like a file written by `consolidate(filename=...)` (dtype table,
@@ -40,6 +40,7 @@ __all__ = [
     "broadcast",
     "gather_and_stack",
     "reduce",
+    "scatter",
 ]
 
 Tensor = torch.Tensor
@@ -245,6 +246,63 @@ def all_gather(td: TensorDictContract, *, group: Any = None) -> list[TensorDictB
     ]
 
 
+def scatter(
+    td: TensorDictContract,
+    src: int,
+    tensordicts: list[Any] | None = None,
+    *,
+    group: Any = None,
+    device: Any = None,
+) -> TensorDictBase:
+    """See `CollectivesMixin.scatter`."""
+    dist = _dist()
+    me = dist.get_rank(group) if group is not None else dist.get_rank()
+    world = dist.get_world_size(group) if group is not None else dist.get_world_size()
+    target = torch.device("cpu") if device is None else torch.device(device)
+    # round 1: each rank's sizes and the largest, so every rank can allocate the padded buffers
+    sizes = torch.zeros(4, dtype=torch.int64)
+    raws: list[bytes] = []
+    buffers: list[Tensor] = []
+    if me == src:
+        if tensordicts is None or len(tensordicts) != world:
+            count = None if tensordicts is None else len(tensordicts)
+            raise ValueError(
+                f"scatter: rank {src} must pass one TensorDict per rank ({world}), got {count}"
+            )
+        for item in tensordicts:
+            _, buffer, raw = _pack(item)
+            raws.append(raw)
+            buffers.append(buffer)
+        max_raw = max(len(r) for r in raws)
+        max_buf = max(b.numel() for b in buffers)
+        all_sizes = [
+            torch.tensor([len(r), b.numel(), max_raw, max_buf], dtype=torch.int64)
+            for r, b in zip(raws, buffers)
+        ]
+        dist.scatter(sizes, all_sizes, src=src, group=group)
+    else:
+        dist.scatter(sizes, None, src=src, group=group)
+    n_raw, n_buf, max_raw, max_buf = (int(x) for x in sizes)
+    # round 2: the layout descriptions, then the buffers, padded to the largest
+    raw_t = torch.zeros(max_raw, dtype=torch.uint8)
+    buf_t = torch.zeros(max_buf, dtype=torch.uint8, device=target)
+    if me == src:
+        padded_raws, padded_bufs = [], []
+        for raw, buffer in zip(raws, buffers):
+            r = torch.zeros(max_raw, dtype=torch.uint8)
+            r[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+            b = torch.zeros(max_buf, dtype=torch.uint8, device=target)
+            b[: buffer.numel()] = buffer.to(target)
+            padded_raws.append(r)
+            padded_bufs.append(b)
+        dist.scatter(raw_t, padded_raws, src=src, group=group)
+        dist.scatter(buf_t, padded_bufs, src=src, group=group)
+    else:
+        dist.scatter(raw_t, None, src=src, group=group)
+        dist.scatter(buf_t, None, src=src, group=group)
+    return _unpack(_as_bytes(raw_t, n_raw), buf_t[:n_buf], f"scatter from rank {src}")
+
+
 def gather_and_stack(
     td: TensorDictContract, dst: int, group: Any = None
 ) -> TensorDictContract | None:
@@ -354,6 +412,38 @@ class CollectivesMixin(TensorDictContract):
     def all_gather(self, *, group: Any = None) -> list[TensorDictBase]:
         """Every rank's TensorDict (structures may differ), as a list in rank order, on every rank."""
         return all_gather(self, group=group)
+
+    def scatter(
+        self,
+        src: int,
+        tensordicts: list[Any] | None = None,
+        *,
+        group: Any = None,
+        device: Any = None,
+    ) -> Any:
+        """Send `tensordicts[i]` from rank `src` to rank `i`; returns, on each rank, the one it gets.
+
+        Every rank of the group calls it. On `src`, `tensordicts` holds one
+        TensorDict per rank (structures may differ); each is consolidated and
+        sent as a JSON layout plus one buffer, so the receivers need no
+        template. The TensorDict the method is called on is not used.
+
+        Args:
+            src: the rank that sends.
+            tensordicts: on `src`, one TensorDict per rank, in rank order;
+                ignored elsewhere.
+            group: the process group (default: the world).
+            device: where the received buffer (and so the result) lives
+                (default: the CPU).
+
+        Returns:
+            The TensorDict this rank received (consolidated).
+
+        Raises:
+            RuntimeError: if `torch.distributed` is not initialised.
+            ValueError: on `src`, if `tensordicts` does not hold one per rank.
+        """
+        return scatter(self, src, tensordicts, group=group, device=device)
 
     def gather_and_stack(self, dst: int, group: Any = None) -> Any:
         """Write the other ranks' TensorDicts into the rows of rank `dst`'s TensorDict, in place.

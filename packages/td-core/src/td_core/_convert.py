@@ -23,11 +23,13 @@ from td_core._from import (
     from_list,
     from_namedtuple,
     from_pytree,
+    from_schema,
     from_struct_array,
     from_tuple,
 )
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData
+from td_core._unbatched import is_unbatched
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -414,6 +416,52 @@ class ConvertMixin(TensorDictContract):
         )
 
     @classmethod
+    def from_schema(
+        cls,
+        schema: dict[Any, tuple[Any, torch.dtype]],
+        *,
+        batch_size: Any = None,
+        storage: str | None = None,
+        device: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A zero-filled TensorDict allocated from a schema of element shapes and dtypes.
+
+        Each entry gets the shape `[*batch_size, *element_shape]`. `storage`
+        picks where the zeros live, so that a large buffer on disk is created
+        without being built in memory first.
+
+        Args:
+            schema: `{key: (element_shape, dtype)}`; keys may be nested (tuples).
+            batch_size: the batch size, prepended to every element shape (default `[]`).
+            storage: `None` (ordinary tensors), `"memmap"` (memory-mapped files
+                under `prefix=`; needs td-memmap; the device is ignored),
+                `"h5"` (an HDF5 file `filename=`; needs td-memmap[h5]) or
+                `"shared"` (shared memory). Upstream's `"zarr"`, `"redis"` and
+                `"dragonfly"` raise `ValueError`: td has no such backend.
+            device: the device of the result.
+            **kwargs: passed to the backend (`prefix` and the options of
+                `memmap_like`; `filename` and h5py options for `"h5"`).
+
+        Raises:
+            ValueError: for an unknown `storage`.
+
+        Example:
+            ```python
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict.from_schema(
+            ...     {"obs": ([84, 84, 3], torch.uint8), "reward": ([], torch.float32)},
+            ...     batch_size=[10],
+            ... )
+            >>> td["obs"].shape
+            torch.Size([10, 84, 84, 3])
+
+            ```
+        """
+        return from_schema(schema, batch_size=batch_size, storage=storage, device=device, **kwargs)
+
+    @classmethod
     def from_json(
         cls,
         path: Any,
@@ -458,7 +506,8 @@ class ConvertMixin(TensorDictContract):
         shapes = []
         for value in self._values_str():
             if isinstance(value, Tensor):
-                shapes.append(value.shape)
+                if type(value) is Tensor or not is_unbatched(value):  # unbatched: no batch dims
+                    shapes.append(value.shape)
                 continue
             if isinstance(value, NonTensorData):  # one value fits any batch size
                 continue

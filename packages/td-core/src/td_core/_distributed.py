@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import dense
+from td_core._contract import TensorDictContract, dense
 from td_core._map import is_td
+from td_core.errors import NotAPipeError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = ["send", "recv", "isend", "irecv", "init_remote", "from_remote_init"]
+__all__ = ["PipeMixin", "send", "recv", "isend", "irecv", "init_remote", "from_remote_init"]
 
 _DTYPES = {
     str(d).removeprefix("torch."): d
@@ -178,3 +179,54 @@ def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> Tens
     td = _allocate(meta, device)
     recv(td, src, init_tag=2, group=group)
     return td
+
+
+def _pipe_method(pipe: Any, name: str, instead: str) -> Any:
+    """`pipe.<name>`, or `NotAPipeError` naming the torch.distributed method to use instead."""
+    method = getattr(pipe, name, None)
+    if method is None:
+        raise NotAPipeError(
+            f"{name}: {type(pipe).__name__} is not a pipe (it has no {name} method); "
+            f"use {instead} for torch.distributed"
+        )
+    return method
+
+
+class PipeMixin(TensorDictContract):
+    """`asend` / `arecv`: awaitable transfers through a pipe object (upstream's UCXX pipes)."""
+
+    __slots__ = ()
+
+    async def asend(self, dst: Any) -> None:
+        """Send this TensorDict through the pipe `dst`, awaiting `dst.asend(self)`.
+
+        td ships no pipe of its own: upstream's `TensorDictPipe` needs the
+        optional `ucxx` package. Any object with an awaitable
+        `asend(tensordict)` method works.
+
+        Args:
+            dst: the pipe to send through.
+
+        Raises:
+            NotAPipeError: (a `TypeError` and `AttributeError`) if `dst` has no `asend` method.
+        """
+        await _pipe_method(dst, "asend", "send(dst_rank)")(self)
+
+    async def arecv(self, src: Any, *, device: Any = None) -> Any:
+        """Receive a TensorDict from the pipe `src`, awaiting `src.arecv(self, device=device)`.
+
+        The pipe may write into this TensorDict (when its layout matches) or
+        return another one: use the return value.
+
+        Args:
+            src: the pipe to receive from (any object with an awaitable
+                `arecv(tensordict, device=...)` method).
+            device: where the pipe allocates a new structure.
+
+        Returns:
+            The received TensorDict (this one or another).
+
+        Raises:
+            NotAPipeError: (a `TypeError` and `AttributeError`) if `src` has no `arecv` method.
+        """
+        return await _pipe_method(src, "arecv", "recv(src_rank)")(self, device=device)

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from td_core._contract import dense
 from td_core._map import is_td
 from td_core._nontensor import NonTensorStack
-from td_core._utils import as_size
+from td_core._utils import as_device, as_size
 from td_core.errors import TDError
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "from_struct_array",
     "from_tuple",
     "fromkeys",
+    "from_schema",
 ]
 
 Tensor = torch.Tensor
@@ -379,6 +381,52 @@ def fromkeys(keys: list[Any], value: Any = 0) -> Any:
     td = _dense()
     for key in keys:
         td.set(key, value)
+    return td
+
+
+_STORAGES = (None, "memmap", "h5", "zarr", "shared", "redis", "dragonfly")
+
+
+def from_schema(
+    schema: Mapping[Any, tuple[Sequence[int], torch.dtype]],
+    *,
+    batch_size: Sequence[int] | torch.Size | None = None,
+    storage: str | None = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """A zero-filled TensorDict from `{key: (element_shape, dtype)}` (see `TensorDict.from_schema`)."""
+    if storage not in _STORAGES:
+        raise ValueError(
+            f"from_schema: unknown storage {storage!r}; expected one of {list(_STORAGES)}"
+        )
+    if storage in ("zarr", "redis", "dragonfly"):
+        raise ValueError(
+            f"from_schema(storage={storage!r}): td has no {storage} backend; use storage=None, "
+            "'memmap', 'h5' or 'shared'"
+        )
+    bs = torch.Size(()) if batch_size is None else as_size(batch_size)
+    lazy_alloc = storage in ("memmap", "h5")  # the backend writes the zeros: do not allocate them
+    td = dense(None, bs, None if storage == "memmap" else as_device(device))
+    for key, spec in schema.items():
+        try:
+            shape, dtype = spec
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"from_schema: the entry {key!r} must be a pair (element_shape, dtype), got {spec!r}"
+            ) from None
+        full = (*bs, *shape)
+        if lazy_alloc:
+            value = torch.zeros((), dtype=dtype).expand(full)
+        else:
+            value = torch.zeros(full, dtype=dtype, device=device)
+        td.set(key, value)
+    if storage == "memmap":
+        return td.memmap_like(kwargs.pop("prefix", None), **kwargs)
+    if storage == "h5":
+        return td.to_h5(kwargs.pop("filename"), **kwargs)
+    if storage == "shared":
+        return td.share_memory_()
     return td
 
 

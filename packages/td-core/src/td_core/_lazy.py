@@ -27,12 +27,14 @@ import torch
 from td_core._base import TensorDictBase
 from td_core._contract import TensorDictContract
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
+from td_core._lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._map import is_nt, is_td
 from td_core._names import inherit_names
 from td_core._nontensor import NonTensorData, stack_non_tensors
 from td_core._pytree import allow_weights_only, register
 from td_core._repr import fields_repr, leaf_repr, td_repr
 from td_core._td import TensorDict
+from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -83,17 +85,25 @@ class set_lazy_stack:
         return wrapper  # type: ignore[return-value]
 
 
-class LazyStackedTensorDict(TensorDictBase):
+class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
     """A lazy stack of TensorDicts along batch dim `stack_dim`.
 
     Args:
         *tensordicts: the members; they must share a batch size.
         stack_dim: where the new dim goes among the batch dims.
+        hook_out: deprecated upstream: a callable applied to the tensors read (see `hook_out`).
+        hook_in: deprecated upstream: see `hook_in`.
     """
 
     __slots__ = ("__weakref__", "_is_locked", "_td_dim_name", "stack_dim", "tensordicts")
 
-    def __init__(self, *tensordicts: TensorDictBase, stack_dim: int = 0) -> None:
+    def __init__(
+        self,
+        *tensordicts: TensorDictBase,
+        stack_dim: int = 0,
+        hook_out: Callable[[Any], Any] | None = None,
+        hook_in: Callable[[Any], Any] | None = None,
+    ) -> None:
         if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
             tensordicts = tuple(tensordicts[0])
         if not tensordicts:
@@ -109,6 +119,14 @@ class LazyStackedTensorDict(TensorDictBase):
         self.tensordicts: list[TensorDictBase] = list(tensordicts)
         self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
         self._is_locked = False
+        if hook_out is not None or hook_in is not None:
+            warnings.warn(
+                "LazyStackedTensorDict(hook_out=..., hook_in=...) is deprecated and will be "
+                "removed in TensorDict 0.17.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            set_hooks(self, hook_out, hook_in)
 
     @classmethod
     def lazy_stack(cls, items: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
@@ -299,10 +317,12 @@ class LazyStackedTensorDict(TensorDictBase):
         values = [td._get_str(key, NO_DEFAULT) for td in self.tensordicts]
         if any(v is NO_DEFAULT for v in values):
             return default
-        return self._stack_values(key, values)
+        return with_hook_out(self, self._stack_values(key, values))
 
     def _stack_values(self, key: str, values: list[Any]) -> Any:
         first = values[0]
+        if type(first) is not Tensor and is_unbatched(first):  # shared by the members
+            return first.with_batch_size(self.batch_size)
         if isinstance(first, Tensor):
             try:
                 return torch.stack(values, self.stack_dim)
@@ -359,8 +379,11 @@ class LazyStackedTensorDict(TensorDictBase):
 
     def _set_str(self, key: str, value: Any) -> None:
         d = self.stack_dim
-        if isinstance(value, Tensor):
-            parts: Sequence[Any] = value.unbind(d)
+        if type(value) is not Tensor and is_unbatched(value):
+            member_bs = self.tensordicts[0].batch_size
+            parts: Sequence[Any] = [value.with_batch_size(member_bs)] * len(self.tensordicts)
+        elif isinstance(value, Tensor):
+            parts = value.unbind(d)
         elif is_nt(value):
             if isinstance(value, NonTensorData):
                 member_bs = self.tensordicts[0].batch_size

@@ -4,7 +4,9 @@
 the `n` leading (batch) dims of a tensor and leaves the trailing dims alone
 (indexing, reshape, permute, expand, ...). Sub-TensorDicts are traversed with
 the same function and `n`, and get the new leading dims plus whatever extra
-batch dims they had. Non-tensor leaves apply the op to their values.
+batch dims they had. Non-tensor leaves apply the op to their values; an
+`UnbatchedTensor` (a tensor without the batch dims) takes the same branch
+and comes back unchanged.
 
 `map_leaves` applies a function to every tensor leaf, keeping the batch
 size (clone, to, detach, arithmetic, ...). Non-tensor leaves pass through.
@@ -67,6 +69,15 @@ def is_td(obj: Any) -> TypeIs[TensorDictBase]:
 def is_nt(obj: Any) -> bool:
     """A non-tensor leaf."""
     return not isinstance(obj, Tensor) and getattr(type(obj), "_is_non_tensor", False)
+
+
+def _batched(value: Tensor) -> bool:
+    """Whether the tensor subclass instance `value` has the batch dims (not an `UnbatchedTensor`).
+
+    `UnbatchedTensor` says `_is_non_tensor`, so batch ops take the
+    non-tensor branch for it; leaf-wise traversals treat it as a tensor.
+    """
+    return not getattr(type(value), "_pass_through", False)
 
 
 def stack_parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
@@ -132,9 +143,9 @@ def _map_batch(
         return _lazy_batch(td, ragged, lambda t: (fn(t),), [lead], n)[0]
     out: dict[str, Any] = {}
     for key, value in td._items_str():
-        if isinstance(value, Tensor):
+        if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
             out[key] = fn(value)
-        elif value._is_non_tensor:
+        elif value._is_non_tensor:  # non-tensor leaves and `UnbatchedTensor`s
             out[key] = value._map_batch(fn, lead, n)
         else:
             out[key] = _map_batch(value, fn, lead, n)
@@ -153,7 +164,7 @@ def _index_batch(td: TensorDictContract, index: Any, lead: torch.Size, n: int) -
         return _map_batch(td, lambda t: t[index], lead, n)
     out: dict[str, Any] = {}
     for key, value in td._items_str():
-        if type(value) is Tensor or isinstance(value, Tensor):
+        if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
             out[key] = value[index]
         elif value._is_non_tensor:
             out[key] = value._map_batch(lambda t: t[index], lead, n)
@@ -184,7 +195,7 @@ def _map_batch_multi(
     outs: list[dict[str, Any]] = [{} for _ in leads]
     for key, value in td._items_str():
         parts: Sequence[Any]
-        if isinstance(value, Tensor):
+        if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
             parts = fn(value)
         elif value._is_non_tensor:
             parts = value._map_batch_multi(fn)

@@ -24,12 +24,12 @@ if TYPE_CHECKING:
 
     from td_core._base import TensorDictBase
 
-__all__ = ["MappingMixin"]
+__all__ = ["MappingMixin", "PerObject"]
 
 Tensor = torch.Tensor
 
 
-class _PerObject:
+class PerObject:
     """A dict keyed by object identity whose entries vanish with their object.
 
     (`WeakKeyDictionary` compares keys with `==`, which a TensorDict
@@ -43,6 +43,12 @@ class _PerObject:
         key = id(obj)
         self._data[key] = (weakref.ref(obj, lambda _, key=key: self._data.pop(key, None)), value)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
 
+    def get(self, obj: Any, default: Any = None) -> Any:
+        entry = self._data.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            return default
+        return entry[1]
+
     def pop(self, obj: Any, default: Any) -> Any:
         entry = self._data.get(id(obj))
         if entry is None or entry[0]() is not obj:
@@ -52,8 +58,8 @@ class _PerObject:
 
 
 # Lock state before the latest lock_()/unlock_() call, and the states `with` blocks restore.
-_BEFORE = _PerObject()
-_RESTORE = _PerObject()
+_BEFORE = PerObject()
+_RESTORE = PerObject()
 
 
 def _locked_error(what: str, key: Any = None) -> LockedError:
@@ -114,6 +120,25 @@ class MappingMixin(TensorDictContract):
         """
         _BEFORE.set(self, self._is_locked)
         self._lock_tree(False)
+        return self
+
+    def clear_refs_for_compile_(self) -> Self:
+        """Forget the lock states recorded for `with td.lock_():` here and in every sub-TensorDict.
+
+        `lock_()`/`unlock_()` record the previous lock state (keyed by a weak
+        reference to the TensorDict) so that a following `with` block can
+        restore it. Upstream records its last operation the same way and asks
+        for this call before a TensorDict leaves a `torch.compile`d function
+        (Dynamo cannot rebuild weak references); td keeps the records outside
+        the object, so the call is rarely needed, but it drops them all the
+        same: a `with` block right after it restores nothing.
+
+        Returns:
+            self.
+        """
+        _BEFORE.pop(self, None)
+        for sub in self._subtrees():
+            sub.clear_refs_for_compile_()
         return self
 
     def _lock_tree(self, locked: bool) -> None:

@@ -29,6 +29,7 @@ import torch
 from td_core._contract import TensorDictContract
 from td_core._keys import NestedKey, unravel_key
 from td_core._map import is_nt, is_td
+from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT, normalize_dim
 from td_core._writes import (
     as_tuple,
@@ -199,7 +200,7 @@ def _gather(td: Any, d: int, index: Tensor) -> Any:
     n = td.batch_dims
     expanded: dict[torch.Size, Tensor] = {}  # one expanded index per leaf shape
     for key, value in td._items_str():
-        if isinstance(value, Tensor):
+        if type(value) is Tensor or (isinstance(value, Tensor) and not is_unbatched(value)):
             shape = value.shape
             idx = expanded.get(shape)
             if idx is None:

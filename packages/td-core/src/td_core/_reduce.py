@@ -27,6 +27,7 @@ import torch
 
 from td_core._lazy_shape import restack
 from td_core._map import is_nt, is_td, tensor_leaves
+from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
@@ -222,8 +223,11 @@ def _walk(
     out: dict[str, Any] = {}
     second: dict[str, Any] = {}
     for key, value in td._items_str():
-        if isinstance(value, Tensor):
+        if type(value) is Tensor or (isinstance(value, Tensor) and not is_unbatched(value)):
             result = leaf(value)
+        elif is_unbatched(value):  # no batch dim to reduce, kept
+            kept = value.with_batch_size(new_bs(td.batch_size))
+            result = (kept, kept) if pair else kept
         elif value._is_non_tensor:
             continue
         else:

@@ -19,6 +19,7 @@ from td_core._contract import TD, TensorDictContract
 from td_core._map import is_ragged, is_td, stack_parts
 from td_core._names import carry_names, names_after
 from td_core._nontensor import cat_non_tensors, stack_non_tensors
+from td_core._unbatched import is_unbatched
 from td_core._utils import normalize_dim
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
@@ -103,8 +104,16 @@ def _combine(
     first = tds[0]
     _same_keys(tds, prefix, what)
     getters = _getters(tds)
+    bs = list(first.batch_size)
+    if stacking:
+        bs.insert(d, len(tds))
+    else:
+        bs[d] = sum(td.batch_size[d] for td in tds)
     entries: dict[str, Any] = {}
     for key, value in first._items_str():
+        if type(value) is not Tensor and is_unbatched(value):  # shared by all: the first one
+            entries[key] = value.with_batch_size(torch.Size(bs))
+            continue
         values = [get(key) for get in getters]
         if isinstance(value, Tensor):
             try:
@@ -123,11 +132,6 @@ def _combine(
                     f"{sorted({tuple(v.batch_size) for v in values})}"
                 )
             entries[key] = _combine(values, d, (*prefix, key), stacking)
-    bs = list(first.batch_size)
-    if stacking:
-        bs.insert(d, len(tds))
-    else:
-        bs[d] = sum(td.batch_size[d] for td in tds)
     return first._new(entries, torch.Size(bs))
 
 

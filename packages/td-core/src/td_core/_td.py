@@ -14,6 +14,7 @@ from td_core._contract import register_dense
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData, NonTensorStack
 from td_core._pytree import allow_weights_only, register
+from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT, as_device, as_size
 from td_core.errors import BatchSizeError, LockedError
 
@@ -350,7 +351,9 @@ class TensorDict(TensorDictBase):
         updates: dict[str, Any] = {}
         for key, value in self._sync().items():
             if isinstance(value, Tensor):
-                if value.shape[:n] != size:
+                if type(value) is not Tensor and is_unbatched(value):
+                    updates[key] = value.with_batch_size(size)
+                elif value.shape[:n] != size:
                     raise BatchSizeError(
                         f"cannot set batch_size {list(size)}: entry {key!r} has shape {list(value.shape)}"
                     )

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from td_core._contract import TensorDictContract
 from td_core._map import tensor_leaves
 from td_core._utils import normalize_dim
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = ["map_td"]
+__all__ = ["WorkersMixin", "map_iter_td", "map_td"]
 
 
 class _WorkerFailure:
@@ -50,20 +51,14 @@ class _Call:
         return chunk if out is None else out
 
 
-def _chunks(
-    td: TensorDictBase, dim: int, chunksize: int | None, num_chunks: int | None, workers: int
+def _chunk_indices(
+    size: int, chunksize: int | None, num_chunks: int | None, workers: int
 ) -> tuple[list[Any], bool]:
-    """The pieces handed to workers, cut by basic indexing only.
-
-    Slices (not `split`/`unbind`) keep memory-mapped leaves as memory-mapped
-    views, which pickle as a file name and offset instead of as data.
-    """
-    size = td.batch_size[dim]
+    """The index along the mapped dim of each chunk (ints or slices), and whether they are elements."""
     if chunksize is not None and num_chunks is not None:
         raise ValueError("map: pass chunksize or num_chunks, not both")
-    lead = (slice(None),) * dim
     if chunksize == 0:
-        return [td[lead + (i,)] for i in range(size)], True
+        return list(range(size)), True
     if chunksize is not None:
         if chunksize < 0:
             raise ValueError(f"map: chunksize must be >= 0, got {chunksize}")
@@ -73,7 +68,20 @@ def _chunks(
         if count <= 0:
             raise ValueError(f"map: num_chunks must be positive, got {count}")
         step = max(1, math.ceil(size / count))
-    return [td[lead + (slice(start, start + step),)] for start in range(0, size, step)], False
+    return [slice(start, start + step) for start in range(0, size, step)], False
+
+
+def _chunks(
+    td: TensorDictBase, dim: int, chunksize: int | None, num_chunks: int | None, workers: int
+) -> tuple[list[Any], bool]:
+    """The pieces handed to workers, cut by basic indexing only.
+
+    Slices (not `split`/`unbind`) keep memory-mapped leaves as memory-mapped
+    views, which pickle as a file name and offset instead of as data.
+    """
+    indices, stacked = _chunk_indices(td.batch_size[dim], chunksize, num_chunks, workers)
+    lead = (slice(None),) * dim
+    return [td[lead + (index,)] for index in indices], stacked
 
 
 def _init_worker(threads: int) -> None:
@@ -83,7 +91,7 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _share(td: TensorDictBase) -> None:
+def _share(td: TensorDictContract) -> None:
     for t in tensor_leaves(td):
         if not t.is_shared() and t.device.type == "cpu" and not _is_mapped(t):
             t.share_memory_()
@@ -143,3 +151,186 @@ def map_td(
     # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
     out = torch.stack(results, d) if stacked else torch.cat(results, d)
     return cast("TensorDictBase", out)
+
+
+# ------------------------------------------------------------------ map_iter
+def _init_seeded_worker(seed: int, ranks: Any, threads: int) -> None:
+    """Give each worker its own seeds: torch `seed + i`, numpy one derived from both."""
+    import numpy as np
+
+    torch.set_num_threads(threads)
+    i = ranks.get()
+    torch.manual_seed(seed + i)
+    np.random.seed((seed + i) % 2**32)
+
+
+def map_iter_td(
+    td: TensorDictContract,
+    fn: Callable[[Any], Any],
+    dim: int = 0,
+    num_workers: int | None = None,
+    *,
+    shuffle: bool = False,
+    chunksize: int | None = None,
+    num_chunks: int | None = None,
+    pool: Any = None,
+    generator: torch.Generator | None = None,
+    max_tasks_per_child: int | None = None,
+    worker_threads: int = 1,
+    index_with_generator: bool = True,
+    pbar: bool = False,
+    mp_start_method: str | None = None,
+) -> Iterator[Any]:
+    """See `WorkersMixin.map_iter`; checks everything before the first result is asked for."""
+    d = normalize_dim(dim, td.batch_dims)
+    if shuffle and not index_with_generator:
+        raise RuntimeError("map_iter: shuffle=True needs index_with_generator=True")
+    workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
+    if pool is None and workers <= 0:
+        raise ValueError(f"map_iter: num_workers must be positive, got {workers}")
+    size = td.batch_size[d]
+    indices, _ = _chunk_indices(size, chunksize, num_chunks, workers)
+    gen = generator if generator is not None else torch.Generator()
+    if shuffle:
+        order = torch.randperm(size, generator=gen)
+        indices = [order[i] for i in indices]
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
+    _share(td)
+    lead = (slice(None),) * d
+    chunks: Iterator[Any] = (td[lead + (i,)] for i in indices)
+    if not index_with_generator:
+        chunks = iter(list(chunks))
+    return _map_iter(
+        _Call(fn),
+        enumerate(chunks),
+        len(indices),
+        unordered=shuffle,
+        pool=pool,
+        workers=workers,
+        seed=seed,
+        max_tasks_per_child=max_tasks_per_child,
+        worker_threads=worker_threads,
+        pbar=pbar,
+        mp_start_method=mp_start_method,
+    )
+
+
+def _map_iter(
+    call: _Call,
+    jobs: Iterator[tuple[int, Any]],
+    total: int,
+    *,
+    unordered: bool,
+    pool: Any,
+    workers: int,
+    seed: int,
+    max_tasks_per_child: int | None,
+    worker_threads: int,
+    pbar: bool,
+    mp_start_method: str | None,
+) -> Iterator[Any]:
+    own = None
+    if pool is None:
+        import torch.multiprocessing as mp
+
+        context = mp.get_context(mp_start_method)
+        ranks = context.Queue(maxsize=workers)
+        for i in range(workers):
+            ranks.put(i)
+        own = pool = context.Pool(
+            workers,
+            initializer=_init_seeded_worker,
+            initargs=(seed, ranks, worker_threads),
+            maxtasksperchild=max_tasks_per_child,
+        )
+    try:
+        results = pool.imap_unordered(call, jobs) if unordered else pool.imap(call, jobs)
+        for result in _progress(results, total, pbar):
+            if isinstance(result, _WorkerFailure):
+                raise RuntimeError(
+                    f"map_iter: the function failed on chunk {result.index}; worker "
+                    f"traceback:\n{result.text}"
+                )
+            yield result
+    finally:
+        if own is not None:
+            own.terminate()
+            own.join()
+
+
+class WorkersMixin(TensorDictContract):
+    """`map_iter`: the streaming form of `map` (`map` itself lives on the base)."""
+
+    __slots__ = ()
+
+    def map_iter(
+        self,
+        fn: Callable[[Any], Any],
+        dim: int = 0,
+        num_workers: int | None = None,
+        *,
+        shuffle: bool = False,
+        chunksize: int | None = None,
+        num_chunks: int | None = None,
+        pool: Any = None,
+        generator: torch.Generator | None = None,
+        max_tasks_per_child: int | None = None,
+        worker_threads: int = 1,
+        index_with_generator: bool = True,
+        pbar: bool = False,
+        mp_start_method: str | None = None,
+    ) -> Iterator[Any]:
+        """Yield `fn(chunk)` for each chunk along `dim`, computed in a process pool, as they come.
+
+        The streaming form of `map`: nothing is gathered, so it can serve as a
+        data loader over a (memory-mapped) TensorDict. Leaves go to shared
+        memory first (unless shared or memory-mapped already), and chunks
+        reach the workers as slices. Arguments are checked on the call; the
+        pool starts with the first `next()`.
+
+        Args:
+            fn: a picklable function of a chunk; `None` yields the chunk itself.
+            dim: the dim along which the chunks are cut.
+            num_workers: the pool size (default: the CPU count); ignored with `pool`.
+            shuffle: chunks take their elements from a random permutation
+                (drawn from `generator`) and results come in the order the
+                workers finish them. Needs `index_with_generator=True`.
+            chunksize: elements per chunk (`0`: one element at a time, unbound).
+            num_chunks: the number of chunks instead (default: one per worker).
+            pool: an existing `multiprocessing` pool (not closed here; its
+                workers are not seeded).
+            generator: draws the workers' base seed (worker `i` seeds torch
+                with `seed + i`) and the shuffle. Default: a fresh
+                `torch.Generator()`, so the seeds are the same on every call.
+            max_tasks_per_child: replace a worker after this many chunks.
+            worker_threads: torch intra-op threads per worker.
+            index_with_generator: cut each chunk when the pool asks for it
+                instead of all before the job starts.
+            pbar: show a tqdm progress bar.
+            mp_start_method: the multiprocessing start method.
+
+        Yields:
+            The result of `fn` for each chunk.
+
+        Raises:
+            RuntimeError: `shuffle` without `index_with_generator`, or (while
+                iterating) the function failed in a worker (its traceback is
+                in the message).
+            ValueError: both `chunksize` and `num_chunks`, or a bad count.
+        """
+        return map_iter_td(
+            self,
+            fn,
+            dim,
+            num_workers,
+            shuffle=shuffle,
+            chunksize=chunksize,
+            num_chunks=num_chunks,
+            pool=pool,
+            generator=generator,
+            max_tasks_per_child=max_tasks_per_child,
+            worker_threads=worker_threads,
+            index_with_generator=index_with_generator,
+            pbar=pbar,
+            mp_start_method=mp_start_method,
+        )

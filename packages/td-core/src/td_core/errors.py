@@ -17,6 +17,7 @@ __all__ = [
     "DTypeError",
     "ExtensionMissingError",
     "DimError",
+    "NotAPipeError",
 ]
 
 
@@ -63,4 +64,12 @@ class DimError(TDError, IndexError, ValueError, RuntimeError):
 
     Upstream raises `IndexError`, `ValueError` or `RuntimeError` for
     these depending on the op; this is an instance of all three.
+    """
+
+
+class NotAPipeError(TDError, TypeError, AttributeError):
+    """`asend`/`arecv` got an object without the pipe method.
+
+    Upstream calls the method and fails with `AttributeError`; this is an
+    instance of that too.
     """
