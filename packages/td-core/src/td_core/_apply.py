@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._casts import cast_all
+from td_core._consolidate import to_consolidated
 from td_core._map import (
     is_td,
     map_leaves,
@@ -186,6 +187,9 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
         assert dtype is not None  # both None returned above
         return cast_all(td, dtype)
     if dtype is None:
+        moved = to_consolidated(td, device, non_blocking=non_blocking)
+        if moved is not None:  # one transfer of the whole buffer
+            return moved
         return map_leaves(
             td,
             lambda t: t.to(device, non_blocking=non_blocking),

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._contract import TensorDictContract, dense
-from td_core._map import is_nt, is_td, rebuild, tensor_leaves
+from td_core._map import is_nt, is_td, map_leaves, rebuild, stack_parts, tensor_leaves
 from td_core._nontensor import NonTensorData
 from td_core._utils import as_device
 
@@ -45,6 +45,8 @@ __all__ = [
     "describe_layout",
     "from_consolidated",
     "is_consolidated",
+    "to_consolidated",
+    "whole_buffer",
 ]
 
 Tensor = torch.Tensor
@@ -95,9 +97,34 @@ def _views(buffer: Tensor, leaves: list[Any], offsets: list[int]) -> Iterator[Te
         yield buffer[off : off + nbytes].view(t.dtype).view(t.shape)
 
 
+def _first_leaf(td: TensorDictContract) -> Tensor | None:
+    """The first tensor leaf in traversal order, found without listing the others."""
+    parts = stack_parts(td)
+    for value in parts[0] if parts is not None else td._values_str():
+        if isinstance(value, Tensor):
+            return value
+        if is_td(value):
+            leaf = _first_leaf(value)
+            if leaf is not None:
+                return leaf
+    return None
+
+
+def _maybe_consolidated(td: TensorDictContract) -> bool:
+    """A cheap necessary condition: the first leaf starts right after the header."""
+    first = _first_leaf(td)
+    return first is not None and bool(first.storage_offset() * first.element_size() == _HEADER)
+
+
 def is_consolidated(td: TensorDictContract) -> bool:
     """Whether every tensor leaf of `td` is a view of one buffer laid out by `consolidate`."""
-    leaves = tensor_leaves(td)
+    if not _maybe_consolidated(td):
+        return False
+    return _covers_buffer(tensor_leaves(td))
+
+
+def _covers_buffer(leaves: list[Tensor]) -> bool:
+    """Whether `leaves` are contiguous views of one storage at `consolidate`'s offsets, covering it."""
     if not leaves:
         return False
     storage = leaves[0].untyped_storage()
@@ -246,6 +273,33 @@ def consolidate(
     return td
 
 
+def whole_buffer(leaf: Tensor) -> Tensor:
+    """The `uint8` tensor over all of `leaf`'s storage (the buffer of a consolidated TensorDict)."""
+    storage = leaf.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def to_consolidated(
+    td: TensorDictBase, device: torch.device, *, non_blocking: bool = False
+) -> TensorDictBase | None:
+    """`td.to(device)` as one transfer when `td` is consolidated (else `None`).
+
+    The buffer is moved once and the leaves of the result are views of the
+    moved buffer at the same offsets, so the result is consolidated too.
+    """
+    if not _maybe_consolidated(td):
+        return None
+    leaves = tensor_leaves(td)
+    if not _covers_buffer(leaves):
+        return None
+    moved = whole_buffer(leaves[0]).to(device, non_blocking=non_blocking)
+    offsets, _ = _layout(leaves)
+    views = _views(moved, leaves, offsets)
+    return map_leaves(
+        td, lambda _: next(views), device=device, keep_non_tensor=lambda v: v.to(device)
+    )
+
+
 def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase]:
     """A consolidated `td` as (its whole buffer, a skeleton whose leaves are `meta` tensors).
 
@@ -253,8 +307,7 @@ def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase]:
     copy the whole storage once per leaf.
     """
     leaves = tensor_leaves(td)
-    storage = leaves[0].untyped_storage()
-    buffer = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    buffer = whole_buffer(leaves[0])
     skeleton = rebuild(td, iter([torch.empty_like(t, device="meta") for t in leaves]))
     return buffer, skeleton
 

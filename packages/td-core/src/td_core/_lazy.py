@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._base import TensorDictBase
+from td_core._consolidate import is_consolidated, pack, unpack
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core._map import is_nt, is_td
 from td_core._names import inherit_names
@@ -536,6 +537,8 @@ class LazyStackedTensorDict(TensorDictBase):
         _apply_plan(writes, later, norm, sub)
 
     def __getstate__(self) -> dict[str, Any]:
+        if is_consolidated(self):  # the members' leaves share one buffer: send it once
+            return {"consolidated": pack(self), "locked": self._is_locked}
         return {
             "tensordicts": self.tensordicts,
             "stack_dim": self.stack_dim,
@@ -543,6 +546,10 @@ class LazyStackedTensorDict(TensorDictBase):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "consolidated" in state:
+            rebuilt = unpack(*state["consolidated"])
+            assert isinstance(rebuilt, LazyStackedTensorDict)  # the skeleton is a lazy stack
+            state = {**state, "tensordicts": rebuilt.tensordicts, "stack_dim": rebuilt.stack_dim}
         self.tensordicts = list(state["tensordicts"])
         self.stack_dim = state["stack_dim"]
         self._is_locked = state["locked"]
