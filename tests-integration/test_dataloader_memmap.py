@@ -67,30 +67,24 @@ def test_dataset_is_memory_mapped(dataset: TensorDict) -> None:
     assert isinstance(batch, TensorDict) and batch["row"].tolist() == [3, 99_999, 0]
 
 
-def test_fork_workers_read_every_row_once(dataset: TensorDict) -> None:
-    loader = DataLoader(
+def loader(dataset: TensorDict, context: str, **kwargs: object) -> DataLoader:
+    return DataLoader(
         dataset,
         batch_size=BATCH,
         shuffle=True,
         num_workers=2,
-        collate_fn=tag_worker,
-        multiprocessing_context="fork",
+        multiprocessing_context=context,
         generator=torch.Generator().manual_seed(0),
         timeout=120,
+        **kwargs,  # type: ignore[arg-type]
     )
-    seen = check_rows(list(loader))
+
+
+def test_fork_workers_read_every_row_once(dataset: TensorDict) -> None:
+    seen = check_rows(list(loader(dataset, "fork", collate_fn=tag_worker)))
     assert set(seen["worker"].tolist()) == {0, 1}  # both workers did read
 
 
 def test_spawn_workers_read_every_row_once(dataset: TensorDict) -> None:
     # spawned workers get the data set pickled (as file names) and use the default collate
-    loader = DataLoader(
-        dataset,
-        batch_size=BATCH,
-        shuffle=True,
-        num_workers=2,
-        multiprocessing_context="spawn",
-        generator=torch.Generator().manual_seed(1),
-        timeout=120,
-    )
-    check_rows(list(loader))
+    check_rows(list(loader(dataset, "spawn")))

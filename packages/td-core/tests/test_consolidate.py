@@ -43,6 +43,12 @@ def test_consolidate_views_one_buffer_and_keeps_values() -> None:
     assert td["obs"][0, 0] != 100.0
 
 
+def test_consolidate_of_consolidated_is_itself() -> None:
+    c = _td().consolidate()
+    assert c.consolidate() is c and c.consolidate(inplace=True) is c
+    assert c.consolidate(share_memory=True) is not c
+
+
 def test_index_or_clone_of_consolidated_is_not_consolidated() -> None:
     c = _td().consolidate()
     assert not c[0].is_consolidated()

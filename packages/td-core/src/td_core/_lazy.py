@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._base import TensorDictBase
-from td_core._consolidate import is_consolidated, pack, unpack
+from td_core._consolidate import pack, unpack
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core._map import is_nt, is_td
 from td_core._names import inherit_names
@@ -537,8 +537,9 @@ class LazyStackedTensorDict(TensorDictBase):
         _apply_plan(writes, later, norm, sub)
 
     def __getstate__(self) -> dict[str, Any]:
-        if is_consolidated(self):  # the members' leaves share one buffer: send it once
-            return {"consolidated": pack(self), "locked": self._is_locked}
+        packed = pack(self)
+        if packed is not None:  # the members' leaves share one buffer: send it once
+            return {"consolidated": packed, "locked": self._is_locked}
         return {
             "tensordicts": self.tensordicts,
             "stack_dim": self.stack_dim,
