@@ -52,6 +52,11 @@ SUITES: dict[str, tuple[str, str]] = {
         "lazy stacks, module parameters, vmap, map: td-core against upstream",
     ),
     "query": ("bench_query.py", "td-query against torchrl"),
+    "consolidate": (
+        "bench_consolidate.py",
+        "consolidated TensorDicts (consolidate, pickle, to(device)) and DataLoader epochs "
+        "over a memory-mapped data set: td-core against upstream",
+    ),
 }
 
 log = logging.getLogger("mkdocs.hooks.td_docs")

@@ -7,8 +7,9 @@ import pickle
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
-from td_core import TensorDict, from_consolidated
+from td_core import TensorDict, from_consolidated, lazy_stack
 
 
 def _td() -> TensorDict:
@@ -40,6 +41,12 @@ def test_consolidate_views_one_buffer_and_keeps_values() -> None:
     # a write through a view lands in the buffer, and td is untouched
     c["obs"][0, 0] = 100.0
     assert td["obs"][0, 0] != 100.0
+
+
+def test_consolidate_of_consolidated_is_itself() -> None:
+    c = _td().consolidate()
+    assert c.consolidate() is c and c.consolidate(inplace=True) is c
+    assert c.consolidate(share_memory=True) is not c
 
 
 def test_index_or_clone_of_consolidated_is_not_consolidated() -> None:
@@ -88,6 +95,96 @@ def test_to_meta_device() -> None:
     c = _td().consolidate()
     m = c.to("meta")
     assert m["obs"].device.type == "meta" and m["nested", "x"].dtype == torch.float64
+
+
+class _CountTransfers(TorchFunctionMode):
+    """Counts `Tensor.to` calls that name a device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to and (
+            "device" in kwargs or any(isinstance(a, (str, torch.device)) for a in args[1:])
+        ):
+            self.calls.append(args[0].numel())
+        return func(*args, **kwargs)
+
+
+def _buffer_bytes(td: TensorDict) -> int:
+    return next(iter(td.values(True, True))).untyped_storage().nbytes()
+
+
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_to_device_of_consolidated_moves_one_buffer(non_blocking: bool) -> None:
+    td = TensorDict({f"k{i}": {"x": torch.randn(4, i + 1)} for i in range(20)}, [4])
+    c = td.consolidate()
+    with _CountTransfers() as mode:
+        m = c.to("meta", non_blocking=non_blocking)
+    assert mode.calls == [_buffer_bytes(c)]  # one transfer: the whole buffer
+    assert m.device == torch.device("meta") and m.is_consolidated()
+    assert len({t.untyped_storage().nbytes() for t in m.values(True, True)}) == 1
+    assert _buffer_bytes(m) == _buffer_bytes(c)
+    for key in td.keys(True, True):
+        assert m[key].shape == td[key].shape and m[key].dtype == td[key].dtype
+    # a TensorDict that is not consolidated still moves leaf by leaf
+    with _CountTransfers() as mode:
+        td.to("meta")
+    assert len(mode.calls) == 20
+
+
+def test_to_device_of_consolidated_keeps_non_tensor_and_kind() -> None:
+    m = _td().consolidate().to("meta")
+    assert m["label"] == "hello"
+    assert type(m) is TensorDict and m["nested"].device == torch.device("meta")
+
+
+def test_to_device_of_consolidated_ragged_lazy_stack() -> None:
+    stack = lazy_stack(
+        [
+            TensorDict(a=torch.arange(2.0), b={"c": torch.ones(3, dtype=torch.int32)}),
+            TensorDict(a=torch.arange(5.0), b={"c": torch.ones(3, dtype=torch.int32)}),
+        ]
+    )
+    c = stack.consolidate()
+    assert type(c) is type(stack) and c.is_consolidated()
+    assert [m["a"].shape[0] for m in c.tensordicts] == [2, 5]
+    with _CountTransfers() as mode:
+        m = c.to("meta")
+    assert len(mode.calls) == 1
+    assert type(m) is type(stack) and m.is_consolidated() and m.device == torch.device("meta")
+    assert [t["a"].shape[0] for t in m.tensordicts] == [2, 5]
+    data = pickle.dumps(c)
+    buffer_bytes = _buffer_bytes(c.tensordicts[0])
+    assert len(data) < 2 * buffer_bytes + 2000  # the buffer once, not once per leaf
+    back = pickle.loads(data)
+    assert type(back) is type(stack) and back.is_consolidated()
+    assert torch.equal(back.tensordicts[1]["a"], torch.arange(5.0))
+
+
+def test_to_dtype_of_consolidated_is_an_ordinary_cast() -> None:
+    c = _td().consolidate()
+    d = c.to(torch.float16)
+    assert not d.is_consolidated() and d["obs"].dtype == torch.float16
+    assert d["done"].dtype == torch.float16  # upstream casts every leaf
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_to_cuda_and_back_of_consolidated(non_blocking: bool) -> None:
+    td = _td()
+    c = td.consolidate(pin_memory=non_blocking)
+    with _CountTransfers() as mode:
+        g = c.to("cuda", non_blocking=non_blocking)
+    assert len(mode.calls) == 1
+    assert g.is_consolidated() and g.device.type == "cuda" and g["obs"].is_cuda
+    back = g.to("cpu", non_blocking=non_blocking)
+    if non_blocking:
+        torch.cuda.synchronize()
+    assert back.is_consolidated() and back.device == torch.device("cpu")
+    assert (back == td).all() and back["label"] == "hello"
 
 
 def test_filename_round_trip(tmp_path) -> None:

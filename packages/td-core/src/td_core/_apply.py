@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._casts import cast_all
+from td_core._consolidate import to_consolidated
 from td_core._contract import TD, TensorDictContract
 from td_core._map import (
     is_td,
@@ -222,6 +223,9 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | TensorDictBase:
         assert dtype is not None  # both None returned above
         return cast_all(td, dtype)
     if dtype is None:
+        moved = to_consolidated(td, device, non_blocking=non_blocking)
+        if moved is not None:  # one transfer of the whole buffer
+            return moved
         return map_leaves(
             td,
             lambda t: t.to(device, non_blocking=non_blocking),

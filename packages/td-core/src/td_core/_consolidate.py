@@ -19,6 +19,7 @@ No pickle is involved.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import struct
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._contract import TensorDictContract, dense
-from td_core._map import is_nt, is_td, rebuild, tensor_leaves
+from td_core._map import is_nt, is_td, map_leaves, rebuild, stack_parts, tensor_leaves
 from td_core._nontensor import NonTensorData
 from td_core._utils import as_device
 
@@ -42,9 +43,12 @@ __all__ = [
     "ConsolidateMixin",
     "build_from_layout",
     "consolidate",
+    "consolidated_layout",
     "describe_layout",
     "from_consolidated",
     "is_consolidated",
+    "to_consolidated",
+    "whole_buffer",
 ]
 
 Tensor = torch.Tensor
@@ -88,31 +92,80 @@ def _layout(leaves: list[Tensor]) -> tuple[list[int], int]:
     return offsets, total
 
 
-def _views(buffer: Tensor, leaves: list[Any], offsets: list[int]) -> Iterator[Tensor]:
-    """Views of `buffer` (`uint8`) shaped and typed like `leaves` (tensors or metadata)."""
-    for t, off in zip(leaves, offsets):
-        nbytes = t.numel() * t.element_size()
-        yield buffer[off : off + nbytes].view(t.dtype).view(t.shape)
+# One leaf of a consolidated buffer: dtype, shape, stride (elements), byte offset in the buffer.
+Slot = tuple[torch.dtype, tuple[int, ...], tuple[int, ...], int]
+
+
+def _contiguous_stride(shape: torch.Size) -> tuple[int, ...]:
+    stride, step = [], 1
+    for n in reversed(shape):
+        stride.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(stride))
+
+
+def _views_at(buffer: Tensor, slots: list[Slot]) -> list[Tensor]:
+    """Views of `buffer` (`uint8`, a whole storage) at `slots`: one `as_strided` each."""
+    typed: dict[torch.dtype, Tensor] = {}
+    out = []
+    for dtype, shape, stride, offset in slots:
+        base = typed.get(dtype)
+        if base is None:
+            base = typed[dtype] = buffer.view(dtype)
+        out.append(base.as_strided(shape, stride, offset // dtype.itemsize))
+    return out
+
+
+def _views(buffer: Tensor, leaves: list[Tensor], offsets: list[int]) -> list[Tensor]:
+    """Contiguous views of `buffer` shaped and typed like `leaves`, at `offsets`."""
+    return _views_at(
+        buffer,
+        [(t.dtype, t.shape, _contiguous_stride(t.shape), o) for t, o in zip(leaves, offsets)],
+    )
+
+
+def _first_leaf(td: TensorDictContract) -> Tensor | None:
+    """The first tensor leaf in traversal order, found without listing the others."""
+    parts = stack_parts(td)
+    for value in parts[0] if parts is not None else td._values_str():
+        if isinstance(value, Tensor):
+            return value
+        if is_td(value):
+            leaf = _first_leaf(value)
+            if leaf is not None:
+                return leaf
+    return None
+
+
+def consolidated_layout(td: TensorDictContract) -> tuple[list[Tensor], list[int]] | None:
+    """`(leaves, byte offsets)` when `td` is consolidated, else `None`.
+
+    Consolidated: every tensor leaf is a contiguous view of the first leaf's
+    storage at the offset `consolidate` gives it, and the leaves cover that
+    storage exactly. A cheap test on the first leaf rejects ordinary TensorDicts.
+    """
+    first = _first_leaf(td)
+    if first is None or first.storage_offset() * first.element_size() != _HEADER:
+        return None
+    leaves = tensor_leaves(td)
+    storage = first.untyped_storage()
+    # meta tensors have no addresses: their offsets and sizes are all there is to check
+    base = None if first.device.type == "meta" else first.data_ptr() - _HEADER
+    offsets, total = [], _HEADER
+    for t in leaves:
+        size = t.element_size()
+        if t.storage_offset() * size != total or not t.is_contiguous():
+            return None
+        if base is not None and t.data_ptr() != base + total:
+            return None
+        offsets.append(total)
+        total += _aligned(t.numel() * size)
+    return (leaves, offsets) if total == storage.nbytes() else None
 
 
 def is_consolidated(td: TensorDictContract) -> bool:
     """Whether every tensor leaf of `td` is a view of one buffer laid out by `consolidate`."""
-    leaves = tensor_leaves(td)
-    if not leaves:
-        return False
-    storage = leaves[0].untyped_storage()
-    ptr = storage.data_ptr()
-    offsets, total = _layout(leaves)
-    if total != storage.nbytes():
-        return False
-    for t, off in zip(leaves, offsets):
-        if (
-            t.untyped_storage().data_ptr() != ptr
-            or t.storage_offset() * t.element_size() != off
-            or not t.is_contiguous()
-        ):
-            return False
-    return True
+    return consolidated_layout(td) is not None
 
 
 def _buffer(
@@ -210,6 +263,9 @@ def consolidate(
         threading.Thread(target=work, daemon=True).start()
         return future
     _ = (num_threads, metadata)  # one copy per leaf (torch threads each copy); layout is implicit
+    plain = filename is None and device is None and not (share_memory or use_buffer or pin_memory)
+    if plain and consolidated_layout(td) is not None:
+        return td  # already one buffer (upstream returns the same object too)
     leaves = tensor_leaves(td)
     for t in leaves:
         if t.is_nested or t.layout != torch.strided:
@@ -226,11 +282,11 @@ def consolidate(
         share_memory=share_memory or use_buffer,
         pin_memory=pin_memory,
     )
-    views = list(_views(buffer, leaves, offsets))
+    views = _views(buffer, leaves, offsets)
     buffer[:_HEADER] = 0
-    with torch.no_grad():
-        for view, t in zip(views, leaves):
-            view.copy_(t, non_blocking=non_blocking)
+    if views:
+        with torch.no_grad():
+            torch._foreach_copy_(views, leaves, non_blocking=non_blocking)
     if filename is not None:
         description = json.dumps(
             {"total": total, "device": None, "tree": describe_layout(td, iter(offsets))}
@@ -246,24 +302,58 @@ def consolidate(
     return td
 
 
-def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase]:
-    """A consolidated `td` as (its whole buffer, a skeleton whose leaves are `meta` tensors).
+def whole_buffer(leaf: Tensor) -> Tensor:
+    """The `uint8` tensor over all of `leaf`'s storage (the buffer of a consolidated TensorDict)."""
+    storage = leaf.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
-    Pickling these two moves the buffer once, where pickling each view would
-    copy the whole storage once per leaf.
+
+def to_consolidated(
+    td: TensorDictContract, device: torch.device, *, non_blocking: bool = False
+) -> TensorDictBase | None:
+    """`td.to(device)` as one transfer when `td` is consolidated (else `None`).
+
+    The buffer is moved once and the leaves of the result are views of the
+    moved buffer at the same offsets, so the result is consolidated too.
     """
-    leaves = tensor_leaves(td)
-    storage = leaves[0].untyped_storage()
-    buffer = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-    skeleton = rebuild(td, iter([torch.empty_like(t, device="meta") for t in leaves]))
-    return buffer, skeleton
+    layout = consolidated_layout(td)
+    if layout is None:
+        return None
+    leaves, offsets = layout
+    moved = whole_buffer(leaves[0]).to(device, non_blocking=non_blocking)
+    views = iter(_views_at(moved, _slots(leaves, offsets)))
+    return map_leaves(
+        td, lambda _: next(views), device=device, keep_non_tensor=lambda v: v.to(device)
+    )
 
 
-def unpack(buffer: Tensor, skeleton: TensorDictContract) -> TensorDictBase:
-    """Inverse of `pack`: the skeleton's leaves as views of `buffer`."""
-    leaves = tensor_leaves(skeleton)
-    offsets, _ = _layout(leaves)
-    return rebuild(skeleton, _views(buffer, leaves, offsets))
+def _slots(leaves: list[Tensor], offsets: list[int]) -> list[Slot]:
+    """The slots of contiguous `leaves` at `offsets`."""
+    return [(t.dtype, tuple(t.shape), t.stride(), o) for t, o in zip(leaves, offsets)]
+
+
+_PLACEHOLDER = torch.empty(0, device="meta")
+
+
+def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase, list[Slot]] | None:
+    """A consolidated `td` as (its buffer, a skeleton, the slots of its leaves); else `None`.
+
+    Pickling these moves the buffer once (pickling each view would copy the
+    whole storage once per leaf). Every tensor leaf of the skeleton is the
+    same empty `meta` tensor, which pickle writes once; the slots are plain
+    values.
+    """
+    layout = consolidated_layout(td)
+    if layout is None:
+        return None
+    leaves, offsets = layout
+    skeleton = rebuild(td, itertools.repeat(_PLACEHOLDER))
+    return whole_buffer(leaves[0]), skeleton, _slots(leaves, offsets)
+
+
+def unpack(buffer: Tensor, skeleton: TensorDictContract, slots: list[Slot]) -> TensorDictBase:
+    """Inverse of `pack`: the skeleton with views of `buffer` as its leaves."""
+    return rebuild(skeleton, iter(_views_at(buffer, slots)))
 
 
 def _replace_leaves(td: TensorDictContract, views: Iterator[Tensor]) -> None:

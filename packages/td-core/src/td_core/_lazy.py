@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._base import TensorDictBase
+from td_core._consolidate import pack, unpack
 from td_core._contract import TensorDictContract
 from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core._lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
@@ -560,6 +561,9 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         _apply_plan(writes, later, norm, sub)
 
     def __getstate__(self) -> dict[str, Any]:
+        packed = pack(self)
+        if packed is not None:  # the members' leaves share one buffer: send it once
+            return {"consolidated": packed, "locked": self._is_locked}
         return {
             "tensordicts": self.tensordicts,
             "stack_dim": self.stack_dim,
@@ -567,6 +571,10 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "consolidated" in state:
+            rebuilt = unpack(*state["consolidated"])
+            assert isinstance(rebuilt, LazyStackedTensorDict)  # the skeleton is a lazy stack
+            state = {**state, "tensordicts": rebuilt.tensordicts, "stack_dim": rebuilt.stack_dim}
         self.tensordicts = list(state["tensordicts"])
         self.stack_dim = state["stack_dim"]
         self._is_locked = state["locked"]

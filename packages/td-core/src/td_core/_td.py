@@ -9,7 +9,7 @@ import torch
 from torch.compiler import is_compiling
 
 from td_core._base import TensorDictBase
-from td_core._consolidate import is_consolidated, pack, unpack
+from td_core._consolidate import pack, unpack
 from td_core._contract import register_dense
 from td_core._map import is_nt, is_td
 from td_core._nontensor import NonTensorData, NonTensorStack
@@ -396,9 +396,9 @@ class TensorDict(TensorDictBase):
 
     # ---------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
-        if is_consolidated(self):  # one buffer, not one copy of it per leaf
-            buffer, skeleton = pack(self)
-            return {"consolidated": (buffer, skeleton), **self._meta_state()}
+        packed = pack(self)
+        if packed is not None:  # consolidated: one buffer, not one copy of it per leaf
+            return {"consolidated": packed, **self._meta_state()}
         return {"source": self._sync(), **self._meta_state()}
 
     def _meta_state(self) -> dict[str, Any]:
@@ -411,8 +411,7 @@ class TensorDict(TensorDictBase):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "consolidated" in state:
-            buffer, skeleton = state["consolidated"]
-            state = {**state, "source": dict(unpack(buffer, skeleton)._items_str())}
+            state = {**state, "source": dict(unpack(*state["consolidated"])._items_str())}
         self._tensordict = state["source"]
         self._batch_size = torch.Size(state["batch_size"])
         self._device = as_device(state["device"])
