@@ -4,7 +4,8 @@ Every benchmark script builds a :class:`Suite`, adds cases with ``suite.add(name
 ours, theirs, what="...", floor_name=floor_fn, ...)`` and calls ``suite.main()``. The runs of
 each case are interleaved (ours, theirs, floors, ours, theirs, ...) so that drift
 in machine load hits both sides alike, and the report is a ratio per case
-(td / reference, lower is better) with the median and geometric mean across
+(td / reference, lower is better: the median over rounds of the ratio of the
+samples taken back to back in that round) with the median and geometric mean across
 cases. Absolute times are printed for context only: they depend on the machine.
 
 A suite built with ``check=True`` also compares what each side returns on its
@@ -125,6 +126,7 @@ class Case:
     floors: dict[str, Callable[[], object]] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
     what: str = ""
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
     def run(self, *, target: float, repeats: int, check: bool = False) -> None:
         fns = {"td": self.ours, **({"ref": self.theirs} if self.theirs else {}), **self.floors}
@@ -137,13 +139,25 @@ class Case:
         for _ in range(repeats):
             for key, fn in fns.items():
                 samples[key].append(_sample(fn, loops[key]))
+        self.samples = samples
         self.times = {key: statistics.median(v) for key, v in samples.items()}
+
+    def ratio_to(self, side: str) -> float:
+        """td's time over ``side``'s: the median of the ratios of samples taken
+        back to back (robust to load that drifts between rounds), or of the times."""
+        if self.samples.get(side):
+            return statistics.median(a / b for a, b in zip(self.samples["td"], self.samples[side]))
+        return self.times["td"] / self.times[side]
 
     @property
     def ratio(self) -> float | None:
         if "ref" not in self.times:
             return None
-        return self.times["td"] / self.times["ref"]
+        return self.ratio_to("ref")
+
+    @property
+    def floor_ratios(self) -> dict[str, float]:
+        return {k: self.ratio_to(k) for k in self.times if k not in ("td", "ref")}
 
 
 def _fmt_time(seconds: float) -> str:
@@ -213,8 +227,8 @@ class Suite:
             f"{self.reference} {_fmt_time(case.times['ref'])}" if "ref" in case.times else "",
             f"td/{self.reference} {ratio:5.2f}" if ratio is not None else "",
         ]
-        for floor in (k for k in case.times if k not in ("td", "ref")):
-            parts.append(f"td/{floor} {case.times['td'] / case.times[floor]:5.2f}")
+        for floor, floor_ratio in case.floor_ratios.items():
+            parts.append(f"td/{floor} {floor_ratio:5.2f}")
         print("  ".join(p for p in parts if p), flush=True)
 
     def _print_summary(self, cases: list[Case]) -> None:
@@ -257,6 +271,9 @@ class Suite:
         parser.add_argument("--filter", default="", help="only cases whose name contains this")
         parser.add_argument("--quick", action="store_true", help="short samples (smoke test)")
         parser.add_argument("--repeats", type=int, default=7)
+        parser.add_argument(
+            "--target", type=float, default=0.05, help="seconds per sample (default 0.05)"
+        )
         parser.add_argument("--list", action="store_true", help="print what each case measures")
         args = parser.parse_args(argv)
         if args.list:
@@ -265,4 +282,4 @@ class Suite:
             return []
         if args.quick:  # smoke numbers never replace measured ones in results/
             return self.run(pattern=args.filter, target=0.005, repeats=2, save=False)
-        return self.run(pattern=args.filter, repeats=args.repeats)
+        return self.run(pattern=args.filter, target=args.target, repeats=args.repeats)
