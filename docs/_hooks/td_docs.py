@@ -52,6 +52,18 @@ SUITES: dict[str, tuple[str, str]] = {
         "lazy stacks, module parameters, vmap, map: td-core against upstream",
     ),
     "query": ("bench_query.py", "td-query against torchrl"),
+    "pointwise": (
+        "bench_pointwise.py",
+        "pointwise math and casts over 100 leaves: td-core against upstream and the pytree floor",
+    ),
+    "reductions": (
+        "bench_reductions.py",
+        "reductions over 100 leaves: td-core against upstream and the pytree floor",
+    ),
+    "masked": (
+        "bench_masked.py",
+        "masked and indexed reads and writes: td-core against upstream and the pytree floor",
+    ),
 }
 
 log = logging.getLogger("mkdocs.hooks.td_docs")
