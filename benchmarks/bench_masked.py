@@ -6,7 +6,9 @@ Ratios are td / upstream (lower is better). The ``tree_map`` floor is
 ``torch.utils._pytree.tree_map`` doing the same tensor work on a plain dict of the
 same tensors (with the mask already reshaped to broadcast over the leaves), so
 ``td/tree_map`` is what the container costs over the bare torch calls.
-``get_at`` and ``set_at_`` are called once per key, as user code does.
+``get_at`` and ``set_at_`` are called once per key, as user code does. The three
+sides' results are compared on the first call (``Suite(check=True)``); ``--list``
+prints what each case measures.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from harness import Suite
 Upstream = tensordict.TensorDict
 
 torch.manual_seed(0)
+torch.set_num_threads(1)
 
 N = 100  # leaves
 B = 10  # batch size
@@ -36,7 +39,7 @@ def source() -> dict[str, torch.Tensor]:
     return {f"k{i}": torch.randn(B, 3) for i in range(N)}
 
 
-suite = Suite("masked")
+suite = Suite("masked", check=True)
 
 plain = source()
 other_plain = source()
@@ -51,12 +54,14 @@ suite.add(
     "where(mask, 0.) 100 leaves",
     lambda: ours.where(mask, 0.0),
     lambda: theirs.where(mask, 0.0),
+    what="out of place: each leaf where the batch mask holds, 0 elsewhere",
     tree_map=lambda: _pytree.tree_map(lambda t: torch.where(leaf_mask, t, 0.0), plain),
 )
 suite.add(
     "where(mask, td) 100 leaves",
     lambda: ours.where(mask, other_ours),
     lambda: theirs.where(mask, other_theirs),
+    what="out of place: each leaf where the mask holds, the other tree's leaf elsewhere",
     tree_map=lambda: _pytree.tree_map(
         lambda a, b: torch.where(leaf_mask, a, b), plain, other_plain
     ),
@@ -65,12 +70,14 @@ suite.add(
     "torch.where(mask, td, 0.) 100 leaves",
     lambda: torch.where(mask, ours, 0.0),
     lambda: torch.where(mask, theirs, 0.0),
+    what="the same through torch.where and __torch_function__",
     tree_map=lambda: _pytree.tree_map(lambda t: torch.where(leaf_mask, t, 0.0), plain),
 )
 suite.add(
     "masked_fill(mask, 0.) 100 leaves",
     lambda: ours.masked_fill(mask, 0.0),
     lambda: theirs.masked_fill(mask, 0.0),
+    what="out of place: a copy of each leaf with the masked batch rows set to 0",
     tree_map=lambda: _pytree.tree_map(lambda t: t.masked_fill(leaf_mask, 0.0), plain),
 )
 
@@ -81,22 +88,25 @@ suite.add(
     "masked_fill_(mask, 0.) 100 leaves",
     lambda: w_ours.masked_fill_(mask, 0.0),
     lambda: w_theirs.masked_fill_(mask, 0.0),
+    what="in place: the masked batch rows of every leaf set to 0",
     tree_map=lambda: _pytree.tree_map_(lambda t: t.masked_fill_(leaf_mask, 0.0), w_plain),
 )
 
 keys = list(plain)
-for name, idx in {"int": 3, "slice": slice(2, 7), "tensor": torch.tensor([1, 4, 8])}.items():
+INDICES = {"int": 3, "slice": slice(2, 7), "tensor": torch.tensor([1, 4, 8])}
+for name, idx in INDICES.items():
 
     def get_ours(idx=idx):
-        return [ours.get_at(k, idx) for k in keys]
+        return {k: ours.get_at(k, idx) for k in keys}
 
     def get_theirs(idx=idx):
-        return [theirs.get_at(k, idx) for k in keys]
+        return {k: theirs.get_at(k, idx) for k in keys}
 
     suite.add(
         f"get_at {name} 100 leaves",
         get_ours,
         get_theirs,
+        what=f"get_at(key, {name} index) called for each of the 100 keys",
         tree_map=lambda idx=idx: _pytree.tree_map(lambda t: t[idx], plain),
     )
 
@@ -105,10 +115,12 @@ for name, idx in {"int": 3, "slice": slice(2, 7), "tensor": torch.tensor([1, 4, 
     def set_ours(idx=idx, value=value):
         for k in keys:
             w_ours.set_at_(k, value, idx)
+        return w_ours
 
     def set_theirs(idx=idx, value=value):
         for k in keys:
             w_theirs.set_at_(k, value, idx)
+        return w_theirs
 
     def write(t, idx=idx, value=value):
         t[idx] = value
@@ -117,6 +129,7 @@ for name, idx in {"int": 3, "slice": slice(2, 7), "tensor": torch.tensor([1, 4, 
         f"set_at_ {name} 100 leaves",
         set_ours,
         set_theirs,
+        what=f"set_at_(key, value, {name} index) called for each of the 100 keys",
         tree_map=lambda write=write: _pytree.tree_map_(write, w_plain),
     )
 
@@ -124,12 +137,14 @@ suite.add(
     "zero_ 100 leaves",
     w_ours.zero_,
     w_theirs.zero_,
+    what="in place: every leaf set to 0",
     tree_map=lambda: _pytree.tree_map_(torch.Tensor.zero_, w_plain),
 )
 suite.add(
     "copy_ 100 leaves",
     lambda: w_ours.copy_(ours),
     lambda: w_theirs.copy_(theirs),
+    what="in place: every leaf overwritten with the same key's leaf of another tree",
     tree_map=lambda: _pytree.tree_map_(lambda a, b: a.copy_(b), w_plain, plain),
 )
 gather_index = torch.randint(0, B, (B,))
@@ -137,6 +152,7 @@ suite.add(
     "gather(0, index) 100 leaves",
     lambda: ours.gather(0, gather_index),
     lambda: theirs.gather(0, gather_index),
+    what="out of place: batch rows picked by an index tensor, expanded over each leaf",
     tree_map=lambda: _pytree.tree_map(
         lambda t: torch.gather(t, 0, gather_index.reshape(B, 1).expand(B, 3)), plain
     ),

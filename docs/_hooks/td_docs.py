@@ -57,6 +57,18 @@ SUITES: dict[str, tuple[str, str]] = {
         "consolidated TensorDicts (consolidate, pickle, to(device)) and DataLoader epochs "
         "over a memory-mapped data set: td-core against upstream",
     ),
+    "pointwise": (
+        "bench_pointwise.py",
+        "pointwise math and casts over 100 leaves: td-core against upstream and the pytree floor",
+    ),
+    "reductions": (
+        "bench_reductions.py",
+        "reductions over 100 leaves: td-core against upstream and the pytree floor",
+    ),
+    "masked": (
+        "bench_masked.py",
+        "masked and indexed reads and writes: td-core against upstream and the pytree floor",
+    ),
 }
 
 log = logging.getLogger("mkdocs.hooks.td_docs")

@@ -128,7 +128,7 @@ class ReductionMixin(TensorDictContract):
             keepdim,
             reduce=reduce,
             key_transform=key_transform,
-            correction=correction,
+            **_correction(correction),
         )
 
     def var(
@@ -148,7 +148,7 @@ class ReductionMixin(TensorDictContract):
             keepdim,
             reduce=reduce,
             key_transform=key_transform,
-            correction=correction,
+            **_correction(correction),
         )
 
     def max(
@@ -266,6 +266,15 @@ class ReductionMixin(TensorDictContract):
     def any(self, dim: Dim = None) -> Any:
         """`True` if any element of any tensor leaf is true; per batch `dim` with a dim."""
         return bool_reduction(self, _R["any"], dim)
+
+
+def _correction(correction: int) -> dict[str, Any]:
+    """`correction=` for `std`/`var`, left out when it is torch's default (1).
+
+    `t.std(d)` and `t.std(d, correction=1)` agree, but the keyword picks a slower
+    overload (about 1.4x per call on small leaves), which shows over many leaves.
+    """
+    return {} if correction == 1 else {"correction": correction}
 
 
 def _opt(**kwargs: Any) -> dict[str, Any]:
