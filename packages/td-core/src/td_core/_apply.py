@@ -186,11 +186,10 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
         assert dtype is not None  # both None returned above
         return cast_all(td, dtype)
     if dtype is None:
+        if device == td.device:  # already there: as upstream, the TensorDict itself
+            return td
         return map_leaves(
-            td,
-            lambda t: t.to(device, non_blocking=non_blocking),
-            device=device,
-            keep_non_tensor=lambda v: v.to(device),
+            td, _mover(device, non_blocking), device=device, keep_non_tensor=lambda v: v.to(device)
         )
     return map_leaves(
         td,
@@ -198,6 +197,15 @@ def to(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
         device=device,
         keep_non_tensor=lambda v: v.to(device),
     )
+
+
+def _mover(device: torch.device, non_blocking: bool) -> Callable[[Tensor], Tensor]:
+    """`t.to(device)` per leaf, skipping the call where nothing moves (the costly part on cpu)."""
+    if device.type == "cpu":
+        return lambda t: t if t.is_cpu else t.to(device, non_blocking=non_blocking)
+    if non_blocking:  # a keyword argument costs more than the call itself
+        return lambda t: t.to(device, non_blocking=True)
+    return lambda t: t.to(device)
 
 
 class ApplyMixin:
