@@ -40,7 +40,7 @@ def _select(
         else:
             rests.append(path[1:])
     out: dict[str, Any] = {}
-    get = td._get_str
+    get = td._getter()
     for key, rests in groups.items():
         value = get(key, NO_DEFAULT)
         if value is NO_DEFAULT:
