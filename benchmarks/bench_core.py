@@ -25,6 +25,7 @@ from harness import Suite
 Upstream = tensordict.TensorDict
 
 torch.manual_seed(0)
+torch.set_num_threads(1)  # overhead, not intra-op parallelism, is what is measured
 
 B = 1000  # batch size of the indexing cases
 N_LEAVES = 20
@@ -282,6 +283,53 @@ suite.add(
     "(a == b).all() nested 30",
     lambda: (ours_c1 == ours_c2).all(),
     lambda: (theirs_c1 == theirs_c2).all(),
+)
+
+# ---------------------------------------------------------------- hot paths (small, frequent calls)
+
+suite.add("'k3' in td (flat, present key)", lambda: "k3" in ours_b, lambda: "k3" in theirs_b)
+suite.add("TensorDict({}, []) (empty)", lambda: TensorDict({}, []), lambda: Upstream({}, []))
+suite.add(
+    "list(td.items()) 20 leaves",
+    lambda: list(ours_b.items()),
+    lambda: list(theirs_b.items()),
+    dict=lambda: list(big.items()),
+)
+suite.add(
+    "construct flat 10 leaves, no batch_size",
+    lambda: TensorDict(flat10),
+    lambda: Upstream(flat10),
+)
+ours_un, theirs_un, _ = both_copies(nested30, [100])
+other_ours, other_theirs = both(nested30, [100])
+suite.add(
+    "update(other) nested 30 leaves",
+    lambda: ours_un.update(other_ours),
+    lambda: theirs_un.update(other_theirs),
+)
+suite.add("to('cpu') already on cpu", lambda: ours_n.to("cpu"), lambda: theirs_n.to("cpu"))
+ours_dev = TensorDict(nested30, batch_size=[100], device="cpu")
+theirs_dev = Upstream(nested30, batch_size=[100], device="cpu")
+suite.add(
+    "to('cpu') of a device='cpu' td", lambda: ours_dev.to("cpu"), lambda: theirs_dev.to("cpu")
+)
+nested_picked = ["t1", ("n1", "l2"), ("n1", "n2", "l3"), ("n1", "n2", "l4")]
+suite.add(
+    "select(nested keys) 4 of 30",
+    lambda: ours_n.select(*nested_picked),
+    lambda: theirs_n.select(*nested_picked),
+)
+ours_cp, theirs_cp, _ = both_copies(nested30, [100])
+suite.add(
+    "copy_(other) nested 30 leaves",
+    lambda: ours_cp.copy_(other_ours),
+    lambda: theirs_cp.copy_(other_theirs),
+)
+ours_cpf, theirs_cpf, _ = both_copies(big, [B])
+suite.add(
+    "copy_(other) flat 20 leaves",
+    lambda: ours_cpf.copy_(ours_b),
+    lambda: theirs_cpf.copy_(theirs_b),
 )
 
 

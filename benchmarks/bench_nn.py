@@ -63,6 +63,29 @@ suite.add(
     lambda: their_ident(their_td),
 )
 
+# ---------------------------------------------------------------- the wrapper's own cost
+# A TensorDictModule around an nn.Module on a small TensorDict, against doing its work by
+# hand: read the input, call the module, write the output (`by_hand`, on td's container).
+# `module_call` times the bare module call, the unit the overhead is reported in below.
+x_small = torch.randn(4, 3)
+small_ours = TensorDict(x=x_small, batch_size=[4])
+small_theirs = tensordict.TensorDict(x=x_small, batch_size=[4])
+for label, inner in (("nn.Identity()", nn.Identity()), ("nn.Linear(3, 3)", nn.Linear(3, 3))):
+    ours_small = td_nn.TensorDictModule(inner, in_keys=["x"], out_keys=["y"])
+    theirs_small = upstream_nn.TensorDictModule(inner, in_keys=["x"], out_keys=["y"])
+
+    def by_hand(inner: nn.Module = inner) -> None:
+        small_ours["y"] = inner(small_ours["x"])
+
+    assert torch.equal(ours_small(small_ours)["y"], theirs_small(small_theirs)["y"])
+    suite.add(
+        f"TensorDictModule({label}) batch 4: overhead",
+        lambda m=ours_small: m(small_ours),
+        lambda m=theirs_small: m(small_theirs),
+        by_hand=by_hand,
+        module_call=lambda inner=inner: inner(x_small),
+    )
+
 identity = lambda x: x  # noqa: E731
 ours_ident3 = td_nn.TensorDictSequential(
     *[td_nn.TensorDictModule(identity, in_keys=["x"], out_keys=["x"]) for _ in range(3)]
@@ -160,6 +183,14 @@ if __name__ == "__main__":
     cases = suite.main()
     print()
     for case in cases:
+        if "by_hand" in case.times:
+            t = case.times
+            overhead = (t["td"] - t["by_hand"]) * 1e6
+            unit = overhead / (t["module_call"] * 1e6)
+            print(
+                f"{case.name:<48} td over doing it by hand: {overhead:6.2f} us "
+                f"({unit:.2f} bare module calls)"
+            )
         if "mlp" in case.times:
             overhead = (case.times["td"] - case.times["mlp"]) * 1e6
             ref = (case.times["ref"] - case.times["mlp"]) * 1e6

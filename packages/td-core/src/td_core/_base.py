@@ -213,10 +213,8 @@ class TensorDictBase(
     ) -> Iterator[Any]:
         """The entries, in the order of `keys` with the same arguments."""
         if not include_nested and not leaves_only and not sort:
-            yield from self._values_str()
-            return
-        for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
-            yield self.get(key)
+            return iter(self._values_str())  # no generator frame on the common call
+        return (self.get(key) for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort))
 
     def items(
         self,
@@ -228,10 +226,11 @@ class TensorDictBase(
     ) -> Iterator[tuple[Any, Any]]:
         """`(key, entry)` pairs, in the order of `keys` with the same arguments."""
         if not include_nested and not leaves_only and not sort:
-            yield from self._items_str()
-            return
-        for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
-            yield key, self.get(key)
+            return iter(self._items_str())  # no generator frame on the common call
+        return (
+            (key, self.get(key))
+            for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort)
+        )
 
     def __len__(self) -> int:
         return self.batch_size[0] if self.batch_size else 0

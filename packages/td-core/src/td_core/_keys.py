@@ -45,6 +45,12 @@ def unravel_key(key: NestedKey) -> str | tuple[str, ...]:
     """
     if type(key) is str:
         return key
+    if type(key) is tuple and len(key) > 1:
+        for item in key:
+            if type(item) is not str:
+                break
+        else:  # already flat (the usual nested key): no copy
+            return key
     if isinstance(key, tuple):
         out: list[str] = []
         _flatten_into(key, out)

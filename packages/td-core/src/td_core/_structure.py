@@ -33,15 +33,19 @@ def _select(
     td: TensorDictContract, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
 ) -> TensorDictBase:
     """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
-    lazy = per_member(td, lambda m: _select(m, paths, strict, prefix))
-    if lazy is not NotImplemented:
-        return lazy
+    if stack_parts(td) is not None:
+        return per_member(td, lambda m: _select(m, paths, strict, prefix))
     groups: dict[str, list[tuple[str, ...]]] = {}
     for path in paths:
-        groups.setdefault(path[0], []).append(path[1:])
+        rests = groups.get(path[0])
+        if rests is None:
+            groups[path[0]] = [path[1:]]
+        else:
+            rests.append(path[1:])
     out: dict[str, Any] = {}
+    get = td._getter()
     for key, rests in groups.items():
-        value = td._get_str(key, NO_DEFAULT)
+        value = get(key, NO_DEFAULT)
         if value is NO_DEFAULT:
             if strict:
                 raise KeyNotFoundError(
@@ -49,7 +53,7 @@ def _select(
                     "pass strict=False to skip missing keys"
                 )
             continue
-        if any(not rest for rest in rests):
+        if () in rests:
             out[key] = value
         elif is_td(value):
             out[key] = _select(value, rests, strict, (*prefix, key))
@@ -57,8 +61,7 @@ def _select(
             raise KeyNotFoundError(
                 f"select: {(*prefix, key)!r} is a leaf, it has no key {rests[0]!r}"
             )
-    ordered = {k: out[k] for k in td._keys_str() if k in out}
-    return td._new(ordered, td.batch_size)
+    return td._new(out, td.batch_size)  # in the order asked for, as upstream
 
 
 def _exclude(td: TensorDictContract, paths: list[tuple[str, ...]]) -> TensorDictBase:
@@ -123,15 +126,19 @@ class StructureMixin(TensorDictContract):
         if lazy is not NotImplemented:
             return lazy
         if all(type(k) is str for k in keys):  # fast path: top-level keys only
-            wanted = set(keys)
-            present = self._keys_str()
-            if strict and any(k not in present for k in wanted):
-                missing = sorted(k for k in wanted if k not in present)
-                raise KeyNotFoundError(
-                    f"select: key {missing[0]!r} not found (keys: {sorted(present)}); "
-                    "pass strict=False to skip missing keys"
-                )
-            result = self._new({k: v for k, v in self._items_str() if k in wanted}, self.batch_size)
+            get = self._getter()
+            out: dict[str, Any] = {}
+            for k in keys:  # in the order asked for, as upstream
+                assert type(k) is str  # checked above (for the type checker)
+                value = get(k, NO_DEFAULT)
+                if value is not NO_DEFAULT:
+                    out[k] = value
+                elif strict:
+                    raise KeyNotFoundError(
+                        f"select: key {k!r} not found (keys: {sorted(self._keys_str())}); "
+                        "pass strict=False to skip missing keys"
+                    )
+            result = self._new(out, self.batch_size)
         else:
             result = _select(self, [as_tuple(unravel_key(k)) for k in keys], strict, ())
         return _assign(self, result) if inplace else result
@@ -361,38 +368,66 @@ class StructureMixin(TensorDictContract):
 
 
 def _update_flat(td: TensorDictContract, source: Any) -> bool:
-    """`update` when every entry is a plain tensor under a top-level key that is not a sub-TensorDict.
+    """`update` when every entry is a plain tensor or a sub-TensorDict merged into a dense one.
 
     Validates everything first, then writes; returns False (having written
     nothing) when the fast path does not apply, so the general path takes over.
+    """
+    staged: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    if not _stage_dense(td, source, staged):
+        return False
+    for entries, new in staged:
+        entries.update(new)
+    return True
+
+
+def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[str, Any]]]) -> bool:
+    """Check `source`'s entries against the dense container `td`, recursing into sub-TensorDicts.
+
+    Appends `(entries, new_entries)` pairs to `staged`; False if the fast path does not apply.
     """
     if getattr(td, "_pending", None) is not None:  # keys added under torch.compile: general path
         return False
     entries = getattr(td, "_tensordict", None)
     # dense containers only (their private attributes are read directly: this is a hot path)
-    if type(entries) is not dict or td._is_locked or td._device is not None:  # type: ignore[attr-defined]
+    if type(entries) is not dict or td._is_locked or td._device is not None:
         return False
-    items = (
-        source.items()
-        if type(source) is dict
-        else (source._items_str() if is_td(source) else source.items())
-    )
-    bs = td._batch_size  # type: ignore[attr-defined]
+    items: Any
+    if type(source) is dict:
+        items = source.items()
+    elif is_td(source):
+        items = source._items_str()
+    elif isinstance(source, Mapping):
+        items = source.items()
+    else:
+        return False
+    bs = td._batch_size
     n = len(bs)
     first = bs[0] if n == 1 else -1  # one batch dim (the usual case): no Size slicing
     get = entries.get
-    staged = {}
+    new: dict[str, Any] = {}
     for key, value in items:
-        if type(key) is not str or type(value) is not Tensor:
+        if type(key) is not str:
             return False
         existing = get(key)
+        if type(value) is not Tensor:
+            # a sub-TensorDict merged into an existing one: recurse, else the general path
+            if (
+                existing is None
+                or type(existing) is Tensor
+                or not is_td(existing)
+                or not (type(value) is dict or is_td(value))
+                or not _stage_dense(existing, value, staged)
+            ):
+                return False
+            continue
         if existing is not None and type(existing) is not Tensor:
             return False
         shape = value.shape
-        if not ((shape and shape[0] == first) if first >= 0 else shape[:n] == bs):
+        if n and not ((shape and shape[0] == first) if first >= 0 else shape[:n] == bs):
             return False
-        staged[key] = value
-    entries.update(staged)
+        new[key] = value
+    staged.append((entries, new))
     return True
 
 

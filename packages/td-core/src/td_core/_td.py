@@ -80,12 +80,13 @@ class TensorDict(TensorDictBase):
         self._pending: dict[str, Any] | None = None
         self._tensordict: dict[str, Any] = {}
         if source is not None:
-            if not isinstance(source, Mapping):
+            if type(source) is not dict and not isinstance(source, Mapping):
                 raise TypeError(
                     f"TensorDict source must be a mapping, got {type(source).__name__}; "
                     "use TensorDict.from_any(...) for other containers"
                 )
-            self._fill(source)
+            if source:
+                self._fill(source)
         if kwargs:
             self._fill(kwargs)
         if auto:
@@ -104,6 +105,9 @@ class TensorDict(TensorDictBase):
         plain = self._device is None
         for key, value in source.items():
             if plain and type(key) is str and type(value) is Tensor:  # the usual entry
+                if not n:  # no batch dims: every tensor fits
+                    data[key] = value
+                    continue
                 shape = value.shape
                 if (shape and shape[0] == first) if first >= 0 else shape[:n] == bs:
                     data[key] = value
@@ -253,6 +257,11 @@ class TensorDict(TensorDictBase):
         return self._sync().values()
 
     # fast paths of the hottest reads
+    def __contains__(self, key: object) -> bool:
+        if type(key) is str and self._pending is None:
+            return key in self._tensordict
+        return TensorDictBase.__contains__(self, key)
+
     def _walk(self, path: tuple[Any, ...]) -> Any:
         """Fast lookup of a flat tuple of str through dense TensorDicts; NO_DEFAULT if it does not apply."""
         value: Any = self

@@ -33,10 +33,19 @@ class _NoDefault(enum.Enum):
 NO_DEFAULT: Any = _NoDefault.NO_DEFAULT
 
 
+_EMPTY_SIZE = torch.Size()
+
+
 def as_size(batch_size: Any) -> torch.Size:
     """A `torch.Size` from an int, a sequence of ints or a `torch.Size`."""
-    if type(batch_size) is torch.Size:
+    cls = type(batch_size)
+    if cls is torch.Size:
         return batch_size
+    if cls is list or cls is tuple:  # the usual spellings: [], [n], (n, m)
+        if not batch_size:
+            return _EMPTY_SIZE
+        if all(type(d) is int and d >= 0 for d in batch_size):
+            return torch.Size(batch_size)
     if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
         batch_size = (int(batch_size),)
     elif isinstance(batch_size, torch.Tensor) and batch_size.ndim <= 1:

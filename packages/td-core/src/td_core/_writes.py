@@ -189,19 +189,24 @@ def plan_copy(
             dests.append(dest)  # the usual leaf, checked tightly
             srcs.append(value)
         elif isinstance(dest, Tensor):
-            if not isinstance(value, Tensor) or (
-                value.shape != dest.shape and broadcast_shape(value.shape, dest.shape) != dest.shape
-            ):
-                shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise BatchSizeError(
-                    f"copy_: cannot copy a value of shape {shape} into entry {(*prefix, key)!r} "
-                    f"of shape {list(dest.shape)}"
-                )
+            _check_leaf(dest, value, (*prefix, key))
             dests.append(dest)
             srcs.append(value)
         elif is_td(dest):
             plan_copy(dest, value, dests, srcs, (*prefix, key))
         # a key td lacks, or a non-tensor leaf: skipped
+
+
+def _check_leaf(dest: Tensor, value: Any, full: tuple[str, ...]) -> None:
+    """Raise unless `value` is a tensor that can be copied (broadcast) into `dest`."""
+    if not isinstance(value, Tensor) or (
+        value.shape != dest.shape and broadcast_shape(value.shape, dest.shape) != dest.shape
+    ):
+        shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise BatchSizeError(
+            f"copy_: cannot copy a value of shape {shape} into entry {full!r} "
+            f"of shape {list(dest.shape)}"
+        )
 
 
 def copy_all(dests: list[Tensor], srcs: list[Tensor], non_blocking: bool) -> None:
@@ -210,8 +215,10 @@ def copy_all(dests: list[Tensor], srcs: list[Tensor], non_blocking: bool) -> Non
     if torch._C._are_functorch_transforms_active():
         for dest, src in zip(dests, srcs):
             dest.copy_(src, non_blocking=non_blocking)
-    else:
-        torch._foreach_copy_(dests, srcs, non_blocking=non_blocking)
+    elif non_blocking:
+        torch._foreach_copy_(dests, srcs, non_blocking=True)
+    else:  # without the keyword: parsing it costs as much as a few leaves' copies
+        torch._foreach_copy_(dests, srcs)
 
 
 def _flat_items(source: Any, prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:

@@ -24,6 +24,19 @@ from td_nn._skip import _SKIP, should_skip
 __all__ = ["TensorDictModule", "as_key_list"]
 
 Tensor = torch.Tensor
+_NOT_FAST = object()  # returned by `_forward_dense` where the general path must run
+
+try:  # the registries `nn.Module.__call__` consults (private: without them, no shortcut)
+    from torch.nn.modules.module import (
+        _global_backward_hooks,
+        _global_backward_pre_hooks,
+        _global_forward_hooks,
+        _global_forward_pre_hooks,
+    )
+
+    _MODULE_CALL: Any = nn.Module.__call__
+except ImportError:  # pragma: no cover - another torch layout
+    _MODULE_CALL = None
 
 
 def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
@@ -165,13 +178,51 @@ class TensorDictModule(TensorDictModuleBase):
         self.in_keys = _unique(self._read_keys)
         self._out_keys_all = as_key_list(out_keys, "out_keys", owner)
         self.out_keys = [k for k in self._out_keys_all if k != "_"]
-        self._write = [(i, k) for i, k in enumerate(self._out_keys_all) if k != "_"]
+        self._set_write([(i, k) for i, k in enumerate(self._out_keys_all) if k != "_"])
+        # the fast path of forward: positional str in keys (None where it does not apply)
+        self._fast_read: tuple[str, ...] | None = (
+            tuple(self._read_keys)  # type: ignore[arg-type]
+            if self._arg_names is None and all(type(k) is str for k in self._read_keys)
+            else None
+        )
         self.inplace = inplace
         self.method = method
         self.method_kwargs = dict(method_kwargs or {})
         self.strict = strict
 
     # ---------------------------------------------------------------- call
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # `nn.Module.__call__` without hooks only calls `forward`: do that directly
+        # (two Python frames less) unless something hooks in (module or global hooks,
+        # `compile()`, jit or fx tracing), where the ordinary call runs.
+        if (
+            nn.Module.__call__ is _MODULE_CALL
+            and self._compiled_call_impl is None
+            and not (
+                self._forward_hooks
+                or self._forward_pre_hooks
+                or self._backward_hooks
+                or self._backward_pre_hooks
+                or _global_forward_hooks
+                or _global_forward_pre_hooks
+                or _global_backward_hooks
+                or _global_backward_pre_hooks
+            )
+            and not torch._C._is_tracing()
+        ):
+            if (
+                len(args) == 1
+                and not kwargs
+                and type(args[0]) is TensorDict
+                and self._fast_read is not None
+                and type(self).forward is TensorDictModule.forward
+            ):
+                out = self._forward_dense(args[0])
+                if out is not _NOT_FAST:
+                    return out
+            return self.forward(*args, **kwargs)
+        return nn.Module.__call__(self, *args, **kwargs)
+
     def forward(
         self,
         tensordict: TensorDictBase | Tensor | None = None,
@@ -180,6 +231,16 @@ class TensorDictModule(TensorDictModuleBase):
         **kwargs: Any,
     ) -> Any:
         """Read `in_keys` from `tensordict`, call the module, write `out_keys`."""
+        if (
+            type(tensordict) is TensorDict
+            and not args
+            and not kwargs
+            and tensordict_out is None
+            and self._fast_read is not None
+        ):
+            out = self._forward_dense(tensordict)
+            if out is not _NOT_FAST:
+                return out
         tensordict, tensordict_out, result = resolve_call(
             self, self.forward, tensordict, args, tensordict_out, kwargs
         )
@@ -199,7 +260,7 @@ class TensorDictModule(TensorDictModuleBase):
             values = [get(keys[0], None)]
         else:
             values = [get(key, None) for key in keys]
-        fn = self.module if self.method is None else getattr(self.module, self.method)
+        fn = self._function()
         if self.method_kwargs:
             kwargs = {**self.method_kwargs, **kwargs}
         try:
@@ -232,8 +293,54 @@ class TensorDictModule(TensorDictModuleBase):
             return tensordict_out
         return self._write_outputs(out, tensordict_out)
 
+    def _forward_dense(self, tensordict: TensorDict) -> Any:
+        """`forward` of the usual call (a dense TensorDict, str in keys, written in place).
+
+        Returns `_NOT_FAST`, having done nothing, where the general path must run:
+        another mode or option is set, or an input is missing (for its error).
+        """
+        if (
+            tensordict._pending is not None
+            or self.inplace is not True
+            or self.strict
+            or self.method is not None
+            or self.method_kwargs
+            or _SKIP.get() is not False
+        ):
+            return _NOT_FAST
+        entries = tensordict._tensordict
+        keys = self._fast_read
+        assert keys is not None  # checked by forward
+        if len(keys) == 1:
+            value = entries.get(keys[0])
+            if value is None:
+                return _NOT_FAST
+            out = self._function()(value)
+        else:
+            values = [entries.get(key) for key in keys]
+            if None in values:
+                return _NOT_FAST
+            out = self._function()(*values)
+        key = self._fast_write
+        if key is not None and type(out) is Tensor:
+            tensordict[key] = out  # the container's fastest checked write
+            return tensordict
+        return self._write_outputs(out, tensordict)
+
+    def _function(self) -> Callable[..., Any]:
+        """The wrapped callable (or its `method`), read without `nn.Module.__getattr__`."""
+        modules = self._modules
+        module: Any = modules["module"] if "module" in modules else self.module
+        return module if self.method is None else getattr(module, self.method)
+
+    def _set_write(self, write: list[tuple[int, NestedKey]]) -> None:
+        self._write = write
+        # a single str out key and a single output: written without `_outputs`
+        only = len(write) == 1 and len(self._out_keys_all) == 1 and type(write[0][1]) is str
+        self._fast_write: str | None = write[0][1] if only else None  # type: ignore[assignment]
+
     def _call_module(self, values: list[Any], kwargs: dict[str, Any]) -> Any:
-        fn = self.module if self.method is None else getattr(self.module, self.method)
+        fn = self._function()
         if self.method_kwargs:
             kwargs = {**self.method_kwargs, **kwargs}
         if self._arg_names is None:
@@ -285,7 +392,7 @@ class TensorDictModule(TensorDictModuleBase):
     # ---------------------------------------------------------------- out keys
     def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
         self.out_keys = keys
-        self._write = [(i, k) for i, k in enumerate(self._out_keys_all) if k in keys]
+        self._set_write([(i, k) for i, k in enumerate(self._out_keys_all) if k in keys])
 
     # ---------------------------------------------------------------- display
     def _name(self) -> str:

@@ -1,0 +1,82 @@
+"""The shortcut of `TensorDictModule.__call__` keeps every behaviour of the ordinary call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from td_core import TensorDict
+from td_nn import TensorDictModule
+
+
+def _td() -> TensorDict:
+    return TensorDict(x=torch.ones(2, 3), batch_size=[2])
+
+
+def _module() -> TensorDictModule:
+    return TensorDictModule(nn.Linear(3, 4), in_keys=["x"], out_keys=["y"])
+
+
+def test_module_and_global_hooks_still_run() -> None:
+    module = _module()
+    seen: list[str] = []
+    handle = module.register_forward_pre_hook(lambda m, args: seen.append("pre"))
+    module(_td())
+    handle.remove()
+    handle = nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append("global"))
+    try:
+        module(_td())
+    finally:
+        handle.remove()
+    assert seen == ["pre", "global", "global"]  # the wrapper and the Linear inside it
+    module(_td())
+    assert len(seen) == 3
+
+
+def test_a_subclass_forward_is_called() -> None:
+    class Marked(TensorDictModule):
+        def forward(self, tensordict: TensorDict) -> TensorDict:  # type: ignore[override]
+            return tensordict.set("mark", torch.zeros(2))
+
+    assert "mark" in Marked(nn.Linear(3, 4), in_keys=["x"], out_keys=["y"])(_td()).keys()
+
+
+def test_options_set_after_construction_are_honoured() -> None:
+    module = _module()
+    module.inplace = False
+    out = module(_td())
+    assert list(out.keys()) == ["y"]
+    module.inplace = True
+    module.strict = True
+    with pytest.raises(KeyError, match="'x'"):
+        module(TensorDict(z=torch.ones(2), batch_size=[2]))
+    module.strict = False
+    with pytest.raises(KeyError, match="'x'"):
+        module(TensorDict(z=torch.ones(2), batch_size=[2]))
+
+
+def test_selected_out_keys_and_several_outputs() -> None:
+    module = TensorDictModule(lambda x: (x + 1, x - 1), in_keys=["x"], out_keys=["a", "b"])
+    assert sorted(module(_td()).keys()) == ["a", "b", "x"]
+    module.select_out_keys("b")
+    assert sorted(module(_td()).keys()) == ["b", "x"]
+    single = _module().select_out_keys("y")
+    assert single(_td())["y"].shape == (2, 4)
+
+
+def test_replacing_the_wrapped_module() -> None:
+    module = _module()
+    module.module = nn.Linear(3, 5)
+    assert module(_td())["y"].shape == (2, 5)
+
+
+def test_compiled_call() -> None:
+    module = _module()
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def run(td: TensorDict) -> torch.Tensor:
+        return module(td)["y"]
+
+    expected = module.module(torch.ones(2, 3))
+    torch.testing.assert_close(run(_td()), expected)
