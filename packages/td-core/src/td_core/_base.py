@@ -486,6 +486,11 @@ class TensorDictBase(
         """The sub-TensorDicts this container holds directly (a lazy stack: its members)."""
         return [value for value in self._values_str() if is_td(value)]
 
+    def _key_items(self) -> list[tuple[str, Any]]:
+        """`(key, value)` pairs for walking keys: a value's type and sub-keys are read, never
+        its data (a lazy stack gives a member's leaf rather than stacking it)."""
+        return self._items_str()
+
     def _set_device(self, device: Any) -> None:
         raise TypeError(f"{type(self).__name__} does not support changing its device")
 

@@ -130,7 +130,7 @@ class KeysView:
     ) -> None:
         """`_walk` for the default `is_leaf`, eagerly: no generator per level."""
         nested, leaves_only = self._include_nested, self._leaves_only
-        for key, value in td._items_str():
+        for key, value in td._key_items():
             if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
                 out.append((*prefix, key) if prefix else key)
                 continue
@@ -142,7 +142,7 @@ class KeysView:
     def _walk(self, td: TensorDictBase, prefix: tuple[str, ...]) -> Iterator[str | tuple[str, ...]]:
         is_leaf = self._is_leaf
         default = is_leaf is default_is_leaf
-        for key, value in td._items_str():
+        for key, value in td._key_items():
             if default and type(value) is Tensor:  # fast path: a tensor is a leaf, never a subtree
                 yield (*prefix, key) if prefix else key
                 continue
