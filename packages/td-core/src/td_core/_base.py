@@ -58,6 +58,13 @@ def is_tensor_collection(obj: Any) -> bool:
     return bool(getattr(cls, "_td_collection", False)) and not getattr(cls, "_is_non_tensor", False)
 
 
+def defaults_to_none() -> bool:
+    """Whether `get` of a missing key without a default returns `None` (`set_get_defaults_to_none`)."""
+    from td_core._flags import get_defaults_to_none  # _flags imports the lazy stack: import late
+
+    return get_defaults_to_none()
+
+
 class TensorDictBase(
     _index.IndexingMixin,
     _shape.ShapeMixin,
@@ -121,6 +128,8 @@ class TensorDictBase(
         value = self._get_str(key, NO_DEFAULT)
         if value is NO_DEFAULT:
             if default is NO_DEFAULT:
+                if defaults_to_none():
+                    return None
                 raise self._missing(key)
             return default
         return value
@@ -132,6 +141,8 @@ class TensorDictBase(
             if value is NO_DEFAULT:
                 if default is not NO_DEFAULT:
                     return default
+                if defaults_to_none():
+                    return None
                 if i and not is_td(td):
                     raise KeyNotFoundError(
                         f"key {key!r} not found: {key[:i]!r} is a leaf, not a TensorDict"
