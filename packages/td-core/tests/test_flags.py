@@ -151,3 +151,16 @@ def test_unravel_key_to_tuple_matches_upstream(key):
 
 def test_key_separator():
     assert td.KEY_SEPARATOR == up.KEY_SEPARATOR
+
+
+def test_get_defaults_to_none_makes_get_return_none():
+    data = td.TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, [2])
+    lazy = td.lazy_stack([data, data.clone()], 0)
+    for container in (data, lazy, data[0]):
+        with td.set_get_defaults_to_none(True):
+            assert container.get("missing") is None
+            assert container.get(("n", "missing")) is None
+            assert container.get(("missing", "deeper")) is None
+            assert container.get("missing", 3) == 3  # an explicit default still wins
+        with pytest.raises(KeyError, match="missing"):  # td's default: a missing key raises
+            container.get("missing")

@@ -172,3 +172,47 @@ def test_clear_device_walks_members_without_stacking():
         [TensorDict({"a": torch.zeros(2, 2)}, [2]), TensorDict({"a": torch.zeros(2, 3)}, [2])]
     )
     assert ragged.clear_device_() is ragged
+
+
+def _ragged_pair() -> LazyStackedTensorDict:
+    return lazy_stack(
+        [
+            TensorDict({"a": torch.zeros(2, 1), "n": {"b": torch.ones(2)}}, [2]),
+            TensorDict({"a": torch.ones(2, 2), "n": {"b": torch.ones(2)}}, [2]),
+        ],
+        1,
+    )
+
+
+def test_a_short_index_keeps_the_dims_before_the_stack_dim():
+    # td[0] on a stack along dim 2: the result's stack dim is 1, not 0
+    stacked = lazy_stack([_ragged_pair(), _ragged_pair()], 2)
+    assert stacked.batch_size == torch.Size([2, 2, 2])
+    row = stacked[0]
+    assert row.batch_size == torch.Size([2, 2])
+    assert row.stack_dim == 1
+
+
+def test_none_in_an_index_of_a_ragged_stack_adds_dims_without_stacking():
+    ragged = _ragged_pair()
+    for index, shape in [((None,), [1, 2, 2]), ((0, None), [1, 2]), ((..., None), [2, 2, 1])]:
+        assert list(ragged[index].batch_size) == shape
+
+
+def test_keys_of_a_stack_of_ragged_stacks_do_not_stack_leaves():
+    outer = lazy_stack([_ragged_pair(), _ragged_pair()], 0)
+    assert set(outer.keys(True, True)) == {"a", ("n", "b")}
+
+
+def test_the_stack_dim_name_survives_per_member_ops():
+    ragged = _ragged_pair().refine_names("row", "member")
+    assert ragged.clone().names == ["row", "member"]
+    assert ragged.apply(lambda t: t + 1).names == ["row", "member"]
+    assert ragged.unsqueeze(0).names == [None, "row", "member"]
+    assert ragged.get("n").names == ["row", "member"]
+
+
+def test_a_constant_batch_op_on_a_ragged_stack_raises():
+    # new_ones has no member to take the ragged leaf's shape from
+    with pytest.raises(RuntimeError, match="mixes the members"):
+        _ragged_pair().new_ones(3)

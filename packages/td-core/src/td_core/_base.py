@@ -9,7 +9,7 @@ delegates to (`_index`, `_shape`, `_apply`, `_structure`, `_stack`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,13 @@ def is_tensor_collection(obj: Any) -> bool:
     """Whether `obj` (an instance or a class) is a TensorDict-like container."""
     cls = obj if isinstance(obj, type) else type(obj)
     return bool(getattr(cls, "_td_collection", False)) and not getattr(cls, "_is_non_tensor", False)
+
+
+def defaults_to_none() -> bool:
+    """Whether `get` of a missing key without a default returns `None` (`set_get_defaults_to_none`)."""
+    from td_core._flags import get_defaults_to_none  # _flags imports the lazy stack: import late
+
+    return get_defaults_to_none()
 
 
 class TensorDictBase(
@@ -126,6 +133,8 @@ class TensorDictBase(
         value = self._get_str(key, NO_DEFAULT)
         if value is NO_DEFAULT:
             if default is NO_DEFAULT:
+                if defaults_to_none():
+                    return None
                 raise self._missing(key)
             return default
         return value
@@ -137,6 +146,8 @@ class TensorDictBase(
             if value is NO_DEFAULT:
                 if default is not NO_DEFAULT:
                     return default
+                if defaults_to_none():
+                    return None
                 if i and not is_td(td):
                     raise KeyNotFoundError(
                         f"key {key!r} not found: {key[:i]!r} is a leaf, not a TensorDict"
@@ -492,6 +503,11 @@ class TensorDictBase(
     def _subtrees(self) -> list[TensorDictBase]:
         """The sub-TensorDicts this container holds directly (a lazy stack: its members)."""
         return [value for value in self._values_str() if is_td(value)]
+
+    def _key_items(self) -> Collection[tuple[str, Any]]:
+        """`(key, value)` pairs for walking keys: a value's type and sub-keys are read, never
+        its data (a lazy stack gives a member's leaf rather than stacking it)."""
+        return self._items_str()
 
     def _set_device(self, device: Any) -> None:
         raise TypeError(f"{type(self).__name__} does not support changing its device")

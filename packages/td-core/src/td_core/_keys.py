@@ -136,7 +136,7 @@ class KeysView:
     ) -> None:
         """`_walk` for the default `is_leaf`, eagerly: no generator per level."""
         nested, leaves_only = self._include_nested, self._leaves_only
-        for key, value in td._items_str():
+        for key, value in td._key_items():
             if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
                 out.append((*prefix, key) if prefix else key)
                 continue
@@ -150,7 +150,7 @@ class KeysView:
     ) -> Iterator[str | tuple[str, ...]]:
         is_leaf = self._is_leaf
         default = is_leaf is default_is_leaf
-        for key, value in td._items_str():
+        for key, value in td._key_items():
             if default and type(value) is Tensor:  # fast path: a tensor is a leaf, never a subtree
                 yield (*prefix, key) if prefix else key
                 continue

@@ -289,9 +289,19 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         """The members and the stack dim: `_map`'s traversals walk these."""
         return self.tensordicts, self.stack_dim
 
-    def _restack(self, members: Sequence[TensorDictBase], dim: int) -> LazyStackedTensorDict:
-        """A lazy stack of per-member results (what per-member traversals return)."""
-        return LazyStackedTensorDict(*members, stack_dim=dim)
+    def _restack(
+        self, members: Sequence[TensorDictBase], dim: int, *, named: bool = True
+    ) -> LazyStackedTensorDict:
+        """A lazy stack of per-member results (what per-member traversals return).
+
+        `dim` is where this stack's own dim went, so its name (if any) goes there too,
+        unless `named` is false.
+        """
+        out = LazyStackedTensorDict(*members, stack_dim=dim)
+        name = getattr(self, "_td_dim_name", None)
+        if name is not None and named:
+            out._td_dim_name = name
+        return out
 
     def _is_ragged(self) -> bool:
         """Whether a common entry has different shapes in the members (at any depth)."""
@@ -335,7 +345,7 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
                 ) from None
         if is_nt(first):
             return stack_non_tensors(values, self.stack_dim)
-        return LazyStackedTensorDict(*values, stack_dim=self.stack_dim)
+        return self._restack(values, self.stack_dim)
 
     def get(self, key: Any, default: Any = NO_DEFAULT, *, as_nested_tensor: bool = False) -> Any:
         """The entry at `key`, stacked; `as_nested_tensor` stacks ragged leaves as a nested tensor."""
@@ -425,6 +435,16 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
     def _items_str(self) -> list[tuple[str, Any]]:
         return [(key, self._get_str(key)) for key in self._keys_str()]
 
+    def _key_items(self) -> list[tuple[str, Any]]:
+        out = []
+        first = dict(self.tensordicts[0]._key_items())
+        for key in self._keys_str():
+            value = first[key]
+            # a member's tensor stands for the stacked one (only its type is read): ragged
+            # leaves are never stacked
+            out.append((key, value if isinstance(value, Tensor) else self._get_str(key)))
+        return out
+
     def _values_str(self) -> list[Any]:
         return [self._get_str(key) for key in self._keys_str()]
 
@@ -477,8 +497,8 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
             pos += 1
             if not isinstance(item, int):
                 result_dim += 1
-        if at is None:  # the index stops before the stack dim
-            return slice(None), norm, result_dim
+        if at is None:  # the index stops before the stack dim: the dims up to it are kept
+            return slice(None), norm, result_dim + self.stack_dim - pos
         stack_item, rest = norm[at], norm[:at] + norm[at + 1 :]
         if isinstance(stack_item, Tensor) and stack_item.dtype == torch.bool:
             stack_item = stack_item.nonzero().squeeze(-1)
@@ -505,6 +525,13 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
     def _index(self, index: Any) -> TensorDictBase:
         split = self._split_index(index)
         if split is None:
+            new_dims = _new_dims(index, self.batch_size)
+            if new_dims:  # `None` items: index without them, then insert the new dims
+                norm = normalize_index(index, self.batch_size)
+                out = self._index(tuple(i for i in norm if i is not None))
+                for d in new_dims:
+                    out = out.unsqueeze(d)
+                return out
             return self.contiguous()._index(index)
         stack_item, rest, result_dim = split
         if isinstance(stack_item, int):
@@ -513,9 +540,7 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
         if not members:
             return self.contiguous()._index(index)
-        return LazyStackedTensorDict(
-            *(m._index(rest) if rest else m for m in members), stack_dim=result_dim
-        )
+        return self._restack([m._index(rest) if rest else m for m in members], result_dim)
 
     def _setitem_index(self, index: Any, value: Any) -> None:
         split = self._split_index(index)
@@ -604,6 +629,23 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
 
     def _member_render(self, value: Any) -> str:
         return repr(value) if is_td(value) else leaf_repr(value)
+
+
+def _new_dims(index: Any, batch_size: torch.Size) -> list[int]:
+    """Where the `None` items of a basic `index` (ints, slices) put new dims in the result.
+
+    Empty when there is no `None` or the index holds tensors (advanced indexing moves dims).
+    """
+    norm = normalize_index(index, batch_size)
+    if any(isinstance(i, Tensor) for i in norm):
+        return []
+    out, pos = [], 0
+    for item in norm:
+        if item is None:
+            out.append(pos)
+        if not isinstance(item, int):
+            pos += 1
+    return out
 
 
 def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:

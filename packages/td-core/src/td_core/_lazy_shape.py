@@ -52,8 +52,8 @@ def parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
 
 
 def restack(td: Any, members: Sequence[TensorDictBase], dim: int) -> TensorDictBase:
-    """A lazy stack like `td` of `members` along `dim`."""
-    return type(td)(*members, stack_dim=dim)
+    """A lazy stack like `td` of `members` along `dim`, where `td`'s stack dim went (its name too)."""
+    return td._restack(members, dim)
 
 
 def per_member(
@@ -135,7 +135,7 @@ def _build(td: TensorDictContract, elements: list[TensorDictContract], shape: to
         return elements[0]
     step = math.prod(shape[1:])
     rows = [_build(td, elements[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
-    return restack(td, rows, 0)
+    return type(td)(*rows, stack_dim=0)  # type: ignore[call-arg]  # new dims: no names
 
 
 def reshape(td: TensorDictContract, new: torch.Size) -> TensorDictBase | None:

@@ -86,9 +86,12 @@ def stack_parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
     return None if parts is None else parts(td)
 
 
-def _restack(td: Any, members: Sequence[Any], dim: int) -> Any:
-    """A lazy stack of `members` along `dim`, built by the lazy stack `td`'s class."""
-    return td._restack(members, dim)  # only lazy stacks reach here
+def _restack(td: Any, members: Sequence[Any], dim: int, *, named: bool = True) -> Any:
+    """A lazy stack of `members` along `dim`, built by the lazy stack `td`'s class.
+
+    `named`: the stack dim keeps `td`'s name for it (`False` where the op reshapes).
+    """
+    return td._restack(members, dim, named=named)  # only lazy stacks reach here
 
 
 def is_ragged(td: Any) -> bool:
@@ -348,18 +351,18 @@ def _lazy_batch(
     shape[d] = len(members)
     probe_in = torch.arange(len(members)).view(shape).expand(bs[:n])
     probes: Sequence[Tensor] | None
-    mirrored: Sequence[Tensor] | None
     try:
         probes = fn(probe_in)
-        # a data-moving op commutes with relabelling the members; a reduction does not
-        mirrored = fn(len(members) - 1 - probe_in)
+        # a data-moving op commutes with relabelling the members (a cyclic shift: a constant
+        # result, such as new_ones', is moved by it); a reduction does not
+        shifted = fn((probe_in + 1) % len(members))
     except (RuntimeError, TypeError, ValueError, IndexError):
-        probes = mirrored = None
+        probes = shifted = None
     results = []
     for k, lead in enumerate(leads):
         layout = None
-        if probes is not None and mirrored is not None:
-            layout = _member_layout(probes[k], mirrored[k], len(members))
+        if probes is not None and shifted is not None:
+            layout = _member_layout(probes[k], shifted[k], len(members))
         if layout is None:
             raise BatchSizeError(
                 f"this operation mixes the members of a lazy stack whose entries differ in shape "
@@ -384,26 +387,27 @@ def _lazy_batch(
                     for j, i in enumerate(picks)
                 ],
                 r,
+                named=lead == bs[:n],  # a reshape forgets the names (the caller sets others)
             )
         )
     return results
 
 
-def _member_layout(probe: Any, mirrored: Any, count: int) -> tuple[int | None, list[int]] | None:
+def _member_layout(probe: Any, shifted: Any, count: int) -> tuple[int | None, list[int]] | None:
     """`(result dim, member per slice)` from a probe result, `(None, [member])` if constant.
 
     `None` when the op is not a pure data move of the members' rows: its probe
-    result must hold member numbers, and relabelling the members (`mirrored`,
-    the op on `count - 1 - probe`) must relabel the result the same way.
+    result must hold member numbers, and relabelling the members (`shifted`,
+    the op on `(probe + 1) % count`) must relabel the result the same way.
     """
     if (
         not isinstance(probe, Tensor)
-        or not isinstance(mirrored, Tensor)
+        or not isinstance(shifted, Tensor)
         or probe.dtype != torch.int64
         or probe.numel() == 0
-        or probe.shape != mirrored.shape
+        or probe.shape != shifted.shape
         or bool(((probe < 0) | (probe >= count)).any())
-        or not torch.equal(mirrored, count - 1 - probe)
+        or not torch.equal(shifted, (probe + 1) % count)
     ):
         return None
     flat = probe.reshape(-1)

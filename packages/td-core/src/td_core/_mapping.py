@@ -14,7 +14,7 @@ import torch
 
 from td_core._contract import TensorDictContract
 from td_core._keys import NestedKey, as_tuple, unravel_key
-from td_core._map import is_nt, is_td
+from td_core._map import is_nt, is_td, per_member
 from td_core._nontensor import NonTensorData
 from td_core._utils import NO_DEFAULT
 from td_core.errors import KeyNotFoundError, LockedError
@@ -69,14 +69,23 @@ def _locked_error(what: str, key: Any = None) -> LockedError:
 
 def _drop_empty(td: TensorDictContract) -> bool:
     """Remove empty sub-TensorDicts (bottom up); whether `td` itself ended up empty."""
-    for key in list(td._keys_str()):
-        value = td._get_str(key)
+    for key, value in list(td._key_items()):  # a lazy stack's leaves are not stacked
         if is_td(value) and _drop_empty(value):
             td._del_str(key)
     return not td._keys_str()
 
 
+def _has_empty(td: TensorDictContract) -> bool:
+    """Whether a sub-TensorDict at any depth holds no entry."""
+    return any(
+        is_td(value) and (value.is_empty() or _has_empty(value)) for _, value in td._key_items()
+    )
+
+
 def _without_non_tensor(td: TensorDictContract) -> TensorDictBase:
+    lazy = per_member(td, _without_non_tensor)  # a lazy stack stays lazy (ragged leaves too)
+    if lazy is not NotImplemented:
+        return lazy
     out = {}
     for key, value in td._items_str():
         if is_td(value):
@@ -84,6 +93,16 @@ def _without_non_tensor(td: TensorDictContract) -> TensorDictBase:
         elif not is_nt(value):
             out[key] = value
     return td._new(out, td.batch_size)
+
+
+def _non_tensor_items(
+    td: TensorDictContract, prefix: tuple[str, ...], nested: bool
+) -> Iterator[tuple[NestedKey, Any]]:
+    for key, value in td._key_items():  # a lazy stack's tensor leaves are not stacked
+        if is_nt(value):
+            yield ((*prefix, key) if prefix else key), value
+        elif nested and is_td(value):
+            yield from _non_tensor_items(value, (*prefix, key), nested)
 
 
 class MappingMixin(TensorDictContract):
@@ -216,9 +235,7 @@ class MappingMixin(TensorDictContract):
 
     def filter_empty_(self) -> Self:
         """Remove, in place and recursively, the sub-TensorDicts that hold no leaf."""
-        if self._is_locked and any(
-            is_td(v) and v.is_empty() for v in self.values(include_nested=True)
-        ):
+        if self._is_locked and _has_empty(self):
             raise _locked_error("filter empty entries of")
         _drop_empty(self)
         return self
@@ -291,10 +308,7 @@ class MappingMixin(TensorDictContract):
 
     def non_tensor_items(self, include_nested: bool = False) -> Iterator[tuple[NestedKey, Any]]:
         """`(key, leaf)` for every non-tensor leaf (nested ones as tuple keys with `include_nested`)."""
-        for key in self.keys(include_nested=include_nested):
-            value = self.get(key)
-            if is_nt(value):
-                yield key, value
+        yield from _non_tensor_items(self, (), include_nested)
 
     # ---------------------------------------------------------------- splitting
     def separates(

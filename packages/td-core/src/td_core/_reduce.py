@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 
 from td_core._lazy_shape import restack
-from td_core._map import is_nt, is_td, tensor_leaves
+from td_core._map import is_nt, is_td, per_member
 from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
@@ -262,6 +262,15 @@ def _flat_leaves(td: TensorDictContract, out: list[Tensor]) -> list[Tensor]:
     return out
 
 
+def _batch_leaves(td: TensorDictContract) -> list[Tensor]:
+    """Every tensor leaf with the container's batch dims in front (a lazy stack's stacked).
+
+    A ragged lazy stack raises `BatchSizeError`, as there is no stacked leaf to read.
+    """
+    values = (td.get(key) for key in td.keys(include_nested=True, leaves_only=True))
+    return [value for value in values if isinstance(value, Tensor)]
+
+
 # ---------------------------------------------------------------- the implementation
 def reduction(
     td: TensorDictContract,
@@ -379,7 +388,7 @@ def _reduce_leaves(
 ) -> Any:
     """`reduce=True`: every leaf reduced together into one tensor."""
     n = td.batch_dims
-    leaves = _flat_leaves(td, []) if mode == "leaf" else tensor_leaves(td)
+    leaves = _flat_leaves(td, []) if mode == "leaf" else _batch_leaves(td)
     if not leaves:
         raise ValueError(
             f"{row.name}(reduce=True) reduces the tensor leaves together, and this TensorDict "
@@ -440,8 +449,12 @@ def _zip(
     kwargs: dict[str, Any],
     prefix: tuple[str, ...],
 ) -> TensorDictBase:
-    out: dict[str, Any] = {}
     other_td = is_td(other)
+    if keep and other_td:  # a lazy stack (ragged too) is zipped member by member, as upstream
+        lazy = per_member(td, lambda m, o: _zip(m, o, fn, swap, keep, args, kwargs, prefix), other)
+        if lazy is not NotImplemented:
+            return lazy
+    out: dict[str, Any] = {}
     for key, value in td._items_str():
         if is_nt(value):
             continue

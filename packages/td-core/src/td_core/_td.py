@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import torch
 from torch.compiler import is_compiling
 
-from td_core._base import TensorDictBase
+from td_core._base import TensorDictBase, defaults_to_none
 from td_core._consolidate import pack, unpack
 from td_core._contract import register_dense
 from td_core._map import is_nt, is_td
@@ -284,6 +284,8 @@ class TensorDict(TensorDictBase):
             if value is not NO_DEFAULT:
                 return value
             if default is NO_DEFAULT:
+                if defaults_to_none():
+                    return None
                 raise self._missing(key)
             return default
         return TensorDictBase.get(self, key, default)

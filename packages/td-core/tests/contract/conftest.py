@@ -9,6 +9,11 @@ ops, the inputs afterwards. If upstream raises, td must raise an instance of the
 same builtin class. If upstream raises on a kind it does not support (a lazy
 stack, a tensorclass) but succeeds on the dense copy of the same data, td must
 match that dense result: td does better there, never silently differently.
+On ``lazy_hetero`` (members whose ``ragged`` leaf differs in shape) upstream
+mostly raises; td's result is then compared with upstream's on the same data
+with the ragged leaf padded with NaN (``assert_same_padded``). The ``memmap``
+kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
+loaded back, on both sides.
 
 Test files in this folder take the ``kind`` fixture (every kind) and the
 ``check`` fixture; see ``test_existing_ops.py`` for the pattern.
@@ -16,7 +21,9 @@ Test files in this folder take the ``kind`` fixture (every kind) and the
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import tempfile
 import types
 import warnings
 from collections.abc import Callable
@@ -94,15 +101,26 @@ def lazy_middle(ns: types.ModuleType) -> Any:
     return ns.LazyStackedTensorDict.lazy_stack(members, 1)
 
 
-def lazy_hetero(ns: types.ModuleType) -> Any:
-    """Members whose ``ragged`` leaf has a different trailing shape (stacked along dim 0)."""
+def _hetero_members(ns: types.ModuleType, padded: bool) -> list[Any]:
     g = torch.Generator().manual_seed(1)
     members = []
     for i in range(3):
         data = _leaves((3,))
         data["ragged"] = torch.randn(3, i + 1, generator=g)
+        if padded:  # the short rows end in NaN: what a padded read of the ragged leaf gives
+            data["ragged"] = torch.nn.functional.pad(data["ragged"], (0, 2 - i), value=math.nan)
         members.append(ns.TensorDict(data, batch_size=[3]))
-    return ns.LazyStackedTensorDict.lazy_stack(members, 0)
+    return members
+
+
+def lazy_hetero(ns: types.ModuleType) -> Any:
+    """Members whose ``ragged`` leaf has a different trailing shape (stacked along dim 0)."""
+    return ns.LazyStackedTensorDict.lazy_stack(_hetero_members(ns, False), 0)
+
+
+def lazy_hetero_padded(ns: types.ModuleType) -> Any:
+    """``lazy_hetero`` with the ``ragged`` leaf padded with NaN to one shape (not ragged)."""
+    return ns.LazyStackedTensorDict.lazy_stack(_hetero_members(ns, True), 0)
 
 
 def tensorclass(ns: types.ModuleType) -> Any:
@@ -128,6 +146,19 @@ def view_key(ns: types.ModuleType) -> Any:
     return outer["nested"]
 
 
+_MEMMAP_ROOT: tempfile.TemporaryDirectory[str] | None = None
+
+
+def memmap(ns: types.ModuleType) -> Any:
+    """``dense`` saved with ``memmap()`` into a fresh folder and loaded back (memory-mapped leaves)."""
+    global _MEMMAP_ROOT
+    if _MEMMAP_ROOT is None:  # one folder for the session, removed at exit
+        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
+    folder = tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)
+    dense(ns).memmap(folder)
+    return ns.TensorDict.load_memmap(folder)
+
+
 KINDS: dict[str, Recipe] = {
     "dense": dense,
     "dense_flat": dense_flat,
@@ -140,6 +171,8 @@ KINDS: dict[str, Recipe] = {
     "view_index": view_index,
     "view_key": view_key,
 }
+if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optional sibling
+    KINDS["memmap"] = memmap
 
 
 @pytest.fixture(params=sorted(KINDS))
@@ -218,6 +251,50 @@ def assert_same(ours: Any, theirs: Any, where: str = "result") -> None:
     assert ours == theirs, f"{where}: {ours!r} != {theirs!r}"
 
 
+def assert_same_padded(ours: Any, theirs: Any, where: str = "result") -> None:
+    """`assert_same` where `theirs` was computed on NaN-padded copies of `ours`' ragged leaves.
+
+    A lazy stack of td is compared member by member with the matching slices of `theirs`;
+    a tensor of td must equal the leading part of upstream's tensor of the same rank, and
+    the rest of upstream's tensor must be NaN (padding).
+    """
+    if isinstance(ours, td_core.LazyStackedTensorDict) and _is_coll(theirs):
+        assert ours.batch_size == theirs.batch_size, (
+            f"{where}: batch_size {list(ours.batch_size)} != {list(theirs.batch_size)}"
+        )
+        dim = ours.stack_dim
+        for i, (a, b) in enumerate(zip(ours.tensordicts, theirs.unbind(dim))):
+            assert_same_padded(a, b, f"{where}.unbind({dim})[{i}]")
+        return
+    if _is_coll(ours) and _is_coll(theirs) and not _is_non_tensor(theirs):
+        assert ours.batch_size == theirs.batch_size, (
+            f"{where}: batch_size {list(ours.batch_size)} != {list(theirs.batch_size)}"
+        )
+        keys = set(theirs.keys(True, True))
+        assert set(ours.keys(True, True)) == keys, f"{where}: keys differ"
+        for key in keys:
+            assert_same_padded(ours.get(key), theirs.get(key), f"{where}[{key!r}]")
+        return
+    if isinstance(ours, torch.Tensor) and isinstance(theirs, torch.Tensor):
+        if ours.shape != theirs.shape and ours.ndim == theirs.ndim:
+            assert all(a <= b for a, b in zip(ours.shape, theirs.shape)), (
+                f"{where}: shape {list(ours.shape)} is not within {list(theirs.shape)}"
+            )
+            cut = tuple(slice(0, n) for n in ours.shape)
+            rest = theirs.detach().clone()
+            rest[cut] = math.nan
+            assert bool(rest.isnan().all()), f"{where}: upstream has values beyond td's shape"
+            theirs = theirs[cut]
+        assert_same(ours, theirs, where)
+        return
+    if isinstance(theirs, (tuple, list)) and isinstance(ours, (tuple, list)):
+        assert len(ours) == len(theirs), f"{where}: length {len(ours)} != {len(theirs)}"
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            assert_same_padded(a, b, f"{where}[{i}]")
+        return
+    assert_same(ours, theirs, where)
+
+
 def _builtin_bases(exc: BaseException) -> tuple[type, ...]:
     """The builtin exception classes of ``exc``'s type (what users' ``except`` clauses name)."""
     return tuple(
@@ -259,18 +336,25 @@ def run_check(case: Callable[[Any], Any], kind: str, *, inputs: bool = True) -> 
     theirs_in = recipe(upstream)
     ours, our_exc = _run(case, ours_in)
     theirs, their_exc = _run(case, theirs_in)
-    if their_exc is not None and our_exc is None:
+    same = assert_same
+    if their_exc is not None and our_exc is None and kind == "lazy_hetero":
+        # upstream cannot stack the ragged leaf; td runs per member. Compare with upstream on
+        # the same data padded with NaN (lazily, then densely): td's ragged leaves must equal
+        # the padded ones cut to their shape, and what is cut off must be padding
+        same = assert_same_padded
+        for build in (lazy_hetero_padded, lambda ns: _dense_copy(lazy_hetero_padded(ns))):
+            theirs_in = build(upstream)
+            theirs, their_exc = _run(case, theirs_in)
+            if their_exc is None:
+                break
+    elif their_exc is not None and our_exc is None:
         # upstream may not support this kind: compare with its dense copy of the data
         theirs_in = _dense_copy(recipe(upstream))
         theirs, their_exc = _run(case, theirs_in)
-        if their_exc is not None:
-            if kind == "lazy_hetero":
-                # upstream cannot stack the ragged leaf even densely; td runs per member, so
-                # there is no upstream result to compare with (unit tests check td's)
-                pytest.skip(f"no upstream result on ragged members: {type(their_exc).__name__}")
-            raise AssertionError(
-                f"upstream raised {type(their_exc).__name__}: {their_exc} but td returned {ours!r}"
-            )
+    if their_exc is not None and our_exc is None:
+        raise AssertionError(
+            f"upstream raised {type(their_exc).__name__}: {their_exc} but td returned {ours!r}"
+        )
     if their_exc is not None:
         assert our_exc is not None
         wanted = _builtin_bases(their_exc)
@@ -284,9 +368,9 @@ def run_check(case: Callable[[Any], Any], kind: str, *, inputs: bool = True) -> 
         raise AssertionError(
             f"td raised {type(our_exc).__name__}: {our_exc}; upstream returned {theirs!r}"
         ) from our_exc
-    assert_same(ours, theirs)
+    same(ours, theirs)
     if inputs:
-        assert_same(ours_in, theirs_in, "input after the op")
+        same(ours_in, theirs_in, "input after the op")
     return ours
 
 

@@ -27,8 +27,9 @@ _CPU = torch.device("cpu")
 
 
 def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
-    """The tree of `td`; a memory-mapped copy lives on the CPU, so a set device becomes "cpu"."""
-    device = None if td.device is None else "cpu"
+    """The tree of `td`; a memory-mapped copy lives on the CPU, so its device is "cpu"
+    (also for a `td` with no device, as upstream)."""
+    device = "cpu"
     if isinstance(td, LazyStackedTensorDict):
         node = Node(tuple(td.batch_size), device, {}, KIND_LAZY, td.stack_dim)
         for i, member in enumerate(td.tensordicts):
