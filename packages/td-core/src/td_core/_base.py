@@ -43,6 +43,7 @@ from td_core import (
 )
 from td_core._contract import TensorDictContract, dense
 from td_core._keys import KeysView, NestedKey, unravel_key
+from td_core._lists import read_list
 from td_core._map import is_nt, is_td
 from td_core._names import carry_names, index_names
 from td_core._nontensor import NonTensorData
@@ -453,7 +454,10 @@ class TensorDictBase(
             return value
         if isinstance(value, Mapping):
             return self._new_validated(value, bs, key)
-        if isinstance(value, (np.ndarray, *_SCALARS, list, tuple)):
+        if isinstance(value, (list, tuple)):
+            entry = read_list(value, bs, self.device)
+            return self._validate(entry, key) if not is_nt(entry) else entry
+        if isinstance(value, (np.ndarray, *_SCALARS)):
             if isinstance(value, np.ndarray) and value.dtype.kind in "OUSV":
                 return NonTensorData(value, bs, self.device)
             try:
