@@ -1,8 +1,12 @@
 """Point-to-point communication of TensorDicts over `torch.distributed`.
 
-`send`/`recv`/`isend`/`irecv` move the tensor leaves one by one, in
-sorted key order, with consecutive tags starting at `init_tag`; the receiver
-holds a TensorDict of the same structure (a template) and receives in place.
+`send`/`recv`/`isend`/`irecv` move the tensor leaves one by one (sorted keys
+at each level, a lazy stack member by member), tagged `init_tag`,
+`init_tag + 1`, ... or with a pseudo-random chain seeded by `init_tag`; the
+receiver holds a TensorDict of the same structure (a template) and receives in
+place. With `consolidated=True` one message carries the consolidated buffer.
+The peer is a global rank (`dst`/`src`) or a rank in `group`
+(`group_dst`/`group_src`); `send`/`recv` also take a pipe object.
 
 `init_remote`/`from_remote_init` send the structure first (keys, shapes,
 dtypes, batch size, as JSON bytes in a uint8 tensor, never pickle), so the
@@ -13,19 +17,31 @@ receiver needs no template.
 
 from __future__ import annotations
 
+import inspect
 import json
+import operator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._consolidate import consolidate, consolidated_layout, whole_buffer
 from td_core._contract import TensorDictContract, dense
-from td_core._map import is_td
-from td_core.errors import NotAPipeError
+from td_core._map import is_nt, is_td, stack_parts
+from td_core.errors import NotAPipeError, NotConsolidatedError
 
 if TYPE_CHECKING:
     from td_core._base import TensorDictBase
 
-__all__ = ["PipeMixin", "send", "recv", "isend", "irecv", "init_remote", "from_remote_init"]
+__all__ = [
+    "PointToPointMixin",
+    "PipeMixin",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "init_remote",
+    "from_remote_init",
+]
 
 _DTYPES = {
     str(d).removeprefix("torch."): d
@@ -46,85 +62,243 @@ _DTYPES = {
 }
 
 
-def _leaves(td: TensorDictBase) -> list[torch.Tensor]:
+def _leaves(td: TensorDictContract) -> list[torch.Tensor]:
+    """The leaves in sorted key order, as `_describe` lists them (for `init_remote`)."""
     return [td.get(k) for k in td.keys(include_nested=True, leaves_only=True, sort=True)]
 
 
-def send(td: TensorDictBase, dst: int, *, init_tag: int = 0, group: Any = None) -> int:
-    """Send every tensor leaf to rank `dst`; returns the next free tag."""
-    import torch.distributed as dist
+def _p2p_leaves(td: Any, out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """The stored tensor leaves (not copies), sorted keys at each level, lazy stacks per member."""
+    out = [] if out is None else out
+    parts = stack_parts(td)
+    if parts is not None:
+        for member in parts[0]:
+            _p2p_leaves(member, out)
+        return out
+    for _, value in sorted(td._items_str(), key=lambda kv: kv[0]):
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif is_td(value) and not is_nt(value):
+            _p2p_leaves(value, out)
+    return out
 
-    tag = init_tag
-    for t in _leaves(td):
-        dist.send(t.contiguous(), dst, group=group, tag=tag)
-        tag += 1
-    return tag
 
-
-def recv(td: TensorDictBase, src: int, *, init_tag: int = 0, group: Any = None) -> int:
-    """Receive every tensor leaf from rank `src` into `td` (in place); returns the next free tag."""
-    import torch.distributed as dist
-
-    tag = init_tag
-    for t in _leaves(td):
-        buffer = (
-            t if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
+def _check_peer(peer: Any, group_peer: int | None, group: Any, name: str, group_name: str) -> None:
+    """Exactly one of the global rank `peer` and the group rank `group_peer`, the latter with `group`."""
+    if group_peer is not None:
+        if group is None:
+            raise ValueError(f"`{group_name}` is a rank in `group`: pass `group` as well")
+        if peer is not None:
+            raise ValueError(f"`{name}` and `{group_name}` are exclusive: pass only one of them")
+    elif peer is None:
+        raise ValueError(
+            f"pass the peer as `{name}` (global rank) or `{group_name}` (with `group`)"
         )
-        dist.recv(buffer, src, group=group, tag=tag)
-        if buffer is not t:
+
+
+def _is_rank(peer: Any) -> bool:
+    try:
+        operator.index(peer)
+    except TypeError:
+        return False
+    return True
+
+
+def _next_tag(tag: int) -> int:
+    """A deterministic pseudo-random successor of `tag` in `[0, 2**31)` (a 64-bit mix, truncated)."""
+    x = (tag * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 29
+    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 32
+    return x & 0x7FFFFFFF
+
+
+def _tags(init_tag: int, count: int, pseudo_rand: bool) -> list[int]:
+    """The tags of `count` leaves: `init_tag`, `init_tag + 1`, ... or a seeded pseudo-random chain."""
+    if not pseudo_rand:
+        return list(range(init_tag, init_tag + count))
+    tags, tag = [], init_tag - 1
+    for _ in range(count):
+        tag = _next_tag(tag + 1)
+        tags.append(tag)
+    return tags
+
+
+def _peer_kwargs(peer: int | None, group_peer: int | None, group: Any, side: str) -> dict[str, Any]:
+    """Keyword arguments naming the peer for `torch.distributed.<side>` (`"dst"` or `"src"`).
+
+    A group rank goes as `group_dst`/`group_src` when the installed torch takes
+    it, else it is translated to a global rank.
+    """
+    import torch.distributed as dist
+
+    _check_peer(peer, group_peer, group, side, f"group_{side}")
+    if group_peer is None:
+        return {side: peer, "group": group}
+    if f"group_{side}" in inspect.signature(dist.send if side == "dst" else dist.recv).parameters:
+        return {f"group_{side}": group_peer, "group": group}
+    return {side: dist.get_global_rank(group, group_peer), "group": group}
+
+
+def _pipe(peer: Any, group_peer: int | None, method: str) -> Any:
+    """`peer.<method>` when `peer` is a pipe (not a rank), else `None`."""
+    if peer is None or _is_rank(peer):
+        return None
+    side = "dst" if method == "send" else "src"
+    if group_peer is not None:
+        raise ValueError(f"`group_{side}` cannot be used when `{side}` is a pipe")
+    return _pipe_method(peer, method, f"a rank as {side}")
+
+
+def _wait(works: list[Any]) -> None:
+    for work in works:
+        if work is not None:
+            work.wait()
+
+
+def _send_buffer(td: TensorDictContract) -> torch.Tensor:
+    """The one buffer of `td`, consolidating it first when it is not consolidated."""
+    layout = consolidated_layout(td)
+    if layout is None:
+        layout = consolidated_layout(consolidate(td))
+    if layout is None or not layout[0]:
+        raise ValueError("send(consolidated=True): the TensorDict has no tensor leaf to send")
+    return whole_buffer(layout[0][0])
+
+
+def _recv_buffer(td: TensorDictContract, method: str) -> torch.Tensor:
+    """The buffer of the consolidated `td`, or `NotConsolidatedError`."""
+    layout = consolidated_layout(td)
+    if layout is None or not layout[0]:
+        raise NotConsolidatedError(
+            f"{method}(consolidated=True) writes into the buffer of a consolidated TensorDict, "
+            "but this one is not consolidated: call `consolidate()` on it first, or receive "
+            "it with `from_remote_init`"
+        )
+    return whole_buffer(layout[0][0])
+
+
+def send(
+    td: TensorDictContract,
+    dst: Any = None,
+    *,
+    group: Any = None,
+    group_dst: int | None = None,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
+    consolidated: bool = False,
+) -> None:
+    """Send `td`'s tensor leaves (or its consolidated buffer) to `dst` / `group_dst`, or through a pipe."""
+    import torch.distributed as dist
+
+    pipe = _pipe(dst, group_dst, "send")
+    if pipe is not None:
+        pipe(td)
+        return
+    peer = _peer_kwargs(dst, group_dst, group, "dst")
+    if consolidated:
+        dist.send(_send_buffer(td), **peer)
+        return
+    leaves = _p2p_leaves(td)
+    for t, tag in zip(leaves, _tags(init_tag, len(leaves), pseudo_rand)):
+        dist.send(t.contiguous(), tag=tag, **peer)
+
+
+def recv(
+    td: TensorDictContract,
+    src: Any = None,
+    *,
+    group: Any = None,
+    group_src: int | None = None,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
+    consolidated: bool = False,
+) -> Any:
+    """Receive into `td` in place; the last tag, `None` if consolidated, a pipe's result for a pipe."""
+    import torch.distributed as dist
+
+    pipe = _pipe(src, group_src, "recv")
+    if pipe is not None:
+        return pipe(td)
+    peer = _peer_kwargs(src, group_src, group, "src")
+    if consolidated:
+        dist.recv(_recv_buffer(td, "recv"), **peer)
+        return None
+    leaves = _p2p_leaves(td)
+    tags = _tags(init_tag, len(leaves), pseudo_rand)
+    for t, tag in zip(leaves, tags):
+        contiguous = t.is_contiguous()
+        buffer = t if contiguous else torch.empty_like(t, memory_format=torch.contiguous_format)
+        dist.recv(buffer, tag=tag, **peer)
+        if not contiguous:
             t.copy_(buffer)
-        tag += 1
-    return tag
+    return tags[-1] if tags else init_tag - 1
 
 
 def isend(
-    td: TensorDictBase,
-    dst: int,
+    td: TensorDictContract,
+    dst: int | None = None,
     *,
-    init_tag: int = 0,
     group: Any = None,
+    group_dst: int | None = None,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
     return_early: bool = False,
+    consolidated: bool = False,
 ) -> Any:
-    """Non-blocking `send`; waits unless `return_early`, then returns the list of work handles."""
+    """Non-blocking `send`: the works with `return_early`, else waits and returns the last tag."""
     import torch.distributed as dist
 
-    works = [
-        dist.isend(t.contiguous(), dst, group=group, tag=init_tag + i)
-        for i, t in enumerate(_leaves(td))
-    ]
+    peer = _peer_kwargs(dst, group_dst, group, "dst")
+    if consolidated:
+        works = [dist.isend(_send_buffer(td), **peer)]
+        if return_early:
+            return works
+        _wait(works)
+        return None
+    leaves = _p2p_leaves(td)
+    tags = _tags(init_tag, len(leaves), pseudo_rand)
+    works = [dist.isend(t.contiguous(), tag=tag, **peer) for t, tag in zip(leaves, tags)]
     if return_early:
         return works
-    for work in works:
-        if work is not None:
-            work.wait()
-    return init_tag + len(works)
+    _wait(works)
+    return tags[-1] if tags else init_tag - 1
 
 
 def irecv(
-    td: TensorDictBase,
-    src: int,
+    td: TensorDictContract,
+    src: int | None = None,
     *,
-    init_tag: int = 0,
     group: Any = None,
+    group_src: int | None = None,
     return_premature: bool = False,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
+    consolidated: bool = False,
 ) -> Any:
-    """Non-blocking `recv` into `td`'s (contiguous) leaves; waits unless `return_premature`."""
+    """Non-blocking `recv` into `td`'s (contiguous) leaves: the works with `return_premature`, else `None`."""
     import torch.distributed as dist
 
-    leaves = _leaves(td)
-    for key, t in zip(td.keys(include_nested=True, leaves_only=True, sort=True), leaves):
-        if not t.is_contiguous():
-            raise ValueError(f"irecv receives in place, but leaf {key!r} is not contiguous")
-    works = [dist.irecv(t, src, group=group, tag=init_tag + i) for i, t in enumerate(leaves)]
+    peer = _peer_kwargs(src, group_src, group, "src")
+    if consolidated:
+        buffers = [_recv_buffer(td, "irecv")]
+    else:
+        buffers = _p2p_leaves(td)
+        for t in buffers:
+            if not t.is_contiguous():
+                raise ValueError(
+                    f"irecv receives in place, but a leaf of shape {tuple(t.shape)} is not "
+                    "contiguous: use recv, or make the TensorDict contiguous first"
+                )
+    tags = [0] if consolidated else _tags(init_tag, len(buffers), pseudo_rand)
+    works = [dist.irecv(t, tag=tag, **peer) for t, tag in zip(buffers, tags)]
     if return_premature:
         return works
-    for work in works:
-        if work is not None:
-            work.wait()
-    return init_tag + len(works)
+    _wait(works)
+    return None
 
 
-def _describe(td: TensorDictBase) -> dict[str, Any]:
+def _describe(td: TensorDictContract) -> dict[str, Any]:
     out: dict[str, Any] = {"batch_size": list(td.batch_size), "entries": {}}
     for key, value in sorted(td._items_str(), key=lambda kv: kv[0]):
         if isinstance(value, torch.Tensor):
@@ -152,14 +326,16 @@ def _allocate(meta: dict[str, Any], device: Any) -> TensorDictBase:
     return td
 
 
-def init_remote(td: TensorDictBase, dst: int, *, group: Any = None) -> int:
+def init_remote(td: TensorDictContract, dst: int, *, group: Any = None) -> int:
     """Send the structure (as JSON) and then the data to `dst`, for `from_remote_init`."""
     import torch.distributed as dist
 
     payload = torch.tensor(bytearray(json.dumps(_describe(td)).encode()), dtype=torch.uint8)
     dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group, tag=0)
     dist.send(payload, dst, group=group, tag=1)
-    return send(td, dst, init_tag=2, group=group)
+    for tag, t in enumerate(_leaves(td), start=2):
+        dist.send(t.contiguous(), dst, group=group, tag=tag)
+    return 2 + len(_leaves(td))
 
 
 def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDictBase:
@@ -177,7 +353,8 @@ def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> Tens
             f"from_remote_init: rank {src} sent metadata that is not valid JSON"
         ) from err
     td = _allocate(meta, device)
-    recv(td, src, init_tag=2, group=group)
+    for tag, t in enumerate(_leaves(td), start=2):
+        dist.recv(t, src, group=group, tag=tag)
     return td
 
 
@@ -230,3 +407,234 @@ class PipeMixin(TensorDictContract):
             NotAPipeError: (a `TypeError` and `AttributeError`) if `src` has no `arecv` method.
         """
         return await _pipe_method(src, "arecv", "recv(src_rank)")(self, device=device)
+
+
+class PointToPointMixin(TensorDictContract):
+    """`send` / `recv` / `isend` / `irecv` / `init_remote` over `torch.distributed`."""
+
+    __slots__ = ()
+
+    def send(
+        self,
+        dst: Any = None,
+        *,
+        group: Any = None,
+        group_dst: int | None = None,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+        consolidated: bool = False,
+    ) -> None:
+        """Send the tensor leaves to another rank; the receiver calls `recv` on a template.
+
+        One message per leaf (sorted keys at each level, a lazy stack member by
+        member), tagged `init_tag`, `init_tag + 1`, ...; the receiving
+        TensorDict must have the same keys, shapes and dtypes. To reach a rank
+        that knows nothing of the structure, use `init_remote`.
+
+        Args:
+            dst: the global rank of the receiver, or a pipe object with a
+                `send(tensordict)` method (the other arguments are then unused).
+                Give exactly one of `dst` and `group_dst`.
+            group: the process group (`None`: the default one).
+            group_dst: the receiver's rank within `group` (which is then required).
+            init_tag: the first tag; the receiver passes the same value. Give
+                transfers that overlap in time tag ranges that do not overlap.
+            pseudo_rand: tag the leaves with a pseudo-random sequence seeded by
+                `init_tag` instead of consecutive numbers; the receiver passes
+                the same value.
+            consolidated: send one message, the buffer of the consolidated
+                TensorDict (consolidating a copy first when it is not); the
+                receiver calls `recv(consolidated=True)` on a consolidated
+                TensorDict of the same structure. `init_tag` and `pseudo_rand`
+                are then unused.
+
+        Raises:
+            ValueError: if both or none of `dst` and `group_dst` are given, or
+                `group_dst` without `group`.
+            NotAPipeError: if `dst` is neither a rank nor an object with a `send` method.
+
+        Example:
+            ```python
+            # rank 1
+            TensorDict(a=torch.ones(3), batch_size=[3]).send(dst=0)
+            # rank 0
+            td = TensorDict(a=torch.zeros(3), batch_size=[3])
+            td.recv(src=1)
+            ```
+        """
+        send(
+            self,
+            dst,
+            group=group,
+            group_dst=group_dst,
+            init_tag=init_tag,
+            pseudo_rand=pseudo_rand,
+            consolidated=consolidated,
+        )
+
+    def recv(
+        self,
+        src: Any = None,
+        *,
+        group: Any = None,
+        group_src: int | None = None,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+        consolidated: bool = False,
+    ) -> Any:
+        """Receive what `send` sent into this TensorDict's leaves, in place.
+
+        This TensorDict is the template: it must have the sender's keys,
+        shapes and dtypes.
+
+        Args:
+            src: the global rank of the sender, or a pipe object with a
+                `recv(tensordict)` method. Give exactly one of `src` and `group_src`.
+            group: the process group (`None`: the default one).
+            group_src: the sender's rank within `group` (which is then required).
+            init_tag: the `init_tag` the sender used.
+            pseudo_rand: the `pseudo_rand` the sender used.
+            consolidated: receive one message into the buffer of this
+                TensorDict, which must be consolidated (see `consolidate`, or a
+                result of `from_remote_init`), updating every leaf at once.
+
+        Returns:
+            The tag of the last leaf received; `None` with `consolidated=True`;
+            with a pipe, what the pipe's `recv` returns (use it: it may be
+            another TensorDict).
+
+        Raises:
+            ValueError: if both or none of `src` and `group_src` are given, or
+                `group_src` without `group`.
+            NotConsolidatedError: (an `AttributeError`) with `consolidated=True`
+                on a TensorDict that is not consolidated.
+            NotAPipeError: if `src` is neither a rank nor an object with a `recv` method.
+        """
+        return recv(
+            self,
+            src,
+            group=group,
+            group_src=group_src,
+            init_tag=init_tag,
+            pseudo_rand=pseudo_rand,
+            consolidated=consolidated,
+        )
+
+    def isend(
+        self,
+        dst: int | None = None,
+        *,
+        group: Any = None,
+        group_dst: int | None = None,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+        return_early: bool = False,
+        consolidated: bool = False,
+    ) -> Any:
+        """Send the tensor leaves to another rank, all transfers started at once.
+
+        As `send`, with asynchronous transfers. With `return_early=True` the
+        call returns the work handles at once: `wait()` on each before
+        changing this TensorDict. The receiver calls `irecv` or `recv`.
+
+        Args:
+            dst: the global rank of the receiver. Give exactly one of `dst`
+                and `group_dst`.
+            group: the process group (`None`: the default one).
+            group_dst: the receiver's rank within `group` (which is then required).
+            init_tag: the first tag; the receiver passes the same value.
+            pseudo_rand: pseudo-random tags seeded by `init_tag`, as in `send`.
+            return_early: return the work handles without waiting for them.
+            consolidated: send one message, the consolidated buffer (a
+                TensorDict that is not consolidated is consolidated, i.e.
+                copied, on every call).
+
+        Returns:
+            The list of work handles with `return_early=True`; otherwise the
+            tag of the last leaf sent, or `None` with `consolidated=True`.
+
+        Raises:
+            ValueError: if both or none of `dst` and `group_dst` are given, or
+                `group_dst` without `group`.
+
+        Example:
+            ```python
+            works = td.isend(dst=1, return_early=True)
+            ...  # work that leaves td unchanged
+            for work in works:
+                work.wait()
+            ```
+        """
+        return isend(
+            self,
+            dst,
+            group=group,
+            group_dst=group_dst,
+            init_tag=init_tag,
+            pseudo_rand=pseudo_rand,
+            return_early=return_early,
+            consolidated=consolidated,
+        )
+
+    def irecv(
+        self,
+        src: int | None = None,
+        *,
+        group: Any = None,
+        group_src: int | None = None,
+        return_premature: bool = False,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+        consolidated: bool = False,
+    ) -> Any:
+        """Receive what `isend` or `send` sent into this TensorDict's leaves, all transfers at once.
+
+        The leaves are written in place, so they must be contiguous. With
+        `return_premature=True` the call returns the work handles at once:
+        `wait()` on each before reading this TensorDict.
+
+        Args:
+            src: the global rank of the sender. Give exactly one of `src` and `group_src`.
+            group: the process group (`None`: the default one).
+            group_src: the sender's rank within `group` (which is then required).
+            return_premature: return the work handles without waiting for them.
+            init_tag: the `init_tag` the sender used.
+            pseudo_rand: the `pseudo_rand` the sender used.
+            consolidated: receive one message into the buffer of this
+                consolidated TensorDict.
+
+        Returns:
+            The list of work handles with `return_premature=True`, else `None`.
+
+        Raises:
+            ValueError: if both or none of `src` and `group_src` are given,
+                `group_src` without `group`, or a leaf is not contiguous.
+            NotConsolidatedError: (an `AttributeError`) with `consolidated=True`
+                on a TensorDict that is not consolidated.
+        """
+        return irecv(
+            self,
+            src,
+            group=group,
+            group_src=group_src,
+            return_premature=return_premature,
+            init_tag=init_tag,
+            pseudo_rand=pseudo_rand,
+            consolidated=consolidated,
+        )
+
+    def init_remote(self, dst: int, *, group: Any = None) -> int:
+        """Send the structure, then the data, to a rank that has no template.
+
+        The receiver calls `TensorDict.from_remote_init`. The structure (keys,
+        shapes, dtypes, batch size) travels as JSON, never pickled; a lazy
+        stack or a tensorclass arrives as a dense TensorDict.
+
+        Args:
+            dst: the global rank of the receiver.
+            group: the process group (`None`: the default one).
+
+        Returns:
+            The next free tag.
+        """
+        return init_remote(self, dst, group=group)
