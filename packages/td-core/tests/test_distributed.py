@@ -118,7 +118,8 @@ P2P_SCRIPT = textwrap.dedent(
             for work in works:
                 work.wait()
             make(kind, 9.0).isend(group=group, group_dst=0, consolidated=True)
-            make(kind, 10.0).init_remote(dst=peer)
+            assert make(kind, 10.0).init_remote(dst=peer) is None
+            make(kind, 11.0).send(dst=peer, consolidated=True)
         else:
             td = make(kind, 0.0)
             assert td.recv(src=peer) == n - 1
@@ -148,6 +149,10 @@ P2P_SCRIPT = textwrap.dedent(
             got = TensorDict.from_remote_init(src=peer)
             assert got.batch_size == make(kind, 0).batch_size, (kind, got.batch_size)
             check(got, kind, 10.0, "from_remote_init")
+            assert got.is_consolidated(), kind
+            assert (type(got).__name__ == "LazyStackedTensorDict") == (kind == "lazy")
+            got.recv(src=peer, consolidated=True)
+            check(got, kind, 11.0, "recv consolidated after from_remote_init")
     dist.barrier()
     dist.destroy_process_group()
     print("ok", rank)
@@ -240,3 +245,11 @@ def test_signatures_match_upstream():
 
     for name in ("send", "recv", "isend", "irecv"):
         assert params(getattr(TensorDict, name)) == params(getattr(tensordict.TensorDict, name))
+
+
+def test_init_remote_refuses_a_lazy_stack_inside_a_tensordict():
+    """Checked before anything is sent: no process group needed."""
+    inner = TensorDict({"x": torch.zeros(2)}, [2])
+    outer = TensorDict({"s": TensorDict.lazy_stack([inner, inner.clone()], 0)}, [2])
+    with pytest.raises(ValueError, match="'s'"):
+        outer.init_remote(0)

@@ -8,9 +8,11 @@ place. With `consolidated=True` one message carries the consolidated buffer.
 The peer is a global rank (`dst`/`src`) or a rank in `group`
 (`group_dst`/`group_src`); `send`/`recv` also take a pipe object.
 
-`init_remote`/`from_remote_init` send the structure first (keys, shapes,
-dtypes, batch size, as JSON bytes in a uint8 tensor, never pickle), so the
-receiver needs no template.
+`init_remote`/`from_remote_init` send the consolidated layout first (keys,
+shapes, dtypes, offsets, batch size, lazy stacks member by member, as JSON
+bytes in a uint8 tensor, never pickle), then the buffer: the receiver needs no
+template and gets a consolidated TensorDict with the sender's layout, ready
+for `recv(consolidated=True)`.
 
 `torch.distributed` is imported when one of these is called, not at import.
 """
@@ -20,13 +22,20 @@ from __future__ import annotations
 import inspect
 import json
 import operator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._consolidate import consolidate, consolidated_layout, whole_buffer
-from td_core._contract import TensorDictContract, dense
-from td_core._map import is_nt, is_td, stack_parts
+from td_core._consolidate import (
+    build_from_layout,
+    consolidate,
+    consolidated_layout,
+    describe_layout,
+    whole_buffer,
+)
+from td_core._contract import TensorDictContract
+from td_core._map import is_nt, is_td, rebuild, stack_parts
 from td_core.errors import NotAPipeError, NotConsolidatedError
 
 if TYPE_CHECKING:
@@ -42,29 +51,6 @@ __all__ = [
     "init_remote",
     "from_remote_init",
 ]
-
-_DTYPES = {
-    str(d).removeprefix("torch."): d
-    for d in (
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.bool,
-    )
-}
-
-
-def _leaves(td: TensorDictContract) -> list[torch.Tensor]:
-    """The leaves in sorted key order, as `_describe` lists them (for `init_remote`)."""
-    return [td.get(k) for k in td.keys(include_nested=True, leaves_only=True, sort=True)]
 
 
 def _p2p_leaves(td: Any, out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
@@ -298,64 +284,76 @@ def irecv(
     return None
 
 
-def _describe(td: TensorDictContract) -> dict[str, Any]:
-    out: dict[str, Any] = {"batch_size": list(td.batch_size), "entries": {}}
-    for key, value in sorted(td._items_str(), key=lambda kv: kv[0]):
-        if isinstance(value, torch.Tensor):
-            out["entries"][key] = {
-                "shape": list(value.shape),
-                "dtype": str(value.dtype).removeprefix("torch."),
-            }
-        elif is_td(value):
-            out["entries"][key] = {"tensordict": _describe(value)}
-    return out
+def _stack_tree(td: TensorDictContract, offsets: Iterator[int]) -> dict[str, Any]:
+    """The JSON layout of the consolidated `td`: `describe_layout`'s, lazy stacks member by member."""
+    parts = stack_parts(td)
+    if parts is None:
+        for key, value in td._items_str():
+            if is_td(value) and not is_nt(value) and _has_stack(value):
+                raise ValueError(
+                    f"init_remote: the entry {key!r} is a lazy stack inside a TensorDict; "
+                    "send `to_tensordict()` of it, or the stack itself"
+                )
+        return describe_layout(td, offsets)
+    members, dim = parts
+    return {"stack": dim, "members": [_stack_tree(m, offsets) for m in members]}
 
 
-def _allocate(meta: dict[str, Any], device: Any) -> TensorDictBase:
-    td = dense(None, meta["batch_size"], device)
-    for key, entry in meta["entries"].items():
-        if "tensordict" in entry:
-            td.set(key, _allocate(entry["tensordict"], device))
-            continue
-        dtype = _DTYPES.get(entry["dtype"])
-        if dtype is None:
-            raise ValueError(
-                f"from_remote_init: unsupported dtype {entry['dtype']!r} for key {key!r}"
-            )
-        td.set(key, torch.empty(entry["shape"], dtype=dtype, device=device))
-    return td
+def _has_stack(td: TensorDictContract) -> bool:
+    if stack_parts(td) is not None:
+        return True
+    return any(is_td(v) and not is_nt(v) and _has_stack(v) for v in td._values_str())
 
 
-def init_remote(td: TensorDictContract, dst: int, *, group: Any = None) -> int:
-    """Send the structure (as JSON) and then the data to `dst`, for `from_remote_init`."""
+def _build(tree: Any, buffer: torch.Tensor, total: int, source: str) -> TensorDictBase:
+    if isinstance(tree, dict) and "stack" in tree:
+        dim, members = tree["stack"], tree.get("members")
+        if not isinstance(dim, int) or not isinstance(members, list) or not members:
+            raise ValueError(f"{source}: malformed lazy stack in the layout")
+        built = [_build(m, buffer, total, source) for m in members]
+        return built[0].lazy_stack(built, dim)
+    return build_from_layout(tree, buffer, total, source)
+
+
+def init_remote(td: TensorDictContract, dst: int, *, group: Any = None) -> None:
+    """Send the consolidated layout (JSON) and buffer of `td` to `dst`, for `from_remote_init`."""
     import torch.distributed as dist
 
-    payload = torch.tensor(bytearray(json.dumps(_describe(td)).encode()), dtype=torch.uint8)
+    layout = consolidated_layout(td)
+    if layout is None:
+        layout = consolidated_layout(consolidate(td))
+    if layout is None or not layout[0]:
+        raise ValueError("init_remote: the TensorDict has no tensor leaf to send")
+    leaves, offsets = layout
+    buffer = whole_buffer(leaves[0])
+    tree = _stack_tree(rebuild(td, iter(leaves)), iter(offsets))
+    meta = json.dumps({"total": buffer.numel(), "tree": tree}).encode()
+    payload = torch.tensor(bytearray(meta), dtype=torch.uint8)
     dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group, tag=0)
     dist.send(payload, dst, group=group, tag=1)
-    for tag, t in enumerate(_leaves(td), start=2):
-        dist.send(t.contiguous(), dst, group=group, tag=tag)
-    return 2 + len(_leaves(td))
+    dist.send(buffer.cpu() if buffer.device.type != "cpu" else buffer, dst, group=group, tag=2)
 
 
 def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDictBase:
-    """Receive a TensorDict sent with `init_remote`: structure first, then data."""
+    """Receive a TensorDict sent with `init_remote`: a consolidated TensorDict (layout, then buffer)."""
     import torch.distributed as dist
 
     size = torch.zeros(1, dtype=torch.int64)
     dist.recv(size, src, group=group, tag=0)
     payload = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.recv(payload, src, group=group, tag=1)
+    source = f"from_remote_init (rank {src})"
     try:
         meta = json.loads(bytes(payload.tolist()).decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(
-            f"from_remote_init: rank {src} sent metadata that is not valid JSON"
-        ) from err
-    td = _allocate(meta, device)
-    for tag, t in enumerate(_leaves(td), start=2):
-        dist.recv(t, src, group=group, tag=tag)
-    return td
+        raise ValueError(f"{source}: the metadata is not valid JSON") from err
+    total = meta.get("total") if isinstance(meta, dict) else None
+    if not isinstance(total, int) or total < 0:
+        raise ValueError(f"{source}: malformed metadata")
+    buffer = torch.empty(total, dtype=torch.uint8)
+    dist.recv(buffer, src, group=group, tag=2)
+    out = _build(meta.get("tree"), buffer, total, source)
+    return out if device is None else out.to(device)
 
 
 def _pipe_method(pipe: Any, name: str, instead: str) -> Any:
@@ -623,18 +621,22 @@ class PointToPointMixin(TensorDictContract):
             consolidated=consolidated,
         )
 
-    def init_remote(self, dst: int, *, group: Any = None) -> int:
+    def init_remote(self, dst: int, group: Any = None) -> None:
         """Send the structure, then the data, to a rank that has no template.
 
-        The receiver calls `TensorDict.from_remote_init`. The structure (keys,
-        shapes, dtypes, batch size) travels as JSON, never pickled; a lazy
-        stack or a tensorclass arrives as a dense TensorDict.
+        The TensorDict is consolidated (a copy, unless it is already), its
+        layout goes as JSON (never pickled), then its buffer as one message.
+        The receiver calls `TensorDict.from_remote_init` and gets a
+        consolidated TensorDict with the same layout: send the next batches
+        with `send(consolidated=True)` into it. A lazy stack arrives as a lazy
+        stack, a tensorclass as a TensorDict.
 
         Args:
             dst: the global rank of the receiver.
             group: the process group (`None`: the default one).
 
-        Returns:
-            The next free tag.
+        Raises:
+            ValueError: if there is no tensor leaf, or a lazy stack sits inside
+                a TensorDict (send `to_tensordict()` of it).
         """
-        return init_remote(self, dst, group=group)
+        init_remote(self, dst, group=group)
