@@ -153,6 +153,11 @@ P2P_SCRIPT = textwrap.dedent(
             assert (type(got).__name__ == "LazyStackedTensorDict") == (kind == "lazy")
             got.recv(src=peer, consolidated=True)
             check(got, kind, 11.0, "recv consolidated after from_remote_init")
+    if rank == 1:
+        make("nested", 12.0).init_remote(group=group, use_broadcast=True)
+    else:
+        got = TensorDict.from_remote_init(1, group, None, True)
+        check(got, "nested", 12.0, "from_remote_init use_broadcast")
     dist.barrier()
     dist.destroy_process_group()
     print("ok", rank)
@@ -253,3 +258,8 @@ def test_init_remote_refuses_a_lazy_stack_inside_a_tensordict():
     outer = TensorDict({"s": TensorDict.lazy_stack([inner, inner.clone()], 0)}, [2])
     with pytest.raises(ValueError, match="'s'"):
         outer.init_remote(0)
+
+
+def test_init_remote_needs_a_receiver():
+    with pytest.raises(ValueError, match="dst"):
+        TensorDict({"x": torch.zeros(2)}, [2]).init_remote()

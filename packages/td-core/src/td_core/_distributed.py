@@ -314,10 +314,32 @@ def _build(tree: Any, buffer: torch.Tensor, total: int, source: str) -> TensorDi
     return build_from_layout(tree, buffer, total, source)
 
 
-def init_remote(td: TensorDictContract, dst: int, *, group: Any = None) -> None:
+def _move(
+    tensor: torch.Tensor, peer: int, group: Any, tag: int, sending: bool, bcast: bool
+) -> None:
+    """One message of `init_remote`: point-to-point with `tag`, or a broadcast from `peer`."""
+    import torch.distributed as dist
+
+    if bcast:
+        dist.broadcast(tensor, src=peer, group=group)
+    elif sending:
+        dist.send(tensor, peer, group=group, tag=tag)
+    else:
+        dist.recv(tensor, peer, group=group, tag=tag)
+
+
+def init_remote(
+    td: TensorDictContract,
+    dst: int | None = None,
+    group: Any = None,
+    device: Any = None,
+    use_broadcast: bool = False,
+) -> None:
     """Send the consolidated layout (JSON) and buffer of `td` to `dst`, for `from_remote_init`."""
     import torch.distributed as dist
 
+    if dst is None and not use_broadcast:
+        raise ValueError("init_remote: pass the receiver as `dst`, or `use_broadcast=True`")
     layout = consolidated_layout(td)
     if layout is None:
         layout = consolidated_layout(consolidate(td))
@@ -327,20 +349,24 @@ def init_remote(td: TensorDictContract, dst: int, *, group: Any = None) -> None:
     buffer = whole_buffer(leaves[0])
     tree = _stack_tree(rebuild(td, iter(leaves)), iter(offsets))
     meta = json.dumps({"total": buffer.numel(), "tree": tree}).encode()
-    payload = torch.tensor(bytearray(meta), dtype=torch.uint8)
-    dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group, tag=0)
-    dist.send(payload, dst, group=group, tag=1)
-    dist.send(buffer.cpu() if buffer.device.type != "cpu" else buffer, dst, group=group, tag=2)
+    payload = torch.tensor(bytearray(meta), dtype=torch.uint8, device=device)
+    size = torch.tensor([payload.numel()], dtype=torch.int64, device=device)
+    peer = dist.get_rank() if use_broadcast else dst
+    assert peer is not None
+    if device is not None:
+        buffer = buffer.to(device)
+    for tag, tensor in enumerate((size, payload, buffer)):
+        _move(tensor, peer, group, tag, True, use_broadcast)
 
 
-def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDictBase:
+def from_remote_init(
+    src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
+) -> TensorDictBase:
     """Receive a TensorDict sent with `init_remote`: a consolidated TensorDict (layout, then buffer)."""
-    import torch.distributed as dist
-
-    size = torch.zeros(1, dtype=torch.int64)
-    dist.recv(size, src, group=group, tag=0)
-    payload = torch.empty(int(size.item()), dtype=torch.uint8)
-    dist.recv(payload, src, group=group, tag=1)
+    size = torch.zeros(1, dtype=torch.int64, device=device)
+    _move(size, src, group, 0, False, use_broadcast)
+    payload = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    _move(payload, src, group, 1, False, use_broadcast)
     source = f"from_remote_init (rank {src})"
     try:
         meta = json.loads(bytes(payload.tolist()).decode())
@@ -349,10 +375,9 @@ def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> Tens
     total = meta.get("total") if isinstance(meta, dict) else None
     if not isinstance(total, int) or total < 0:
         raise ValueError(f"{source}: malformed metadata")
-    buffer = torch.empty(total, dtype=torch.uint8)
-    dist.recv(buffer, src, group=group, tag=2)
-    out = _build(meta.get("tree"), buffer, total, source)
-    return out if device is None else out.to(device)
+    buffer = torch.empty(total, dtype=torch.uint8, device=device)
+    _move(buffer, src, group, 2, False, use_broadcast)
+    return _build(meta.get("tree"), buffer, total, source)
 
 
 def _pipe_method(pipe: Any, name: str, instead: str) -> Any:

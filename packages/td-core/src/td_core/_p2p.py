@@ -228,7 +228,13 @@ class PointToPointMixin(TensorDictContract):
             consolidated=consolidated,
         )
 
-    def init_remote(self, dst: int, group: Any = None) -> None:
+    def init_remote(
+        self,
+        dst: int | None = None,
+        group: Any = None,
+        device: Any = None,
+        use_broadcast: bool = False,
+    ) -> None:
         """Send the structure, then the data, to a rank that has no template.
 
         The TensorDict is consolidated (a copy, unless it is already), its
@@ -239,11 +245,16 @@ class PointToPointMixin(TensorDictContract):
         stack, a tensorclass as a TensorDict.
 
         Args:
-            dst: the global rank of the receiver.
+            dst: the global rank of the receiver; unused with `use_broadcast`.
             group: the process group (`None`: the default one).
+            device: the device the messages go through (a CUDA device with
+                `nccl`); `None`: the CPU.
+            use_broadcast: broadcast to every rank of `group` instead; each of
+                them calls `from_remote_init(src=<this rank>, use_broadcast=True)`.
 
         Raises:
-            ValueError: if there is no tensor leaf, or a lazy stack sits inside
-                a TensorDict (send `to_tensordict()` of it).
+            ValueError: if `dst` is missing without `use_broadcast`, there is no
+                tensor leaf, or a lazy stack sits inside a TensorDict (send
+                `to_tensordict()` of it).
         """
-        init_remote(self, dst, group=group)
+        init_remote(self, dst, group=group, device=device, use_broadcast=use_broadcast)
