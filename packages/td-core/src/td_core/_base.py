@@ -30,6 +30,7 @@ from td_core import (
     _mapping,
     _masked,
     _names,
+    _p2p,
     _pack,
     _persistence,
     _pointwise,
@@ -88,6 +89,7 @@ class TensorDictBase(
     _consolidate.ConsolidateMixin,
     _dataloader.DataLoaderMixin,
     _collectives.CollectivesMixin,
+    _p2p.PointToPointMixin,
     _distributed.PipeMixin,
     _stack.StackMixin,
     _interchange.InterchangeMixin,
@@ -591,40 +593,6 @@ class TensorDictBase(
             mp_start_method=mp_start_method,
             worker_threads=worker_threads,
         )
-
-    def send(self, dst: int, *, init_tag: int = 0, group: Any = None) -> int:
-        """Send the tensor leaves to rank `dst` (`torch.distributed`); see `recv`."""
-        from td_core._distributed import send
-
-        return send(self, dst, init_tag=init_tag, group=group)
-
-    def recv(self, src: int, *, init_tag: int = 0, group: Any = None) -> int:
-        """Receive into this TensorDict's leaves (a template of the sender's) from rank `src`."""
-        from td_core._distributed import recv
-
-        return recv(self, src, init_tag=init_tag, group=group)
-
-    def isend(
-        self, dst: int, *, init_tag: int = 0, group: Any = None, return_early: bool = False
-    ) -> Any:
-        """Non-blocking `send`."""
-        from td_core._distributed import isend
-
-        return isend(self, dst, init_tag=init_tag, group=group, return_early=return_early)
-
-    def irecv(
-        self, src: int, *, init_tag: int = 0, group: Any = None, return_premature: bool = False
-    ) -> Any:
-        """Non-blocking `recv`."""
-        from td_core._distributed import irecv
-
-        return irecv(self, src, init_tag=init_tag, group=group, return_premature=return_premature)
-
-    def init_remote(self, dst: int, *, group: Any = None) -> int:
-        """Send structure then data to `dst`; the receiver calls `TensorDict.from_remote_init`."""
-        from td_core._distributed import init_remote
-
-        return init_remote(self, dst, group=group)
 
 
 def _any_leaf(cls: type) -> bool:

@@ -230,11 +230,25 @@ class ConvertMixin(TensorDictContract):
         return from_modules(*modules, **kwargs)
 
     @staticmethod
-    def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> Any:
-        """Receive a TensorDict sent with `init_remote` (no template needed)."""
+    def from_remote_init(
+        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
+    ) -> Any:
+        """Receive a TensorDict that `init_remote` sent; no template needed.
+
+        Args:
+            src: the rank of the sender.
+            group: the process group (`None`: the default one).
+            device: the device the messages go through and the result lives on
+                (`None`: the CPU).
+            use_broadcast: receive a broadcast (the sender passed `use_broadcast=True`).
+
+        Returns:
+            A consolidated TensorDict (a lazy stack if a lazy stack was sent):
+            receive the next batches with `recv(consolidated=True)`.
+        """
         from td_core._distributed import from_remote_init
 
-        return from_remote_init(src, group=group, device=device)
+        return from_remote_init(src, group=group, device=device, use_broadcast=use_broadcast)
 
     @classmethod
     def from_dict(

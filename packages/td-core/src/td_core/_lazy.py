@@ -179,9 +179,13 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         return TensorDict.from_modules(*modules, **kwargs)
 
     @staticmethod
-    def from_remote_init(src: int, *, group: Any = None, device: Any = None) -> TensorDict:
+    def from_remote_init(
+        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
+    ) -> TensorDict:
         """Receive a TensorDict sent with `init_remote` (see `TensorDict.from_remote_init`)."""
-        return TensorDict.from_remote_init(src, group=group, device=device)
+        return TensorDict.from_remote_init(
+            src, group=group, device=device, use_broadcast=use_broadcast
+        )
 
     # ---------------------------------------------------------------- members
     def append(self, tensordict: TensorDictBase) -> None:

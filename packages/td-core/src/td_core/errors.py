@@ -18,6 +18,7 @@ __all__ = [
     "ExtensionMissingError",
     "DimError",
     "NotAPipeError",
+    "NotConsolidatedError",
 ]
 
 
@@ -72,4 +73,12 @@ class NotAPipeError(TDError, TypeError, AttributeError):
 
     Upstream calls the method and fails with `AttributeError`; this is an
     instance of that too.
+    """
+
+
+class NotConsolidatedError(TDError, AttributeError):
+    """`recv(consolidated=True)` / `irecv(consolidated=True)` on a TensorDict that is not consolidated.
+
+    Upstream looks up the missing consolidated storage and fails with
+    `AttributeError`; this is an instance of that too.
     """
