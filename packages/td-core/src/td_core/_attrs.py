@@ -34,7 +34,7 @@ class TensorAttrs(TensorClass):
     The fields start with `tgt_` so that they do not hide the `device` and
     `shape` of the tensorclass itself. A field that was not recorded is `None`.
 
-    Args:
+    Attributes:
         tgt_device: the device of the tensor.
         tgt_dtype: the dtype of the tensor.
         tgt_shape: the shape of the tensor (a `torch.Size`).

@@ -52,11 +52,10 @@ class UnbatchedTensor(Tensor):
     `clone`, `to` and casts apply to it as to any tensor and return an
     `UnbatchedTensor`. It is a `torch.Tensor`, so `td["table"]` is usable as one.
 
-    Args:
-        data: the payload (anything `torch.as_tensor` accepts).
-        batch_size: the batch size of the TensorDict holding it; a TensorDict
-            sets it when the tensor is stored, so it rarely needs passing. It
-            does not change the payload's shape.
+    `UnbatchedTensor(data, batch_size=None)` takes the payload (anything
+    `torch.as_tensor` accepts) and the batch size of the TensorDict holding
+    it; a TensorDict sets the batch size when the tensor is stored, so it
+    rarely needs passing. It does not change the payload's shape.
 
     Example:
         ```python
