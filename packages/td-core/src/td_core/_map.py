@@ -50,6 +50,7 @@ __all__ = [
     "is_td",
     "is_nt",
     "stack_parts",
+    "is_stack",
     "aligned_leaves",
     "per_member",
     "is_ragged",
@@ -78,6 +79,11 @@ def _batched(value: Tensor) -> bool:
     non-tensor branch for it; leaf-wise traversals treat it as a tensor.
     """
     return not getattr(type(value), "_pass_through", False)
+
+
+def is_stack(td: Any) -> bool:
+    """Whether `td` is a lazy stack: one class attribute look-up, for the fast paths."""
+    return getattr(type(td), "_stack_parts", None) is not None
 
 
 def stack_parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
@@ -138,9 +144,10 @@ def map_batch(
 def _map_batch(
     td: TensorDictContract, fn: Callable[[Tensor], Tensor], lead: torch.Size, n: int
 ) -> TensorDictBase:
-    ragged = _ragged(td)
-    if ragged is not None:
-        return _lazy_batch(td, ragged, lambda t: (fn(t),), [lead], n)[0]
+    if is_stack(td):
+        ragged = _ragged(td)
+        if ragged is not None:
+            return _lazy_batch(td, ragged, lambda t: (fn(t),), [lead], n)[0]
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
@@ -189,9 +196,10 @@ def _map_batch_multi(
     leads: Sequence[torch.Size],
     n: int,
 ) -> list[TensorDictBase]:
-    ragged = _ragged(td)
-    if ragged is not None:
-        return _lazy_batch(td, ragged, fn, leads, n)
+    if is_stack(td):
+        ragged = _ragged(td)
+        if ragged is not None:
+            return _lazy_batch(td, ragged, fn, leads, n)
     outs: list[dict[str, Any]] = [{} for _ in leads]
     for key, value in td._items_str():
         parts: Sequence[Any]
