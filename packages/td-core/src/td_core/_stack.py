@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._contract import TD, TensorDictContract
-from td_core._map import is_ragged, is_td, stack_parts
+from td_core._map import is_ragged, is_stack, is_td, stack_parts
 from td_core._names import carry_names, names_after
 from td_core._nontensor import cat_non_tensors, stack_non_tensors
 from td_core._unbatched import is_unbatched
@@ -47,7 +47,7 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[TensorDictBase]:
 
 def _any_ragged(tds: list[TensorDictBase]) -> bool:
     """Whether an input is a lazy stack of ragged members (only lazy stack classes are asked)."""
-    if all(getattr(cls, "_stack_parts", None) is None for cls in {type(td) for td in tds}):
+    if not any(is_stack(td) for td in {type(td): td for td in tds}.values()):
         return False  # no lazy stack among the inputs: the usual case, one look per class
     return any(is_ragged(td) for td in tds)
 
