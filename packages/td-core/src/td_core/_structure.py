@@ -140,7 +140,7 @@ class StructureMixin(TensorDictContract):
         """Everything but the given (possibly nested) keys."""
         if is_stack(self):  # lazy stacks exclude member by member
             return _members_do(self, "exclude", *keys, inplace=inplace)
-        if all(type(k) is str for k in keys):  # top-level keys only: one pass, no paths
+        if set(map(type, keys)) <= {str}:  # top-level keys only: one pass, no paths
             drop = set(keys)
             out = {k: v for k, v in self._items_str() if k not in drop}
             result = self._new(out, self.batch_size)
