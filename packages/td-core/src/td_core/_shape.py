@@ -153,7 +153,7 @@ def permute_order(td: TensorDictContract, order: Sequence[int]) -> TensorDictBas
     if out is not None:
         return out
     bs = td.batch_size
-    new = torch.Size(bs[d] for d in order)
+    new = torch.Size([bs[d] for d in order])  # a list: torch.Size of a generator is slower
     if not order:  # `t.permute()` of a 0-d leaf is an error: one tuple there
         return map_batch(td, lambda t: t.permute(tuple(range(t.ndim))), new)
     order = tuple(order)  # separate ints, not one tuple: faster to parse (see `_reshape`)
