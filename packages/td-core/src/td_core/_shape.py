@@ -14,7 +14,7 @@ upstream has it (`flatten`, `unflatten`, `roll`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,6 +47,8 @@ Tensor = torch.Tensor
 def batch_dim(dim: Any, batch_size: torch.Size, *, extra: int = 0) -> int:
     """`dim` normalised to `[0, len(batch_size) + extra)`, or a `DimError` naming both."""
     n = len(batch_size) + extra
+    if type(dim) is int and -n <= dim < n:  # the usual case, without the checks below
+        return dim + n if dim < 0 else dim
     try:
         return normalize_dim(int(dim) if isinstance(dim, Tensor) else dim, n)
     except IndexError:
@@ -58,11 +60,11 @@ def batch_dim(dim: Any, batch_size: torch.Size, *, extra: int = 0) -> int:
 
 def size_arg(args: tuple[Any, ...], size: Any, what: str) -> tuple[int, ...]:
     """The shape given as `f(2, 3)`, `f((2, 3))` or `f(size=(2, 3))` (not both)."""
-    if size is not None:
-        if args:
-            raise TypeError(f"{what}: pass the shape positionally or as size=, not both")
-        args = (size,)
-    return shape_args(args)
+    if size is None:
+        return shape_args(args)
+    if args:
+        raise TypeError(f"{what}: pass the shape positionally or as size=, not both")
+    return shape_args((size,))
 
 
 def assign_reshaped(td: TD, result: TensorDictContract) -> TD:
@@ -120,17 +122,28 @@ def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | TensorDictBase:
     if new == td.batch_size:
         return td
     n = td.batch_dims
-    if lazy.parts(td) is not None:
+    # sizes as separate ints: torch parses `t.reshape(2, 3)` ~1.5 us faster than
+    # `t.reshape((2, 3))`; an empty `new` needs the tuple (`t.reshape()` is an error)
+    fn: Callable[[Tensor], Tensor]
+    stacked = lazy.parts(td) is not None
+    if copy or stacked:
+        if new:
+            fn = lambda t: t.reshape(*new, *t.shape[n:])  # noqa: E731
+        else:
+            fn = lambda t: t.reshape(t.shape[n:])  # noqa: E731
+    elif new:
+        fn = lambda t: t.view(*new, *t.shape[n:])  # noqa: E731
+    else:
+        fn = lambda t: t.view(t.shape[n:])  # noqa: E731
+    if stacked:
         try:  # members that stack give the dense result, as upstream
-            return map_batch(td, lambda t: t.reshape((*new, *t.shape[n:])), new)
+            return map_batch(td, fn, new)
         except BatchSizeError:
             out = lazy.reshape(td, new)
             if out is None:
                 raise
             return out
-    if copy:
-        return map_batch(td, lambda t: t.reshape((*new, *t.shape[n:])), new)
-    return map_batch(td, lambda t: t.view((*new, *t.shape[n:])), new)
+    return map_batch(td, fn, new)
 
 
 def permute_order(td: TensorDictContract, order: Sequence[int]) -> TensorDictBase:
@@ -140,8 +153,11 @@ def permute_order(td: TensorDictContract, order: Sequence[int]) -> TensorDictBas
     if out is not None:
         return out
     bs = td.batch_size
-    new = torch.Size(bs[d] for d in order)
-    return map_batch(td, lambda t: t.permute((*order, *range(n, t.ndim))), new)
+    new = torch.Size([bs[d] for d in order])  # a list: torch.Size of a generator is slower
+    if not order:  # `t.permute()` of a 0-d leaf is an error: one tuple there
+        return map_batch(td, lambda t: t.permute(tuple(range(t.ndim))), new)
+    order = tuple(order)  # separate ints, not one tuple: faster to parse (see `_reshape`)
+    return map_batch(td, lambda t: t.permute(*order, *range(n, t.ndim)), new)
 
 
 class ShapeMixin(TensorDictContract):
@@ -213,8 +229,9 @@ class ShapeMixin(TensorDictContract):
         out = lazy.unsqueeze(self, d)
         if out is not None:
             return out
-        new = torch.Size((*bs[:d], 1, *bs[d:]))
-        out = map_batch(self, lambda t: t.unsqueeze(d), new)
+        sizes = list(bs)  # slicing a torch.Size costs ~0.5 us a slice
+        sizes.insert(d, 1)
+        out = map_batch(self, lambda t: t.unsqueeze(d), torch.Size(sizes))
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, insert=(d,)))
 
@@ -252,7 +269,13 @@ class ShapeMixin(TensorDictContract):
         new = expanded_shape(bs, size_arg(shape, size, "expand"), "expand")
         out = lazy.expand(self, new)
         if out is None:
-            out = map_batch(self, lambda t: t.expand((*new, *t.shape[n:])), new)
+            out = map_batch(
+                self,
+                (lambda t: t.expand(*new, *t.shape[n:]))
+                if new
+                else (lambda t: t.expand(t.shape[n:])),
+                new,
+            )
         names = self._raw_names()
         if names is None:
             return out

@@ -15,7 +15,7 @@ import torch
 
 from td_core._contract import TD, TensorDictContract
 from td_core._keys import NestedKey, as_tuple, unravel_key
-from td_core._map import is_nt, is_td, per_member, stack_parts
+from td_core._map import is_nt, is_stack, is_td, per_member, stack_parts
 from td_core._utils import NO_DEFAULT, broadcast_shape
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -145,10 +145,9 @@ class StructureMixin(TensorDictContract):
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self | TensorDictBase:
         """Everything but the given (possibly nested) keys."""
-        lazy = _members_do(self, "exclude", *keys, inplace=inplace)
-        if lazy is not NotImplemented:
-            return lazy
-        if all(type(k) is str for k in keys):  # top-level keys only: one pass, no paths
+        if is_stack(self):  # lazy stacks exclude member by member
+            return _members_do(self, "exclude", *keys, inplace=inplace)
+        if set(map(type, keys)) <= {str}:  # top-level keys only: one pass, no paths
             drop = set(keys)
             out = {k: v for k, v in self._items_str() if k not in drop}
             result = self._new(out, self.batch_size)
