@@ -80,3 +80,46 @@ def test_compiled_call() -> None:
 
     expected = module.module(torch.ones(2, 3))
     torch.testing.assert_close(run(_td()), expected)
+
+
+def test_changes_after_a_call_are_seen() -> None:
+    # the first call works out what the usual call does and keeps it: every later
+    # change to the module (attributes, submodules, hooks, kwargs) must still count
+    module = _module()
+    module(_td())
+    module.module = nn.Linear(3, 5)
+    assert module(_td())["y"].shape == (2, 5)
+    module.add_module("module", nn.Linear(3, 6))  # no setattr: _modules written directly
+    assert module(_td())["y"].shape == (2, 6)
+    module.inplace = False
+    assert list(module(_td()).keys()) == ["y"]
+    module.inplace = True
+    module.strict = True
+    with pytest.raises(KeyError, match="'x'"):
+        module(TensorDict(z=torch.ones(2), batch_size=[2]))
+    module.strict = False
+    handle = module.register_forward_hook(lambda m, args, out: out.set("hooked", torch.ones(2)))
+    assert "hooked" in module(_td()).keys()
+    handle.remove()
+    assert "hooked" not in module(_td()).keys()
+
+
+def test_method_kwargs_filled_in_place_after_a_call() -> None:
+    module = TensorDictModule(lambda x, scale=1.0: x * scale, in_keys=["x"], out_keys=["y"])
+    torch.testing.assert_close(module(_td())["y"], torch.ones(2, 3))
+    module.method_kwargs["scale"] = 3.0
+    torch.testing.assert_close(module(_td())["y"], torch.full((2, 3), 3.0))
+
+
+def test_copies_call_their_own_module() -> None:
+    import copy
+    import pickle
+
+    module = _module()
+    module(_td())
+    for other in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
+        with torch.no_grad():
+            other.module.weight.zero_()
+            other.module.bias.fill_(2.0)
+        torch.testing.assert_close(other(_td())["y"], torch.full((2, 4), 2.0))
+        assert not torch.equal(module(_td())["y"], torch.full((2, 4), 2.0))

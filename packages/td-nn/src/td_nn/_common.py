@@ -37,6 +37,8 @@ try:  # the registries `nn.Module.__call__` consults (private: without them, no 
     _MODULE_CALL: Any = nn.Module.__call__
 except ImportError:  # pragma: no cover - another torch layout
     _MODULE_CALL = None
+_Module = nn.Module
+_is_tracing = torch._C._is_tracing  # bound once: `torch._C._is_tracing` is two lookups a call
 
 
 def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
@@ -65,6 +67,52 @@ def _dropped_output(out: Any) -> bool:
 
 def _unique(keys: list[NestedKey]) -> list[NestedKey]:
     return list(dict.fromkeys(keys))
+
+
+# the usual call of a TensorDictModule (see `TensorDictModule._fast_plan`): the
+# `_modules` holding the wrapped nn.Module (None: the callable is given instead, as
+# it is not an nn.Module), the callable, the str in keys, the single str out key
+# (None: the outputs go through `_write_outputs`), `method_kwargs` (a dict, which
+# may be filled in place after the plan) and whether the class's forward is ours
+_Plan = tuple[
+    "dict[str, Any] | None",
+    "Callable[..., Any] | None",
+    tuple[str, ...],
+    "str | None",
+    dict[str, Any],
+    bool,
+]
+
+
+def _run_plan(plan: _Plan | bool, tensordict: TensorDict, module: TensorDictModule) -> Any:
+    """`module`'s forward of a dense `tensordict`, in place, following `plan`.
+
+    Returns `_NOT_FAST`, having done nothing, where the general path must run:
+    no plan, another mode or option is set, or an input is missing (for its error).
+    """
+    if plan is False or plan is True:
+        return _NOT_FAST
+    modules, fn, keys, key, method_kwargs, _ = plan
+    if tensordict._pending is not None or method_kwargs or _SKIP.get() is not False:
+        return _NOT_FAST
+    if modules is not None:
+        fn = modules["module"]
+    assert fn is not None
+    entries = tensordict._tensordict
+    if len(keys) == 1:
+        value = entries.get(keys[0])
+        if value is None:
+            return _NOT_FAST
+        out = fn(value)
+    else:
+        values = [entries.get(k) for k in keys]
+        if None in values:
+            return _NOT_FAST
+        out = fn(*values)
+    if key is not None and type(out) is Tensor:
+        tensordict[key] = out  # the container's fastest checked write
+        return tensordict
+    return module._write_outputs(out, tensordict)
 
 
 class TensorDictModule(TensorDictModuleBase):
@@ -191,37 +239,70 @@ class TensorDictModule(TensorDictModuleBase):
         self.strict = strict
 
     # ---------------------------------------------------------------- call
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        self.__dict__["_plan"] = None  # the fast call's plan may have changed (see `_fast_plan`)
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        self.__dict__["_plan"] = None
+
+    def _fast_plan(self) -> _Plan | bool:
+        """What the usual call does, worked out once (see `_run_plan`), or False where it
+        does not apply (another option). Cached in `_plan`; every attribute set or
+        delete resets it."""
+        plan: _Plan | bool = False
+        if (
+            self._fast_read is not None
+            and self.inplace is True
+            and not self.strict
+            and self.method is None
+        ):
+            in_modules = "module" in self._modules
+            plan = (
+                self._modules if in_modules else None,
+                None if in_modules else self.module,
+                self._fast_read,
+                self._fast_write,
+                self.method_kwargs,
+                type(self).forward is TensorDictModule.forward,
+            )
+        self.__dict__["_plan"] = plan
+        return plan
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # `nn.Module.__call__` without hooks only calls `forward`: do that directly
         # (two Python frames less) unless something hooks in (module or global hooks,
-        # `compile()`, jit or fx tracing), where the ordinary call runs.
-        if (
-            nn.Module.__call__ is _MODULE_CALL
-            and self._compiled_call_impl is None
-            and not (
-                self._forward_hooks
-                or self._forward_pre_hooks
-                or self._backward_hooks
-                or self._backward_pre_hooks
+        # `compile()`, jit or fx tracing), where the ordinary call runs. The module's
+        # own fields are read from its `__dict__`: an attribute of an `nn.Module`
+        # costs ~25 ns (its `__getattr__` defeats CPython's attribute cache), a key ~10.
+        d = self.__dict__
+        try:
+            hooked = (
+                _Module.__call__ is not _MODULE_CALL
+                or d["_forward_hooks"]
+                or d["_forward_pre_hooks"]
+                or d["_backward_hooks"]
+                or d["_backward_pre_hooks"]
                 or _global_forward_hooks
                 or _global_forward_pre_hooks
                 or _global_backward_hooks
                 or _global_backward_pre_hooks
+                or ("_compiled_call_impl" in d and d["_compiled_call_impl"] is not None)
+                or _is_tracing()
             )
-            and not torch._C._is_tracing()
-        ):
-            if (
-                len(args) == 1
-                and not kwargs
-                and type(args[0]) is TensorDict
-                and self._fast_read is not None
-                and type(self).forward is TensorDictModule.forward
-            ):
-                out = self._forward_dense(args[0])
-                if out is not _NOT_FAST:
-                    return out
-            return self.forward(*args, **kwargs)
-        return nn.Module.__call__(self, *args, **kwargs)
+            plan = d["_plan"]
+        except KeyError:  # a module without these fields (unpickled, old torch): the ordinary call
+            hooked, plan = True, False
+        if hooked:
+            return nn.Module.__call__(self, *args, **kwargs)
+        if plan is None:
+            plan = self._fast_plan()
+        if plan and plan[5] and len(args) == 1 and not kwargs and type(args[0]) is TensorDict:
+            out = _run_plan(plan, args[0], self)
+            if out is not _NOT_FAST:
+                return out
+        return self.forward(*args, **kwargs)
 
     def forward(
         self,
@@ -238,7 +319,8 @@ class TensorDictModule(TensorDictModuleBase):
             and tensordict_out is None
             and self._fast_read is not None
         ):
-            out = self._forward_dense(tensordict)
+            plan = self.__dict__.get("_plan")
+            out = _run_plan(plan or self._fast_plan(), tensordict, self)
             if out is not _NOT_FAST:
                 return out
         tensordict, tensordict_out, result = resolve_call(
@@ -292,40 +374,6 @@ class TensorDictModule(TensorDictModuleBase):
                 tensordict_out.set(key, out)
             return tensordict_out
         return self._write_outputs(out, tensordict_out)
-
-    def _forward_dense(self, tensordict: TensorDict) -> Any:
-        """`forward` of the usual call (a dense TensorDict, str in keys, written in place).
-
-        Returns `_NOT_FAST`, having done nothing, where the general path must run:
-        another mode or option is set, or an input is missing (for its error).
-        """
-        if (
-            tensordict._pending is not None
-            or self.inplace is not True
-            or self.strict
-            or self.method is not None
-            or self.method_kwargs
-            or _SKIP.get() is not False
-        ):
-            return _NOT_FAST
-        entries = tensordict._tensordict
-        keys = self._fast_read
-        assert keys is not None  # checked by forward
-        if len(keys) == 1:
-            value = entries.get(keys[0])
-            if value is None:
-                return _NOT_FAST
-            out = self._function()(value)
-        else:
-            values = [entries.get(key) for key in keys]
-            if None in values:
-                return _NOT_FAST
-            out = self._function()(*values)
-        key = self._fast_write
-        if key is not None and type(out) is Tensor:
-            tensordict[key] = out  # the container's fastest checked write
-            return tensordict
-        return self._write_outputs(out, tensordict)
 
     def _function(self) -> Callable[..., Any]:
         """The wrapped callable (or its `method`), read without `nn.Module.__getattr__`."""
