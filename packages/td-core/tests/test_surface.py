@@ -186,7 +186,11 @@ def test_from_schema_storages(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("storage", "error", "match"),
-    [("nope", ValueError, "unknown storage 'nope'"), ("zarr", ValueError, "no zarr backend")],
+    [
+        ("nope", ValueError, "unknown storage 'nope'"),
+        ("zarr", ValueError, "no zarr backend"),
+        ("redis", ValueError, "no redis backend"),
+    ],
 )
 def test_from_schema_bad_storage(storage, error, match) -> None:
     with pytest.raises(error, match=match):
