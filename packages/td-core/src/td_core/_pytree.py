@@ -24,33 +24,38 @@ Tensor = torch.Tensor
 
 
 def _flatten(td: Any) -> tuple[list[Any], Any]:
+    # vmap flattens its inputs up to 3 times and unflattens twice per call: every
+    # step here counts (a plain tensor skips the non-tensor test, the batch size
+    # stays a torch.Size, which compares equal to the tuple it used to be)
     keys: list[str] = []
     children: list[Any] = []
     static: list[tuple[str, Any]] = []
     for key, value in td._items_str():
-        if is_nt(value):
+        if type(value) is not Tensor and is_nt(value):
             static.append((key, value))
         else:
             keys.append(key)
             children.append(value)
-    first = children[0] if children else None
-    ref = first.ndim if isinstance(first, Tensor) else getattr(first, "batch_dims", None)
-    context = (type(td), tuple(keys), tuple(td.batch_size), td.device, tuple(static), ref)
+    ref = None
+    if children:
+        first = children[0]
+        ref = first.ndim if isinstance(first, Tensor) else getattr(first, "batch_dims", None)
+    context = (type(td), tuple(keys), td.batch_size, td.device, tuple(static), ref)
     return children, context
 
 
 def _unflatten(children: Any, context: Any) -> Any:
     cls, keys, batch_size, device, static, ref = context
-    children = list(children)
-    bs = torch.Size(batch_size)
-    first = children[0] if children else None
+    bs = batch_size if type(batch_size) is torch.Size else torch.Size(batch_size)
     # pytree also unflattens placeholder leaves (vmap's in_dims ints): keep the batch size then
-    if (
-        ref is not None
-        and first is not None
-        and (isinstance(first, Tensor) or hasattr(first, "batch_dims"))
-    ):
-        now = first.ndim if isinstance(first, Tensor) else first.batch_dims
+    if ref is not None and children:
+        first = children[0]
+        if isinstance(first, Tensor):
+            now = first.ndim
+        elif type(first) is int or first is None:
+            now = ref
+        else:
+            now = getattr(first, "batch_dims", ref)
         if now != ref:
             n = len(bs) + now - ref
             bs = (first.shape if isinstance(first, Tensor) else first.batch_size)[:n]
