@@ -123,3 +123,27 @@ def test_copies_call_their_own_module() -> None:
             other.module.bias.fill_(2.0)
         torch.testing.assert_close(other(_td())["y"], torch.full((2, 4), 2.0))
         assert not torch.equal(module(_td())["y"], torch.full((2, 4), 2.0))
+
+
+def test_hooks_and_calls_of_the_wrapped_module_run() -> None:
+    # the wrapper calls the inner module's forward directly only when nn.Module's call
+    # would do nothing else: its own hooks, and a class's own __call__, still run
+    module = _module()
+    module(_td())
+    seen: list[str] = []
+    inner = module.module
+    handle = inner.register_forward_pre_hook(lambda m, args: seen.append("pre"))
+    module(_td())
+    handle.remove()
+    handle = inner.register_forward_hook(lambda m, args, out: out * 0)
+    assert (module(_td())["y"] == 0).all()
+    handle.remove()
+    assert not (module(_td())["y"] == 0).all()
+    assert seen == ["pre"]
+
+    class Called(nn.Linear):
+        def __call__(self, *args: object, **kwargs: object) -> torch.Tensor:
+            return torch.full((2, 4), 7.0)
+
+    module.module = Called(3, 4)
+    assert (module(_td())["y"] == 7).all()

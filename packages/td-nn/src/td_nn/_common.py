@@ -84,8 +84,36 @@ _Plan = tuple[
 ]
 
 
-def _run_plan(plan: _Plan | bool, tensordict: TensorDict, module: TensorDictModule) -> Any:
+def _unhooked_forward(module: nn.Module) -> Callable[..., Any]:
+    """`module.forward` where calling `module` would only call it (what `nn.Module.__call__`
+    does without hooks; the caller has checked the global hooks and tracing), else `module`.
+
+    Saves the wrapped module's own trip through `nn.Module`'s call machinery (~0.6 us).
+    """
+    if type(module).__call__ is not _MODULE_CALL:  # a class with a call of its own
+        return module
+    d = module.__dict__
+    try:
+        if (
+            d["_forward_hooks"]
+            or d["_forward_pre_hooks"]
+            or d["_backward_hooks"]
+            or d["_backward_pre_hooks"]
+            or ("_compiled_call_impl" in d and d["_compiled_call_impl"] is not None)
+        ):
+            return module
+    except KeyError:  # a module without these fields (unpickled, old torch)
+        return module
+    return module.forward
+
+
+def _run_plan(
+    plan: _Plan | bool, tensordict: TensorDict, module: TensorDictModule, unhooked: bool
+) -> Any:
     """`module`'s forward of a dense `tensordict`, in place, following `plan`.
+
+    `unhooked`: the caller has checked that no global hook is registered and no jit
+    tracing is on, so the wrapped module's own call may be skipped (`_unhooked_forward`).
 
     Returns `_NOT_FAST`, having done nothing, where the general path must run:
     no plan, another mode or option is set, or an input is missing (for its error).
@@ -96,7 +124,7 @@ def _run_plan(plan: _Plan | bool, tensordict: TensorDict, module: TensorDictModu
     if tensordict._pending is not None or method_kwargs or _SKIP.get() is not False:
         return _NOT_FAST
     if modules is not None:
-        fn = modules["module"]
+        fn = _unhooked_forward(modules["module"]) if unhooked else modules["module"]
     assert fn is not None
     entries = tensordict._tensordict
     if len(keys) == 1:
@@ -299,7 +327,7 @@ class TensorDictModule(TensorDictModuleBase):
         if plan is None:
             plan = self._fast_plan()
         if plan and plan[5] and len(args) == 1 and not kwargs and type(args[0]) is TensorDict:
-            out = _run_plan(plan, args[0], self)
+            out = _run_plan(plan, args[0], self, True)
             if out is not _NOT_FAST:
                 return out
         return self.forward(*args, **kwargs)
@@ -320,7 +348,7 @@ class TensorDictModule(TensorDictModuleBase):
             and self._fast_read is not None
         ):
             plan = self.__dict__.get("_plan")
-            out = _run_plan(plan or self._fast_plan(), tensordict, self)
+            out = _run_plan(plan or self._fast_plan(), tensordict, self, False)
             if out is not _NOT_FAST:
                 return out
         tensordict, tensordict_out, result = resolve_call(
