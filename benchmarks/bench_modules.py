@@ -16,6 +16,7 @@ from torch import nn
 import td_core
 
 torch.manual_seed(0)
+torch.set_num_threads(1)  # overhead, not intra-op parallelism, is what is measured
 suite = Suite("modules")
 
 # ------------------------------------------------------------------ lazy stack
