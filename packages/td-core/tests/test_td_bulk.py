@@ -360,6 +360,15 @@ def test_to_device():
     assert torch.equal(out2["a"], td["a"])
 
 
+def test_a_device_without_index_gets_one_as_upstream():
+    # "cuda" is the current CUDA device (cuda:0 here on a GPU machine: see
+    # tests-integration/test_cuda.py), another accelerator its index 0; cpu and meta stay
+    assert TensorDict({}, [], device="xpu").device == torch.device("xpu", 0)
+    assert TensorDict({}, [], device=torch.device("xpu")).device == torch.device("xpu", 0)
+    assert TensorDict({}, [], device="cpu").device == torch.device("cpu")
+    assert TensorDict({}, [], device="meta").device.index is None
+
+
 def test_to_device_keyword_and_device_dtype():
     td = make_td()
     assert td.to(device="meta")["a"].device.type == "meta"

@@ -63,18 +63,46 @@ def as_size(batch_size: Any) -> torch.Size:
     return size
 
 
+_PARSED_DEVICES: dict[str, torch.device] = {}  # "cpu", "mps" -> mps:0, ...: parsed once
+
+
 def as_device(device: Any) -> torch.device | None:
-    """`None` or a `torch.device` (ints mean the default accelerator's index)."""
-    if device is None or type(device) is torch.device:
+    """`None` or a `torch.device` with an index where it has one, as upstream: `"cuda"` is
+    the current CUDA device (`cuda:0` unless set), another accelerator's index 0; `"cpu"`
+    and `"meta"` stay as they are. Ints mean the default accelerator's index."""
+    if device is None:
         return device
+    if type(device) is torch.device:
+        if device.index is not None or device.type in ("cpu", "meta"):
+            return device
+        return _indexed(device)
+    if type(device) is str:
+        parsed = _PARSED_DEVICES.get(device)
+        if parsed is not None:
+            return parsed
     if isinstance(device, int) and not isinstance(device, bool):
         return torch.device("cuda", device)
     try:
-        return torch.device(device)
+        parsed = torch.device(device)
     except (RuntimeError, TypeError):
         raise DeviceError(
             f"invalid device {device!r}: expected e.g. 'cpu', 'cuda:0' or a torch.device"
         ) from None
+    if parsed.index is None and parsed.type not in ("cpu", "meta"):
+        if parsed.type == "cuda":  # the current device may change: not kept
+            return _indexed(parsed)
+        parsed = _indexed(parsed)
+    if type(device) is str and len(_PARSED_DEVICES) < 64:
+        _PARSED_DEVICES[device] = parsed
+    return parsed
+
+
+def _indexed(device: torch.device) -> torch.device:
+    if device.type != "cuda":
+        return torch.device(device.type, 0)
+    if not torch.cuda.is_available():  # no current device to name: moves will say so
+        return device
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def normalize_dim(dim: int, ndim: int, what: str = "batch dims") -> int:

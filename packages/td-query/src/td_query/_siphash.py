@@ -34,14 +34,23 @@ COMPILE_MIN_ROWS = 8192
 COMPILE_MAX_WORDS = 32
 
 
+def _words(key: bytes | bytearray) -> tuple[int, int]:
+    return int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
+
+
+_DEFAULT_WORDS = _words(DEFAULT_KEY)
+
+
 def _check_key(key: bytes) -> tuple[int, int]:
+    if (
+        key is DEFAULT_KEY
+    ):  # no bytes work inside a caller's torch.compile (older dynamo refuses it)
+        return _DEFAULT_WORDS
     if not isinstance(key, (bytes, bytearray)):
         raise TypeError(f"SipHash key must be 16 bytes, got {type(key).__name__} {key!r}")
     if len(key) != 16:
         raise ValueError(f"SipHash key must be 16 bytes long, got {len(key)} bytes: {key!r}")
-    k0 = int.from_bytes(bytes(key[:8]), "little")
-    k1 = int.from_bytes(bytes(key[8:]), "little")
-    return k0, k1
+    return _words(key)
 
 
 def _blocks_host(rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | int]:
