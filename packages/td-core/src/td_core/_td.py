@@ -251,12 +251,36 @@ class TensorDict(TensorDictBase):
 
     def _values_str(self) -> Any:
         if self._pending is None:
-            return self._tensordict.values()
+            return iter(self._tensordict.values())
         if is_compiling():
             return [*self._tensordict.values(), *self._pending.values()]
         return self._sync().values()
 
     # fast paths of the hottest reads
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Any = None,
+        *,
+        sort: bool = False,
+    ) -> Any:
+        if self._pending is None and not (include_nested or leaves_only or sort):
+            return iter(self._tensordict.items())  # no _items_str frame
+        return TensorDictBase.items(self, include_nested, leaves_only, is_leaf, sort=sort)
+
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Any = None,
+        *,
+        sort: bool = False,
+    ) -> Any:
+        if self._pending is None and not (include_nested or leaves_only or sort):
+            return iter(self._tensordict.values())
+        return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
+
     def __contains__(self, key: object) -> bool:
         if type(key) is str and self._pending is None:
             return key in self._tensordict
