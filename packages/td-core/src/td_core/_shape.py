@@ -156,8 +156,18 @@ def permute_order(td: TensorDictContract, order: Sequence[int]) -> TensorDictBas
     new = torch.Size([bs[d] for d in order])  # a list: torch.Size of a generator is slower
     if not order:  # `t.permute()` of a 0-d leaf is an error: one tuple there
         return map_batch(td, lambda t: t.permute(tuple(range(t.ndim))), new)
-    order = tuple(order)  # separate ints, not one tuple: faster to parse (see `_reshape`)
-    return map_batch(td, lambda t: t.permute(*order, *range(n, t.ndim)), new)
+    order = tuple(order)
+    dims_for: dict[int, tuple[int, ...]] = {}  # leaf ndim -> its full permutation
+
+    def permute(t: Tensor) -> Tensor:
+        # leaves mostly share a few ndims: build each full permutation once, not per leaf;
+        # separate ints, not one tuple: faster to parse (see `_reshape`)
+        dims = dims_for.get(t.ndim)
+        if dims is None:
+            dims = dims_for[t.ndim] = (*order, *range(n, t.ndim))
+        return t.permute(*dims)
+
+    return map_batch(td, permute, new)
 
 
 class ShapeMixin(TensorDictContract):
