@@ -299,11 +299,7 @@ class TensorDict(TensorDictBase):
         return value
 
     def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
-        if type(key) is tuple and key and type(key[0]) is str:
-            value = self._walk(key)
-            if value is not NO_DEFAULT:
-                return value
-        if type(key) is str:
+        if type(key) is str:  # the most frequent key first
             value = self._get_str(key)
             if value is not NO_DEFAULT:
                 return value
@@ -312,14 +308,14 @@ class TensorDict(TensorDictBase):
                     return None
                 raise self._missing(key)
             return default
+        if type(key) is tuple and key and type(key[0]) is str:
+            value = self._walk(key)
+            if value is not NO_DEFAULT:
+                return value
         return TensorDictBase.get(self, key, default)
 
     def __getitem__(self, index: Any) -> Any:
-        if type(index) is tuple and index and type(index[0]) is str:
-            value = self._walk(index)
-            if value is not NO_DEFAULT:
-                return value if type(value) is Tensor or not is_nt(value) else value.data
-        if type(index) is str:
+        if type(index) is str:  # the most frequent index first
             try:
                 value = self._tensordict[index]
             except KeyError:
@@ -329,6 +325,10 @@ class TensorDict(TensorDictBase):
             if type(value) is Tensor or not is_nt(value):
                 return value
             return value.data
+        if type(index) is tuple and index and type(index[0]) is str:
+            value = self._walk(index)
+            if value is not NO_DEFAULT:
+                return value if type(value) is Tensor or not is_nt(value) else value.data
         return TensorDictBase.__getitem__(self, index)
 
     def set(
