@@ -33,7 +33,7 @@ def _select(
     td: TensorDictContract, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
 ) -> TensorDictBase:
     """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
-    if stack_parts(td) is not None:
+    if is_stack(td):
         return per_member(td, lambda m: _select(m, paths, strict, prefix))
     groups: dict[str, list[tuple[str, ...]]] = {}
     for path in paths:
@@ -122,9 +122,8 @@ class StructureMixin(TensorDictContract):
         self, *keys: NestedKey, inplace: bool = False, strict: bool = True
     ) -> Self | TensorDictBase:
         """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
-        lazy = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
-        if lazy is not NotImplemented:
-            return lazy
+        if is_stack(self):  # lazy stacks select member by member
+            return _members_do(self, "select", *keys, inplace=inplace, strict=strict)
         if all(type(k) is str for k in keys):  # fast path: top-level keys only
             get = self._getter()
             out: dict[str, Any] = {}
@@ -140,7 +139,8 @@ class StructureMixin(TensorDictContract):
                     )
             result = self._new(out, self.batch_size)
         else:
-            result = _select(self, [as_tuple(unravel_key(k)) for k in keys], strict, ())
+            paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
+            result = _select(self, paths, strict, ())
         return _assign(self, result) if inplace else result
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self | TensorDictBase:
