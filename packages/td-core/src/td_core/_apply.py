@@ -17,6 +17,7 @@ from td_core._casts import cast_all
 from td_core._consolidate import to_consolidated
 from td_core._contract import TD, TensorDictContract
 from td_core._map import (
+    is_stack,
     is_td,
     map_leaves,
     per_member,
@@ -56,8 +57,8 @@ def _apply(
     writes: list[tuple[Any, Any, Any]],
     is_leaf: Callable[[type], bool] | None = None,
 ) -> TensorDictBase | None:
-    if batch_size is None:  # a lazy stack runs per member (its reads are stacked copies)
-        lazy = per_member(
+    if batch_size is None and is_stack(td):  # per member (a lazy stack's reads are copies)
+        return per_member(
             td,
             lambda m, *o: _apply(
                 m,
@@ -77,8 +78,6 @@ def _apply(
             ),
             *others,
         )
-        if lazy is not NotImplemented:
-            return lazy
     out: dict[str, Any] = {}
     bs = td.batch_size if batch_size is None else batch_size
     n = len(td.batch_size)

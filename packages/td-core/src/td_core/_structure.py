@@ -65,9 +65,8 @@ def _select(
 
 
 def _exclude(td: TensorDictContract, paths: list[tuple[str, ...]]) -> TensorDictBase:
-    lazy = per_member(td, lambda m: _exclude(m, paths))
-    if lazy is not NotImplemented:
-        return lazy
+    if is_stack(td):
+        return per_member(td, lambda m: _exclude(m, paths))
     drop = {p[0] for p in paths if len(p) == 1}
     deeper: dict[str, list[tuple[str, ...]]] = {}
     for path in paths:
