@@ -390,17 +390,21 @@ def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[s
     # dense containers only (their private attributes are read directly: this is a hot path)
     if type(entries) is not dict or td._is_locked or td._device is not None:
         return False
+    bs = td._batch_size
+    n = len(bs)
+    check = n > 0  # whether each tensor's leading dims must be checked against bs
     items: Any
     if type(source) is dict:
         items = source.items()
     elif is_td(source):
         items = source._items_str()
+        sbs = source.batch_size
+        # its tensor leaves start with its batch size: if that starts with ours, so do they
+        check = check and sbs != bs and not (len(sbs) > n and sbs[:n] == bs)
     elif isinstance(source, Mapping):
         items = source.items()
     else:
         return False
-    bs = td._batch_size
-    n = len(bs)
     first = bs[0] if n == 1 else -1  # one batch dim (the usual case): no Size slicing
     get = entries.get
     new: dict[str, Any] = {}
@@ -421,9 +425,10 @@ def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[s
             continue
         if existing is not None and type(existing) is not Tensor:
             return False
-        shape = value.shape
-        if n and not ((shape and shape[0] == first) if first >= 0 else shape[:n] == bs):
-            return False
+        if check:
+            shape = value.shape
+            if not ((shape and shape[0] == first) if first >= 0 else shape[:n] == bs):
+                return False
         new[key] = value
     staged.append((entries, new))
     return True
