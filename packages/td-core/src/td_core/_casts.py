@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -90,11 +89,9 @@ def cast_all(
         assert out is not None  # not in place: named_apply returns the result
         return out
     leaves = tensor_leaves(td)
-    # attribute reads through map(): no bytecode per leaf
-    if torch._C._are_functorch_transforms_active() or any(map(_REQUIRES_GRAD, leaves)):
+    if torch._C._are_functorch_transforms_active() or any(t.requires_grad for t in leaves):
         return rebuild(td, iter([t.to(dtype) for t in leaves]))
-    dtypes = set(map(_DTYPE, leaves))
-    todo = leaves if dtype not in dtypes else [t for t in leaves if t.dtype != dtype]
+    todo = [t for t in leaves if t.dtype != dtype]
     if not todo:
         return rebuild(td, iter(leaves))
     allocate = functools.partial(torch.empty_like, dtype=dtype)  # map() calls it frame-free
@@ -104,10 +101,6 @@ def cast_all(
         return rebuild(td, iter(outs))
     done = iter(outs)
     return rebuild(td, iter([next(done) if t.dtype != dtype else t for t in leaves]))
-
-
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")
-_DTYPE = operator.attrgetter("dtype")
 
 
 def _dtypes(td: TensorDictContract) -> set[torch.dtype]:
