@@ -126,13 +126,19 @@ def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | TensorDictBase:
     # `t.reshape((2, 3))`; an empty `new` needs the tuple (`t.reshape()` is an error)
     fn: Callable[[Tensor], Tensor]
     stacked = lazy.parts(td) is not None
-    if copy or stacked:
-        if new:
-            fn = lambda t: t.reshape(*new, *t.shape[n:])  # noqa: E731
-        else:
-            fn = lambda t: t.reshape(t.shape[n:])  # noqa: E731
-    elif new:
-        fn = lambda t: t.view(*new, *t.shape[n:])  # noqa: E731
+    reshape = copy or stacked
+    if new:
+        full_for: dict[torch.Size, tuple[int, ...]] = {}  # leaf shape -> its new shape
+
+        def fn(t: Tensor) -> Tensor:
+            # leaves mostly share a few shapes: build each new shape once, not per leaf
+            shape = t.shape
+            full = full_for.get(shape)
+            if full is None:
+                full = full_for[shape] = (*new, *shape[n:])
+            return t.reshape(*full) if reshape else t.view(*full)
+    elif reshape:
+        fn = lambda t: t.reshape(t.shape[n:])  # noqa: E731
     else:
         fn = lambda t: t.view(t.shape[n:])  # noqa: E731
     if stacked:
