@@ -17,6 +17,7 @@ from td_core._casts import cast_all
 from td_core._consolidate import to_consolidated
 from td_core._contract import TD, TensorDictContract
 from td_core._map import (
+    is_stack,
     is_td,
     map_leaves,
     per_member,
@@ -56,8 +57,8 @@ def _apply(
     writes: list[tuple[Any, Any, Any]],
     is_leaf: Callable[[type], bool] | None = None,
 ) -> TensorDictBase | None:
-    if batch_size is None:  # a lazy stack runs per member (its reads are stacked copies)
-        lazy = per_member(
+    if batch_size is None and is_stack(td):  # per member (a lazy stack's reads are copies)
+        return per_member(
             td,
             lambda m, *o: _apply(
                 m,
@@ -77,12 +78,24 @@ def _apply(
             ),
             *others,
         )
-        if lazy is not NotImplemented:
-            return lazy
     out: dict[str, Any] = {}
     bs = td.batch_size if batch_size is None else batch_size
     n = len(td.batch_size)
+    # the usual call, `td.apply(fn)`: plain tensor leaves take a short path
+    plain = not (others or named or inplace)
+    check = batch_size is None and n > 0  # results must keep the batch dims
+    first = bs[0] if n == 1 else -1  # one batch dim: compare an int, not a Size slice
     for key, value in td._items_str():
+        if plain and type(value) is Tensor:
+            result = fn(value)
+            if result is None:
+                continue
+            if check and type(result) is Tensor:
+                shape = result.shape
+                if (not shape or shape[0] != first) if first >= 0 else shape[:n] != bs:
+                    raise _batch_error(result, prefix, key, bs)
+            out[key] = result
+            continue
         other_values = []
         for i, other in enumerate(others):
             item = other._get_str(key, NO_DEFAULT)
@@ -133,15 +146,19 @@ def _apply(
                 writes.append(((*prefix, key), value, result))
             continue
         if type(result) is Tensor and batch_size is None and result.shape[:n] != bs:
-            raise BatchSizeError(
-                f"apply: the function returned a tensor of shape {list(result.shape)} for key "
-                f"{(*prefix, key) if prefix else key!r}, which does not start with the batch_size "
-                f"{list(bs)}; pass batch_size= if the function changes the batch dims"
-            )
+            raise _batch_error(result, prefix, key, bs)
         out[key] = result
     if inplace:
         return None
     return td._new(out, bs, td.device if device is NO_DEFAULT else as_device(device))
+
+
+def _batch_error(result: Tensor, prefix: tuple[str, ...], key: str, bs: torch.Size) -> Exception:
+    return BatchSizeError(
+        f"apply: the function returned a tensor of shape {list(result.shape)} for key "
+        f"{(*prefix, key) if prefix else key!r}, which does not start with the batch_size "
+        f"{list(bs)}; pass batch_size= if the function changes the batch dims"
+    )
 
 
 def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:

@@ -239,11 +239,10 @@ def map_leaves(
         device: the device of the result (default: `td`'s).
         keep_non_tensor: what to do with non-tensor leaves (default: keep them).
     """
-    lazy = per_member(
-        td, lambda m: map_leaves(m, fn, device=device, keep_non_tensor=keep_non_tensor)
-    )
-    if lazy is not NotImplemented:
-        return lazy
+    if is_stack(td):  # asked first: building the closure costs more than the question
+        return per_member(
+            td, lambda m: map_leaves(m, fn, device=device, keep_non_tensor=keep_non_tensor)
+        )
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):

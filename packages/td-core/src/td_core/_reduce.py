@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 
 from td_core._lazy_shape import restack
-from td_core._map import is_nt, is_td, per_member
+from td_core._map import is_nt, is_stack, is_td, per_member
 from td_core._unbatched import is_unbatched
 from td_core._utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
@@ -450,10 +450,8 @@ def _zip(
     prefix: tuple[str, ...],
 ) -> TensorDictBase:
     other_td = is_td(other)
-    if keep and other_td:  # a lazy stack (ragged too) is zipped member by member, as upstream
-        lazy = per_member(td, lambda m, o: _zip(m, o, fn, swap, keep, args, kwargs, prefix), other)
-        if lazy is not NotImplemented:
-            return lazy
+    if keep and other_td and is_stack(td):  # zipped member by member (ragged too), as upstream
+        return per_member(td, lambda m, o: _zip(m, o, fn, swap, keep, args, kwargs, prefix), other)
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if is_nt(value):

@@ -126,13 +126,19 @@ def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | TensorDictBase:
     # `t.reshape((2, 3))`; an empty `new` needs the tuple (`t.reshape()` is an error)
     fn: Callable[[Tensor], Tensor]
     stacked = lazy.parts(td) is not None
-    if copy or stacked:
-        if new:
-            fn = lambda t: t.reshape(*new, *t.shape[n:])  # noqa: E731
-        else:
-            fn = lambda t: t.reshape(t.shape[n:])  # noqa: E731
-    elif new:
-        fn = lambda t: t.view(*new, *t.shape[n:])  # noqa: E731
+    reshape = copy or stacked
+    if new:
+        full_for: dict[torch.Size, tuple[int, ...]] = {}  # leaf shape -> its new shape
+
+        def fn(t: Tensor) -> Tensor:
+            # leaves mostly share a few shapes: build each new shape once, not per leaf
+            shape = t.shape
+            full = full_for.get(shape)
+            if full is None:
+                full = full_for[shape] = (*new, *shape[n:])
+            return t.reshape(*full) if reshape else t.view(*full)
+    elif reshape:
+        fn = lambda t: t.reshape(t.shape[n:])  # noqa: E731
     else:
         fn = lambda t: t.view(t.shape[n:])  # noqa: E731
     if stacked:
@@ -156,8 +162,18 @@ def permute_order(td: TensorDictContract, order: Sequence[int]) -> TensorDictBas
     new = torch.Size([bs[d] for d in order])  # a list: torch.Size of a generator is slower
     if not order:  # `t.permute()` of a 0-d leaf is an error: one tuple there
         return map_batch(td, lambda t: t.permute(tuple(range(t.ndim))), new)
-    order = tuple(order)  # separate ints, not one tuple: faster to parse (see `_reshape`)
-    return map_batch(td, lambda t: t.permute(*order, *range(n, t.ndim)), new)
+    order = tuple(order)
+    dims_for: dict[int, tuple[int, ...]] = {}  # leaf ndim -> its full permutation
+
+    def permute(t: Tensor) -> Tensor:
+        # leaves mostly share a few ndims: build each full permutation once, not per leaf;
+        # separate ints, not one tuple: faster to parse (see `_reshape`)
+        dims = dims_for.get(t.ndim)
+        if dims is None:
+            dims = dims_for[t.ndim] = (*order, *range(n, t.ndim))
+        return t.permute(*dims)
+
+    return map_batch(td, permute, new)
 
 
 class ShapeMixin(TensorDictContract):

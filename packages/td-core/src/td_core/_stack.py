@@ -64,13 +64,29 @@ def _same_keys(tds: list[TensorDictBase], prefix: tuple[str, ...], what: str) ->
             )
 
 
-def _getters(tds: list[TensorDictBase]) -> list[Any]:
-    """Per-member lookups: the entry dict's own `__getitem__` for dense TensorDicts (fastest)."""
-    out = []
-    for td in tds:
-        entries = getattr(td, "_tensordict", None)
-        out.append(entries.__getitem__ if type(entries) is dict else td._get_str)
-    return out
+def _columns(
+    tds: list[TensorDictBase], prefix: tuple[str, ...], what: str
+) -> list[tuple[str, list[Any]]]:
+    """`(key, the entries of every input at key)` for each key of the first input, in its order.
+
+    Raises `KeyNotFoundError` unless every input has the same keys.
+    """
+    dicts: list[Any]
+    try:  # dense TensorDicts (nothing held back by torch.compile): read their entry dicts
+        dicts = [td._tensordict if td._pending is None else None for td in tds]  # type: ignore[attr-defined]
+    except AttributeError:
+        dicts = [None]
+    if set(map(type, dicts)) == {dict}:
+        first = dicts[0]
+        # as many keys as the first, and each of its keys: the same keys
+        if set(map(len, dicts)) == {len(first)}:
+            try:
+                return [(key, [entries[key] for entries in dicts]) for key in first]
+            except KeyError:
+                pass
+    _same_keys(tds, prefix, what)
+    getters = [td._get_str for td in tds]
+    return [(key, [get(key) for get in getters]) for key in tds[0]._keys_str()]
 
 
 def stack(
@@ -110,19 +126,18 @@ def _combine(
     tensor_op = torch.stack if stacking else torch.cat
     non_tensor_op = stack_non_tensors if stacking else cat_non_tensors
     first = tds[0]
-    _same_keys(tds, prefix, what)
-    getters = _getters(tds)
+    columns = _columns(tds, prefix, what)
     bs = list(first.batch_size)
     if stacking:
         bs.insert(d, len(tds))
     else:
         bs[d] = sum(td.batch_size[d] for td in tds)
     entries: dict[str, Any] = {}
-    for key, value in first._items_str():
+    for key, values in columns:
+        value = values[0]
         if type(value) is not Tensor and is_unbatched(value):  # shared by all: the first one
             entries[key] = value.with_batch_size(torch.Size(bs))
             continue
-        values = [get(key) for get in getters]
         if isinstance(value, Tensor):
             try:
                 entries[key] = tensor_op(values, d)

@@ -33,7 +33,7 @@ def _select(
     td: TensorDictContract, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
 ) -> TensorDictBase:
     """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
-    if stack_parts(td) is not None:
+    if is_stack(td):
         return per_member(td, lambda m: _select(m, paths, strict, prefix))
     groups: dict[str, list[tuple[str, ...]]] = {}
     for path in paths:
@@ -65,9 +65,8 @@ def _select(
 
 
 def _exclude(td: TensorDictContract, paths: list[tuple[str, ...]]) -> TensorDictBase:
-    lazy = per_member(td, lambda m: _exclude(m, paths))
-    if lazy is not NotImplemented:
-        return lazy
+    if is_stack(td):
+        return per_member(td, lambda m: _exclude(m, paths))
     drop = {p[0] for p in paths if len(p) == 1}
     deeper: dict[str, list[tuple[str, ...]]] = {}
     for path in paths:
@@ -122,9 +121,8 @@ class StructureMixin(TensorDictContract):
         self, *keys: NestedKey, inplace: bool = False, strict: bool = True
     ) -> Self | TensorDictBase:
         """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
-        lazy = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
-        if lazy is not NotImplemented:
-            return lazy
+        if is_stack(self):  # lazy stacks select member by member
+            return _members_do(self, "select", *keys, inplace=inplace, strict=strict)
         if all(type(k) is str for k in keys):  # fast path: top-level keys only
             get = self._getter()
             out: dict[str, Any] = {}
@@ -140,7 +138,8 @@ class StructureMixin(TensorDictContract):
                     )
             result = self._new(out, self.batch_size)
         else:
-            result = _select(self, [as_tuple(unravel_key(k)) for k in keys], strict, ())
+            paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
+            result = _select(self, paths, strict, ())
         return _assign(self, result) if inplace else result
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self | TensorDictBase:
@@ -391,17 +390,21 @@ def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[s
     # dense containers only (their private attributes are read directly: this is a hot path)
     if type(entries) is not dict or td._is_locked or td._device is not None:
         return False
+    bs = td._batch_size
+    n = len(bs)
+    check = n > 0  # whether each tensor's leading dims must be checked against bs
     items: Any
     if type(source) is dict:
         items = source.items()
     elif is_td(source):
         items = source._items_str()
+        sbs = source.batch_size
+        # its tensor leaves start with its batch size: if that starts with ours, so do they
+        check = check and sbs != bs and not (len(sbs) > n and sbs[:n] == bs)
     elif isinstance(source, Mapping):
         items = source.items()
     else:
         return False
-    bs = td._batch_size
-    n = len(bs)
     first = bs[0] if n == 1 else -1  # one batch dim (the usual case): no Size slicing
     get = entries.get
     new: dict[str, Any] = {}
@@ -422,9 +425,10 @@ def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[s
             continue
         if existing is not None and type(existing) is not Tensor:
             return False
-        shape = value.shape
-        if n and not ((shape and shape[0] == first) if first >= 0 else shape[:n] == bs):
-            return False
+        if check:
+            shape = value.shape
+            if not ((shape and shape[0] == first) if first >= 0 else shape[:n] == bs):
+                return False
         new[key] = value
     staged.append((entries, new))
     return True

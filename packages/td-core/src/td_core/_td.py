@@ -251,12 +251,36 @@ class TensorDict(TensorDictBase):
 
     def _values_str(self) -> Any:
         if self._pending is None:
-            return self._tensordict.values()
+            return iter(self._tensordict.values())
         if is_compiling():
             return [*self._tensordict.values(), *self._pending.values()]
         return self._sync().values()
 
     # fast paths of the hottest reads
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Any = None,
+        *,
+        sort: bool = False,
+    ) -> Any:
+        if self._pending is None and not (include_nested or leaves_only or sort):
+            return iter(self._tensordict.items())  # no _items_str frame
+        return TensorDictBase.items(self, include_nested, leaves_only, is_leaf, sort=sort)
+
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Any = None,
+        *,
+        sort: bool = False,
+    ) -> Any:
+        if self._pending is None and not (include_nested or leaves_only or sort):
+            return iter(self._tensordict.values())
+        return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
+
     def __contains__(self, key: object) -> bool:
         if type(key) is str and self._pending is None:
             return key in self._tensordict
@@ -275,11 +299,7 @@ class TensorDict(TensorDictBase):
         return value
 
     def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
-        if type(key) is tuple and key and type(key[0]) is str:
-            value = self._walk(key)
-            if value is not NO_DEFAULT:
-                return value
-        if type(key) is str:
+        if type(key) is str:  # the most frequent key first
             value = self._get_str(key)
             if value is not NO_DEFAULT:
                 return value
@@ -288,14 +308,14 @@ class TensorDict(TensorDictBase):
                     return None
                 raise self._missing(key)
             return default
+        if type(key) is tuple and key and type(key[0]) is str:
+            value = self._walk(key)
+            if value is not NO_DEFAULT:
+                return value
         return TensorDictBase.get(self, key, default)
 
     def __getitem__(self, index: Any) -> Any:
-        if type(index) is tuple and index and type(index[0]) is str:
-            value = self._walk(index)
-            if value is not NO_DEFAULT:
-                return value if type(value) is Tensor or not is_nt(value) else value.data
-        if type(index) is str:
+        if type(index) is str:  # the most frequent index first
             try:
                 value = self._tensordict[index]
             except KeyError:
@@ -305,6 +325,10 @@ class TensorDict(TensorDictBase):
             if type(value) is Tensor or not is_nt(value):
                 return value
             return value.data
+        if type(index) is tuple and index and type(index[0]) is str:
+            value = self._walk(index)
+            if value is not NO_DEFAULT:
+                return value if type(value) is Tensor or not is_nt(value) else value.data
         return TensorDictBase.__getitem__(self, index)
 
     def set(
