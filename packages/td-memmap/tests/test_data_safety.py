@@ -162,7 +162,15 @@ def _layouts(value: float) -> dict[str, object]:
         *[TensorDict({"w": torch.full((4, big // 4), value)}, [4]) for _ in range(6)],
         TensorDict({"w": torch.full((4, 8), value), "only": torch.full((4,), value)}, [4]),
     )
-    return {"flat": flat, "nested": nested, "lazy": stack}
+    # enough folders and bytes that the default num_threads shares the leaves between threads
+    wide = TensorDict(
+        {
+            f"m{i}": {"w": torch.full((big,), value), "b": torch.full((4,), value)}
+            for i in range(80)
+        },
+        [],
+    )
+    return {"flat": flat, "nested": nested, "lazy": stack, "wide": wide}
 
 
 def _values(td) -> set[float]:
@@ -186,7 +194,7 @@ def _killed_save(td, prefix, delay: float) -> bool:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-@pytest.mark.parametrize("layout", ["flat", "nested", "lazy"])
+@pytest.mark.parametrize("layout", ["flat", "nested", "lazy", "wide"])
 def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, layout):
     rng = random.Random(14)
     prefix = tmp_path / "save"
