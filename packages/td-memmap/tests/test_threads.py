@@ -41,7 +41,7 @@ def _threads_writing(cpus: set[int], tmp_path, num_threads: str) -> tuple[int, i
     """`default_threads()` and how many threads create the leaf files of a save, on `cpus` only."""
     script = textwrap.dedent(
         f"""
-        import os, sys, threading, torch
+        import os, sys, threading, time, torch
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         os.sched_setaffinity(0, {cpus!r})
         from test_threads import _wide
@@ -50,6 +50,7 @@ def _threads_writing(cpus: set[int], tmp_path, num_threads: str) -> tuple[int, i
         def spy(path, flags, *args, **kwargs):
             if str(path).endswith(".bin"):
                 writers.add(threading.get_ident())
+                time.sleep(0.001)  # a slow disk: every thread gets some leaves
             return real_open(path, flags, *args, **kwargs)
         os.open = spy
         save(_wide(), {str(tmp_path / "s")!r}, num_threads={num_threads})

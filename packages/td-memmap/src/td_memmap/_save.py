@@ -11,10 +11,9 @@ Order of a save, which is what makes it crash-safe:
    `a.c.bin`, ... that the previous save does not use;
 4. make the folders, parents first, then write every leaf (one sequential
    write each, straight from the tensor's memory); with `num_threads > 0` and
-   enough work (`MIN_SHARE`) the leaves are cut into contiguous shares, one
-   per thread;
-5. stage the sub-folders' metadata under temporary names, deepest first (the
-   folders of a level shared between threads when there are many);
+   enough work (`MIN_SHARE`) threads take the leaves in turn;
+5. stage the sub-folders' metadata under temporary names, deepest first (by
+   threads too when a level has many folders);
 6. commit: write the top folder's metadata atomically (temporary file,
    rename). It indexes every sub-folder's metadata, so it alone decides what
    loads (see `_meta.Index`); every metadata file records the save's
@@ -72,7 +71,7 @@ from td_memmap._io import (
 )
 from td_memmap._meta import MAX_DEPTH, header, meta_stamp
 from td_memmap._tensor import MemoryMappedTensor
-from td_memmap._threads import run_shares
+from td_memmap._threads import run_parallel
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
 __all__ = ["save_tree", "share_tree", "nontensor_json", "Grown"]
@@ -466,7 +465,7 @@ def save_tree(
         for folder in folders:  # parents first
             _prepare(folder, folder is plan)
         jobs = planner.jobs
-        run_shares(
+        run_parallel(
             num_threads,
             lambda job: _run(job, durable),
             jobs,
@@ -475,9 +474,9 @@ def save_tree(
         )
         if durable:  # the new leaves' directory entries, before any metadata names them
             syncs = [folder.path for folder in folders]
-            run_shares(num_threads, fsync_dir, syncs, [1] * len(syncs), min_share=1)
+            run_parallel(num_threads, fsync_dir, syncs, [1] * len(syncs), min_share=1)
         for level in reversed(_levels(folders)[1:]):  # deepest first: a folder indexes those below
-            run_shares(num_threads, stage, level, [1] * len(level), min_share=MIN_FOLDERS)
+            run_parallel(num_threads, stage, level, [1] * len(level), min_share=MIN_FOLDERS)
         write_json(plan.path, META_NAME, None, durable=durable, payload=_payload(plan, stamps))
     except BaseException:
         for tmp, _ in staged:

@@ -12,6 +12,7 @@ CPUs, two threads overlap them; with one, threads would only take turns.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
@@ -20,8 +21,7 @@ __all__ = [
     "MAX_DEFAULT_THREADS",
     "default_threads",
     "resolve_threads",
-    "shares",
-    "run_shares",
+    "run_parallel",
 ]
 
 T = TypeVar("T")
@@ -53,20 +53,7 @@ def resolve_threads(num_threads: int | None) -> int:
     return num_threads
 
 
-def shares(items: Sequence[T], weights: Sequence[int], n: int) -> list[list[T]]:
-    """`items` cut into at most `n` contiguous shares of about equal total weight."""
-    total = sum(weights)
-    out: list[list[T]] = [[]]
-    done = 0
-    for item, weight in zip(items, weights):
-        if done >= total * len(out) / n and len(out) < n:
-            out.append([])
-        out[-1].append(item)
-        done += weight
-    return [share for share in out if share]
-
-
-def run_shares(
+def run_parallel(
     num_threads: int,
     fn: Callable[[T], object],
     items: Sequence[T],
@@ -76,29 +63,46 @@ def run_shares(
 ) -> None:
     """`fn` on every item; with threads when the work is worth it.
 
-    The items are cut into contiguous shares of at least `min_share` total
-    weight, at most `num_threads`; the calling thread runs the first, one
-    thread each the others (one hand-over per thread, not per item: on a busy
-    machine waking a thread costs milliseconds). Every share is finished
-    before the first error is raised, so that the caller's clean-up never
-    runs beside a write.
+    `n = min(num_threads, sum(weights) // min_share)` threads (the calling
+    one and `n - 1` more) take the items in order, each the next one left
+    when it is done with its last: one hand-over per thread, not per item (on
+    a busy machine waking a thread costs milliseconds), and a thread that the
+    machine holds up delays no fixed share of the work. After an error no
+    thread takes another item, and every thread has finished before the first
+    error is raised, so that the caller's clean-up never runs beside a write.
     """
-    n = min(num_threads, sum(weights) // max(min_share, 1))
-    if n < 2 or len(items) < 2:
+    n = min(num_threads, len(items), sum(weights) // max(min_share, 1))
+    if n < 2:
         for item in items:
             fn(item)
         return
+    lock = threading.Lock()
+    todo = iter(items)
+    errors: list[BaseException] = []
 
-    def run(share: list[T]) -> None:
-        for item in share:
-            fn(item)
+    def take() -> None:
+        while True:
+            with lock:
+                if errors:
+                    return
+                item = next(todo, _DONE)
+            if item is _DONE:
+                return
+            try:
+                fn(item)  # type: ignore[arg-type]  # not _DONE
+            except BaseException as e:
+                with lock:
+                    errors.append(e)
+                return
 
-    first, *rest = shares(items, weights, n)
-    with ThreadPoolExecutor(len(rest), thread_name_prefix="td-memmap-save") as pool:
-        futures = [pool.submit(run, share) for share in rest]
+    with ThreadPoolExecutor(n - 1, thread_name_prefix="td-memmap-save") as pool:
+        futures = [pool.submit(take) for _ in range(n - 1)]
         try:
-            run(first)
+            take()
         finally:
             wait(futures)
-    for future in futures:
-        future.result()
+    if errors:
+        raise errors[0]
+
+
+_DONE = object()
