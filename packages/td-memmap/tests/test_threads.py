@@ -15,6 +15,15 @@ from td_memmap import default_threads, load, load_memmap, memmap, memmap_like, s
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def _large(value: float = 1.0) -> TensorDict:
+    """Large leaves (4 MB each, 36 MB in all): what the default num_threads writes with threads."""
+    return TensorDict(
+        {f"t{i}": torch.full((1 << 20,), value + i) for i in range(7)}
+        | {"sub": {"a": torch.full((1 << 20,), value), "b": torch.full((1 << 20,), value)}},
+        [],
+    )
+
+
 def _wide(value: float = 1.0, folders: int = 80) -> TensorDict:
     """Enough folders and bytes that a save shares its leaves between threads."""
     return TensorDict(
@@ -37,14 +46,16 @@ def test_default_threads_follows_the_cpus_this_process_may_use():
     assert default_threads() == (0 if _CPUS < 2 else min(_CPUS, 4))
 
 
-def _threads_writing(cpus: set[int], tmp_path, num_threads: str) -> tuple[int, int]:
+def _threads_writing(
+    cpus: set[int], tmp_path, num_threads: str, tree: str = "_large"
+) -> tuple[int, int]:
     """`default_threads()` and how many threads create the leaf files of a save, on `cpus` only."""
     script = textwrap.dedent(
         f"""
         import os, sys, threading, time, torch
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         os.sched_setaffinity(0, {cpus!r})
-        from test_threads import _wide
+        from test_threads import _large, _wide
         from td_memmap import default_threads, save
         writers, real_open = set(), os.open
         def spy(path, flags, *args, **kwargs):
@@ -53,7 +64,7 @@ def _threads_writing(cpus: set[int], tmp_path, num_threads: str) -> tuple[int, i
                 time.sleep(0.001)  # a slow disk: every thread gets some leaves
             return real_open(path, flags, *args, **kwargs)
         os.open = spy
-        save(_wide(), {str(tmp_path / "s")!r}, num_threads={num_threads})
+        save({tree}(), {str(tmp_path / "s")!r}, num_threads={num_threads})
         print(default_threads(), len(writers))
         """
     )
@@ -67,7 +78,7 @@ def _threads_writing(cpus: set[int], tmp_path, num_threads: str) -> tuple[int, i
 def test_on_one_cpu_the_default_writes_in_the_calling_thread(tmp_path):
     default, writers = _threads_writing({0}, tmp_path, "None")
     assert (default, writers) == (0, 1)
-    assert load(tmp_path / "s")["m79", "w"][0].item() == 80.0
+    assert load(tmp_path / "s")["t6"][0].item() == 7.0
 
 
 @pytest.mark.skipif(
@@ -79,6 +90,17 @@ def test_on_two_cpus_the_default_shares_the_leaves_between_two_threads(tmp_path)
     assert (default, writers) == (2, 2)
     # an explicit 0 still writes everything in the calling thread
     assert _threads_writing(cpus, tmp_path, "0")[1] == 1
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or _CPUS < 2, reason="needs 2 CPUs and CPU affinity"
+)
+def test_the_default_writes_many_small_leaves_in_the_calling_thread(tmp_path):
+    cpus = set(sorted(os.sched_getaffinity(0))[:2])
+    # 160 files of at most 256 KB: creating the files is the cost, threads measured no faster
+    assert _threads_writing(cpus, tmp_path, "None", "_wide") == (2, 1)
+    # asked for, threads are used
+    assert _threads_writing(cpus, tmp_path, "2", "_wide") == (2, 2)
 
 
 def test_a_small_save_uses_no_thread(tmp_path):

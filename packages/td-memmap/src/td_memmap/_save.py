@@ -70,7 +70,7 @@ from td_memmap._io import (
 )
 from td_memmap._meta import MAX_DEPTH, header, meta_stamp
 from td_memmap._tensor import MemoryMappedTensor
-from td_memmap._threads import run_parallel
+from td_memmap._threads import default_threads, run_parallel
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
 __all__ = ["save_tree", "share_tree", "nontensor_json", "Grown"]
@@ -388,6 +388,19 @@ FILE_WEIGHT = 256 << 10
 MIN_SHARE = 16 << 20
 
 
+#: The average bytes per file from which `num_threads=None` uses threads. Measured on
+#: 2 CPUs (alternate runs of the old and new code): 256 MB in 8 files saved 1.2x
+#: faster with 2 threads; 256 MB in 256 files (or 128 folders) were no faster, and
+#: in runs where creating files was slow (see `FILE_WEIGHT`) slower.
+LARGE_LEAF = 4 << 20
+
+
+def _default_threads(weights: list[int]) -> int:
+    files = sum(1 for w in weights if w)
+    copied = sum(weights) - files * FILE_WEIGHT
+    return default_threads() if files and copied >= files * LARGE_LEAF else 0
+
+
 def _weight(job: _Job) -> int:
     if job.action == "reuse":
         return 0
@@ -406,7 +419,7 @@ def save_tree(
     prefix: str | os.PathLike,
     *,
     copy_existing: bool = False,
-    num_threads: int = 0,
+    num_threads: int | None = 0,
     like: bool = False,
     allow_pickle: bool = False,
     existsok: bool = True,
@@ -416,8 +429,9 @@ def save_tree(
     """Save `node` under `prefix`; the same tree with memory-mapped leaves.
 
     Args:
-        num_threads: threads writing the leaves and the sub-folders' metadata
-            (0: all in the calling thread).
+        num_threads: threads writing the leaves (0: all in the calling
+            thread); None: `default_threads()` for a save of large leaves
+            (see `LARGE_LEAF`), else 0.
         like: allocate zero-filled files of the right size without copying data.
         durable: also fsync every data file (survive power loss, not only a crash).
         share_non_tensor: also write each non-tensor value to its own file, which
@@ -447,11 +461,14 @@ def save_tree(
         for folder in folders:  # parents first
             _prepare(folder, folder is plan)
         jobs = planner.jobs
+        weights = [_weight(job) for job in jobs]
+        if num_threads is None:
+            num_threads = _default_threads(weights)
         run_parallel(
             num_threads,
             lambda job: _run(job, durable),
             jobs,
-            [_weight(job) for job in jobs],
+            weights,
             min_share=MIN_SHARE,
         )
         if durable:  # the new leaves' directory entries, before any metadata names them
