@@ -32,9 +32,9 @@ Two kinds of save, labelled in each case's name:
   have none to use.
 - ``fresh folder``: the previous copy (td's folder, upstream's, torch's or
   safetensors' file) is removed before each save, inside the timing on every
-  side, and each side runs with its defaults: td's ``num_threads`` (one thread
-  per usable CPU, at most 4; none on one CPU), upstream's (0), torch.save and
-  safetensors (one thread).
+  side, and each side runs with its defaults: td's ``num_threads`` (threads, one
+  per usable CPU up to 4, for large leaves only: the 8-leaf case; none for
+  256 leaves of 1 MB), upstream's (0), torch.save and safetensors (one thread).
 
 What a fresh save of many leaves measures on a given machine depends on its
 file system: td creates one file per leaf (256, plus a folder and a metadata

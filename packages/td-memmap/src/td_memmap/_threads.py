@@ -1,12 +1,12 @@
 """How many threads a save uses by default, and running work in them.
 
-`num_threads=None` (the default of `memmap`, `save`, `memmap_like` and
-`load_memmap`) means `default_threads()`: one thread per CPU this process may
-run on, at most `MAX_DEFAULT_THREADS`, and none (the calling thread does
-everything) when it may run on one CPU only. A save spends most of its time in
-system calls that release the GIL: creating each file (a scan of the inode
-table on some file systems), copying its bytes into the page cache. With two
-CPUs, two threads overlap them; with one, threads would only take turns.
+`num_threads=None` (the default of `memmap`, `save`, `memmap_` and
+`memmap_like`) gives a save of large leaves `default_threads()`: one thread per
+CPU this process may run on, at most `MAX_DEFAULT_THREADS`, and none (the
+calling thread does everything) when it may run on one CPU only; other saves
+get none (see `_save.LARGE_LEAF`). Copying large leaves into the page cache
+releases the GIL for long stretches, which a second CPU overlaps; with one CPU,
+threads would only take turns.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _usable_cpus() -> int:
 
 
 def default_threads() -> int:
-    """The threads a save uses when `num_threads` is None: 0 on one CPU, else one per CPU (at most 4)."""
+    """The threads a save of large leaves uses when `num_threads` is None: 0 on one CPU, else one per CPU (at most 4)."""
     cpus = _usable_cpus()
     return 0 if cpus < 2 else min(cpus, MAX_DEFAULT_THREADS)
 
