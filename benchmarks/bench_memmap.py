@@ -19,8 +19,8 @@ Everything is written under one temporary folder, removed at exit. Cases:
   safetensors' ``load_file``, memory-mapped TensorDicts) except the plain
   ``torch.load`` floor.
 - 256 MB in 8 large leaves (2 nested), saved into a fresh folder with td's default
-  `num_threads` against safetensors' `save_file` and `torch.save`, and opened
-  (`load_memmap` against `load_file`).
+  ``num_threads`` against safetensors' ``save_file`` and ``torch.save``, and opened
+  (``load_memmap`` against ``load_file``).
 - random access: 3 random rows of a memory-mapped 100k-row data set (images
   and labels) against loading the whole data set file with ``torch.load``.
 
@@ -30,10 +30,20 @@ Two kinds of save, labelled in each case's name:
   every side; td writes the new generation beside the old one, then removes
   the old files. td and upstream use 4 threads; torch.save and safetensors
   have none to use.
-- ``fresh folder``: the previous copy (td's folder, torch's or safetensors'
-  file) is removed before each save, inside the timing on every side, and td
-  uses one thread (``num_threads=0``), as torch.save and safetensors do.
- Each suite is one report with ratios td / reference (lower is better);
+- ``fresh folder``: the previous copy (td's folder, upstream's, torch's or
+  safetensors' file) is removed before each save, inside the timing on every
+  side, and each side runs with its defaults: td's ``num_threads`` (threads, one
+  per usable CPU up to 4, for large leaves only: the 8-leaf case; none for
+  256 leaves of 1 MB), upstream's (0), torch.save and safetensors (one thread).
+
+What a fresh save of many leaves measures on a given machine depends on its
+file system: td creates one file per leaf (256, plus a folder and a metadata
+file per sub-TensorDict in the nested layout), torch.save and safetensors one
+file. On ext4 without a journal (the machine these numbers come from) every
+file created scans the inodes freed in the last minutes, so that a create
+costs 0.01 to 1 ms depending on what was deleted lately, by the benchmark
+itself (each round removes the previous copy) or by anything else on the
+disk. Each suite is one report with ratios td / reference (lower is better);
 the plain ``torch.load`` (reading everything) is a floor of the torch suite,
 printed as td / floor. Timings on a shared machine vary by 10-30% between runs.
 """
@@ -51,6 +61,7 @@ from harness import Suite
 from safetensors.torch import load_file, save_file
 
 from td_core import TensorDict
+from td_memmap import default_threads
 
 MB = 1 << 20
 LAYERS = 128
@@ -82,7 +93,10 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
     nested = _params()
     flat = {f"{layer}.{name}": t for layer, d in nested.items() for name, t in d.items()}
     total = sum(t.numel() * t.element_size() for t in flat.values())
-    print(f"parameters: {total / MB:.0f} MB in {len(flat)} leaves; {THREADS} threads where asked")
+    print(
+        f"parameters: {total / MB:.0f} MB in {len(flat)} leaves; {THREADS} threads where asked, "
+        f"td's default num_threads here: {default_threads()}"
+    )
 
     vs_torch = Suite("memmap vs torch.save", reference="torch")
     vs_safetensors = Suite("memmap vs safetensors", reference="safetensors")
@@ -117,26 +131,38 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
     def st_save_nested() -> None:
         save_file(TensorDict(nested, batch_size=[]).flatten_keys(".").to_dict(), _path("n.st"))
 
+    def st_save_nested_fresh() -> None:
+        os.remove(_path("n.st"))
+        st_save_nested()
+
     def st_load_nested() -> object:
         return TensorDict(load_file(_path("n.st")), batch_size=[]).unflatten_keys(".")
 
-    saves: list[tuple[Suite, str, object, object]] = []  # added after the loads, see below
+    saves: list[tuple[Suite, str, object, object, str]] = []  # added after the loads, see below
     for layout, source in (("flat", flat), ("nested", nested)):
         ours_td = TensorDict(source, batch_size=[])
         theirs_td = upstream.TensorDict(source, batch_size=[])
         ours_dir, theirs_dir = _path(f"td_{layout}"), _path(f"up_{layout}")
         ours_td.memmap(ours_dir, num_threads=THREADS)
         theirs_td.memmap(theirs_dir, num_threads=THREADS)
+        leaves = "256 files" if layout == "flat" else "128 folders of 2 files"
 
         def ours_save(td: TensorDict = ours_td, prefix: str = ours_dir) -> object:
             return td.memmap(prefix, num_threads=THREADS)
 
-        fresh_dir = _path(f"td_fresh_{layout}")
+        fresh_dir, up_fresh_dir = _path(f"td_fresh_{layout}"), _path(f"up_fresh_{layout}")
         ours_td.memmap(fresh_dir)
+        theirs_td.memmap(up_fresh_dir)
 
         def ours_save_fresh(td: TensorDict = ours_td, prefix: str = fresh_dir) -> object:
             shutil.rmtree(prefix)
-            return td.memmap(prefix, num_threads=0)
+            return td.memmap(prefix)  # td's default num_threads
+
+        def theirs_save_fresh(
+            td: upstream.TensorDict = theirs_td, prefix: str = up_fresh_dir
+        ) -> object:
+            shutil.rmtree(prefix)
+            return td.memmap(prefix)  # upstream's default num_threads (0)
 
         def theirs_save(td: upstream.TensorDict = theirs_td, prefix: str = theirs_dir) -> object:
             return td.memmap(prefix, num_threads=THREADS, existsok=True)
@@ -147,42 +173,60 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
         def theirs_load(prefix: str = theirs_dir) -> object:
             return upstream.TensorDict.load_memmap(prefix)
 
-        vs_torch.add(f"load 256MB {layout}", ours_load, torch_load_mmap, torch_load_full=torch_load)
-        saves.append((vs_torch, f"re-save 256MB {layout}, 4 threads", ours_save, torch_save))
-        saves.append(
-            (
-                vs_torch,
-                f"save 256MB {layout}, fresh folder, 1 thread",
-                ours_save_fresh,
-                torch_save_fresh,
-            )
+        resave = f"re-save 256MB {layout}, 4 threads"
+        fresh = f"save 256MB {layout}, fresh folder, default threads"
+        resave_what = (
+            f"td.memmap({leaves}) over the previous save, 4 threads, against the same "
+            "reference writing its file(s) again"
         )
+        fresh_what = (
+            f"remove the previous copy, then td.memmap({leaves}) with the default num_threads, "
+            "against removing the reference's previous copy and saving again"
+        )
+        vs_torch.add(
+            f"load 256MB {layout}",
+            ours_load,
+            torch_load_mmap,
+            torch_load_full=torch_load,
+            what="load_memmap (maps every leaf) against torch.load(mmap=True); plain "
+            "torch.load (reads everything) as a floor",
+        )
+        saves.append((vs_torch, resave, ours_save, torch_save, resave_what))
+        saves.append((vs_torch, fresh, ours_save_fresh, torch_save_fresh, fresh_what))
         if layout == "flat":
-            vs_safetensors.add(f"load 256MB {layout}", ours_load, st_load)
-            saves.append((vs_safetensors, f"re-save 256MB {layout}, 4 threads", ours_save, st_save))
-            saves.append(
-                (
-                    vs_safetensors,
-                    f"save 256MB {layout}, fresh folder, 1 thread",
-                    ours_save_fresh,
-                    st_save_fresh,
-                )
+            vs_safetensors.add(
+                f"load 256MB {layout}",
+                ours_load,
+                st_load,
+                what="load_memmap (maps 256 files) against load_file (maps one)",
             )
+            saves.append((vs_safetensors, resave, ours_save, st_save, resave_what))
+            saves.append((vs_safetensors, fresh, ours_save_fresh, st_save_fresh, fresh_what))
         else:
             st_save_nested()
             vs_safetensors.add(
-                f"load 256MB {layout}", ours_load, st_load_nested, load_file_only=st_load
+                f"load 256MB {layout}",
+                ours_load,
+                st_load_nested,
+                load_file_only=st_load,
+                what="load_memmap (128 folders) against load_file then unflatten_keys (the "
+                "same TensorDict); bare load_file as a floor",
             )
-            saves.append(
-                (vs_safetensors, f"re-save 256MB {layout}, 4 threads", ours_save, st_save_nested)
-            )
-        vs_upstream.add(f"load 256MB {layout}", ours_load, theirs_load)
-        saves.append((vs_upstream, f"re-save 256MB {layout}, 4 threads", ours_save, theirs_save))
+            saves.append((vs_safetensors, resave, ours_save, st_save_nested, resave_what))
+            saves.append((vs_safetensors, fresh, ours_save_fresh, st_save_nested_fresh, fresh_what))
+        vs_upstream.add(
+            f"load 256MB {layout}",
+            ours_load,
+            theirs_load,
+            what="load_memmap against upstream's load_memmap of its own save",
+        )
+        saves.append((vs_upstream, resave, ours_save, theirs_save, resave_what))
+        saves.append((vs_upstream, fresh, ours_save_fresh, theirs_save_fresh, fresh_what))
     # Loads first: a save leaves hundreds of MB of dirty pages whose writeback, in
     # the background, slows whatever runs next (measured: loads 25% slower after a
     # save). main() also flushes them (os.sync) before each suite.
-    for suite, name, ours, theirs in saves:
-        suite.add(name, ours, theirs)
+    for suite, name, ours, theirs, what in saves:
+        suite.add(name, ours, theirs, what=what)
     return vs_torch, vs_safetensors, vs_upstream
 
 
@@ -227,9 +271,22 @@ def _few_leaves_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     def st_open() -> object:
         return load_file(st_file)
 
-    vs_safetensors.add("load 256MB 8 leaves", ours_open, st_open)
-    vs_safetensors.add("save 256MB 8 leaves, fresh folder, default threads", ours_fresh, st_fresh)
-    vs_torch.add("save 256MB 8 leaves, fresh folder, default threads", ours_fresh, torch_fresh)
+    what = (
+        "remove the previous copy, then td.memmap (8 files in 2 folders) with the default "
+        "num_threads, against removing the reference's file and saving again"
+    )
+    vs_safetensors.add(
+        "load 256MB 8 leaves",
+        ours_open,
+        st_open,
+        what="load_memmap (maps 8 files) against load_file (maps one)",
+    )
+    vs_safetensors.add(
+        "save 256MB 8 leaves, fresh folder, default threads", ours_fresh, st_fresh, what=what
+    )
+    vs_torch.add(
+        "save 256MB 8 leaves, fresh folder, default threads", ours_fresh, torch_fresh, what=what
+    )
 
 
 def _dataset_suite(vs_upstream: Suite) -> Suite:
@@ -265,8 +322,18 @@ def _dataset_suite(vs_upstream: Suite) -> Suite:
         return torch.load(_path("dataset.pt"), weights_only=True)
 
     suite = Suite("memmap random access", reference="load_whole_file")
-    suite.add("3 random rows of 100k", ours_rows, load_whole)
-    vs_upstream.add("3 random rows of 100k", ours_rows, theirs_rows)
+    suite.add(
+        "3 random rows of 100k",
+        ours_rows,
+        load_whole,
+        what="index 3 rows of a memory-mapped data set against torch.load of the whole file",
+    )
+    vs_upstream.add(
+        "3 random rows of 100k",
+        ours_rows,
+        theirs_rows,
+        what="index 3 rows of a memory-mapped data set, td against upstream",
+    )
     return suite
 
 

@@ -162,7 +162,13 @@ def _layouts(value: float) -> dict[str, object]:
         *[TensorDict({"w": torch.full((4, big // 4), value)}, [4]) for _ in range(6)],
         TensorDict({"w": torch.full((4, 8), value), "only": torch.full((4,), value)}, [4]),
     )
-    return {"flat": flat, "nested": nested, "lazy": stack}
+    # leaves large enough that the default num_threads writes them with threads
+    large = TensorDict(
+        {f"t{i}": torch.full((1 << 20,), value) for i in range(7)}
+        | {"sub": {"a": torch.full((1 << 20,), value), "b": torch.full((1 << 20,), value)}},
+        [],
+    )
+    return {"flat": flat, "nested": nested, "lazy": stack, "large": large}
 
 
 def _values(td) -> set[float]:
@@ -186,7 +192,7 @@ def _killed_save(td, prefix, delay: float) -> bool:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-@pytest.mark.parametrize("layout", ["flat", "nested", "lazy"])
+@pytest.mark.parametrize("layout", ["flat", "nested", "lazy", "large"])
 def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, layout):
     rng = random.Random(14)
     prefix = tmp_path / "save"

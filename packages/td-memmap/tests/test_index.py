@@ -38,7 +38,7 @@ def meta_reads(monkeypatch):
     real = meta_module._open_meta
 
     def spy(ctx):
-        read.append(os.path.relpath(ctx.folder, ctx.root_real))
+        read.append(os.path.relpath(ctx.folder, ctx.root))
         return real(ctx)
 
     monkeypatch.setattr(meta_module, "_open_meta", spy)

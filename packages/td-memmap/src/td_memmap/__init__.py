@@ -33,6 +33,7 @@ from td_memmap._inplace import (
 from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
 from td_memmap._tensor import MemoryMappedTensor
+from td_memmap._threads import default_threads
 from td_memmap._version import __version__
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "make_memmap_from_storage",
     "saved_path",
     "append_memmap",
+    "default_threads",
     # single-file archives
     "pack_memmap",
     "unpack_memmap",

@@ -15,6 +15,7 @@ from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_le
 from td_memmap._load import load_tree
 from td_memmap._save import save_tree, share_tree
 from td_memmap._tensor import MemoryMappedTensor
+from td_memmap._threads import resolve_threads
 from td_memmap._tree import Node, NonTensorLeaf
 from td_memmap._zip import compression_method
 
@@ -34,11 +35,6 @@ def _has_non_tensor(node: Node) -> bool:
         isinstance(v, NonTensorLeaf) or (isinstance(v, Node) and _has_non_tensor(v))
         for v in node.entries.values()
     )
-
-
-def _check_threads(num_threads: int) -> None:
-    if not isinstance(num_threads, int) or num_threads < 0:
-        raise ValueError(f"num_threads must be a non-negative int, got {num_threads!r}")
 
 
 def _as_archive(prefix: _Prefix, archive: bool | None, compression: str | int | None) -> bool:
@@ -87,7 +83,7 @@ def memmap(
     prefix: _Prefix = None,
     copy_existing: bool = False,
     *,
-    num_threads: int = 0,
+    num_threads: int | None = None,
     return_early: bool = False,
     share_non_tensor: bool = False,
     existsok: bool = True,
@@ -121,7 +117,13 @@ def memmap(
         prefix: destination folder (created); None for shared memory.
         copy_existing: copy leaves that are already memory-mapped elsewhere
             (otherwise that raises a `RuntimeError`, as upstream).
-        num_threads: threads writing leaves; 0 writes in the calling thread.
+        num_threads: threads writing the leaves (0: all in the calling
+            thread). None (the default): for a save of large leaves (4 MB
+            on average, 32 MB in all), one per CPU this process may run on,
+            at most 4, and 0 where it may run on one CPU only (see
+            `td_memmap.default_threads`); 0 for other saves, whose time goes
+            to creating files rather than copying bytes. Upstream's default
+            is 0.
         return_early: return a `concurrent.futures.Future` of the result at once.
         share_non_tensor: share the non-tensor values between processes: each
             is also written to its own file, and the result's non-tensor leaves
@@ -167,7 +169,7 @@ def memmap(
         >>> load(folder)["b", "c"].sum().item()
         6.0
     """
-    _check_threads(num_threads)
+    resolve_threads(num_threads)  # checked now; None is resolved by the save
     as_archive = _as_archive(prefix, archive, compression)
     td = _as_td(td)
     tree = to_tree(td)
@@ -212,7 +214,7 @@ def memmap_(
     prefix: _Prefix = None,
     copy_existing: bool = False,
     *,
-    num_threads: int = 0,
+    num_threads: int | None = None,
     return_early: bool = False,
     share_non_tensor: bool = False,
     existsok: bool = True,
@@ -244,7 +246,7 @@ def memmap_like(
     copy_existing: bool = False,
     *,
     existsok: bool = True,
-    num_threads: int = 0,
+    num_threads: int | None = None,
     return_early: bool = False,
     share_non_tensor: bool = False,
     robust_key: bool | None = True,
@@ -269,7 +271,7 @@ def memmap_like(
         >>> data[torch.tensor([1, 500])]["images"].shape
         torch.Size([2, 8, 8, 3])
     """
-    _check_threads(num_threads)
+    resolve_threads(num_threads)  # checked now; None is resolved by the save
     as_archive = _as_archive(prefix, archive, None)
     tree = to_tree(_as_td(td))
     _check_share(share_non_tensor, prefix, as_archive, tree)
@@ -340,7 +342,10 @@ def load_memmap(
             `share_non_tensor=True` load as shared leaves unless `"r"`,
             then as their current values.
         num_threads: threads reading the folders and mapping the leaves (0:
-            the calling thread).
+            the calling thread), each taking a share of at least 256 folders
+            or leaves. The default stays 0, unlike `memmap`'s: loading is
+            mostly Python work holding the GIL, and on a local disk threads
+            measured no faster (a network file system may gain).
         allow_pickle: load values that were saved with pickle. Unpickling
             runs code chosen by whoever wrote the folder: only for trusted data.
         cls: a tensorclass: the folder loaded becomes an instance of it,
@@ -371,7 +376,8 @@ def load_memmap(
         >>> type(back).__name__, back.batch_size, back.exclusive_keys()
         ('LazyStackedTensorDict', torch.Size([2, 2]), [[], ['b']])
     """
-    _check_threads(num_threads)
+    if not isinstance(num_threads, int) or num_threads < 0:
+        raise ValueError(f"num_threads must be a non-negative int, got {num_threads!r}")
     if mode not in (None, "r", "r+"):
         raise ValueError(f"mode must be None, 'r' or 'r+', got {mode!r}")
     td = from_tree(

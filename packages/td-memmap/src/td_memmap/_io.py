@@ -356,12 +356,14 @@ def write_json(
         fsync_dir(folder)
 
 
+# one encoder for every value: json.dumps with options builds a new one per call
+# (a save of 128 folders encodes ~2,500 values)
+_ENCODE = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
+
+
 def json_bytes(data: Any) -> bytes:
     """Compact JSON: one line per top-level field and per item of `entries` and `index`."""
-
-    def one(value: Any) -> str:
-        return json.dumps(value, allow_nan=False, separators=(", ", ": "))
-
+    one = _ENCODE
     if type(data) is not dict:
         return (one(data) + "\n").encode("ascii")
     lines = []
