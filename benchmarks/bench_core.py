@@ -324,12 +324,15 @@ suite.add(
     "copy_(other) nested 30 leaves",
     lambda: ours_cp.copy_(other_ours),
     lambda: theirs_cp.copy_(other_theirs),
+    what="in place, grad mode on: td reads every pair's shapes before the first write "
+    "(a failed copy_ writes nothing), upstream does not; both check requires_grad",
 )
 ours_cpf, theirs_cpf, _ = both_copies(big, [B])
 suite.add(
     "copy_(other) flat 20 leaves",
     lambda: ours_cpf.copy_(ours_b),
     lambda: theirs_cpf.copy_(theirs_b),
+    what="as above, 20 flat leaves of [1000, 3]",
 )
 
 

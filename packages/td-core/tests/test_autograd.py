@@ -65,9 +65,6 @@ def test_optimizer_sees_params_and_soft_update_through_data() -> None:
     assert torch.allclose(source["w"], snapshot["w"] - 1)
 
 
-@pytest.mark.skipif(
-    not hasattr(TensorDict, "copy_"), reason="copy_ comes with the masked-writes family"
-)
 def test_data_copy_() -> None:
     source, target = make_params(), make_params()
     target.data.copy_(source.data)
@@ -169,3 +166,47 @@ def test_grad_and_data_setters_reach_lazy_members() -> None:
     assert all(m["a"].eq(4).all() for m in members)
     with pytest.raises(BatchSizeError, match=r"batch_size \[3\]"):
         stack.data = TensorDict({"a": torch.ones(3)}, [3])
+
+
+def _grad_pair(lazy: bool) -> tuple[TensorDict, TensorDict, torch.Tensor]:
+    w = torch.arange(1.0, 4.0, requires_grad=True)
+    zeros = {"a": torch.zeros(3), "n": {"b": torch.zeros(3, 2)}}
+    dest = TensorDict(zeros, [3]).clone()
+    src = TensorDict({"a": w * 2, "n": {"b": (w * 3).unsqueeze(-1).expand(3, 2)}}, [3])
+    if lazy:
+        dest = lazy_stack([dest[i].clone() for i in range(3)], 0)
+    return dest, src, w
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["dense", "lazy"])
+def test_copy_from_a_source_that_requires_grad_records_the_graph(lazy: bool) -> None:
+    dest, src, w = _grad_pair(lazy)
+    dest.copy_(src)
+    (dest["a"].sum() + dest["n", "b"].sum()).backward()
+    assert torch.equal(w.grad, torch.full((3,), 8.0))  # 2 + 3 * 2 per element
+
+
+def test_copy_into_leaves_with_history_replaces_it() -> None:
+    w = torch.ones(3, requires_grad=True)
+    dest = TensorDict({"a": w * 5, "b": torch.zeros(3)}, [3])
+    dest.copy_(TensorDict({"a": torch.full((3,), 2.0), "b": torch.ones(3)}, [3]))
+    assert torch.equal(dest["a"], torch.full((3,), 2.0))
+    dest["a"].sum().backward()  # the overwritten history gets zeros, as with Tensor.copy_
+    assert torch.equal(w.grad, torch.zeros(3))
+
+
+def test_copy_into_a_leaf_that_requires_grad_refuses_before_writing() -> None:
+    dest = TensorDict({"a": torch.zeros(3), "z": torch.zeros(3, requires_grad=True)}, [3])
+    src = TensorDict(
+        {"a": torch.ones(3), "z": torch.ones(3) * torch.ones(3, requires_grad=True)}, [3]
+    )
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        dest.copy_(src)
+    assert torch.equal(dest["a"], torch.zeros(3))
+
+
+def test_copy_under_no_grad_records_nothing() -> None:
+    dest, src, _ = _grad_pair(False)
+    with torch.no_grad():
+        dest.copy_(src)
+    assert not dest["a"].requires_grad and torch.equal(dest["a"], src["a"].detach())

@@ -84,6 +84,16 @@ def test_select_order_follows_the_arguments_as_upstream() -> None:
         TensorDict(src, [3]).select("a", "q")
 
 
+def test_copy_of_two_dense_trees_falls_back_where_the_fast_walk_stops() -> None:
+    td = TensorDict(_nested(), [3])
+    src = TensorDict(_nested(), [3]).apply(lambda t: t + 1)
+    src["n", "m", "c"] = torch.ones(3, 1)  # broadcast into the leaf: the general route
+    src["extra"] = torch.ones(3)  # a key td lacks: skipped
+    td.copy_(src)
+    assert torch.equal(td["n", "m", "c"], torch.ones(3, 4)) and "extra" not in td.keys()
+    assert torch.equal(td["a"], src["a"])
+
+
 def test_copy_checks_every_shape_before_writing() -> None:
     td = TensorDict(_nested(), [3])
     bad = TensorDict(_nested(), [3]).apply(lambda t: t + 1)

@@ -26,7 +26,7 @@ the dense class registered by `td_core._td`; the base never imports it.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 
@@ -66,6 +66,9 @@ class TensorDictContract(BatchMeta):
     """
 
     __slots__ = ()
+    # True on a kind whose entries are its `_tensordict` dict (new keys under compile in
+    # `_pending`), read as stored: two trees of it may be walked without the primitives
+    _plain_nodes: ClassVar[bool] = False
 
     if TYPE_CHECKING:
         # properties, so that the slotted mixins may assign them and kinds may

@@ -41,6 +41,7 @@ from td_core._writes import (
     no_grad_for,
     plan_at,
     plan_copy,
+    plan_copy_dense,
     rebind,
     set_at,
     set_into,
@@ -482,10 +483,18 @@ class MaskedMixin(TensorDictContract):
 
         Keys that self lacks are skipped (as upstream); every shape is checked first.
         """
-        if not is_td(tensordict):
-            tensordict = self._new_validated(tensordict, self.batch_size, "")
         dests: list[Tensor] = []
         srcs: list[Tensor] = []
+        cls = type(self)
+        if cls is type(tensordict) and cls._plain_nodes:
+            if not plan_copy_dense(self, tensordict, dests, srcs):
+                dests.clear()
+                srcs.clear()
+                plan_copy(self, tensordict, dests, srcs, ())
+            copy_all(dests, srcs, non_blocking)
+            return self
+        if not is_td(tensordict):
+            tensordict = self._new_validated(tensordict, self.batch_size, "")
         plan_copy(self, tensordict, dests, srcs, ())
         if no_grad_for(self):
             with torch.no_grad():

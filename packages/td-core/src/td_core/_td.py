@@ -52,6 +52,7 @@ class TensorDict(TensorDictBase):
         torch.Size([3, 4])
     """
 
+    _plain_nodes = True
     __slots__ = (
         "_tensordict",
         "_batch_size",

@@ -30,6 +30,7 @@ __all__ = [
     "zero_all",
     "plan_copy",
     "copy_all",
+    "plan_copy_dense",
     "as_tuple",
     "plan_at",
     "fill",
@@ -209,10 +210,56 @@ def _check_leaf(dest: Tensor, value: Any, full: tuple[str, ...]) -> None:
         )
 
 
+def plan_copy_dense(td: Any, src: Any, dests: list[Tensor], srcs: list[Tensor]) -> bool:
+    """`plan_copy` for two trees of one exact dense class with equal-shaped tensor leaves.
+
+    Returns False, with the lists partly filled, at the first entry that needs the
+    general route: a key `td` lacks, a broadcast, another kind of leaf or node.
+    """
+    cls = type(td)
+    if td._pending is not None or src._pending is not None:
+        return False
+    get = td._tensordict.get
+    for key, value in src._tensordict.items():
+        dest = get(key)
+        kind = type(dest)
+        if kind is Tensor:
+            if type(value) is not Tensor or dest.shape != value.shape:
+                return False
+            dests.append(dest)
+            srcs.append(value)
+        elif kind is not cls or type(value) is not cls:
+            return False
+        elif not plan_copy_dense(dest, value, dests, srcs):
+            return False
+    return True
+
+
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", None)
+
+
+def _records_graph(dests: list[Tensor], srcs: list[Tensor]) -> bool:
+    """Whether the copies must be recorded by autograd, one `copy_` each.
+
+    `_foreach_copy_` has no derivative: a tensor that requires grad on either side
+    would get a graph that fails in `backward()`. A destination that is a leaf
+    requiring grad is left to `_foreach_copy_`, which refuses it before writing.
+    """
+    if not torch.is_grad_enabled():
+        return False
+    if _any_requires_grad is not None:
+        if not _any_requires_grad(dests, srcs):
+            return False
+    elif not any(t.requires_grad for t in dests) and not any(t.requires_grad for t in srcs):
+        return False
+    return not any(t.requires_grad and t.is_leaf for t in dests)
+
+
 def copy_all(dests: list[Tensor], srcs: list[Tensor], non_blocking: bool) -> None:
+    """Copy each of `srcs` into the tensor of `dests` at its place (shapes checked before)."""
     if not dests:
         return
-    if torch._C._are_functorch_transforms_active():
+    if torch._C._are_functorch_transforms_active() or _records_graph(dests, srcs):
         for dest, src in zip(dests, srcs):
             dest.copy_(src, non_blocking=non_blocking)
     elif non_blocking:
