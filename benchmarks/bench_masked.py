@@ -140,14 +140,40 @@ suite.add(
     what="in place: every leaf set to 0",
     tree_map=lambda: _pytree.tree_map_(torch.Tensor.zero_, w_plain),
 )
-suite.add(
-    "copy_ 100 leaves",
-    lambda: w_ours.copy_(ours),
-    lambda: w_theirs.copy_(theirs),
-    what="in place: every leaf overwritten with the same key's leaf of another tree; "
-    "td checks every shape before the first write, upstream does not",
-    tree_map=lambda: _pytree.tree_map_(lambda a, b: a.copy_(b), w_plain, plain),
-)
+for method, src_ours, src_theirs, src_plain, rule in (
+    ("copy_", ours, theirs, plain, "a key missing in the destination is skipped"),
+    ("update_", other_ours, other_theirs, other_plain, "a key missing in the destination raises"),
+):
+    suite.add(
+        f"{method} 100 leaves",
+        lambda m=method, s=src_ours: getattr(w_ours, m)(s),
+        lambda m=method, s=src_theirs: getattr(w_theirs, m)(s),
+        what=f"in place: every leaf overwritten with the same key's leaf of another tree ({rule}); "
+        "td checks every shape before the first write, upstream does not",
+        tree_map=lambda s=src_plain: _pytree.tree_map_(lambda a, b: a.copy_(b), w_plain, s),
+    )
+for name, idx in INDICES.items():
+    fast = name != "tensor"  # upstream's fast=True refuses an index tensor
+    part_ours, part_theirs = other_ours[idx], other_theirs[idx]
+    part_plain = {k: v[idx] for k, v in other_plain.items()}
+
+    def write_at(t, v, idx=idx):
+        t[idx] = v
+
+    suite.add(
+        f"copy_at_ {name} 100 leaves",
+        lambda idx=idx, fast=fast, p=part_ours: w_ours.copy_at_(p, idx, fast=fast),
+        lambda idx=idx, fast=fast, p=part_theirs: w_theirs.copy_at_(p, idx, fast=fast),
+        what=f"in place: another tree's rows written at a {name} index of every leaf",
+        tree_map=lambda w=write_at, p=part_plain: _pytree.tree_map_(w, w_plain, p),
+    )
+    suite.add(
+        f"update_at_ {name} 100 leaves",
+        lambda idx=idx, p=part_ours: w_ours.update_at_(p, idx),
+        lambda idx=idx, p=part_theirs: w_theirs.update_at_(p, idx),
+        what="as copy_at_, through update_at_ (keys checked, a missing one raises KeyError)",
+        tree_map=lambda w=write_at, p=part_plain: _pytree.tree_map_(w, w_plain, p),
+    )
 gather_index = torch.randint(0, B, (B,))
 suite.add(
     "gather(0, index) 100 leaves",

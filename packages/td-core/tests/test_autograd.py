@@ -178,10 +178,11 @@ def _grad_pair(lazy: bool) -> tuple[TensorDict, TensorDict, torch.Tensor]:
     return dest, src, w
 
 
+@pytest.mark.parametrize("method", ["copy_", "update_"])
 @pytest.mark.parametrize("lazy", [False, True], ids=["dense", "lazy"])
-def test_copy_from_a_source_that_requires_grad_records_the_graph(lazy: bool) -> None:
+def test_copy_from_a_source_that_requires_grad_records_the_graph(lazy: bool, method: str) -> None:
     dest, src, w = _grad_pair(lazy)
-    dest.copy_(src)
+    getattr(dest, method)(src)
     (dest["a"].sum() + dest["n", "b"].sum()).backward()
     assert torch.equal(w.grad, torch.full((3,), 8.0))  # 2 + 3 * 2 per element
 
@@ -195,13 +196,14 @@ def test_copy_into_leaves_with_history_replaces_it() -> None:
     assert torch.equal(w.grad, torch.zeros(3))
 
 
-def test_copy_into_a_leaf_that_requires_grad_refuses_before_writing() -> None:
+@pytest.mark.parametrize("method", ["copy_", "update_"])
+def test_copy_into_a_leaf_that_requires_grad_refuses_before_writing(method: str) -> None:
     dest = TensorDict({"a": torch.zeros(3), "z": torch.zeros(3, requires_grad=True)}, [3])
     src = TensorDict(
         {"a": torch.ones(3), "z": torch.ones(3) * torch.ones(3, requires_grad=True)}, [3]
     )
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
-        dest.copy_(src)
+        getattr(dest, method)(src)
     assert torch.equal(dest["a"], torch.zeros(3))
 
 

@@ -7,7 +7,7 @@ import tensordict
 import torch
 
 from td_core import TensorDict
-from td_core.errors import BatchSizeError
+from td_core.errors import BatchSizeError, DTypeError
 
 
 def _nested() -> dict:
@@ -94,6 +94,19 @@ def test_copy_of_two_dense_trees_falls_back_where_the_fast_walk_stops() -> None:
     assert torch.equal(td["a"], src["a"])
 
 
+def test_update_inplace_of_two_dense_trees() -> None:
+    td = TensorDict(_nested(), [3])
+    src = TensorDict(_nested(), [3]).apply(lambda t: t + 1)
+    td.update_(src, clone=True)
+    assert torch.equal(td["n", "m", "c"], src["n", "m", "c"])
+    src["a"] += 1  # the values were copied, not shared
+    assert torch.equal(td["a"], torch.ones(3, 2))
+    src["extra"] = torch.ones(3)  # update_ refuses a key td lacks, before writing anything
+    with pytest.raises(KeyError, match="extra"):
+        td.update_(src)
+    assert torch.equal(td["a"], torch.ones(3, 2))
+
+
 def test_copy_checks_every_shape_before_writing() -> None:
     td = TensorDict(_nested(), [3])
     bad = TensorDict(_nested(), [3]).apply(lambda t: t + 1)
@@ -101,3 +114,80 @@ def test_copy_checks_every_shape_before_writing() -> None:
     with pytest.raises(BatchSizeError, match="'n', 'm', 'c'"):
         td.copy_(bad)
     assert (td["a"] == 0).all()
+
+
+def _expected_at(td: TensorDict, src: TensorDict, index: object) -> TensorDict:
+    """`td` with `src` written at `index`, leaf by leaf (the slow way)."""
+    out = td.clone()
+    for key in src.keys(include_nested=True, leaves_only=True):
+        out.get(key)[index] = src.get(key)
+    return out
+
+
+_INDICES = {
+    "int": 1,
+    "negative int": -1,
+    "slice": slice(0, 2),
+    "strided slice": slice(0, 3, 2),
+    "tuple": (1,),
+    "positions": torch.tensor([2, 0]),
+    "negative positions": torch.tensor([-1]),
+    "mask": torch.tensor([True, False, True]),
+    "list": [0, 2],
+}
+
+
+@pytest.mark.parametrize("method", ["copy_at_", "update_at_", "setitem"])
+@pytest.mark.parametrize("index", list(_INDICES.values()), ids=list(_INDICES))
+def test_writes_at_an_index_of_two_dense_trees(index: object, method: str) -> None:
+    td = TensorDict(_nested(), [3]).apply(lambda t: torch.arange(t.numel()).view(t.shape) * 1.0)
+    src = td[index].apply(lambda t: t + 100)
+    expected = _expected_at(td, src, index)
+    if method == "setitem":
+        td[index] = src
+    else:
+        getattr(td, method)(src, index)
+    assert (td == expected).all()
+
+
+@pytest.mark.parametrize(
+    "index", [3, -4, torch.tensor([0, 3])], ids=["int", "negative", "positions"]
+)
+def test_copy_at_out_of_range_writes_nothing(index: object) -> None:
+    td = TensorDict(_nested(), [3])
+    src = TensorDict(_nested(), [3])[0 if type(index) is int else slice(0, 2)].apply(
+        lambda t: t + 1
+    )
+    with pytest.raises(IndexError):
+        td.copy_at_(src, index)
+    assert (td == 0).all()
+
+
+@pytest.mark.parametrize("method", ["copy_at_", "update_at_"])
+def test_a_write_through_an_index_tensor_refuses_another_dtype_before_writing(
+    method: str,
+) -> None:
+    td = TensorDict(_nested(), [3])
+    src = td[torch.tensor([0, 2])].apply(lambda t: t + 1)
+    src["n", "m", "c"] = src["n", "m", "c"].double()  # index_put does not cast
+    with pytest.raises(DTypeError, match="'n', 'm', 'c'"):
+        getattr(td, method)(src, torch.tensor([0, 2]))
+    assert (td == 0).all()
+
+
+def test_setitem_keeps_checking_the_batch_size_of_a_tensordict_value() -> None:
+    td = TensorDict(_nested(), [3])
+    src = TensorDict(_nested(), [3])[0:2].apply(lambda t: t + 1)
+    unbatched = TensorDict(src.to_dict(), [])  # the same leaves, batch_size []
+    with pytest.raises(BatchSizeError):
+        td[0:2] = unbatched
+    assert (td == 0).all()
+
+
+@pytest.mark.parametrize("index", [slice(0, 2), torch.tensor([0, 1])], ids=["slice", "positions"])
+def test_copy_at_records_the_graph_of_a_source_that_requires_grad(index: object) -> None:
+    w = torch.ones(2, requires_grad=True)
+    td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.zeros(3)}}, [3])
+    td.copy_at_(TensorDict({"a": w * 2, "n": {"b": w * 3}}, [2]), index)
+    (td["a"].sum() + td["n", "b"].sum()).backward()
+    assert torch.equal(w.grad, torch.full((2,), 5.0))

@@ -17,6 +17,7 @@ from td_core._contract import TensorDictContract, dense
 from td_core._map import index_batch, is_nt, is_td, map_batch
 from td_core._nontensor import NonTensorData
 from td_core._utils import NO_DEFAULT, broadcast_shape
+from td_core._writes import copy_at_dense, plan_copy_dense
 from td_core.errors import BatchSizeError, DTypeError, LockedError
 
 if TYPE_CHECKING:
@@ -121,6 +122,42 @@ def single_index(norm: tuple[Any, ...], batch_size: torch.Size) -> tuple[int, to
     return d, positions if low >= 0 else torch.where(positions < 0, positions + size, positions)
 
 
+def copy_at_plain(td: Any, src: Any, index: Any, non_blocking: bool) -> bool:
+    """`copy_at_dense`, and the same at positions or a mask over one batch dim (after
+    full slices): every slot's shape and dtype checked, then one `index_copy_` a leaf
+    (it refuses a cast). Returns False, with nothing written, where that does not apply.
+    """
+    if not isinstance(index, (Tensor, list, np.ndarray)):
+        return copy_at_dense(td, src, index, non_blocking)
+    cls = type(td)
+    if cls is not type(src) or not cls._plain_nodes:
+        return False
+    bs = td.batch_size
+    try:
+        single = single_index(normalize_index(index, bs), bs)
+    except IndexError:  # the general route names the index and the batch size
+        return False
+    if single is None:
+        return False
+    d, positions = single
+    dests: list[Tensor] = []
+    srcs: list[Tensor] = []
+    if not plan_copy_dense(td, src, dests, srcs, shapes=False):
+        return False
+    n, device = positions.numel(), positions.device
+    slots: dict[torch.Size, torch.Size] = {}
+    for dest, value in zip(dests, srcs):
+        shape = dest.shape
+        slot = slots.get(shape)
+        if slot is None:
+            slot = slots[shape] = torch.Size((*shape[:d], n, *shape[d + 1 :]))
+        if value.shape != slot or value.dtype != dest.dtype or dest.device != device:
+            return False
+    for dest, value in zip(dests, srcs):
+        dest.index_copy_(d, positions, value)
+    return True
+
+
 def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
     """The batch size after indexing (computed on a stride-0 stand-in, no data copied)."""
     return torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape
@@ -182,6 +219,8 @@ class IndexingMixin(TensorDictContract):
         if isinstance(value, dict):
             value = dense(value, sub)
         if is_td(value):
+            if value.batch_size == sub and copy_at_dense(self, value, norm, False):
+                return
             writes: list[tuple[Tensor, Any]] = []
             later: list[tuple[TensorDictContract, str, Any, int]] = []
             _plan_sub(self, value, sub, norm, (), writes, later)

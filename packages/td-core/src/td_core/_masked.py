@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from td_core._contract import TensorDictContract
+from td_core._index import copy_at_plain
 from td_core._keys import NestedKey, unravel_key
 from td_core._map import is_nt, is_td
 from td_core._unbatched import is_unbatched
@@ -452,6 +453,8 @@ class MaskedMixin(TensorDictContract):
             KeyError: naming a key of the input that self lacks.
             RuntimeError: naming a leaf whose shape does not fit its slot.
         """
+        if keys_to_update is None and copy_at_plain(self, input_dict_or_td, idx, non_blocking):
+            return self  # (clone=True copies as much: the values are copied in place)
         allowed = (
             None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
         )
@@ -473,6 +476,8 @@ class MaskedMixin(TensorDictContract):
             KeyError: (also a `RuntimeError` with `fast=True`, as upstream) naming
                 a key of `tensordict` that self lacks.
         """
+        if copy_at_plain(self, tensordict, idx, non_blocking):
+            return self
         missing = MissingEntryError if fast else KeyNotFoundError
         plan = plan_at(self, tensordict, idx, None, False, missing, "copy_at_")
         write_plan(self, plan, idx)

@@ -17,6 +17,7 @@ from td_core._contract import TD, TensorDictContract
 from td_core._keys import NestedKey, as_tuple, unravel_key
 from td_core._map import is_nt, is_stack, is_td, per_member, stack_parts
 from td_core._utils import NO_DEFAULT, broadcast_shape
+from td_core._writes import copy_all, plan_copy_dense
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
@@ -290,6 +291,16 @@ class StructureMixin(TensorDictContract):
 
         Raises `KeyError` naming the first key that self lacks, before writing anything.
         """
+        dests: list[Tensor] = []
+        srcs: list[Tensor] = []
+        cls = type(self)
+        if keys_to_update is None and cls is type(input_dict_or_td) and cls._plain_nodes:
+            # two dense trees (clone=True copies as much: the values are copied in place)
+            if plan_copy_dense(self, input_dict_or_td, dests, srcs):
+                copy_all(dests, srcs, non_blocking)
+                return self
+            dests.clear()
+            srcs.clear()
         allowed = (
             None if keys_to_update is None else {as_tuple(unravel_key(k)) for k in keys_to_update}
         )
@@ -297,7 +308,9 @@ class StructureMixin(TensorDictContract):
         values: list[tuple[TensorDictContract, str, Any, tuple[str, ...]]] = []
         _plan_update_(self, input_dict_or_td, allowed, (), pairs, values)
         for dest, value, _ in pairs:
-            dest.copy_(value, non_blocking=non_blocking)
+            dests.append(dest)
+            srcs.append(value)
+        copy_all(dests, srcs, non_blocking)
         for td, key, value, full in values:
             td._copy_into(key, td._get_str(key), value, full)
         return self

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from td_core._keys import unravel_key
 from td_core._map import is_nt, is_td
 from td_core._utils import NO_DEFAULT, broadcast_shape
-from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_core.errors import BatchSizeError, DTypeError, KeyNotFoundError
 
 __all__ = [
     "is_lazy",
@@ -30,6 +31,7 @@ __all__ = [
     "zero_all",
     "plan_copy",
     "copy_all",
+    "copy_at_dense",
     "plan_copy_dense",
     "as_tuple",
     "plan_at",
@@ -210,8 +212,11 @@ def _check_leaf(dest: Tensor, value: Any, full: tuple[str, ...]) -> None:
         )
 
 
-def plan_copy_dense(td: Any, src: Any, dests: list[Tensor], srcs: list[Tensor]) -> bool:
-    """`plan_copy` for two trees of one exact dense class with equal-shaped tensor leaves.
+def plan_copy_dense(
+    td: Any, src: Any, dests: list[Tensor], srcs: list[Tensor], shapes: bool = True
+) -> bool:
+    """`plan_copy` for two trees of one exact dense class with tensor leaves (of equal
+    shapes, unless `shapes` is False: the caller checks them).
 
     Returns False, with the lists partly filled, at the first entry that needs the
     general route: a key `td` lacks, a broadcast, another kind of leaf or node.
@@ -224,15 +229,47 @@ def plan_copy_dense(td: Any, src: Any, dests: list[Tensor], srcs: list[Tensor]) 
         dest = get(key)
         kind = type(dest)
         if kind is Tensor:
-            if type(value) is not Tensor or dest.shape != value.shape:
+            if type(value) is not Tensor or (shapes and dest.shape != value.shape):
                 return False
             dests.append(dest)
             srcs.append(value)
         elif kind is not cls or type(value) is not cls:
             return False
-        elif not plan_copy_dense(dest, value, dests, srcs):
+        elif not plan_copy_dense(dest, value, dests, srcs, shapes):
             return False
     return True
+
+
+def copy_at_dense(td: Any, src: Any, index: Any, non_blocking: bool) -> bool:
+    """`td[index] = src` in place where it is plain: two dense trees of one class pairing
+    leaf for leaf, `index` ints and slices over batch dims, and every `leaf[index]` (a
+    view) of its source leaf's shape: one `_foreach_copy_` into the views. Returns False,
+    with nothing written, otherwise.
+    """
+    cls = type(td)
+    if cls is not type(src) or not cls._plain_nodes:
+        return False
+    if type(index) is tuple:
+        if len(index) > len(td.batch_size) or not all(type(i) in _BASIC for i in index):
+            return False
+    elif type(index) not in _BASIC or not td.batch_size:
+        return False
+    dests: list[Tensor] = []
+    srcs: list[Tensor] = []
+    if not plan_copy_dense(td, src, dests, srcs, shapes=False):
+        return False
+    try:
+        views = [dest[index] for dest in dests]
+    except (IndexError, ValueError):  # out of range, a negative step: the general route says so
+        return False
+    for view, value in zip(views, srcs):
+        if view.shape != value.shape:
+            return False
+    copy_all(views, srcs, non_blocking)
+    return True
+
+
+_BASIC = (int, slice)
 
 
 _any_requires_grad = getattr(torch._C, "_any_requires_grad", None)
@@ -295,6 +332,7 @@ def plan_at(
     """Validate writing every leaf of `source` at `index` into `td`'s existing entries."""
     plan: list[tuple[Any, str, Any, tuple[str, ...]]] = []
     shapes: dict[torch.Size, torch.Size] = {}
+    advanced = _through_index_put(index)
     for full, value in _flat_items(source):
         if allowed is not None and full not in allowed:
             continue
@@ -319,10 +357,22 @@ def plan_at(
                     f"{full!r} of shape {list(shape)} at index {index!r} (the slot has "
                     f"shape {list(slot)})"
                 )
+            if advanced and value.dtype != dest.dtype:
+                raise DTypeError(
+                    f"{name}: cannot write entry {full!r} of dtype {value.dtype} into dtype "
+                    f"{dest.dtype} through an index tensor (torch's index_put does not cast): "
+                    f"convert the value first, e.g. value.to({dest.dtype})"
+                )
         if clone and isinstance(value, Tensor):
             value = value.clone()
         plan.append((parent, full[-1], value, full))
     return plan
+
+
+def _through_index_put(index: Any) -> bool:
+    """Whether a write at `index` is torch's `index_put` (an index tensor, list or array)."""
+    items = index if type(index) is tuple else (index,)
+    return any(isinstance(i, (Tensor, list, np.ndarray)) for i in items)
 
 
 def _entry_meta(td: Any, key: str) -> tuple[Any, torch.Size | None]:
