@@ -6,7 +6,8 @@ import pytest
 import tensordict
 import torch
 
-from td_core import TensorDict
+from td_core import TensorDict, lazy_stack
+from td_core._map import is_td
 from td_core.errors import BatchSizeError, DTypeError
 
 
@@ -191,3 +192,79 @@ def test_copy_at_records_the_graph_of_a_source_that_requires_grad(index: object)
     td.copy_at_(TensorDict({"a": w * 2, "n": {"b": w * 3}}, [2]), index)
     (td["a"].sum() + td["n", "b"].sum()).backward()
     assert torch.equal(w.grad, torch.full((2,), 5.0))
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["dense", "lazy"])
+@pytest.mark.parametrize("leaves_only", [False, True])
+def test_nested_items_and_values_match_keys_and_get(lazy: bool, leaves_only: bool) -> None:
+    td = TensorDict({**_nested(), "s": "text"}, [3])
+    if lazy:
+        td = lazy_stack([td[i] for i in range(3)], 0)
+    keys = list(td.keys(True, leaves_only))
+    items = list(td.items(True, leaves_only))
+    assert [k for k, _ in items] == keys
+    for (_, value), expected in zip(items, [td.get(k) for k in keys]):
+        assert type(value) is type(expected)
+        assert (
+            (value == expected).all() if is_td(value) or isinstance(value, torch.Tensor) else True
+        )
+    assert [type(v) for v in td.values(True, leaves_only)] == [type(v) for _, v in items]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 7])
+def test_split_and_chunk_cut_as_torch(size: int) -> None:
+    t = torch.arange(20).view(5, 4)
+    td = TensorDict({"a": t, "n": {"b": t.float()}}, [5])
+    for ours, theirs in zip(td.split(size), t.split(size), strict=True):
+        assert torch.equal(ours["a"], theirs) and ours.batch_size == theirs.shape[:1]
+    for ours, theirs in zip(td.chunk(size), t.chunk(size), strict=True):
+        assert torch.equal(ours["n", "b"], theirs.float())
+
+
+def test_lazy_stack_member_by_int_index() -> None:
+    members = [TensorDict({"a": torch.full((2,), float(i))}, [2]) for i in range(3)]
+    stack = lazy_stack(members, 0)
+    assert stack[1] is members[1] and stack[-1] is members[2]
+    with pytest.raises(IndexError):
+        stack[3]
+    along_1 = lazy_stack(members, 1)
+    assert torch.equal(along_1[0]["a"], torch.tensor([0.0, 1.0, 2.0]))
+
+
+def test_lazy_stack_keys_are_the_members_common_keys() -> None:
+    a = TensorDict({"x": torch.zeros(2), "y": torch.zeros(2), "n": {"z": torch.zeros(2)}}, [2])
+    b = TensorDict({"y": torch.ones(2), "x": torch.ones(2), "n": {"z": torch.ones(2)}}, [2])
+    c = TensorDict({"x": torch.ones(2), "n": {"z": torch.ones(2), "w": torch.ones(2)}}, [2])
+    assert list(lazy_stack([a, b], 0).keys(True, True)) == ["x", "y", ("n", "z")]
+    assert list(lazy_stack([a, c], 0).keys(True, True)) == ["x", ("n", "z")]
+
+
+@pytest.mark.parametrize(
+    ("leaves", "all_", "any_"),
+    [
+        ([True, True], True, True),
+        ([False, True], False, True),
+        ([True, False], False, True),
+        ([False, False], False, False),
+        ([], True, False),
+    ],
+)
+def test_all_and_any_over_leaves(leaves: list[bool], all_: bool, any_: bool) -> None:
+    td = TensorDict({f"k{i}": torch.full((2,), v) for i, v in enumerate(leaves)}, [2])
+    assert td.all() is all_ and td.any() is any_
+
+
+def test_is_empty_counts_leaves_not_nodes() -> None:
+    assert TensorDict({}, []).is_empty()
+    assert TensorDict({"n": {"m": {}}}, []).is_empty()
+    assert not TensorDict({"n": {"m": {"a": torch.zeros(())}}}, []).is_empty()
+    assert not TensorDict({"s": "text"}, []).is_empty()  # a non-tensor leaf is a leaf
+
+
+def test_state_dict_dotted_tensor_leaves_only() -> None:
+    td = TensorDict({**_nested(), "s": "text"}, [3])
+    sd = td.state_dict(prefix="p.")
+    assert list(sd) == ["p.a", "p.n.b", "p.n.m.c"]
+    w = torch.zeros(3, requires_grad=True)
+    assert not TensorDict({"w": w}, [3]).state_dict()["w"].requires_grad
+    assert TensorDict({"w": w}, [3]).state_dict(keep_vars=True)["w"] is w

@@ -228,6 +228,10 @@ class TensorDictBase(
         """The entries, in the order of `keys` with the same arguments."""
         if not include_nested and not leaves_only and not sort:
             return iter(self._values_str())  # no generator frame on the common call
+        if is_leaf is None and not sort:
+            return iter(
+                [value for _, value in KeysView(self, include_nested, leaves_only, None).items()]
+            )
         return (self.get(key) for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort))
 
     def items(
@@ -241,6 +245,8 @@ class TensorDictBase(
         """`(key, entry)` pairs, in the order of `keys` with the same arguments."""
         if not include_nested and not leaves_only and not sort:
             return iter(self._items_str())  # no generator frame on the common call
+        if is_leaf is None and not sort:
+            return iter(KeysView(self, include_nested, leaves_only, None).items())
         return (
             (key, self.get(key))
             for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort)

@@ -145,6 +145,26 @@ class KeysView:
             if nested and not value._is_non_tensor:
                 self._collect(value, (*prefix, key), out)
 
+    def items(self) -> list[tuple[str | tuple[str, ...], Any]]:
+        """`(key, entry)` in the order of the keys, for the default `is_leaf`, read in
+        the same walk (a nested key is not looked up again from the top)."""
+        out: list[tuple[str | tuple[str, ...], Any]] = []
+        self._collect_items(self._td, (), out)
+        return out
+
+    def _collect_items(
+        self, td: TensorDictContract, prefix: tuple[str, ...], out: list[Any]
+    ) -> None:
+        nested, leaves_only = self._include_nested, self._leaves_only
+        for key, value in td._items_str():
+            if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
+                out.append(((*prefix, key) if prefix else key, value))
+                continue
+            if not leaves_only:
+                out.append(((*prefix, key) if prefix else key, value))
+            if nested and not value._is_non_tensor:
+                self._collect_items(value, (*prefix, key), out)
+
     def _walk(
         self, td: TensorDictContract, prefix: tuple[str, ...]
     ) -> Iterator[str | tuple[str, ...]]:
@@ -174,7 +194,7 @@ class KeysView:
         """How many keys `_collect` gives for `td`."""
         nested, leaves_only = self._include_nested, self._leaves_only
         n = 0
-        for value in td._values_str():
+        for _, value in td._key_items():  # a lazy stack's tensor leaves are not stacked
             if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
                 n += 1
                 continue

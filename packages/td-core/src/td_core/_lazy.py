@@ -321,7 +321,13 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
     # ---------------------------------------------------------------- primitives
     def _keys_str(self) -> dict[str, None]:
         first, *rest = self.tensordicts
-        return {k: None for k in first._keys_str() if all(k in td._keys_str() for td in rest)}
+        keys = first._keys_str()
+        others = [td._keys_str() for td in rest]
+        if all(len(other) == len(keys) for other in others) and all(
+            other == keys for other in others
+        ):  # the usual stack: every member has the same keys (dict key views compare as sets)
+            return dict.fromkeys(keys)
+        return {k: None for k in keys if all(k in other for other in others)}
 
     def exclusive_keys(self) -> list[list[str]]:
         """For each member, the keys it holds that are not common to all members."""
@@ -527,6 +533,10 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         return out
 
     def _index(self, index: Any) -> TensorDictBase:
+        if type(index) is int and not self.stack_dim:  # lazy[i]: the i-th member itself
+            members = self.tensordicts
+            if -len(members) <= index < len(members):
+                return members[index]
         split = self._split_index(index)
         if split is None:
             new_dims = _new_dims(index, self.batch_size)

@@ -414,10 +414,13 @@ def _reduce_leaves(
 def bool_reduction(td: TensorDictContract, row: Reduction, dim: Dim) -> Any:
     """`all`/`any`: a Python bool over every leaf, or a TensorDict over batch dim(s) `dim`."""
     if dim is None:
-        leaves = _flat_leaves(td, [])
-        if not leaves:
-            return row.name == "all"
-        return bool(row.fn(torch.stack([row.fn(t) for t in leaves])))
+        # leaf by leaf, stopping at the first that decides (as fast as one stacked
+        # reduction when none does, measured)
+        want = row.name == "any"
+        for t in _flat_leaves(td, []):
+            if bool(row.fn(t)) is want:
+                return want
+        return not want
     return reduction(td, row, dim)
 
 

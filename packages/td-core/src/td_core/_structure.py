@@ -344,9 +344,7 @@ class StructureMixin(TensorDictContract):
     ) -> OrderedDict[str, Any]:
         """Tensor leaves under dotted keys, like `nn.Module.state_dict` (detached unless `keep_vars`)."""
         out: OrderedDict[str, Any] = OrderedDict() if destination is None else destination  # type: ignore[assignment]
-        for key, value in self.items(include_nested=True, leaves_only=True):
-            name = prefix + (key if type(key) is str else ".".join(key))
-            out[name] = value if keep_vars else value.detach()
+        _state_into(self, prefix, out, keep_vars)
         return out
 
     def load_state_dict(
@@ -535,6 +533,16 @@ def _member_part(source: Any, d: int, i: int, n: int) -> Any:
     if isinstance(source, Tensor) and source.ndim >= n:
         return source.select(d, i if source.shape[d] != 1 else 0)
     return source  # broadcast into every member as it is
+
+
+def _state_into(td: TensorDictContract, prefix: str, out: dict[str, Any], keep_vars: bool) -> None:
+    """`state_dict`'s entries: every tensor leaf under its dotted key, in key order
+    (non-tensor leaves are left out, as upstream)."""
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            out[prefix + key] = value if keep_vars else value.detach()
+        elif is_td(value):
+            _state_into(value, f"{prefix}{key}.", out, keep_vars)
 
 
 def _plan_update_(

@@ -215,6 +215,15 @@ class TensorDict(TensorDictBase):
             value = self._pending.get(key, NO_DEFAULT)
         return default if value is NO_DEFAULT else value
 
+    def is_empty(self) -> bool:
+        """Whether the TensorDict holds no leaf (sub-TensorDicts may exist but are empty)."""
+        if self._pending is not None:
+            return super().is_empty()
+        for value in self._tensordict.values():  # the entries as stored: no key iterator
+            if type(value) is Tensor or not is_td(value) or not value.is_empty():
+                return False
+        return True
+
     def _getter(self) -> Any:
         # nothing held back: the dict's own get has _get_str's semantics, without a Python frame
         return self._get_str if self._pending is not None else self._tensordict.get
