@@ -268,3 +268,15 @@ def test_state_dict_dotted_tensor_leaves_only() -> None:
     w = torch.zeros(3, requires_grad=True)
     assert not TensorDict({"w": w}, [3]).state_dict()["w"].requires_grad
     assert TensorDict({"w": w}, [3]).state_dict(keep_vars=True)["w"] is w
+
+
+def test_batch_size_setter_same_size_and_locked() -> None:
+    td = TensorDict(_nested(), [3]).lock_()
+    td.batch_size = [3]  # unchanged: allowed on a locked TensorDict
+    assert td.batch_size == torch.Size([3])
+    with pytest.raises(RuntimeError, match="locked"):
+        td.batch_size = []
+    td.unlock_()
+    with pytest.raises(BatchSizeError, match="'a'"):
+        td.batch_size = [4]
+    assert td.batch_size == torch.Size([3])

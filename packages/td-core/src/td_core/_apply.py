@@ -388,7 +388,7 @@ class ApplyMixin(TensorDictContract):
         return map_leaves(self, Tensor.contiguous)
 
     def is_contiguous(self) -> bool:
-        return all(t.is_contiguous() for t in tensor_leaves(self))
+        return all(map(Tensor.is_contiguous, tensor_leaves(self)))
 
     def share_memory_(self) -> TensorDictBase:
         """Move every CPU leaf to shared memory, then lock (new entries would not be shared)."""

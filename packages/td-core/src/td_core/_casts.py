@@ -66,6 +66,20 @@ CAST_DTYPES: dict[str, torch.dtype] = {
 _QUANTIZED = {torch.qint8, torch.qint32, torch.quint8, torch.quint4x2}
 
 
+_CAST_METHODS = {
+    torch.float64: torch.Tensor.double,
+    torch.float32: torch.Tensor.float,
+    torch.float16: torch.Tensor.half,
+    torch.bfloat16: torch.Tensor.bfloat16,
+    torch.int64: torch.Tensor.long,
+    torch.int32: torch.Tensor.int,
+    torch.int16: torch.Tensor.short,
+    torch.int8: torch.Tensor.char,
+    torch.uint8: torch.Tensor.byte,
+    torch.bool: torch.Tensor.bool,
+}
+
+
 def cast_all(
     td: TensorDictContract, dtype: torch.dtype, cast_filter: CastFilter | None = None
 ) -> TensorDictBase:
@@ -89,6 +103,9 @@ def cast_all(
         assert out is not None  # not in place: named_apply returns the result
         return out
     leaves = tensor_leaves(td)
+    method = _CAST_METHODS.get(dtype)
+    if method is not None:  # t.double() & co: the same as t.to(dtype), a third of its parsing
+        return rebuild(td, iter(list(map(method, leaves))))
     if torch._C._are_functorch_transforms_active() or any(t.requires_grad for t in leaves):
         return rebuild(td, iter([t.to(dtype) for t in leaves]))
     todo = [t for t in leaves if t.dtype != dtype]

@@ -117,6 +117,8 @@ class KeysView:
         self._sort = sort
 
     def __iter__(self) -> Iterator[str | tuple[str, ...]]:
+        if not (self._include_nested or self._leaves_only or self._sort):  # td.keys()
+            return iter(self._td._keys_str())
         it = self._iter()
         if self._sort:
             return iter(sorted(it, key=lambda k: k if type(k) is str else ".".join(k)))
@@ -185,7 +187,7 @@ class KeysView:
     def __len__(self) -> int:
         # list(keys) calls this before iterating: count without building the keys
         if not self._include_nested and not self._leaves_only:
-            return sum(1 for _ in self._td._keys_str())
+            return len(self._td._keys_str())
         if self._is_leaf is default_is_leaf:
             return self._count(self._td)
         return sum(1 for _ in self._iter())

@@ -515,7 +515,11 @@ class MaskedMixin(TensorDictContract):
             KeyError: naming the key, if it is missing.
         """
         key = unravel_key(key)
-        if key not in self.keys(include_nested=True):
+        if (
+            key not in self._keys_str()
+            if type(key) is str
+            else key not in self.keys(include_nested=True)
+        ):
             raise KeyNotFoundError(
                 f"fill_: key {key!r} not found (keys: {sorted(self._keys_str())})"
             )

@@ -394,7 +394,9 @@ class TensorDict(TensorDictBase):
         self._set_batch_size(as_size(new_size))
 
     def _set_batch_size(self, size: torch.Size) -> None:
-        if self._is_locked and size != self._batch_size:
+        if size == self._batch_size:  # every entry fits it already
+            return
+        if self._is_locked:
             raise LockedError("cannot change the batch_size of a locked TensorDict")
         n = len(size)
         updates: dict[str, Any] = {}
