@@ -229,6 +229,24 @@ def test_lazy_stack_member_by_int_index() -> None:
         stack[3]
     along_1 = lazy_stack(members, 1)
     assert torch.equal(along_1[0]["a"], torch.tensor([0.0, 1.0, 2.0]))
+    assert along_1[:, 2] is members[2] and along_1[..., -3] is members[0]
+    assert along_1[1:, 1].batch_size == torch.Size([1])
+    with pytest.raises(IndexError):
+        along_1[:, 3]
+
+
+def test_params_entries_keep_their_order_across_registries() -> None:
+    from td_core import TensorDictParams
+
+    params = TensorDictParams(
+        TensorDict({"w": torch.zeros(2), "k": torch.arange(2), "n": {"b": torch.ones(2)}}, [2])
+    )
+    params.set("s", "text")  # one entry per registry: parameter, buffer, module, non-tensor
+    keys = ["w", "k", "n", "s"]
+    kinds = ["Parameter", "Tensor", "TensorDictParams", "NonTensorData"]
+    assert [(k, type(v).__name__) for k, v in params.items()] == list(zip(keys, kinds))
+    assert [type(v).__name__ for v in params.values()] == kinds
+    assert params.data["k"].dtype == torch.int64
 
 
 def test_lazy_stack_keys_are_the_members_common_keys() -> None:

@@ -533,10 +533,12 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         return out
 
     def _index(self, index: Any) -> TensorDictBase:
-        if type(index) is int and not self.stack_dim:  # lazy[i]: the i-th member itself
+        d = self.stack_dim
+        at = index if not d else _member_at(index, d)
+        if type(at) is int:  # lazy[i] / lazy[:, i] on the stack dim: the i-th member itself
             members = self.tensordicts
-            if -len(members) <= index < len(members):
-                return members[index]
+            if -len(members) <= at < len(members):
+                return members[at]
         split = self._split_index(index)
         if split is None:
             new_dims = _new_dims(index, self.batch_size)
@@ -550,7 +552,9 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
         stack_item, rest, result_dim = split
         if isinstance(stack_item, int):
             member = self.tensordicts[self._members_for(stack_item)[0]]
-            return member._index(rest) if rest else member
+            if all(type(r) is slice and r == _FULL for r in rest):
+                return member  # lazy[:, i]: the member itself, as upstream
+            return member._index(rest)
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
         if not members:
             return self.contiguous()._index(index)
@@ -643,6 +647,18 @@ class LazyStackedTensorDict(LazyHooksMixin, TensorDictBase):
 
     def _member_render(self, value: Any) -> str:
         return repr(value) if is_td(value) else leaf_repr(value)
+
+
+_FULL = slice(None)
+
+
+def _member_at(index: Any, stack_dim: int) -> Any:
+    """The int of `index` = `(:, ..., :, i)` with `i` at `stack_dim`; None for other indices."""
+    if type(index) is tuple and len(index) == stack_dim + 1:
+        *lead, at = index
+        if all(type(i) is slice and i == _FULL for i in lead):
+            return at
+    return None
 
 
 def _new_dims(index: Any, batch_size: torch.Size) -> list[int]:

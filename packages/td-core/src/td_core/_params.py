@@ -111,10 +111,16 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         return self._order.keys()
 
     def _items_str(self) -> Any:
-        return [(key, self._get_str(key)) for key in self._order]
+        entries = self._entries()
+        return [(key, entries[key]) for key in self._order]
 
     def _values_str(self) -> Any:
-        return [self._get_str(key) for key in self._order]
+        entries = self._entries()
+        return [entries[key] for key in self._order]
+
+    def _entries(self) -> dict[str, Any]:
+        """Every entry by key (a key lives in one registry: `_drop` clears the others)."""
+        return {**self._non_tensor, **self._modules, **self._buffers, **self._parameters}
 
     def _new(
         self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
