@@ -16,6 +16,7 @@ import tensordict
 import torch
 from torch.utils import _pytree
 
+import td_core
 from td_core import TensorDict
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -333,6 +334,44 @@ suite.add(
     lambda: ours_cpf.copy_(ours_b),
     lambda: theirs_cpf.copy_(theirs_b),
     what="as above, 20 flat leaves of [1000, 3]",
+)
+
+# ---------------------------------------------------------------- found by side-by-side scans
+ours_up, theirs_up, _ = both_copies(nested30, [100])
+suite.add(
+    "update_(other) nested 30 leaves",
+    lambda: ours_up.update_(other_ours),
+    lambda: theirs_up.update_(other_theirs),
+    what="in place, as copy_ (a key the destination lacks raises instead of being skipped)",
+)
+suite.add("chunk(2) nested 30 leaves", lambda: ours_n.chunk(2), lambda: theirs_n.chunk(2))
+suite.add("state_dict() nested 30 leaves", ours_n.state_dict, theirs_n.state_dict)
+suite.add(
+    "list(values(True, True)) nested 30",
+    lambda: list(ours_n.values(True, True)),
+    lambda: list(theirs_n.values(True, True)),
+)
+ours_false, theirs_false = both({**nested30, "t0": torch.zeros(100, 3)}, [100])
+suite.add(
+    "all() nested 30, first leaf false",
+    ours_false.all,
+    theirs_false.all,
+    what="both stop at the first leaf that is not all true",
+)
+suite.add("all() nested 30, all true", ours_n.all, theirs_n.all, what="every leaf is reduced")
+suite.add("is_empty() nested 30", ours_n.is_empty, theirs_n.is_empty)
+lazy_ours = td_core.lazy_stack([ours_n] * 4, 1)
+lazy_theirs = tensordict.lazy_stack([theirs_n] * 4, 1)
+suite.add(
+    "lazy stack keys(True, True), 4 x 30 leaves",
+    lambda: list(lazy_ours.keys(True, True)),
+    lambda: list(lazy_theirs.keys(True, True)),
+)
+suite.add(
+    "lazy stack [:, 2] along dim 1",
+    lambda: lazy_ours[:, 2],
+    lambda: lazy_theirs[:, 2],
+    what="one member of a stack along dim 1: both return the member itself",
 )
 
 

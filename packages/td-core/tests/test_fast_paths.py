@@ -298,3 +298,25 @@ def test_batch_size_setter_same_size_and_locked() -> None:
     with pytest.raises(BatchSizeError, match="'a'"):
         td.batch_size = [4]
     assert td.batch_size == torch.Size([3])
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "leaf by leaf"])
+@pytest.mark.parametrize("at", [None, 0, 3, 7])
+def test_all_and_any_find_the_deciding_leaf_anywhere(
+    at: int | None, fuse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from td_core import _reduce
+
+    if not fuse:
+        monkeypatch.setattr(_reduce, "FUSE_NUMEL", 0)
+    dtypes = [torch.bool, torch.float32, torch.int64, torch.float64] * 2
+    ones = {f"k{i}": torch.ones(4, 2, dtype=d) for i, d in enumerate(dtypes)}
+    zeros = {f"k{i}": torch.zeros(4, 2, dtype=d) for i, d in enumerate(dtypes)}
+    if at is not None:
+        ones[f"k{at}"] = ones[f"k{at}"].clone().index_fill_(1, torch.tensor([1]), 0)
+        zeros[f"k{at}"] = zeros[f"k{at}"].clone().index_fill_(1, torch.tensor([1]), 1)
+    nested = {"k0": ones.pop("k0"), "n": ones}
+    assert TensorDict(nested, [4]).all() is (at is None)
+    assert TensorDict(zeros, [4]).any() is (at is not None)
+    stack = lazy_stack(list(TensorDict(nested, [4]).unbind(0)), 0)
+    assert stack.all() is (at is None)
