@@ -118,3 +118,24 @@ def test_matches_upstream():
     for value in (param, param + 1, torch.where(torch.arange(4) < 2, param, param + 1)):
         torch.testing.assert_close(ours.log_prob(value), theirs.log_prob(value))
     torch.testing.assert_close(ours.sample((2,)), theirs.sample((2,)))
+
+
+def test_log_prob_follows_param_changed_in_place_or_replaced() -> None:
+    param = torch.zeros(4, 2)
+    dist = Delta(param, rtol=0.5)
+    assert (dist.log_prob(torch.zeros(4, 2)) == math.inf).all()
+    param.add_(10.0)  # the cached tolerance follows the tensor's version
+    assert (dist.log_prob(torch.full((4, 2), 14.0)) == math.inf).all()  # |4| <= 1e-6 + 0.5 * 10
+    assert (dist.log_prob(torch.zeros(4, 2)) == -math.inf).all()
+    dist.update(torch.ones(4, 2))
+    assert (dist.log_prob(torch.ones(4, 2)) == math.inf).all()
+    assert (dist.log_prob(torch.full((4, 2), 2.0)) == -math.inf).all()
+
+
+@pytest.mark.parametrize("sample_shape", [None, (), (3,), torch.Size([2, 1])])
+@pytest.mark.parametrize("shape", [(), (4,), (4, 2)])
+def test_rsample_shape(shape: tuple[int, ...], sample_shape: object) -> None:
+    param = torch.randn(shape, requires_grad=True)
+    out = Delta(param).rsample(sample_shape)  # type: ignore[arg-type]
+    assert out.shape == torch.Size(sample_shape or ()) + param.shape
+    assert out.requires_grad and torch.equal(out.detach(), param.detach().expand(out.shape))

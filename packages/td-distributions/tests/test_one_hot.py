@@ -111,3 +111,22 @@ def test_matches_upstream():
     assert x.dtype == ours.sample().dtype
     torch.testing.assert_close(ours.log_prob(x), theirs.log_prob(x))
     torch.testing.assert_close(ours.entropy(), theirs.entropy())
+
+
+@pytest.mark.parametrize("build", ["logits", "probs"])
+def test_log_prob_matches_torch_with_sample_dims(build: str) -> None:
+    logits = torch.randn(6, 5)
+    kwargs = {"logits": logits} if build == "logits" else {"probs": logits.softmax(-1)}
+    ours, theirs = OneHotCategorical(**kwargs), D.OneHotCategorical(**kwargs)
+    value = theirs.sample((3,))
+    torch.testing.assert_close(ours.log_prob(value), theirs.log_prob(value))
+    torch.testing.assert_close(ours.log_prob(value.float()), theirs.log_prob(value))
+    torch.testing.assert_close(ours.log_prob(value[0, 0]), theirs.log_prob(value[0, 0]))
+
+
+def test_log_prob_validates_the_value_as_torch() -> None:
+    dist = OneHotCategorical(logits=torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="support"):
+        dist.log_prob(torch.tensor([[0.2, 0.8, 0.0], [1.0, 0.0, 0.0]]))
+    lax = OneHotCategorical(logits=torch.zeros(2, 3), validate_args=False)
+    assert lax.log_prob(torch.tensor([[0.2, 0.8, 0.0], [1.0, 0.0, 0.0]])).shape == (2,)

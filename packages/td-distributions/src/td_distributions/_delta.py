@@ -122,8 +122,19 @@ class Delta(Distribution):
         new._validate_args = self._validate_args
         return new
 
+    def _tolerance(self) -> torch.Tensor | float:
+        """`atol + rtol * |param|`, kept while `param` is the same, unchanged tensor."""
+        param = self.param
+        key = (param, param._version, self.atol, self.rtol)
+        cached = self.__dict__.get("_tol")
+        if cached is None or cached[0] is not key[0] or cached[1:] != key[1:]:
+            with torch.no_grad():
+                tol = param.abs() * self.rtol + self.atol if self.rtol else None
+            cached = self.__dict__["_tol"] = (*key, tol)
+        return cached[4] if cached[4] is not None else self.atol
+
     def _matches(self, value: torch.Tensor) -> torch.Tensor:
-        close = (value - self.param).abs() <= self.atol + self.rtol * self.param.abs()
+        close = (value - self.param).abs() <= self._tolerance()
         if self.event_shape:
             close = close.flatten(close.dim() - len(self.event_shape)).all(-1)
         return close
@@ -135,13 +146,16 @@ class Delta(Distribution):
         dtype = value.dtype if value.is_floating_point() else self.param.dtype
         if not dtype.is_floating_point:
             dtype = torch.get_default_dtype()
-        inf = torch.tensor(math.inf, dtype=dtype, device=value.device)
-        return torch.where(self._matches(value), inf, -inf)
+        match = self._matches(value)
+        return torch.full(match.shape, -math.inf, dtype=dtype, device=match.device).masked_fill_(
+            match, math.inf
+        )
 
     def rsample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
         """`param` expanded to `sample_shape + param.shape` (a view, with gradient)."""
-        shape = torch.Size(()) if sample_shape is None else torch.Size(sample_shape)
-        return self.param.expand(shape + self.param.shape)
+        param = self.param  # (ints as varargs: expand parses them twice as fast as a Size)
+        shape = (*sample_shape, *param.shape) if sample_shape else param.shape
+        return param.expand(*shape) if shape else param.expand(shape)
 
     def sample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
         """`param` expanded to `sample_shape + param.shape` (a view, detached)."""

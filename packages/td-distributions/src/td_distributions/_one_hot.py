@@ -137,6 +137,22 @@ class OneHotCategorical(D.OneHotCategorical):
         hard = F.one_hot(scores.detach().argmax(-1), self.num_categories).to(soft.dtype)
         return _StraightThrough.apply(soft, hard)
 
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """The log-probability of the category of `value`, a one-hot tensor (any dtype).
+
+        With validation on, `value` is checked once (one-hot, shape), as
+        `torch.distributions.OneHotCategorical` does; the category is then read
+        with one `gather` (torch's route checks the category index a second time).
+        """
+        if self._validate_args:
+            self._validate_sample(value)
+        index = value.argmax(-1, keepdim=True)
+        logits = self.logits
+        if index.shape[:-1] != logits.shape[:-1]:  # sample dims in front: broadcast
+            index, logits = torch.broadcast_tensors(index, logits)
+            index = index[..., :1]
+        return logits.gather(-1, index).squeeze(-1)
+
     @property
     def mode(self) -> torch.Tensor:
         """One-hot `torch.long` encoding of the most likely category (the first, on ties)."""
