@@ -339,3 +339,15 @@ def test_from_handler_errors_and_read_only_buffers():
         MemoryMappedTensor.from_handler(object(), torch.float32, (1,))
     with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="nested"):
         MemoryMappedTensor.from_handler(bytearray(8), torch.float32, torch.tensor([[1, 2]]))
+
+
+@pytest.mark.parametrize("make", ["empty", "zeros", "ones"])
+@pytest.mark.parametrize("shape", [(), (0, 3), (5, 2)])
+def test_anonymous_allocation_is_shared_memory_of_the_right_values(make: str, shape: tuple) -> None:
+    t = getattr(MemoryMappedTensor, make)(shape, dtype=torch.float64)
+    assert isinstance(t, MemoryMappedTensor) and t.shape == shape and t.dtype == torch.float64
+    assert t.is_shared()
+    with pytest.raises(RuntimeError, match="no file"):
+        t.filename  # noqa: B018
+    if make != "empty":  # (fresh shared memory reads as zeros; empty promises nothing)
+        assert (t == (1 if make == "ones" else 0)).all()

@@ -491,14 +491,16 @@ class MemoryMappedTensor(torch.Tensor):
         dims = _parse_shape(args, shape_kw)
         dtype = torch.get_default_dtype() if dtype is None else dtype
         dtype_name(dtype)
+        numel = 1
+        for d in dims:
+            numel *= d
         if filename is None:
-            out = torch.zeros(dims, dtype=dtype).share_memory_()
+            # fresh shared memory reads as zeros: no zero-filled tensor copied into it
+            storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
+            out = torch.empty(0, dtype=dtype).set_(storage, 0, dims, strides_of(dims))
             mmt = cls._wrap(out, None, True)
         else:
             path = _target(filename, existsok)
-            numel = 1
-            for d in dims:
-                numel *= d
             allocate_leaf(path, numel * dtype.itemsize)
             mmt = cls._map(path, dtype, dims, writable=True)
         if fill is not None and fill != 0:
