@@ -320,3 +320,30 @@ def test_all_and_any_find_the_deciding_leaf_anywhere(
     assert TensorDict(zeros, [4]).any() is (at is not None)
     stack = lazy_stack(list(TensorDict(nested, [4]).unbind(0)), 0)
     assert stack.all() is (at is None)
+
+
+def test_update_with_nested_tuple_keys_is_all_or_nothing() -> None:
+    td = TensorDict(
+        {"n": {"a": torch.zeros(3), "m": {"b": torch.zeros(3)}}, "x": torch.zeros(3)}, [3]
+    )
+    td.update(
+        {
+            ("n", "a"): torch.ones(3),
+            ("n", ("m", "b")): torch.full((3,), 2.0),
+            ("x",): torch.full((3,), 3.0),
+        }
+    )
+    assert td["n", "a"].eq(1).all() and td["n", "m", "b"].eq(2).all() and td["x"].eq(3).all()
+    td.update({("n", "new"): torch.ones(3), ("z", "w"): torch.ones(3)})  # new keys, a new sub
+    assert ("n", "new") in td.keys(True) and td["z"].batch_size == torch.Size([3])
+    with pytest.raises(BatchSizeError, match="'n', 'bad'"):
+        td.update({("n", "a"): torch.full((3,), 9.0), ("n", "bad"): torch.ones(4)})
+    assert td["n", "a"].eq(1).all() and ("n", "bad") not in td.keys(True)
+
+
+def test_get_of_a_missing_nested_key() -> None:
+    td = TensorDict({"n": {"a": torch.zeros(3)}, "x": torch.zeros(3)}, [3])
+    assert td.get(("n", "q"), None) is None and td.get(("q", "r"), 7) == 7
+    assert td.get(("x", "q"), 5) == 5  # through a leaf: the default, as upstream
+    with pytest.raises(KeyError, match=r"\('n', 'q'\)"):
+        td.get(("n", "q"))

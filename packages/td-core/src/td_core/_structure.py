@@ -421,7 +421,17 @@ def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[s
     new: dict[str, Any] = {}
     for key, value in items:
         if type(key) is not str:
-            return False
+            if type(key) is not tuple or not key or type(key[0]) is not str:
+                return False
+            if len(key) > 1:  # ("sub", ...): staged into the existing sub-TensorDict
+                sub = get(key[0])
+                rest = key[1] if len(key) == 2 else key[1:]
+                if sub is None or type(sub) is Tensor or not is_td(sub):
+                    return False
+                if not _stage_dense(sub, {rest: value}, staged):
+                    return False
+                continue
+            key = key[0]
         existing = get(key)
         if type(value) is not Tensor:
             # a sub-TensorDict merged into an existing one: recurse, else the general path

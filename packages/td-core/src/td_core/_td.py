@@ -23,6 +23,7 @@ __all__ = ["TensorDict", "from_dict"]
 _TD = TypeVar("_TD", bound="TensorDict")
 
 Tensor = torch.Tensor
+_ABSENT = object()  # `_walk`'s answer for a key a dense TensorDict on the path lacks
 
 
 class TensorDict(TensorDictBase):
@@ -296,16 +297,22 @@ class TensorDict(TensorDictBase):
             return key in self._tensordict
         return TensorDictBase.__contains__(self, key)
 
-    def _walk(self, path: tuple[Any, ...]) -> Any:
-        """Fast lookup of a flat tuple of str through dense TensorDicts; NO_DEFAULT if it does not apply."""
+    def _walk(self, path: tuple[Any, ...], missing: Any = NO_DEFAULT) -> Any:
+        """Fast lookup of a flat tuple of str through dense TensorDicts; NO_DEFAULT if it does
+        not apply, `missing` where a dense TensorDict on the path lacks the next key."""
         value: Any = self
         for part in path:
             if type(part) is not str:
                 return NO_DEFAULT
             try:
-                value = value._tensordict[part]
-            except (AttributeError, KeyError):
+                entries = value._tensordict
+            except AttributeError:  # a leaf on the path
                 return NO_DEFAULT
+            if type(entries) is not dict:  # a tensorclass: its TensorDict's own rules
+                return NO_DEFAULT
+            node, value = value, entries.get(part, NO_DEFAULT)  # (missing: no exception)
+            if value is NO_DEFAULT:
+                return missing if node._pending is None else NO_DEFAULT
         return value
 
     def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
@@ -319,8 +326,11 @@ class TensorDict(TensorDictBase):
                 raise self._missing(key)
             return default
         if type(key) is tuple and key and type(key[0]) is str:
-            value = self._walk(key)
-            if value is not NO_DEFAULT:
+            value = self._walk(key, _ABSENT)
+            if value is _ABSENT:
+                if default is not NO_DEFAULT:
+                    return default
+            elif value is not NO_DEFAULT:
                 return value
         return TensorDictBase.get(self, key, default)
 
