@@ -347,3 +347,12 @@ def test_get_of_a_missing_nested_key() -> None:
     assert td.get(("x", "q"), 5) == 5  # through a leaf: the default, as upstream
     with pytest.raises(KeyError, match=r"\('n', 'q'\)"):
         td.get(("n", "q"))
+
+
+def test_to_namedtuple_reuses_its_class_per_field_set() -> None:
+    td = TensorDict(_nested(), [3])
+    first, second = td.to_namedtuple(), td.clone().to_namedtuple()
+    assert type(first) is type(second) and first._fields == ("a", "n")
+    assert torch.equal(second.n.m.c, td["n", "m", "c"])
+    with pytest.raises(ValueError):
+        TensorDict({"not an identifier": torch.zeros(3)}, [3]).to_namedtuple()

@@ -6,6 +6,7 @@ The `from_*` constructors live in `_from`; the classmethods here delegate to the
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -78,8 +79,14 @@ def _to_namedtuple(td: TensorDictContract, dest_cls: Any) -> Any:
             values[key] = _to_namedtuple(value, None)
         else:
             values[key] = value.data if is_nt(value) else value
-    cls = dest_cls or collections.namedtuple("GenericDict", list(values))
+    cls = dest_cls or _generic_dict(tuple(values))
     return cls(**values)
+
+
+@functools.lru_cache(maxsize=256)
+def _generic_dict(fields: tuple[str, ...]) -> Any:
+    """The `GenericDict` namedtuple class of `fields` (building one costs ~50 µs: kept)."""
+    return collections.namedtuple("GenericDict", fields)
 
 
 def _to_pytree(td: TensorDictContract) -> Any:
