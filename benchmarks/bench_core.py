@@ -373,6 +373,19 @@ suite.add(
     lambda: lazy_theirs[:, 2],
     what="one member of a stack along dim 1: both return the member itself",
 )
+suite.add(
+    "get(nested missing key, default)",
+    lambda: ours_n.get(("n1", "missing"), None),
+    lambda: theirs_n.get(("n1", "missing"), None),
+)
+nested_leaf = nested30["n1"]["l3"]
+suite.add(
+    "update({(sub, key): tensor})",
+    lambda: ours_w.update({("n1", "l3"): nested_leaf}),
+    lambda: theirs_w.update({("n1", "l3"): nested_leaf}),
+    what="one nested entry replaced through a tuple key",
+)
+suite.add("to_namedtuple() nested 30", ours_n.to_namedtuple, theirs_n.to_namedtuple)
 
 
 if __name__ == "__main__":
