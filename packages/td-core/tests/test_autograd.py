@@ -212,3 +212,14 @@ def test_copy_under_no_grad_records_nothing() -> None:
     with torch.no_grad():
         dest.copy_(src)
     assert not dest["a"].requires_grad and torch.equal(dest["a"], src["a"].detach())
+
+
+@pytest.mark.parametrize("index", [slice(0, 2), 1], ids=["slice", "int"])
+def test_copy_at_into_a_view_of_a_leaf_that_requires_grad_refuses_before_writing(
+    index: object,
+) -> None:
+    dest = TensorDict({"a": torch.zeros(3), "z": torch.zeros(3, requires_grad=True)}, [3])
+    src = TensorDict({"a": torch.ones(3), "z": torch.ones(3, requires_grad=True) * 2}, [3])[index]
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        dest.copy_at_(src, index)
+    assert torch.equal(dest["a"], torch.zeros(3))

@@ -280,7 +280,8 @@ def _records_graph(dests: list[Tensor], srcs: list[Tensor]) -> bool:
 
     `_foreach_copy_` has no derivative: a tensor that requires grad on either side
     would get a graph that fails in `backward()`. A destination that is a leaf
-    requiring grad is left to `_foreach_copy_`, which refuses it before writing.
+    requiring grad, or a view of one, is left to `_foreach_copy_`, which refuses
+    it before writing anything (one `copy_` at a time would write the pairs before).
     """
     if not torch.is_grad_enabled():
         return False
@@ -289,7 +290,12 @@ def _records_graph(dests: list[Tensor], srcs: list[Tensor]) -> bool:
             return False
     elif not any(t.requires_grad for t in dests) and not any(t.requires_grad for t in srcs):
         return False
-    return not any(t.requires_grad and t.is_leaf for t in dests)
+    return not any(t.requires_grad and _leaf_or_view_of_one(t) for t in dests)
+
+
+def _leaf_or_view_of_one(t: Tensor) -> bool:
+    base = t._base
+    return t.is_leaf or (base is not None and base.is_leaf)
 
 
 def copy_all(dests: list[Tensor], srcs: list[Tensor], non_blocking: bool) -> None:
