@@ -20,7 +20,7 @@ The primitives:
 
 Results that are not of the caller's kind (a mapping turned into a nested
 TensorDict, a template rebuilt from metadata) are built with `dense`,
-the dense class registered by `td_core._td`; the base never imports it.
+the dense class registered by `td_core._kinds.dense`; the base never imports it.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 
-from td_core._utils import BatchMeta
+from td_core._core.utils import BatchMeta
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["TD", "TensorDictContract", "dense", "register_dense"]
 
@@ -44,7 +44,7 @@ _DENSE: list[Callable[..., TensorDictBase]] = []
 
 
 def register_dense(cls: Callable[..., TensorDictBase]) -> None:
-    """Register the dense container class (called once, by `td_core._td`)."""
+    """Register the dense container class (called once, by `td_core._kinds.dense`)."""
     _DENSE[:] = [cls]
 
 

@@ -15,7 +15,7 @@ import functools
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
-from td_core._lazy import _LAZY
+from td_core._kinds.lazy import _LAZY
 
 __all__ = [
     "set_lazy_legacy",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Union
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
 
 __all__ = ["NestedKey", "unravel_key", "unravel_key_list", "default_is_leaf", "is_leaf_nontensor"]
 

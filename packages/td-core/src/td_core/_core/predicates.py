@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from td_core._keys import unravel_key
+from td_core._core.keys import unravel_key
 
 __all__ = [
     "KEY_SEPARATOR",

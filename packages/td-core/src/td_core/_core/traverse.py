@@ -38,8 +38,8 @@ from td_core.errors import BatchSizeError
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
-    from td_core._base import TensorDictBase
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "map_batch",

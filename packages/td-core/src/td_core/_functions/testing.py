@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from td_core._map import is_nt, is_td
+from td_core._core.traverse import is_nt, is_td
 
 __all__ = ["assert_close", "assert_allclose_td"]
 

@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 import torch
 
-from td_core._columns import TabularFormatError, require
-from td_core._contract import dense
-from td_core._keys import NestedKey, unravel_key
-from td_core._map import is_nt, is_td
-from td_core._nontensor import NonTensorStack
+from td_core._core.contract import dense
+from td_core._core.keys import NestedKey, unravel_key
+from td_core._core.traverse import is_nt, is_td
+from td_core._io.columns import TabularFormatError, require
+from td_core._leaves.nontensor import NonTensorStack
 from td_core.errors import ExtensionMissingError
 
 __all__ = ["from_arrow", "to_arrow"]

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import TensorDictContract, dense
-from td_core._map import is_nt, is_td, map_leaves, rebuild, stack_parts, tensor_leaves
-from td_core._nontensor import NonTensorData
-from td_core._utils import as_device
+from td_core._core.contract import TensorDictContract, dense
+from td_core._core.traverse import is_nt, is_td, map_leaves, rebuild, stack_parts, tensor_leaves
+from td_core._core.utils import as_device
+from td_core._leaves.nontensor import NonTensorData
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "ConsolidateMixin",

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core._contract import dense
-from td_core._map import is_td
-from td_core._nontensor import NonTensorStack
-from td_core._utils import as_device, as_size
+from td_core._core.contract import dense
+from td_core._core.traverse import is_td
+from td_core._core.utils import as_device, as_size
+from td_core._leaves.nontensor import NonTensorStack
 from td_core.errors import TDError
 
 __all__ = [
@@ -45,7 +45,7 @@ class ConversionError(TDError, TypeError, AttributeError):
 
 
 def _dense(source: Mapping[str, Any] | None = None, batch_size: Any = ()) -> Any:
-    from td_core._td import TensorDict
+    from td_core._kinds.dense import TensorDict
 
     return TensorDict(source, batch_size=batch_size)
 
@@ -221,7 +221,7 @@ def from_dataclass(
     With `as_tensorclass=True` and a dataclass *type*, returns a tensorclass
     type with the same fields; with an instance, an instance of that tensorclass.
     """
-    from td_core._tensorclass import tensorclass
+    from td_core._kinds.tensorclass import tensorclass
 
     if as_tensorclass and isinstance(dataclass, type):
         if not dataclasses.is_dataclass(dataclass):
@@ -295,8 +295,8 @@ def from_list(
 
     Members with different keys give a lazy stack (also with `lazy=True`).
     """
-    from td_core._lazy import LazyStackedTensorDict
-    from td_core._stack import stack
+    from td_core._kinds.lazy import LazyStackedTensorDict
+    from td_core._ops.stack import stack
 
     if not isinstance(input, (list, tuple)):
         raise TypeError(f"from_list expects a list, got {type(input).__name__}")

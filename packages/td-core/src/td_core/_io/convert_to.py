@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._from import (
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_nt, is_td
+from td_core._io.convert_from import (
     PYTREE_TYPE,
     from_any,
     from_dataclass,
@@ -28,9 +29,8 @@ from td_core._from import (
     from_struct_array,
     from_tuple,
 )
-from td_core._map import is_nt, is_td
-from td_core._nontensor import NonTensorData
-from td_core._unbatched import is_unbatched
+from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.unbatched import is_unbatched
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -225,14 +225,14 @@ class ConvertMixin(TensorDictContract):
         module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
     ) -> Any:
         """The parameters and buffers of `module` (see `td_core.from_module`)."""
-        from td_core._modules import from_module
+        from td_core._shared.modules import from_module
 
         return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
 
     @staticmethod
     def from_modules(*modules: Any, **kwargs: Any) -> Any:
         """The stacked parameters of several modules (see `td_core.from_modules`)."""
-        from td_core._modules import from_modules
+        from td_core._shared.modules import from_modules
 
         return from_modules(*modules, **kwargs)
 
@@ -253,7 +253,7 @@ class ConvertMixin(TensorDictContract):
             A consolidated TensorDict (a lazy stack if a lazy stack was sent):
             receive the next batches with `recv(consolidated=True)`.
         """
-        from td_core._distributed import from_remote_init
+        from td_core._parallel.distributed import from_remote_init
 
         return from_remote_init(src, group=group, device=device, use_broadcast=use_broadcast)
 
@@ -269,7 +269,7 @@ class ConvertMixin(TensorDictContract):
         names: Sequence[str | None] | None = None,
     ) -> Any:
         """A dense TensorDict from a (nested) mapping; see `td_core.from_dict`."""
-        from td_core._td import from_dict
+        from td_core._kinds.dense import from_dict
 
         return from_dict(
             input_dict,

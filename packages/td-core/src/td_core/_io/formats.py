@@ -11,16 +11,16 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from td_core._contract import TensorDictContract
+from td_core._core.contract import TensorDictContract
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["InterchangeMixin", "from_h5", "from_safetensors", "to_safetensors"]
 
 
 def _ext() -> Any:
-    from td_core._extensions import load_extension
+    from td_core._core.extensions import load_extension
 
     return load_extension("memmap", "td-memmap")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from td_core._contract import TensorDictContract, dense
-from td_core._keys import NestedKey
-from td_core._map import is_nt, is_td, stack_parts
+from td_core._core.contract import TensorDictContract, dense
+from td_core._core.keys import NestedKey
+from td_core._core.traverse import is_nt, is_td, stack_parts
 
 __all__ = ["PackLayout", "PackMixin", "pack"]
 
@@ -129,7 +129,7 @@ def pack(
     td: TensorDictContract, dim: int = -1, *, layout: PackLayout | None = None
 ) -> tuple[Tensor, PackLayout]:
     """See `PackMixin.pack`."""
-    from td_core._tensorclass import is_tensorclass
+    from td_core._kinds.tensorclass import is_tensorclass
 
     bs = td.batch_size
     n = len(bs)

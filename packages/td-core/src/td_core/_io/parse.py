@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from td_core._td import TensorDict
+from td_core._kinds.dense import TensorDict
 
 __all__ = ["parse_tensor_dict_string"]
 

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._map import is_td
-from td_core._printoptions import get_printoptions
+from td_core._core.traverse import is_td
+from td_core._io.printoptions import get_printoptions
 
 if TYPE_CHECKING:
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
 
 __all__ = ["td_repr", "leaf_repr", "fields_repr"]
 

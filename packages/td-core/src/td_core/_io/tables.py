@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from td_core._columns import (
+from td_core._core.contract import TensorDictContract
+from td_core._io.columns import (
     build,
     columns_of,
     frame_columns,
@@ -32,7 +33,6 @@ from td_core._columns import (
     require,
     table_columns,
 )
-from td_core._contract import TensorDictContract
 
 __all__ = ["TabularMixin", "from_csv", "from_pandas", "from_parquet"]
 
@@ -78,7 +78,7 @@ def _write_parquet(td: Any, path: Path, separator: str | None, kwargs: dict[str,
 
 
 def _dense_class() -> type:
-    from td_core._td import TensorDict
+    from td_core._kinds.dense import TensorDict
 
     return TensorDict
 

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._keys import unravel_key
-from td_core._map import is_nt, is_td, per_member
-from td_core._nontensor import NonTensorData
-from td_core._tensorclass_options import TensorClass
+from td_core._core.keys import unravel_key
+from td_core._core.traverse import is_nt, is_td, per_member
+from td_core._kinds.tensorclass_options import TensorClass
+from td_core._leaves.nontensor import NonTensorData
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["TensorAttrs", "attrs_of", "to_attrs"]
 

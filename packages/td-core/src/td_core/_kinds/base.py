@@ -15,42 +15,40 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core import (
-    _apply,
-    _autograd,
-    _casts,
-    _collectives,
-    _consolidate,
-    _convert,
-    _dataloader,
-    _distributed,
-    _index,
-    _interchange,
-    _layout,
-    _mapping,
-    _masked,
-    _names,
-    _p2p,
-    _pack,
-    _persistence,
-    _pointwise,
-    _reductions,
-    _repr,
-    _shape,
-    _stack,
-    _structure,
-    _tabular,
-    _workers,
-)
-from td_core._contract import TensorDictContract, dense
-from td_core._keys import KeysView, NestedKey, unravel_key
-from td_core._lists import read_list
-from td_core._map import is_nt, is_td
-from td_core._names import carry_names, index_names
-from td_core._nontensor import NonTensorData
-from td_core._torch_function import TORCH_FUNCTIONS
-from td_core._unbatched import is_unbatched
-from td_core._utils import NO_DEFAULT
+from td_core._core.contract import TensorDictContract, dense
+from td_core._core.keys import KeysView, NestedKey, unravel_key
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT
+from td_core._io.consolidate import ConsolidateMixin
+from td_core._io.convert_to import ConvertMixin
+from td_core._io.formats import InterchangeMixin
+from td_core._io.memmap import MemmapMixin
+from td_core._io.pack import PackMixin
+from td_core._io.repr import td_repr
+from td_core._io.tables import TabularMixin
+from td_core._leaves.lists import read_list
+from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.apply import ApplyMixin
+from td_core._ops.apply import to as to_
+from td_core._ops.autograd import AutogradMixin
+from td_core._ops.casts import CastMixin
+from td_core._ops.dict_methods import MappingMixin
+from td_core._ops.index import IndexingMixin
+from td_core._ops.masked import MaskedMixin
+from td_core._ops.names import NamesMixin, carry_names, index_names
+from td_core._ops.pointwise import PointwiseMixin
+from td_core._ops.rearrange import LayoutMixin
+from td_core._ops.reductions import ReductionMixin
+from td_core._ops.shape import ShapeMixin
+from td_core._ops.stack import StackMixin
+from td_core._ops.structure import StructureMixin
+from td_core._ops.torch_function import TORCH_FUNCTIONS
+from td_core._parallel.collectives import CollectivesMixin
+from td_core._parallel.dataloader import DataLoaderMixin
+from td_core._parallel.distributed import PipeMixin
+from td_core._parallel.p2p import PointToPointMixin
+from td_core._parallel.workers import WorkersMixin
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 __all__ = ["TensorDictBase", "is_tensor_collection"]
@@ -67,36 +65,38 @@ def is_tensor_collection(obj: Any) -> bool:
 
 def defaults_to_none() -> bool:
     """Whether `get` of a missing key without a default returns `None` (`set_get_defaults_to_none`)."""
-    from td_core._flags import get_defaults_to_none  # _flags imports the lazy stack: import late
+    from td_core._core.flags import (
+        get_defaults_to_none,  # _flags imports the lazy stack: import late
+    )
 
     return get_defaults_to_none()
 
 
 class TensorDictBase(
-    _index.IndexingMixin,
-    _shape.ShapeMixin,
-    _apply.ApplyMixin,
-    _structure.StructureMixin,
-    _pointwise.PointwiseMixin,
-    _casts.CastMixin,
-    _reductions.ReductionMixin,
-    _masked.MaskedMixin,
-    _layout.LayoutMixin,
-    _autograd.AutogradMixin,
-    _convert.ConvertMixin,
-    _mapping.MappingMixin,
-    _names.NamesMixin,
-    _consolidate.ConsolidateMixin,
-    _dataloader.DataLoaderMixin,
-    _collectives.CollectivesMixin,
-    _p2p.PointToPointMixin,
-    _distributed.PipeMixin,
-    _stack.StackMixin,
-    _interchange.InterchangeMixin,
-    _persistence.MemmapMixin,
-    _tabular.TabularMixin,
-    _pack.PackMixin,
-    _workers.WorkersMixin,
+    IndexingMixin,
+    ShapeMixin,
+    ApplyMixin,
+    StructureMixin,
+    PointwiseMixin,
+    CastMixin,
+    ReductionMixin,
+    MaskedMixin,
+    LayoutMixin,
+    AutogradMixin,
+    ConvertMixin,
+    MappingMixin,
+    NamesMixin,
+    ConsolidateMixin,
+    DataLoaderMixin,
+    CollectivesMixin,
+    PointToPointMixin,
+    PipeMixin,
+    StackMixin,
+    InterchangeMixin,
+    MemmapMixin,
+    TabularMixin,
+    PackMixin,
+    WorkersMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see `td_core.TensorDict`."""
@@ -289,7 +289,7 @@ class TensorDictBase(
         return handler(*args, **(kwargs or {}))
 
     def __repr__(self) -> str:
-        return _repr.td_repr(self)
+        return td_repr(self)
 
     # ------------------------------------------------------------------ writing
     def set(
@@ -497,7 +497,7 @@ class TensorDictBase(
         `non_blocking`, or a TensorDict from `attrs()`: each leaf then moves to
         the device and dtype recorded at its key (the result has no device).
         """
-        return _apply.to(self, *args, **kwargs)
+        return to_(self, *args, **kwargs)
 
     def cpu(self) -> TensorDictBase:
         return self.to("cpu")
@@ -541,7 +541,7 @@ class TensorDictBase(
         Returns what was replaced, a TensorDict that restores it when used as a
         context manager: `with params.to_module(model): model(x)`.
         """
-        from td_core._modules import to_module
+        from td_core._shared.modules import to_module
 
         return to_module(
             self,
@@ -585,7 +585,7 @@ class TensorDictBase(
             worker_threads: torch intra-op threads per worker (1 avoids OpenMP
                 deadlocks in forked workers and oversubscription).
         """
-        from td_core._workers import map_td
+        from td_core._parallel.workers import map_td
 
         return map_td(
             self,

@@ -8,14 +8,14 @@ from typing import Any, TypeVar
 import torch
 from torch.compiler import is_compiling
 
-from td_core._base import TensorDictBase, defaults_to_none
-from td_core._consolidate import pack, unpack
-from td_core._contract import register_dense
-from td_core._map import is_nt, is_td
-from td_core._nontensor import NonTensorData, NonTensorStack
-from td_core._pytree import allow_weights_only, register
-from td_core._unbatched import is_unbatched
-from td_core._utils import NO_DEFAULT, as_device, as_size
+from td_core._core.contract import register_dense
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT, as_device, as_size
+from td_core._io.consolidate import pack, unpack
+from td_core._kinds.base import TensorDictBase, defaults_to_none
+from td_core._kinds.pytree import allow_weights_only, register
+from td_core._leaves.nontensor import NonTensorData, NonTensorStack
+from td_core._leaves.unbatched import is_unbatched
 from td_core.errors import BatchSizeError, LockedError
 
 __all__ = ["TensorDict", "from_dict"]

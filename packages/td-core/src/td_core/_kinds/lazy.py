@@ -24,18 +24,18 @@ from typing import Any, TypeVar
 
 import torch
 
-from td_core._base import TensorDictBase
-from td_core._consolidate import pack, unpack
-from td_core._lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
-from td_core._lazy_index import LazyIndexMixin
-from td_core._map import is_nt, is_td
-from td_core._names import inherit_names
-from td_core._nontensor import NonTensorData, stack_non_tensors
-from td_core._pytree import allow_weights_only, register
-from td_core._repr import fields_repr, leaf_repr, td_repr
-from td_core._td import TensorDict
-from td_core._unbatched import is_unbatched
-from td_core._utils import NO_DEFAULT, broadcast_shape, normalize_dim
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
+from td_core._io.consolidate import pack, unpack
+from td_core._io.repr import fields_repr, leaf_repr, td_repr
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
+from td_core._kinds.lazy_index import LazyIndexMixin
+from td_core._kinds.pytree import allow_weights_only, register
+from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
+from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.names import inherit_names
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack", "set_lazy_stack", "lazy_stack_enabled"]
@@ -476,7 +476,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
     # ---------------------------------------------------------------- structure
     def contiguous(self) -> TensorDictBase:
         """A dense TensorDict holding the stacked common entries."""
-        from td_core._stack import stack
+        from td_core._ops.stack import stack
 
         if self.exclusive_keys() != [[] for _ in self.tensordicts]:
             return stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)

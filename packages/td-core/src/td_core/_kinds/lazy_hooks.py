@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from td_core._mapping import PerObject
+from td_core._ops.dict_methods import PerObject
 
 __all__ = ["LazyHooksMixin", "set_hooks", "with_hook_out"]
 

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._index import _apply_plan, _plan_sub, indexed_shape, normalize_index
-from td_core._map import is_td
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_td
+from td_core._ops.index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core.errors import BatchSizeError
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["LazyIndexMixin"]
 

@@ -24,12 +24,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from td_core._base import TensorDictBase
-from td_core._map import is_nt, is_td
-from td_core._names import inherit_names
-from td_core._pytree import register
-from td_core._td import TensorDict
-from td_core._utils import NO_DEFAULT, as_device
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT, as_device
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.pytree import register
+from td_core._ops.names import inherit_names
 
 __all__ = ["TensorDictParams"]
 

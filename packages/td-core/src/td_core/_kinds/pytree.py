@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from td_core._map import is_nt
+from td_core._core.traverse import is_nt
 
 __all__ = ["register", "allow_weights_only"]
 

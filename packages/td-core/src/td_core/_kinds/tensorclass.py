@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from td_core._base import TensorDictBase
-from td_core._map import is_nt
-from td_core._names import inherit_names
-from td_core._pytree import allow_weights_only, register
-from td_core._repr import leaf_repr, td_repr
-from td_core._td import TensorDict
-from td_core._utils import NO_DEFAULT
+from td_core._core.traverse import is_nt
+from td_core._core.utils import NO_DEFAULT
+from td_core._io.repr import leaf_repr, td_repr
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.pytree import allow_weights_only, register
+from td_core._ops.names import inherit_names
 
 __all__ = ["tensorclass", "is_tensorclass"]
 

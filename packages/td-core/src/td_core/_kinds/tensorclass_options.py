@@ -1,7 +1,7 @@
 """The keyword forms of `@tensorclass` and the class form `TensorClass`.
 
 `tensorclass(autocast=, nocast=, frozen=, shadow=, kw_only=, ...)` builds the
-class with `td_core._tensorclass` and then wraps its `__init__` and
+class with `td_core._kinds.tensorclass` and then wraps its `__init__` and
 `__setattr__` with the options; `class Foo(TensorClass): x: Tensor` (and
 `TensorClass["frozen", "nocast"]`) runs the same builder from a metaclass.
 """
@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from td_core._base import TensorDictBase
-from td_core._nontensor import NonTensorData
-from td_core._tensorclass import tensorclass as _build
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.tensorclass import tensorclass as _build
+from td_core._leaves.nontensor import NonTensorData
 
 __all__ = ["tensorclass", "TensorClass"]
 

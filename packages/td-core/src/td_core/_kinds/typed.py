@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from td_core._base import TensorDictBase
-from td_core._pytree import allow_weights_only, register
-from td_core._td import TensorDict
-from td_core._utils import NO_DEFAULT
+from td_core._core.utils import NO_DEFAULT
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.pytree import allow_weights_only, register
 
 __all__ = ["TypedTensorDict"]
 

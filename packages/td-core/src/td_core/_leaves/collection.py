@@ -55,7 +55,7 @@ class NonTensorDataBase(abc.ABC):  # noqa: B024 - an isinstance target
     @classmethod
     def __subclasshook__(cls, other: type) -> Any:
         if cls is NonTensorDataBase:
-            from td_core._nontensor import NonTensorData
+            from td_core._leaves.nontensor import NonTensorData
 
             return issubclass(other, NonTensorData)
         return NotImplemented

@@ -20,15 +20,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from td_core._map import is_td
-from td_core._nontensor import NonTensorData, NonTensorStack
+from td_core._core.traverse import is_td
+from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 
 __all__ = ["read_list"]
 
 
 def read_list(value: Sequence[Any], batch_size: torch.Size, device: Any) -> Any:
     """The entry `value` stands for: a tensor or TensorDict to validate, or a non-tensor leaf."""
-    from td_core._flags import list_to_stack  # _flags imports the containers
+    from td_core._core.flags import list_to_stack  # _flags imports the containers
 
     if not list_to_stack():
         return NonTensorData(list(value), batch_size, device)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from td_core._nontensor import NonTensorData, _positions
+from td_core._leaves.nontensor import NonTensorData, _positions
 
 __all__ = ["MetaData"]
 

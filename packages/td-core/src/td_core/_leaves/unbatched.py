@@ -7,7 +7,7 @@ expand, stack, cat, unbind, split, lazy stacking, ...) return it with its
 data and shape unchanged; leaf operations (arithmetic, `clone`, `to`, casts)
 apply to it as to any tensor and keep it an `UnbatchedTensor`.
 
-The traversals of `td_core._map` treat it like a non-tensor leaf: it is a
+The traversals of `td_core._core.traverse` treat it like a non-tensor leaf: it is a
 `torch.Tensor` whose class says `_is_non_tensor = True`, so the batch
 traversals send it down the non-tensor branch (`_map_batch`,
 `_map_batch_multi`), while `is_nt`, `is_td` and leaf-wise traversals still see

@@ -1,7 +1,7 @@
 """Leaf-wise operations: apply, moving (`to`), cloning, memory.
 
-Pointwise math and comparisons live in `td_core._pointwise`, dtype casts in
-`td_core._casts`. Non-tensor leaves are carried along unchanged.
+Pointwise math and comparisons live in `td_core._ops.pointwise`, dtype casts in
+`td_core._ops.casts`. Non-tensor leaves are carried along unchanged.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._casts import cast_all
-from td_core._consolidate import to_consolidated
-from td_core._contract import TD, TensorDictContract
-from td_core._map import (
+from td_core._core.contract import TD, TensorDictContract
+from td_core._core.traverse import (
     is_stack,
     is_td,
     map_leaves,
@@ -25,14 +23,16 @@ from td_core._map import (
     stack_parts,
     tensor_leaves,
 )
-from td_core._mapping import PerObject
-from td_core._utils import NO_DEFAULT, as_device, as_size, broadcast_shape
+from td_core._core.utils import NO_DEFAULT, as_device, as_size, broadcast_shape
+from td_core._io.consolidate import to_consolidated
+from td_core._ops.casts import cast_all
+from td_core._ops.dict_methods import PerObject
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["ApplyMixin", "to"]
 
@@ -217,7 +217,7 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | TensorDictBase:
             raise TypeError(
                 f"to(attrs_td) takes no other positional argument, got {len(args) - 1} more"
             )
-        from td_core._attrs import to_attrs
+        from td_core._kinds.attrs import to_attrs
 
         kwargs.pop("cast_filter", None)
         return to_attrs(td, args[0], non_blocking=kwargs.pop("non_blocking", None))
@@ -506,7 +506,7 @@ class ApplyMixin(TensorDictContract):
 
             ```
         """
-        from td_core._attrs import attrs_of
+        from td_core._kinds.attrs import attrs_of
 
         return attrs_of(self, tuple(fields))
 

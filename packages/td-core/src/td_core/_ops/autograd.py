@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core import _lazy_shape as lazy
-from td_core._contract import TensorDictContract
-from td_core._map import is_td, map_leaves
-from td_core._utils import NO_DEFAULT
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_td, map_leaves
+from td_core._core.utils import NO_DEFAULT
+from td_core._ops import lazy_shape as lazy
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["AutogradMixin", "own_leaves"]
 

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._lazy_shape import restack
-from td_core._map import rebuild, tensor_leaves
-from td_core._pointwise_run import _lazy_members
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import rebuild, tensor_leaves
+from td_core._ops.lazy_shape import restack
+from td_core._ops.pointwise_run import _lazy_members
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["CAST_DTYPES", "CastMixin", "cast_all"]
 

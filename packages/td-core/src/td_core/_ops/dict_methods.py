@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._keys import NestedKey, as_tuple, unravel_key
-from td_core._map import is_nt, is_td, per_member
-from td_core._nontensor import NonTensorData
-from td_core._utils import NO_DEFAULT
+from td_core._core.contract import TensorDictContract
+from td_core._core.keys import NestedKey, as_tuple, unravel_key
+from td_core._core.traverse import is_nt, is_td, per_member
+from td_core._core.utils import NO_DEFAULT
+from td_core._leaves.nontensor import NonTensorData
 from td_core.errors import KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["MappingMixin", "PerObject"]
 
@@ -214,7 +214,7 @@ class MappingMixin(TensorDictContract):
             >>> TensorDict.fromkeys(["a", ("b", "c")], 1)["b", "c"]
             tensor(1)
         """
-        from td_core._from import fromkeys
+        from td_core._io.convert_from import fromkeys
 
         return fromkeys(keys, value)
 
@@ -364,7 +364,7 @@ class MappingMixin(TensorDictContract):
             retain_none: kept for upstream compatibility; `None` values are kept
                 as non-tensor leaves either way.
         """
-        from td_core._td import TensorDict
+        from td_core._kinds.dense import TensorDict
 
         return _densify(self, TensorDict)
 

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._contract import TensorDictContract, dense
-from td_core._map import index_batch, is_nt, is_td, map_batch
-from td_core._nontensor import NonTensorData
-from td_core._utils import NO_DEFAULT, broadcast_shape
-from td_core._writes import copy_at_dense, plan_copy_dense
+from td_core._core.contract import TensorDictContract, dense
+from td_core._core.traverse import index_batch, is_nt, is_td, map_batch
+from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._leaves.nontensor import NonTensorData
+from td_core._ops.writes import copy_at_dense, plan_copy_dense
 from td_core.errors import BatchSizeError, DTypeError, LockedError
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["IndexingMixin", "normalize_index", "indexed_shape"]
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "parts",

@@ -10,7 +10,7 @@ Two kinds of op live here:
 * indexed and whole-entry writes (`set_at_`, `update_at_`, `copy_`,
   `copy_at_`, `fill_`, `zero_`): every write is validated before the
   first one is made, and goes to the tensors that hold the data, so writes
-  through a lazy stack reach its members (see `td_core._index.set_at`).
+  through a lazy stack reach its members (see `td_core._ops.index.set_at`).
 
 A lazy stack runs mask ops member by member (the mask and a TensorDict
 operand are split along the stack dim) and re-stacks lazily, which also
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._index import copy_at_plain
-from td_core._keys import NestedKey, unravel_key
-from td_core._map import is_nt, is_td
-from td_core._unbatched import is_unbatched
-from td_core._utils import NO_DEFAULT, normalize_dim
-from td_core._writes import (
+from td_core._core.contract import TensorDictContract
+from td_core._core.keys import NestedKey, unravel_key
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT, normalize_dim
+from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.index import copy_at_plain
+from td_core._ops.writes import (
     as_tuple,
     copy_all,
     copy_into,
@@ -55,7 +55,7 @@ from td_core.errors import BatchSizeError, KeyNotFoundError, MissingEntryError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["MaskedMixin"]
 

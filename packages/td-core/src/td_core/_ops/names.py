@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._map import is_td
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_td
 from td_core.errors import TDError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "NamesMixin",

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core import _lazy_shape as lazy
-from td_core._contract import TensorDictContract
-from td_core._map import _map_batch, is_ragged, is_td, map_leaves
-from td_core._utils import NO_DEFAULT, as_device, shape_args
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import _map_batch, is_ragged, is_td, map_leaves
+from td_core._core.utils import NO_DEFAULT, as_device, shape_args
+from td_core._ops import lazy_shape as lazy
 from td_core.errors import BatchSizeError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["NewMixin"]
 

@@ -3,8 +3,8 @@
 Out-of-place and in-place (`x_`) leaf-wise math with TensorDict, tensor or scalar
 operands; `torch._foreach_*` where it applies, a per-leaf path under `torch.func`
 transforms and for dtypes `_foreach` refuses. The rows with one operand (`exp`,
-`sqrt`, ...) are in `td_core._pointwise_unary`; how a row runs (operands,
-broadcasting over batch dims, fast paths, lazy stacks) in `td_core._pointwise_run`.
+`sqrt`, ...) are in `td_core._ops.pointwise_unary`; how a row runs (operands,
+broadcasting over batch dims, fast paths, lazy stacks) in `td_core._ops.pointwise_run`.
 Comparisons (`==`, `<`, ...) also turn non-tensor leaves into bool tensors.
 
 Examples:
@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._map import is_nt, is_td
-from td_core._pointwise_run import Op, _lazy_members, run, split_operands
-from td_core._pointwise_unary import UnaryMixin
-from td_core._utils import NO_DEFAULT
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT
+from td_core._ops.pointwise_run import Op, _lazy_members, run, split_operands
+from td_core._ops.pointwise_unary import UnaryMixin
 from td_core.errors import KeyNotFoundError
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["BINARY", "PointwiseMixin"]
 

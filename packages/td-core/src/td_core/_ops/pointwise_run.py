@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._map import is_td, rebuild
-from td_core._utils import NO_DEFAULT
+from td_core._core.traverse import is_td, rebuild
+from td_core._core.utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
-    from td_core._contract import TensorDictContract
-    from td_core._lazy import LazyStackedTensorDict
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
+    from td_core._kinds.lazy import LazyStackedTensorDict
 
 __all__ = ["Op", "run"]
 
@@ -436,7 +436,7 @@ def _run_entries(
 
 def _lazy_members(td: TensorDictContract) -> list[TensorDictBase] | None:
     if not _LAZY:
-        from td_core._lazy import LazyStackedTensorDict
+        from td_core._kinds.lazy import LazyStackedTensorDict
 
         _LAZY.append(LazyStackedTensorDict)
     if isinstance(td, _LAZY[0]):

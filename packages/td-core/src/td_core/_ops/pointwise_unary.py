@@ -1,6 +1,6 @@
 """The one-operand rows of the pointwise table, as methods (`td.exp()`, `td.exp_()`, ...).
 
-Each method is one line running its row of `UNARY` (see `td_core._pointwise_run`).
+Each method is one line running its row of `UNARY` (see `td_core._ops.pointwise_run`).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._pointwise_run import Op, run
+from td_core._core.contract import TensorDictContract
+from td_core._ops.pointwise_run import Op, run
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["UNARY", "UnaryMixin"]
 

@@ -20,18 +20,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from td_core import _lazy_shape as lazy
-from td_core._layout_new import NewMixin
-from td_core._map import map_batch, map_batch_multi
-from td_core._nontensor import NonTensorStack
-from td_core._shape import assign_reshaped, batch_dim, expanded_shape, permute_order, size_arg
+from td_core._core.traverse import map_batch, map_batch_multi
+from td_core._leaves.nontensor import NonTensorStack
+from td_core._ops import lazy_shape as lazy
+from td_core._ops.new_like import NewMixin
+from td_core._ops.shape import assign_reshaped, batch_dim, expanded_shape, permute_order, size_arg
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
-    from td_core._contract import TD, TensorDictContract
+    from td_core._core.contract import TD, TensorDictContract
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["LayoutMixin"]
 

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 
-from td_core._lazy_shape import restack
-from td_core._map import is_nt, is_stack, is_td, per_member
-from td_core._unbatched import is_unbatched
-from td_core._utils import NO_DEFAULT
+from td_core._core.traverse import is_nt, is_stack, is_td, per_member
+from td_core._core.utils import NO_DEFAULT
+from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.lazy_shape import restack
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["REDUCTIONS", "Reduction", "reduction", "bool_reduction", "leafwise_loss"]
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._reduce import REDUCTIONS, Dim, KeyTransform, bool_reduction, reduction
-from td_core._utils import NO_DEFAULT
+from td_core._core.contract import TensorDictContract
+from td_core._core.utils import NO_DEFAULT
+from td_core._ops.reduce_engine import REDUCTIONS, Dim, KeyTransform, bool_reduction, reduction
 
 if TYPE_CHECKING:
     pass

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core import _lazy_shape as lazy
-from td_core._contract import TD, TensorDictContract
-from td_core._map import map_batch, map_batch_multi, map_leaves
-from td_core._names import carry_names, names_after
-from td_core._utils import infer_shape, normalize_dim, shape_args
+from td_core._core.contract import TD, TensorDictContract
+from td_core._core.traverse import map_batch, map_batch_multi, map_leaves
+from td_core._core.utils import infer_shape, normalize_dim, shape_args
+from td_core._ops import lazy_shape as lazy
+from td_core._ops.names import carry_names, names_after
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "ShapeMixin",

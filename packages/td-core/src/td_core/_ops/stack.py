@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import TD, TensorDictContract
-from td_core._map import is_ragged, is_stack, is_td, stack_parts
-from td_core._names import carry_names, names_after
-from td_core._nontensor import cat_non_tensors, stack_non_tensors
-from td_core._unbatched import is_unbatched
-from td_core._utils import normalize_dim
+from td_core._core.contract import TD, TensorDictContract
+from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts
+from td_core._core.utils import normalize_dim
+from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
+from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.names import carry_names, names_after
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
-    from td_core._keys import NestedKey
+    from td_core._core.keys import NestedKey
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["stack", "cat", "StackMixin"]
 
@@ -101,7 +101,7 @@ def stack(
                 f"stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
             )
     d = normalize_dim(dim, len(bs) + 1)
-    from td_core._lazy import LazyStackedTensorDict, lazy_stack_enabled
+    from td_core._kinds.lazy import LazyStackedTensorDict, lazy_stack_enabled
 
     if lazy_stack_enabled() or (out is None and _any_ragged(tds)):
         # ragged lazy stacks cannot become dense: stack them lazily, as upstream
@@ -192,7 +192,7 @@ def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
     Along the stack dim the members are chained; along another dim the inputs
     must stack the same number of members, which are concatenated pairwise.
     """
-    from td_core._lazy import LazyStackedTensorDict
+    from td_core._kinds.lazy import LazyStackedTensorDict
 
     parts = [stack_parts(td) for td in tds]
     if any(p is None or p[1] != parts[0][1] for p in parts):  # type: ignore[index]
@@ -231,7 +231,7 @@ def _combine_entries(
             raise TypeError(f"entry {key!r} is a {type(value).__name__}, not a tensor")
     td.set(out_key, op(values, dim))  # validated against the batch size before anything is removed
     if not keep_entries:
-        from td_core._keys import unravel_key
+        from td_core._core.keys import unravel_key
 
         target = unravel_key(out_key)
         for key in keys:
@@ -275,7 +275,7 @@ class StackMixin(TensorDictContract):
     @classmethod
     def lazy_stack(cls, input: Sequence[TensorDictBase], dim: int = 0) -> TensorDictBase:
         """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals)."""
-        from td_core._lazy import LazyStackedTensorDict
+        from td_core._kinds.lazy import LazyStackedTensorDict
 
         return LazyStackedTensorDict(*input, stack_dim=dim)
 
@@ -307,7 +307,7 @@ class StackMixin(TensorDictContract):
 
         A lazy stack along `dim` already is one: it is returned as it is.
         """
-        from td_core._lazy import LazyStackedTensorDict
+        from td_core._kinds.lazy import LazyStackedTensorDict
 
         d = normalize_dim(dim, self.batch_dims)
         if isinstance(self, LazyStackedTensorDict) and self.stack_dim == d:

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._contract import TD, TensorDictContract
-from td_core._keys import NestedKey, as_tuple, unravel_key
-from td_core._map import is_nt, is_stack, is_td, per_member, stack_parts
-from td_core._utils import NO_DEFAULT, broadcast_shape
-from td_core._writes import copy_all, plan_copy_dense
+from td_core._core.contract import TD, TensorDictContract
+from td_core._core.keys import NestedKey, as_tuple, unravel_key
+from td_core._core.traverse import is_nt, is_stack, is_td, per_member, stack_parts
+from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._ops.writes import copy_all, plan_copy_dense
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["StructureMixin"]
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._map import is_td, map_leaves
-from td_core._reduce import leafwise_loss
-from td_core._stack import cat, stack
+from td_core._core.traverse import is_td, map_leaves
+from td_core._ops.reduce_engine import leafwise_loss
+from td_core._ops.stack import cat, stack
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
-    from td_core._contract import TensorDictContract
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["TORCH_FUNCTIONS", "implements"]
 

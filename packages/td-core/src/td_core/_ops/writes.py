@@ -5,7 +5,7 @@ in-place write must go to its members: these helpers find the tensors that
 hold the data, whatever the kind, and write there. The `plan_*` functions
 check a whole multi-leaf write (keys present, shapes fit) and return what to
 write, so a failure leaves the TensorDict unchanged. Used by the masked and
-indexed family (`td_core._masked`).
+indexed family (`td_core._ops.masked`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core._keys import unravel_key
-from td_core._map import is_nt, is_td
-from td_core._utils import NO_DEFAULT, broadcast_shape
+from td_core._core.keys import unravel_key
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core.errors import BatchSizeError, DTypeError, KeyNotFoundError
 
 __all__ = [

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._consolidate import (
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import tensor_leaves
+from td_core._io.consolidate import (
     _layout,
     build_from_layout,
     consolidate,
     describe_layout,
     is_consolidated,
 )
-from td_core._contract import TensorDictContract
-from td_core._map import tensor_leaves
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "CollectivesMixin",

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data._utils.collate import default_collate_fn_map
 
-from td_core._contract import TensorDictContract
+from td_core._core.contract import TensorDictContract
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["DataLoaderMixin", "register_collate"]
 
@@ -31,7 +31,7 @@ def _collate_tensordicts(
     batch: Any, *, collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] | None = None
 ) -> Any:
     """`default_collate` for TensorDicts: a batched one as is, a sequence of them stacked."""
-    from td_core._base import is_tensor_collection
+    from td_core._kinds.base import is_tensor_collection
 
     if is_tensor_collection(batch):
         return batch

@@ -27,19 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._consolidate import (
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_nt, is_td, rebuild, stack_parts
+from td_core._io.consolidate import (
     build_from_layout,
     consolidate,
     consolidated_layout,
     describe_layout,
     whole_buffer,
 )
-from td_core._contract import TensorDictContract
-from td_core._map import is_nt, is_td, rebuild, stack_parts
 from td_core.errors import NotAPipeError, NotConsolidatedError
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "PipeMixin",

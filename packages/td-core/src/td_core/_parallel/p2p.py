@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from td_core._contract import TensorDictContract
-from td_core._distributed import init_remote, irecv, isend, recv, send
+from td_core._core.contract import TensorDictContract
+from td_core._parallel.distributed import init_remote, irecv, isend, recv, send
 
 __all__ = ["PointToPointMixin"]
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from td_core._contract import TensorDictContract
-from td_core._map import tensor_leaves
-from td_core._utils import normalize_dim
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import tensor_leaves
+from td_core._core.utils import normalize_dim
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["WorkersMixin", "map_iter_td", "map_td"]
 

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from td_core._map import is_nt, is_td
-from td_core._nontensor import NonTensorData
-from td_core._td import TensorDict
+from td_core._core.traverse import is_nt, is_td
+from td_core._kinds.dense import TensorDict
+from td_core._leaves.nontensor import NonTensorData
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
-    from td_core._base import TensorDictBase
+    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["from_module", "from_modules", "to_module", "make_tensordict", "ModuleSwap"]
 
@@ -92,7 +92,7 @@ def from_module(
     else:
         td = TensorDict._new_unsafe(_collect(module), _EMPTY)
     if as_module:
-        from td_core._params import TensorDictParams
+        from td_core._kinds.params import TensorDictParams
 
         return TensorDictParams(td, no_convert=True, lock=lock)
     return td.lock_() if lock else td
@@ -171,13 +171,13 @@ def from_modules(
         raise ValueError("from_modules: lazy_stack and as_module cannot be combined")
     tds = [from_module(m, use_state_dict=use_state_dict) for m in modules]
     if lazy_stack:
-        from td_core._lazy import LazyStackedTensorDict
+        from td_core._kinds.lazy import LazyStackedTensorDict
 
         result: TensorDictBase = LazyStackedTensorDict(*tds, stack_dim=0)
     else:
         result = _stack_params(tds, expand_identical, ())
     if as_module:
-        from td_core._params import TensorDictParams
+        from td_core._kinds.params import TensorDictParams
 
         return TensorDictParams(result, no_convert=True, lock=lock)
     return result.lock_() if lock else result
