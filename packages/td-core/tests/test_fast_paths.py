@@ -7,7 +7,7 @@ import tensordict
 import torch
 
 from td_core import TensorDict, lazy_stack
-from td_core._map import is_td
+from td_core._core.traverse import is_td
 from td_core.errors import BatchSizeError, DTypeError
 
 
@@ -305,7 +305,7 @@ def test_batch_size_setter_same_size_and_locked() -> None:
 def test_all_and_any_find_the_deciding_leaf_anywhere(
     at: int | None, fuse: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from td_core import _reduce
+    from td_core._ops import reduce_engine as _reduce
 
     if not fuse:
         monkeypatch.setattr(_reduce, "FUSE_NUMEL", 0)

@@ -1,14 +1,8 @@
 """td-core: TensorDict, a dict of tensors that behaves like a tensor over its batch dims."""
 
 from td_core import errors
-from td_core._arrow import from_arrow, to_arrow
-from td_core._attrs import TensorAttrs
-from td_core._base import TensorDictBase, is_tensor_collection
-from td_core._collection import NonTensorDataBase, TensorCollection
-from td_core._consolidate import from_consolidated
-from td_core._dataloader import register_collate
-from td_core._extensions import has_extension, load_extension
-from td_core._flags import (
+from td_core._core.extensions import has_extension, load_extension
+from td_core._core.flags import (
     capture_non_tensor_stack,
     get_defaults_to_none,
     lazy_legacy,
@@ -18,7 +12,33 @@ from td_core._flags import (
     set_lazy_legacy,
     set_list_to_stack,
 )
-from td_core._from import (
+from td_core._core.keys import (
+    NestedKey,
+    default_is_leaf,
+    is_leaf_nontensor,
+    unravel_key,
+    unravel_key_list,
+)
+from td_core._core.predicates import (
+    KEY_SEPARATOR,
+    is_bool,
+    is_floating,
+    is_inexact,
+    is_integer,
+    unravel_key_to_tuple,
+)
+from td_core._functions.functional import (
+    collate,
+    dense_stack_tds,
+    group_by,
+    maybe_dense_stack,
+    merge_tensordicts,
+)
+from td_core._functions.padding import pad, pad_sequence, unpad_sequence
+from td_core._functions.testing import assert_allclose_td, assert_close
+from td_core._io.arrow import from_arrow, to_arrow
+from td_core._io.consolidate import from_consolidated
+from td_core._io.convert_from import (
     from_any,
     from_dataclass,
     from_json,
@@ -28,49 +48,40 @@ from td_core._from import (
     from_tuple,
     fromkeys,
 )
-from td_core._functional import (
-    collate,
-    dense_stack_tds,
-    group_by,
-    maybe_dense_stack,
-    merge_tensordicts,
+from td_core._io.formats import from_h5, from_safetensors, to_safetensors
+from td_core._io.pack import PackLayout
+from td_core._io.parse import parse_tensor_dict_string
+from td_core._io.printoptions import get_printoptions, set_printoptions
+from td_core._io.tables import from_csv, from_pandas, from_parquet
+from td_core._kinds.attrs import TensorAttrs
+from td_core._kinds.base import TensorDictBase, is_tensor_collection
+from td_core._kinds.dense import TensorDict, from_dict
+from td_core._kinds.lazy import (
+    LazyStackedTensorDict,
+    lazy_stack,
+    lazy_stack_enabled,
+    set_lazy_stack,
 )
-from td_core._interaction import InteractionType, interaction_type, set_interaction_type
-from td_core._interchange import from_h5, from_safetensors, to_safetensors
-from td_core._keys import (
-    NestedKey,
-    default_is_leaf,
-    is_leaf_nontensor,
-    unravel_key,
-    unravel_key_list,
+from td_core._kinds.params import TensorDictParams
+from td_core._kinds.tensorclass import is_tensorclass
+from td_core._kinds.tensorclass_options import TensorClass, tensorclass
+from td_core._kinds.typed import TypedTensorDict
+from td_core._leaves.collection import NonTensorDataBase, TensorCollection
+from td_core._leaves.metadata import MetaData
+from td_core._leaves.nontensor import NonTensorData, NonTensorStack, is_non_tensor
+from td_core._leaves.unbatched import UnbatchedTensor
+from td_core._ops.stack import cat, stack
+from td_core._parallel.dataloader import register_collate
+from td_core._shared.interaction import InteractionType, interaction_type, set_interaction_type
+from td_core._shared.lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
+from td_core._shared.modules import from_module, from_modules, make_tensordict, to_module
+from td_core._shared.scale_maps import (
+    add_custom_mapping,
+    biased_softplus,
+    expln,
+    inv_softplus,
+    mappings,
 )
-from td_core._lazy import LazyStackedTensorDict, lazy_stack, lazy_stack_enabled, set_lazy_stack
-from td_core._lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
-from td_core._mappings import add_custom_mapping, biased_softplus, expln, inv_softplus, mappings
-from td_core._metadata import MetaData
-from td_core._modules import from_module, from_modules, make_tensordict, to_module
-from td_core._nontensor import NonTensorData, NonTensorStack, is_non_tensor
-from td_core._pack import PackLayout
-from td_core._padding import pad, pad_sequence, unpad_sequence
-from td_core._params import TensorDictParams
-from td_core._parse import parse_tensor_dict_string
-from td_core._predicates import (
-    KEY_SEPARATOR,
-    is_bool,
-    is_floating,
-    is_inexact,
-    is_integer,
-    unravel_key_to_tuple,
-)
-from td_core._printoptions import get_printoptions, set_printoptions
-from td_core._stack import cat, stack
-from td_core._tabular import from_csv, from_pandas, from_parquet
-from td_core._td import TensorDict, from_dict
-from td_core._tensorclass import is_tensorclass
-from td_core._tensorclass_options import TensorClass, tensorclass
-from td_core._testing import assert_allclose_td, assert_close
-from td_core._typed import TypedTensorDict
-from td_core._unbatched import UnbatchedTensor
 from td_core._version import __version__
 
 __all__ = [

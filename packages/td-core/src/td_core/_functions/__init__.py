@@ -1,0 +1,1 @@
+"""Free functions over the kinds: merging and stacking lists, padding, comparing."""

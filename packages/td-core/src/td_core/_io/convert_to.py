@@ -1,0 +1,562 @@
+"""Conversion of a TensorDict to other containers (numpy, lists, namedtuples, pytrees, struct arrays, JSON).
+
+The `from_*` constructors live in `_from`; the classmethods here delegate to them.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_nt, is_td
+from td_core._io.convert_from import (
+    PYTREE_TYPE,
+    from_any,
+    from_dataclass,
+    from_json,
+    from_list,
+    from_namedtuple,
+    from_pytree,
+    from_schema,
+    from_struct_array,
+    from_tuple,
+)
+from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.unbatched import is_unbatched
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+__all__ = ["ConvertMixin"]
+
+Tensor = torch.Tensor
+
+
+# ---------------------------------------------------------------- towards python
+def _node_to_dict(
+    td: TensorDictContract, convert: bool | str, tolist_first: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            out[key] = _convert_tensor(value, convert)
+        elif is_nt(value):
+            out[key] = value.tolist() if tolist_first else value.data
+        elif tolist_first:
+            out[key] = value.tolist(convert_tensors=convert)
+        else:
+            out[key] = _node_to_dict(value, convert, tolist_first)
+    return out
+
+
+def _convert_tensor(value: Tensor, convert: bool | str) -> Any:
+    if convert == "numpy":
+        return value.cpu().numpy()
+    if convert:
+        return value.tolist()
+    return value
+
+
+def _tolist(td: TensorDictContract, convert_nodes: bool, convert: bool | str) -> Any:
+    if not td.batch_size:
+        return _node_to_dict(td, convert, False) if convert_nodes else td
+    return [_tolist(item, convert_nodes, convert) for item in td.unbind(0)]
+
+
+def _to_namedtuple(td: TensorDictContract, dest_cls: Any) -> Any:
+    values = {}
+    for key, value in td._items_str():
+        if is_td(value):
+            values[key] = _to_namedtuple(value, None)
+        else:
+            values[key] = value.data if is_nt(value) else value
+    cls = dest_cls or _generic_dict(tuple(values))
+    return cls(**values)
+
+
+@functools.lru_cache(maxsize=256)
+def _generic_dict(fields: tuple[str, ...]) -> Any:
+    """The `GenericDict` namedtuple class of `fields` (building one costs ~50 µs: kept)."""
+    return collections.namedtuple("GenericDict", fields)
+
+
+def _to_pytree(td: TensorDictContract) -> Any:
+    kind = td._get_str(PYTREE_TYPE, None)
+    if kind is None:
+        return td
+    kind = kind.data
+    children = {
+        key: _to_pytree(value) if is_td(value) else (value.data if is_nt(value) else value)
+        for key, value in td._items_str()
+        if key != PYTREE_TYPE
+    }
+    if kind is dict:
+        return children
+    if kind in (tuple, list):
+        return kind(children[str(i)] for i in range(len(children)))
+    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        return kind(**children)
+    raise TypeError(f"to_pytree: cannot rebuild a node of type {kind!r}")
+
+
+def _struct_dtype(td: TensorDictContract, n: int) -> list[tuple[Any, ...]]:
+    fields: list[tuple[Any, ...]] = []
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            np_dtype = torch.empty((), dtype=value.dtype).numpy().dtype
+            fields.append((key, np_dtype, tuple(value.shape[n:])))
+        elif is_nt(value):
+            strings = [str(v) for v in np.asarray(value.tolist(), dtype=object).reshape(-1)]
+            width = max([len(s) for s in strings] + [1])
+            fields.append((key, f"<U{width}"))
+        else:
+            fields.append((key, _struct_dtype(value, n), tuple(value.batch_size[n:])))
+    return fields
+
+
+def _fill_struct(arr: np.ndarray, td: TensorDictContract) -> None:
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            arr[key] = value.detach().cpu().numpy()
+        elif is_nt(value):
+            arr[key] = np.asarray(value.tolist(), dtype=object).astype(str)
+        else:
+            _fill_struct(arr[key], value)
+
+
+class ConvertMixin(TensorDictContract):
+    """Conversion methods of `td_core.TensorDictBase`."""
+
+    __slots__ = ()
+
+    def to_dict(
+        self,
+        *,
+        retain_none: bool = True,
+        convert_tensors: bool | str = False,
+        tolist_first: bool = False,
+    ) -> dict[str, Any]:
+        """A nested `dict` of the entries.
+
+        Args:
+            retain_none: kept for upstream compatibility (`None` values are kept).
+            convert_tensors: `True` turns tensors into (nested) lists, `"numpy"` into arrays.
+            tolist_first: sub-TensorDicts and non-tensor leaves become lists over the batch.
+        """
+        return _node_to_dict(self, convert_tensors, tolist_first)
+
+    def numpy(self) -> dict[str, Any]:
+        """A nested `dict` of numpy arrays (non-tensor leaves give their values)."""
+        return _node_to_dict(self, "numpy", False)
+
+    def tolist(
+        self,
+        *,
+        convert_nodes: bool = True,
+        convert_tensors: bool | str = False,
+        tolist_first: bool = False,
+        as_linked_list: bool = False,
+    ) -> Any:
+        """Nested lists over the batch dims, of dicts (or TensorDicts with `convert_nodes=False`).
+
+        Args:
+            convert_tensors: `True` turns tensors into lists, `"numpy"` into arrays.
+            tolist_first: accepted for upstream compatibility (the result is the same).
+            as_linked_list: accepted for upstream compatibility; a plain list is returned.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> TensorDict({"a": torch.arange(2)}, [2]).tolist(convert_tensors=True)
+            [{'a': 0}, {'a': 1}]
+        """
+        return _tolist(self, convert_nodes, convert_tensors)
+
+    def to_namedtuple(self, dest_cls: type | None = None) -> Any:
+        """A namedtuple (`GenericDict`, or `dest_cls`) of the entries; sub-TensorDicts nest."""
+        return _to_namedtuple(self, dest_cls)
+
+    def to_pytree(self) -> Any:
+        """The tree `from_pytree` read (dicts, lists, tuples, namedtuples), or self for other TensorDicts."""
+        return _to_pytree(self)
+
+    def to_struct_array(self) -> np.ndarray:
+        """A numpy structured array shaped like the batch, one field per entry (nested dtypes nest)."""
+        arr = np.empty(tuple(self.batch_size), dtype=_struct_dtype(self, self.batch_dims))
+        _fill_struct(arr, self)
+        return arr
+
+    def to_json(
+        self,
+        path: Any,
+        *,
+        separator: str | None = None,
+        lines: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Write the rows along dim 0 as JSON records (nested keys joined by `separator`, default `"."`).
+
+        A TensorDict with empty batch size is one record. `lines=True`
+        writes one record per line. `from_json` reads it back.
+        """
+        flat = self.flatten_keys(separator or ".")
+        rows = [flat] if not flat.batch_size else list(flat.unbind(0))
+        records = [row.to_dict(convert_tensors=True) for row in rows]
+        text = (
+            "\n".join(json.dumps(r, **kwargs) for r in records)
+            if lines
+            else json.dumps(records[0] if not flat.batch_size else records, **kwargs)
+        )
+        with open(os.fspath(path), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    # ------------------------------------------------------------ constructors
+    @staticmethod
+    def from_module(
+        module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
+    ) -> Any:
+        """The parameters and buffers of `module` (see `td_core.from_module`)."""
+        from td_core._shared.modules import from_module
+
+        return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
+
+    @staticmethod
+    def from_modules(*modules: Any, **kwargs: Any) -> Any:
+        """The stacked parameters of several modules (see `td_core.from_modules`)."""
+        from td_core._shared.modules import from_modules
+
+        return from_modules(*modules, **kwargs)
+
+    @staticmethod
+    def from_remote_init(
+        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
+    ) -> Any:
+        """Receive a TensorDict that `init_remote` sent; no template needed.
+
+        Args:
+            src: the rank of the sender.
+            group: the process group (`None`: the default one).
+            device: the device the messages go through and the result lives on
+                (`None`: the CPU).
+            use_broadcast: receive a broadcast (the sender passed `use_broadcast=True`).
+
+        Returns:
+            A consolidated TensorDict (a lazy stack if a lazy stack was sent):
+            receive the next batches with `recv(consolidated=True)`.
+        """
+        from td_core._parallel.distributed import from_remote_init
+
+        return from_remote_init(src, group=group, device=device, use_broadcast=use_broadcast)
+
+    @classmethod
+    def from_dict(
+        cls,
+        input_dict: Mapping[Any, Any],
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> Any:
+        """A dense TensorDict from a (nested) mapping; see `td_core.from_dict`."""
+        from td_core._kinds.dense import from_dict
+
+        return from_dict(
+            input_dict,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+        )
+
+    def from_dict_instance(
+        self,
+        input_dict: Mapping[Any, Any],
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> Any:
+        """`from_dict` as an instance method (the result is a new dense TensorDict)."""
+        return type(self).from_dict(
+            input_dict,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            auto_batch_size=auto_batch_size,
+            names=names,
+        )
+
+    @classmethod
+    def from_any(
+        cls,
+        obj: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See `td_core.from_any`."""
+        return from_any(
+            obj,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_tuple(
+        cls,
+        obj: Sequence[Any],
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See `td_core.from_tuple`."""
+        return from_tuple(
+            obj,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_namedtuple(
+        cls,
+        named_tuple: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See `td_core.from_namedtuple`."""
+        return from_namedtuple(
+            named_tuple,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_dataclass(
+        cls,
+        dataclass: Any,
+        *,
+        dest_cls: type | None = None,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        as_tensorclass: bool = False,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See `td_core.from_dataclass`."""
+        return from_dataclass(
+            dataclass,
+            dest_cls=dest_cls,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            as_tensorclass=as_tensorclass,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_pytree(
+        cls,
+        pytree: Any,
+        *,
+        batch_size: Any = None,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+    ) -> Any:
+        """See `td_core.from_pytree`."""
+        return from_pytree(
+            pytree, batch_size=batch_size, auto_batch_size=auto_batch_size, batch_dims=batch_dims
+        )
+
+    @classmethod
+    def from_struct_array(
+        cls,
+        struct_array: np.ndarray,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """See `td_core.from_struct_array`."""
+        return from_struct_array(
+            struct_array,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
+
+    @classmethod
+    def from_list(
+        cls,
+        input: Sequence[Any],
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Sequence[str | None] | None = None,
+        lazy: bool | None = None,
+    ) -> Any:
+        """See `td_core.from_list`."""
+        return from_list(
+            input,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+            lazy=lazy,
+        )
+
+    @classmethod
+    def from_schema(
+        cls,
+        schema: dict[Any, tuple[Any, torch.dtype]],
+        *,
+        batch_size: Any = None,
+        storage: str | None = None,
+        device: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A zero-filled TensorDict allocated from a schema of element shapes and dtypes.
+
+        Each entry gets the shape `[*batch_size, *element_shape]`. `storage`
+        picks where the zeros live, so that a large buffer on disk is created
+        without being built in memory first.
+
+        Args:
+            schema: `{key: (element_shape, dtype)}`; keys may be nested (tuples).
+            batch_size: the batch size, prepended to every element shape (default `[]`).
+            storage: `None` (ordinary tensors), `"memmap"` (memory-mapped files
+                under `prefix=`; needs td-memmap; the device is ignored),
+                `"h5"` (an HDF5 file `filename=`; needs td-memmap[h5]) or
+                `"shared"` (shared memory). Upstream's `"zarr"`, `"redis"` and
+                `"dragonfly"` raise `ValueError`: td has no such backend.
+            device: the device of the result.
+            **kwargs: passed to the backend (`prefix` and the options of
+                `memmap_like`; `filename` and h5py options for `"h5"`).
+
+        Raises:
+            ValueError: for an unknown `storage`.
+
+        Example:
+            ```python
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict.from_schema(
+            ...     {"obs": ([84, 84, 3], torch.uint8), "reward": ([], torch.float32)},
+            ...     batch_size=[10],
+            ... )
+            >>> td["obs"].shape
+            torch.Size([10, 84, 84, 3])
+
+            ```
+        """
+        return from_schema(schema, batch_size=batch_size, storage=storage, device=device, **kwargs)
+
+    @classmethod
+    def from_json(
+        cls,
+        path: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+        separator: str | None = None,
+        dtype: torch.dtype | None = None,
+        lines: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """See `td_core.from_json`."""
+        return from_json(
+            path,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+            separator=separator,
+            dtype=dtype,
+            lines=lines,
+            **kwargs,
+        )
+
+    def auto_batch_size_(
+        self, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> Self:
+        """Set the batch size to the longest leading shape common to every leaf, in place.
+
+        Sub-TensorDicts are sized first (bottom up), unless `keep_compliant_size`
+        and their batch size already fits. `batch_dims` caps the number of dims.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.zeros(3, 4, 2), "b": torch.zeros(3, 4)})
+            >>> td.auto_batch_size_().batch_size
+            torch.Size([3, 4])
+        """
+        shapes = []
+        for value in self._values_str():
+            if isinstance(value, Tensor):
+                if type(value) is Tensor or not is_unbatched(value):  # unbatched: no batch dims
+                    shapes.append(value.shape)
+                continue
+            if isinstance(value, NonTensorData):  # one value fits any batch size
+                continue
+            if is_td(value) and not keep_compliant_size:
+                value.auto_batch_size_(batch_dims)
+            shapes.append(value.batch_size)
+        common = list(shapes[0]) if shapes else list(self.batch_size)
+        for shape in shapes[1:]:
+            i = 0
+            while i < len(common) and i < len(shape) and common[i] == shape[i]:
+                i += 1
+            del common[i:]
+        if batch_dims is not None:
+            del common[batch_dims:]
+        if torch.Size(common) != self.batch_size:
+            self.batch_size = torch.Size(common)
+        return self
+
+    def auto_device_(self) -> Self:
+        """Set the device to the one every leaf shares (`None` if they differ or there is none).
+
+        Sub-TensorDicts are set first (bottom up).
+        """
+        devices: set[torch.device | None] = set()
+        for value in self._values_str():
+            if isinstance(value, Tensor):
+                devices.add(value.device)
+            elif is_td(value):
+                devices.add(value.auto_device_().device)
+        self._set_device(devices.pop() if len(devices) == 1 else None)
+        return self

@@ -1,0 +1,1 @@
+"""The kinds: `TensorDictBase`, which assembles the op families, and the containers built on it."""

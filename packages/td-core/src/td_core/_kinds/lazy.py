@@ -1,0 +1,582 @@
+"""`LazyStackedTensorDict`: a stack of TensorDicts that keeps the originals.
+
+Reads stack on demand (`lazy["a"]` stacks the members' `"a"`); a sub-TensorDict
+comes back as a lazy stack of the members' sub-TensorDicts, so writes at any
+depth go through. Writes unbind along the stack dim into the members. Members
+share a batch size but may hold keys the others lack (`exclusive_fields`)
+and leaves whose feature shapes differ (read them with `as_nested_tensor`).
+Shapes are known without stacking (`get_item_shape`).
+
+Indexing that selects along the stack dim (an int, a slice, a list or 1-d
+index tensor, a 1-d mask) gives members or a lazy stack of indexed members, so
+writes to the result reach the originals. Other indices (`None`, masks over
+several dims, index tensors on other dims together with one on the stack dim)
+give a dense result.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar, Token
+from typing import Any, TypeVar
+
+import torch
+
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
+from td_core._io.consolidate import pack, unpack
+from td_core._io.repr import fields_repr, leaf_repr, td_repr
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
+from td_core._kinds.lazy_index import LazyIndexMixin
+from td_core._kinds.pytree import allow_weights_only, register
+from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
+from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.names import inherit_names
+from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+
+__all__ = ["LazyStackedTensorDict", "lazy_stack", "set_lazy_stack", "lazy_stack_enabled"]
+
+Tensor = torch.Tensor
+_F = TypeVar("_F", bound=Callable[..., Any])
+_LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
+_ABSENT = object()
+
+
+def lazy_stack_enabled() -> bool:
+    """Whether `torch.stack` of TensorDicts currently builds a lazy stack."""
+    return _LAZY.get()
+
+
+class set_lazy_stack:
+    """Context manager and decorator: within it, `torch.stack` of TensorDicts is lazy.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, set_lazy_stack
+        >>> tds = [TensorDict({"a": torch.rand(10)}, [10]) for _ in range(3)]
+        >>> with set_lazy_stack(True):
+        ...     stacked = torch.stack(tds, 0)  # no stacking happens here
+        >>> stacked["a"] = torch.zeros(3, 10)
+        >>> bool((tds[0]["a"] == 0).all())
+        True
+    """
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+        self._tokens: list[Token[bool]] = []
+
+    def __enter__(self) -> set_lazy_stack:
+        self._tokens.append(_LAZY.set(self.mode))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _LAZY.reset(self._tokens.pop())
+
+    def __call__(self, func: _F) -> _F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with set_lazy_stack(self.mode):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
+    """A lazy stack of TensorDicts along batch dim `stack_dim`.
+
+    Args:
+        *tensordicts: the members; they must share a batch size.
+        stack_dim: where the new dim goes among the batch dims.
+        hook_out: deprecated upstream: a callable applied to the tensors read (see `hook_out`).
+        hook_in: deprecated upstream: see `hook_in`.
+    """
+
+    __slots__ = ("__weakref__", "_is_locked", "_td_dim_name", "stack_dim", "tensordicts")
+
+    def __init__(
+        self,
+        *tensordicts: TensorDictBase,
+        stack_dim: int = 0,
+        hook_out: Callable[[Any], Any] | None = None,
+        hook_in: Callable[[Any], Any] | None = None,
+    ) -> None:
+        if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
+            tensordicts = tuple(tensordicts[0])
+        if not tensordicts:
+            raise ValueError("a LazyStackedTensorDict needs at least one TensorDict")
+        bs = tensordicts[0].batch_size
+        for i, td in enumerate(tensordicts):
+            if not is_td(td):
+                raise TypeError(f"lazy stack: item {i} is a {type(td).__name__}, not a TensorDict")
+            if td.batch_size != bs:
+                raise BatchSizeError(
+                    f"lazy stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
+                )
+        self.tensordicts: list[TensorDictBase] = list(tensordicts)
+        self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
+        self._is_locked = False
+        if hook_out is not None or hook_in is not None:
+            warnings.warn(
+                "LazyStackedTensorDict(hook_out=..., hook_in=...) is deprecated and will be "
+                "removed in TensorDict 0.17.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            set_hooks(self, hook_out, hook_in)
+
+    @classmethod
+    def lazy_stack(cls, items: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
+        """Stack `items` lazily along batch dim `dim`."""
+        return cls(*items, stack_dim=dim)
+
+    @classmethod
+    def from_dict(  # type: ignore[override]  # one mapping per member, as upstream's lazy from_dict
+        cls,
+        input_dict: Sequence[Any] | Mapping[str, Any],
+        batch_size: Any = None,
+        device: Any = None,
+        *,
+        batch_dims: int | None = None,
+        stack_dim: int = 0,
+    ) -> LazyStackedTensorDict:
+        """A lazy stack with one member per mapping (`TensorDict.from_dict` of each).
+
+        `input_dict` is a list of mappings, or a mapping `{"0": ..., "1": ...}`
+        as `to_dict()` of a lazy stack gives. `batch_size` and `batch_dims`
+        are the members' (without the stack dim).
+        """
+        if isinstance(input_dict, Mapping):
+            if not all(str(i) in input_dict for i in range(len(input_dict))):
+                raise KeyError(
+                    f"LazyStackedTensorDict.from_dict: a mapping input needs the keys '0' to "
+                    f"'{len(input_dict) - 1}' (one per member), got {sorted(input_dict)}"
+                )
+            items = [input_dict[str(i)] for i in range(len(input_dict))]
+        else:
+            items = list(input_dict)
+        members = [
+            TensorDict.from_dict(item, batch_size, device, batch_dims=batch_dims) for item in items
+        ]
+        return cls(*members, stack_dim=stack_dim)
+
+    @staticmethod
+    def from_module(
+        module: Any, as_module: bool = False, lock: bool = True, use_state_dict: bool = False
+    ) -> Any:
+        """The parameters and buffers of `module`: a TensorDict, as upstream (see `from_module`)."""
+        return TensorDict.from_module(
+            module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
+        )
+
+    @staticmethod
+    def from_modules(*modules: Any, **kwargs: Any) -> Any:
+        """The stacked parameters of several modules (see `td_core.from_modules`)."""
+        return TensorDict.from_modules(*modules, **kwargs)
+
+    @staticmethod
+    def from_remote_init(
+        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
+    ) -> TensorDict:
+        """Receive a TensorDict sent with `init_remote` (see `TensorDict.from_remote_init`)."""
+        return TensorDict.from_remote_init(
+            src, group=group, device=device, use_broadcast=use_broadcast
+        )
+
+    # ---------------------------------------------------------------- members
+    def append(self, tensordict: TensorDictBase) -> None:
+        """Add a member at the end of the stack (its batch size must be the members')."""
+        self.insert(len(self.tensordicts), tensordict)
+
+    def insert(self, index: int, tensordict: TensorDictBase) -> None:
+        """Add a member before position `index` of the stack dim."""
+        self._check_members([tensordict])
+        self.tensordicts.insert(index, tensordict)
+
+    def extend(self, tensordict: Sequence[TensorDictBase] | TensorDictBase) -> None:
+        """Add members at the end: a list of TensorDicts, or a TensorDict unbound along the stack dim."""
+        items = list(tensordict.unbind(self.stack_dim) if is_td(tensordict) else tensordict)
+        self._check_members(items)  # all checked before any is added
+        self.tensordicts.extend(items)
+
+    def _check_members(self, items: Sequence[Any]) -> None:
+        if self._is_locked:
+            raise LockedError("cannot add members to a locked LazyStackedTensorDict; unlock_() it")
+        bs = self.tensordicts[0].batch_size
+        for item in items:
+            if not is_td(item):
+                raise TypeError(
+                    f"a LazyStackedTensorDict member must be a TensorDict, got {type(item).__name__}"
+                )
+            if item.batch_size != bs:
+                raise BatchSizeError(
+                    f"cannot add a TensorDict of batch_size {list(item.batch_size)} to a lazy stack "
+                    f"whose members have batch_size {list(bs)}"
+                )
+
+    def valid_keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        *,
+        sort: bool = False,
+    ) -> Any:
+        """The keys every member holds (the same as `keys`)."""
+        return self.keys(include_nested, leaves_only, is_leaf, sort=sort)
+
+    def auto_batch_size_(
+        self, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> LazyStackedTensorDict:
+        """Grow the members' batch size to the longest leading shape they all share.
+
+        `batch_dims` caps the number of dims of the stack's batch size. A lazy
+        stack's batch size is always compliant, so `keep_compliant_size=True`
+        leaves it as it is.
+        """
+        if keep_compliant_size:
+            return self
+        member_dims = None if batch_dims is None else max(batch_dims - 1, self.batch_dims - 1)
+        for td in self.tensordicts:
+            td.auto_batch_size_(member_dims)
+        common = list(self.tensordicts[0].batch_size)
+        for td in self.tensordicts[1:]:
+            i = 0
+            while i < len(common) and i < len(td.batch_size) and common[i] == td.batch_size[i]:
+                i += 1
+            del common[i:]
+        for td in self.tensordicts:
+            if list(td.batch_size) != common:
+                td.batch_size = torch.Size(common)
+        return self
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def batch_size(self) -> torch.Size:
+        bs = self.tensordicts[0].batch_size
+        d = self.stack_dim
+        return torch.Size((*bs[:d], len(self.tensordicts), *bs[d:]))
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError(
+            "the batch_size of a LazyStackedTensorDict follows its members; set theirs"
+        )
+
+    @property
+    def device(self) -> torch.device | None:
+        devices = {td.device for td in self.tensordicts}
+        return devices.pop() if len(devices) == 1 else None
+
+    def _set_device(self, device: Any) -> None:
+        for td in self.tensordicts:
+            td._set_device(device)
+
+    def _subtrees(self) -> list[TensorDictBase]:
+        return list(self.tensordicts)  # walking members avoids stacking every entry
+
+    def _raw_names(self) -> tuple[str | None, ...] | None:
+        member = self.tensordicts[0]._raw_names()
+        own = getattr(self, "_td_dim_name", None)
+        if member is None and own is None:
+            return None
+        names = list(member or (None,) * (self.batch_dims - 1))
+        names.insert(self.stack_dim, own)
+        return tuple(names)
+
+    # ------------------------------------------------- per-member traversals (_map)
+    def _stack_parts(self) -> tuple[list[TensorDictBase], int]:
+        """The members and the stack dim: `_map`'s traversals walk these."""
+        return self.tensordicts, self.stack_dim
+
+    def _restack(
+        self, members: Sequence[TensorDictBase], dim: int, *, named: bool = True
+    ) -> LazyStackedTensorDict:
+        """A lazy stack of per-member results (what per-member traversals return).
+
+        `dim` is where this stack's own dim went, so its name (if any) goes there too,
+        unless `named` is false.
+        """
+        out = LazyStackedTensorDict(*members, stack_dim=dim)
+        name = getattr(self, "_td_dim_name", None)
+        if name is not None and named:
+            out._td_dim_name = name
+        return out
+
+    def _is_ragged(self) -> bool:
+        """Whether a common entry has different shapes in the members (at any depth)."""
+        return _ragged_members(self.tensordicts)
+
+    def _store_names(self, names: tuple[str | None, ...] | None) -> None:
+        d = self.stack_dim
+        self._td_dim_name = None if names is None else names[d]
+        member = None if names is None else (*names[:d], *names[d + 1 :])
+        for td in self.tensordicts:
+            td._store_names(member)
+
+    # ---------------------------------------------------------------- primitives
+    def _keys_str(self) -> dict[str, None]:
+        first, *rest = self.tensordicts
+        keys = first._keys_str()
+        others = [td._keys_str() for td in rest]
+        if all(len(other) == len(keys) for other in others) and all(
+            other == keys for other in others
+        ):  # the usual stack: every member has the same keys (dict key views compare as sets)
+            return dict.fromkeys(keys)
+        return {k: None for k in keys if all(k in other for other in others)}
+
+    def exclusive_keys(self) -> list[list[str]]:
+        """For each member, the keys it holds that are not common to all members."""
+        common = self._keys_str()
+        return [[k for k in td._keys_str() if k not in common] for td in self.tensordicts]
+
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        values = [td._get_str(key, NO_DEFAULT) for td in self.tensordicts]
+        if any(v is NO_DEFAULT for v in values):
+            return default
+        return with_hook_out(self, self._stack_values(key, values))
+
+    def _stack_values(self, key: str, values: list[Any]) -> Any:
+        first = values[0]
+        if type(first) is not Tensor and is_unbatched(first):  # shared by the members
+            return first.with_batch_size(self.batch_size)
+        if isinstance(first, Tensor):
+            try:
+                return torch.stack(values, self.stack_dim)
+            except RuntimeError:
+                shapes = [list(v.shape) for v in values]
+                raise BatchSizeError(
+                    f"lazy stack: entry {key!r} has different shapes in the members {shapes}; read it with "
+                    f"get({key!r}, as_nested_tensor=True) or get_item_shape({key!r})"
+                ) from None
+        if is_nt(first):
+            return stack_non_tensors(values, self.stack_dim)
+        return self._restack(values, self.stack_dim)
+
+    def get(self, key: Any, default: Any = NO_DEFAULT, *, as_nested_tensor: bool = False) -> Any:
+        """The entry at `key`, stacked; `as_nested_tensor` stacks ragged leaves as a nested tensor."""
+        if not as_nested_tensor:
+            return super().get(key, default)
+        return self.get_nestedtensor(key, default)
+
+    def get_nestedtensor(
+        self, key: Any, default: Any = NO_DEFAULT, *, layout: torch.layout | None = None
+    ) -> Any:
+        """The members' entries at `key` as one nested tensor (ragged dims allowed).
+
+        Args:
+            default: returned when a member lacks `key`.
+            layout: `torch.jagged` or `torch.strided` (the default).
+        """
+        if self.stack_dim != 0:
+            raise ValueError(
+                f"a nested tensor stacks along dim 0, this stack has stack_dim={self.stack_dim}"
+            )
+        values = [td.get(key, _ABSENT) for td in self.tensordicts]
+        if any(v is _ABSENT for v in values):
+            if default is NO_DEFAULT:
+                raise KeyNotFoundError(
+                    f"key {key!r} is not in every member of the lazy stack "
+                    f"(exclusive keys: {self.exclusive_keys()})"
+                )
+            return default
+        with warnings.catch_warnings():
+            # ragged feature dims need the strided layout, which torch flags as a prototype
+            warnings.filterwarnings(
+                "ignore", message="The PyTorch API of nested tensors is in prototype"
+            )
+            return torch.nested.as_nested_tensor(values, layout=layout)
+
+    def get_item_shape(self, key: Any) -> torch.Size:
+        """The shape of the entry at `key` without stacking; ragged dims are -1."""
+        values = [td.get(key) for td in self.tensordicts]
+        return _stacked_shape(
+            [v.shape if isinstance(v, Tensor) else v.batch_size for v in values], self.stack_dim
+        )
+
+    def _set_str(self, key: str, value: Any) -> None:
+        d = self.stack_dim
+        if type(value) is not Tensor and is_unbatched(value):
+            member_bs = self.tensordicts[0].batch_size
+            parts: Sequence[Any] = [value.with_batch_size(member_bs)] * len(self.tensordicts)
+        elif isinstance(value, Tensor):
+            parts = value.unbind(d)
+        elif is_nt(value):
+            if isinstance(value, NonTensorData):
+                member_bs = self.tensordicts[0].batch_size
+                parts = [NonTensorData(value.data, member_bs, value.device)] * len(self.tensordicts)
+            else:
+                parts = value._map_batch_multi(lambda t: t.unbind(d))
+        else:
+            parts = value.unbind(d)
+        for td, part in zip(self.tensordicts, parts):
+            td._set_str(key, part)
+
+    def _del_str(self, key: str) -> None:
+        for td in self.tensordicts:
+            td._del_str(key)
+
+    def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        """In-place write of `item` into entry `key`: into the members' own storage.
+
+        `dest` (a stacked read) is only used to check the value fits, before
+        any member is written.
+        """
+        if isinstance(dest, Tensor):
+            if not isinstance(item, Tensor):
+                item = torch.as_tensor(item, device=dest.device)
+            if broadcast_shape(item.shape, dest.shape) != dest.shape:
+                raise BatchSizeError(
+                    f"cannot copy a value of shape {list(item.shape)} into key {full_key!r} "
+                    f"of shape {list(dest.shape)}"
+                )
+            parts = item.expand(dest.shape).unbind(self.stack_dim)
+            for td, part in zip(self.tensordicts, parts):
+                td._copy_into(key, td._get_str(key), part, full_key)
+        elif is_td(dest):
+            dest.update_(item)  # a lazy stack of the members' sub-TensorDicts: writes go through
+        else:
+            self._set_str(key, self._validate(item.data if is_nt(item) else item, full_key))
+
+    def _items_str(self) -> list[tuple[str, Any]]:
+        return [(key, self._get_str(key)) for key in self._keys_str()]
+
+    def _key_items(self) -> list[tuple[str, Any]]:
+        out = []
+        first = dict(self.tensordicts[0]._key_items())
+        for key in self._keys_str():
+            value = first[key]
+            # a member's tensor stands for the stacked one (only its type is read): ragged
+            # leaves are never stacked
+            out.append((key, value if isinstance(value, Tensor) else self._get_str(key)))
+        return out
+
+    def _values_str(self) -> list[Any]:
+        return [self._get_str(key) for key in self._keys_str()]
+
+    def _new(
+        self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
+    ) -> TensorDict:
+        return inherit_names(
+            self,
+            TensorDict._new_unsafe(
+                source, batch_size, self.device if device is NO_DEFAULT else device
+            ),
+        )
+
+    @classmethod
+    def _from_pytree(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: Any
+    ) -> TensorDict:
+        return TensorDict._new_unsafe(source, batch_size, device)
+
+    # ---------------------------------------------------------------- structure
+    def contiguous(self) -> TensorDictBase:
+        """A dense TensorDict holding the stacked common entries."""
+        from td_core._ops.stack import stack
+
+        if self.exclusive_keys() != [[] for _ in self.tensordicts]:
+            return stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)
+        return stack(self.tensordicts, self.stack_dim)
+
+    def unbind(self, dim: int = 0) -> tuple[TensorDictBase, ...]:
+        if normalize_dim(dim, self.batch_dims) == self.stack_dim:
+            return tuple(self.tensordicts)
+        return super().unbind(dim)
+
+    def is_shared(self) -> bool:
+        return all(td.is_shared() for td in self.tensordicts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        packed = pack(self)
+        if packed is not None:  # the members' leaves share one buffer: send it once
+            return {"consolidated": packed, "locked": self._is_locked}
+        return {
+            "tensordicts": self.tensordicts,
+            "stack_dim": self.stack_dim,
+            "locked": self._is_locked,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "consolidated" in state:
+            rebuilt = unpack(*state["consolidated"])
+            assert isinstance(rebuilt, LazyStackedTensorDict)  # the skeleton is a lazy stack
+            state = {**state, "tensordicts": rebuilt.tensordicts, "stack_dim": rebuilt.stack_dim}
+        self.tensordicts = list(state["tensordicts"])
+        self.stack_dim = state["stack_dim"]
+        self._is_locked = state["locked"]
+
+    def __repr__(self) -> str:
+        fields = [(k, self._render(k)) for k in self._keys_str()]
+        exclusive = [
+            fields_repr(str(i), [(k, self._member_render(td.get(k))) for k in keys])
+            for i, (td, keys) in enumerate(zip(self.tensordicts, self.exclusive_keys()))
+            if keys
+        ]
+        extra = {
+            "exclusive_fields": fields_repr("exclusive_fields", [])
+            if not exclusive
+            else "exclusive_fields={\n" + ",\n".join(_indent(e) for e in exclusive) + "}"
+        }
+        return td_repr(self, extra=extra, fields=fields, after={"stack_dim": self.stack_dim})
+
+    def _render(self, key: str) -> str:
+        first = self.tensordicts[0]._get_str(key)
+        if is_td(first):
+            return repr(self._get_str(key))
+        shape = self.get_item_shape(key)
+        if isinstance(first, Tensor):  # a stacked read is a plain tensor, whatever the members hold
+            return f"Tensor(shape={shape}, device={first.device}, dtype={first.dtype}, is_shared={first.is_shared()})"
+        return leaf_repr(self._get_str(key))
+
+    def _member_render(self, value: Any) -> str:
+        return repr(value) if is_td(value) else leaf_repr(value)
+
+
+def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
+    first, *rest = tds
+    if not rest:
+        return False
+    for key in first._keys_str():
+        try:
+            values = [td._get_str(key, NO_DEFAULT) for td in tds]
+        except BatchSizeError:  # a member is itself a ragged lazy stack
+            return True
+        if any(v is NO_DEFAULT for v in values):
+            continue  # an exclusive key
+        head = values[0]
+        if isinstance(head, Tensor):
+            if any(not isinstance(v, Tensor) or v.shape != head.shape for v in values[1:]):
+                return True
+        elif is_td(head):
+            if any(not is_td(v) or v.batch_size != head.batch_size for v in values[1:]):
+                return True
+            if _ragged_members(values):
+                return True
+    return False
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _stacked_shape(shapes: list[torch.Size], stack_dim: int) -> torch.Size:
+    first = shapes[0]
+    if any(len(s) != len(first) for s in shapes):
+        raise BatchSizeError(
+            f"lazy stack: the members' entries have different numbers of dims {[list(s) for s in shapes]}"
+        )
+    dims = [d if all(s[i] == d for s in shapes) else -1 for i, d in enumerate(first)]
+    return torch.Size((*dims[:stack_dim], len(shapes), *dims[stack_dim:]))
+
+
+def lazy_stack(tensordicts: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
+    """Stack TensorDicts lazily along batch dim `dim` (see `LazyStackedTensorDict`)."""
+    return LazyStackedTensorDict(*tensordicts, stack_dim=dim)
+
+
+register(LazyStackedTensorDict)
+allow_weights_only(LazyStackedTensorDict)

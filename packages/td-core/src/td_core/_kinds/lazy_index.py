@@ -1,0 +1,181 @@
+"""Indexing a `LazyStackedTensorDict`: reads and writes split along the stack dim.
+
+An index that selects along the stack dim (an int, a slice, a list or 1-d
+index tensor, a 1-d mask) gives members, or a lazy stack of indexed members,
+so writes to the result reach the originals; `lazy[i]` and `lazy[:, i]` on
+the stack dim are the member itself, as upstream. Other indices give a dense
+result, and writes through them are refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_td
+from td_core._ops.index import _apply_plan, _plan_sub, indexed_shape, normalize_index
+from td_core.errors import BatchSizeError
+
+if TYPE_CHECKING:
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["LazyIndexMixin"]
+
+Tensor = torch.Tensor
+
+
+class LazyIndexMixin:
+    """`_index` / `_setitem_index` of `LazyStackedTensorDict`, which provides the members."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        tensordicts: list[TensorDictBase]
+        stack_dim: int
+
+        @property
+        def batch_size(self) -> torch.Size: ...
+        def contiguous(self) -> TensorDictBase: ...
+        def _restack(self, members: list[TensorDictBase], dim: int) -> TensorDictBase: ...
+
+    def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...], int] | None:
+        """(item on the stack dim, index for the members, result stack dim), or None if not separable."""
+        norm = normalize_index(index, self.batch_size)
+        pos, result_dim, at = 0, 0, None
+        for i, item in enumerate(norm):
+            if item is None or (
+                isinstance(item, Tensor) and item.dtype == torch.bool and item.ndim > 1
+            ):
+                return None
+            if pos == self.stack_dim:
+                at = i
+                break
+            pos += 1
+            if not isinstance(item, int):
+                result_dim += 1
+        if at is None:  # the index stops before the stack dim: the dims up to it are kept
+            return slice(None), norm, result_dim + self.stack_dim - pos
+        stack_item, rest = norm[at], norm[:at] + norm[at + 1 :]
+        if isinstance(stack_item, Tensor) and stack_item.dtype == torch.bool:
+            stack_item = stack_item.nonzero().squeeze(-1)
+        if isinstance(stack_item, Tensor) and (
+            stack_item.ndim > 1 or any(isinstance(r, Tensor) for r in rest)
+        ):
+            return None
+        if not isinstance(stack_item, int) and any(isinstance(r, Tensor) and r.ndim for r in rest):
+            return None
+        return stack_item, rest, result_dim
+
+    def _members_for(self, stack_item: Any) -> list[int]:
+        n = len(self.tensordicts)
+        if isinstance(stack_item, slice):
+            return list(range(n))[stack_item]
+        positions = stack_item.tolist() if isinstance(stack_item, Tensor) else [stack_item]
+        out = []
+        for p in positions:
+            if not -n <= p < n:
+                raise IndexError(f"index {p} is out of range for the stack dim of size {n}")
+            out.append(p % n)
+        return out
+
+    def _index(self, index: Any) -> TensorDictBase:
+        d = self.stack_dim
+        at = index if not d else _member_at(index, d)
+        if type(at) is int:  # lazy[i] / lazy[:, i] on the stack dim: the i-th member itself
+            members = self.tensordicts
+            if -len(members) <= at < len(members):
+                return members[at]
+        split = self._split_index(index)
+        if split is None:
+            new_dims = _new_dims(index, self.batch_size)
+            if new_dims:  # `None` items: index without them, then insert the new dims
+                norm = normalize_index(index, self.batch_size)
+                out = self._index(tuple(i for i in norm if i is not None))
+                for d in new_dims:
+                    out = out.unsqueeze(d)
+                return out
+            return self.contiguous()._index(index)
+        stack_item, rest, result_dim = split
+        if isinstance(stack_item, int):
+            member = self.tensordicts[self._members_for(stack_item)[0]]
+            if all(type(r) is slice and r == _FULL for r in rest):
+                return member  # lazy[:, i]: the member itself, as upstream
+            return member._index(rest)
+        members = [self.tensordicts[i] for i in self._members_for(stack_item)]
+        if not members:
+            return self.contiguous()._index(index)
+        return self._restack([m._index(rest) if rest else m for m in members], result_dim)
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        split = self._split_index(index)
+        if split is None:
+            raise IndexError(
+                f"cannot write through a lazy stack at index {index!r}: select along the stack dim with "
+                "an int, a slice, a list or a 1-d index tensor, or write to contiguous() instead"
+            )
+        stack_item, rest, result_dim = split
+        picked = self._members_for(stack_item)
+        if isinstance(stack_item, int):
+            parts: list[Any] = [value]
+        elif is_td(value):
+            parts = list(value.unbind(result_dim))
+        elif (
+            isinstance(value, Tensor)
+            and value.ndim > result_dim
+            and value.shape[result_dim] == len(picked)
+        ):
+            parts = list(value.unbind(result_dim))
+        else:
+            parts = [value] * len(picked)
+        if len(parts) != len(picked):
+            raise BatchSizeError(
+                f"lazy stack: {len(parts)} values for {len(picked)} selected members at {index!r}"
+            )
+        member_bs = self.tensordicts[0].batch_size
+        norm = normalize_index(rest, member_bs) if rest else ()
+        sub = indexed_shape(member_bs, norm) if norm else member_bs
+        writes: list[tuple[Tensor, Any]] = []
+        later: list[tuple[TensorDictContract, str, Any, int]] = []
+        plain: list[tuple[TensorDictBase, Any]] = []
+        for i, part in zip(
+            picked, parts
+        ):  # plan every member's TensorDict write before writing any
+            member = self.tensordicts[i]
+            if is_td(part):
+                _plan_sub(member, part, sub, norm, (), writes, later)
+            else:
+                plain.append((member, part))
+        for member, part in plain:
+            member[norm] = part
+        _apply_plan(writes, later, norm, sub)
+
+
+_FULL = slice(None)
+
+
+def _member_at(index: Any, stack_dim: int) -> Any:
+    """The int of `index` = `(:, ..., :, i)` with `i` at `stack_dim`; None for other indices."""
+    if type(index) is tuple and len(index) == stack_dim + 1:
+        *lead, at = index
+        if all(type(i) is slice and i == _FULL for i in lead):
+            return at
+    return None
+
+
+def _new_dims(index: Any, batch_size: torch.Size) -> list[int]:
+    """Where the `None` items of a basic `index` (ints, slices) put new dims in the result.
+
+    Empty when there is no `None` or the index holds tensors (advanced indexing moves dims).
+    """
+    norm = normalize_index(index, batch_size)
+    if any(isinstance(i, Tensor) for i in norm):
+        return []
+    out, pos = [], 0
+    for item in norm:
+        if item is None:
+            out.append(pos)
+        if not isinstance(item, int):
+            pos += 1
+    return out

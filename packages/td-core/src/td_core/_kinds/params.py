@@ -1,0 +1,224 @@
+"""`TensorDictParams`: a TensorDict that is also an `nn.Module` owning its leaves.
+
+Its storage *is* the module's registries: tensor entries live in
+`_parameters` (floating point, converted to `nn.Parameter`) or `_buffers`,
+sub-TensorDicts become child `TensorDictParams` modules in `_modules`, so
+`parameters()`, `state_dict()`, optimizers and `module.to(device)` all see
+them, with dotted names like `"0.weight"`.
+
+`params.to(...)` returns a new `TensorDictParams` and leaves `params` as
+it is, as upstream does; a parent module's `module.to(...)` (`nn.Module`'s
+own machinery) still casts and moves the registered leaves in place, so
+optimizers keep their references.
+
+In-place writes that replace values (`zero_`, `fill_`, `set_`,
+`update_`, `apply_`, `copy_`) run under `torch.no_grad()`, as upstream:
+they are how parameters are initialised and loaded. In-place arithmetic
+(`add_`, ...) is left to autograd, which refuses it on leaf parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT, as_device
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.pytree import register
+from td_core._ops.names import inherit_names
+
+__all__ = ["TensorDictParams"]
+
+Tensor = torch.Tensor
+
+
+class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the TensorDict methods win over nn.Module ones (apply, float, ...), as upstream
+    """A TensorDict of parameters and buffers that can be stored in an `nn.Module`.
+
+    Args:
+        parameters: the TensorDict (or mapping) to hold.
+        no_convert: keep tensors that are not `nn.Parameter` as buffers
+            instead of converting floating-point ones to parameters.
+        lock: lock the result.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, TensorDictParams
+        >>> params = TensorDictParams(TensorDict({"w": torch.zeros(3), "nested": {"b": torch.ones(2)}}))
+        >>> sorted(name for name, _ in params.named_parameters())
+        ['nested.b', 'w']
+    """
+
+    def __init__(
+        self, parameters: Any = None, *, no_convert: bool = False, lock: bool = False
+    ) -> None:
+        nn.Module.__init__(self)
+        if parameters is None:
+            parameters = TensorDict()
+        elif not is_td(parameters):
+            parameters = TensorDict(parameters)
+        self._batch_size = parameters.batch_size
+        self._device = parameters.device
+        self._is_locked = False
+        self._no_convert = no_convert
+        self._order: dict[str, None] = {}
+        self._non_tensor: dict[str, Any] = {}
+        for key, value in parameters._items_str():
+            self._set_str(key, value)
+        if lock:
+            self.lock_()
+
+    # ---------------------------------------------------------------- primitives
+    def _set_str(self, key: str, value: Any) -> None:
+        self._drop(key)
+        if isinstance(value, nn.Parameter):
+            self._parameters[key] = value
+        elif isinstance(value, Tensor):
+            if not self._no_convert and (value.is_floating_point() or value.is_complex()):
+                self._parameters[key] = nn.Parameter(value)
+            else:
+                self._buffers[key] = value
+        elif is_nt(value):
+            self._non_tensor[key] = value
+        elif isinstance(value, TensorDictParams):
+            self._modules[key] = value
+        else:
+            self._modules[key] = TensorDictParams(
+                value, no_convert=self._no_convert, lock=value.is_locked
+            )
+        self._order[key] = None
+
+    def _drop(self, key: str) -> None:
+        for registry in (self._parameters, self._buffers, self._modules, self._non_tensor):
+            registry.pop(key, None)
+
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        for registry in (self._parameters, self._buffers, self._modules, self._non_tensor):
+            value = registry.get(key, NO_DEFAULT)
+            if value is not NO_DEFAULT:
+                return value
+        return default
+
+    def _del_str(self, key: str) -> None:
+        self._drop(key)
+        del self._order[key]
+
+    def _keys_str(self) -> Any:
+        return self._order.keys()
+
+    def _items_str(self) -> Any:
+        entries = self._entries()
+        return [(key, entries[key]) for key in self._order]
+
+    def _values_str(self) -> Any:
+        entries = self._entries()
+        return [entries[key] for key in self._order]
+
+    def _entries(self) -> dict[str, Any]:
+        """Every entry by key (a key lives in one registry: `_drop` clears the others)."""
+        return {**self._non_tensor, **self._modules, **self._buffers, **self._parameters}
+
+    def _new(
+        self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
+    ) -> TensorDict:
+        return inherit_names(
+            self,
+            TensorDict._new_unsafe(
+                source, batch_size, self._device if device is NO_DEFAULT else device
+            ),
+        )
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError("the batch_size of a TensorDictParams is fixed at construction")
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._device
+
+    def _set_device(self, device: Any) -> None:
+        self._device = as_device(device)
+
+    # ----------------------------------------------------- nn.Module semantics
+    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:
+        """A new `TensorDictParams` with every leaf moved and/or cast (`self` is unchanged).
+
+        A parent module's `module.to(...)` moves and casts these leaves in place.
+        """
+        result = TensorDictBase.to(self, *args, **kwargs)
+        if result is self:
+            return self
+        out = TensorDictParams(result, no_convert=self._no_convert, lock=self._is_locked)
+        for name, param in self._parameters.items():  # a cast keeps requires_grad, as upstream
+            new = out._parameters.get(name)
+            if new is not None and param is not None:
+                new.requires_grad_(param.requires_grad)
+        return out
+
+    def cpu(self) -> TensorDictParams:
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> TensorDictParams:
+        return self.to(torch.device("cuda") if device is None else torch.device("cuda", device))
+
+    # ---------------------------------------------- value writes under no_grad
+    def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        with torch.no_grad():
+            TensorDictBase._copy_into(self, key, dest, item, full_key)
+
+    def zero_(self) -> TensorDictParams:
+        """Zero every leaf in place (under `no_grad`: parameters are leaves)."""
+        with torch.no_grad():
+            TensorDictBase.zero_(self)
+        return self
+
+    def fill_(self, key: Any, value: float | bool) -> TensorDictParams:
+        """Fill the entry at `key` in place (under `no_grad`)."""
+        with torch.no_grad():
+            TensorDictBase.fill_(self, key, value)
+        return self
+
+    def update_(
+        self, input_dict_or_td: Any, clone: bool = False, **kwargs: Any
+    ) -> TensorDictParams:
+        """Copy the input's entries into the existing leaves (under `no_grad`)."""
+        with torch.no_grad():
+            TensorDictBase.update_(self, input_dict_or_td, clone, **kwargs)
+        return self
+
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> TensorDictParams:
+        """Copy every entry of `tensordict` into the existing leaves (under `no_grad`)."""
+        return self.update_(tensordict, non_blocking=non_blocking)
+
+    def apply_(self, fn: Any, *others: Any, **kwargs: Any) -> TensorDictParams:
+        """Apply `fn` to every leaf and write the results in place (under `no_grad`)."""
+        with torch.no_grad():
+            TensorDictBase.apply_(self, fn, *others, **kwargs)
+        return self
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("TensorDictParams holds parameters; it is not callable")
+
+    def __repr__(self) -> str:
+        return TensorDictBase.__repr__(self)
+
+    __hash__ = nn.Module.__hash__
+
+    @classmethod
+    def _from_pytree(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: Any
+    ) -> TensorDict:
+        # inside torch.vmap/func transforms the leaves are transformed tensors: a plain TensorDict
+        return TensorDict._new_unsafe(source, batch_size, device)
+
+
+register(TensorDictParams)

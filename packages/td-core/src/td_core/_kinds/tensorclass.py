@@ -1,0 +1,339 @@
+"""`@tensorclass`: a dataclass whose fields live in a TensorDict.
+
+The decorator builds a subclass of the user's class and of `TensorDictBase`
+whose storage primitives delegate to a wrapped `TensorDict` and whose
+results (`_new`) are built as the same class. So every TensorDict operation
+(indexing, reshape, stack, cat, apply, to, clone, comparisons) returns an
+instance of the user's class, with the user's methods, through the shared base.
+Fields are properties: tensors read as tensors, other values as themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from td_core._core.traverse import is_nt
+from td_core._core.utils import NO_DEFAULT
+from td_core._io.repr import leaf_repr, td_repr
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.pytree import allow_weights_only, register
+from td_core._ops.names import inherit_names
+
+__all__ = ["tensorclass", "is_tensorclass"]
+
+_T = TypeVar("_T")
+_RESERVED = {"batch_size", "device", "shape", "names"}
+
+
+class _TensorClassBase(TensorDictBase):
+    """What every generated tensorclass shares."""
+
+    _fields: tuple[str, ...] = ()
+    _field_set: frozenset[str] = frozenset()
+    _defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per class
+    _tensordict: TensorDict
+
+    # ---------------------------------------------------------------- primitives
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        return self._tensordict._get_str(key, default)
+
+    def _set_str(self, key: str, value: Any) -> None:
+        self._tensordict._set_str(key, value)
+
+    def _del_str(self, key: str) -> None:
+        self._tensordict._del_str(key)
+
+    def _keys_str(self) -> Any:
+        return self._tensordict._keys_str()
+
+    def _items_str(self) -> Any:
+        return self._tensordict._items_str()
+
+    def _values_str(self) -> Any:
+        return self._tensordict._values_str()
+
+    def _new(self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT) -> Any:
+        if not source.keys() <= type(self)._field_set:  # e.g. flatten_keys: "nested.x"
+            unknown = sorted(k for k in source if k not in type(self)._field_set)
+            raise ValueError(
+                f"the result has keys {unknown} that are not fields of {type(self).__name__} "
+                f"(fields: {list(type(self)._fields)}); convert with to_tensordict() first"
+            )
+        td = TensorDict._new_unsafe(
+            source, batch_size, self._tensordict._device if device is NO_DEFAULT else device
+        )
+        return inherit_names(self, type(self)._wrap(td))
+
+    @classmethod
+    def _wrap(cls, td: TensorDict) -> Any:
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "_tensordict", td)
+        return obj
+
+    @classmethod
+    def _from_pytree(cls, source: dict[str, Any], batch_size: torch.Size, device: Any) -> Any:
+        return cls._wrap(TensorDict._new_unsafe(source, batch_size, device))
+
+    @classmethod
+    def from_tensordict(
+        cls, tensordict: TensorDictBase, non_tensordict: dict[str, Any] | None = None
+    ) -> Any:
+        """An instance holding `tensordict` (not copied); unknown keys are refused."""
+        unknown = [k for k in tensordict.keys() if k not in cls._fields]
+        if unknown:
+            raise KeyError(
+                f"{cls.__name__} has no field(s) {unknown}; fields are {list(cls._fields)}"
+            )
+        td = (
+            tensordict
+            if type(tensordict) is TensorDict
+            else TensorDict(dict(tensordict.items()), tensordict.batch_size, tensordict.device)
+        )
+        obj = cls._wrap(td)
+        for key, value in (non_tensordict or {}).items():
+            setattr(obj, key, value)
+        return obj
+
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
+        """The fields as a plain TensorDict (a shallow copy)."""
+        return self._tensordict.copy()
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._tensordict._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        self._tensordict.batch_size = value
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._tensordict._device
+
+    def _set_device(self, device: Any) -> None:
+        self._tensordict._set_device(device)
+
+    @property  # type: ignore[misc]  # read-only here: the lock is the inner TensorDict's
+    def _is_locked(self) -> bool:
+        return self._tensordict._is_locked
+
+    def _lock_tree(self, locked: bool) -> None:
+        self._tensordict._lock_tree(locked)
+
+    def _raw_names(self) -> Any:
+        return self._tensordict._raw_names()
+
+    def _store_names(self, names: Any) -> None:
+        self._tensordict._store_names(names)
+
+    # ------------------------------------------------------------------- dunder
+    def __setattr__(self, name: str, value: Any) -> None:
+        cls = type(self)
+        if name in cls._field_set:
+            if value is None:
+                if name in self._tensordict._keys_str():
+                    self._tensordict._del_str(name)
+            else:
+                self._tensordict.set(name, value)
+        elif _is_data_descriptor(cls, name):  # a property with a setter (batch_size, names, ...)
+            object.__setattr__(self, name, value)
+        else:
+            # as a dataclass with slots would: a typo must not be stored silently
+            raise AttributeError(
+                f"cannot set attribute {name!r}: {cls.__name__} has no such field "
+                f"(fields: {list(cls._fields)})"
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_tensordict": self._tensordict}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "_tensordict", state["_tensordict"])
+
+    def __repr__(self) -> str:
+        lines = []
+        for key in sorted(self._keys_str()):
+            value = self._get_str(key)
+            text = (
+                td_repr(value)
+                if not isinstance(value, torch.Tensor) and not is_nt(value)
+                else leaf_repr(value)
+            )
+            lines.append(f"{key}={text}")
+        lines += [
+            f"batch_size={self.batch_size}",
+            f"device={self.device}",
+            f"is_shared={self.is_shared()}",
+        ]
+        body = ",\n".join("\n".join("    " + ln for ln in line.splitlines()) for line in lines)
+        return f"{type(self).__name__}(\n{body})"
+
+
+def _is_data_descriptor(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return hasattr(type(klass.__dict__[name]), "__set__")
+    return False
+
+
+def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any], Any]:
+    """`__dataclass_fields__` and `__dataclass_params__` for the declared fields.
+
+    A generated tensorclass is a real dataclass (`dataclasses.is_dataclass`,
+    `dataclasses.fields` in declared order, with their defaults), but its
+    `__init__`, `repr` and `==` stay the TensorDict ones: the spec is
+    built on a throwaway class and attached.
+    """
+    annotations: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        annotations.update(inspect.get_annotations(klass))
+        raw.update({n: klass.__dict__[n] for n in fields if n in klass.__dict__})
+    namespace: dict[str, Any] = {"__annotations__": {n: annotations.get(n, Any) for n in fields}}
+    for name, default in raw.items():
+        if isinstance(default, dataclasses.Field):
+            namespace[name] = (
+                dataclasses.field(default_factory=default.default_factory)
+                if default.default_factory is not dataclasses.MISSING
+                else dataclasses.field(default=default.default)
+            )
+        elif type(default).__hash__ is None:  # a list or dict default: dataclasses refuse these
+            namespace[name] = dataclasses.field(default_factory=lambda v=default: v)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
+        else:
+            namespace[name] = default
+    probe: Any = dataclasses.dataclass(init=False, repr=False, eq=False)(
+        type(cls.__name__, (), namespace)
+    )
+    return probe.__dataclass_fields__, probe.__dataclass_params__
+
+
+def _field_property(name: str) -> property:
+    def getter(self: _TensorClassBase) -> Any:
+        value = self._tensordict._get_str(name, None)
+        if value is None:
+            return type(self)._defaults.get(name)
+        return value.data if is_nt(value) else value
+
+    def setter(self: _TensorClassBase, value: Any) -> None:
+        _TensorClassBase.__setattr__(self, name, value)
+
+    return property(getter, setter, doc=f"The `{name}` field.")
+
+
+def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
+    names: list[str] = []
+    defaults: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        for name in getattr(klass, "__annotations__", {}):
+            if (
+                name.startswith("_")
+                or typing.get_origin(klass.__annotations__[name]) is typing.ClassVar
+            ):
+                continue
+            if name in _RESERVED:
+                raise AttributeError(f"tensorclass {cls.__name__}: field name {name!r} is reserved")
+            if name not in names:
+                names.append(name)
+            if name in klass.__dict__:
+                default = klass.__dict__[name]
+                if isinstance(default, dataclasses.Field):
+                    default = (
+                        default.default_factory()
+                        if default.default_factory is not dataclasses.MISSING
+                        else default.default
+                    )
+                defaults[name] = default
+    return tuple(names), defaults
+
+
+def _make_init(
+    cls_name: str, fields: tuple[str, ...], defaults: dict[str, Any]
+) -> Callable[..., None]:
+    def __init__(
+        self: _TensorClassBase,
+        *args: Any,
+        batch_size: Any = None,
+        device: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if len(args) > len(fields):
+            raise TypeError(
+                f"{cls_name}() takes {len(fields)} positional field(s) but {len(args)} were given"
+            )
+        values = dict(zip(fields, args))
+        for name, value in kwargs.items():
+            if name not in fields:
+                raise TypeError(
+                    f"{cls_name}() got an unexpected field {name!r}; fields are {list(fields)}"
+                )
+            if name in values:
+                raise TypeError(f"{cls_name}() got field {name!r} twice")
+            values[name] = value
+        missing = [f for f in fields if f not in values and f not in defaults]
+        if missing:
+            raise TypeError(f"{cls_name}() is missing field(s) {missing}")
+        td = TensorDict(batch_size=[] if batch_size is None else batch_size, device=device)
+        object.__setattr__(self, "_tensordict", td)
+        for name in fields:
+            value = values.get(name, defaults.get(name))
+            if value is not None:
+                td.set(name, value)
+
+    return __init__
+
+
+def tensorclass(cls: type[_T]) -> type[_T]:
+    """Turn an annotated class into a dataclass backed by a TensorDict.
+
+    The constructor takes the fields (positionally or by name) plus
+    `batch_size` and `device`. Methods of the class are kept, and every
+    TensorDict operation returns an instance of the class.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import tensorclass
+        >>> @tensorclass
+        ... class Batch:
+        ...     obs: torch.Tensor
+        ...     label: torch.Tensor
+        ...
+        ...     def only(self, label):
+        ...         return self[self.label == label]
+        >>> data = Batch(torch.randn(6, 3), torch.tensor([0, 1, 0, 1, 1, 0]), batch_size=[6])
+        >>> picked = data.only(1)
+        >>> type(picked).__name__, picked.batch_size, picked.obs.shape
+        ('Batch', torch.Size([3]), torch.Size([3, 3]))
+    """
+    fields, defaults = _fields_of(cls)
+    namespace: dict[str, Any] = {name: _field_property(name) for name in fields}
+    dc_fields, dc_params = _dataclass_spec(cls, fields)
+    namespace.update(
+        __dataclass_fields__=dc_fields,
+        __dataclass_params__=dc_params,
+        __match_args__=fields,
+        _fields=fields,
+        _field_set=frozenset(fields),
+        _defaults=defaults,
+        __init__=_make_init(cls.__name__, fields, defaults),
+        __module__=cls.__module__,
+        __qualname__=cls.__qualname__,
+        __doc__=cls.__doc__,
+    )
+    new_cls = type(cls.__name__, (cls, _TensorClassBase), namespace)
+    register(new_cls)
+    allow_weights_only(new_cls)
+    return new_cls
+
+
+def is_tensorclass(obj: Any) -> bool:
+    """Whether `obj` (an instance or a class) is a tensorclass."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return issubclass(cls, _TensorClassBase)

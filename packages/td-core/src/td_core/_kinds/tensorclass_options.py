@@ -1,0 +1,227 @@
+"""The keyword forms of `@tensorclass` and the class form `TensorClass`.
+
+`tensorclass(autocast=, nocast=, frozen=, shadow=, kw_only=, ...)` builds the
+class with `td_core._kinds.tensorclass` and then wraps its `__init__` and
+`__setattr__` with the options; `class Foo(TensorClass): x: Tensor` (and
+`TensorClass["frozen", "nocast"]`) runs the same builder from a metaclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.tensorclass import tensorclass as _build
+from td_core._leaves.nontensor import NonTensorData
+
+__all__ = ["tensorclass", "TensorClass"]
+
+_T = TypeVar("_T")
+_SCALARS = (int, float, bool, complex)
+_OPTION_NAMES = (
+    "autocast",
+    "frozen",
+    "nocast",
+    "shadow",
+    "tensor_only",
+    "skip_post_init_on_rebuild",
+    "kw_only",
+)
+
+
+def tensorclass(
+    cls: Any = None,
+    /,
+    *,
+    autocast: bool = False,
+    frozen: bool = False,
+    nocast: bool = False,
+    shadow: bool = False,
+    tensor_only: bool = False,
+    skip_post_init_on_rebuild: bool = False,
+    cast_filter: Callable[..., bool] | None = None,
+    kw_only: bool = False,
+) -> Any:
+    """Turn an annotated class into a dataclass backed by a TensorDict.
+
+    Used bare (`@tensorclass`) or with options (`@tensorclass(frozen=True)`).
+
+    Args:
+        cls: the class (when used bare).
+        autocast: cast each assigned value to its field's annotation
+            (`int`, `float`, `bool`, `str`, `torch.Tensor`).
+        frozen: fields cannot be assigned after construction
+            (`dataclasses.FrozenInstanceError`) and the storage is locked.
+        nocast: keep Python numbers as they are instead of making tensors.
+        shadow: allow fields named like a TensorDict attribute (`get`, ...);
+            the field then hides the attribute.
+        tensor_only: accepted for upstream compatibility (a speed hint).
+        skip_post_init_on_rebuild: accepted for upstream compatibility.
+        cast_filter: with `autocast`, `cast_filter(name, value)` picks the
+            fields to cast (all when `None`).
+        kw_only: fields are keyword-only in the constructor.
+
+    Raises:
+        AttributeError: for a field named like a TensorDict attribute without
+            `shadow=True`.
+        ValueError: for `autocast` together with `nocast`.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import tensorclass
+        >>> @tensorclass(nocast=True)
+        ... class Step:
+        ...     obs: torch.Tensor
+        ...     index: int
+        >>> type(Step(obs=torch.zeros(2), index=3, batch_size=[2]).index).__name__
+        'int'
+    """
+    options = {
+        "autocast": autocast,
+        "frozen": frozen,
+        "nocast": nocast,
+        "shadow": shadow,
+        "tensor_only": tensor_only,
+        "skip_post_init_on_rebuild": skip_post_init_on_rebuild,
+        "kw_only": kw_only,
+        "cast_filter": cast_filter,
+    }
+    if autocast and nocast:
+        raise ValueError("tensorclass: autocast and nocast cannot both be True")
+    if cls is None:
+        return lambda klass: _make(klass, options)
+    return _make(cls, options)
+
+
+def _annotations(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # unresolvable forward references: use the raw annotations
+        out: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            out.update(getattr(klass, "__annotations__", {}))
+        return out
+
+
+def _check_shadow(cls: type) -> None:
+    names = [
+        n
+        for klass in cls.__mro__
+        if not issubclass(klass, TensorDictBase)
+        for n in getattr(klass, "__annotations__", {})
+        if not n.startswith("_")
+    ]
+    clash = [n for n in names if hasattr(TensorDictBase, n)]
+    if clash:
+        raise AttributeError(
+            f"Attribute name {clash[0]} can't be used with @tensorclass or TensorClass, as "
+            f"tensorclasses have a member of that name. To allow it, pass shadow=True "
+            f"(@tensorclass(shadow=True) or TensorClass['shadow'])."
+        )
+
+
+def _caster(cls: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
+    hints = _annotations(cls)
+    autocast, nocast = options["autocast"], options["nocast"]
+    cast_filter = options["cast_filter"]
+
+    def convert(name: str, value: Any) -> Any:
+        if value is None or isinstance(value, NonTensorData):
+            return value
+        if autocast and (cast_filter is None or cast_filter(name, value)):
+            target = hints.get(name)
+            if target is torch.Tensor and not isinstance(value, torch.Tensor):
+                return torch.as_tensor(value)
+            if target in (int, float, bool, str):
+                if isinstance(value, torch.Tensor) and value.numel() == 1:
+                    value = value.item()
+                return NonTensorData(target(value))
+            return value
+        if nocast and isinstance(value, _SCALARS):
+            return NonTensorData(value)
+        return value
+
+    return convert
+
+
+def _make(cls: Any, options: dict[str, Any]) -> Any:
+    if not options["shadow"]:
+        _check_shadow(cls)
+    new_cls: Any = _build(cls)
+    new_cls._tc_options = dict(options)
+    if not any(options[k] for k in ("autocast", "nocast", "frozen", "kw_only")):
+        return new_cls
+    convert = _caster(cls, options)
+    fields = new_cls._fields
+    init = new_cls.__init__
+    setattr_ = new_cls.__setattr__
+    frozen, kw_only = options["frozen"], options["kw_only"]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kw_only and args:
+            raise TypeError(
+                f"{cls.__name__}() takes keyword-only fields, got {len(args)} positional value(s)"
+            )
+        args = tuple(convert(name, v) for name, v in zip(fields, args))
+        kwargs = {k: convert(k, v) if k in fields else v for k, v in kwargs.items()}
+        init(self, *args, **kwargs)
+        if frozen:
+            self.lock_()
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if name in fields:
+            if frozen:
+                raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+            value = convert(name, value)
+        setattr_(self, name, value)
+
+    new_cls.__init__ = __init__
+    new_cls.__setattr__ = __setattr__
+    return new_cls
+
+
+class _TensorClassMeta(type):
+    """Builds every subclass of `TensorClass` as a tensorclass."""
+
+    def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> Any:
+        cls = super().__new__(mcls, name, bases, ns, **kw)
+        if ns.get("_tc_template") or ("_fields" in ns and "_defaults" in ns):
+            return cls  # TensorClass itself, TensorClass[...] or a class the builder made
+        options: dict[str, Any] = {}
+        for base in reversed(cls.__mro__[1:]):
+            options.update(getattr(base, "_tc_flags", {}))
+        return tensorclass(cls, **options)
+
+
+class TensorClass(metaclass=_TensorClassMeta):
+    """The class form of `@tensorclass`: subclass it and annotate the fields.
+
+    `TensorClass["autocast", "frozen", ...]` gives a base with those options.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorClass
+        >>> class Batch(TensorClass):
+        ...     obs: torch.Tensor
+        >>> Batch(obs=torch.zeros(4, 3), batch_size=[4])[:2].obs.shape
+        torch.Size([2, 3])
+    """
+
+    _tc_template = True
+    _tc_flags: dict[str, bool] = {}  # noqa: RUF012 - replaced per TensorClass[...]
+
+    def __class_getitem__(cls, flags: str | tuple[str, ...]) -> type:
+        flags = (flags,) if isinstance(flags, str) else tuple(flags)
+        unknown = [f for f in flags if f not in _OPTION_NAMES]
+        if unknown:
+            raise ValueError(f"TensorClass[...]: unknown option(s) {unknown}; use {_OPTION_NAMES}")
+        return _TensorClassMeta(
+            f"TensorClass_{'_'.join(flags)}",
+            (cls,),
+            {"_tc_template": True, "_tc_flags": dict.fromkeys(flags, True)},
+        )

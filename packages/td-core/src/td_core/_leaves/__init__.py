@@ -1,0 +1,1 @@
+"""Entries that are not TensorDicts: non-tensor leaves, unbatched tensors, metadata, list entries."""

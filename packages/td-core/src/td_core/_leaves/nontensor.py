@@ -1,0 +1,308 @@
+"""Non-tensor leaves: any Python value stored in a TensorDict with the batch size.
+
+`NonTensorData` is one value shared by every element of the batch.
+`NonTensorStack` holds one value per element, as a numpy object array whose
+shape is the batch size. Every batch operation (indexing, reshape, permute,
+flip, ...) is applied to an index tensor `arange(numel).view(batch_size)`
+and the values are gathered with the result, so values stay aligned with the
+tensors under any shape op, through one mechanism.
+
+One rule for stacking (upstream collapses equal values, a source of bugs):
+stacking non-tensor leaves always gives a `NonTensorStack`, whether or not
+the values are equal, and reading it gives a (nested) list.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from td_core._core.utils import BatchMeta
+
+__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
+
+_Fn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _full(shape: torch.Size, value: Any) -> np.ndarray:
+    out = np.empty(tuple(shape), dtype=object)
+    out.fill(value)
+    return out
+
+
+def _positions(shape: torch.Size) -> torch.Tensor:
+    return torch.arange(shape.numel()).view(shape)
+
+
+def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
+    """`flat` at positions `idx`, always as an array of `idx`'s shape (0-d included)."""
+    return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
+
+
+class _NonTensorBase(BatchMeta):
+    """What both kinds of non-tensor leaf share: batch metadata and device."""
+
+    _td_collection = True
+    _is_non_tensor = True
+    __slots__ = ("batch_size", "device")
+
+    batch_size: torch.Size
+    device: torch.device | None
+
+    if TYPE_CHECKING:
+
+        def as_array(self) -> np.ndarray: ...
+
+    def _map_batch_multi(
+        self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]
+    ) -> list[NonTensorStack | NonTensorData]:
+        flat = self.as_array().reshape(-1)
+        return [
+            _from_array(_gather(flat, idx), self.device) for idx in fn(_positions(self.batch_size))
+        ]
+
+    def _set_at(self, index: Any, value: Any) -> NonTensorStack | NonTensorData:
+        """A leaf equal to this one with `value` written at batch `index`."""
+        if (
+            isinstance(self, NonTensorData)
+            and isinstance(value, NonTensorData)
+            and _same(value.data, self.data)
+        ):
+            return self  # writing the shared value back changes nothing (and needs no numpy)
+        values = self.as_array().copy()
+        flat = values.reshape(-1)
+        where = _positions(self.batch_size)[index].numpy()
+        if isinstance(value, _NonTensorBase):
+            src = value.as_array()
+            flat[where] = np.broadcast_to(src, where.shape) if src.shape != where.shape else src
+        else:
+            flat[where.reshape(-1)] = _full(torch.Size([where.size]), value)
+        return _from_array(values, self.device)
+
+    def _write_(self, value: Any) -> bool:
+        """Write `value` into this leaf in place, if it supports that.
+
+        Plain non-tensor leaves are immutable values: they return False and the
+        container replaces them. Leaves backed by shared storage override this.
+        """
+        return False
+
+    def to(self, device: torch.device | str | None) -> _NonTensorBase:
+        out = copy.copy(self)
+        out.device = None if device is None else torch.device(device)
+        return out
+
+    def clone(self, recurse: bool = True) -> _NonTensorBase:
+        return copy.deepcopy(self) if recurse else copy.copy(self)
+
+    def tolist(self) -> Any:
+        return self.as_array().tolist()
+
+    def __len__(self) -> int:
+        if not self.batch_size:
+            raise TypeError("len() of a 0-d non-tensor leaf")
+        return self.batch_size[0]
+
+
+class NonTensorData(_NonTensorBase):
+    """One Python value shared by every element of a batch.
+
+    Examples:
+        >>> from td_core import TensorDict
+        >>> td = TensorDict(batch_size=[2])
+        >>> td["name"] = "cartpole"
+        >>> td["name"], td[0]["name"]
+        ('cartpole', 'cartpole')
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(
+        self, data: Any, batch_size: Sequence[int] = (), device: torch.device | str | None = None
+    ) -> None:
+        if isinstance(data, _NonTensorBase):
+            raise TypeError("NonTensorData wraps a plain value, got another non-tensor leaf")
+        self.data = data
+        self.batch_size = torch.Size(batch_size)
+        self.device = None if device is None else torch.device(device)
+
+    def as_array(self) -> np.ndarray:
+        return _full(self.batch_size, self.data)
+
+    def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorData:
+        return NonTensorData(self.data, lead + self.batch_size[n:], self.device)
+
+    def _map_batch_multi(
+        self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]
+    ) -> list[NonTensorStack | NonTensorData]:
+        return [
+            NonTensorData(self.data, idx.shape, self.device)
+            for idx in fn(_positions(self.batch_size))
+        ]
+
+    def tolist(self) -> Any:
+        return self.data if not self.batch_size else super().tolist()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "data": self.data,
+            "batch_size": tuple(self.batch_size),
+            "device": _dev(self.device),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.data = state["data"]
+        self.batch_size = torch.Size(state["batch_size"])
+        self.device = None if state["device"] is None else torch.device(state["device"])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NonTensorData):
+            return bool(self.data == other.data) and self.batch_size == other.batch_size
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"NonTensorData(data={self.data}, batch_size={self.batch_size}, device={self.device})"
+        )
+
+
+class NonTensorStack(_NonTensorBase):
+    """One Python value per element of a batch; reading gives a (nested) list."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: np.ndarray, device: torch.device | str | None = None) -> None:
+        if not isinstance(values, np.ndarray) or values.dtype != object:
+            raise TypeError(f"NonTensorStack holds an object ndarray, got {type(values).__name__}")
+        self._values = values
+        self.batch_size = torch.Size(values.shape)
+        self.device = None if device is None else torch.device(device)
+
+    @classmethod
+    def from_list(
+        cls, values: Sequence[Any], device: torch.device | str | None = None
+    ) -> NonTensorStack:
+        """A 1-d stack of the given values."""
+        arr = np.empty((len(values),), dtype=object)
+        for i, v in enumerate(values):
+            arr[i] = v
+        return cls(arr, device)
+
+    @property
+    def data(self) -> list[Any]:
+        return self.tolist()
+
+    def as_array(self) -> np.ndarray:
+        return self._values
+
+    def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorStack | NonTensorData:
+        idx = fn(_positions(self.batch_size))
+        return _from_array(_gather(self._values.reshape(-1), idx), self.device)
+
+    def clone(self, recurse: bool = True) -> NonTensorStack:
+        return NonTensorStack(
+            copy.deepcopy(self._values) if recurse else self._values.copy(), self.device
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a flat list and a shape (no numpy object in the pickle: weights_only loads accept it)
+        return {
+            "flat": list(self._values.flat),
+            "shape": tuple(self._values.shape),
+            "device": _dev(self.device),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        values = np.empty(len(state["flat"]), dtype=object)
+        for i, v in enumerate(state["flat"]):
+            values[i] = v
+        self._values = values.reshape(state["shape"])
+        self.batch_size = torch.Size(state["shape"])
+        self.device = None if state["device"] is None else torch.device(state["device"])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NonTensorStack):
+            return self.batch_size == other.batch_size and bool(
+                (self._values == other._values).all()
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"NonTensorStack({self.tolist()!r}, batch_size={self.batch_size}, device={self.device})"
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):  # e.g. arrays, whose == is element-wise
+        return False
+
+
+def _dev(device: torch.device | None) -> str | None:
+    return None if device is None else str(device)
+
+
+def _from_array(values: np.ndarray, device: torch.device | None) -> NonTensorStack | NonTensorData:
+    # a 0-d gather is one value: keep it a plain NonTensorData so td[i]["k"] gives the value
+    if values.ndim == 0:
+        return NonTensorData(values.item(), (), device)
+    return NonTensorStack(values, device)
+
+
+def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
+    """Stack non-tensor leaves of equal batch size into one `NonTensorStack`.
+
+    Two exceptions, both opt-in: leaves whose class defines `_stack_leaves`
+    (`MetaData`) may stack into one leaf, and under
+    `set_capture_non_tensor_stack(True)` equal values give one `NonTensorData`.
+    """
+    special = _collapse(leaves, dim)
+    if special is not None:
+        return special
+    return NonTensorStack(
+        np.stack([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
+    )
+
+
+def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
+    stack_leaves = getattr(type(leaves[0]), "_stack_leaves", None)
+    if stack_leaves is not None:
+        out = stack_leaves(leaves, dim)
+        if out is not None:
+            return out
+    from td_core._core.flags import capture_non_tensor_stack
+
+    first = leaves[0]
+    if (
+        capture_non_tensor_stack()
+        and isinstance(first, NonTensorData)
+        and all(isinstance(v, NonTensorData) and _same(v.data, first.data) for v in leaves)
+    ):
+        bs = list(first.batch_size)
+        bs.insert(dim, len(leaves))
+        return NonTensorData(first.data, torch.Size(bs), first.device)
+    return None
+
+
+def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
+    """Concatenate non-tensor leaves into one `NonTensorStack` (the same rule as stacking)."""
+    return NonTensorStack(
+        np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
+    )
+
+
+def is_non_tensor(obj: Any) -> bool:
+    """Whether `obj` is a non-tensor leaf (`NonTensorData` or `NonTensorStack`)."""
+    return getattr(type(obj), "_is_non_tensor", False)

@@ -1,0 +1,303 @@
+"""Autograd and parameter views of the leaves (`data`, `grad`, `zero_grad`, `backward`, `param_count`, `bytes`).
+
+Everything that reads or changes autograd state works on the *stored* leaves
+(`own_leaves`): for a lazy stack those are its members' tensors, never the
+stacked copies a read would build, so `requires_grad_`, `zero_grad` and
+`grad` reach the tensors an optimizer holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_td, map_leaves
+from td_core._core.utils import NO_DEFAULT
+from td_core._ops import lazy_shape as lazy
+from td_core.errors import BatchSizeError, KeyNotFoundError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["AutogradMixin", "own_leaves"]
+
+Tensor = torch.Tensor
+
+
+def own_leaves(
+    td: TensorDictContract, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[Any, Tensor]]:
+    """`(key, tensor)` for every stored tensor leaf; a lazy stack's come from its members.
+
+    A member's key is prefixed with its position in the stack (as a string).
+    """
+    found = lazy.parts(td)
+    if found is not None:
+        for i, member in enumerate(found[0]):
+            yield from own_leaves(member, (*prefix, str(i)))
+        return
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            yield ((*prefix, key) if prefix else key), value
+        elif not value._is_non_tensor:
+            yield from own_leaves(value, (*prefix, key))
+
+
+def _grads(td: TensorDictContract) -> TensorDictBase | None:
+    """The `.grad` of every leaf that has one, or `None` if none has."""
+    found = lazy.parts(td)
+    if found is not None:
+        members, s = found
+        per = [_grads(m) for m in members]
+        if all(g is None for g in per):
+            return None
+        if any(g is None for g in per):
+            raise RuntimeError(
+                "grad: some members of the lazy stack have gradients and others do not; "
+                "read them per member (td.tensordicts[i].grad)"
+            )
+        return lazy.restack(td, per, s)  # type: ignore[arg-type]
+    out: dict[str, Any] = {}
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            if value.grad is not None:
+                out[key] = value.grad
+        elif not value._is_non_tensor:
+            sub = _grads(value)
+            if sub is not None:
+                out[key] = sub
+    return td._new(out, td.batch_size) if out else None
+
+
+def _pairs(td: TensorDictContract, other: Any, what: str) -> list[tuple[Tensor, Tensor]]:
+    """`(leaf, other's leaf at the same key)` for every leaf, checked before any write."""
+    if not is_td(other):
+        raise TypeError(f"{what} needs a TensorDict, got {type(other).__name__}")
+    found = lazy.parts(td)
+    if found is not None:  # the stored leaves are the members': pair them member by member
+        members, s = found
+        if other.batch_size != td.batch_size:
+            raise BatchSizeError(
+                f"{what}: the TensorDict given has batch_size {list(other.batch_size)}, the lazy "
+                f"stack has {list(td.batch_size)}"
+            )
+        pieces = other.unbind(s)
+        return [pair for m, o in zip(members, pieces) for pair in _pairs(m, o, what)]
+    pairs = []
+    for key, leaf in td.items(include_nested=True, leaves_only=True):
+        if not isinstance(leaf, Tensor):
+            continue
+        src = other.get(key, NO_DEFAULT)
+        if src is NO_DEFAULT:
+            raise KeyNotFoundError(f"{what}: key {key!r} is missing from the TensorDict given")
+        if not isinstance(src, Tensor) or src.shape != leaf.shape:
+            raise BatchSizeError(
+                f"{what}: the value at key {key!r} has shape {list(getattr(src, 'shape', []))}, "
+                f"the leaf has shape {list(leaf.shape)}"
+            )
+        pairs.append((leaf, src))
+    return pairs
+
+
+class AutogradMixin(TensorDictContract):
+    """Methods of `td_core.TensorDictBase` from this family."""
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> TensorDictBase:
+        """A TensorDict of every leaf's `.data`: the same storage, outside autograd.
+
+        `params.data.clone()` snapshots parameters; writing into the result
+        (`target.data.update_(source.data)`) changes the leaves without autograd
+        seeing it. Assigning `td.data = other` rebinds each leaf's `.data`.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"w": torch.zeros(2, requires_grad=True)}, [2])
+            >>> td.data["w"].requires_grad
+            False
+        """
+        return lazy.per_member(self, lambda m: m.data, lambda d: map_leaves(d, lambda t: t.data))
+
+    @data.setter
+    def data(self, value: TensorDictContract) -> None:
+        for leaf, src in _pairs(self, value, "data"):
+            leaf.data = src
+
+    @property
+    def grad(self) -> TensorDictBase | None:
+        """A TensorDict of the leaves' `.grad`; leaves without one are left out, `None` if no leaf has one.
+
+        Assigning `td.grad = other` sets each leaf's `.grad` (copying into an existing one).
+        """
+        return _grads(self)
+
+    @grad.setter
+    def grad(self, value: TensorDictContract) -> None:
+        for leaf, src in _pairs(self, value, "grad"):
+            if leaf.grad is None:
+                leaf.grad = src
+            else:
+                leaf.grad.copy_(src)
+
+    def zero_grad(self, set_to_none: bool = True) -> Self:
+        """Reset every leaf's `.grad`: to `None`, or (`set_to_none=False`) fill existing ones with 0.
+
+        Returns:
+            self.
+        """
+        grads = []
+        for _, leaf in own_leaves(self):
+            if set_to_none:
+                leaf.grad = None
+            elif leaf.grad is not None:
+                grads.append(leaf.grad)
+        if grads:
+            torch._foreach_zero_(grads)
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
+        """Set `requires_grad` on every tensor leaf (returns self).
+
+        Raises:
+            RuntimeError: naming the key, if `requires_grad` is true and a leaf is
+                not floating point or complex (nothing is changed then).
+        """
+        leaves = list(own_leaves(self))
+        if requires_grad:
+            for key, leaf in leaves:
+                if not (leaf.is_floating_point() or leaf.is_complex()):
+                    raise RuntimeError(
+                        f"requires_grad_: the leaf at key {key!r} has dtype {leaf.dtype}; only "
+                        "floating point and complex tensors can require gradients (select() "
+                        "the float entries first)"
+                    )
+        for _, leaf in leaves:
+            leaf.requires_grad_(requires_grad)
+        return self
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether any tensor leaf requires gradients."""
+        return any(leaf.requires_grad for _, leaf in own_leaves(self))
+
+    def backward(
+        self,
+        gradient: TensorDictContract | None = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: TensorDictBase | Sequence[Tensor] | None = None,
+    ) -> None:
+        """Back-propagate from every leaf that requires gradients, in one `torch.autograd.backward` call.
+
+        Without `gradient` every such leaf must hold one element (a loss): a
+        TensorDict of losses back-propagates their sum.
+
+        Args:
+            gradient: the gradient of each leaf, at the same keys and shapes.
+            retain_graph: keep the graph for another backward pass.
+            create_graph: build the graph of the derivative (higher-order gradients).
+            inputs: the tensors (or a TensorDict of them) to accumulate gradients into.
+
+        Raises:
+            RuntimeError: if no leaf requires gradients, or a leaf has several
+                elements and no `gradient` is given, or a gradient's shape differs.
+            KeyError: if `gradient` lacks a key.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> w = torch.ones(3, requires_grad=True)
+            >>> TensorDict({"loss": (w * 2).sum()}, []).backward()
+            >>> w.grad
+            tensor([2., 2., 2.])
+        """
+        keys, tensors = [], []
+        for key, leaf in self.items(include_nested=True, leaves_only=True):
+            if isinstance(leaf, Tensor) and leaf.requires_grad:
+                keys.append(key)
+                tensors.append(leaf)
+        if not tensors:
+            raise RuntimeError(
+                "backward: no leaf of the TensorDict requires gradients "
+                f"(keys: {sorted(map(str, self.keys(include_nested=True, leaves_only=True)))})"
+            )
+        grad_tensors: list[Tensor] | None = None
+        if gradient is None:
+            for key, t in zip(keys, tensors):
+                if t.numel() != 1:
+                    raise RuntimeError(
+                        f"backward: the leaf at key {key!r} has shape {list(t.shape)}; without "
+                        "a gradient TensorDict every leaf that requires gradients must hold one element"
+                    )
+        else:
+            if not is_td(gradient):
+                raise TypeError(
+                    f"backward: gradient must be a TensorDict, got {type(gradient).__name__}"
+                )
+            grad_tensors = []
+            for key, t in zip(keys, tensors):
+                g = gradient.get(key, NO_DEFAULT)
+                if g is NO_DEFAULT:
+                    raise KeyNotFoundError(f"backward: the gradient has no entry at key {key!r}")
+                if g.shape != t.shape:
+                    raise BatchSizeError(
+                        f"backward: the gradient at key {key!r} has shape {list(g.shape)}, the "
+                        f"leaf has shape {list(t.shape)}"
+                    )
+                grad_tensors.append(g)
+        wrt: list[Tensor] | None = None
+        if inputs is not None:
+            wrt = [t for _, t in own_leaves(inputs)] if is_td(inputs) else list(inputs)
+        torch.autograd.backward(
+            tensors,
+            grad_tensors,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            inputs=wrt,
+        )
+
+    def detach(self) -> TensorDictBase:
+        """Every tensor leaf detached from the autograd graph (sharing storage)."""
+        return lazy.per_member(self, lambda m: m.detach(), lambda d: map_leaves(d, Tensor.detach))
+
+    def detach_(self) -> Self:
+        """Detach every tensor leaf in place (returns self).
+
+        Raises:
+            RuntimeError: naming the key, if a leaf is a view (torch cannot detach
+                those in place); nothing is changed then.
+        """
+        leaves = list(own_leaves(self))
+        for key, leaf in leaves:
+            if leaf._is_view():
+                raise RuntimeError(
+                    f"detach_: the leaf at key {key!r} is a view of another tensor, which torch "
+                    "cannot detach in place; use detach() instead"
+                )
+        for _, leaf in leaves:
+            leaf.detach_()
+        return self
+
+    def param_count(self, *, count_duplicates: bool = True) -> int:
+        """The number of elements over all tensor leaves (a tensor stored twice counts once
+        with `count_duplicates=False`)."""
+        return sum(t.numel() for t in _distinct(self, count_duplicates))
+
+    def bytes(self, *, count_duplicates: bool = True) -> int:
+        """The bytes of all tensor leaves (`numel * element_size`; non-tensor leaves count 0)."""
+        return sum(t.numel() * t.element_size() for t in _distinct(self, count_duplicates))
+
+
+def _distinct(td: TensorDictContract, count_duplicates: bool) -> list[Tensor]:
+    leaves = [t for _, t in own_leaves(td)]
+    if count_duplicates:
+        return leaves
+    return list({id(t): t for t in leaves}.values())

@@ -1,0 +1,381 @@
+"""The `dict` surface beyond get/set: locking, `popitem`, `clear`, `fromkeys`, non-tensor entries, ...
+
+Every method here checks what can fail (locks, missing keys) before it writes,
+so a failed call leaves the TensorDict as it was.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from td_core._core.contract import TensorDictContract
+from td_core._core.keys import NestedKey, as_tuple, unravel_key
+from td_core._core.traverse import is_nt, is_td, per_member
+from td_core._core.utils import NO_DEFAULT
+from td_core._leaves.nontensor import NonTensorData
+from td_core.errors import KeyNotFoundError, LockedError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["MappingMixin", "PerObject"]
+
+Tensor = torch.Tensor
+
+
+class PerObject:
+    """A dict keyed by object identity whose entries vanish with their object.
+
+    (`WeakKeyDictionary` compares keys with `==`, which a TensorDict
+    answers with a TensorDict.)
+    """
+
+    def __init__(self) -> None:
+        self._data: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+    def set(self, obj: Any, value: Any) -> None:
+        key = id(obj)
+        self._data[key] = (weakref.ref(obj, lambda _, key=key: self._data.pop(key, None)), value)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
+
+    def get(self, obj: Any, default: Any = None) -> Any:
+        entry = self._data.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            return default
+        return entry[1]
+
+    def pop(self, obj: Any, default: Any) -> Any:
+        entry = self._data.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            return default
+        del self._data[id(obj)]
+        return entry[1]
+
+
+# Lock state before the latest lock_()/unlock_() call, and the states `with` blocks restore.
+_BEFORE = PerObject()
+_RESTORE = PerObject()
+
+
+def _locked_error(what: str, key: Any = None) -> LockedError:
+    target = "" if key is None else f" {key!r}"
+    return LockedError(f"cannot {what}{target}: the TensorDict is locked (unlock_() it first)")
+
+
+def _drop_empty(td: TensorDictContract) -> bool:
+    """Remove empty sub-TensorDicts (bottom up); whether `td` itself ended up empty."""
+    for key, value in list(td._key_items()):  # a lazy stack's leaves are not stacked
+        if is_td(value) and _drop_empty(value):
+            td._del_str(key)
+    return not td._keys_str()
+
+
+def _has_empty(td: TensorDictContract) -> bool:
+    """Whether a sub-TensorDict at any depth holds no entry."""
+    return any(
+        is_td(value) and (value.is_empty() or _has_empty(value)) for _, value in td._key_items()
+    )
+
+
+def _without_non_tensor(td: TensorDictContract) -> TensorDictBase:
+    lazy = per_member(td, _without_non_tensor)  # a lazy stack stays lazy (ragged leaves too)
+    if lazy is not NotImplemented:
+        return lazy
+    out = {}
+    for key, value in td._items_str():
+        if is_td(value):
+            out[key] = _without_non_tensor(value)
+        elif not is_nt(value):
+            out[key] = value
+    return td._new(out, td.batch_size)
+
+
+def _non_tensor_items(
+    td: TensorDictContract, prefix: tuple[str, ...], nested: bool
+) -> Iterator[tuple[NestedKey, Any]]:
+    for key, value in td._key_items():  # a lazy stack's tensor leaves are not stacked
+        if is_nt(value):
+            yield ((*prefix, key) if prefix else key), value
+        elif nested and is_td(value):
+            yield from _non_tensor_items(value, (*prefix, key), nested)
+
+
+class MappingMixin(TensorDictContract):
+    """Dict-like methods of `td_core.TensorDictBase`."""
+
+    __slots__ = ()
+
+    # ---------------------------------------------------------------- locking
+    def lock_(self) -> Self:
+        """Lock this TensorDict and its sub-TensorDicts: no entry may be added, replaced or removed.
+
+        In-place writes (`set_`, `td[idx] = ...` on existing entries) stay
+        allowed. Returns self; as a context manager (`with td.lock_():`) the
+        previous state comes back on exit.
+        """
+        _BEFORE.set(self, self._is_locked)
+        self._lock_tree(True)
+        return self
+
+    def unlock_(self) -> Self:
+        """Unlock this TensorDict and its sub-TensorDicts.
+
+        Returns self; as a context manager (`with td.unlock_():`) the
+        previous state comes back on exit.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2], lock=True)
+            >>> with td.unlock_():
+            ...     td["b"] = torch.ones(2)
+            >>> td.is_locked
+            True
+        """
+        _BEFORE.set(self, self._is_locked)
+        self._lock_tree(False)
+        return self
+
+    def clear_refs_for_compile_(self) -> Self:
+        """Forget the lock states recorded for `with td.lock_():` here and in every sub-TensorDict.
+
+        `lock_()`/`unlock_()` record the previous lock state (keyed by a weak
+        reference to the TensorDict) so that a following `with` block can
+        restore it. Upstream records its last operation the same way and asks
+        for this call before a TensorDict leaves a `torch.compile`d function
+        (Dynamo cannot rebuild weak references); td keeps the records outside
+        the object, so the call is rarely needed, but it drops them all the
+        same: a `with` block right after it restores nothing.
+
+        Returns:
+            self.
+        """
+        _BEFORE.pop(self, None)
+        for sub in self._subtrees():
+            sub.clear_refs_for_compile_()
+        return self
+
+    def _lock_tree(self, locked: bool) -> None:
+        self._is_locked = locked
+        for sub in self._subtrees():
+            sub._lock_tree(locked)
+
+    def __enter__(self) -> Self:
+        stack = _RESTORE.pop(self, [])
+        stack.append(_BEFORE.pop(self, self._is_locked))
+        _RESTORE.set(self, stack)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack = _RESTORE.pop(self, [])
+        previous = stack.pop() if stack else self._is_locked
+        if stack:
+            _RESTORE.set(self, stack)
+        if previous != self._is_locked:
+            self._lock_tree(previous)
+
+    # ---------------------------------------------------------------- dict methods
+    def popitem(self) -> tuple[str, Any]:
+        """Remove the last top-level entry and return `(key, entry)`.
+
+        Raises:
+            KeyError: if the TensorDict is empty.
+            LockedError: (a `RuntimeError`) if it is locked.
+        """
+        keys = list(self._keys_str())
+        if not keys:
+            raise KeyNotFoundError("popitem(): the TensorDict is empty")
+        if self._is_locked:
+            raise _locked_error("popitem")
+        key = keys[-1]
+        value = self._get_str(key)
+        self._del_str(key)
+        return key, value
+
+    def clear(self) -> Self:
+        """Remove every entry (the batch size stays)."""
+        if self._is_locked:
+            raise _locked_error("clear")
+        for key in list(self._keys_str()):
+            self._del_str(key)
+        return self
+
+    @classmethod
+    def fromkeys(cls, keys: list[NestedKey], value: Any = 0) -> TensorDictBase:
+        """A TensorDict with empty batch size holding `value` at every key of `keys`.
+
+        Examples:
+            >>> from td_core import TensorDict
+            >>> TensorDict.fromkeys(["a", ("b", "c")], 1)["b", "c"]
+            tensor(1)
+        """
+        from td_core._io.convert_from import fromkeys
+
+        return fromkeys(keys, value)
+
+    @property
+    def sorted_keys(self) -> list[str]:
+        """The top-level keys, sorted."""
+        return sorted(self._keys_str())
+
+    def create_nested(self, key: NestedKey) -> Self:
+        """Write an empty sub-TensorDict with this batch size at `key` (replacing what was there)."""
+        key = unravel_key(key)
+        parent = self if isinstance(key, str) else self._parent_for(key, create=True)
+        leaf = key if type(key) is str else key[-1]
+        if parent._is_locked:
+            raise _locked_error("create", key)
+        parent._set_str(leaf, parent._new({}, parent.batch_size))
+        return self
+
+    def filter_empty_(self) -> Self:
+        """Remove, in place and recursively, the sub-TensorDicts that hold no leaf."""
+        if self._is_locked and _has_empty(self):
+            raise _locked_error("filter empty entries of")
+        _drop_empty(self)
+        return self
+
+    def filter_non_tensor_data(self) -> TensorDictBase:
+        """A copy without the non-tensor leaves (sub-TensorDicts are kept, even if emptied)."""
+        return _without_non_tensor(self)
+
+    def replace(self, *args: Any, **kwargs: Any) -> Self:
+        """A shallow copy with some entries replaced: `td.replace({"a": x}, b=y)`.
+
+        Self is not modified; the entries not replaced are shared.
+        """
+        if len(args) > 1:
+            raise TypeError(f"replace takes at most one mapping, got {len(args)} positional args")
+        source: dict[Any, Any] = dict(args[0].items()) if args else {}
+        source.update(kwargs)
+        if not source:
+            return self
+        out = self.clone(recurse=False)
+        out.unlock_()
+        return out.update(source)
+
+    def rename_keys(
+        self, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True
+    ) -> TensorDictBase:
+        """A copy whose entries at the keys of `mapping` move to the mapped keys.
+
+        Leaves are shared, not copied. Sub-TensorDicts emptied by the moves are
+        dropped. With `strict` a missing source key raises `KeyError`.
+        """
+        present = self.keys(include_nested=True)
+        moves = []
+        for old, new in mapping.items():
+            if old not in present:
+                if strict:
+                    raise KeyNotFoundError(
+                        f"rename_keys: key {old!r} not found (keys: {sorted(map(str, present))}); "
+                        "pass strict=False to skip missing keys"
+                    )
+                continue
+            moves.append((as_tuple(unravel_key(old)), new))
+        if not moves:
+            return self.copy()
+        values = [self.get(old) for old, _ in moves]
+        out = self.exclude(*(old for old, _ in moves))
+        out.unlock_()
+        for (old, _), new, value in zip(moves, (n for _, n in moves), values):
+            if len(old) > 1:
+                parent = out.get(old[:-1], None)
+                if is_td(parent) and not parent._keys_str():
+                    out.del_(old[:-1])
+            out.set(new, value)
+        return out
+
+    # ---------------------------------------------------------------- non-tensor data
+    def set_non_tensor(self, key: NestedKey, value: Any) -> Self:
+        """Store `value` at `key` as a non-tensor leaf, even if it is a tensor or a number."""
+        key = unravel_key(key)
+        parent = self if isinstance(key, str) else self._parent_for(key, create=True)
+        leaf = key if type(key) is str else key[-1]
+        if parent._is_locked:
+            raise _locked_error("set", key)
+        parent._set_str(leaf, NonTensorData(value, parent.batch_size, parent.device))
+        return self
+
+    def is_non_tensor(self, key: NestedKey) -> bool:
+        """Whether the entry at `key` is a non-tensor leaf (`KeyError` if missing)."""
+        return bool(is_nt(self.get(key)))
+
+    def non_tensor_items(self, include_nested: bool = False) -> Iterator[tuple[NestedKey, Any]]:
+        """`(key, leaf)` for every non-tensor leaf (nested ones as tuple keys with `include_nested`)."""
+        yield from _non_tensor_items(self, (), include_nested)
+
+    # ---------------------------------------------------------------- splitting
+    def separates(
+        self,
+        *keys: NestedKey,
+        default: Any = NO_DEFAULT,
+        strict: bool = True,
+        filter_empty: bool = True,
+    ) -> TensorDictBase:
+        """Remove `keys` from self (in place) and return them as a new TensorDict.
+
+        Args:
+            default: the value a missing key gets in the result (instead of a `KeyError`).
+            strict: raise `KeyError` on a missing key (when no `default` is given).
+            filter_empty: drop the sub-TensorDicts of self that the removal leaves empty.
+        """
+        present = self.keys(include_nested=True)
+        found: list[NestedKey] = []
+        missing: list[NestedKey] = []
+        for key in keys:
+            (found if key in present else missing).append(key)
+        if missing and default is NO_DEFAULT and strict:
+            raise (
+                self._missing(missing[0])
+                if type(missing[0]) is str
+                else KeyNotFoundError(f"separates: key {missing[0]!r} not found")
+            )
+        if found and self._is_locked:
+            raise _locked_error("separate", found[0])
+        out = self.select(*found, strict=False) if found else self._new({}, self.batch_size)
+        for key in found:
+            self.del_(key)
+        if filter_empty:
+            for key in found:
+                path = as_tuple(unravel_key(key))
+                for depth in range(len(path) - 1, 0, -1):
+                    parent = self.get(path[:depth], None)
+                    if is_td(parent) and not parent._keys_str():
+                        self.del_(path[:depth])
+        if default is not NO_DEFAULT:
+            for key in missing:
+                if isinstance(default, Tensor) or is_td(default):
+                    out.set(key, default)
+                else:
+                    out.set_non_tensor(key, default)
+        return out
+
+    # ---------------------------------------------------------------- conversion to dense
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDictBase:
+        """A dense, unlocked `TensorDict` copy of this one (any kind; leaves are cloned).
+
+        Args:
+            retain_none: kept for upstream compatibility; `None` values are kept
+                as non-tensor leaves either way.
+        """
+        from td_core._kinds.dense import TensorDict
+
+        return _densify(self, TensorDict)
+
+
+def _densify(td: TensorDictContract, dense: Any) -> Any:
+    out = {}
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            out[key] = value.clone()
+        elif is_nt(value):
+            out[key] = value.clone()
+        else:
+            out[key] = _densify(value, dense)
+    return dense._new_unsafe(out, td.batch_size, td.device)

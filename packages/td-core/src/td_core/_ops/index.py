@@ -1,0 +1,383 @@
+"""Indexing over the batch dims: `td[idx]` and `td[idx] = value`.
+
+An index is normalised once: lists and numpy arrays become tensors, and an
+Ellipsis expands to full slices over the *batch* dims only (so `td[..., :2]`
+slices the last batch dim, never a feature dim). The normalised tuple then
+indexes every leaf directly: trailing (feature) dims are untouched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from td_core._core.contract import TensorDictContract, dense
+from td_core._core.traverse import index_batch, is_nt, is_td, map_batch
+from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._leaves.nontensor import NonTensorData
+from td_core._ops.writes import copy_at_dense, plan_copy_dense
+from td_core.errors import BatchSizeError, DTypeError, LockedError
+
+if TYPE_CHECKING:
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["IndexingMixin", "normalize_index", "indexed_shape"]
+
+Tensor = torch.Tensor
+_SLICE_ALL = slice(None)
+
+
+def _convert(item: Any) -> Any:
+    if isinstance(item, (list, range)):
+        return torch.tensor(list(item)) if len(item) else torch.zeros(0, dtype=torch.long)
+    if isinstance(item, np.ndarray):
+        return torch.from_numpy(item)
+    if isinstance(item, np.integer):
+        return int(item)
+    if isinstance(item, np.bool_):
+        return bool(item)
+    return item
+
+
+def _dims_used(item: Any) -> int:
+    if item is None or item is Ellipsis:
+        return 0
+    if isinstance(item, Tensor) and item.dtype == torch.bool:
+        return max(item.ndim, 1)
+    if isinstance(item, bool):
+        return 0
+    return 1
+
+
+def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
+    """`index` as a tuple that indexes only batch dims, with Ellipsis expanded.
+
+    Raises:
+        IndexError: naming the index and the batch size when the index uses more
+            dims than there are batch dims, or a boolean mask's shape does not
+            match the batch dims it covers.
+    """
+    items = index if type(index) is tuple else (index,)
+    items = tuple(_convert(i) for i in items)
+    for item in items:
+        if not (item is None or item is Ellipsis or isinstance(item, (int, slice, Tensor))):
+            raise IndexError(
+                f"invalid index {item!r} of type {type(item).__name__} for a TensorDict"
+            )
+    used = sum(_dims_used(i) for i in items)
+    ndim = len(batch_size)
+    if used > ndim:
+        raise IndexError(
+            f"too many indices for TensorDict: index {index!r} uses {used} dims but batch_size "
+            f"{list(batch_size)} has {ndim}"
+        )
+    n_ellipsis = sum(1 for i in items if i is Ellipsis)
+    if n_ellipsis > 1:
+        raise IndexError(f"an index can only have a single ellipsis, got {index!r}")
+    if n_ellipsis:
+        at = next(k for k, i in enumerate(items) if i is Ellipsis)
+        items = items[:at] + (_SLICE_ALL,) * (ndim - used) + items[at + 1 :]
+    pos = 0
+    for item in items:
+        if isinstance(item, Tensor) and item.dtype == torch.bool and item.ndim:
+            expected = batch_size[pos : pos + item.ndim]
+            if item.shape != expected:
+                raise IndexError(
+                    f"boolean mask of shape {list(item.shape)} does not match the batch dims "
+                    f"{list(expected)} it indexes (batch_size {list(batch_size)})"
+                )
+        pos += _dims_used(item)
+    return items
+
+
+def single_index(norm: tuple[Any, ...], batch_size: torch.Size) -> tuple[int, torch.Tensor] | None:
+    """`(dim, positions)` when `norm` is full slices then one 1-d index tensor or mask.
+
+    Such an index reads with `index_select` and writes with `index_copy_`
+    (each about a third faster than advanced indexing on CPU), and a mask is
+    turned into positions once instead of once per leaf.
+    """
+    if not norm:
+        return None
+    *lead, item = norm
+    if not isinstance(item, Tensor) or item.ndim != 1 or any(i != _SLICE_ALL for i in lead):
+        return None
+    d = len(lead)
+    if item.dtype == torch.bool:
+        return d, item.nonzero().squeeze(-1)
+    if item.dtype not in (torch.int64, torch.int32):
+        return None
+    size = batch_size[d]
+    if not item.numel():
+        return d, item.long()
+    low, high = (int(v) for v in torch.aminmax(item))
+    if high >= size or low < -size:
+        bad = high if high >= size else low
+        raise IndexError(
+            f"index {bad} is out of range for batch dim {d} of size {size} (batch_size {list(batch_size)})"
+        )
+    positions = item if item.dtype == torch.int64 else item.long()
+    return d, positions if low >= 0 else torch.where(positions < 0, positions + size, positions)
+
+
+def copy_at_plain(td: Any, src: Any, index: Any, non_blocking: bool) -> bool:
+    """`copy_at_dense`, and the same at positions or a mask over one batch dim (after
+    full slices): every slot's shape and dtype checked, then one `index_copy_` a leaf
+    (it refuses a cast). Returns False, with nothing written, where that does not apply.
+    """
+    if not isinstance(index, (Tensor, list, np.ndarray)):
+        return copy_at_dense(td, src, index, non_blocking)
+    cls = type(td)
+    if cls is not type(src) or not cls._plain_nodes:
+        return False
+    bs = td.batch_size
+    try:
+        single = single_index(normalize_index(index, bs), bs)
+    except IndexError:  # the general route names the index and the batch size
+        return False
+    if single is None:
+        return False
+    d, positions = single
+    dests: list[Tensor] = []
+    srcs: list[Tensor] = []
+    if not plan_copy_dense(td, src, dests, srcs, shapes=False):
+        return False
+    n, device = positions.numel(), positions.device
+    slots: dict[torch.Size, torch.Size] = {}
+    for dest, value in zip(dests, srcs):
+        shape = dest.shape
+        slot = slots.get(shape)
+        if slot is None:
+            slot = slots[shape] = torch.Size((*shape[:d], n, *shape[d + 1 :]))
+        if value.shape != slot or value.dtype != dest.dtype or dest.device != device:
+            return False
+    for dest, value in zip(dests, srcs):
+        dest.index_copy_(d, positions, value)
+    return True
+
+
+def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
+    """The batch size after indexing (computed on a stride-0 stand-in, no data copied)."""
+    return torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape
+
+
+class IndexingMixin(TensorDictContract):
+    """`__getitem__` over batch dims and `__setitem__` with an index."""
+
+    __slots__ = ()
+
+    def _index(self, index: Any) -> TensorDictBase:
+        bs = self.batch_size
+        cls = type(index)
+        if cls is int:
+            if not bs:
+                raise IndexError(f"cannot index a TensorDict with batch_size [] by {index!r}")
+            if not -bs[0] <= index < bs[0]:
+                raise IndexError(f"index {index} is out of range for batch_size {list(bs)}")
+            return index_batch(self, index, bs[1:])
+        if cls is slice:
+            if not bs:
+                raise IndexError("cannot slice a TensorDict with batch_size []")
+            length = len(range(*index.indices(bs[0])))
+            return index_batch(self, index, torch.Size((length, *bs[1:])))
+        norm = normalize_index(index, bs)
+        single = single_index(norm, bs)
+        if single is not None:
+            d, positions = single
+            lead = torch.Size((*bs[:d], positions.numel(), *bs[d + 1 :]))
+
+            def select(t: Tensor) -> Tensor:
+                try:
+                    return t.index_select(d, positions)
+                except RuntimeError:  # e.g. positions on another device than this leaf
+                    return t[norm]
+
+            return map_batch(self, select, lead)
+        lead = indexed_shape(bs, norm)
+        return index_batch(self, norm if len(norm) != 1 else norm[0], lead)
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        bs = self.batch_size
+        single = None
+        norm: Any  # the index as given (an int or a slice), else normalised to a tuple
+        if type(index) is int and bs and -bs[0] <= index < bs[0]:
+            norm, sub = index, bs[1:]
+        elif type(index) is slice and bs:
+            norm, sub = index, torch.Size((len(range(*index.indices(bs[0]))), *bs[1:]))
+        else:
+            norm = normalize_index(index, bs)
+            single = single_index(norm, bs)
+            if single is not None:
+                d, positions = single
+                sub = torch.Size((*bs[:d], positions.numel(), *bs[d + 1 :]))
+            else:
+                sub = indexed_shape(bs, norm)
+            if len(norm) == 1:  # a bare index is cheaper for torch than a 1-tuple
+                norm = norm[0]
+        if isinstance(value, dict):
+            value = dense(value, sub)
+        if is_td(value):
+            if value.batch_size == sub and copy_at_dense(self, value, norm, False):
+                return
+            writes: list[tuple[Tensor, Any]] = []
+            later: list[tuple[TensorDictContract, str, Any, int]] = []
+            _plan_sub(self, value, sub, norm, (), writes, later)
+            _apply_plan(writes, later, norm, sub, single)
+        else:
+            leaves = list(self.items(include_nested=True, leaves_only=True))
+            if isinstance(value, (bool, int, float)):
+                for (
+                    _,
+                    dest,
+                ) in leaves:  # a Python scalar is cast to each leaf's dtype, as torch does
+                    dest[norm] = value
+                return
+            if not isinstance(value, Tensor):
+                value = torch.as_tensor(value)
+            n = len(self.batch_size)
+            for key, dest in leaves:
+                slot = sub + dest.shape[n:]
+                if broadcast_shape(value.shape, slot) != slot:
+                    raise BatchSizeError(
+                        f"cannot write a tensor of shape {list(value.shape)} into entry {key!r} at index "
+                        f"{index!r}: the slot has shape {list(slot)}"
+                    )
+            for _, dest in leaves:
+                dest[norm] = value if value.dtype == dest.dtype else value.to(dest.dtype)
+
+
+def _plan_sub(
+    td: TensorDictContract,
+    value: TensorDictContract,
+    sub: torch.Size,
+    index: Any,
+    prefix: tuple[str, ...],
+    writes: list[tuple[Tensor, Any]],
+    later: list[tuple[TensorDictContract, str, Any, int]],
+) -> None:
+    """Validate `td[index] = value` completely, collecting the writes to make.
+
+    Nothing is written here, so a failure leaves `td` as it was.
+    """
+    n_sub = len(sub)
+    vbs = value.batch_size
+    nv = len(vbs)
+    if nv < n_sub or (vbs[:n_sub] != sub and broadcast_shape(vbs[:n_sub], sub) != sub):
+        raise BatchSizeError(
+            f"cannot write a TensorDict of batch_size {list(vbs)} at index {index!r}: "
+            f"the indexed batch_size is {list(sub)}"
+        )
+    n = len(td.batch_size)
+    get = td._getter()
+    append = writes.append
+    if _advanced(index):  # torch's index_put refuses a cast: check every leaf before writing
+        _check_dtypes(td, value, prefix)
+    for key, src in value._items_str():
+        dest = get(key, NO_DEFAULT)
+        if type(dest) is Tensor and type(src) is Tensor:  # the common case, checked tightly
+            # same feature shape; 0 or 1 feature dims (most leaves) need no slicing
+            ds, ss = dest.shape, src.shape
+            k = len(ds) - n
+            if k == len(ss) - nv and (
+                k == 0 or (ds[-1] == ss[-1] and (k == 1 or ds[n:] == ss[nv:]))
+            ):
+                append((dest, src))
+                continue
+        if isinstance(dest, Tensor):
+            if not isinstance(src, Tensor):
+                raise TypeError(
+                    f"cannot write a {type(src).__name__} into tensor entry {(*prefix, key)!r}"
+                )
+            feat = dest.shape[n:]
+            if (
+                feat != src.shape[nv:]
+                and src.ndim > nv
+                and broadcast_shape(src.shape[nv:], feat) != feat
+            ):
+                raise BatchSizeError(
+                    f"cannot write entry {(*prefix, key)!r} of shape {list(src.shape)} into shape "
+                    f"{list(dest.shape)} at index {index!r}"
+                )
+            writes.append((dest, src))
+        elif dest is NO_DEFAULT:
+            if td._is_locked:
+                raise LockedError(
+                    f"cannot add key {(*prefix, key)!r} through an indexed write: the TensorDict is locked"
+                )
+            later.append((td, key, src, nv))
+        elif is_nt(dest):
+            later.append((td, key, src, -1))
+        else:
+            if not is_td(src):
+                raise TypeError(
+                    f"cannot write a {type(src).__name__} into TensorDict entry {(*prefix, key)!r}"
+                )
+            _plan_sub(dest, src, sub, index, (*prefix, key), writes, later)
+
+
+def _advanced(index: Any) -> bool:
+    """Whether `index` holds an index tensor (a write through it is torch's `index_put`)."""
+    if isinstance(index, Tensor):
+        return True
+    return type(index) is tuple and any(isinstance(i, Tensor) for i in index)
+
+
+def _check_dtypes(
+    td: TensorDictContract, value: TensorDictContract, prefix: tuple[str, ...]
+) -> None:
+    get = td._getter()
+    for key, src in value._items_str():
+        dest = get(key, NO_DEFAULT)
+        if isinstance(dest, Tensor) and isinstance(src, Tensor) and dest.dtype != src.dtype:
+            raise DTypeError(
+                f"cannot write entry {(*prefix, key) if prefix else key!r} of dtype {src.dtype} "
+                f"into dtype {dest.dtype} through an index tensor (torch's index_put does not "
+                f"cast): convert the value first, e.g. value.to({dest.dtype})"
+            )
+
+
+def _apply_plan(
+    writes: list[tuple[Tensor, Any]],
+    later: list[tuple[TensorDictContract, str, Any, int]],
+    index: Any,
+    sub: torch.Size,
+    single: tuple[int, torch.Tensor] | None = None,
+) -> None:
+    if single is not None:
+        d, positions = single
+        for dest, src in writes:
+            try:
+                dest.index_copy_(d, positions, src)
+            except RuntimeError:  # needs broadcasting or a cast: index_copy_ checks before writing
+                dest[index] = src
+    else:
+        for dest, src in writes:
+            dest[index] = src
+    for td, key, src, nv in later:
+        if nv < 0:  # an existing non-tensor leaf: replace it with the updated values
+            dest = td._get_str(key)
+            td._set_str(key, dest._set_at(index, src if is_nt(src) else NonTensorData(src, ())))
+            continue
+        dest = _allocate(td, src, nv)  # lazy pre-allocation on first write
+        td._set_str(key, dest)
+        if isinstance(dest, Tensor):
+            dest[index] = src
+        elif is_nt(dest):
+            td._set_str(key, dest._set_at(index, src))
+        else:
+            writes_: list[tuple[Tensor, Any]] = []
+            later_: list[tuple[TensorDictContract, str, Any, int]] = []
+            _plan_sub(dest, src, sub, index, (key,), writes_, later_)
+            _apply_plan(writes_, later_, index, sub)
+
+
+def _allocate(td: TensorDictContract, src: Any, nv: int) -> Any:
+    """An empty entry of `td`'s batch size shaped like `src` beyond its `nv` batch dims."""
+    bs = td.batch_size
+    if isinstance(src, Tensor):
+        return torch.zeros(bs + src.shape[nv:], dtype=src.dtype, device=td.device or src.device)
+    if is_nt(src):
+        return NonTensorData(None, bs, td.device)
+    return td._new({}, bs + src.batch_size[nv:])

@@ -1,0 +1,246 @@
+"""Named batch dims (`names`, `refine_names`, `rename`, `rename_`).
+
+A TensorDict stores one optional name per batch dim (`None` when every dim
+is unnamed, the usual case, so unnamed containers pay nothing). Sub-TensorDicts
+share the names of their parent's batch dims. Shape ops carry the names along
+(see `names_after`): indexing drops the names of indexed-away dims,
+`unsqueeze` inserts `None`, `permute` permutes them; ops that merge dims
+(`view`, `flatten`) forget them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_td
+from td_core.errors import TDError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = [
+    "NamesMixin",
+    "NamesError",
+    "NamesCountError",
+    "names_after",
+    "carry_names",
+    "index_names",
+    "inherit_names",
+]
+
+Names = tuple[str | None, ...]
+
+
+class NamesError(TDError, RuntimeError):
+    """Dim names that cannot be reconciled (`refine_names` on a differently named dim)."""
+
+
+class NamesCountError(TDError, ValueError, IndexError):
+    """As many dim names as batch dims are needed (upstream raises `IndexError` or `ValueError`)."""
+
+
+def _check(names: Sequence[Any], ndim: int) -> Names:
+    names = tuple(names)
+    if len(names) != ndim:
+        raise NamesCountError(
+            f"got {len(names)} dim names {list(names)} for a TensorDict with {ndim} batch dims; "
+            "give one name (or None) per batch dim"
+        )
+    for name in names:
+        if name is not None and type(name) is not str:
+            raise TypeError(f"dim names must be str or None, got {name!r} in {list(names)}")
+    given = [n for n in names if n is not None]
+    if len(given) != len(set(given)):
+        raise ValueError(f"dim names must be unique, got {list(names)}")
+    return names
+
+
+def carry_names(result: Any, names: Sequence[str | None] | None) -> Any:
+    """Give `result` (a TensorDict, or a tuple of them) the dim `names`; returns `result`."""
+    if isinstance(result, tuple):
+        for item in result:
+            carry_names(item, names)
+    elif is_td(result) and (names is None or len(names) == result.batch_dims):
+        result._store_names(None if names is None else tuple(names))
+    return result
+
+
+def inherit_names(source: Any, result: Any) -> Any:
+    """`result` with `source`'s names if it has the same batch size (for `_new`)."""
+    names = source._raw_names()
+    if names is not None and result.batch_size == source.batch_size:
+        result._store_names(names)
+    return result
+
+
+def index_names(names: Names, index: Any) -> Names | None:
+    """The names after `td[index]`; every result dim unnamed when that is unclear."""
+    items = index if type(index) is tuple else (index,)
+    ndim = len(names)
+    used = 0
+    advanced = 0
+    for item in items:
+        if item is None or item is Ellipsis:
+            continue
+        if isinstance(item, (torch.Tensor, np.ndarray, list)):
+            advanced += 1
+            t = torch.as_tensor(item)
+            used += t.ndim if t.dtype is torch.bool else 1
+        else:
+            used += 1
+    if advanced > 1:
+        return None
+    out: list[str | None] = []
+    pos = 0
+    for item in items:
+        if item is None:
+            out.append(None)
+        elif item is Ellipsis:
+            rest = ndim - used
+            out.extend(names[pos : pos + rest])
+            pos += rest
+        elif isinstance(item, slice):
+            out.append(names[pos])
+            pos += 1
+        elif isinstance(item, (torch.Tensor, np.ndarray, list)):
+            t = torch.as_tensor(item)
+            if t.dtype is torch.bool:
+                out.append(None)
+                pos += t.ndim
+            else:
+                out.extend([names[pos]] if t.ndim == 1 else [None] * t.ndim)
+                pos += 1
+        else:  # an integer: the dim goes away
+            pos += 1
+    out.extend(names[pos:])
+    return tuple(out) if any(n is not None for n in out) else None
+
+
+def names_after(
+    names: Names | None, *, drop: Sequence[int] = (), insert: Sequence[int] = ()
+) -> Names | None:
+    """The names once the dims `drop` are removed and then `None` is inserted at `insert`."""
+    if names is None:
+        return None
+    out: list[str | None] = [n for i, n in enumerate(names) if i not in set(drop)]
+    for pos in sorted(insert):
+        out.insert(pos, None)
+    return tuple(out) if any(n is not None for n in out) else None
+
+
+class NamesMixin(TensorDictContract):
+    """Named-dimension methods of `td_core.TensorDictBase`."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ storage
+    def _raw_names(self) -> Names | None:
+        """The stored names, or `None` when no dim is named."""
+        names = getattr(self, "_names", None)
+        if names is not None and len(names) != self.batch_dims:  # batch size changed since
+            return None
+        return names
+
+    def _store_names(self, names: Names | None) -> None:
+        """Store `names` (already checked) here and on the sub-TensorDicts' leading dims."""
+        if names is not None and all(n is None for n in names):
+            names = None
+        object.__setattr__(self, "_names", names)
+        n = len(self.batch_size)
+        for sub in self._subtrees():
+            extra = sub.batch_dims - n
+            if names is None:
+                own = sub._raw_names()
+                sub._store_names(None if own is None else (*(None,) * n, *own[n:]))
+            else:
+                own = sub._raw_names()
+                sub._store_names((*names, *(own[n:] if own is not None else (None,) * extra)))
+
+    def _set_names(self, names: Sequence[str | None] | None) -> None:
+        self._store_names(None if names is None else _check(names, self.batch_dims))
+
+    # ------------------------------------------------------------------ public
+    @property
+    def names(self) -> list[str | None]:
+        """The name of each batch dim (`None` for unnamed dims).
+
+        Setting it names the dims in place (sub-TensorDicts follow).
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": torch.zeros(3, 4)}, [3, 4], names=["time", None])
+            >>> td.names
+            ['time', None]
+            >>> td[0].names, td.unsqueeze(0).names
+            ([None], [None, 'time', None])
+        """
+        names = self._raw_names()
+        return [None] * self.batch_dims if names is None else list(names)
+
+    @names.setter
+    def names(self, value: Sequence[str | None] | None) -> None:
+        self._set_names(value)
+
+    def refine_names(self, *names: Any) -> Self:
+        """Name unnamed dims, in place; `...` stands for the dims not listed.
+
+        A dim that already has a name must be given that name (or `None`
+        together with an unnamed dim).
+
+        Raises:
+            ValueError: wrong number of names, or duplicates.
+            NamesError: (a `RuntimeError`) a named dim given another name.
+        """
+        ndim = self.batch_dims
+        if Ellipsis in names:
+            i = names.index(Ellipsis)
+            fill = ndim - (len(names) - 1)
+            if fill < 0:
+                raise NamesCountError(f"refine_names: too many names {list(names)} for {ndim} dims")
+            names = (*names[:i], *(None,) * fill, *names[i + 1 :])
+        new = _check(names, ndim)
+        current = self.names
+        for old, name in zip(current, new):
+            if old is not None and old != name:
+                raise NamesError(
+                    f"refine_names: cannot refine the dim names {current} to {list(new)}: "
+                    f"{old!r} is already named; use rename() to change names"
+                )
+        self._store_names(new)
+        return self
+
+    def rename(self, *names: Any, **rename_map: str) -> TensorDictBase:
+        """A shallow copy with renamed batch dims: `rename("a", "b")` or `rename(a="x")`."""
+        new = self._renamed(names, rename_map)
+        out = self.clone(recurse=False)
+        out._store_names(new)
+        return out
+
+    def rename_(self, *names: Any, **rename_map: str) -> Self:
+        """Rename the batch dims in place (also allowed when locked); see `rename`."""
+        self._store_names(self._renamed(names, rename_map))
+        return self
+
+    def _renamed(self, names: tuple[Any, ...], rename_map: dict[str, str]) -> Names | None:
+        if names and rename_map:
+            raise TypeError("rename: pass either names positionally or a mapping as keywords")
+        if rename_map:
+            current = self.names
+            unknown = [k for k in rename_map if k not in current]
+            if unknown:
+                raise ValueError(
+                    f"rename: dims {unknown} are not among the dim names {current}; "
+                    "name them first with refine_names()"
+                )
+            return _check([rename_map.get(n, n) if n else n for n in current], self.batch_dims)
+        if len(names) == 1 and names[0] is None:
+            return None
+        return _check(names, self.batch_dims)

@@ -1,0 +1,358 @@
+"""Dense `stack` and `cat` of TensorDicts (`torch.stack` / `torch.cat` land here).
+
+Keys must match across inputs; the error names the first key one input lacks.
+Non-tensor leaves stack into a `NonTensorStack` (one rule, equal values or not).
+
+`StackMixin` holds the stacking methods of every kind: the class-level
+`stack`/`cat`/`lazy_stack`/`maybe_dense_stack` and the entry-level
+`stack_tensors`/`cat_tensors`/`stack_from_tensordict`/`cat_from_tensordict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from td_core._core.contract import TD, TensorDictContract
+from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts
+from td_core._core.utils import normalize_dim
+from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
+from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.names import carry_names, names_after
+from td_core.errors import BatchSizeError, KeyNotFoundError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from td_core._core.keys import NestedKey
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["stack", "cat", "StackMixin"]
+
+Tensor = torch.Tensor
+
+
+def _check_inputs(tds: Sequence[Any], what: str) -> list[TensorDictBase]:
+    tds = list(tds)
+    if not tds:
+        raise ValueError(f"{what} needs at least one TensorDict")
+    # one check per class, not per input: 100 inputs of one class cost one `is_td`
+    if not all(is_td(td) for td in {type(td): td for td in tds}.values()):
+        i = next(i for i, td in enumerate(tds) if not is_td(td))
+        raise TypeError(f"{what}: item {i} is a {type(tds[i]).__name__}, not a TensorDict")
+    return tds
+
+
+def _any_ragged(tds: list[TensorDictBase]) -> bool:
+    """Whether an input is a lazy stack of ragged members (only lazy stack classes are asked)."""
+    if not any(is_stack(td) for td in {type(td): td for td in tds}.values()):
+        return False  # no lazy stack among the inputs: the usual case, one look per class
+    return any(is_ragged(td) for td in tds)
+
+
+def _same_keys(tds: list[TensorDictBase], prefix: tuple[str, ...], what: str) -> None:
+    keys = tds[0]._keys_str()
+    for i, td in enumerate(tds[1:], 1):
+        other = td._keys_str()
+        if other != keys and set(other) != set(keys):
+            missing = [k for k in keys if k not in other] or [k for k in other if k not in keys]
+            raise KeyNotFoundError(
+                f"{what}: TensorDicts 0 and {i} have different keys at {prefix or 'the root'!r}: "
+                f"{sorted(set(keys) ^ set(other))} (first: {(*prefix, missing[0])!r})"
+            )
+
+
+def _columns(
+    tds: list[TensorDictBase], prefix: tuple[str, ...], what: str
+) -> list[tuple[str, list[Any]]]:
+    """`(key, the entries of every input at key)` for each key of the first input, in its order.
+
+    Raises `KeyNotFoundError` unless every input has the same keys.
+    """
+    dicts: list[Any]
+    try:  # dense TensorDicts (nothing held back by torch.compile): read their entry dicts
+        dicts = [td._tensordict if td._pending is None else None for td in tds]  # type: ignore[attr-defined]
+    except AttributeError:
+        dicts = [None]
+    if set(map(type, dicts)) == {dict}:
+        first = dicts[0]
+        # as many keys as the first, and each of its keys: the same keys
+        if set(map(len, dicts)) == {len(first)}:
+            try:
+                return [(key, [entries[key] for entries in dicts]) for key in first]
+            except KeyError:
+                pass
+    _same_keys(tds, prefix, what)
+    getters = [td._get_str for td in tds]
+    return [(key, [get(key) for get in getters]) for key in tds[0]._keys_str()]
+
+
+def stack(
+    tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+) -> TensorDictBase:
+    """Stack TensorDicts of equal batch size along a new batch dim `dim`."""
+    tds = _check_inputs(tds, "stack")
+    bs = tds[0].batch_size
+    for i, td in enumerate(tds):
+        if td.batch_size != bs:
+            raise BatchSizeError(
+                f"stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
+            )
+    d = normalize_dim(dim, len(bs) + 1)
+    from td_core._kinds.lazy import LazyStackedTensorDict, lazy_stack_enabled
+
+    if lazy_stack_enabled() or (out is None and _any_ragged(tds)):
+        # ragged lazy stacks cannot become dense: stack them lazily, as upstream
+        if out is not None:
+            raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
+        return LazyStackedTensorDict(*tds, stack_dim=d)
+    result = _combine(tds, d, (), stacking=True)
+    names = tds[0]._raw_names()
+    if names is not None:
+        carry_names(result, names_after(names, insert=(d,)))
+    if out is not None:
+        out.update_(result)
+        return out
+    return result
+
+
+def _combine(
+    tds: list[TensorDictBase], d: int, prefix: tuple[str, ...], stacking: bool
+) -> TensorDictBase:
+    """Stack (new dim `d`) or concatenate (along `d`) matching entries, recursively."""
+    what = "stack" if stacking else "cat"
+    tensor_op = torch.stack if stacking else torch.cat
+    non_tensor_op = stack_non_tensors if stacking else cat_non_tensors
+    first = tds[0]
+    columns = _columns(tds, prefix, what)
+    bs = list(first.batch_size)
+    if stacking:
+        bs.insert(d, len(tds))
+    else:
+        bs[d] = sum(td.batch_size[d] for td in tds)
+    entries: dict[str, Any] = {}
+    for key, values in columns:
+        value = values[0]
+        if type(value) is not Tensor and is_unbatched(value):  # shared by all: the first one
+            entries[key] = value.with_batch_size(torch.Size(bs))
+            continue
+        if isinstance(value, Tensor):
+            try:
+                entries[key] = tensor_op(values, d)
+            except (RuntimeError, TypeError) as err:
+                shapes = sorted({tuple(v.shape) for v in values if isinstance(v, Tensor)})
+                raise BatchSizeError(
+                    f"{what}: entry {(*prefix, key)!r} has incompatible shapes {shapes}: {err}"
+                ) from None
+        elif value._is_non_tensor:
+            entries[key] = non_tensor_op(values, d)
+        else:
+            if stacking and any(v.batch_size != value.batch_size for v in values):
+                raise BatchSizeError(
+                    f"stack: sub-TensorDict {(*prefix, key)!r} has different batch sizes "
+                    f"{sorted({tuple(v.batch_size) for v in values})}"
+                )
+            entries[key] = _combine(values, d, (*prefix, key), stacking)
+    return first._new(entries, torch.Size(bs))
+
+
+def cat(
+    tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+) -> TensorDictBase:
+    """Concatenate TensorDicts along the existing batch dim `dim`."""
+    tds = _check_inputs(tds, "cat")
+    bs = tds[0].batch_size
+    d = normalize_dim(dim, len(bs))
+    for i, td in enumerate(tds):
+        other = td.batch_size
+        if other == bs:  # the usual case; slicing torch.Size costs ~1 us a side
+            continue
+        if len(other) != len(bs) or other[:d] != bs[:d] or other[d + 1 :] != bs[d + 1 :]:
+            raise BatchSizeError(
+                f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
+                f"{list(bs)}; they may differ only in dim {d}"
+            )
+    if out is None and _any_ragged(tds):
+        return _cat_lazy(tds, d)
+    result = _combine(tds, d, (), stacking=False)
+    names = tds[0]._raw_names()
+    if names is not None:
+        carry_names(result, names)
+    if out is not None:
+        out.update_(result)
+        return out
+    return result
+
+
+def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
+    """`cat` of lazy stacks whose members differ in shape: a lazy stack again.
+
+    Along the stack dim the members are chained; along another dim the inputs
+    must stack the same number of members, which are concatenated pairwise.
+    """
+    from td_core._kinds.lazy import LazyStackedTensorDict
+
+    parts = [stack_parts(td) for td in tds]
+    if any(p is None or p[1] != parts[0][1] for p in parts):  # type: ignore[index]
+        raise BatchSizeError(
+            f"cat along dim {d}: a lazy stack whose members differ in shape can only be "
+            "concatenated with lazy stacks along the same stack dim"
+        )
+    members = [p[0] for p in parts]  # type: ignore[index]
+    sd = parts[0][1]  # type: ignore[index]
+    if d == sd:
+        return LazyStackedTensorDict(*(m for ms in members for m in ms), stack_dim=sd)
+    if any(len(ms) != len(members[0]) for ms in members):
+        raise BatchSizeError(
+            f"cat along dim {d}: the lazy stacks hold different numbers of members"
+        )
+    inner = d if d < sd else d - 1
+    return LazyStackedTensorDict(
+        *(cat(list(group), inner) for group in zip(*members)), stack_dim=sd
+    )
+
+
+def _combine_entries(
+    td: TD,
+    keys: tuple[NestedKey, ...],
+    out_key: NestedKey,
+    dim: int,
+    keep_entries: bool,
+    op: Any,
+) -> TD:
+    """`td[out_key] = op([td[k] for k in keys], dim)`; the inputs are removed unless kept."""
+    if not keys:
+        raise ValueError("stack_tensors/cat_tensors need at least one key to combine")
+    values = [td.get(key) for key in keys]
+    for key, value in zip(keys, values):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"entry {key!r} is a {type(value).__name__}, not a tensor")
+    td.set(out_key, op(values, dim))  # validated against the batch size before anything is removed
+    if not keep_entries:
+        from td_core._core.keys import unravel_key
+
+        target = unravel_key(out_key)
+        for key in keys:
+            if unravel_key(key) != target:
+                td.del_(key)
+    return td
+
+
+def _leaf_tensors(td: TensorDictContract, sorted_keys: Any) -> list[Tensor]:
+    keys = [
+        k for k in td.keys(include_nested=True, leaves_only=True) if isinstance(td.get(k), Tensor)
+    ]
+    if sorted_keys is True:
+        keys = sorted(keys, key=lambda k: k if isinstance(k, str) else ".".join(k))
+    elif isinstance(sorted_keys, (list, tuple)):
+        keys = list(sorted_keys)
+    if not keys:
+        raise ValueError("stack_from_tensordict/cat_from_tensordict: the TensorDict has no tensor")
+    return [td.get(k) for k in keys]
+
+
+class StackMixin(TensorDictContract):
+    """Stacking and concatenation methods of TensorDictBase."""
+
+    __slots__ = ()
+
+    @classmethod
+    def stack(
+        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+    ) -> TensorDictBase:
+        """Stack TensorDicts along a new batch dim (`torch.stack`; see `td_core.stack`)."""
+        return stack(input, dim, out=out)
+
+    @classmethod
+    def cat(
+        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+    ) -> TensorDictBase:
+        """Concatenate TensorDicts along a batch dim (`torch.cat`; see `td_core.cat`)."""
+        return cat(input, dim, out=out)
+
+    @classmethod
+    def lazy_stack(cls, input: Sequence[TensorDictBase], dim: int = 0) -> TensorDictBase:
+        """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals)."""
+        from td_core._kinds.lazy import LazyStackedTensorDict
+
+        return LazyStackedTensorDict(*input, stack_dim=dim)
+
+    @classmethod
+    def maybe_dense_stack(
+        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
+    ) -> TensorDictBase:
+        """A dense stack when the inputs' keys and shapes agree, else a lazy stack.
+
+        Examples:
+            >>> import torch
+            >>> from td_core import TensorDict
+            >>> a = TensorDict(x=torch.zeros(3), batch_size=[3])
+            >>> b = TensorDict(x=torch.zeros(3, 2), batch_size=[3])
+            >>> type(TensorDict.maybe_dense_stack([a, a])).__name__
+            'TensorDict'
+            >>> type(TensorDict.maybe_dense_stack([a, b])).__name__
+            'LazyStackedTensorDict'
+        """
+        try:
+            return stack(input, dim, out=out)
+        except (KeyNotFoundError, BatchSizeError):
+            if out is not None:
+                raise
+            return cls.lazy_stack(input, dim)
+
+    def to_lazystack(self, dim: int = 0) -> TensorDictBase:
+        """A lazy stack of this TensorDict's slices along batch dim `dim` (views of it).
+
+        A lazy stack along `dim` already is one: it is returned as it is.
+        """
+        from td_core._kinds.lazy import LazyStackedTensorDict
+
+        d = normalize_dim(dim, self.batch_dims)
+        if isinstance(self, LazyStackedTensorDict) and self.stack_dim == d:
+            return self
+        return LazyStackedTensorDict(*self.unbind(d), stack_dim=d)
+
+    def stack_tensors(
+        self,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> Self:
+        """Write `torch.stack([self[k] for k in keys], dim)` at `out_key` (returns self).
+
+        `dim` counts from the first dim of the tensors (batch dims included).
+        The inputs are removed unless `keep_entries`; nothing is removed if the
+        result does not fit the batch size.
+        """
+        return _combine_entries(self, keys, out_key, dim, keep_entries, torch.stack)
+
+    def cat_tensors(
+        self,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> Self:
+        """Write `torch.cat([self[k] for k in keys], dim)` at `out_key` (returns self)."""
+        return _combine_entries(self, keys, out_key, dim, keep_entries, torch.cat)
+
+    def stack_from_tensordict(
+        self, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
+    ) -> Tensor:
+        """Stack every tensor leaf into one tensor (they must share a shape).
+
+        Args:
+            sorted: `True` orders the leaves by key, a list of keys gives the
+                order; by default the order of `keys(include_nested=True)`.
+            out: the tensor to write into.
+        """
+        return torch.stack(_leaf_tensors(self, sorted), dim, out=out)
+
+    def cat_from_tensordict(
+        self, dim: int = 0, *, sorted: Any = None, out: Tensor | None = None
+    ) -> Tensor:
+        """Concatenate every tensor leaf into one tensor along `dim`."""
+        return torch.cat(_leaf_tensors(self, sorted), dim, out=out)

@@ -1,0 +1,230 @@
+"""`torch.stack(tds)`, `torch.cat`, `torch.unbind`, ... through `__torch_function__`.
+
+One table maps each supported torch function to its TensorDict implementation;
+anything else returns `NotImplemented` (so torch raises its usual TypeError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from td_core._core.traverse import is_td, map_leaves
+from td_core._ops.reduce_engine import leafwise_loss
+from td_core._ops.stack import cat, stack
+
+if TYPE_CHECKING:
+    from td_core._core.contract import TensorDictContract
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["TORCH_FUNCTIONS", "implements"]
+
+TORCH_FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def implements(*funcs: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the TensorDict version of `funcs`."""
+
+    def register(impl: Callable[..., Any]) -> Callable[..., Any]:
+        for func in funcs:
+            TORCH_FUNCTIONS[func] = impl
+        return impl
+
+    return register
+
+
+implements(torch.stack)(stack)
+implements(torch.cat, torch.concat, torch.concatenate)(cat)
+
+
+@implements(torch.unbind)
+def _unbind(input: TensorDictContract, dim: int = 0) -> tuple[TensorDictBase, ...]:
+    return input.unbind(dim)
+
+
+@implements(torch.split)
+def _split(
+    input: TensorDictContract, split_size_or_sections: Any, dim: int = 0
+) -> tuple[TensorDictBase, ...]:
+    return input.split(split_size_or_sections, dim)
+
+
+@implements(torch.chunk)
+def _chunk(input: TensorDictContract, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
+    return input.chunk(chunks, dim)
+
+
+@implements(torch.squeeze)
+def _squeeze(input: TensorDictContract, dim: int | None = None) -> TensorDictBase:
+    return input.squeeze(dim)
+
+
+@implements(torch.unsqueeze)
+def _unsqueeze(input: TensorDictContract, dim: int) -> TensorDictBase:
+    return input.unsqueeze(dim)
+
+
+@implements(torch.permute)
+def _permute(input: TensorDictContract, dims: Any) -> TensorDictBase:
+    return input.permute(dims)
+
+
+@implements(torch.reshape)
+def _reshape(input: TensorDictContract, shape: Any) -> TensorDictBase:
+    return input.reshape(shape)
+
+
+@implements(torch.flatten)
+def _flatten(input: TensorDictContract, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
+    return input.flatten(start_dim, end_dim)
+
+
+@implements(torch.unflatten)
+def _unflatten(input: TensorDictContract, dim: int, sizes: Any) -> TensorDictBase:
+    return input.unflatten(dim, sizes)
+
+
+@implements(torch.transpose, torch.swapaxes, torch.swapdims)
+def _transpose(input: TensorDictContract, dim0: int, dim1: int) -> TensorDictBase:
+    return input.transpose(dim0, dim1)
+
+
+@implements(torch.clone)
+def _clone(input: TensorDictContract, *, memory_format: Any = None) -> TensorDictBase:
+    return input.clone()
+
+
+def _like(func: Callable[..., torch.Tensor]) -> Callable[..., TensorDictBase]:
+    def impl(input: TensorDictContract, *args: Any, **kwargs: Any) -> TensorDictBase:
+        device = kwargs.get("device")
+        return map_leaves(
+            input,
+            lambda t: func(t, *args, **kwargs),
+            device=None if device is None else torch.device(device),
+        )
+
+    impl.__name__ = f"td_{func.__name__}"
+    return impl
+
+
+for _func in (
+    torch.zeros_like,
+    torch.ones_like,
+    torch.empty_like,
+    torch.full_like,
+    torch.rand_like,
+    torch.randn_like,
+):
+    TORCH_FUNCTIONS[_func] = _like(_func)
+
+
+@implements(torch.where)
+def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> TensorDictBase:
+    """`torch.where(cond, td, other)`; `torch.where(cond, value, td)` picks `td` where False."""
+    if not is_td(input):
+        return other.where(condition.logical_not(), input, out=out)
+    return input.where(condition, other, out=out)
+
+
+@implements(torch.gather)
+def _gather(
+    input: TensorDictContract,
+    dim: int,
+    index: torch.Tensor,
+    *,
+    sparse_grad: bool = False,
+    out: Any = None,
+) -> TensorDictBase:
+    if sparse_grad:
+        raise NotImplementedError(
+            "torch.gather(tensordict, ..., sparse_grad=True) is not supported"
+        )
+    return input.gather(dim, index, out=out)
+
+
+@implements(torch.masked_select)
+def _masked_select(input: TensorDictContract, mask: torch.Tensor) -> TensorDictBase:
+    return input.masked_select(mask)
+
+
+@implements(torch.flip)
+def _flip(input: TensorDictContract, dims: Any) -> TensorDictBase:
+    return input.flip(dims)
+
+
+@implements(torch.roll)
+def _roll(input: TensorDictContract, shifts: Any, dims: Any = None) -> TensorDictBase:
+    if dims is None:
+        raise TypeError(
+            "torch.roll of a TensorDict needs dims= (rolling the flattened batch is ambiguous)"
+        )
+    return input.roll(shifts, dims)
+
+
+# ------------------------------------------------------------------ reductions
+def _reduction(name: str) -> Callable[..., Any]:
+    """`torch.<name>(td, ...)` as `td.<name>(...)` (same arguments after the input)."""
+
+    def impl(input: TensorDictContract, *args: Any, **kwargs: Any) -> Any:
+        if args and (is_td(args[0]) or isinstance(args[0], torch.Tensor)) and name != "quantile":
+            return NotImplemented  # torch.max(td, other) is the element-wise maximum
+        if "unbiased" in kwargs:  # torch.std/var's older spelling of correction
+            kwargs["correction"] = int(bool(kwargs.pop("unbiased")))
+        return getattr(input, name)(*args, **kwargs)
+
+    impl.__name__ = f"td_{name}"
+    return impl
+
+
+for _name in (
+    "sum nansum mean nanmean prod std var max min amax amin logsumexp quantile "
+    "cummax cummin softmax all any"
+).split():
+    TORCH_FUNCTIONS[getattr(torch, _name)] = _reduction(_name)
+
+
+@implements(torch.nn.functional.softmax)
+def _f_softmax(
+    input: TensorDictContract,
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: torch.dtype | None = None,
+) -> TensorDictBase:
+    if dim is None:
+        raise TypeError("softmax of a TensorDict needs dim= (a batch dim)")
+    return input.softmax(dim, dtype)
+
+
+@implements(torch.norm)
+def _norm(
+    input: TensorDictContract,
+    p: Any = "fro",
+    dim: Any = None,
+    keepdim: bool = False,
+    out: Any = None,
+    dtype: torch.dtype | None = None,
+) -> TensorDictBase:
+    if p not in ("fro", 2, 2.0, None) or dim is not None or keepdim:
+        raise TypeError(
+            "torch.norm of a TensorDict is the 2-norm of each leaf (td.norm()); "
+            f"p={p!r}, dim={dim!r}, keepdim={keepdim!r} are not supported"
+        )
+    return input.norm(out=out, dtype=dtype)
+
+
+def _loss(fn: Callable[..., torch.Tensor]) -> Callable[..., TensorDictBase]:
+    def impl(input: Any, target: Any, *args: Any, **kwargs: Any) -> TensorDictBase:
+        return leafwise_loss(fn, input, target, *args, **kwargs)
+
+    impl.__name__ = f"td_{fn.__name__}"
+    return impl
+
+
+for _loss_fn in (
+    torch.nn.functional.l1_loss,
+    torch.nn.functional.mse_loss,
+    torch.nn.functional.smooth_l1_loss,
+):
+    TORCH_FUNCTIONS[_loss_fn] = _loss(_loss_fn)

@@ -1,0 +1,1 @@
+"""Parallel and distributed: point-to-point, collectives, process pools, data loaders."""

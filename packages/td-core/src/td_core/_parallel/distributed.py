@@ -1,0 +1,431 @@
+"""Point-to-point communication of TensorDicts over `torch.distributed`.
+
+`send`/`recv`/`isend`/`irecv` move the tensor leaves one by one (sorted keys
+at each level, a lazy stack member by member), tagged `init_tag`,
+`init_tag + 1`, ... or with a pseudo-random chain seeded by `init_tag`; the
+receiver holds a TensorDict of the same structure (a template) and receives in
+place. With `consolidated=True` one message carries the consolidated buffer.
+The peer is a global rank (`dst`/`src`) or a rank in `group`
+(`group_dst`/`group_src`); `send`/`recv` also take a pipe object.
+
+`init_remote`/`from_remote_init` send the consolidated layout first (keys,
+shapes, dtypes, offsets, batch size, lazy stacks member by member, as JSON
+bytes in a uint8 tensor, never pickle), then the buffer: the receiver needs no
+template and gets a consolidated TensorDict with the sender's layout, ready
+for `recv(consolidated=True)`.
+
+`torch.distributed` is imported when one of these is called, not at import.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import operator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_nt, is_td, rebuild, stack_parts
+from td_core._io.consolidate import (
+    build_from_layout,
+    consolidate,
+    consolidated_layout,
+    describe_layout,
+    whole_buffer,
+)
+from td_core.errors import NotAPipeError, NotConsolidatedError
+
+if TYPE_CHECKING:
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = [
+    "PipeMixin",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "init_remote",
+    "from_remote_init",
+]
+
+
+def _p2p_leaves(td: Any, out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """The stored tensor leaves (not copies), sorted keys at each level, lazy stacks per member."""
+    out = [] if out is None else out
+    parts = stack_parts(td)
+    if parts is not None:
+        for member in parts[0]:
+            _p2p_leaves(member, out)
+        return out
+    for _, value in sorted(td._items_str(), key=lambda kv: kv[0]):
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif is_td(value) and not is_nt(value):
+            _p2p_leaves(value, out)
+    return out
+
+
+def _check_peer(peer: Any, group_peer: int | None, group: Any, name: str, group_name: str) -> None:
+    """Exactly one of the global rank `peer` and the group rank `group_peer`, the latter with `group`."""
+    if group_peer is not None:
+        if group is None:
+            raise ValueError(f"`{group_name}` is a rank in `group`: pass `group` as well")
+        if peer is not None:
+            raise ValueError(f"`{name}` and `{group_name}` are exclusive: pass only one of them")
+    elif peer is None:
+        raise ValueError(
+            f"pass the peer as `{name}` (global rank) or `{group_name}` (with `group`)"
+        )
+
+
+def _is_rank(peer: Any) -> bool:
+    try:
+        operator.index(peer)
+    except TypeError:
+        return False
+    return True
+
+
+def _next_tag(tag: int) -> int:
+    """A deterministic pseudo-random successor of `tag` in `[0, 2**31)` (a 64-bit mix, truncated)."""
+    x = (tag * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 29
+    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 32
+    return x & 0x7FFFFFFF
+
+
+def _tags(init_tag: int, count: int, pseudo_rand: bool) -> list[int]:
+    """The tags of `count` leaves: `init_tag`, `init_tag + 1`, ... or a seeded pseudo-random chain."""
+    if not pseudo_rand:
+        return list(range(init_tag, init_tag + count))
+    tags, tag = [], init_tag - 1
+    for _ in range(count):
+        tag = _next_tag(tag + 1)
+        tags.append(tag)
+    return tags
+
+
+def _peer_kwargs(peer: int | None, group_peer: int | None, group: Any, side: str) -> dict[str, Any]:
+    """Keyword arguments naming the peer for `torch.distributed.<side>` (`"dst"` or `"src"`).
+
+    A group rank goes as `group_dst`/`group_src` when the installed torch takes
+    it, else it is translated to a global rank.
+    """
+    import torch.distributed as dist
+
+    _check_peer(peer, group_peer, group, side, f"group_{side}")
+    if group_peer is None:
+        return {side: peer, "group": group}
+    if f"group_{side}" in inspect.signature(dist.send if side == "dst" else dist.recv).parameters:
+        return {f"group_{side}": group_peer, "group": group}
+    return {side: dist.get_global_rank(group, group_peer), "group": group}
+
+
+def _pipe(peer: Any, group_peer: int | None, method: str) -> Any:
+    """`peer.<method>` when `peer` is a pipe (not a rank), else `None`."""
+    if peer is None or _is_rank(peer):
+        return None
+    side = "dst" if method == "send" else "src"
+    if group_peer is not None:
+        raise ValueError(f"`group_{side}` cannot be used when `{side}` is a pipe")
+    return _pipe_method(peer, method, f"a rank as {side}")
+
+
+def _wait(works: list[Any]) -> None:
+    for work in works:
+        if work is not None:
+            work.wait()
+
+
+def _send_buffer(td: TensorDictContract) -> torch.Tensor:
+    """The one buffer of `td`, consolidating it first when it is not consolidated."""
+    layout = consolidated_layout(td)
+    if layout is None:
+        layout = consolidated_layout(consolidate(td))
+    if layout is None or not layout[0]:
+        raise ValueError("send(consolidated=True): the TensorDict has no tensor leaf to send")
+    return whole_buffer(layout[0][0])
+
+
+def _recv_buffer(td: TensorDictContract, method: str) -> torch.Tensor:
+    """The buffer of the consolidated `td`, or `NotConsolidatedError`."""
+    layout = consolidated_layout(td)
+    if layout is None or not layout[0]:
+        raise NotConsolidatedError(
+            f"{method}(consolidated=True) writes into the buffer of a consolidated TensorDict, "
+            "but this one is not consolidated: call `consolidate()` on it first, or receive "
+            "it with `from_remote_init`"
+        )
+    return whole_buffer(layout[0][0])
+
+
+def send(
+    td: TensorDictContract,
+    dst: Any = None,
+    *,
+    group: Any = None,
+    group_dst: int | None = None,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
+    consolidated: bool = False,
+) -> None:
+    """Send `td`'s tensor leaves (or its consolidated buffer) to `dst` / `group_dst`, or through a pipe."""
+    import torch.distributed as dist
+
+    pipe = _pipe(dst, group_dst, "send")
+    if pipe is not None:
+        pipe(td)
+        return
+    peer = _peer_kwargs(dst, group_dst, group, "dst")
+    if consolidated:
+        dist.send(_send_buffer(td), **peer)
+        return
+    leaves = _p2p_leaves(td)
+    for t, tag in zip(leaves, _tags(init_tag, len(leaves), pseudo_rand)):
+        dist.send(t.contiguous(), tag=tag, **peer)
+
+
+def recv(
+    td: TensorDictContract,
+    src: Any = None,
+    *,
+    group: Any = None,
+    group_src: int | None = None,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
+    consolidated: bool = False,
+) -> Any:
+    """Receive into `td` in place; the last tag, `None` if consolidated, a pipe's result for a pipe."""
+    import torch.distributed as dist
+
+    pipe = _pipe(src, group_src, "recv")
+    if pipe is not None:
+        return pipe(td)
+    peer = _peer_kwargs(src, group_src, group, "src")
+    if consolidated:
+        dist.recv(_recv_buffer(td, "recv"), **peer)
+        return None
+    leaves = _p2p_leaves(td)
+    tags = _tags(init_tag, len(leaves), pseudo_rand)
+    for t, tag in zip(leaves, tags):
+        contiguous = t.is_contiguous()
+        buffer = t if contiguous else torch.empty_like(t, memory_format=torch.contiguous_format)
+        dist.recv(buffer, tag=tag, **peer)
+        if not contiguous:
+            t.copy_(buffer)
+    return tags[-1] if tags else init_tag - 1
+
+
+def isend(
+    td: TensorDictContract,
+    dst: int | None = None,
+    *,
+    group: Any = None,
+    group_dst: int | None = None,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
+    return_early: bool = False,
+    consolidated: bool = False,
+) -> Any:
+    """Non-blocking `send`: the works with `return_early`, else waits and returns the last tag."""
+    import torch.distributed as dist
+
+    peer = _peer_kwargs(dst, group_dst, group, "dst")
+    if consolidated:
+        works = [dist.isend(_send_buffer(td), **peer)]
+        if return_early:
+            return works
+        _wait(works)
+        return None
+    leaves = _p2p_leaves(td)
+    tags = _tags(init_tag, len(leaves), pseudo_rand)
+    works = [dist.isend(t.contiguous(), tag=tag, **peer) for t, tag in zip(leaves, tags)]
+    if return_early:
+        return works
+    _wait(works)
+    return tags[-1] if tags else init_tag - 1
+
+
+def irecv(
+    td: TensorDictContract,
+    src: int | None = None,
+    *,
+    group: Any = None,
+    group_src: int | None = None,
+    return_premature: bool = False,
+    init_tag: int = 0,
+    pseudo_rand: bool = False,
+    consolidated: bool = False,
+) -> Any:
+    """Non-blocking `recv` into `td`'s (contiguous) leaves: the works with `return_premature`, else `None`."""
+    import torch.distributed as dist
+
+    peer = _peer_kwargs(src, group_src, group, "src")
+    if consolidated:
+        buffers = [_recv_buffer(td, "irecv")]
+    else:
+        buffers = _p2p_leaves(td)
+        for t in buffers:
+            if not t.is_contiguous():
+                raise ValueError(
+                    f"irecv receives in place, but a leaf of shape {tuple(t.shape)} is not "
+                    "contiguous: use recv, or make the TensorDict contiguous first"
+                )
+    tags = [0] if consolidated else _tags(init_tag, len(buffers), pseudo_rand)
+    works = [dist.irecv(t, tag=tag, **peer) for t, tag in zip(buffers, tags)]
+    if return_premature:
+        return works
+    _wait(works)
+    return None
+
+
+def _stack_tree(td: TensorDictContract, offsets: Iterator[int]) -> dict[str, Any]:
+    """The JSON layout of the consolidated `td`: `describe_layout`'s, lazy stacks member by member."""
+    parts = stack_parts(td)
+    if parts is None:
+        for key, value in td._items_str():
+            if is_td(value) and not is_nt(value) and _has_stack(value):
+                raise ValueError(
+                    f"init_remote: the entry {key!r} is a lazy stack inside a TensorDict; "
+                    "send `to_tensordict()` of it, or the stack itself"
+                )
+        return describe_layout(td, offsets)
+    members, dim = parts
+    return {"stack": dim, "members": [_stack_tree(m, offsets) for m in members]}
+
+
+def _has_stack(td: TensorDictContract) -> bool:
+    if stack_parts(td) is not None:
+        return True
+    return any(is_td(v) and not is_nt(v) and _has_stack(v) for v in td._values_str())
+
+
+def _build(tree: Any, buffer: torch.Tensor, total: int, source: str) -> TensorDictBase:
+    if isinstance(tree, dict) and "stack" in tree:
+        dim, members = tree["stack"], tree.get("members")
+        if not isinstance(dim, int) or not isinstance(members, list) or not members:
+            raise ValueError(f"{source}: malformed lazy stack in the layout")
+        built = [_build(m, buffer, total, source) for m in members]
+        return built[0].lazy_stack(built, dim)
+    return build_from_layout(tree, buffer, total, source)
+
+
+def _move(
+    tensor: torch.Tensor, peer: int, group: Any, tag: int, sending: bool, bcast: bool
+) -> None:
+    """One message of `init_remote`: point-to-point with `tag`, or a broadcast from `peer`."""
+    import torch.distributed as dist
+
+    if bcast:
+        dist.broadcast(tensor, src=peer, group=group)
+    elif sending:
+        dist.send(tensor, peer, group=group, tag=tag)
+    else:
+        dist.recv(tensor, peer, group=group, tag=tag)
+
+
+def init_remote(
+    td: TensorDictContract,
+    dst: int | None = None,
+    group: Any = None,
+    device: Any = None,
+    use_broadcast: bool = False,
+) -> None:
+    """Send the consolidated layout (JSON) and buffer of `td` to `dst`, for `from_remote_init`."""
+    import torch.distributed as dist
+
+    if dst is None and not use_broadcast:
+        raise ValueError("init_remote: pass the receiver as `dst`, or `use_broadcast=True`")
+    layout = consolidated_layout(td)
+    if layout is None:
+        layout = consolidated_layout(consolidate(td))
+    if layout is None or not layout[0]:
+        raise ValueError("init_remote: the TensorDict has no tensor leaf to send")
+    leaves, offsets = layout
+    buffer = whole_buffer(leaves[0])
+    tree = _stack_tree(rebuild(td, iter(leaves)), iter(offsets))
+    meta = json.dumps({"total": buffer.numel(), "tree": tree}).encode()
+    payload = torch.tensor(bytearray(meta), dtype=torch.uint8, device=device)
+    size = torch.tensor([payload.numel()], dtype=torch.int64, device=device)
+    peer = dist.get_rank() if use_broadcast else dst
+    assert peer is not None
+    if device is not None:
+        buffer = buffer.to(device)
+    for tag, tensor in enumerate((size, payload, buffer)):
+        _move(tensor, peer, group, tag, True, use_broadcast)
+
+
+def from_remote_init(
+    src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
+) -> TensorDictBase:
+    """Receive a TensorDict sent with `init_remote`: a consolidated TensorDict (layout, then buffer)."""
+    size = torch.zeros(1, dtype=torch.int64, device=device)
+    _move(size, src, group, 0, False, use_broadcast)
+    payload = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    _move(payload, src, group, 1, False, use_broadcast)
+    source = f"from_remote_init (rank {src})"
+    try:
+        meta = json.loads(bytes(payload.tolist()).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{source}: the metadata is not valid JSON") from err
+    total = meta.get("total") if isinstance(meta, dict) else None
+    if not isinstance(total, int) or total < 0:
+        raise ValueError(f"{source}: malformed metadata")
+    buffer = torch.empty(total, dtype=torch.uint8, device=device)
+    _move(buffer, src, group, 2, False, use_broadcast)
+    return _build(meta.get("tree"), buffer, total, source)
+
+
+def _pipe_method(pipe: Any, name: str, instead: str) -> Any:
+    """`pipe.<name>`, or `NotAPipeError` naming the torch.distributed method to use instead."""
+    method = getattr(pipe, name, None)
+    if method is None:
+        raise NotAPipeError(
+            f"{name}: {type(pipe).__name__} is not a pipe (it has no {name} method); "
+            f"use {instead} for torch.distributed"
+        )
+    return method
+
+
+class PipeMixin(TensorDictContract):
+    """`asend` / `arecv`: awaitable transfers through a pipe object (upstream's UCXX pipes)."""
+
+    __slots__ = ()
+
+    async def asend(self, dst: Any) -> None:
+        """Send this TensorDict through the pipe `dst`, awaiting `dst.asend(self)`.
+
+        td ships no pipe of its own: upstream's `TensorDictPipe` needs the
+        optional `ucxx` package. Any object with an awaitable
+        `asend(tensordict)` method works.
+
+        Args:
+            dst: the pipe to send through.
+
+        Raises:
+            NotAPipeError: (a `TypeError` and `AttributeError`) if `dst` has no `asend` method.
+        """
+        await _pipe_method(dst, "asend", "send(dst_rank)")(self)
+
+    async def arecv(self, src: Any, *, device: Any = None) -> Any:
+        """Receive a TensorDict from the pipe `src`, awaiting `src.arecv(self, device=device)`.
+
+        The pipe may write into this TensorDict (when its layout matches) or
+        return another one: use the return value.
+
+        Args:
+            src: the pipe to receive from (any object with an awaitable
+                `arecv(tensordict, device=...)` method).
+            device: where the pipe allocates a new structure.
+
+        Returns:
+            The received TensorDict (this one or another).
+
+        Raises:
+            NotAPipeError: (a `TypeError` and `AttributeError`) if `src` has no `arecv` method.
+        """
+        return await _pipe_method(src, "arecv", "recv(src_rank)")(self, device=device)

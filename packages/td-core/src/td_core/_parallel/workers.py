@@ -1,0 +1,336 @@
+"""`TensorDict.map`: run a function over chunks of a TensorDict in a process pool.
+
+The TensorDict's leaves are moved to shared memory first (unless they already
+are, or are memory-mapped), so chunks reach the workers as views, not copies:
+a function that writes into its chunk in place (`chunk.set_("x", ...)`)
+writes into the original. Each chunk's result (or the chunk itself, when the
+function returns `None`) is gathered with `torch.cat` (`chunksize > 0`)
+or `torch.stack` (`chunksize == 0`, one element per call).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import tensor_leaves
+from td_core._core.utils import normalize_dim
+
+if TYPE_CHECKING:
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["WorkersMixin", "map_iter_td", "map_td"]
+
+
+class _WorkerFailure:
+    """What a worker sends back instead of raising: the formatted traceback."""
+
+    def __init__(self, index: int, text: str) -> None:
+        self.index = index
+        self.text = text
+
+
+class _Call:
+    """A picklable wrapper that runs `fn` on one chunk and catches its errors."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, job: tuple[int, TensorDictBase]) -> Any:
+        index, chunk = job
+        try:
+            out = self.fn(chunk)
+        except Exception:
+            return _WorkerFailure(index, traceback.format_exc())
+        return chunk if out is None else out
+
+
+def _chunk_indices(
+    size: int, chunksize: int | None, num_chunks: int | None, workers: int
+) -> tuple[list[Any], bool]:
+    """The index along the mapped dim of each chunk (ints or slices), and whether they are elements."""
+    if chunksize is not None and num_chunks is not None:
+        raise ValueError("map: pass chunksize or num_chunks, not both")
+    if chunksize == 0:
+        return list(range(size)), True
+    if chunksize is not None:
+        if chunksize < 0:
+            raise ValueError(f"map: chunksize must be >= 0, got {chunksize}")
+        step = chunksize
+    else:
+        count = num_chunks if num_chunks is not None else workers
+        if count <= 0:
+            raise ValueError(f"map: num_chunks must be positive, got {count}")
+        step = max(1, math.ceil(size / count))
+    return [slice(start, start + step) for start in range(0, size, step)], False
+
+
+def _chunks(
+    td: TensorDictBase, dim: int, chunksize: int | None, num_chunks: int | None, workers: int
+) -> tuple[list[Any], bool]:
+    """The pieces handed to workers, cut by basic indexing only.
+
+    Slices (not `split`/`unbind`) keep memory-mapped leaves as memory-mapped
+    views, which pickle as a file name and offset instead of as data.
+    """
+    indices, stacked = _chunk_indices(td.batch_size[dim], chunksize, num_chunks, workers)
+    lead = (slice(None),) * dim
+    return [td[lead + (index,)] for index in indices], stacked
+
+
+def _init_worker(threads: int) -> None:
+    # A forked child inherits the parent's OpenMP state; running a multi-threaded
+    # op there can deadlock (libgomp is not fork-safe). One intra-op thread per
+    # worker avoids that and is what a pool of workers wants anyway.
+    torch.set_num_threads(threads)
+
+
+def _share(td: TensorDictContract) -> None:
+    for t in tensor_leaves(td):
+        if not t.is_shared() and t.device.type == "cpu" and not _is_mapped(t):
+            t.share_memory_()
+
+
+def _is_mapped(t: torch.Tensor) -> bool:
+    return getattr(t, "filename", None) is not None
+
+
+def _progress(results: Iterator[Any], total: int, enabled: bool) -> Iterator[Any]:
+    if not enabled:
+        return results
+    try:
+        from tqdm import tqdm  # type: ignore[import-untyped]
+    except ImportError as err:
+        raise ImportError("map(..., pbar=True) needs tqdm: pip install tqdm") from err
+    return iter(tqdm(results, total=total))
+
+
+def map_td(
+    td: TensorDictBase,
+    fn: Callable[[Any], Any],
+    dim: int = 0,
+    num_workers: int | None = None,
+    *,
+    chunksize: int | None = None,
+    num_chunks: int | None = None,
+    pool: Any = None,
+    pbar: bool = False,
+    mp_start_method: str | None = None,
+    worker_threads: int = 1,
+) -> TensorDictBase:
+    """See `TensorDictBase.map`."""
+    d = normalize_dim(dim, td.batch_dims)
+    workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
+    if workers <= 0:
+        raise ValueError(f"map: num_workers must be positive, got {workers}")
+    _share(td)
+    chunks, stacked = _chunks(td, d, chunksize, num_chunks, workers)
+    call = _Call(fn)
+    jobs = list(enumerate(chunks))
+    if pool is not None:
+        results = list(_progress(pool.imap(call, jobs), len(jobs), pbar))
+    else:
+        import torch.multiprocessing as mp
+
+        context = mp.get_context(mp_start_method)
+        with context.Pool(
+            workers, initializer=_init_worker, initargs=(worker_threads,)
+        ) as own_pool:
+            results = list(_progress(own_pool.imap(call, jobs), len(jobs), pbar))
+    for result in results:
+        if isinstance(result, _WorkerFailure):
+            raise RuntimeError(
+                f"map: the function failed on chunk {result.index}; worker traceback:\n{result.text}"
+            )
+    # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
+    out = torch.stack(results, d) if stacked else torch.cat(results, d)
+    return cast("TensorDictBase", out)
+
+
+# ------------------------------------------------------------------ map_iter
+def _init_seeded_worker(seed: int, ranks: Any, threads: int) -> None:
+    """Give each worker its own seeds: torch `seed + i`, numpy one derived from both."""
+    import numpy as np
+
+    torch.set_num_threads(threads)
+    i = ranks.get()
+    torch.manual_seed(seed + i)
+    np.random.seed((seed + i) % 2**32)
+
+
+def map_iter_td(
+    td: TensorDictContract,
+    fn: Callable[[Any], Any],
+    dim: int = 0,
+    num_workers: int | None = None,
+    *,
+    shuffle: bool = False,
+    chunksize: int | None = None,
+    num_chunks: int | None = None,
+    pool: Any = None,
+    generator: torch.Generator | None = None,
+    max_tasks_per_child: int | None = None,
+    worker_threads: int = 1,
+    index_with_generator: bool = True,
+    pbar: bool = False,
+    mp_start_method: str | None = None,
+) -> Iterator[Any]:
+    """See `WorkersMixin.map_iter`; checks everything before the first result is asked for."""
+    d = normalize_dim(dim, td.batch_dims)
+    if shuffle and not index_with_generator:
+        raise RuntimeError("map_iter: shuffle=True needs index_with_generator=True")
+    workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
+    if pool is None and workers <= 0:
+        raise ValueError(f"map_iter: num_workers must be positive, got {workers}")
+    size = td.batch_size[d]
+    indices, _ = _chunk_indices(size, chunksize, num_chunks, workers)
+    gen = generator if generator is not None else torch.Generator()
+    if shuffle:
+        order = torch.randperm(size, generator=gen)
+        indices = [order[i] for i in indices]
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
+    _share(td)
+    lead = (slice(None),) * d
+    chunks: Iterator[Any] = (td[lead + (i,)] for i in indices)
+    if not index_with_generator:
+        chunks = iter(list(chunks))
+    return _map_iter(
+        _Call(fn),
+        enumerate(chunks),
+        len(indices),
+        unordered=shuffle,
+        pool=pool,
+        workers=workers,
+        seed=seed,
+        max_tasks_per_child=max_tasks_per_child,
+        worker_threads=worker_threads,
+        pbar=pbar,
+        mp_start_method=mp_start_method,
+    )
+
+
+def _map_iter(
+    call: _Call,
+    jobs: Iterator[tuple[int, Any]],
+    total: int,
+    *,
+    unordered: bool,
+    pool: Any,
+    workers: int,
+    seed: int,
+    max_tasks_per_child: int | None,
+    worker_threads: int,
+    pbar: bool,
+    mp_start_method: str | None,
+) -> Iterator[Any]:
+    own = None
+    if pool is None:
+        import torch.multiprocessing as mp
+
+        context = mp.get_context(mp_start_method)
+        ranks = context.Queue(maxsize=workers)
+        for i in range(workers):
+            ranks.put(i)
+        own = pool = context.Pool(
+            workers,
+            initializer=_init_seeded_worker,
+            initargs=(seed, ranks, worker_threads),
+            maxtasksperchild=max_tasks_per_child,
+        )
+    try:
+        results = pool.imap_unordered(call, jobs) if unordered else pool.imap(call, jobs)
+        for result in _progress(results, total, pbar):
+            if isinstance(result, _WorkerFailure):
+                raise RuntimeError(
+                    f"map_iter: the function failed on chunk {result.index}; worker "
+                    f"traceback:\n{result.text}"
+                )
+            yield result
+    finally:
+        if own is not None:
+            own.terminate()
+            own.join()
+
+
+class WorkersMixin(TensorDictContract):
+    """`map_iter`: the streaming form of `map` (`map` itself lives on the base)."""
+
+    __slots__ = ()
+
+    def map_iter(
+        self,
+        fn: Callable[[Any], Any],
+        dim: int = 0,
+        num_workers: int | None = None,
+        *,
+        shuffle: bool = False,
+        chunksize: int | None = None,
+        num_chunks: int | None = None,
+        pool: Any = None,
+        generator: torch.Generator | None = None,
+        max_tasks_per_child: int | None = None,
+        worker_threads: int = 1,
+        index_with_generator: bool = True,
+        pbar: bool = False,
+        mp_start_method: str | None = None,
+    ) -> Iterator[Any]:
+        """Yield `fn(chunk)` for each chunk along `dim`, computed in a process pool, as they come.
+
+        The streaming form of `map`: nothing is gathered, so it can serve as a
+        data loader over a (memory-mapped) TensorDict. Leaves go to shared
+        memory first (unless shared or memory-mapped already), and chunks
+        reach the workers as slices. Arguments are checked on the call; the
+        pool starts with the first `next()`.
+
+        Args:
+            fn: a picklable function of a chunk; `None` yields the chunk itself.
+            dim: the dim along which the chunks are cut.
+            num_workers: the pool size (default: the CPU count); ignored with `pool`.
+            shuffle: chunks take their elements from a random permutation
+                (drawn from `generator`) and results come in the order the
+                workers finish them. Needs `index_with_generator=True`.
+            chunksize: elements per chunk (`0`: one element at a time, unbound).
+            num_chunks: the number of chunks instead (default: one per worker).
+            pool: an existing `multiprocessing` pool (not closed here; its
+                workers are not seeded).
+            generator: draws the workers' base seed (worker `i` seeds torch
+                with `seed + i`) and the shuffle. Default: a fresh
+                `torch.Generator()`, so the seeds are the same on every call.
+            max_tasks_per_child: replace a worker after this many chunks.
+            worker_threads: torch intra-op threads per worker.
+            index_with_generator: cut each chunk when the pool asks for it
+                instead of all before the job starts.
+            pbar: show a tqdm progress bar.
+            mp_start_method: the multiprocessing start method.
+
+        Yields:
+            The result of `fn` for each chunk.
+
+        Raises:
+            RuntimeError: `shuffle` without `index_with_generator`, or (while
+                iterating) the function failed in a worker (its traceback is
+                in the message).
+            ValueError: both `chunksize` and `num_chunks`, or a bad count.
+        """
+        return map_iter_td(
+            self,
+            fn,
+            dim,
+            num_workers,
+            shuffle=shuffle,
+            chunksize=chunksize,
+            num_chunks=num_chunks,
+            pool=pool,
+            generator=generator,
+            max_tasks_per_child=max_tasks_per_child,
+            worker_threads=worker_threads,
+            index_with_generator=index_with_generator,
+            pbar=pbar,
+            mp_start_method=mp_start_method,
+        )

@@ -1,0 +1,327 @@
+"""Module parameters as TensorDicts: `from_module`, `from_modules`, `to_module`.
+
+The module tree becomes nested keys (`model[0].weight` is `("0", "weight")`).
+`to_module` writes a TensorDict's tensors into a module's parameter and buffer
+slots and returns the values it replaced, as a TensorDict that restores them
+when used as a context manager:
+
+```python
+with params.to_module(model):
+    out = model(x)          # runs with params
+# model has its own parameters back
+```
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from td_core._core.traverse import is_nt, is_td
+from td_core._kinds.dense import TensorDict
+from td_core._leaves.nontensor import NonTensorData
+from td_core.errors import BatchSizeError, KeyNotFoundError
+
+if TYPE_CHECKING:
+    from td_core._kinds.base import TensorDictBase
+
+__all__ = ["from_module", "from_modules", "to_module", "make_tensordict", "ModuleSwap"]
+
+Tensor = torch.Tensor
+_EMPTY = torch.Size()
+
+
+class ModuleSwap(TensorDict):
+    """What `to_module` replaced; as a context manager it puts it back on exit."""
+
+    __slots__ = ("_inplace", "_module")
+    _inplace: bool
+    _module: nn.Module
+
+    def __enter__(self) -> ModuleSwap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _swap(self, self._module, inplace=self._inplace, swap=None, path=())
+
+
+def _collect(module: nn.Module) -> dict[str, Any]:
+    entries: dict[str, Any] = {}
+    for name, param in module._parameters.items():
+        if param is not None:
+            entries[name] = param
+    for name, buffer in module._buffers.items():
+        if buffer is not None:
+            entries[name] = buffer
+    for name, child in module._modules.items():
+        if child is None:
+            continue
+        sub = _collect(child)
+        if sub:
+            entries[name] = TensorDict._new_unsafe(sub, _EMPTY)
+    return entries
+
+
+def from_module(
+    module: nn.Module, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
+) -> TensorDictBase:
+    """The parameters and buffers of `module` as a TensorDict, nested like the module tree.
+
+    The leaves are the module's own `nn.Parameter` and buffer objects (no copy).
+
+    Args:
+        as_module: return a `TensorDictParams` (an `nn.Module`) instead.
+        lock: lock the result.
+        use_state_dict: build from `module.state_dict()` (so state-dict hooks apply).
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from td_core import TensorDict
+        >>> model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4))
+        >>> params = TensorDict.from_module(model)
+        >>> params["0", "weight"] is model[0].weight
+        True
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"from_module expects an nn.Module, got {type(module).__name__}")
+    if use_state_dict:
+        td = TensorDict(dict(module.state_dict(keep_vars=True))).unflatten_keys(".")
+    else:
+        td = TensorDict._new_unsafe(_collect(module), _EMPTY)
+    if as_module:
+        from td_core._kinds.params import TensorDictParams
+
+        return TensorDictParams(td, no_convert=True, lock=lock)
+    return td.lock_() if lock else td
+
+
+def _stack_leaves(values: list[Any], expand_identical: bool) -> Any:
+    first = values[0]
+    if expand_identical and all(v is first for v in values):
+        out = first.expand(len(values), *first.shape)
+    else:
+        out = torch.stack([v.detach() for v in values])
+    if isinstance(first, nn.Parameter):
+        return nn.Parameter(out, requires_grad=first.requires_grad)
+    return out
+
+
+def _stack_params(
+    tds: list[TensorDictBase], expand_identical: bool, prefix: tuple[str, ...]
+) -> TensorDict:
+    first = tds[0]
+    for i, td in enumerate(tds[1:], 1):
+        if set(td._keys_str()) != set(first._keys_str()):
+            raise KeyNotFoundError(
+                f"from_modules: module {i} differs from module 0 at {prefix or 'the root'!r}: keys "
+                f"{sorted(set(td._keys_str()) ^ set(first._keys_str()))}; use lazy_stack=True for different structures"
+            )
+    entries = {}
+    for key, value in first._items_str():
+        values = [td._get_str(key) for td in tds]
+        if is_td(value):
+            entries[key] = _stack_params(values, expand_identical, (*prefix, key))
+        else:
+            shapes = {tuple(v.shape) for v in values}
+            if len(shapes) > 1:  # upstream raises RuntimeError: this is both
+                raise BatchSizeError(
+                    f"from_modules: parameter {(*prefix, key)!r} has different shapes {sorted(shapes)}; "
+                    "use lazy_stack=True to keep them apart"
+                )
+            entries[key] = _stack_leaves(values, expand_identical)
+    return TensorDict._new_unsafe(entries, torch.Size([len(tds)]))
+
+
+def from_modules(
+    *modules: nn.Module,
+    as_module: bool = False,
+    lock: bool = True,
+    use_state_dict: bool = False,
+    lazy_stack: bool = False,
+    expand_identical: bool = False,
+) -> TensorDictBase:
+    """The parameters of several modules of the same structure, stacked along a new dim 0.
+
+    Dense stacking (the default) makes new leaf parameters that receive the
+    gradients (the modules' own parameters are left untouched). With
+    `lazy_stack=True` the modules' own parameters are kept, stacked on read.
+
+    Args:
+        as_module: return a `TensorDictParams`. Exclusive with `lazy_stack`.
+        lock: lock the result (default True).
+        use_state_dict: read each module through its `state_dict()`.
+        lazy_stack: keep references to the original parameters.
+        expand_identical: a parameter shared (same object) by every module is
+            expanded rather than copied. Ignored with `lazy_stack`.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from td_core import from_modules
+        >>> params = from_modules(nn.Linear(3, 4), nn.Linear(3, 4))
+        >>> params.batch_size, params["weight"].shape
+        (torch.Size([2]), torch.Size([2, 4, 3]))
+    """
+    if not modules:
+        raise ValueError("from_modules needs at least one module")
+    if lazy_stack and as_module:
+        raise ValueError("from_modules: lazy_stack and as_module cannot be combined")
+    tds = [from_module(m, use_state_dict=use_state_dict) for m in modules]
+    if lazy_stack:
+        from td_core._kinds.lazy import LazyStackedTensorDict
+
+        result: TensorDictBase = LazyStackedTensorDict(*tds, stack_dim=0)
+    else:
+        result = _stack_params(tds, expand_identical, ())
+    if as_module:
+        from td_core._kinds.params import TensorDictParams
+
+        return TensorDictParams(result, no_convert=True, lock=lock)
+    return result.lock_() if lock else result
+
+
+def _swap(
+    td: TensorDictBase,
+    module: nn.Module,
+    *,
+    inplace: bool,
+    swap: dict[str, Any] | None,
+    path: tuple[str, ...],
+    preserve: bool = True,
+) -> None:
+    for key, value in td._items_str():
+        if is_td(value):
+            child = module._modules.get(key)
+            if child is None:
+                raise KeyNotFoundError(
+                    f"to_module: {type(module).__name__} at {path or 'the root'!r} has no sub-module {key!r}"
+                )
+            sub: dict[str, Any] | None = {} if swap is not None else None
+            _swap(value, child, inplace=inplace, swap=sub, path=(*path, key), preserve=preserve)
+            if swap is not None:
+                swap[key] = TensorDict._new_unsafe(sub, _EMPTY)  # type: ignore[arg-type]
+            continue
+        if not isinstance(value, Tensor):
+            if (
+                is_nt(value)
+                and value.data is None
+                and (key in module._parameters or key in module._buffers)
+            ):
+                # restoring a slot that held None before to_module filled it
+                (module._parameters if key in module._parameters else module._buffers)[key] = None
+            continue
+        slots: dict[str, Any]
+        if key in module._parameters:
+            slots = module._parameters
+        elif key in module._buffers:
+            slots = module._buffers
+        elif isinstance(
+            module.__dict__.get(key), Tensor
+        ):  # unregistered by preserve_module_state=False
+            if swap is not None:
+                swap[key] = module.__dict__[key]
+            del module.__dict__[key]
+            if isinstance(value, nn.Parameter):
+                module._parameters[key] = value
+            else:
+                module._buffers[key] = value
+            continue
+        else:
+            raise KeyNotFoundError(
+                f"to_module: {type(module).__name__} at {path or 'the root'!r} has no parameter or buffer {key!r}"
+            )
+        old = slots[key]
+        if inplace and old is not None:
+            if swap is not None:
+                swap[key] = old.detach().clone()
+            with torch.no_grad():
+                old.copy_(value)
+            continue
+        if swap is not None:
+            swap[key] = NonTensorData(None) if old is None else old
+        if isinstance(old, nn.Parameter) and not isinstance(value, nn.Parameter):
+            if not preserve:  # the historical behaviour: a plain attribute replaces the parameter
+                del slots[key]
+                module.__dict__[key] = value
+                continue
+            if not value.requires_grad and not _is_batched(value):
+                try:
+                    value = nn.Parameter(value, requires_grad=old.requires_grad)
+                except RuntimeError:
+                    # a tensor subclass whose detach() changes its type (a memory-mapped
+                    # leaf) cannot be a Parameter: it goes in as it is, sharing its storage
+                    pass
+        slots[key] = value
+
+
+def _is_batched(value: Tensor) -> bool:
+    return bool(torch._C._functorch.is_functorch_wrapped_tensor(value))
+
+
+def to_module(
+    td: TensorDictBase,
+    module: nn.Module,
+    *,
+    inplace: bool | None = False,
+    return_swap: bool = True,
+    swap_dest: TensorDictBase | None = None,
+    use_state_dict: bool = False,
+    non_blocking: bool = False,
+    preserve_module_state: bool = True,
+) -> Any:
+    """Write `td`'s tensors into `module`'s parameters and buffers.
+
+    Args:
+        inplace: copy into the existing parameters (under `no_grad`) instead
+            of replacing them; use this to load a checkpoint into a model's
+            own parameters.
+        return_swap: return what was replaced (a context manager restoring it).
+        swap_dest: with `return_swap`, also copy what was replaced into this TensorDict.
+        use_state_dict: go through `module.load_state_dict` (hooks apply).
+        non_blocking: accepted for upstream compatibility.
+        preserve_module_state: a plain tensor written over an `nn.Parameter`
+            becomes a parameter (with the old `requires_grad`) unless it
+            requires grad itself or is batched by `vmap`; with `False` it
+            replaces the parameter as a plain attribute.
+    """
+    inplace = bool(inplace)
+    if use_state_dict:
+        flat = {
+            k if type(k) is str else ".".join(k): v
+            for k, v in td.items(include_nested=True, leaves_only=True)
+        }
+        module.load_state_dict(flat)
+        return None
+    swap: dict[str, Any] | None = {} if return_swap else None
+    _swap(td, module, inplace=inplace, swap=swap, path=(), preserve=preserve_module_state)
+    if swap is None:
+        return None
+    result = ModuleSwap._new_unsafe(swap, _EMPTY)
+    result._module = module
+    result._inplace = inplace
+    if swap_dest is not None:
+        swap_dest.update(result)
+    return result
+
+
+def make_tensordict(
+    input_dict: dict[str, Any] | None = None,
+    batch_size: Any = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> TensorDict:
+    """A TensorDict from a dict and/or keyword arguments; the batch size is inferred if not given.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import make_tensordict
+        >>> make_tensordict(a=torch.zeros(3, 4), b=torch.zeros(3, 4, 5)).batch_size
+        torch.Size([3, 4])
+    """
+    source = dict(input_dict or {}, **kwargs)
+    return TensorDict.from_dict(
+        source, batch_size=batch_size, device=device, auto_batch_size=batch_size is None
+    )
