@@ -19,8 +19,13 @@ The primitives:
   entry dict without re-validating it (bulk ops build the dict in one pass).
 
 Results that are not of the caller's kind (a mapping turned into a nested
-TensorDict, a template rebuilt from metadata) are built with `dense`,
-the dense class registered by `td_core._kinds.dense`; the base never imports it.
+TensorDict, a template rebuilt from metadata, a lazy stack of results) are built
+through the *registry* below: each kind provides itself (and the few
+functions of the layers above that a lower layer must reach, such as
+`from_module`) when it is imported, and a lower layer looks it up by name at
+call time. So imports run one way, from each layer to the ones below it, and
+no module imports a concrete kind it sits under. `td_core/__init__.py`
+imports every layer, so every name is registered before user code runs.
 """
 
 from __future__ import annotations
@@ -35,26 +40,44 @@ from td_core._core.utils import BatchMeta
 if TYPE_CHECKING:
     from td_core._kinds.base import TensorDictBase
 
-__all__ = ["TD", "TensorDictContract", "dense", "register_dense"]
+__all__ = ["TD", "TensorDictContract", "dense", "provide", "provided"]
 
 # a helper that returns the container it was given (or one of the same kind) is typed with TD
 TD = TypeVar("TD", bound="TensorDictContract")
+T = TypeVar("T")
 
-_DENSE: list[Callable[..., TensorDictBase]] = []
+_REGISTRY: dict[str, Any] = {}
 
 
-def register_dense(cls: Callable[..., TensorDictBase]) -> None:
-    """Register the dense container class (called once, by `td_core._kinds.dense`)."""
-    _DENSE[:] = [cls]
+def provide(name: str, obj: T) -> T:
+    """Record `obj` (a kind, or a function of an upper layer) under `name`; returns `obj`.
+
+    The names in use: `"TensorDict"`, `"LazyStackedTensorDict"`,
+    `"TensorDictParams"`, `"tensorclass"`, `"from_module"`,
+    `"from_modules"`, `"to_module"`, `"to_attrs"`, `"attrs_of"`.
+    """
+    _REGISTRY[name] = obj
+    return obj
+
+
+def provided(name: str) -> Any:
+    """What an upper layer registered under `name` (see `provide`)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise LookupError(
+            f"nothing is registered under {name!r}: import td_core (not one of its private "
+            f"modules alone) before using it; registered: {sorted(_REGISTRY)}"
+        ) from None
 
 
 def dense(
     source: Mapping[str, Any] | None = None,
     batch_size: torch.Size | Iterable[int] = (),
     device: torch.device | None = None,
-) -> TensorDictBase:
+) -> Any:
     """A new dense TensorDict from `source` (validated), without naming its class."""
-    return _DENSE[0](source, batch_size=batch_size, device=device)
+    return _REGISTRY["TensorDict"](source, batch_size=batch_size, device=device)
 
 
 class TensorDictContract(BatchMeta):

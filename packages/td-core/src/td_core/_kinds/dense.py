@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import torch
 from torch.compiler import is_compiling
 
-from td_core._core.contract import register_dense
+from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, as_device, as_size
 from td_core._io.consolidate import pack, unpack
@@ -536,4 +536,4 @@ register(TensorDict)
 allow_weights_only(TensorDict, NonTensorData, NonTensorStack)
 
 
-register_dense(TensorDict)
+provide("TensorDict", TensorDict)
