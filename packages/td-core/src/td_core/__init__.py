@@ -6,10 +6,12 @@ from td_core._core.flags import (
     capture_non_tensor_stack,
     get_defaults_to_none,
     lazy_legacy,
+    lazy_stack_enabled,
     list_to_stack,
     set_capture_non_tensor_stack,
     set_get_defaults_to_none,
     set_lazy_legacy,
+    set_lazy_stack,
     set_list_to_stack,
 )
 from td_core._core.keys import (
@@ -25,6 +27,8 @@ from td_core._core.predicates import (
     is_floating,
     is_inexact,
     is_integer,
+    is_tensor_collection,
+    is_tensorclass,
     unravel_key_to_tuple,
 )
 from td_core._functions.functional import (
@@ -46,7 +50,6 @@ from td_core._io.convert_from import (
     from_pytree,
     from_struct_array,
     from_tuple,
-    fromkeys,
 )
 from td_core._io.formats import from_h5, from_safetensors, to_safetensors
 from td_core._io.pack import PackLayout
@@ -54,22 +57,17 @@ from td_core._io.parse import parse_tensor_dict_string
 from td_core._io.printoptions import get_printoptions, set_printoptions
 from td_core._io.tables import from_csv, from_pandas, from_parquet
 from td_core._kinds.attrs import TensorAttrs
-from td_core._kinds.base import TensorDictBase, is_tensor_collection
+from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict, from_dict
-from td_core._kinds.lazy import (
-    LazyStackedTensorDict,
-    lazy_stack,
-    lazy_stack_enabled,
-    set_lazy_stack,
-)
+from td_core._kinds.lazy import LazyStackedTensorDict, lazy_stack
 from td_core._kinds.params import TensorDictParams
-from td_core._kinds.tensorclass import is_tensorclass
 from td_core._kinds.tensorclass_options import TensorClass, tensorclass
 from td_core._kinds.typed import TypedTensorDict
 from td_core._leaves.collection import NonTensorDataBase, TensorCollection
 from td_core._leaves.metadata import MetaData
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack, is_non_tensor
 from td_core._leaves.unbatched import UnbatchedTensor
+from td_core._ops.dict_methods import fromkeys
 from td_core._ops.stack import cat, stack
 from td_core._parallel.dataloader import register_collate
 from td_core._shared.interaction import InteractionType, interaction_type, set_interaction_type

@@ -40,7 +40,7 @@ from td_core._core.utils import BatchMeta
 if TYPE_CHECKING:
     from td_core._kinds.base import TensorDictBase
 
-__all__ = ["TD", "TensorDictContract", "dense", "provide", "provided"]
+__all__ = ["TD", "TensorDictContract", "dense", "lazy", "provide", "provided"]
 
 # a helper that returns the container it was given (or one of the same kind) is typed with TD
 TD = TypeVar("TD", bound="TensorDictContract")
@@ -78,6 +78,11 @@ def dense(
 ) -> Any:
     """A new dense TensorDict from `source` (validated), without naming its class."""
     return _REGISTRY["TensorDict"](source, batch_size=batch_size, device=device)
+
+
+def lazy(members: Iterable[Any], stack_dim: int = 0) -> Any:
+    """A new lazy stack of `members` along `stack_dim`, without naming its class."""
+    return _REGISTRY["LazyStackedTensorDict"](*members, stack_dim=stack_dim)
 
 
 class TensorDictContract(BatchMeta):

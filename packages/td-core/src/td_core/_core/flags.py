@@ -6,18 +6,21 @@ context (upstream's "for the rest of the program"). No environment variable is
 read or written: a block affects the code it runs, never another thread.
 
 `set_lazy_legacy`/`lazy_legacy` are upstream's spelling of td's
-`set_lazy_stack`/`lazy_stack_enabled`: the same switch.
+`set_lazy_stack`/`lazy_stack_enabled`: the same switch. `Switch` is the one
+mechanism behind every such switch in td-core, including the ones td-nn and
+td-distributions share (`set_interaction_type`, `set_composite_lp_aggregate`).
 """
 
 from __future__ import annotations
 
 import functools
 from contextvars import ContextVar, Token
-from typing import Any, TypeVar
-
-from td_core._kinds.lazy import _LAZY
+from typing import Any, ClassVar, Generic, TypeVar
 
 __all__ = [
+    "Switch",
+    "set_lazy_stack",
+    "lazy_stack_enabled",
     "set_lazy_legacy",
     "lazy_legacy",
     "set_list_to_stack",
@@ -30,27 +33,37 @@ __all__ = [
 
 _F = TypeVar("_F")
 
+_V = TypeVar("_V")
+_LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
 _LIST_TO_STACK: ContextVar[bool] = ContextVar("td_list_to_stack", default=True)
 _CAPTURE_NON_TENSOR_STACK: ContextVar[bool] = ContextVar("td_capture_non_tensor", default=False)
 # td's `get` raises for a missing key (docs/migration.md): the switch starts off
 _GET_DEFAULTS_TO_NONE: ContextVar[bool] = ContextVar("td_get_defaults_to_none", default=False)
 
 
-class _Switch:
-    """A boolean `ContextVar` behind a context manager, a decorator and `.set()`."""
+class Switch(Generic[_V]):
+    """A `ContextVar` behind a context manager, a decorator and `.set()`.
 
-    _var: ContextVar[bool]
+    A subclass names its variable (`_var`) and may check the mode it is given
+    (`_parse`); the mode is kept in `.mode`.
+    """
 
-    def __init__(self, mode: bool) -> None:
-        self.mode = bool(mode)
-        self._tokens: list[Token[bool]] = []
+    _var: ClassVar[ContextVar[Any]]
+
+    def __init__(self, mode: Any) -> None:
+        self.mode: _V = self._parse(mode)
+        self._tokens: list[Token[_V]] = []
+
+    def _parse(self, mode: Any) -> _V:
+        return bool(mode)  # type: ignore[return-value]
 
     def set(self) -> None:
         """Apply the mode for the rest of the current context."""
         self._var.set(self.mode)
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> Any:
         self._tokens.append(self._var.set(self.mode))
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self._var.reset(self._tokens.pop())
@@ -70,7 +83,32 @@ class _Switch:
         return f"{type(self).__name__}({self.mode})"
 
 
-class set_lazy_legacy(_Switch):
+def lazy_stack_enabled() -> bool:
+    """Whether `torch.stack` of TensorDicts currently builds a lazy stack."""
+    return _LAZY.get()
+
+
+class set_lazy_stack(Switch[bool]):
+    """Context manager and decorator: within it, `torch.stack` of TensorDicts is lazy.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, set_lazy_stack
+        >>> tds = [TensorDict({"a": torch.rand(10)}, [10]) for _ in range(3)]
+        >>> with set_lazy_stack(True):
+        ...     stacked = torch.stack(tds, 0)  # no stacking happens here
+        >>> stacked["a"] = torch.zeros(3, 10)
+        >>> bool((tds[0]["a"] == 0).all())
+        True
+    """
+
+    _var = _LAZY
+
+    def __init__(self, mode: bool = True) -> None:
+        super().__init__(mode)
+
+
+class set_lazy_legacy(Switch[bool]):
     """Make `torch.stack` of TensorDicts lazy (the same switch as `set_lazy_stack`).
 
     Args:
@@ -98,7 +136,7 @@ def lazy_legacy(allow_none: bool = False) -> bool:
     return _LAZY.get()
 
 
-class set_list_to_stack(_Switch):
+class set_list_to_stack(Switch[bool]):
     """Whether assigning a list stores one value per batch element (a `NonTensorStack`).
 
     Args:
@@ -120,7 +158,7 @@ def list_to_stack(allow_none: bool = False) -> bool:
     return _LIST_TO_STACK.get()
 
 
-class set_capture_non_tensor_stack(_Switch):
+class set_capture_non_tensor_stack(Switch[bool]):
     """Whether stacking equal non-tensor values gives one value instead of a stack.
 
     Args:
@@ -143,7 +181,7 @@ def capture_non_tensor_stack(allow_none: bool = False) -> bool:
     return _CAPTURE_NON_TENSOR_STACK.get()
 
 
-class set_get_defaults_to_none(_Switch):
+class set_get_defaults_to_none(Switch[bool]):
     """Whether `td.get(missing_key)` returns `None` instead of raising `KeyError`.
 
     Upstream calls it as a function that changes the mode for good; here the

@@ -19,6 +19,8 @@ __all__ = [
     "is_floating",
     "is_integer",
     "is_bool",
+    "is_tensorclass",
+    "is_tensor_collection",
 ]
 
 KEY_SEPARATOR: str = "."
@@ -67,3 +69,15 @@ def is_integer(*args: Any) -> bool:
 def is_bool(*args: Any) -> bool:
     """Whether the last argument has dtype `torch.bool`."""
     return args[-1].dtype is torch.bool
+
+
+def is_tensorclass(obj: Any) -> bool:
+    """Whether `obj` (an instance or a class) is a tensorclass."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return bool(getattr(cls, "_td_tensorclass", False))
+
+
+def is_tensor_collection(obj: Any) -> bool:
+    """Whether `obj` (an instance or a class) is a TensorDict-like container."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return bool(getattr(cls, "_td_collection", False)) and not getattr(cls, "_is_non_tensor", False)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core.errors import BatchSizeError
+from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -318,8 +318,6 @@ def _align(td: TensorDictContract, other: Any, out: list[Any], prefix: tuple[str
         for member, part in zip(members, other.unbind(d)):
             _align(member, part, out, prefix)
         return
-    from td_core.errors import KeyNotFoundError
-
     for key, value in td._items_str():
         if not isinstance(value, Tensor) and value._is_non_tensor:
             continue

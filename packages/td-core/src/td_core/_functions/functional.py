@@ -18,6 +18,8 @@ from td_core._core.keys import unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import normalize_dim
 from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.lazy import LazyStackedTensorDict
 from td_core._leaves.nontensor import stack_non_tensors
 
 __all__ = ["merge_tensordicts", "maybe_dense_stack", "dense_stack_tds", "group_by", "collate"]
@@ -103,8 +105,6 @@ def maybe_dense_stack(
     if not items:
         raise RuntimeError("maybe_dense_stack needs at least one TensorDict")
     d = normalize_dim(dim, items[0].batch_dims + 1)
-    from td_core._kinds.lazy import LazyStackedTensorDict
-
     if _stackable(items):
         result = _dense(items, d)
     else:
@@ -364,8 +364,6 @@ def _collate_special(
             torch.nested.as_nested_tensor([s.get(key) for s in batch], layout=torch.jagged),
         )
     if mask_key is not None:
-        from td_core._kinds.dense import TensorDict
-
         mask_td = TensorDict(batch_size=out.batch_size)
         for key, mask in masks.items():
             mask_td.set(key, mask)

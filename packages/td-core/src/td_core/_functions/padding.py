@@ -16,8 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from td_core._core.keys import as_tuple, unravel_key
+from td_core._core.predicates import is_tensorclass
 from td_core._core.traverse import is_nt, is_td
 from td_core._kinds.base import TensorDictBase
+from td_core._kinds.dense import TensorDict
+from td_core._kinds.lazy import LazyStackedTensorDict
 from td_core._leaves.nontensor import _from_array, stack_non_tensors
 
 __all__ = ["pad", "pad_sequence", "unpad_sequence"]
@@ -196,8 +199,6 @@ def pad_sequence(
         raise RuntimeError("list_of_tensordicts cannot be empty")
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
-    from td_core._kinds.tensorclass import is_tensorclass
-
     if return_mask is not False and is_tensorclass(tds[0]):
         raise RuntimeError(
             "pad_sequence(..., return_mask=...) needs TensorDicts: convert the tensorclasses "
@@ -273,8 +274,6 @@ class _Sequence:
                 entries[key] = self._non_tensor(vals, batch_d, full)
             else:
                 entries[key], masks[key] = self._tensor(vals, full, out_bs, len(bs))
-        from td_core._kinds.dense import TensorDict
-
         mask_td = TensorDict._new_unsafe(masks, out_bs, first.device)
         return first._new(entries, out_bs), mask_td
 
@@ -372,8 +371,6 @@ def unpad_sequence(
         >>> samples[0]["a"]
         tensor([0, 1])
     """
-    from td_core._kinds.lazy import LazyStackedTensorDict
-
     if not padded.batch_dims:
         raise ValueError(
             "unpad_sequence needs the samples along the first batch dim of padded, which has none"

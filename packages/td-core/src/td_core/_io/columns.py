@@ -25,8 +25,10 @@ import numpy as np
 import torch
 
 from td_core._core.contract import dense
+from td_core._core.predicates import is_tensorclass
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import as_size
+from td_core._io.convert_from import ConversionError
 from td_core._leaves.nontensor import NonTensorStack
 from td_core.errors import ExtensionMissingError, TDError
 
@@ -84,8 +86,6 @@ def frame_columns(frame: Any) -> dict[str, Any]:
     """The columns of a DataFrame as arrays (categoricals as their codes)."""
     pd = require("pandas", "from_pandas")
     if not isinstance(frame, pd.DataFrame):
-        from td_core._io.convert_from import ConversionError
-
         raise ConversionError(f"from_pandas reads a pandas DataFrame, got {type(frame).__name__}")
     columns: dict[str, Any] = {}
     for name in frame.columns:
@@ -185,8 +185,6 @@ def build(
         result.auto_batch_size_(batch_dims=batch_dims)
     elif batch_dims is not None:
         _warn_batch_dims(what, result, batch_dims, batch_size)
-    from td_core._kinds.tensorclass import is_tensorclass
-
     if is_tensorclass(cls):
         unknown = sorted(set(result.keys()) - set(cls._fields))  # type: ignore[attr-defined]
         if unknown:
@@ -221,8 +219,6 @@ def _warn_batch_dims(what: str, result: Any, batch_dims: int, batch_size: Any) -
 # ---------------------------------------------------------------- TensorDict -> table
 def _flat(td: Any, separator: str | None) -> dict[str, Any]:
     """Column name -> leaf; a nested tensorclass that fits no columns stays one object column."""
-    from td_core._kinds.tensorclass import is_tensorclass
-
     out: dict[str, Any] = {}
     for key, value in td.items():
         if not is_td(value):

@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core._core.contract import dense
+from td_core._core.contract import dense, provided
+from td_core._core.contract import lazy as lazy_stack_of
 from td_core._core.traverse import is_td
 from td_core._core.utils import as_device, as_size
 from td_core._leaves.nontensor import NonTensorStack
+from td_core._ops.stack import stack
 from td_core.errors import TDError
 
 __all__ = [
@@ -32,7 +34,6 @@ __all__ = [
     "from_pytree",
     "from_struct_array",
     "from_tuple",
-    "fromkeys",
     "from_schema",
 ]
 
@@ -45,9 +46,7 @@ class ConversionError(TDError, TypeError, AttributeError):
 
 
 def _dense(source: Mapping[str, Any] | None = None, batch_size: Any = ()) -> Any:
-    from td_core._kinds.dense import TensorDict
-
-    return TensorDict(source, batch_size=batch_size)
+    return dense(source, batch_size)
 
 
 def _finish(
@@ -221,8 +220,7 @@ def from_dataclass(
     With `as_tensorclass=True` and a dataclass *type*, returns a tensorclass
     type with the same fields; with an instance, an instance of that tensorclass.
     """
-    from td_core._kinds.tensorclass import tensorclass
-
+    tensorclass = provided("tensorclass")
     if as_tensorclass and isinstance(dataclass, type):
         if not dataclasses.is_dataclass(dataclass):
             raise TypeError(f"from_dataclass expects a dataclass, got {dataclass!r}")
@@ -295,9 +293,6 @@ def from_list(
 
     Members with different keys give a lazy stack (also with `lazy=True`).
     """
-    from td_core._kinds.lazy import LazyStackedTensorDict
-    from td_core._ops.stack import stack
-
     if not isinstance(input, (list, tuple)):
         raise TypeError(f"from_list expects a list, got {type(input).__name__}")
     if not input:
@@ -311,7 +306,7 @@ def from_list(
         else:
             raise TypeError(f"from_list: item {i} is a {type(item).__name__}, not a mapping")
     same = all(set(t.keys(True, True)) == set(items[0].keys(True, True)) for t in items)
-    out = LazyStackedTensorDict(*items, stack_dim=0) if lazy or not same else stack(items, 0)
+    out = lazy_stack_of(items, 0) if lazy or not same else stack(items, 0)
     return _finish(
         out,
         batch_size=batch_size,
@@ -374,14 +369,6 @@ def from_json(
         batch_dims=batch_dims,
         device=device,
     )
-
-
-def fromkeys(keys: list[Any], value: Any = 0) -> Any:
-    """A TensorDict with empty batch size holding `value` at every key (see `TensorDict.fromkeys`)."""
-    td = _dense()
-    for key in keys:
-        td.set(key, value)
-    return td
 
 
 _STORAGES = (None, "memmap", "h5", "zarr", "shared", "redis", "dragonfly")

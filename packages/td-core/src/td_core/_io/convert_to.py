@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._core.contract import TensorDictContract
+from td_core._core.contract import TensorDictContract, provided
 from td_core._core.traverse import is_nt, is_td
 from td_core._io.convert_from import (
     PYTREE_TYPE,
@@ -225,37 +225,14 @@ class ConvertMixin(TensorDictContract):
         module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
     ) -> Any:
         """The parameters and buffers of `module` (see `td_core.from_module`)."""
-        from td_core._shared.modules import from_module
-
-        return from_module(module, as_module=as_module, lock=lock, use_state_dict=use_state_dict)
+        return provided("from_module")(
+            module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
+        )
 
     @staticmethod
     def from_modules(*modules: Any, **kwargs: Any) -> Any:
         """The stacked parameters of several modules (see `td_core.from_modules`)."""
-        from td_core._shared.modules import from_modules
-
-        return from_modules(*modules, **kwargs)
-
-    @staticmethod
-    def from_remote_init(
-        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
-    ) -> Any:
-        """Receive a TensorDict that `init_remote` sent; no template needed.
-
-        Args:
-            src: the rank of the sender.
-            group: the process group (`None`: the default one).
-            device: the device the messages go through and the result lives on
-                (`None`: the CPU).
-            use_broadcast: receive a broadcast (the sender passed `use_broadcast=True`).
-
-        Returns:
-            A consolidated TensorDict (a lazy stack if a lazy stack was sent):
-            receive the next batches with `recv(consolidated=True)`.
-        """
-        from td_core._parallel.distributed import from_remote_init
-
-        return from_remote_init(src, group=group, device=device, use_broadcast=use_broadcast)
+        return provided("from_modules")(*modules, **kwargs)
 
     @classmethod
     def from_dict(
@@ -269,9 +246,7 @@ class ConvertMixin(TensorDictContract):
         names: Sequence[str | None] | None = None,
     ) -> Any:
         """A dense TensorDict from a (nested) mapping; see `td_core.from_dict`."""
-        from td_core._kinds.dense import from_dict
-
-        return from_dict(
+        return provided("from_dict")(
             input_dict,
             auto_batch_size=auto_batch_size,
             batch_size=batch_size,

@@ -17,6 +17,7 @@ import torch
 
 from td_core._core.contract import TensorDictContract, dense
 from td_core._core.keys import NestedKey
+from td_core._core.predicates import is_tensorclass
 from td_core._core.traverse import is_nt, is_td, stack_parts
 
 __all__ = ["PackLayout", "PackMixin", "pack"]
@@ -129,8 +130,6 @@ def pack(
     td: TensorDictContract, dim: int = -1, *, layout: PackLayout | None = None
 ) -> tuple[Tensor, PackLayout]:
     """See `PackMixin.pack`."""
-    from td_core._kinds.tensorclass import is_tensorclass
-
     bs = td.batch_size
     n = len(bs)
     if not -n - 1 <= dim <= n:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from td_core._core.contract import TensorDictContract
+from td_core._core.contract import TensorDictContract, provided
 from td_core._io.columns import (
     build,
     columns_of,
@@ -78,9 +78,7 @@ def _write_parquet(td: Any, path: Path, separator: str | None, kwargs: dict[str,
 
 
 def _dense_class() -> type:
-    from td_core._kinds.dense import TensorDict
-
-    return TensorDict
+    return provided("TensorDict")
 
 
 # ---------------------------------------------------------------- the methods

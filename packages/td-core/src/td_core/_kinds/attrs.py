@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._core.contract import provide
 from td_core._core.keys import unravel_key
 from td_core._core.traverse import is_nt, is_td, per_member
 from td_core._kinds.tensorclass_options import TensorClass
@@ -132,3 +133,7 @@ def _cast_tree(
         else:
             out[key] = _cast_tree(value, spec, (*prefix, key), blocking)
     return td._new(out, td.batch_size, None)
+
+
+provide("attrs_of", attrs_of)
+provide("to_attrs", to_attrs)

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core._core.contract import TensorDictContract, dense
+from td_core._core.contract import TensorDictContract, dense, provided
+from td_core._core.flags import get_defaults_to_none
 from td_core._core.keys import KeysView, NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT
@@ -48,27 +49,17 @@ from td_core._parallel.collectives import CollectivesMixin
 from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
 from td_core._parallel.p2p import PointToPointMixin
-from td_core._parallel.workers import WorkersMixin
+from td_core._parallel.workers import WorkersMixin, map_td
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
-__all__ = ["TensorDictBase", "is_tensor_collection"]
+__all__ = ["TensorDictBase"]
 
 Tensor = torch.Tensor
 _SCALARS = (bool, int, float, complex, np.generic)
 
 
-def is_tensor_collection(obj: Any) -> bool:
-    """Whether `obj` (an instance or a class) is a TensorDict-like container."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return bool(getattr(cls, "_td_collection", False)) and not getattr(cls, "_is_non_tensor", False)
-
-
 def defaults_to_none() -> bool:
     """Whether `get` of a missing key without a default returns `None` (`set_get_defaults_to_none`)."""
-    from td_core._core.flags import (
-        get_defaults_to_none,  # _flags imports the lazy stack: import late
-    )
-
     return get_defaults_to_none()
 
 
@@ -541,9 +532,7 @@ class TensorDictBase(
         Returns what was replaced, a TensorDict that restores it when used as a
         context manager: `with params.to_module(model): model(x)`.
         """
-        from td_core._shared.modules import to_module
-
-        return to_module(
+        return provided("to_module")(
             self,
             module,
             inplace=inplace,
@@ -585,8 +574,6 @@ class TensorDictBase(
             worker_threads: torch intra-op threads per worker (1 avoids OpenMP
                 deadlocks in forked workers and oversubscription).
         """
-        from td_core._parallel.workers import map_td
-
         return map_td(
             self,
             fn,

@@ -537,3 +537,4 @@ allow_weights_only(TensorDict, NonTensorData, NonTensorStack)
 
 
 provide("TensorDict", TensorDict)
+provide("from_dict", from_dict)

@@ -16,14 +16,13 @@ give a dense result.
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
 import torch
 
+from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
 from td_core._io.consolidate import pack, unpack
@@ -36,53 +35,14 @@ from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.names import inherit_names
+from td_core._ops.stack import stack
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
-__all__ = ["LazyStackedTensorDict", "lazy_stack", "set_lazy_stack", "lazy_stack_enabled"]
+__all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
 Tensor = torch.Tensor
 _F = TypeVar("_F", bound=Callable[..., Any])
-_LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
 _ABSENT = object()
-
-
-def lazy_stack_enabled() -> bool:
-    """Whether `torch.stack` of TensorDicts currently builds a lazy stack."""
-    return _LAZY.get()
-
-
-class set_lazy_stack:
-    """Context manager and decorator: within it, `torch.stack` of TensorDicts is lazy.
-
-    Examples:
-        >>> import torch
-        >>> from td_core import TensorDict, set_lazy_stack
-        >>> tds = [TensorDict({"a": torch.rand(10)}, [10]) for _ in range(3)]
-        >>> with set_lazy_stack(True):
-        ...     stacked = torch.stack(tds, 0)  # no stacking happens here
-        >>> stacked["a"] = torch.zeros(3, 10)
-        >>> bool((tds[0]["a"] == 0).all())
-        True
-    """
-
-    def __init__(self, mode: bool = True) -> None:
-        self.mode = bool(mode)
-        self._tokens: list[Token[bool]] = []
-
-    def __enter__(self) -> set_lazy_stack:
-        self._tokens.append(_LAZY.set(self.mode))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _LAZY.reset(self._tokens.pop())
-
-    def __call__(self, func: _F) -> _F:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with set_lazy_stack(self.mode):
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
 
 
 class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
@@ -476,8 +436,6 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
     # ---------------------------------------------------------------- structure
     def contiguous(self) -> TensorDictBase:
         """A dense TensorDict holding the stacked common entries."""
-        from td_core._ops.stack import stack
-
         if self.exclusive_keys() != [[] for _ in self.tensordicts]:
             return stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)
         return stack(self.tensordicts, self.stack_dim)
@@ -580,3 +538,4 @@ def lazy_stack(tensordicts: Sequence[TensorDictBase], dim: int = 0) -> LazyStack
 
 register(LazyStackedTensorDict)
 allow_weights_only(LazyStackedTensorDict)
+provide("LazyStackedTensorDict", LazyStackedTensorDict)

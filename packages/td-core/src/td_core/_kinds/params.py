@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, as_device
 from td_core._kinds.base import TensorDictBase
@@ -222,3 +223,4 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
 
 
 register(TensorDictParams)
+provide("TensorDictParams", TensorDictParams)

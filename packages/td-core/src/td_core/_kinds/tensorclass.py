@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from td_core._core.contract import provide
 from td_core._core.traverse import is_nt
 from td_core._core.utils import NO_DEFAULT
 from td_core._io.repr import leaf_repr, td_repr
@@ -26,7 +27,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._ops.names import inherit_names
 
-__all__ = ["tensorclass", "is_tensorclass"]
+__all__ = ["tensorclass"]
 
 _T = TypeVar("_T")
 _RESERVED = {"batch_size", "device", "shape", "names"}
@@ -35,6 +36,7 @@ _RESERVED = {"batch_size", "device", "shape", "names"}
 class _TensorClassBase(TensorDictBase):
     """What every generated tensorclass shares."""
 
+    _td_tensorclass = True  # not upstream's `_is_tensorclass`, which its vmap patch reads
     _fields: tuple[str, ...] = ()
     _field_set: frozenset[str] = frozenset()
     _defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per class
@@ -333,7 +335,4 @@ def tensorclass(cls: type[_T]) -> type[_T]:
     return new_cls
 
 
-def is_tensorclass(obj: Any) -> bool:
-    """Whether `obj` (an instance or a class) is a tensorclass."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return issubclass(cls, _TensorClassBase)
+provide("tensorclass", tensorclass)

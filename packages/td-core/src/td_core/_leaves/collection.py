@@ -12,6 +12,8 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+from td_core._leaves.nontensor import NonTensorData
+
 __all__ = ["TensorCollection", "NonTensorDataBase"]
 
 
@@ -55,7 +57,5 @@ class NonTensorDataBase(abc.ABC):  # noqa: B024 - an isinstance target
     @classmethod
     def __subclasshook__(cls, other: type) -> Any:
         if cls is NonTensorDataBase:
-            from td_core._leaves.nontensor import NonTensorData
-
             return issubclass(other, NonTensorData)
         return NotImplemented

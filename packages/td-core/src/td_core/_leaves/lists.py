@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_td
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 
@@ -28,8 +29,6 @@ __all__ = ["read_list"]
 
 def read_list(value: Sequence[Any], batch_size: torch.Size, device: Any) -> Any:
     """The entry `value` stands for: a tensor or TensorDict to validate, or a non-tensor leaf."""
-    from td_core._core.flags import list_to_stack  # _flags imports the containers
-
     if not list_to_stack():
         return NonTensorData(list(value), batch_size, device)
     if value and all(isinstance(v, Tensor) for v in value):

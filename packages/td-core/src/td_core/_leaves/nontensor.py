@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from td_core._core.flags import capture_non_tensor_stack
 from td_core._core.utils import BatchMeta
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
@@ -282,8 +283,6 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
         out = stack_leaves(leaves, dim)
         if out is not None:
             return out
-    from td_core._core.flags import capture_non_tensor_stack
-
     first = leaves[0]
     if (
         capture_non_tensor_stack()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TD, TensorDictContract
+from td_core._core.contract import TD, TensorDictContract, provided
 from td_core._core.traverse import (
     is_stack,
     is_td,
@@ -217,10 +217,8 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | TensorDictBase:
             raise TypeError(
                 f"to(attrs_td) takes no other positional argument, got {len(args) - 1} more"
             )
-        from td_core._kinds.attrs import to_attrs
-
         kwargs.pop("cast_filter", None)
-        return to_attrs(td, args[0], non_blocking=kwargs.pop("non_blocking", None))
+        return provided("to_attrs")(td, args[0], non_blocking=kwargs.pop("non_blocking", None))
     non_blocking = kwargs.pop("non_blocking", False)
     if kwargs.pop("batch_size", None) is not None:
         raise TypeError("to(batch_size=...) is not supported; set td.batch_size instead")
@@ -506,8 +504,6 @@ class ApplyMixin(TensorDictContract):
 
             ```
         """
-        from td_core._kinds.attrs import attrs_of
-
-        return attrs_of(self, tuple(fields))
+        return provided("attrs_of")(self, tuple(fields))
 
     # ----------------------------------------------------------- reductions

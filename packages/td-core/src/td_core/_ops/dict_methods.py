@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TensorDictContract
+from td_core._core.contract import TensorDictContract, dense, provided
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from td_core._kinds.base import TensorDictBase
 
-__all__ = ["MappingMixin", "PerObject"]
+__all__ = ["MappingMixin", "PerObject", "fromkeys"]
 
 Tensor = torch.Tensor
 
@@ -103,6 +103,14 @@ def _non_tensor_items(
             yield ((*prefix, key) if prefix else key), value
         elif nested and is_td(value):
             yield from _non_tensor_items(value, (*prefix, key), nested)
+
+
+def fromkeys(keys: list[Any], value: Any = 0) -> Any:
+    """A TensorDict with empty batch size holding `value` at every key (see `TensorDict.fromkeys`)."""
+    td = dense()
+    for key in keys:
+        td.set(key, value)
+    return td
 
 
 class MappingMixin(TensorDictContract):
@@ -214,8 +222,6 @@ class MappingMixin(TensorDictContract):
             >>> TensorDict.fromkeys(["a", ("b", "c")], 1)["b", "c"]
             tensor(1)
         """
-        from td_core._io.convert_from import fromkeys
-
         return fromkeys(keys, value)
 
     @property
@@ -364,9 +370,7 @@ class MappingMixin(TensorDictContract):
             retain_none: kept for upstream compatibility; `None` values are kept
                 as non-tensor leaves either way.
         """
-        from td_core._kinds.dense import TensorDict
-
-        return _densify(self, TensorDict)
+        return _densify(self, provided("TensorDict"))
 
 
 def _densify(td: TensorDictContract, dense: Any) -> Any:

@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.traverse import is_td, rebuild
+from td_core._core.traverse import is_td, rebuild, stack_parts
 from td_core._core.utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
     from td_core._kinds.base import TensorDictBase
-    from td_core._kinds.lazy import LazyStackedTensorDict
 
 __all__ = ["Op", "run"]
 
@@ -389,7 +388,6 @@ def _key_of(td: TensorDictContract, leaf: Tensor) -> Any:
 
 
 # ------------------------------------------------------------------ lazy stacks
-_LAZY: list[type[LazyStackedTensorDict]] = []
 
 
 def _collect(td: TensorDictContract, out: list[Tensor]) -> bool:
@@ -435,13 +433,8 @@ def _run_entries(
 
 
 def _lazy_members(td: TensorDictContract) -> list[TensorDictBase] | None:
-    if not _LAZY:
-        from td_core._kinds.lazy import LazyStackedTensorDict
-
-        _LAZY.append(LazyStackedTensorDict)
-    if isinstance(td, _LAZY[0]):
-        return td.tensordicts
-    return None
+    parts = stack_parts(td)
+    return None if parts is None else parts[0]
 
 
 def _run_lazy(

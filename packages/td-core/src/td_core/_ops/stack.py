@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TD, TensorDictContract
+from td_core._core.contract import TD, TensorDictContract, lazy
+from td_core._core.flags import lazy_stack_enabled
+from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts
 from td_core._core.utils import normalize_dim
 from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
@@ -26,7 +28,6 @@ from td_core.errors import BatchSizeError, KeyNotFoundError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._core.keys import NestedKey
     from td_core._kinds.base import TensorDictBase
 
 __all__ = ["stack", "cat", "StackMixin"]
@@ -101,13 +102,11 @@ def stack(
                 f"stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
             )
     d = normalize_dim(dim, len(bs) + 1)
-    from td_core._kinds.lazy import LazyStackedTensorDict, lazy_stack_enabled
-
     if lazy_stack_enabled() or (out is None and _any_ragged(tds)):
         # ragged lazy stacks cannot become dense: stack them lazily, as upstream
         if out is not None:
             raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
-        return LazyStackedTensorDict(*tds, stack_dim=d)
+        return lazy(tds, d)
     result = _combine(tds, d, (), stacking=True)
     names = tds[0]._raw_names()
     if names is not None:
@@ -192,8 +191,6 @@ def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
     Along the stack dim the members are chained; along another dim the inputs
     must stack the same number of members, which are concatenated pairwise.
     """
-    from td_core._kinds.lazy import LazyStackedTensorDict
-
     parts = [stack_parts(td) for td in tds]
     if any(p is None or p[1] != parts[0][1] for p in parts):  # type: ignore[index]
         raise BatchSizeError(
@@ -203,15 +200,13 @@ def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
     members = [p[0] for p in parts]  # type: ignore[index]
     sd = parts[0][1]  # type: ignore[index]
     if d == sd:
-        return LazyStackedTensorDict(*(m for ms in members for m in ms), stack_dim=sd)
+        return lazy([m for ms in members for m in ms], sd)
     if any(len(ms) != len(members[0]) for ms in members):
         raise BatchSizeError(
             f"cat along dim {d}: the lazy stacks hold different numbers of members"
         )
     inner = d if d < sd else d - 1
-    return LazyStackedTensorDict(
-        *(cat(list(group), inner) for group in zip(*members)), stack_dim=sd
-    )
+    return lazy([cat(list(group), inner) for group in zip(*members)], sd)
 
 
 def _combine_entries(
@@ -231,8 +226,6 @@ def _combine_entries(
             raise TypeError(f"entry {key!r} is a {type(value).__name__}, not a tensor")
     td.set(out_key, op(values, dim))  # validated against the batch size before anything is removed
     if not keep_entries:
-        from td_core._core.keys import unravel_key
-
         target = unravel_key(out_key)
         for key in keys:
             if unravel_key(key) != target:
@@ -275,9 +268,7 @@ class StackMixin(TensorDictContract):
     @classmethod
     def lazy_stack(cls, input: Sequence[TensorDictBase], dim: int = 0) -> TensorDictBase:
         """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals)."""
-        from td_core._kinds.lazy import LazyStackedTensorDict
-
-        return LazyStackedTensorDict(*input, stack_dim=dim)
+        return lazy(input, dim)
 
     @classmethod
     def maybe_dense_stack(
@@ -302,17 +293,16 @@ class StackMixin(TensorDictContract):
                 raise
             return cls.lazy_stack(input, dim)
 
-    def to_lazystack(self, dim: int = 0) -> TensorDictBase:
+    def to_lazystack(self, dim: int = 0) -> Any:
         """A lazy stack of this TensorDict's slices along batch dim `dim` (views of it).
 
         A lazy stack along `dim` already is one: it is returned as it is.
         """
-        from td_core._kinds.lazy import LazyStackedTensorDict
-
         d = normalize_dim(dim, self.batch_dims)
-        if isinstance(self, LazyStackedTensorDict) and self.stack_dim == d:
+        parts = stack_parts(self)
+        if parts is not None and parts[1] == d:
             return self
-        return LazyStackedTensorDict(*self.unbind(d), stack_dim=d)
+        return lazy(self.unbind(d), d)
 
     def stack_tensors(
         self,

@@ -20,6 +20,7 @@ import torch
 from torch.utils.data._utils.collate import default_collate_fn_map
 
 from td_core._core.contract import TensorDictContract
+from td_core._core.predicates import is_tensor_collection
 
 if TYPE_CHECKING:
     from td_core._kinds.base import TensorDictBase
@@ -31,8 +32,6 @@ def _collate_tensordicts(
     batch: Any, *, collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] | None = None
 ) -> Any:
     """`default_collate` for TensorDicts: a batched one as is, a sequence of them stacked."""
-    from td_core._kinds.base import is_tensor_collection
-
     if is_tensor_collection(batch):
         return batch
     if isinstance(batch, Sequence) and batch and all(is_tensor_collection(b) for b in batch):

@@ -396,6 +396,25 @@ class PipeMixin(TensorDictContract):
 
     __slots__ = ()
 
+    @staticmethod
+    def from_remote_init(
+        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
+    ) -> Any:
+        """Receive a TensorDict that `init_remote` sent; no template needed.
+
+        Args:
+            src: the rank of the sender.
+            group: the process group (`None`: the default one).
+            device: the device the messages go through and the result lives on
+                (`None`: the CPU).
+            use_broadcast: receive a broadcast (the sender passed `use_broadcast=True`).
+
+        Returns:
+            A consolidated TensorDict (a lazy stack if a lazy stack was sent):
+            receive the next batches with `recv(consolidated=True)`.
+        """
+        return from_remote_init(src, group=group, device=device, use_broadcast=use_broadcast)
+
     async def asend(self, dst: Any) -> None:
         """Send this TensorDict through the pipe `dst`, awaiting `dst.asend(self)`.
 

@@ -7,14 +7,12 @@ offer a `deterministic_sample`), so neither needs to import the other.
 from __future__ import annotations
 
 import enum
-import functools
-from collections.abc import Callable
-from contextvars import ContextVar, Token
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import Any
+
+from td_core._core.flags import Switch
 
 __all__ = ["InteractionType", "interaction_type", "set_interaction_type"]
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class InteractionType(enum.Enum):
@@ -63,7 +61,7 @@ def interaction_type() -> InteractionType | None:
     return _INTERACTION_TYPE.get()
 
 
-class set_interaction_type:
+class set_interaction_type(Switch["InteractionType | None"]):
     """Context manager and decorator that sets the interaction type.
 
     Args:
@@ -71,21 +69,15 @@ class set_interaction_type:
             modules fall back to their `default_interaction_type`.
     """
 
+    _var = _INTERACTION_TYPE
+
     def __init__(self, type: InteractionType | str | None = InteractionType.DETERMINISTIC) -> None:
-        self.type = None if type is None else InteractionType.from_str(type)
-        self._tokens: list[Token[InteractionType | None]] = []
+        super().__init__(type)
 
-    def __enter__(self) -> set_interaction_type:
-        self._tokens.append(_INTERACTION_TYPE.set(self.type))
-        return self
+    def _parse(self, mode: Any) -> InteractionType | None:
+        return None if mode is None else InteractionType.from_str(mode)
 
-    def __exit__(self, *exc: object) -> None:
-        _INTERACTION_TYPE.reset(self._tokens.pop())
-
-    def __call__(self, func: _F) -> _F:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with set_interaction_type(self.type):
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+    @property
+    def type(self) -> InteractionType | None:
+        """The interaction type this switch sets."""
+        return self.mode

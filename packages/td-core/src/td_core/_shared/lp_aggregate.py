@@ -8,14 +8,13 @@ one log-prob per leaf, written next to each sampled leaf as `<name>_log_prob`.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from contextvars import ContextVar, Token
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import Any
+
+from td_core._core.flags import Switch
 
 __all__ = ["composite_lp_aggregate", "set_composite_lp_aggregate"]
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 _AGGREGATE: ContextVar[bool] = ContextVar("td_composite_lp_aggregate", default=False)
 
 
@@ -24,30 +23,15 @@ def composite_lp_aggregate() -> bool:
     return _AGGREGATE.get()
 
 
-class set_composite_lp_aggregate:
+class set_composite_lp_aggregate(Switch[bool]):
     """Context manager and decorator that turns log-prob aggregation on or off."""
 
+    _var = _AGGREGATE
+
     def __init__(self, mode: bool = True) -> None:
+        super().__init__(mode)
+
+    def _parse(self, mode: Any) -> bool:
         if not isinstance(mode, bool):
             raise TypeError(f"set_composite_lp_aggregate expects a bool, got {mode!r}")
-        self.mode = mode
-        self._tokens: list[Token[bool]] = []
-
-    def __enter__(self) -> set_composite_lp_aggregate:
-        self._tokens.append(_AGGREGATE.set(self.mode))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _AGGREGATE.reset(self._tokens.pop())
-
-    def set(self) -> None:
-        """Set the mode for the rest of the current context (no restore)."""
-        _AGGREGATE.set(self.mode)
-
-    def __call__(self, func: _F) -> _F:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with set_composite_lp_aggregate(self.mode):
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        return mode

@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
 from td_core._kinds.dense import TensorDict
+from td_core._kinds.lazy import LazyStackedTensorDict
+from td_core._kinds.params import TensorDictParams
 from td_core._leaves.nontensor import NonTensorData
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
@@ -92,8 +95,6 @@ def from_module(
     else:
         td = TensorDict._new_unsafe(_collect(module), _EMPTY)
     if as_module:
-        from td_core._kinds.params import TensorDictParams
-
         return TensorDictParams(td, no_convert=True, lock=lock)
     return td.lock_() if lock else td
 
@@ -171,14 +172,10 @@ def from_modules(
         raise ValueError("from_modules: lazy_stack and as_module cannot be combined")
     tds = [from_module(m, use_state_dict=use_state_dict) for m in modules]
     if lazy_stack:
-        from td_core._kinds.lazy import LazyStackedTensorDict
-
         result: TensorDictBase = LazyStackedTensorDict(*tds, stack_dim=0)
     else:
         result = _stack_params(tds, expand_identical, ())
     if as_module:
-        from td_core._kinds.params import TensorDictParams
-
         return TensorDictParams(result, no_convert=True, lock=lock)
     return result.lock_() if lock else result
 
@@ -325,3 +322,8 @@ def make_tensordict(
     return TensorDict.from_dict(
         source, batch_size=batch_size, device=device, auto_batch_size=batch_size is None
     )
+
+
+provide("from_module", from_module)
+provide("from_modules", from_modules)
+provide("to_module", to_module)
