@@ -39,6 +39,7 @@ from td_core._functions.functional import (
     merge_tensordicts,
 )
 from td_core._functions.padding import pad, pad_sequence, unpad_sequence
+from td_core._functions.parse import parse_tensor_dict_string
 from td_core._functions.testing import assert_allclose_td, assert_close
 from td_core._io.arrow import from_arrow, to_arrow
 from td_core._io.consolidate import from_consolidated
@@ -53,7 +54,6 @@ from td_core._io.convert_from import (
 )
 from td_core._io.formats import from_h5, from_safetensors, to_safetensors
 from td_core._io.pack import PackLayout
-from td_core._io.parse import parse_tensor_dict_string
 from td_core._io.printoptions import get_printoptions, set_printoptions
 from td_core._io.tables import from_csv, from_pandas, from_parquet
 from td_core._kinds.attrs import TensorAttrs

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
     from td_core._core.contract import TensorDictContract
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "map_batch",
@@ -59,7 +58,7 @@ __all__ = [
 Tensor = torch.Tensor
 
 
-def is_td(obj: Any) -> TypeIs[TensorDictBase]:
+def is_td(obj: Any) -> TypeIs[Any]:
     """A TensorDict-like container (not a non-tensor leaf)."""
     if isinstance(obj, Tensor):  # the usual case: 15-60 ns, a missing class attribute 170
         return False
@@ -95,7 +94,7 @@ def is_stack(td: Any) -> bool:
     return found
 
 
-def stack_parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
+def stack_parts(td: Any) -> tuple[list[Any], int] | None:
     """`(members, stack_dim)` of a lazy stack, `None` for every other kind."""
     return td._stack_parts() if is_stack(td) else None
 
@@ -139,22 +138,20 @@ def per_member(td: TensorDictContract, fn: Callable[..., Any], *others: Any) -> 
     return _restack(td, results, d)
 
 
-def _ragged(td: TensorDictContract) -> tuple[list[TensorDictBase], int] | None:
+def _ragged(td: TensorDictContract) -> tuple[list[Any], int] | None:
     """`stack_parts(td)` when it is a lazy stack whose members' leaves differ in shape."""
     parts = stack_parts(td)
     return parts if parts is not None and td._is_ragged() else None  # type: ignore[attr-defined]
 
 
-def map_batch(
-    td: TensorDictContract, fn: Callable[[Tensor], Tensor], lead: torch.Size
-) -> TensorDictBase:
+def map_batch(td: TensorDictContract, fn: Callable[[Tensor], Tensor], lead: torch.Size) -> Any:
     """Apply the batch op `fn` to every entry; `lead` is the new batch size of `td`."""
     return _map_batch(td, fn, lead, td.batch_dims)
 
 
 def _map_batch(
     td: TensorDictContract, fn: Callable[[Tensor], Tensor], lead: torch.Size, n: int
-) -> TensorDictBase:
+) -> Any:
     if is_stack(td):
         ragged = _ragged(td)
         if ragged is not None:
@@ -171,13 +168,13 @@ def _map_batch(
     return td._new(out, lead if len(bs) == n else lead + bs[n:])
 
 
-def index_batch(td: TensorDictContract, index: Any, lead: torch.Size) -> TensorDictBase:
+def index_batch(td: TensorDictContract, index: Any, lead: torch.Size) -> Any:
     """`map_batch` specialised to `t[index]`: indexing is the hottest batch op,
     and inlining it saves a function call per leaf."""
     return _index_batch(td, index, lead, td.batch_dims)
 
 
-def _index_batch(td: TensorDictContract, index: Any, lead: torch.Size, n: int) -> TensorDictBase:
+def _index_batch(td: TensorDictContract, index: Any, lead: torch.Size, n: int) -> Any:
     if stack_parts(td) is not None:
         return _map_batch(td, lambda t: t[index], lead, n)
     out: dict[str, Any] = {}
@@ -196,7 +193,7 @@ def map_batch_multi(
     td: TensorDictContract,
     fn: Callable[[Tensor], Sequence[Tensor]],
     leads: Sequence[torch.Size],
-) -> list[TensorDictBase]:
+) -> list[Any]:
     """Like `map_batch` for ops with several results (unbind, split, chunk)."""
     return _map_batch_multi(td, fn, leads, td.batch_dims)
 
@@ -206,7 +203,7 @@ def _map_batch_multi(
     fn: Callable[[Tensor], Sequence[Tensor]],
     leads: Sequence[torch.Size],
     n: int,
-) -> list[TensorDictBase]:
+) -> list[Any]:
     if is_stack(td):
         ragged = _ragged(td)
         if ragged is not None:
@@ -232,7 +229,7 @@ def map_leaves(
     *,
     device: Any = None,
     keep_non_tensor: Callable[[Any], Any] | None = None,
-) -> TensorDictBase:
+) -> Any:
     """Apply `fn` to every tensor leaf; the batch size is unchanged.
 
     Args:
@@ -276,7 +273,7 @@ def _collect(td: TensorDictContract, out: list[Tensor]) -> None:
 
 def rebuild(
     td: TensorDictContract, leaves: Iterator[Tensor], *, batch_size: torch.Size | None = None
-) -> TensorDictBase:
+) -> Any:
     """A tree shaped like `td` whose tensor leaves are taken from `leaves` in order."""
     parts = stack_parts(td)
     if parts is not None:
@@ -337,11 +334,11 @@ _MISSING = object()
 
 def _lazy_batch(
     td: TensorDictContract,
-    parts: tuple[list[TensorDictBase], int],
+    parts: tuple[list[TensorDictContract], int],
     fn: Callable[[Tensor], Sequence[Tensor]],
     leads: Sequence[torch.Size],
     n: int,
-) -> list[TensorDictBase]:
+) -> list[Any]:
     """The batch op `fn` (acting on the `n` leading dims) on a ragged lazy stack, per member.
 
     The op is first run on a probe, `arange(len(members))` laid along the

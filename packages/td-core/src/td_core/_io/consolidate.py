@@ -37,7 +37,7 @@ from td_core._core.utils import as_device
 from td_core._leaves.nontensor import NonTensorData
 
 if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
+    from typing_extensions import Self
 
 __all__ = [
     "ConsolidateMixin",
@@ -310,7 +310,7 @@ def whole_buffer(leaf: Tensor) -> Tensor:
 
 def to_consolidated(
     td: TensorDictContract, device: torch.device, *, non_blocking: bool = False
-) -> TensorDictBase | None:
+) -> Any | None:
     """`td.to(device)` as one transfer when `td` is consolidated (else `None`).
 
     The buffer is moved once and the leaves of the result are views of the
@@ -335,7 +335,7 @@ def _slots(leaves: list[Tensor], offsets: list[int]) -> list[Slot]:
 _PLACEHOLDER = torch.empty(0, device="meta")
 
 
-def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase, list[Slot]] | None:
+def pack(td: TensorDictContract) -> tuple[Tensor, Any, list[Slot]] | None:
     """A consolidated `td` as (its buffer, a skeleton, the slots of its leaves); else `None`.
 
     Pickling these moves the buffer once (pickling each view would copy the
@@ -351,7 +351,7 @@ def pack(td: TensorDictContract) -> tuple[Tensor, TensorDictBase, list[Slot]] | 
     return whole_buffer(leaves[0]), skeleton, _slots(leaves, offsets)
 
 
-def unpack(buffer: Tensor, skeleton: TensorDictContract, slots: list[Slot]) -> TensorDictBase:
+def unpack(buffer: Tensor, skeleton: TensorDictContract, slots: list[Slot]) -> Any:
     """Inverse of `pack`: the skeleton with views of `buffer` as its leaves."""
     return rebuild(skeleton, iter(_views_at(buffer, slots)))
 
@@ -364,7 +364,7 @@ def _replace_leaves(td: TensorDictContract, views: Iterator[Tensor]) -> None:
             _replace_leaves(value, views)
 
 
-def from_consolidated(filename: str | os.PathLike[str]) -> TensorDictBase:
+def from_consolidated(filename: str | os.PathLike[str]) -> Any:
     """Map a file written by `consolidate(filename=...)` back as a consolidated TensorDict.
 
     Raises:
@@ -391,7 +391,7 @@ def from_consolidated(filename: str | os.PathLike[str]) -> TensorDictBase:
     return build_from_layout(description.get("tree"), buffer, total, path)
 
 
-def build_from_layout(tree: Any, buffer: Tensor, total: int, path: object) -> TensorDictBase:
+def build_from_layout(tree: Any, buffer: Tensor, total: int, path: object) -> Any:
     """A TensorDict of views of `buffer` described by `tree` (validated; `path` names the source in errors)."""
     if not isinstance(tree, dict) or not isinstance(tree.get("entries"), dict):
         raise ValueError(f"{path}: malformed layout description")
@@ -440,6 +440,10 @@ class ConsolidateMixin(TensorDictContract):
     """`consolidate`, `is_consolidated`, `from_consolidated`."""
 
     __slots__ = ()
+
+    def _to_consolidated(self, device: torch.device, non_blocking: bool) -> Any | None:
+        """`self.to(device)` as one transfer of the buffer when consolidated, else `None`."""
+        return to_consolidated(self, device, non_blocking=non_blocking)
 
     def consolidate(
         self,
@@ -505,6 +509,6 @@ class ConsolidateMixin(TensorDictContract):
         return is_consolidated(self)
 
     @classmethod
-    def from_consolidated(cls, filename: str | os.PathLike[str]) -> TensorDictBase:
+    def from_consolidated(cls, filename: str | os.PathLike[str]) -> Self:
         """Map back a TensorDict saved with `consolidate(filename=...)` (no pickle)."""
         return from_consolidated(filename)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from td_core._core.contract import TensorDictContract
 
 if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
+    from typing_extensions import Self
 
 __all__ = ["InterchangeMixin", "from_h5", "from_safetensors", "to_safetensors"]
 
@@ -25,12 +25,12 @@ def _ext() -> Any:
     return load_extension("memmap", "td-memmap")
 
 
-def to_safetensors(data: TensorDictBase, path: str | os.PathLike) -> None:
+def to_safetensors(data: TensorDictContract, path: str | os.PathLike) -> None:
     """Write `data` to a safetensors file (needs `td-memmap[safetensors]`)."""
     _ext().to_safetensors(data, path)
 
 
-def from_safetensors(path: str | os.PathLike, *, device: Any = None) -> TensorDictBase:
+def from_safetensors(path: str | os.PathLike, *, device: Any = None) -> Any:
     """Load a TensorDict from a safetensors file (needs `td-memmap[safetensors]`)."""
     return _ext().from_safetensors(path, device=device)
 
@@ -42,7 +42,7 @@ def from_h5(
     auto_batch_size: bool = False,
     batch_dims: int | None = None,
     batch_size: Any = None,
-) -> TensorDictBase:
+) -> Any:
     """Open an HDF5 file or group as a `PersistentTensorDict` (needs `td-memmap[h5]`).
 
     Args:
@@ -76,11 +76,11 @@ class InterchangeMixin(TensorDictContract):
         _ext().to_safetensors(self, path)
 
     @classmethod
-    def from_safetensors(cls, path: str | os.PathLike, *, device: Any = None) -> TensorDictBase:
+    def from_safetensors(cls, path: str | os.PathLike, *, device: Any = None) -> Self:
         """Load a TensorDict written by `to_safetensors` (or any safetensors file)."""
         return _ext().from_safetensors(path, device=device)
 
-    def to_h5(self, filename: str | os.PathLike, **kwargs: Any) -> TensorDictBase:
+    def to_h5(self, filename: str | os.PathLike, **kwargs: Any) -> Self:
         """Write to an HDF5 file and return it as a `PersistentTensorDict` (needs `td-memmap[h5]`).
 
         Args:
@@ -98,7 +98,7 @@ class InterchangeMixin(TensorDictContract):
         auto_batch_size: bool = False,
         batch_dims: int | None = None,
         batch_size: Any = None,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Open an HDF5 file as a `PersistentTensorDict` (needs `td-memmap[h5]`)."""
         return _ext().from_h5(
             filename,

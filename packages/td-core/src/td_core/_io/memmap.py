@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.keys import NestedKey
-
-if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["MemmapMixin"]
 
@@ -165,7 +162,7 @@ class MemmapMixin(TensorDictContract):
         device: torch.device | str | None = None,
         non_blocking: bool = False,
         *,
-        out: TensorDictBase | None = None,
+        out: TensorDictContract | None = None,
         robust_key: bool | None = True,
         subpath: NestedKey | None = None,
         mode: str | None = None,
@@ -196,7 +193,7 @@ class MemmapMixin(TensorDictContract):
         device: torch.device | str | None = None,
         non_blocking: bool = False,
         *,
-        out: TensorDictBase | None = None,
+        out: TensorDictContract | None = None,
         robust_key: bool | None = True,
         subpath: NestedKey | None = None,
         mode: str | None = None,

@@ -24,7 +24,6 @@ from td_core._core.traverse import (
     tensor_leaves,
 )
 from td_core._core.utils import NO_DEFAULT, as_device, as_size, broadcast_shape
-from td_core._io.consolidate import to_consolidated
 from td_core._ops.casts import cast_all
 from td_core._ops.dict_methods import PerObject
 from td_core.errors import BatchSizeError, KeyNotFoundError
@@ -32,7 +31,6 @@ from td_core.errors import BatchSizeError, KeyNotFoundError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["ApplyMixin", "to"]
 
@@ -56,7 +54,7 @@ def _apply(
     filter_empty: bool | None,
     writes: list[tuple[Any, Any, Any]],
     is_leaf: Callable[[type], bool] | None = None,
-) -> TensorDictBase | None:
+) -> Any | None:
     if batch_size is None and is_stack(td):  # per member (a lazy stack's reads are copies)
         return per_member(
             td,
@@ -209,7 +207,7 @@ def _replace_leaves(td: TensorDictContract, new: TensorDictContract) -> None:
 
 
 # ----------------------------------------------------------------------- to
-def to(td: TD, *args: Any, **kwargs: Any) -> TD | TensorDictBase:
+def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
     """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(tensor)`, `td.to(attrs_td)`."""
     if args and is_td(args[0]):
         # as upstream: a TensorDict argument holds a `TensorAttrs` per leaf (see `attrs`)
@@ -240,7 +238,7 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | TensorDictBase:
     if dtype is None:
         if device == td.device:  # already there: as upstream, the TensorDict itself
             return td
-        moved = to_consolidated(td, device, non_blocking=non_blocking)
+        moved = td._to_consolidated(device, non_blocking)
         if moved is not None:  # one transfer of the whole buffer
             return moved
         return map_leaves(
@@ -279,7 +277,7 @@ class ApplyMixin(TensorDictContract):
         filter_empty: bool | None = None,
         call_on_nested: bool = False,
         is_leaf: Callable[[type], bool] | None = None,
-    ) -> TensorDictBase | None:
+    ) -> Self | None:
         """A new TensorDict with `fn(leaf, *leaves_of_others)` at every tensor leaf.
 
         A `None` result drops the entry. Non-tensor leaves are kept as they are.
@@ -344,7 +342,7 @@ class ApplyMixin(TensorDictContract):
         default: Any = NO_DEFAULT,
         filter_empty: bool | None = None,
         call_on_nested: bool = False,
-    ) -> TensorDictBase | None:
+    ) -> Self | None:
         """Like `apply`, calling `fn(key, leaf, *others)`.
 
         With `nested_keys=True` the key is the full nested key (a tuple below the top level).
@@ -369,26 +367,26 @@ class ApplyMixin(TensorDictContract):
         return result
 
     # ------------------------------------------------------------------ memory
-    def clone(self, recurse: bool = True) -> TensorDictBase:
+    def clone(self, recurse: bool = True) -> Self:
         """A copy; with `recurse=False` only the structure is copied (tensors are shared)."""
         if not recurse:
             return map_leaves(self, lambda t: t)
         return map_leaves(self, Tensor.clone, keep_non_tensor=lambda v: v.clone())
 
-    def __copy__(self) -> TensorDictBase:
+    def __copy__(self) -> Self:
         return self.clone(recurse=False)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> TensorDictBase:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         return self.clone()
 
-    def contiguous(self) -> TensorDictBase:
+    def contiguous(self) -> Any:
         """Every tensor leaf made contiguous (expanded leaves are materialised)."""
         return map_leaves(self, Tensor.contiguous)
 
     def is_contiguous(self) -> bool:
         return all(map(Tensor.is_contiguous, tensor_leaves(self)))
 
-    def share_memory_(self) -> TensorDictBase:
+    def share_memory_(self) -> Self:
         """Move every CPU leaf to shared memory, then lock (new entries would not be shared)."""
         for t in tensor_leaves(self):
             t.share_memory_()
@@ -399,9 +397,7 @@ class ApplyMixin(TensorDictContract):
         leaves = tensor_leaves(self)
         return bool(leaves) and all(t.is_shared() or t.is_cuda for t in leaves)
 
-    def pin_memory(
-        self, num_threads: int | None = None, inplace: bool = False
-    ) -> Self | TensorDictBase:
+    def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> Self:
         """Every tensor leaf copied to page-locked memory (needs an accelerator).
 
         Args:
@@ -480,7 +476,7 @@ class ApplyMixin(TensorDictContract):
         *,
         fields: Sequence[str] = ("device", "dtype", "shape"),
         num_threads: int | None = None,
-    ) -> TensorDictBase:
+    ) -> Self:
         """A TensorDict of empty batch size with a `TensorAttrs` in place of each tensor leaf.
 
         Pass it to `to` to move and cast another TensorDict leaf by leaf, when

@@ -22,7 +22,6 @@ from td_core.errors import BatchSizeError, KeyNotFoundError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["AutogradMixin", "own_leaves"]
 
@@ -48,7 +47,7 @@ def own_leaves(
             yield from own_leaves(value, (*prefix, key))
 
 
-def _grads(td: TensorDictContract) -> TensorDictBase | None:
+def _grads(td: TensorDictContract) -> Any | None:
     """The `.grad` of every leaf that has one, or `None` if none has."""
     found = lazy.parts(td)
     if found is not None:
@@ -110,7 +109,7 @@ class AutogradMixin(TensorDictContract):
     __slots__ = ()
 
     @property
-    def data(self) -> TensorDictBase:
+    def data(self) -> Self:
         """A TensorDict of every leaf's `.data`: the same storage, outside autograd.
 
         `params.data.clone()` snapshots parameters; writing into the result
@@ -132,7 +131,7 @@ class AutogradMixin(TensorDictContract):
             leaf.data = src
 
     @property
-    def grad(self) -> TensorDictBase | None:
+    def grad(self) -> Self | None:
         """A TensorDict of the leaves' `.grad`; leaves without one are left out, `None` if no leaf has one.
 
         Assigning `td.grad = other` sets each leaf's `.grad` (copying into an existing one).
@@ -193,7 +192,7 @@ class AutogradMixin(TensorDictContract):
         gradient: TensorDictContract | None = None,
         retain_graph: bool | None = None,
         create_graph: bool = False,
-        inputs: TensorDictBase | Sequence[Tensor] | None = None,
+        inputs: TensorDictContract | Sequence[Tensor] | None = None,
     ) -> None:
         """Back-propagate from every leaf that requires gradients, in one `torch.autograd.backward` call.
 
@@ -255,7 +254,10 @@ class AutogradMixin(TensorDictContract):
                 grad_tensors.append(g)
         wrt: list[Tensor] | None = None
         if inputs is not None:
-            wrt = [t for _, t in own_leaves(inputs)] if is_td(inputs) else list(inputs)
+            if isinstance(inputs, TensorDictContract):
+                wrt = [t for _, t in own_leaves(inputs)]
+            else:
+                wrt = list(inputs)
         torch.autograd.backward(
             tensors,
             grad_tensors,
@@ -264,7 +266,7 @@ class AutogradMixin(TensorDictContract):
             inputs=wrt,
         )
 
-    def detach(self) -> TensorDictBase:
+    def detach(self) -> Self:
         """Every tensor leaf detached from the autograd graph (sharing storage)."""
         return lazy.per_member(self, lambda m: m.detach(), lambda d: map_leaves(d, Tensor.detach))
 

@@ -27,7 +27,7 @@ from td_core._ops.lazy_shape import restack
 from td_core._ops.pointwise_run import _lazy_members
 
 if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
+    from typing_extensions import Self
 
 __all__ = ["CAST_DTYPES", "CastMixin", "cast_all"]
 
@@ -82,7 +82,7 @@ _CAST_METHODS = {
 
 def cast_all(
     td: TensorDictContract, dtype: torch.dtype, cast_filter: CastFilter | None = None
-) -> TensorDictBase:
+) -> Any:
     """Every tensor leaf (those `cast_filter` accepts) cast to `dtype`."""
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"invalid type: {dtype!r} (expected a torch.dtype such as torch.float32)")
@@ -153,17 +153,15 @@ class CastMixin(TensorDictContract):
         """Whether every tensor leaf has a floating-point dtype (`True` when there are none)."""
         return all(d.is_floating_point for d in _dtypes(self))
 
-    def type(
-        self, dst_type: torch.dtype, *, cast_filter: CastFilter | None = None
-    ) -> TensorDictBase:
+    def type(self, dst_type: torch.dtype, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `dst_type` (a `torch.dtype`); see `float32`."""
         return cast_all(self, dst_type, cast_filter)
 
-    def float16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float16(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.float16`."""
         return cast_all(self, CAST_DTYPES["float16"], cast_filter)
 
-    def float32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float32(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.float32` (a new TensorDict).
 
         Args:
@@ -172,98 +170,98 @@ class CastMixin(TensorDictContract):
         """
         return cast_all(self, CAST_DTYPES["float32"], cast_filter)
 
-    def float64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float64(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.float64`."""
         return cast_all(self, CAST_DTYPES["float64"], cast_filter)
 
-    def bfloat16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def bfloat16(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.bfloat16`."""
         return cast_all(self, CAST_DTYPES["bfloat16"], cast_filter)
 
-    def half(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def half(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.float16`."""
         return cast_all(self, CAST_DTYPES["half"], cast_filter)
 
-    def float(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def float(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.float32`."""
         return cast_all(self, CAST_DTYPES["float"], cast_filter)
 
-    def double(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def double(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.float64`."""
         return cast_all(self, CAST_DTYPES["double"], cast_filter)
 
-    def int(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.int32`."""
         return cast_all(self, CAST_DTYPES["int"], cast_filter)
 
-    def long(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def long(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.int64`."""
         return cast_all(self, CAST_DTYPES["long"], cast_filter)
 
-    def int8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int8(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.int8`."""
         return cast_all(self, CAST_DTYPES["int8"], cast_filter)
 
-    def int16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int16(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.int16`."""
         return cast_all(self, CAST_DTYPES["int16"], cast_filter)
 
-    def int32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int32(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.int32`."""
         return cast_all(self, CAST_DTYPES["int32"], cast_filter)
 
-    def int64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def int64(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.int64`."""
         return cast_all(self, CAST_DTYPES["int64"], cast_filter)
 
-    def uint8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint8(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.uint8`."""
         return cast_all(self, CAST_DTYPES["uint8"], cast_filter)
 
-    def byte(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def byte(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.uint8`."""
         return cast_all(self, CAST_DTYPES["byte"], cast_filter)
 
-    def uint16(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint16(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.uint16`."""
         return cast_all(self, CAST_DTYPES["uint16"], cast_filter)
 
-    def uint32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint32(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.uint32`."""
         return cast_all(self, CAST_DTYPES["uint32"], cast_filter)
 
-    def uint64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def uint64(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.uint64`."""
         return cast_all(self, CAST_DTYPES["uint64"], cast_filter)
 
-    def bool(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def bool(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.bool`."""
         return cast_all(self, CAST_DTYPES["bool"], cast_filter)
 
-    def complex32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def complex32(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.complex32`."""
         return cast_all(self, CAST_DTYPES["complex32"], cast_filter)
 
-    def complex64(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def complex64(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.complex64`."""
         return cast_all(self, CAST_DTYPES["complex64"], cast_filter)
 
-    def complex128(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def complex128(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Every tensor leaf cast to `torch.complex128`."""
         return cast_all(self, CAST_DTYPES["complex128"], cast_filter)
 
-    def qint8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def qint8(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["qint8"], cast_filter)
 
-    def qint32(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def qint32(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["qint32"], cast_filter)
 
-    def quint8(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def quint8(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["quint8"], cast_filter)
 
-    def quint4x2(self, *, cast_filter: CastFilter | None = None) -> TensorDictBase:
+    def quint4x2(self, *, cast_filter: CastFilter | None = None) -> Self:
         """Raises `RuntimeError` as upstream: quantizing needs a scale (use `apply`)."""
         return cast_all(self, CAST_DTYPES["quint4x2"], cast_filter)

@@ -22,7 +22,6 @@ from td_core.errors import KeyNotFoundError, LockedError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["MappingMixin", "PerObject", "fromkeys"]
 
@@ -82,7 +81,7 @@ def _has_empty(td: TensorDictContract) -> bool:
     )
 
 
-def _without_non_tensor(td: TensorDictContract) -> TensorDictBase:
+def _without_non_tensor(td: TensorDictContract) -> Any:
     lazy = per_member(td, _without_non_tensor)  # a lazy stack stays lazy (ragged leaves too)
     if lazy is not NotImplemented:
         return lazy
@@ -214,7 +213,7 @@ class MappingMixin(TensorDictContract):
         return self
 
     @classmethod
-    def fromkeys(cls, keys: list[NestedKey], value: Any = 0) -> TensorDictBase:
+    def fromkeys(cls, keys: list[NestedKey], value: Any = 0) -> Self:
         """A TensorDict with empty batch size holding `value` at every key of `keys`.
 
         Examples:
@@ -246,7 +245,7 @@ class MappingMixin(TensorDictContract):
         _drop_empty(self)
         return self
 
-    def filter_non_tensor_data(self) -> TensorDictBase:
+    def filter_non_tensor_data(self) -> Self:
         """A copy without the non-tensor leaves (sub-TensorDicts are kept, even if emptied)."""
         return _without_non_tensor(self)
 
@@ -265,9 +264,7 @@ class MappingMixin(TensorDictContract):
         out.unlock_()
         return out.update(source)
 
-    def rename_keys(
-        self, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True
-    ) -> TensorDictBase:
+    def rename_keys(self, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True) -> Self:
         """A copy whose entries at the keys of `mapping` move to the mapped keys.
 
         Leaves are shared, not copied. Sub-TensorDicts emptied by the moves are
@@ -323,7 +320,7 @@ class MappingMixin(TensorDictContract):
         default: Any = NO_DEFAULT,
         strict: bool = True,
         filter_empty: bool = True,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Remove `keys` from self (in place) and return them as a new TensorDict.
 
         Args:
@@ -363,7 +360,7 @@ class MappingMixin(TensorDictContract):
         return out
 
     # ---------------------------------------------------------------- conversion to dense
-    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDictBase:
+    def to_tensordict(self, *, retain_none: bool | None = None) -> Any:
         """A dense, unlocked `TensorDict` copy of this one (any kind; leaves are cloned).
 
         Args:

@@ -21,7 +21,7 @@ from td_core._ops.writes import copy_at_dense, plan_copy_dense
 from td_core.errors import BatchSizeError, DTypeError, LockedError
 
 if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
+    pass
 
 __all__ = ["IndexingMixin", "normalize_index", "indexed_shape"]
 
@@ -168,7 +168,7 @@ class IndexingMixin(TensorDictContract):
 
     __slots__ = ()
 
-    def _index(self, index: Any) -> TensorDictBase:
+    def _index(self, index: Any) -> Any:
         bs = self.batch_size
         cls = type(index)
         if cls is int:

@@ -21,7 +21,6 @@ import torch
 
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "parts",
@@ -44,23 +43,23 @@ def _is_stack_type(cls: type) -> bool:
     return any("tensordicts" in getattr(c, "__slots__", ()) for c in cls.__mro__)
 
 
-def parts(td: Any) -> tuple[list[TensorDictBase], int] | None:
+def parts(td: Any) -> tuple[list[Any], int] | None:
     """`(members, stack_dim)` if `td` is a lazy stack, else `None`."""
     if not _is_stack_type(type(td)):  # type: ignore[arg-type]  # mypy: type[Any] is not Hashable
         return None
     return list(td.tensordicts), td.stack_dim
 
 
-def restack(td: Any, members: Sequence[TensorDictBase], dim: int) -> TensorDictBase:
+def restack(td: Any, members: Sequence[TensorDictContract], dim: int) -> Any:
     """A lazy stack like `td` of `members` along `dim`, where `td`'s stack dim went (its name too)."""
     return td._restack(members, dim)
 
 
 def per_member(
     td: TensorDictContract,
-    fn: Callable[[TensorDictBase], TensorDictBase],
-    dense: Callable[[TensorDictContract], TensorDictBase],
-) -> TensorDictBase:
+    fn: Callable[[Any], Any],
+    dense: Callable[[Any], Any],
+) -> Any:
     """`fn` on each member re-stacked lazily if `td` is a lazy stack, else `dense(td)`
     (ops that keep the batch size)."""
     found = parts(td)
@@ -70,7 +69,7 @@ def per_member(
     return restack(td, [fn(m) for m in members], s)
 
 
-def permute(td: TensorDictContract, order: Sequence[int]) -> TensorDictBase | None:
+def permute(td: TensorDictContract, order: Sequence[int]) -> Any | None:
     """Members permuted by `order` without the stack dim; the stack dim goes where `order` puts it."""
     found = parts(td)
     if found is None:
@@ -80,7 +79,7 @@ def permute(td: TensorDictContract, order: Sequence[int]) -> TensorDictBase | No
     return restack(td, [m.permute(*sub) if sub else m for m in members], list(order).index(s))
 
 
-def unsqueeze(td: TensorDictContract, d: int) -> TensorDictBase | None:
+def unsqueeze(td: TensorDictContract, d: int) -> Any | None:
     """`d` is already normalised to `[0, batch_dims]`."""
     found = parts(td)
     if found is None:
@@ -91,7 +90,7 @@ def unsqueeze(td: TensorDictContract, d: int) -> TensorDictBase | None:
     return restack(td, [m.unsqueeze(d - 1) for m in members], s)
 
 
-def squeeze(td: TensorDictContract, dims: Sequence[int]) -> TensorDictBase | None:
+def squeeze(td: TensorDictContract, dims: Sequence[int]) -> Any | None:
     """Remove the size-1 batch dims `dims` (normalised, all of size 1)."""
     found = parts(td)
     if found is None:
@@ -110,7 +109,7 @@ def squeeze(td: TensorDictContract, dims: Sequence[int]) -> TensorDictBase | Non
     return out
 
 
-def expand(td: TensorDictContract, new: torch.Size) -> TensorDictBase | None:
+def expand(td: TensorDictContract, new: torch.Size) -> Any | None:
     """Expand to the (validated) batch size `new`, when the stack dim keeps its size."""
     found = parts(td)
     if found is None:
@@ -138,14 +137,14 @@ def _build(td: TensorDictContract, elements: list[TensorDictContract], shape: to
     return type(td)(*rows, stack_dim=0)  # type: ignore[call-arg]  # new dims: no names
 
 
-def reshape(td: TensorDictContract, new: torch.Size) -> TensorDictBase | None:
+def reshape(td: TensorDictContract, new: torch.Size) -> Any | None:
     """`td` as batch size `new` (same numel), as nested lazy stacks of its elements."""
     if parts(td) is None or 0 in new:
         return None
     return _build(td, _elements(td), new)
 
 
-def repeat(td: TensorDictContract, reps: Sequence[int]) -> TensorDictBase | None:
+def repeat(td: TensorDictContract, reps: Sequence[int]) -> Any | None:
     """Members repeated along their dims; the member list tiled `reps[stack_dim]` times."""
     found = parts(td)
     if found is None or reps[found[1]] <= 0:
@@ -158,7 +157,7 @@ def repeat(td: TensorDictContract, reps: Sequence[int]) -> TensorDictBase | None
 
 def repeat_interleave(
     td: TensorDictContract, repeats: Any, d: int, output_size: int | None
-) -> TensorDictBase | None:
+) -> Any | None:
     """Along the stack dim each member is repeated in place; elsewhere the members are."""
     found = parts(td)
     if found is None:

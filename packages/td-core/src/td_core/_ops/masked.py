@@ -55,7 +55,6 @@ from td_core.errors import BatchSizeError, KeyNotFoundError, MissingEntryError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["MaskedMixin"]
 
@@ -231,7 +230,7 @@ class MaskedMixin(TensorDictContract):
         out: TensorDictContract | None = None,
         pad: Any = None,
         update_batch_size: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Leaf-wise `torch.where(condition, leaf, other)`: self where True, `other` elsewhere.
 
         Args:
@@ -256,7 +255,7 @@ class MaskedMixin(TensorDictContract):
         result = _mask_map(self, MASK_OPS["where"], condition, other, pad, {})
         return result if out is None else set_into(out, result)
 
-    def masked_fill(self, mask: Tensor, value: float | bool) -> TensorDictBase:
+    def masked_fill(self, mask: Tensor, value: float | bool) -> Self:
         """A copy with `value` written where `mask` (over leading batch dims) is True.
 
         Examples:
@@ -275,7 +274,7 @@ class MaskedMixin(TensorDictContract):
         _mask_map(self, MASK_OPS["masked_fill_"], mask, value, None, {})
         return self
 
-    def masked_select(self, mask: Tensor, *, inplace: bool = False) -> TensorDictBase:
+    def masked_select(self, mask: Tensor, *, inplace: bool = False) -> Self:
         """The batch elements where `mask` is True: the masked batch dims become one dim.
 
         Args:
@@ -307,7 +306,7 @@ class MaskedMixin(TensorDictContract):
         out: TensorDictContract | None = None,
         *,
         inplace: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """`torch.gather` along batch dim `dim` on every leaf; the result's batch size is `index.shape`.
 
         `index` is broadcast over each leaf's feature dims.
@@ -438,7 +437,7 @@ class MaskedMixin(TensorDictContract):
 
     def update_at_(
         self,
-        input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictContract,
         idx: Any,
         clone: bool = False,
         *,

@@ -23,7 +23,6 @@ from td_core.errors import TDError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "NamesMixin",
@@ -217,7 +216,7 @@ class NamesMixin(TensorDictContract):
         self._store_names(new)
         return self
 
-    def rename(self, *names: Any, **rename_map: str) -> TensorDictBase:
+    def rename(self, *names: Any, **rename_map: str) -> Self:
         """A shallow copy with renamed batch dims: `rename("a", "b")` or `rename(a="x")`."""
         new = self._renamed(names, rename_map)
         out = self.clone(recurse=False)

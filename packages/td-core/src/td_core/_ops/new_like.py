@@ -23,7 +23,6 @@ from td_core.errors import BatchSizeError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["NewMixin"]
 
@@ -41,7 +40,7 @@ _NEW: dict[str, Callable[..., Tensor]] = {
 _ALL_LEVELS = 1 << 30
 
 
-def _retag(td: TensorDictBase, device: Any) -> TensorDictBase:
+def _retag(td: TensorDictContract, device: Any) -> Any:
     """Record `device` as the device of `td` and its sub-TensorDicts."""
     td._set_device(device)
     for sub in td._subtrees():
@@ -58,7 +57,7 @@ def _new_like(
     device: Any,
     requires_grad: bool,
     pin_memory: bool | None,
-) -> TensorDictBase:
+) -> Any:
     method = _NEW[name]
     new = torch.Size(shape_args(size))
     if any(s < 0 for s in new):
@@ -95,7 +94,7 @@ class NewMixin(TensorDictContract):
         layout: torch.layout = torch.strided,
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """A TensorDict of batch size `size` with the same keys, every leaf filled with 0.
 
         Leaves keep their dtype, device and feature dims unless `dtype`/`device` are given.
@@ -118,7 +117,7 @@ class NewMixin(TensorDictContract):
         layout: torch.layout = torch.strided,
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Like `new_zeros`, filled with 1."""
         return _new_like(self, "new_ones", size, (), dtype, device, requires_grad, pin_memory)
 
@@ -131,7 +130,7 @@ class NewMixin(TensorDictContract):
         layout: torch.layout = torch.strided,
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Like `new_zeros`, uninitialised."""
         return _new_like(self, "new_empty", size, (), dtype, device, requires_grad, pin_memory)
 
@@ -146,7 +145,7 @@ class NewMixin(TensorDictContract):
         layout: torch.layout = torch.strided,
         pin_memory: bool | None = None,
         empty_lazy: bool = False,
-    ) -> TensorDictBase:
+    ) -> Self:
         """Like `new_zeros`, filled with `fill_value` (cast to each leaf's dtype)."""
         return _new_like(
             self, "new_full", (size,), (fill_value,), dtype, device, requires_grad, pin_memory
@@ -160,7 +159,7 @@ class NewMixin(TensorDictContract):
         device: Any = NO_DEFAULT,
         requires_grad: bool = False,
         pin_memory: bool | None = None,
-    ) -> TensorDictBase:
+    ) -> Self:
         """A TensorDict with the same keys whose leaves are copies of `data`.
 
         With a TensorDict, each leaf is copied from `data`'s leaf at the same
@@ -197,13 +196,13 @@ class NewMixin(TensorDictContract):
         assert out is not None
         return _retag(out, dev) if dev is not None else out
 
-    def as_tensor(self) -> TensorDictBase:
+    def as_tensor(self) -> Self:
         """Every leaf as a plain `torch.Tensor` (memory-mapped or subclassed leaves are unwrapped)."""
         return lazy.per_member(
             self, lambda m: m.as_tensor(), lambda d: map_leaves(d, torch.as_tensor)
         )
 
-    def densify(self, layout: torch.layout = torch.strided) -> Self | TensorDictBase:
+    def densify(self, layout: torch.layout = torch.strided) -> Self:
         """A TensorDict whose entries are all stacked: a lazy stack's ragged leaves become nested tensors.
 
         A TensorDict that is already dense is returned as is.
@@ -234,7 +233,7 @@ class NewMixin(TensorDictContract):
                 out[key] = self._get_str(key)
         return self._new(out, self.batch_size)
 
-    def to_padded_tensor(self, padding: float = 0.0, mask_key: Any = None) -> TensorDictBase:
+    def to_padded_tensor(self, padding: float = 0.0, mask_key: Any = None) -> Self:
         """Every nested-tensor leaf converted to a padded dense tensor (other leaves as they are).
 
         Args:
@@ -248,7 +247,7 @@ class NewMixin(TensorDictContract):
                 f"{list(self.batch_size)} has none; the padded leaves' own shapes give the mask"
             )
 
-        def convert(td: TensorDictContract) -> TensorDictBase:
+        def convert(td: TensorDictContract) -> Any:
             out: dict[str, Any] = {}
             for key, value in td._items_str():
                 if isinstance(value, Tensor) and value.is_nested:
@@ -304,10 +303,10 @@ class NewMixin(TensorDictContract):
             default=0,
         )
 
-    def data_ptr(self, *, storage: bool = False) -> TensorDictBase:
+    def data_ptr(self, *, storage: bool = False) -> Self:
         """A 0-d TensorDict of each tensor leaf's `data_ptr()` (its storage's with `storage=True`)."""
 
-        def ptrs(td: TensorDictContract) -> TensorDictBase:
+        def ptrs(td: TensorDictContract) -> Any:
             out: dict[str, Any] = {}
             for key, value in td._items_str():
                 if isinstance(value, Tensor):

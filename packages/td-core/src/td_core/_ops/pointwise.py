@@ -32,8 +32,9 @@ from td_core._ops.pointwise_unary import UnaryMixin
 from td_core.errors import KeyNotFoundError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from td_core._core.contract import TensorDictContract
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["BINARY", "PointwiseMixin"]
 
@@ -117,7 +118,7 @@ class PointwiseMixin(UnaryMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------ arithmetic
-    def add(self, other: Any, *, alpha: float | None = None, default: Any = None) -> TensorDictBase:
+    def add(self, other: Any, *, alpha: float | None = None, default: Any = None) -> Self:
         """`self + alpha * other` leaf-wise (a new TensorDict).
 
         Args:
@@ -128,90 +129,88 @@ class PointwiseMixin(UnaryMixin):
         """
         return _add(self, "add", other, alpha, default, False)
 
-    def add_(self, other: Any, *, alpha: float | None = None) -> TensorDictBase:
+    def add_(self, other: Any, *, alpha: float | None = None) -> Self:
         """`self += alpha * other` leaf-wise, in place (returns self)."""
         return _add(self, "add", other, alpha, None, True)
 
-    def sub(self, other: Any, *, alpha: float | None = None, default: Any = None) -> TensorDictBase:
+    def sub(self, other: Any, *, alpha: float | None = None, default: Any = None) -> Self:
         """`self - alpha * other` leaf-wise (a new TensorDict); see `add`."""
         return _add(self, "sub", other, alpha, default, False)
 
-    def sub_(self, other: Any, alpha: float | None = None) -> TensorDictBase:
+    def sub_(self, other: Any, alpha: float | None = None) -> Self:
         """`self -= alpha * other` leaf-wise, in place (returns self)."""
         return _add(self, "sub", other, alpha, None, True)
 
-    def rsub(
-        self, other: Any, *, alpha: float | None = None, default: Any = None
-    ) -> TensorDictBase:
+    def rsub(self, other: Any, *, alpha: float | None = None, default: Any = None) -> Self:
         """`other - alpha * self` leaf-wise (a new TensorDict)."""
         kwargs: dict[str, Any] = {} if alpha is None else {"alpha": alpha}
         return run(self, BINARY["rsub"], (other,), default=default, **kwargs)
 
-    def mul(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def mul(self, other: Any, *, default: Any = None) -> Self:
         """`self * other` leaf-wise (a new TensorDict); see `add` for `default`."""
         return run(self, BINARY["mul"], (other,), default=default)
 
-    def mul_(self, other: Any) -> TensorDictBase:
+    def mul_(self, other: Any) -> Self:
         """`self *= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["mul"], (other,), inplace=True)
 
-    def div(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def div(self, other: Any, *, default: Any = None) -> Self:
         """`self / other` leaf-wise (true division; a new TensorDict)."""
         return run(self, BINARY["div"], (other,), default=default)
 
-    def div_(self, other: Any) -> TensorDictBase:
+    def div_(self, other: Any) -> Self:
         """`self /= other` leaf-wise, in place (integer leaves raise; returns self)."""
         return run(self, BINARY["div"], (other,), inplace=True)
 
-    def pow(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def pow(self, other: Any, *, default: Any = None) -> Self:
         """`self ** other` leaf-wise (a new TensorDict)."""
         return run(self, BINARY["pow"], (other,), default=default)
 
-    def pow_(self, other: Any) -> TensorDictBase:
+    def pow_(self, other: Any) -> Self:
         """`self **= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["pow"], (other,), inplace=True)
 
-    def mod(self, other: Any) -> TensorDictBase:
+    def mod(self, other: Any) -> Self:
         """`self % other` leaf-wise (Python's modulus, `torch.remainder`)."""
         return run(self, BINARY["mod"], (other,))
 
-    def mod_(self, other: Any) -> TensorDictBase:
+    def mod_(self, other: Any) -> Self:
         """`self %= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["mod"], (other,), inplace=True)
 
-    def maximum(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def maximum(self, other: Any, *, default: Any = None) -> Self:
         """The element-wise maximum of `self` and `other` (a new TensorDict)."""
         return run(self, BINARY["maximum"], (other,), default=default)
 
-    def maximum_(self, other: Any) -> TensorDictBase:
+    def maximum_(self, other: Any) -> Self:
         """The element-wise maximum of `self` and `other`, in place (returns self)."""
         return run(self, BINARY["maximum"], (other,), inplace=True)
 
-    def minimum(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def minimum(self, other: Any, *, default: Any = None) -> Self:
         """The element-wise minimum of `self` and `other` (a new TensorDict)."""
         return run(self, BINARY["minimum"], (other,), default=default)
 
-    def minimum_(self, other: Any) -> TensorDictBase:
+    def minimum_(self, other: Any) -> Self:
         """The element-wise minimum of `self` and `other`, in place (returns self)."""
         return run(self, BINARY["minimum"], (other,), inplace=True)
 
-    def clamp_min(self, other: Any, default: Any = None) -> TensorDictBase:
+    def clamp_min(self, other: Any, default: Any = None) -> Self:
         """Every element raised to at least `other` (a new TensorDict)."""
         return run(self, BINARY["clamp_min"], (other,), default=default)
 
-    def clamp_min_(self, other: Any) -> TensorDictBase:
+    def clamp_min_(self, other: Any) -> Self:
         """Every element raised to at least `other`, in place (returns self)."""
         return run(self, BINARY["clamp_min"], (other,), inplace=True)
 
-    def clamp_max(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def clamp_max(self, other: Any, *, default: Any = None) -> Self:
         """Every element lowered to at most `other` (a new TensorDict)."""
         return run(self, BINARY["clamp_max"], (other,), default=default)
 
-    def clamp_max_(self, other: Any) -> TensorDictBase:
+    def clamp_max_(self, other: Any) -> Self:
         """Every element lowered to at most `other`, in place (returns self)."""
         return run(self, BINARY["clamp_max"], (other,), inplace=True)
 
-    def clamp(self, min: Any = None, max: Any = None, *, out: Any = None) -> TensorDictBase:
+    def clamp(self, min: Any = None, max: Any = None, *, out: Any = None) -> Self:
         """Every element clamped to `[min, max]` (either may be `None`; a new TensorDict).
 
         `min` and `max` are both TensorDicts or both not. With `out`, the
@@ -220,148 +219,148 @@ class PointwiseMixin(UnaryMixin):
         result = _clamp(self, min, max, False)
         return result if out is None else out.update_(result)
 
-    def clamp_(self, min: Any = None, max: Any = None) -> TensorDictBase:
+    def clamp_(self, min: Any = None, max: Any = None) -> Self:
         """Every element clamped to `[min, max]`, in place (returns self)."""
         return _clamp(self, min, max, True)
 
-    def lerp(self, end: Any, weight: Any) -> TensorDictBase:
+    def lerp(self, end: Any, weight: Any) -> Self:
         """`self + weight * (end - self)` leaf-wise (a new TensorDict).
 
         `end` and `weight` are TensorDicts, batch-shaped tensors or (`weight`) scalars.
         """
         return run(self, BINARY["lerp"], (end, weight))
 
-    def lerp_(self, end: Any, weight: Any) -> TensorDictBase:
+    def lerp_(self, end: Any, weight: Any) -> Self:
         """`self += weight * (end - self)` in place: the soft target-network update."""
         return run(self, BINARY["lerp"], (end, weight), inplace=True)
 
-    def addcmul(self, other1: Any, other2: Any, *, value: float | None = 1) -> TensorDictBase:
+    def addcmul(self, other1: Any, other2: Any, *, value: float | None = 1) -> Self:
         """`self + value * other1 * other2` leaf-wise (a new TensorDict)."""
         return run(self, BINARY["addcmul"], (other1, other2), value=value)
 
-    def addcmul_(self, other1: Any, other2: Any, *, value: float | None = 1) -> TensorDictBase:
+    def addcmul_(self, other1: Any, other2: Any, *, value: float | None = 1) -> Self:
         """`self += value * other1 * other2` leaf-wise, in place (returns self)."""
         return run(self, BINARY["addcmul"], (other1, other2), inplace=True, value=value)
 
-    def addcdiv(self, other1: Any, other2: Any, value: float | None = 1) -> TensorDictBase:
+    def addcdiv(self, other1: Any, other2: Any, value: float | None = 1) -> Self:
         """`self + value * other1 / other2` leaf-wise (a new TensorDict)."""
         return run(self, BINARY["addcdiv"], (other1, other2), value=value)
 
-    def addcdiv_(self, other1: Any, other2: Any, *, value: float | None = 1) -> TensorDictBase:
+    def addcdiv_(self, other1: Any, other2: Any, *, value: float | None = 1) -> Self:
         """`self += value * other1 / other2` leaf-wise, in place (returns self)."""
         return run(self, BINARY["addcdiv"], (other1, other2), inplace=True, value=value)
 
     # ------------------------------------------------------------ bitwise, logical
-    def bitwise_and(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def bitwise_and(self, other: Any, *, default: Any = None) -> Self:
         """`self & other` leaf-wise (integer and bool leaves; a new TensorDict)."""
         return run(self, BINARY["bitwise_and"], (other,), default=default)
 
-    def bitwise_and_(self, other: Any) -> TensorDictBase:
+    def bitwise_and_(self, other: Any) -> Self:
         """`self &= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["bitwise_and"], (other,), inplace=True)
 
-    def bitwise_or(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def bitwise_or(self, other: Any, *, default: Any = None) -> Self:
         """`self | other` leaf-wise (integer and bool leaves; a new TensorDict)."""
         return run(self, BINARY["bitwise_or"], (other,), default=default)
 
-    def bitwise_or_(self, other: Any) -> TensorDictBase:
+    def bitwise_or_(self, other: Any) -> Self:
         """`self |= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["bitwise_or"], (other,), inplace=True)
 
-    def bitwise_xor(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def bitwise_xor(self, other: Any, *, default: Any = None) -> Self:
         """`self ^ other` leaf-wise (integer and bool leaves; a new TensorDict)."""
         return run(self, BINARY["bitwise_xor"], (other,), default=default)
 
-    def bitwise_xor_(self, other: Any) -> TensorDictBase:
+    def bitwise_xor_(self, other: Any) -> Self:
         """`self ^= other` leaf-wise, in place (returns self)."""
         return run(self, BINARY["bitwise_xor"], (other,), inplace=True)
 
-    def logical_and(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def logical_and(self, other: Any, *, default: Any = None) -> Self:
         """Element-wise logical AND of the leaves (bool leaves; a new TensorDict)."""
         return run(self, BINARY["logical_and"], (other,), default=default)
 
-    def logical_or(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def logical_or(self, other: Any, *, default: Any = None) -> Self:
         """Element-wise logical OR of the leaves (bool leaves; a new TensorDict)."""
         return run(self, BINARY["logical_or"], (other,), default=default)
 
-    def logical_xor(self, other: Any, *, default: Any = None) -> TensorDictBase:
+    def logical_xor(self, other: Any, *, default: Any = None) -> Self:
         """Element-wise logical XOR of the leaves (bool leaves; a new TensorDict)."""
         return run(self, BINARY["logical_xor"], (other,), default=default)
 
     # ------------------------------------------------------------ operators
-    def __add__(self, other: Any) -> TensorDictBase:
+    def __add__(self, other: Any) -> Self:
         return run(self, BINARY["add"], (other,))
 
-    def __radd__(self, other: Any) -> TensorDictBase:
+    def __radd__(self, other: Any) -> Self:
         return run(self, BINARY["add"], (other,))
 
-    def __iadd__(self, other: Any) -> TensorDictBase:
+    def __iadd__(self, other: Any) -> Self:
         return run(self, BINARY["add"], (other,), inplace=True)
 
-    def __sub__(self, other: Any) -> TensorDictBase:
+    def __sub__(self, other: Any) -> Self:
         return run(self, BINARY["sub"], (other,))
 
-    def __rsub__(self, other: Any) -> TensorDictBase:
+    def __rsub__(self, other: Any) -> Self:
         return run(self, BINARY["rsub"], (other,))
 
-    def __isub__(self, other: Any) -> TensorDictBase:
+    def __isub__(self, other: Any) -> Self:
         return run(self, BINARY["sub"], (other,), inplace=True)
 
-    def __mul__(self, other: Any) -> TensorDictBase:
+    def __mul__(self, other: Any) -> Self:
         return run(self, BINARY["mul"], (other,))
 
-    def __rmul__(self, other: Any) -> TensorDictBase:
+    def __rmul__(self, other: Any) -> Self:
         return run(self, BINARY["mul"], (other,))
 
-    def __imul__(self, other: Any) -> TensorDictBase:
+    def __imul__(self, other: Any) -> Self:
         return run(self, BINARY["mul"], (other,), inplace=True)
 
-    def __truediv__(self, other: Any) -> TensorDictBase:
+    def __truediv__(self, other: Any) -> Self:
         return run(self, BINARY["div"], (other,))
 
-    def __rtruediv__(self, other: Any) -> TensorDictBase:
+    def __rtruediv__(self, other: Any) -> Self:
         return run(self, BINARY["rdiv"], (other,))
 
-    def __itruediv__(self, other: Any) -> TensorDictBase:
+    def __itruediv__(self, other: Any) -> Self:
         return run(self, BINARY["div"], (other,), inplace=True)
 
-    def __pow__(self, other: Any) -> TensorDictBase:
+    def __pow__(self, other: Any) -> Self:
         return run(self, BINARY["pow"], (other,))
 
-    def __rpow__(self, other: Any) -> TensorDictBase:
+    def __rpow__(self, other: Any) -> Self:
         return run(self, BINARY["rpow"], (other,))
 
-    def __ipow__(self, other: Any) -> TensorDictBase:
+    def __ipow__(self, other: Any) -> Self:
         return run(self, BINARY["pow"], (other,), inplace=True)
 
-    def __mod__(self, other: Any) -> TensorDictBase:
+    def __mod__(self, other: Any) -> Self:
         return run(self, BINARY["mod"], (other,))
 
-    def __and__(self, other: Any) -> TensorDictBase:
+    def __and__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_and"], (other,))
 
-    def __rand__(self, other: Any) -> TensorDictBase:
+    def __rand__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_and"], (other,))
 
-    def __iand__(self, other: Any) -> TensorDictBase:
+    def __iand__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_and"], (other,), inplace=True)
 
-    def __or__(self, other: Any) -> TensorDictBase:
+    def __or__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_or"], (other,))
 
-    def __ror__(self, other: Any) -> TensorDictBase:
+    def __ror__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_or"], (other,))
 
-    def __ior__(self, other: Any) -> TensorDictBase:
+    def __ior__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_or"], (other,), inplace=True)
 
-    def __xor__(self, other: Any) -> TensorDictBase:
+    def __xor__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_xor"], (other,))
 
-    def __rxor__(self, other: Any) -> TensorDictBase:
+    def __rxor__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_xor"], (other,))
 
-    def __ixor__(self, other: Any) -> TensorDictBase:
+    def __ixor__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_xor"], (other,), inplace=True)
 
     # ------------------------------------------------------------ comparisons
@@ -416,7 +415,7 @@ def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) 
 
 def _map_compare(
     td: TensorDictContract, fn: Callable[[Tensor], Tensor], nt: Callable[[Any], Tensor]
-) -> TensorDictBase:
+) -> Any:
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
@@ -448,7 +447,7 @@ def _zip_compare(
     other: TensorDictContract,
     op: Callable[[Any, Any], Any],
     prefix: tuple[str, ...],
-) -> TensorDictBase:
+) -> Any:
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         item = other._get_str(key, NO_DEFAULT)

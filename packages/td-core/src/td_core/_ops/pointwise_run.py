@@ -40,7 +40,6 @@ from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["Op", "run"]
 
@@ -432,14 +431,14 @@ def _run_entries(
     return td if inplace else td._new(out, bs)
 
 
-def _lazy_members(td: TensorDictContract) -> list[TensorDictBase] | None:
+def _lazy_members(td: TensorDictContract) -> list[Any] | None:
     parts = stack_parts(td)
     return None if parts is None else parts[0]
 
 
 def _run_lazy(
     td: TensorDictContract,
-    members: list[TensorDictBase],
+    members: list[TensorDictContract],
     op: Op,
     operands: tuple[Any, ...],
     inplace: bool,

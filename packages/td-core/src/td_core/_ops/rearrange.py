@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from td_core._core.contract import TD, TensorDictContract
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["LayoutMixin"]
 
@@ -128,7 +127,7 @@ class LayoutMixin(NewMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------- repeating
-    def repeat(self, *repeats: Any, inplace: bool = False) -> Self | TensorDictBase:
+    def repeat(self, *repeats: Any, inplace: bool = False) -> Self:
         """Tile the batch: batch dim `i` is repeated `repeats[i]` times, as `Tensor.repeat`.
 
         Args:
@@ -168,7 +167,7 @@ class LayoutMixin(NewMixin):
         *,
         output_size: int | None = None,
         inplace: bool = False,
-    ) -> Self | TensorDictBase:
+    ) -> Self:
         """Repeat each element along batch dim `dim`, as `torch.repeat_interleave`.
 
         Without `dim` the batch is flattened first. `repeats` is an int or one
@@ -188,7 +187,7 @@ class LayoutMixin(NewMixin):
             )
         return assign_reshaped(self, out) if inplace else out
 
-    def tile(self, dims: int | Sequence[int]) -> TensorDictBase:
+    def tile(self, dims: int | Sequence[int]) -> Self:
         """Repeat the batch as `torch.tile`: missing leading counts are 1, extra ones add batch dims."""
         reps = (dims,) if isinstance(dims, int) else tuple(int(r) for r in dims)
         if any(r < 0 for r in reps):
@@ -205,7 +204,7 @@ class LayoutMixin(NewMixin):
         )
 
     # ------------------------------------------------------------ selecting
-    def narrow(self, dim: int, start: int | Tensor, length: int) -> TensorDictBase:
+    def narrow(self, dim: int, start: int | Tensor, length: int) -> Self:
         """The elements `start` to `start + length` of batch dim `dim` (a view)."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -226,7 +225,7 @@ class LayoutMixin(NewMixin):
 
     def tensor_split(
         self, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0
-    ) -> tuple[TensorDictBase, ...]:
+    ) -> tuple[Self, ...]:
         """Split along batch dim `dim` as `torch.tensor_split`: into N near-equal pieces, or at indices."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -241,28 +240,24 @@ class LayoutMixin(NewMixin):
         return tuple(map_batch_multi(self, lambda t: t.tensor_split(cuts, d), leads))
 
     # ------------------------------------------------------------ reordering
-    def movedim(
-        self, source: int | Sequence[int], destination: int | Sequence[int]
-    ) -> TensorDictBase:
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Move batch dims `source` to positions `destination`, as `torch.movedim`."""
         bs = self.batch_size
         return permute_order(self, _move_order(source, destination, len(bs), bs))
 
-    def moveaxis(
-        self, source: int | Sequence[int], destination: int | Sequence[int]
-    ) -> TensorDictBase:
+    def moveaxis(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Alias of `movedim`."""
         return self.movedim(source, destination)
 
-    def swapaxes(self, axis0: int, axis1: int) -> TensorDictBase:
+    def swapaxes(self, axis0: int, axis1: int) -> Self:
         """Swap two batch dims (alias of `transpose`)."""
         return self.transpose(axis0, axis1)
 
-    def swapdims(self, axis0: int, axis1: int) -> TensorDictBase:
+    def swapdims(self, axis0: int, axis1: int) -> Self:
         """Swap two batch dims (alias of `transpose`)."""
         return self.transpose(axis0, axis1)
 
-    def fliplr(self) -> TensorDictBase:
+    def fliplr(self) -> Self:
         """Reverse batch dim 1 (needs at least 2 batch dims), as `torch.fliplr`."""
         if self.batch_dims < 2:
             raise DimError(
@@ -270,13 +265,13 @@ class LayoutMixin(NewMixin):
             )
         return self.flip(1)
 
-    def flipud(self) -> TensorDictBase:
+    def flipud(self) -> Self:
         """Reverse batch dim 0 (needs at least 1 batch dim), as `torch.flipud`."""
         if self.batch_dims < 1:
             raise DimError("flipud needs at least 1 batch dim, batch_size is []")
         return self.flip(0)
 
-    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
         """Rotate by 90 degrees `k` times in the plane of batch dims `dims`, as `torch.rot90`."""
         bs = self.batch_size
         if len(dims) != 2:
@@ -304,7 +299,7 @@ class LayoutMixin(NewMixin):
         """This TensorDict with leading batch dims of size 1 added until it has at least 3."""
         return _at_least(self, 3)
 
-    def broadcast_to(self, shape: Sequence[int]) -> TensorDictBase:
+    def broadcast_to(self, shape: Sequence[int]) -> Self:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim), as `torch.broadcast_to`."""
         bs = self.batch_size
         new = expanded_shape(bs, tuple(shape), "broadcast_to")
@@ -364,7 +359,7 @@ def _pad_stack_(td: TD, full: list[int], value: float) -> TD:
         for m in members:
             m.pad(inner, value, inplace=True)
     template = members[0]
-    stack: list[TensorDictBase] = td.tensordicts  # type: ignore[attr-defined]
+    stack: list[TensorDictContract] = td.tensordicts  # type: ignore[attr-defined]
     fill = [template.new_full(template.batch_size, value) for _ in range(max(before, 0))]
     stack[:0] = fill
     if before < 0:

@@ -33,7 +33,6 @@ from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["REDUCTIONS", "Reduction", "reduction", "bool_reduction", "leafwise_loss"]
 
@@ -259,7 +258,7 @@ def _find_leaf(td: TensorDictContract, stop: Callable[[Tensor], Any]) -> bool:
             elif not value._is_non_tensor and _find_leaf(value, stop):
                 return True
         return False
-    members: list[TensorDictBase] = cast(Any, td).tensordicts  # a lazy stack's hold the data
+    members: list[TensorDictContract] = cast(Any, td).tensordicts  # a lazy stack's hold the data
     for key in td._keys_str():
         first = members[0]._get_str(key)
         if isinstance(first, Tensor):
@@ -464,7 +463,7 @@ def bool_reduction(td: TensorDictContract, row: Reduction, dim: Dim) -> Any:
 
 def leafwise_loss(
     fn: Callable[..., Tensor], input: Any, target: Any, *args: Any, **kwargs: Any
-) -> TensorDictBase:
+) -> Any:
     """`fn(input_leaf, target_leaf, ...)` at every leaf (a TensorDict and a TensorDict or tensor).
 
     The batch size is kept with `reduction="none"`, `[]` otherwise.
@@ -489,7 +488,7 @@ def _zip(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     prefix: tuple[str, ...],
-) -> TensorDictBase:
+) -> Any:
     other_td = is_td(other)
     if keep and other_td and is_stack(td):  # zipped member by member (ragged too), as upstream
         return per_member(td, lambda m, o: _zip(m, o, fn, swap, keep, args, kwargs, prefix), other)

@@ -29,7 +29,6 @@ from td_core.errors import BatchSizeError, DimError, LockedError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "ShapeMixin",
@@ -117,7 +116,7 @@ def _view_shape(td: TensorDictContract, args: tuple[Any, ...], size: Any, what: 
     return infer_shape(size_arg(args, size, what), bs.numel(), bs)
 
 
-def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | TensorDictBase:
+def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | Any:
     """`td` viewed (`copy=False`) or reshaped to batch size `new`."""
     if new == td.batch_size:
         return td
@@ -152,7 +151,7 @@ def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | TensorDictBase:
     return map_batch(td, fn, new)
 
 
-def permute_order(td: TensorDictContract, order: Sequence[int]) -> TensorDictBase:
+def permute_order(td: TensorDictContract, order: Sequence[int]) -> Any:
     """`td` with its batch dims in the (validated) `order`."""
     n = td.batch_dims
     out = lazy.permute(td, order)
@@ -186,7 +185,7 @@ class ShapeMixin(TensorDictContract):
         *shape: Any,
         size: Sequence[int] | None = None,
         batch_size: Sequence[int] | None = None,
-    ) -> Self | TensorDictBase:
+    ) -> Self:
         """A view with batch size `shape` (one dim may be -1), or of every leaf as a dtype.
 
         Args:
@@ -216,11 +215,11 @@ class ShapeMixin(TensorDictContract):
             )
         return _reshape(self, new, copy=False)
 
-    def reshape(self, *shape: Any, size: Sequence[int] | None = None) -> Self | TensorDictBase:
+    def reshape(self, *shape: Any, size: Sequence[int] | None = None) -> Self:
         """Like `view`, copying where a view is impossible (`size=` as a keyword)."""
         return _reshape(self, _view_shape(self, shape, size, "reshape"), copy=True)
 
-    def squeeze(self, dim: int | None = None) -> Self | TensorDictBase:
+    def squeeze(self, dim: int | None = None) -> Self:
         """Remove batch dims of size 1 (all of them, or `dim` if it has size 1)."""
         bs = self.batch_size
         if dim is None:
@@ -238,7 +237,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, drop=dims))
 
-    def unsqueeze(self, dim: int) -> TensorDictBase:
+    def unsqueeze(self, dim: int) -> Self:
         """Insert a batch dim of size 1 at `dim` (negative dims count from the batch end)."""
         bs = self.batch_size
         d = batch_dim(dim, bs, extra=1)
@@ -251,7 +250,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, insert=(d,)))
 
-    def permute(self, *order: Any, dims: Sequence[int] | None = None) -> TensorDictBase:
+    def permute(self, *order: Any, dims: Sequence[int] | None = None) -> Self:
         """Reorder the batch dims: `td.permute(1, 0)`, `td.permute([1, 0])` or `td.permute(dims=[1, 0])`."""
         given = size_arg(order, dims, "permute")
         bs = self.batch_size
@@ -268,7 +267,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, [names[d] for d in resolved])
 
-    def transpose(self, dim0: int, dim1: int) -> TensorDictBase:
+    def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         bs = self.batch_size
         d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
@@ -278,7 +277,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, [names[d] for d in order])
 
-    def expand(self, *shape: Any, size: Sequence[int] | None = None) -> TensorDictBase:
+    def expand(self, *shape: Any, size: Sequence[int] | None = None) -> Self:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim)."""
         bs = self.batch_size
         n = len(bs)
@@ -297,16 +296,14 @@ class ShapeMixin(TensorDictContract):
             return out
         return carry_names(out, names_after(names, insert=range(len(new) - n)))
 
-    def expand_as(self, other: Any) -> TensorDictBase:
+    def expand_as(self, other: Any) -> Self:
         """Expand to the batch size of `other` (a TensorDict) or the shape of a tensor."""
         return self.expand(other.batch_size if hasattr(other, "batch_size") else other.shape)
 
-    def flatten(
-        self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False
-    ) -> Self | TensorDictBase:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Self:
         """Merge batch dims `start_dim` to `end_dim` (inclusive) into one."""
         bs = self.batch_size
-        out: Self | TensorDictBase
+        out: Self
         if not bs:
             out = self.unsqueeze(0)
         else:
@@ -323,7 +320,7 @@ class ShapeMixin(TensorDictContract):
         unflattened_size: Sequence[int],
         *,
         inplace: bool = False,
-    ) -> Self | TensorDictBase:
+    ) -> Self:
         """Split batch dim `dim` into `unflattened_size`."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -331,7 +328,7 @@ class ShapeMixin(TensorDictContract):
         out = _reshape(self, torch.Size((*bs[:d], *sizes, *bs[d + 1 :])), copy=True)
         return assign_reshaped(self, out) if inplace else out
 
-    def unbind(self, dim: int = 0) -> tuple[TensorDictBase, ...]:
+    def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The slices along batch dim `dim`, as a tuple."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -344,7 +341,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, drop=(d,)))
 
-    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[TensorDictBase, ...]:
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim `dim` into chunks of `split_size` (or the listed sizes)."""
         bs = self.batch_size
         d = batch_dim(dim, bs)
@@ -363,7 +360,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, names)
 
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """Split along `dim` into at most `chunks` pieces, as `torch.chunk` does."""
         if chunks <= 0:
             raise ValueError(f"chunks must be positive, got {chunks}")
@@ -371,7 +368,7 @@ class ShapeMixin(TensorDictContract):
         size = self.batch_size[d]
         return self.split(max(1, math.ceil(size / chunks)), d)
 
-    def flip(self, *order: Any, dims: Any = None) -> TensorDictBase:
+    def flip(self, *order: Any, dims: Any = None) -> Self:
         """Reverse the order of elements along the given batch dims (ints, a sequence, or `dims=`)."""
         if dims is not None and isinstance(dims, int):
             dims = (dims,)
@@ -385,7 +382,7 @@ class ShapeMixin(TensorDictContract):
         dims: int | Sequence[int] | None = None,
         *,
         inplace: bool = False,
-    ) -> Self | TensorDictBase:
+    ) -> Self:
         """Roll the elements along the given batch dims, as `torch.roll` does.
 
         Without `dims` the batch is flattened, rolled and restored, as for a tensor.
@@ -410,7 +407,7 @@ class ShapeMixin(TensorDictContract):
         return self
 
 
-def split_sizes(td: TensorDictContract, d: int, sizes: Sequence[int]) -> tuple[TensorDictBase, ...]:
+def split_sizes(td: TensorDictContract, d: int, sizes: Sequence[int]) -> tuple[Any, ...]:
     """`td` cut along batch dim `d` into consecutive pieces of `sizes`."""
     bounds, start = [], 0
     for s in sizes:

@@ -28,14 +28,13 @@ from td_core.errors import BatchSizeError, KeyNotFoundError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["stack", "cat", "StackMixin"]
 
 Tensor = torch.Tensor
 
 
-def _check_inputs(tds: Sequence[Any], what: str) -> list[TensorDictBase]:
+def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
     tds = list(tds)
     if not tds:
         raise ValueError(f"{what} needs at least one TensorDict")
@@ -46,14 +45,14 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[TensorDictBase]:
     return tds
 
 
-def _any_ragged(tds: list[TensorDictBase]) -> bool:
+def _any_ragged(tds: list[TensorDictContract]) -> bool:
     """Whether an input is a lazy stack of ragged members (only lazy stack classes are asked)."""
     if not any(is_stack(td) for td in {type(td): td for td in tds}.values()):
         return False  # no lazy stack among the inputs: the usual case, one look per class
     return any(is_ragged(td) for td in tds)
 
 
-def _same_keys(tds: list[TensorDictBase], prefix: tuple[str, ...], what: str) -> None:
+def _same_keys(tds: list[TensorDictContract], prefix: tuple[str, ...], what: str) -> None:
     keys = tds[0]._keys_str()
     for i, td in enumerate(tds[1:], 1):
         other = td._keys_str()
@@ -66,7 +65,7 @@ def _same_keys(tds: list[TensorDictBase], prefix: tuple[str, ...], what: str) ->
 
 
 def _columns(
-    tds: list[TensorDictBase], prefix: tuple[str, ...], what: str
+    tds: list[TensorDictContract], prefix: tuple[str, ...], what: str
 ) -> list[tuple[str, list[Any]]]:
     """`(key, the entries of every input at key)` for each key of the first input, in its order.
 
@@ -91,8 +90,8 @@ def _columns(
 
 
 def stack(
-    tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
-) -> TensorDictBase:
+    tds: Sequence[TensorDictContract], dim: int = 0, *, out: TensorDictContract | None = None
+) -> Any:
     """Stack TensorDicts of equal batch size along a new batch dim `dim`."""
     tds = _check_inputs(tds, "stack")
     bs = tds[0].batch_size
@@ -117,9 +116,7 @@ def stack(
     return result
 
 
-def _combine(
-    tds: list[TensorDictBase], d: int, prefix: tuple[str, ...], stacking: bool
-) -> TensorDictBase:
+def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], stacking: bool) -> Any:
     """Stack (new dim `d`) or concatenate (along `d`) matching entries, recursively."""
     what = "stack" if stacking else "cat"
     tensor_op = torch.stack if stacking else torch.cat
@@ -158,8 +155,8 @@ def _combine(
 
 
 def cat(
-    tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
-) -> TensorDictBase:
+    tds: Sequence[TensorDictContract], dim: int = 0, *, out: TensorDictContract | None = None
+) -> Any:
     """Concatenate TensorDicts along the existing batch dim `dim`."""
     tds = _check_inputs(tds, "cat")
     bs = tds[0].batch_size
@@ -185,7 +182,7 @@ def cat(
     return result
 
 
-def _cat_lazy(tds: list[TensorDictBase], d: int) -> TensorDictBase:
+def _cat_lazy(tds: list[TensorDictContract], d: int) -> Any:
     """`cat` of lazy stacks whose members differ in shape: a lazy stack again.
 
     Along the stack dim the members are chained; along another dim the inputs
@@ -253,27 +250,39 @@ class StackMixin(TensorDictContract):
 
     @classmethod
     def stack(
-        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
-    ) -> TensorDictBase:
+        cls,
+        input: Sequence[TensorDictContract],
+        dim: int = 0,
+        *,
+        out: TensorDictContract | None = None,
+    ) -> Self:
         """Stack TensorDicts along a new batch dim (`torch.stack`; see `td_core.stack`)."""
         return stack(input, dim, out=out)
 
     @classmethod
     def cat(
-        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
-    ) -> TensorDictBase:
+        cls,
+        input: Sequence[TensorDictContract],
+        dim: int = 0,
+        *,
+        out: TensorDictContract | None = None,
+    ) -> Self:
         """Concatenate TensorDicts along a batch dim (`torch.cat`; see `td_core.cat`)."""
         return cat(input, dim, out=out)
 
     @classmethod
-    def lazy_stack(cls, input: Sequence[TensorDictBase], dim: int = 0) -> TensorDictBase:
+    def lazy_stack(cls, input: Sequence[Any], dim: int = 0) -> Any:
         """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals)."""
         return lazy(input, dim)
 
     @classmethod
     def maybe_dense_stack(
-        cls, input: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None
-    ) -> TensorDictBase:
+        cls,
+        input: Sequence[TensorDictContract],
+        dim: int = 0,
+        *,
+        out: TensorDictContract | None = None,
+    ) -> Self:
         """A dense stack when the inputs' keys and shapes agree, else a lazy stack.
 
         Examples:

@@ -23,7 +23,6 @@ from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["StructureMixin"]
 
@@ -32,7 +31,7 @@ Tensor = torch.Tensor
 
 def _select(
     td: TensorDictContract, paths: list[tuple[str, ...]], strict: bool, prefix: tuple[str, ...]
-) -> TensorDictBase:
+) -> Any:
     """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
     if is_stack(td):
         return per_member(td, lambda m: _select(m, paths, strict, prefix))
@@ -65,7 +64,7 @@ def _select(
     return td._new(out, td.batch_size)  # in the order asked for, as upstream
 
 
-def _exclude(td: TensorDictContract, paths: list[tuple[str, ...]]) -> TensorDictBase:
+def _exclude(td: TensorDictContract, paths: list[tuple[str, ...]]) -> Any:
     if is_stack(td):
         return per_member(td, lambda m: _exclude(m, paths))
     drop = {p[0] for p in paths if len(p) == 1}
@@ -118,9 +117,7 @@ class StructureMixin(TensorDictContract):
 
     __slots__ = ()
 
-    def select(
-        self, *keys: NestedKey, inplace: bool = False, strict: bool = True
-    ) -> Self | TensorDictBase:
+    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
         """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
         if is_stack(self):  # lazy stacks select member by member
             return _members_do(self, "select", *keys, inplace=inplace, strict=strict)
@@ -143,7 +140,7 @@ class StructureMixin(TensorDictContract):
             result = _select(self, paths, strict, ())
         return _assign(self, result) if inplace else result
 
-    def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self | TensorDictBase:
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
         """Everything but the given (possibly nested) keys."""
         if is_stack(self):  # lazy stacks exclude member by member
             return _members_do(self, "exclude", *keys, inplace=inplace)
@@ -162,7 +159,7 @@ class StructureMixin(TensorDictContract):
         default: Any = NO_DEFAULT,
         strict: bool = True,
         reproduce_struct: bool = False,
-    ) -> tuple[Self | TensorDictBase, ...]:
+    ) -> tuple[Self, ...]:
         """One TensorDict per key set, then one with the remaining keys.
 
         Args:
@@ -187,7 +184,7 @@ class StructureMixin(TensorDictContract):
         separator: str = ".",
         inplace: bool = False,
         is_leaf: Callable[[type], bool] | None = None,
-    ) -> Self | TensorDictBase:
+    ) -> Self:
         """A flat TensorDict whose keys join nested keys with `separator`.
 
         Examples:
@@ -205,7 +202,7 @@ class StructureMixin(TensorDictContract):
         result = self._new(out, self.batch_size)
         return _assign(self, result) if inplace else result
 
-    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self | TensorDictBase:
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """The inverse of `flatten_keys`: split keys on `separator` into nested TensorDicts."""
         tree: dict[str, Any] = {}
         for key, value in self._items_str():
@@ -281,7 +278,7 @@ class StructureMixin(TensorDictContract):
 
     def update_(
         self,
-        input_dict_or_td: Mapping[Any, Any] | TensorDictBase,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictContract,
         clone: bool = False,
         *,
         keys_to_update: Iterable[NestedKey] | None = None,
@@ -321,7 +318,7 @@ class StructureMixin(TensorDictContract):
         *,
         batch_size: Any = None,
         device: Any = NO_DEFAULT,
-    ) -> TensorDictBase:
+    ) -> Self:
         """A TensorDict with the same batch size and device and no leaves.
 
         With `recurse=True` the sub-TensorDicts are kept (empty).
@@ -455,7 +452,7 @@ def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[s
     return True
 
 
-def _build(td: TensorDictContract, tree: dict[str, Any]) -> TensorDictBase:
+def _build(td: TensorDictContract, tree: dict[str, Any]) -> Any:
     """A container of `td`'s batch size from nested dicts (each dict becomes a TensorDict)."""
     entries = {k: _build(td, v) if type(v) is dict else v for k, v in tree.items()}
     return td._new(entries, td.batch_size)

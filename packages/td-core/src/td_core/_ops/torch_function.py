@@ -17,7 +17,6 @@ from td_core._ops.stack import cat, stack
 
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["TORCH_FUNCTIONS", "implements"]
 
@@ -40,64 +39,62 @@ implements(torch.cat, torch.concat, torch.concatenate)(cat)
 
 
 @implements(torch.unbind)
-def _unbind(input: TensorDictContract, dim: int = 0) -> tuple[TensorDictBase, ...]:
+def _unbind(input: TensorDictContract, dim: int = 0) -> tuple[Any, ...]:
     return input.unbind(dim)
 
 
 @implements(torch.split)
-def _split(
-    input: TensorDictContract, split_size_or_sections: Any, dim: int = 0
-) -> tuple[TensorDictBase, ...]:
+def _split(input: TensorDictContract, split_size_or_sections: Any, dim: int = 0) -> tuple[Any, ...]:
     return input.split(split_size_or_sections, dim)
 
 
 @implements(torch.chunk)
-def _chunk(input: TensorDictContract, chunks: int, dim: int = 0) -> tuple[TensorDictBase, ...]:
+def _chunk(input: TensorDictContract, chunks: int, dim: int = 0) -> tuple[Any, ...]:
     return input.chunk(chunks, dim)
 
 
 @implements(torch.squeeze)
-def _squeeze(input: TensorDictContract, dim: int | None = None) -> TensorDictBase:
+def _squeeze(input: TensorDictContract, dim: int | None = None) -> Any:
     return input.squeeze(dim)
 
 
 @implements(torch.unsqueeze)
-def _unsqueeze(input: TensorDictContract, dim: int) -> TensorDictBase:
+def _unsqueeze(input: TensorDictContract, dim: int) -> Any:
     return input.unsqueeze(dim)
 
 
 @implements(torch.permute)
-def _permute(input: TensorDictContract, dims: Any) -> TensorDictBase:
+def _permute(input: TensorDictContract, dims: Any) -> Any:
     return input.permute(dims)
 
 
 @implements(torch.reshape)
-def _reshape(input: TensorDictContract, shape: Any) -> TensorDictBase:
+def _reshape(input: TensorDictContract, shape: Any) -> Any:
     return input.reshape(shape)
 
 
 @implements(torch.flatten)
-def _flatten(input: TensorDictContract, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
+def _flatten(input: TensorDictContract, start_dim: int = 0, end_dim: int = -1) -> Any:
     return input.flatten(start_dim, end_dim)
 
 
 @implements(torch.unflatten)
-def _unflatten(input: TensorDictContract, dim: int, sizes: Any) -> TensorDictBase:
+def _unflatten(input: TensorDictContract, dim: int, sizes: Any) -> Any:
     return input.unflatten(dim, sizes)
 
 
 @implements(torch.transpose, torch.swapaxes, torch.swapdims)
-def _transpose(input: TensorDictContract, dim0: int, dim1: int) -> TensorDictBase:
+def _transpose(input: TensorDictContract, dim0: int, dim1: int) -> Any:
     return input.transpose(dim0, dim1)
 
 
 @implements(torch.clone)
-def _clone(input: TensorDictContract, *, memory_format: Any = None) -> TensorDictBase:
+def _clone(input: TensorDictContract, *, memory_format: Any = None) -> Any:
     return input.clone()
 
 
-def _like(func: Callable[..., torch.Tensor]) -> Callable[..., TensorDictBase]:
-    def impl(input: TensorDictContract, *args: Any, **kwargs: Any) -> TensorDictBase:
+def _like(func: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+    def impl(input: TensorDictContract, *args: Any, **kwargs: Any) -> Any:
         device = kwargs.get("device")
         return map_leaves(
             input,
@@ -121,7 +118,7 @@ for _func in (
 
 
 @implements(torch.where)
-def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> TensorDictBase:
+def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> Any:
     """`torch.where(cond, td, other)`; `torch.where(cond, value, td)` picks `td` where False."""
     if not is_td(input):
         return other.where(condition.logical_not(), input, out=out)
@@ -136,7 +133,7 @@ def _gather(
     *,
     sparse_grad: bool = False,
     out: Any = None,
-) -> TensorDictBase:
+) -> Any:
     if sparse_grad:
         raise NotImplementedError(
             "torch.gather(tensordict, ..., sparse_grad=True) is not supported"
@@ -145,17 +142,17 @@ def _gather(
 
 
 @implements(torch.masked_select)
-def _masked_select(input: TensorDictContract, mask: torch.Tensor) -> TensorDictBase:
+def _masked_select(input: TensorDictContract, mask: torch.Tensor) -> Any:
     return input.masked_select(mask)
 
 
 @implements(torch.flip)
-def _flip(input: TensorDictContract, dims: Any) -> TensorDictBase:
+def _flip(input: TensorDictContract, dims: Any) -> Any:
     return input.flip(dims)
 
 
 @implements(torch.roll)
-def _roll(input: TensorDictContract, shifts: Any, dims: Any = None) -> TensorDictBase:
+def _roll(input: TensorDictContract, shifts: Any, dims: Any = None) -> Any:
     if dims is None:
         raise TypeError(
             "torch.roll of a TensorDict needs dims= (rolling the flattened batch is ambiguous)"
@@ -191,7 +188,7 @@ def _f_softmax(
     dim: int | None = None,
     _stacklevel: int = 3,
     dtype: torch.dtype | None = None,
-) -> TensorDictBase:
+) -> Any:
     if dim is None:
         raise TypeError("softmax of a TensorDict needs dim= (a batch dim)")
     return input.softmax(dim, dtype)
@@ -205,7 +202,7 @@ def _norm(
     keepdim: bool = False,
     out: Any = None,
     dtype: torch.dtype | None = None,
-) -> TensorDictBase:
+) -> Any:
     if p not in ("fro", 2, 2.0, None) or dim is not None or keepdim:
         raise TypeError(
             "torch.norm of a TensorDict is the 2-norm of each leaf (td.norm()); "
@@ -214,8 +211,8 @@ def _norm(
     return input.norm(out=out, dtype=dtype)
 
 
-def _loss(fn: Callable[..., torch.Tensor]) -> Callable[..., TensorDictBase]:
-    def impl(input: Any, target: Any, *args: Any, **kwargs: Any) -> TensorDictBase:
+def _loss(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+    def impl(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
         return leafwise_loss(fn, input, target, *args, **kwargs)
 
     impl.__name__ = f"td_{fn.__name__}"

@@ -31,7 +31,7 @@ from td_core._io.consolidate import (
 )
 
 if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
+    from typing_extensions import Self
 
 __all__ = [
     "CollectivesMixin",
@@ -182,7 +182,7 @@ def _pack(td: TensorDictContract, device: Any = None) -> tuple[TensorDictContrac
     return c, buffer, json.dumps(description).encode()
 
 
-def _unpack(raw: bytes, buffer: Tensor, source: str) -> TensorDictBase:
+def _unpack(raw: bytes, buffer: Tensor, source: str) -> Any:
     try:
         description = json.loads(raw)
     except ValueError as err:
@@ -222,7 +222,7 @@ def broadcast(
     return _unpack(_as_bytes(raw_t, n_raw), buffer, f"broadcast from rank {src}")
 
 
-def all_gather(td: TensorDictContract, *, group: Any = None) -> list[TensorDictBase]:
+def all_gather(td: TensorDictContract, *, group: Any = None) -> list[Any]:
     """See `CollectivesMixin.all_gather`."""
     dist = _dist()
     world = dist.get_world_size(group) if group is not None else dist.get_world_size()
@@ -253,7 +253,7 @@ def scatter(
     *,
     group: Any = None,
     device: Any = None,
-) -> TensorDictBase:
+) -> Any:
     """See `CollectivesMixin.scatter`."""
     dist = _dist()
     me = dist.get_rank(group) if group is not None else dist.get_rank()
@@ -409,7 +409,7 @@ class CollectivesMixin(TensorDictContract):
         """
         return broadcast(self, src, group=group, device=device)
 
-    def all_gather(self, *, group: Any = None) -> list[TensorDictBase]:
+    def all_gather(self, *, group: Any = None) -> list[Self]:
         """Every rank's TensorDict (structures may differ), as a list in rank order, on every rank."""
         return all_gather(self, group=group)
 

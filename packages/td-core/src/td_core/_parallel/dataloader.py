@@ -23,7 +23,7 @@ from td_core._core.contract import TensorDictContract
 from td_core._core.predicates import is_tensor_collection
 
 if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
+    from typing_extensions import Self
 
 __all__ = ["DataLoaderMixin", "register_collate"]
 
@@ -51,7 +51,7 @@ class DataLoaderMixin(TensorDictContract):
 
     __slots__ = ()
 
-    def __getitems__(self, indices: Sequence[int] | torch.Tensor) -> TensorDictBase:
+    def __getitems__(self, indices: Sequence[int] | torch.Tensor) -> Self:
         """The rows at `indices` along the first batch dim, read with one indexing op."""
         if not isinstance(indices, torch.Tensor):
             indices = torch.as_tensor(indices, dtype=torch.long)

@@ -23,7 +23,7 @@ import inspect
 import json
 import operator
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -37,9 +37,6 @@ from td_core._io.consolidate import (
     whole_buffer,
 )
 from td_core.errors import NotAPipeError, NotConsolidatedError
-
-if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = [
     "PipeMixin",
@@ -304,7 +301,7 @@ def _has_stack(td: TensorDictContract) -> bool:
     return any(is_td(v) and not is_nt(v) and _has_stack(v) for v in td._values_str())
 
 
-def _build(tree: Any, buffer: torch.Tensor, total: int, source: str) -> TensorDictBase:
+def _build(tree: Any, buffer: torch.Tensor, total: int, source: str) -> Any:
     if isinstance(tree, dict) and "stack" in tree:
         dim, members = tree["stack"], tree.get("members")
         if not isinstance(dim, int) or not isinstance(members, list) or not members:
@@ -361,7 +358,7 @@ def init_remote(
 
 def from_remote_init(
     src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
-) -> TensorDictBase:
+) -> Any:
     """Receive a TensorDict sent with `init_remote`: a consolidated TensorDict (layout, then buffer)."""
     size = torch.zeros(1, dtype=torch.int64, device=device)
     _move(size, src, group, 0, False, use_broadcast)

@@ -14,16 +14,13 @@ import math
 import os
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.traverse import tensor_leaves
 from td_core._core.utils import normalize_dim
-
-if TYPE_CHECKING:
-    from td_core._kinds.base import TensorDictBase
 
 __all__ = ["WorkersMixin", "map_iter_td", "map_td"]
 
@@ -42,7 +39,7 @@ class _Call:
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
 
-    def __call__(self, job: tuple[int, TensorDictBase]) -> Any:
+    def __call__(self, job: tuple[int, TensorDictContract]) -> Any:
         index, chunk = job
         try:
             out = self.fn(chunk)
@@ -72,7 +69,7 @@ def _chunk_indices(
 
 
 def _chunks(
-    td: TensorDictBase, dim: int, chunksize: int | None, num_chunks: int | None, workers: int
+    td: TensorDictContract, dim: int, chunksize: int | None, num_chunks: int | None, workers: int
 ) -> tuple[list[Any], bool]:
     """The pieces handed to workers, cut by basic indexing only.
 
@@ -112,7 +109,7 @@ def _progress(results: Iterator[Any], total: int, enabled: bool) -> Iterator[Any
 
 
 def map_td(
-    td: TensorDictBase,
+    td: TensorDictContract,
     fn: Callable[[Any], Any],
     dim: int = 0,
     num_workers: int | None = None,
@@ -123,7 +120,7 @@ def map_td(
     pbar: bool = False,
     mp_start_method: str | None = None,
     worker_threads: int = 1,
-) -> TensorDictBase:
+) -> Any:
     """See `TensorDictBase.map`."""
     d = normalize_dim(dim, td.batch_dims)
     workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
@@ -150,7 +147,7 @@ def map_td(
             )
     # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
     out = torch.stack(results, d) if stacked else torch.cat(results, d)
-    return cast("TensorDictBase", out)
+    return cast("TensorDictContract", out)
 
 
 # ------------------------------------------------------------------ map_iter
