@@ -2,8 +2,8 @@
 
 import os
 import random
-import signal
 import time
+from functools import partial
 
 import pytest
 import torch
@@ -158,21 +158,8 @@ def test_a_failure_part_way_leaves_the_previous_save(tmp_path, monkeypatch):
     assert load_memmap(tmp_path / "f").batch_size == (3,)
 
 
-def _killed_append(prefix, rows, delay: float) -> bool:
-    pid = os.fork()
-    if pid == 0:
-        try:
-            append_memmap(prefix, rows)
-        finally:
-            os._exit(0)
-    time.sleep(delay)
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status)
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_an_append_killed_at_random_points_keeps_a_whole_save(tmp_path):
+def test_an_append_killed_at_random_points_keeps_a_whole_save(tmp_path, run_killed):
     rng = random.Random(12)
     big = 1 << 15
     start = TensorDict({f"w{i}": torch.zeros(4, big) for i in range(8)}, [4])
@@ -184,7 +171,9 @@ def test_an_append_killed_at_random_points_keeps_a_whole_save(tmp_path):
     scale = time.perf_counter() - timing
     rows_seen, interrupted = load_memmap(tmp_path / "f").batch_size[0], 0
     for _ in range(20):
-        finished = _killed_append(tmp_path / "f", rows, rng.uniform(0, 1.3 * scale))
+        finished = run_killed(
+            partial(append_memmap, tmp_path / "f", rows), rng.uniform(0, 1.3 * scale)
+        )
         scale *= 0.7 if finished else 1.1
         loaded = load_memmap(tmp_path / "f")
         n = loaded.batch_size[0]

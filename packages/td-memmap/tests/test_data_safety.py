@@ -4,11 +4,11 @@ import inspect
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -177,23 +177,9 @@ def _values(td) -> set[float]:
     return {v.unique().item() for v in td.values(include_nested=True, leaves_only=True)}
 
 
-def _killed_save(td, prefix, delay: float) -> bool:
-    """Save ``td`` to ``prefix`` in a forked child killed after ``delay`` s; whether it finished."""
-    pid = os.fork()
-    if pid == 0:  # the child: save, then leave without any cleanup
-        try:
-            save(td, prefix)
-        finally:
-            os._exit(0)
-    time.sleep(delay)
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status)
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 @pytest.mark.parametrize("layout", ["flat", "nested", "lazy", "large"])
-def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, layout):
+def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, run_killed, layout):
     rng = random.Random(14)
     prefix = tmp_path / "save"
     save(_layouts(0.0)[layout], prefix)
@@ -207,7 +193,7 @@ def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, layout
     for trial in range(1, 23):
         new = float(trial)
         td = _layouts(new)[layout]
-        finished = _killed_save(td, prefix, rng.uniform(0, 1.3 * scale))
+        finished = run_killed(partial(save, td, prefix), rng.uniform(0, 1.3 * scale))
         scale *= 0.7 if finished else 1.1
         loaded = load(prefix)  # whatever happened, the folder loads ...
         found = _values(loaded)

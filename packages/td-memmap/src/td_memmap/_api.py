@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -70,7 +70,31 @@ def _check_share(share_non_tensor: bool, prefix: _Prefix, as_archive: bool, tree
         )
 
 
-def _background(job: Any) -> Future[Any]:
+def _prepare(
+    td: Any,
+    prefix: _Prefix,
+    *,
+    num_threads: int | None,
+    archive: bool | None,
+    compression: str | int | None,
+    share_non_tensor: bool,
+) -> tuple[TensorDictBase, bool, Node]:
+    """Check a save's options before anything is written.
+
+    Returns `td` (a mapping wrapped), whether the save writes an archive, and the tree to save.
+    """
+    resolve_threads(num_threads)  # checked now; None is resolved by the save
+    as_archive = _as_archive(prefix, archive, compression)
+    td = _as_td(td)
+    tree = to_tree(td)
+    _check_share(share_non_tensor, prefix, as_archive, tree)
+    return td, as_archive, tree
+
+
+def _run(job: Callable[[], Any], return_early: bool) -> Any:
+    """`job()`, or with `return_early` a `Future` of it, run by a thread of its own."""
+    if not return_early:
+        return job()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="td-memmap-save")
     try:
         return pool.submit(job)
@@ -169,11 +193,14 @@ def memmap(
         >>> load(folder)["b", "c"].sum().item()
         6.0
     """
-    resolve_threads(num_threads)  # checked now; None is resolved by the save
-    as_archive = _as_archive(prefix, archive, compression)
-    td = _as_td(td)
-    tree = to_tree(td)
-    _check_share(share_non_tensor, prefix, as_archive, tree)
+    td, as_archive, tree = _prepare(
+        td,
+        prefix,
+        num_threads=num_threads,
+        archive=archive,
+        compression=compression,
+        share_non_tensor=share_non_tensor,
+    )
 
     def run() -> Any:
         if prefix is None:
@@ -206,7 +233,7 @@ def memmap(
             return td.lock_()
         return from_tree(out).lock_()
 
-    return _background(run) if return_early else run()
+    return _run(run, return_early)
 
 
 def memmap_(
@@ -271,10 +298,14 @@ def memmap_like(
         >>> data[torch.tensor([1, 500])]["images"].shape
         torch.Size([2, 8, 8, 3])
     """
-    resolve_threads(num_threads)  # checked now; None is resolved by the save
-    as_archive = _as_archive(prefix, archive, None)
-    tree = to_tree(_as_td(td))
-    _check_share(share_non_tensor, prefix, as_archive, tree)
+    _, as_archive, tree = _prepare(
+        td,
+        prefix,
+        num_threads=num_threads,
+        archive=archive,
+        compression=None,
+        share_non_tensor=share_non_tensor,
+    )
 
     def run() -> Any:
         if prefix is None:
@@ -293,7 +324,7 @@ def memmap_like(
             )
         return from_tree(out).lock_()
 
-    return _background(run) if return_early else run()
+    return _run(run, return_early)
 
 
 def load_memmap(

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from td_core import is_tensor_collection
+from td_memmap._build import raw_tree
 from td_memmap._convert import to_tree
-from td_memmap._load import raw_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, parse_folder
 from td_memmap._save import Grown, save_tree
 from td_memmap._tree import KIND_LAZY, Node, NonTensorLeaf

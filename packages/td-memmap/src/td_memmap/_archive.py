@@ -27,6 +27,7 @@ from typing import IO
 import torch
 
 from td_memmap._archive_load import archive_index, load_archive_tree
+from td_memmap._build import raw_tree
 from td_memmap._convert import tensor_leaves
 from td_memmap._errors import (
     MemmapExistsError,
@@ -36,7 +37,6 @@ from td_memmap._errors import (
 )
 from td_memmap._format import META_NAME, TMP_PREFIX
 from td_memmap._io import clean_stale_tmp, fsync_dir, remove_if_exists, tensor_bytes
-from td_memmap._load import raw_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
 from td_memmap._save import save_tree
 from td_memmap._tensor import MemoryMappedTensor

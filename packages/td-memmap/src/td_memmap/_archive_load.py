@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
+from td_memmap._build import Builder, check_cls
 from td_memmap._errors import IncompleteSaveError, ReadOnlyMemmapError
 from td_memmap._format import META_NAME
 from td_memmap._io import read_json_bytes, strides_of
-from td_memmap._load import Builder, check_cls
 from td_memmap._meta import parse_folder
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import Node

@@ -112,8 +112,11 @@ def _flat(key: Any) -> list[Any]:
     return [key]
 
 
-def _add(parent: TensorDictBase, name: str, folder: str, make: Any) -> MemoryMappedTensor:
-    """Create the leaf `make(path)` in `folder` and re-save `parent` there with it."""
+def _add(td: TensorDictBase, key: Any, make: Any, *, existsok: bool = True) -> MemoryMappedTensor:
+    """Create the leaf `make(path)` as `key` in its TensorDict's folder and re-save it there."""
+    parent, name, folder = _folder_of(td, key)
+    if not existsok and name in parent.keys():
+        raise RuntimeError(f"{key!r} already exists: pass existsok=True to replace it")
     stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
     path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
     tensor = make(path)
@@ -139,13 +142,7 @@ def make_memmap(
     robust_key: bool | None = True,
 ) -> MemoryMappedTensor:
     """A new zero-filled memory-mapped leaf `key` of `td`, in `td`'s folder; it is saved too."""
-    parent, name, folder = _folder_of(td, key)
-    return _add(
-        parent,
-        name,
-        folder,
-        lambda path: MemoryMappedTensor.zeros(shape, dtype=dtype, filename=path),
-    )
+    return _add(td, key, lambda path: MemoryMappedTensor.zeros(shape, dtype=dtype, filename=path))
 
 
 def make_memmap_from_tensor(
@@ -158,14 +155,11 @@ def make_memmap_from_tensor(
     robust_key: bool | None = True,
 ) -> MemoryMappedTensor:
     """A new memory-mapped leaf `key` of `td` holding `tensor`'s data (zeros without `copy_data`)."""
-    parent, name, folder = _folder_of(td, key)
-    if not existsok and name in parent.keys():
-        raise RuntimeError(f"{key!r} already exists: pass existsok=True to replace it")
     return _add(
-        parent,
-        name,
-        folder,
+        td,
+        key,
         lambda path: MemoryMappedTensor.from_tensor(tensor, filename=path, copy_data=copy_data),
+        existsok=existsok,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, overload
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 import torch
@@ -82,7 +82,31 @@ def write_value(path: str, value: Any, stacked: bool, batch_size: tuple[int, ...
     write_bytes(path, encode_value(value, stacked, batch_size), mode="atomic")
 
 
-class SharedNonTensorData(NonTensorData):
+class _SharedFile:
+    """What both shared leaves share: their value lives in the file `_file`."""
+
+    __slots__ = ()
+    _file: str
+    _stacked: ClassVar[bool]
+    data: Any  # a property of each leaf class, reading and writing `_file`
+    batch_size: torch.Size
+    device: torch.device | None
+
+    def _write_(self, value: Any) -> bool:
+        self.data = value
+        return True
+
+    @property
+    def filename(self) -> str:
+        """The file holding the value (a stack's values)."""
+        return self._file
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        device = None if self.device is None else str(self.device)
+        return (make_shared, (self._file, tuple(self.batch_size), self._stacked, device))
+
+
+class SharedNonTensorData(_SharedFile, NonTensorData):
     """A non-tensor value for the whole batch, shared between processes through a file.
 
     Reading `data` (what `td[key]` gives) re-reads the file; assigning
@@ -106,7 +130,7 @@ class SharedNonTensorData(NonTensorData):
     """
 
     __slots__ = ("_file",)
-    _file: str
+    _stacked = False
 
     @property
     def data(self) -> Any:
@@ -115,15 +139,6 @@ class SharedNonTensorData(NonTensorData):
     @data.setter
     def data(self, value: Any) -> None:
         write_value(self._file, value, False, ())
-
-    def _write_(self, value: Any) -> bool:
-        self.data = value
-        return True
-
-    @property
-    def filename(self) -> str:
-        """The file holding the value."""
-        return self._file
 
     def _map_batch(self, fn: Callable[..., Any], lead: torch.Size, n: int) -> NonTensorData:
         return make_shared(self._file, lead + self.batch_size[n:], False, self.device)
@@ -139,9 +154,6 @@ class SharedNonTensorData(NonTensorData):
     def __deepcopy__(self, memo: dict[int, Any]) -> NonTensorData:
         return NonTensorData(copy.deepcopy(self.data, memo), self.batch_size, self.device)
 
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return _reduce(self, False)
-
     def __repr__(self) -> str:
         return (
             f"SharedNonTensorData(data={self.data!r}, batch_size={self.batch_size}, "
@@ -149,7 +161,7 @@ class SharedNonTensorData(NonTensorData):
         )
 
 
-class SharedNonTensorStack(NonTensorStack):
+class SharedNonTensorStack(_SharedFile, NonTensorStack):
     """One non-tensor value per batch element, shared between processes through a file.
 
     As `SharedNonTensorData`: reads re-read the file, and `leaf.data =
@@ -158,7 +170,7 @@ class SharedNonTensorStack(NonTensorStack):
     """
 
     __slots__ = ("_file",)
-    _file: str
+    _stacked = True
 
     @property
     def _values(self) -> np.ndarray:  # type: ignore[override]  # a read-only view of the file
@@ -172,15 +184,6 @@ class SharedNonTensorStack(NonTensorStack):
     def data(self, values: Any) -> None:
         write_value(self._file, values, True, tuple(self.batch_size))
 
-    def _write_(self, value: Any) -> bool:
-        self.data = value
-        return True
-
-    @property
-    def filename(self) -> str:
-        """The file holding the values."""
-        return self._file
-
     def clone(self, recurse: bool = True) -> NonTensorStack:
         """An ordinary (unshared) stack holding the current values."""
         return NonTensorStack(self._values, self.device)
@@ -188,19 +191,11 @@ class SharedNonTensorStack(NonTensorStack):
     def __deepcopy__(self, memo: dict[int, Any]) -> NonTensorStack:
         return NonTensorStack(copy.deepcopy(self._values, memo), self.device)
 
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return _reduce(self, True)
-
     def __repr__(self) -> str:
         return (
             f"SharedNonTensorStack({self.data!r}, batch_size={self.batch_size}, "
             f"device={self.device}, filename={self._file!r})"
         )
-
-
-def _reduce(leaf: Any, stacked: bool) -> tuple[Any, ...]:
-    device = None if leaf.device is None else str(leaf.device)
-    return (make_shared, (leaf._file, tuple(leaf.batch_size), stacked, device))
 
 
 @overload

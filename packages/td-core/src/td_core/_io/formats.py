@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from td_core._core.contract import TensorDictContract
+from td_core._core.extensions import load_extension
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -20,8 +21,6 @@ __all__ = ["InterchangeMixin", "from_h5", "from_safetensors", "to_safetensors"]
 
 
 def _ext() -> Any:
-    from td_core._core.extensions import load_extension
-
     return load_extension("memmap", "td-memmap")
 
 

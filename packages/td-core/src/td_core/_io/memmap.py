@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from td_core._core.contract import TensorDictContract
+from td_core._core.extensions import has_extension, load_extension
 from td_core._core.keys import NestedKey
 
 __all__ = ["MemmapMixin"]
@@ -151,8 +152,6 @@ class MemmapMixin(TensorDictContract):
 
     def is_memmap(self) -> bool:
         """Whether every leaf is memory-mapped (needs td-memmap to be True)."""
-        from td_core._core.extensions import has_extension
-
         return has_extension("memmap") and bool(_ext_memmap().is_memmap(self))
 
     @classmethod
@@ -283,12 +282,8 @@ class MemmapMixin(TensorDictContract):
     @property
     def saved_path(self) -> str | None:
         """The folder this TensorDict was last saved to or loaded from by td-memmap, or None."""
-        from td_core._core.extensions import has_extension
-
         return _ext_memmap().saved_path(self) if has_extension("memmap") else None
 
 
 def _ext_memmap() -> Any:
-    from td_core._core.extensions import load_extension
-
     return load_extension("memmap", "td-memmap")
