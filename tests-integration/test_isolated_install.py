@@ -42,19 +42,18 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run `command` in `cwd` with the cleaned environment, capturing its output (5 minutes at most)."""
+    return subprocess.run(
+        command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
 def _uv_run(args: list[str], what: str, cwd: Path) -> None:
     """Run uv offline (from its cache) first, then with the network; fail with uv's words."""
     tries = []
     for extra in (["--offline"], []):
-        result = subprocess.run(
-            [_uv(), *args, *extra],
-            cwd=cwd,
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        result = _run([_uv(), *args, *extra], cwd)
         if result.returncode == 0:
             return
         tries.append(result.stderr.strip()[-2000:])
@@ -125,15 +124,7 @@ def run_in(python: Path, script: str, tmp_path: Path) -> str:
     """Run ``script`` with the env's Python in an empty folder; return what it printed."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    result = subprocess.run(
-        [str(python), "-c", textwrap.dedent(PRELUDE) + textwrap.dedent(script)],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = _run([str(python), "-c", textwrap.dedent(PRELUDE) + textwrap.dedent(script)], cwd)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 

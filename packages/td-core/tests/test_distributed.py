@@ -26,20 +26,14 @@ SCRIPT = textwrap.dedent(
     def make(fill):
         return TensorDict({"a": torch.full((), fill), ("b", "c"): torch.full((3,), fill)}, [])
 
-    if mode == "sync":
+    if mode in ("sync", "async"):
+        send, recv, fill = ("send", "recv", 1.0) if mode == "sync" else ("isend", "irecv", 2.0)
         if rank == 1:
-            make(1.0).send(dst=0)
+            getattr(make(fill), send)(dst=0)
         else:
             data = make(0.0)
-            data.recv(src=1)
-            assert (data["a"] == 1).all() and (data["b", "c"] == 1).all(), data
-    elif mode == "async":
-        if rank == 1:
-            make(2.0).isend(dst=0)
-        else:
-            data = make(0.0)
-            data.irecv(src=1)
-            assert (data["b", "c"] == 2).all()
+            getattr(data, recv)(src=1)
+            assert (data["a"] == fill).all() and (data["b", "c"] == fill).all(), data
     elif mode == "remote":
         if rank == 1:
             TensorDict({"x": torch.arange(6).view(2, 3), "n": {"y": torch.ones(2, dtype=torch.bool)}}, [2]).init_remote(dst=0)

@@ -110,26 +110,32 @@ def test_named_apply_none_drops():
 # ---------------------------------------------------------------- arithmetic
 
 
-BINARY = [
-    ("add", operator.add),
-    ("sub", operator.sub),
-    ("mul", operator.mul),
-    ("truediv", operator.truediv),
-    ("pow", operator.pow),
-]
+OTHER_KINDS = ["scalar", "tensor", "tensordict"]
 
 
-@pytest.mark.parametrize("op", [c[1] for c in BINARY], ids=[c[0] for c in BINARY])
-@pytest.mark.parametrize("other_kind", ["scalar", "tensor", "tensordict"])
-def test_binary_operators(op, other_kind):
-    td = make_td() + 1
-    other = {"scalar": 2.0, "tensor": torch.tensor(2.0), "tensordict": make_td(3.0)}[other_kind]
+def _leafwise(op, td, other_kind, other_td):
+    """`op(td, other)` for an `other` of `other_kind`: a TensorDict of td's batch size.
+
+    Yields `(key, result leaf, op on td's leaf)` for every leaf.
+    """
+    other = {"scalar": 2.0, "tensor": torch.tensor(2.0), "tensordict": other_td}[other_kind]
     out = op(td, other)
     assert isinstance(out, TensorDict)
     assert out.batch_size == td.batch_size
     for key in LEAVES:
         rhs = other[key] if other_kind == "tensordict" else other
-        assert torch.allclose(out[key], op(td[key], rhs)), key
+        yield key, out[key], op(td[key], rhs)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [operator.add, operator.sub, operator.mul, operator.truediv, operator.pow],
+    ids=lambda op: op.__name__,
+)
+@pytest.mark.parametrize("other_kind", OTHER_KINDS)
+def test_binary_operators(op, other_kind):
+    for key, got, want in _leafwise(op, make_td() + 1, other_kind, make_td(3.0)):
+        assert torch.allclose(got, want), key
 
 
 @pytest.mark.parametrize(
@@ -201,32 +207,17 @@ def test_add_with_tensordict_and_alpha():
 # ---------------------------------------------------------------- comparisons
 
 
-COMPARE = [
-    ("eq", operator.eq),
-    ("ne", operator.ne),
-    ("lt", operator.lt),
-    ("le", operator.le),
-    ("gt", operator.gt),
-    ("ge", operator.ge),
-]
-
-
-@pytest.mark.parametrize("op", [c[1] for c in COMPARE], ids=[c[0] for c in COMPARE])
-@pytest.mark.parametrize("other_kind", ["scalar", "tensor", "tensordict"])
+@pytest.mark.parametrize(
+    "op",
+    [operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge],
+    ids=lambda op: op.__name__,
+)
+@pytest.mark.parametrize("other_kind", OTHER_KINDS)
 def test_comparisons_give_bool_tensordict(op, other_kind):
-    td = make_td()
-    other = {
-        "scalar": 2.0,
-        "tensor": torch.tensor(2.0),
-        "tensordict": make_td().apply(lambda x: torch.full_like(x, 2.0)),
-    }[other_kind]
-    out = op(td, other)
-    assert isinstance(out, TensorDict)
-    assert out.batch_size == td.batch_size
-    for key in LEAVES:
-        rhs = other[key] if other_kind == "tensordict" else other
-        assert out[key].dtype == torch.bool, key
-        assert torch.equal(out[key], op(td[key], rhs)), key
+    twos = make_td().apply(lambda x: torch.full_like(x, 2.0))
+    for key, got, want in _leafwise(op, make_td(), other_kind, twos):
+        assert got.dtype == torch.bool, key
+        assert torch.equal(got, want), key
 
 
 def test_eq_all_any():

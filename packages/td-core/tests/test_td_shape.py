@@ -160,13 +160,6 @@ def test_batch_size_setter_shrink_and_grow():
     assert td["a"].shape == torch.Size([3, 4, 2])
 
 
-def test_batch_size_setter_rejects_incompatible():
-    td = TensorDict({"a": torch.zeros(3, 4)}, [3])
-    with pytest.raises(RuntimeError, match="a"):
-        td.batch_size = [3, 5]
-    assert td.batch_size == torch.Size([3])
-
-
 def test_nested_longer_batch_is_reshaped_with_parent():
     sub = TensorDict({"x": torch.zeros(2, 3, 4)}, [2, 3, 4])
     td = TensorDict({"s": sub}, [2, 3])

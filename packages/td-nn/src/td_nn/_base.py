@@ -18,7 +18,7 @@ from torch import nn
 
 from td_core import NestedKey, TensorDictBase, is_tensor_collection, unravel_key_list
 from td_nn._dispatch import call_with_tensors
-from td_nn._skip import _SKIP, should_skip
+from td_nn._skip import skips
 
 __all__ = ["TensorDictModuleBase", "format_keys", "indent"]
 
@@ -32,8 +32,7 @@ def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
             tensordict = kwargs.pop("tensordict")
         if not is_tensor_collection(tensordict):
             return call_with_tensors(self, lambda td: forward(self, td), tensordict, args, kwargs)
-        mode = _SKIP.get()
-        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
+        if skips(self, tensordict):
             return tensordict
         return forward(self, tensordict, *args, **kwargs)
 

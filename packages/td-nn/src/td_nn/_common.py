@@ -17,9 +17,9 @@ from td_core import (
 )
 from td_core.errors import KeyNotFoundError
 from td_nn._base import TensorDictModuleBase, format_keys, indent
-from td_nn._dispatch import resolve_call
+from td_nn._dispatch import resolve_or_skip
 from td_nn._errors import KeySpecError, OutputMismatchError
-from td_nn._skip import _SKIP, should_skip
+from td_nn._skip import _SKIP
 
 __all__ = ["TensorDictModule", "as_key_list"]
 
@@ -351,14 +351,11 @@ class TensorDictModule(TensorDictModuleBase):
             out = _run_plan(plan or self._fast_plan(), tensordict, self, False)
             if out is not _NOT_FAST:
                 return out
-        tensordict, tensordict_out, result = resolve_call(
-            self, self.forward, tensordict, args, tensordict_out, kwargs
+        tensordict, tensordict_out, result = resolve_or_skip(
+            self, tensordict, args, tensordict_out, kwargs
         )
         if tensordict is None:
             return result
-        mode = _SKIP.get()
-        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
-            return tensordict
         get = tensordict.get
         keys = self._read_keys
         if self.strict:

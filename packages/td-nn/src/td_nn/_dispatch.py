@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from td_core import NestedKey, TensorDict, is_tensor_collection, unravel_key_list
+from td_nn._skip import skips
 
 if TYPE_CHECKING:
     from td_core import TensorDictBase
@@ -129,6 +130,27 @@ def resolve_call(
             )
         tensordict_out = args[0]
     return tensordict, tensordict_out, None
+
+
+def resolve_or_skip(
+    module: Any,
+    tensordict: Any,
+    args: tuple[Any, ...],
+    tensordict_out: TensorDictBase | None,
+    kwargs: dict[str, Any],
+) -> tuple[TensorDictBase | None, TensorDictBase | None, Any]:
+    """`resolve_call` for `module.forward`, then `set_skip_existing`: a skipped call gets its input.
+
+    Returns `(tensordict, tensordict_out, None)` for a TensorDict call to run,
+    else `(None, None, result)`: the result of the call on tensors, or the
+    input TensorDict itself where `module` skips its call on it.
+    """
+    tensordict, tensordict_out, result = resolve_call(
+        module, module.forward, tensordict, args, tensordict_out, kwargs
+    )
+    if tensordict is not None and skips(module, tensordict):
+        return None, None, tensordict
+    return tensordict, tensordict_out, result
 
 
 def dispatch(

@@ -25,10 +25,9 @@ from td_core import (
 from td_core.errors import KeyNotFoundError
 from td_nn._base import TensorDictModuleBase, format_keys
 from td_nn._common import as_key_list
-from td_nn._dispatch import resolve_call
+from td_nn._dispatch import resolve_or_skip
 from td_nn._errors import KeySpecError
 from td_nn._sequence import TensorDictSequential
-from td_nn._skip import _SKIP, should_skip
 
 __all__ = ["ProbabilisticTensorDictModule", "ProbabilisticTensorDictSequential"]
 
@@ -300,14 +299,11 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         **kwargs: Any,
     ) -> Any:
         """Build the distribution, write a value (and its log-probability)."""
-        tensordict, tensordict_out, result = resolve_call(
-            self, self.forward, tensordict, args, tensordict_out, kwargs
+        tensordict, tensordict_out, result = resolve_or_skip(
+            self, tensordict, args, tensordict_out, kwargs
         )
         if tensordict is None:
             return result
-        mode = _SKIP.get()
-        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
-            return tensordict
         dist = self.get_dist(tensordict)
         if self.cache_dist:
             self.dist = dist

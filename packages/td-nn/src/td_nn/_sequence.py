@@ -14,7 +14,7 @@ from td_nn._base import TensorDictModuleBase, format_keys, indent
 from td_nn._common import as_key_list
 from td_nn._dispatch import resolve_call
 from td_nn._errors import UnknownKeyError
-from td_nn._skip import _SKIP, should_skip
+from td_nn._skip import skips
 
 __all__ = ["TensorDictSequential", "sequence_keys"]
 
@@ -162,8 +162,7 @@ class TensorDictSequential(TensorDictModuleBase):
             raise TypeError(
                 f"TensorDictSequential got unexpected keyword arguments {sorted(kwargs)}"
             )
-        mode = _SKIP.get()
-        if mode is not False and should_skip(mode, self.in_keys, self.out_keys, tensordict):
+        if skips(self, tensordict):
             return tensordict
         inplace = self.inplace
         copy = tensordict_out is not None or (inplace is not None and inplace is not True)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from td_core import NestedKey, TensorDictBase, unravel_key, unravel_key_list
 
-__all__ = ["set_skip_existing", "skip_existing", "should_skip"]
+__all__ = ["set_skip_existing", "skip_existing", "should_skip", "skips"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 SkipMode = bool | list[NestedKey]
@@ -64,6 +64,12 @@ def should_skip(
         return False
     nested = td.keys(include_nested=True)
     return all(k in nested for k in keys)
+
+
+def skips(module: Any, td: TensorDictBase) -> bool:
+    """Whether `module` skips its call on `td` under the current `set_skip_existing` mode."""
+    mode = _SKIP.get()
+    return mode is not False and should_skip(mode, module.in_keys, module.out_keys, td)
 
 
 class set_skip_existing:

@@ -10,6 +10,15 @@ from td_nn._base import TensorDictModuleBase, indent
 __all__ = ["TensorDictModuleWrapper"]
 
 
+def _of_td_module(name: str) -> property:
+    """A property that reads and writes the attribute `name` of the wrapped `td_module`."""
+    return property(
+        lambda self: getattr(self.td_module, name),
+        lambda self, value: setattr(self.td_module, name, value),
+        doc=f"The `{name}` of the wrapped `td_module` (setting it sets theirs).",
+    )
+
+
 class TensorDictModuleWrapper(TensorDictModuleBase):
     """Behave like `td_module` except for what a subclass overrides (usually `forward`).
 
@@ -45,21 +54,8 @@ class TensorDictModuleWrapper(TensorDictModuleBase):
             )
         self.td_module = td_module
 
-    @property
-    def in_keys(self) -> list[NestedKey]:
-        return self.td_module.in_keys
-
-    @in_keys.setter
-    def in_keys(self, value: list[NestedKey]) -> None:
-        self.td_module.in_keys = value
-
-    @property
-    def out_keys(self) -> list[NestedKey]:
-        return self.td_module.out_keys
-
-    @out_keys.setter
-    def out_keys(self, value: list[NestedKey]) -> None:
-        self.td_module.out_keys = value
+    in_keys = _of_td_module("in_keys")
+    out_keys = _of_td_module("out_keys")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped module."""
