@@ -37,7 +37,7 @@ from td_core._ops.casts import CastMixin
 from td_core._ops.dict_methods import MappingMixin
 from td_core._ops.index import IndexingMixin
 from td_core._ops.masked import MaskedMixin
-from td_core._ops.names import NamesMixin, carry_names, index_names
+from td_core._ops.names import NamesMixin, carry_names, index_names, inherit_names
 from td_core._ops.pointwise import PointwiseMixin
 from td_core._ops.rearrange import LayoutMixin
 from td_core._ops.reductions import ReductionMixin
@@ -470,6 +470,15 @@ class TensorDictBase(
         self, source: Mapping[str, Any], batch_size: torch.Size, key: NestedKey
     ) -> TensorDictBase:
         return dense(source, batch_size, self.device)
+
+    def _new(self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT) -> Any:
+        """A plain TensorDict of `source` (entries already valid) carrying this one's names."""
+        return inherit_names(
+            self,
+            provided("TensorDict")._new_unsafe(
+                source, batch_size, self.device if device is NO_DEFAULT else device
+            ),
+        )
 
     def _shape_error(
         self, key: NestedKey, shape: torch.Size, what: str = "shape"

@@ -30,7 +30,6 @@ from td_core._core.utils import NO_DEFAULT, as_device
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import register
-from td_core._ops.names import inherit_names
 
 __all__ = ["TensorDictParams"]
 
@@ -122,16 +121,6 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     def _entries(self) -> dict[str, Any]:
         """Every entry by key (a key lives in one registry: `_drop` clears the others)."""
         return {**self._non_tensor, **self._modules, **self._buffers, **self._parameters}
-
-    def _new(
-        self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
-    ) -> TensorDict:
-        return inherit_names(
-            self,
-            TensorDict._new_unsafe(
-                source, batch_size, self._device if device is NO_DEFAULT else device
-            ),
-        )
 
     # ---------------------------------------------------------------- metadata
     @property
