@@ -19,7 +19,7 @@ import importlib.util
 import warnings
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from td_core._leaves.nontensor import NonTensorStack
 from td_core.errors import ExtensionMissingError, TDError
 
 __all__ = [
+    "ReadOptions",
     "TabularFormatError",
     "build",
     "columns_of",
@@ -82,8 +83,8 @@ def neither(feature: str) -> ExtensionMissingError:
 
 
 # ---------------------------------------------------------------- table -> TensorDict
-def frame_columns(frame: Any) -> dict[str, Any]:
-    """The columns of a DataFrame as arrays (categoricals as their codes)."""
+def frame_columns(frame: Any) -> tuple[dict[str, Any], int]:
+    """The columns of a DataFrame as arrays (categoricals as their codes), and its row count."""
     pd = require("pandas", "from_pandas")
     if not isinstance(frame, pd.DataFrame):
         raise ConversionError(f"from_pandas reads a pandas DataFrame, got {type(frame).__name__}")
@@ -98,11 +99,11 @@ def frame_columns(frame: Any) -> dict[str, Any]:
             columns[str(name)] = series.cat.codes.to_numpy()
         else:
             columns[str(name)] = series.to_numpy()
-    return columns
+    return columns, len(frame)
 
 
-def table_columns(table: Any) -> dict[str, Any]:
-    """The columns of a pyarrow Table: numbers as arrays, other types as lists of values."""
+def table_columns(table: Any) -> tuple[dict[str, Any], int]:
+    """The columns of a pyarrow Table (numbers as arrays, other types as lists), and its row count."""
     pa = require("pyarrow", "reading Arrow tables")
     types = pa.types
     columns: dict[str, Any] = {}
@@ -122,7 +123,7 @@ def table_columns(table: Any) -> dict[str, Any]:
             columns[name] = column.combine_chunks().to_numpy_ndarray()
         else:
             columns[name] = column.to_pylist()
-    return columns
+    return columns, table.num_rows
 
 
 def _entry(values: Any, dtype: torch.dtype | None) -> Any:
@@ -161,20 +162,25 @@ def _nest(entries: dict[str, Any], separator: str) -> dict[str, Any]:
     return nested
 
 
+class ReadOptions(NamedTuple):
+    """The keyword arguments every `from_<table>` reader takes, in their order."""
+
+    auto_batch_size: bool
+    batch_dims: int | None
+    device: Any
+    batch_size: Any
+    separator: str | None
+    dtype: torch.dtype | None
+
+
 def build(
-    cls: type,
-    columns: dict[str, Any],
-    num_rows: int,
-    what: str,
-    *,
-    auto_batch_size: bool,
-    batch_dims: int | None,
-    device: Any,
-    batch_size: Any,
-    separator: str | None,
-    dtype: torch.dtype | None,
+    cls: type, columns: dict[str, Any], num_rows: int, what: str, options: ReadOptions
 ) -> Any:
-    """The TensorDict of `columns` (the tail every reader shares)."""
+    """The `cls` of `columns` (the tail every reader shares), called from the reader itself.
+
+    The reader must call this directly: the `batch_dims` warning points at its caller.
+    """
+    auto_batch_size, batch_dims, device, batch_size, separator, dtype = options
     entries = {name: _entry(values, dtype) for name, values in columns.items()}
     source: Mapping[str, Any] = entries if separator is None else _nest(entries, separator)
     size = torch.Size([num_rows]) if batch_size is None else as_size(batch_size)

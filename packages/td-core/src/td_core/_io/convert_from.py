@@ -51,7 +51,6 @@ def _dense(source: Mapping[str, Any] | None = None, batch_size: Any = ()) -> Any
 
 def _finish(
     td: Any,
-    *,
     batch_size: Any = None,
     auto_batch_size: bool | None = False,
     batch_dims: int | None = None,
@@ -154,12 +153,7 @@ def from_pytree(
     """
     if isinstance(pytree, Tensor):
         return pytree
-    return _finish(
-        _pytree_node(pytree),
-        batch_size=batch_size,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-    )
+    return _finish(_pytree_node(pytree), batch_size, auto_batch_size, batch_dims)
 
 
 def from_namedtuple(
@@ -176,13 +170,7 @@ def from_namedtuple(
             f"from_namedtuple expects a namedtuple instance, got {type(named_tuple).__name__}"
         )
     td = _dense({k: _value(v) for k, v in named_tuple._asdict().items()})
-    return _finish(
-        td,
-        batch_size=batch_size,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-    )
+    return _finish(td, batch_size, auto_batch_size, batch_dims, device)
 
 
 def from_tuple(
@@ -196,13 +184,7 @@ def from_tuple(
     """A TensorDict with keys `"0"`, `"1"`, ... for the items of `obj` (nested tuples nest)."""
     if not isinstance(obj, (tuple, list)):
         raise TypeError(f"from_tuple expects a tuple, got {type(obj).__name__}")
-    return _finish(
-        _dense(_tuple_entries(obj)),
-        batch_size=batch_size,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-    )
+    return _finish(_dense(_tuple_entries(obj)), batch_size, auto_batch_size, batch_dims, device)
 
 
 def from_dataclass(
@@ -233,13 +215,7 @@ def from_dataclass(
             )
         raise TypeError(f"from_dataclass expects a dataclass instance, got {type(dataclass)!r}")
     fields = {f.name: _value(getattr(dataclass, f.name)) for f in dataclasses.fields(dataclass)}
-    td = _finish(
-        _dense(fields),
-        batch_size=batch_size,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-    )
+    td = _finish(_dense(fields), batch_size, auto_batch_size, batch_dims, device)
     if as_tensorclass:
         dest_cls = from_dataclass(type(dataclass), as_tensorclass=True)
     if dest_cls is not None:
@@ -270,13 +246,7 @@ def from_struct_array(
     td = _dense(_from_struct(struct_array), struct_array.shape)
     if batch_size is None and (auto_batch_size or batch_dims is not None):
         td.batch_size = torch.Size()
-    return _finish(
-        td,
-        batch_size=batch_size,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-    )
+    return _finish(td, batch_size, auto_batch_size, batch_dims, device)
 
 
 def from_list(
@@ -307,14 +277,7 @@ def from_list(
             raise TypeError(f"from_list: item {i} is a {type(item).__name__}, not a mapping")
     same = all(set(t.keys(True, True)) == set(items[0].keys(True, True)) for t in items)
     out = lazy_stack_of(items, 0) if lazy or not same else stack(items, 0)
-    return _finish(
-        out,
-        batch_size=batch_size,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-        names=names,
-    )
+    return _finish(out, batch_size, auto_batch_size, batch_dims, device, names)
 
 
 def from_json(
@@ -362,13 +325,7 @@ def from_json(
     td = _dense(entries, [len(records)]).unflatten_keys(separator or ".")
     if squeeze:
         td = td[0]
-    return _finish(
-        td,
-        batch_size=batch_size,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-    )
+    return _finish(td, batch_size, auto_batch_size, batch_dims, device)
 
 
 _STORAGES = (None, "memmap", "h5", "zarr", "shared", "redis", "dragonfly")

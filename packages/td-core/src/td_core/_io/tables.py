@@ -24,6 +24,7 @@ import torch
 
 from td_core._core.contract import TensorDictContract, provided
 from td_core._io.columns import (
+    ReadOptions,
     build,
     columns_of,
     frame_columns,
@@ -42,11 +43,9 @@ Path = str | os.PathLike[str]
 # ---------------------------------------------------------------- files
 def _read_csv(path: Path, kwargs: dict[str, Any]) -> tuple[dict[str, Any], int]:
     if installed("pandas"):
-        frame = require("pandas", "from_csv").read_csv(path, **kwargs)
-        return frame_columns(frame), len(frame)
+        return frame_columns(require("pandas", "from_csv").read_csv(path, **kwargs))
     if installed("pyarrow"):
-        table = require("pyarrow.csv", "from_csv").read_csv(os.fspath(path), **kwargs)
-        return table_columns(table), table.num_rows
+        return table_columns(require("pyarrow.csv", "from_csv").read_csv(os.fspath(path), **kwargs))
     raise neither("from_csv")
 
 
@@ -55,11 +54,10 @@ def _read_parquet(
 ) -> tuple[dict[str, Any], int]:
     if installed("pyarrow"):
         pq = require("pyarrow.parquet", "from_parquet")
-        table = pq.read_table(os.fspath(path), columns=columns, **kwargs)
-        return table_columns(table), table.num_rows
+        return table_columns(pq.read_table(os.fspath(path), columns=columns, **kwargs))
     if installed("pandas"):
-        frame = require("pandas", "from_parquet").read_parquet(path, columns=columns, **kwargs)
-        return frame_columns(frame), len(frame)
+        pd = require("pandas", "from_parquet")
+        return frame_columns(pd.read_parquet(path, columns=columns, **kwargs))
     raise neither("from_parquet")
 
 
@@ -210,19 +208,8 @@ class TabularMixin(TensorDictContract):
             TensorDict.from_pandas(df).batch_size  # torch.Size([3])
             ```
         """
-        columns = frame_columns(dataframe)
-        return build(
-            cls,
-            columns,
-            len(dataframe),
-            "from_pandas",
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-        )
+        options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+        return build(cls, *frame_columns(dataframe), "from_pandas", options)
 
     @classmethod
     def from_csv(
@@ -262,19 +249,8 @@ class TabularMixin(TensorDictContract):
             TensorDict.from_csv("data.csv", dtype=torch.float32)
             ```
         """
-        columns, num_rows = _read_csv(path, kwargs)
-        return build(
-            cls,
-            columns,
-            num_rows,
-            "from_csv",
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-        )
+        options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+        return build(cls, *_read_csv(path, kwargs), "from_csv", options)
 
     @classmethod
     def from_parquet(
@@ -316,19 +292,8 @@ class TabularMixin(TensorDictContract):
             TensorDict.from_parquet("data.parquet", columns=["obs"])
             ```
         """
-        table, num_rows = _read_parquet(path, columns, kwargs)
-        return build(
-            cls,
-            table,
-            num_rows,
-            "from_parquet",
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-        )
+        options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+        return build(cls, *_read_parquet(path, columns, kwargs), "from_parquet", options)
 
 
 # ---------------------------------------------------------------- top level
@@ -353,15 +318,8 @@ def from_pandas(
         td["obs", "x"]  # tensor([1., 2.], dtype=torch.float64)
         ```
     """
-    return _dense_class().from_pandas(  # type: ignore[attr-defined]
-        dataframe,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-        batch_size=batch_size,
-        separator=separator,
-        dtype=dtype,
-    )
+    options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+    return build(_dense_class(), *frame_columns(dataframe), "from_pandas", options)
 
 
 def from_csv(
@@ -384,16 +342,8 @@ def from_csv(
         td = from_csv("data.csv", separator=".")
         ```
     """
-    return _dense_class().from_csv(  # type: ignore[attr-defined]
-        path,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-        batch_size=batch_size,
-        separator=separator,
-        dtype=dtype,
-        **kwargs,
-    )
+    options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+    return build(_dense_class(), *_read_csv(path, kwargs), "from_csv", options)
 
 
 def from_parquet(
@@ -417,14 +367,5 @@ def from_parquet(
         td = from_parquet("data.parquet", columns=["obs"])
         ```
     """
-    return _dense_class().from_parquet(  # type: ignore[attr-defined]
-        path,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        device=device,
-        batch_size=batch_size,
-        separator=separator,
-        dtype=dtype,
-        columns=columns,
-        **kwargs,
-    )
+    options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+    return build(_dense_class(), *_read_parquet(path, columns, kwargs), "from_parquet", options)
