@@ -19,12 +19,13 @@ No pickle is involved.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,41 +230,14 @@ def consolidate(
     td: TensorDictContract,
     filename: str | os.PathLike[str] | None = None,
     *,
-    num_threads: int = 0,
     device: torch.device | str | None = None,
     non_blocking: bool = False,
     inplace: bool = False,
-    return_early: bool = False,
-    use_buffer: bool = False,
     share_memory: bool = False,
     pin_memory: bool = False,
-    metadata: bool = False,
 ) -> Any:
-    """See `ConsolidateMixin.consolidate`."""
-    if return_early:
-        future: Future[Any] = Future()
-
-        def work() -> None:
-            try:
-                future.set_result(
-                    consolidate(
-                        td,
-                        filename,
-                        device=device,
-                        non_blocking=non_blocking,
-                        inplace=inplace,
-                        share_memory=share_memory or use_buffer,
-                        pin_memory=pin_memory,
-                        metadata=metadata,
-                    )
-                )
-            except BaseException as err:  # handed to the caller through the future
-                future.set_exception(err)
-
-        threading.Thread(target=work, daemon=True).start()
-        return future
-    _ = (num_threads, metadata)  # one copy per leaf (torch threads each copy); layout is implicit
-    plain = filename is None and device is None and not (share_memory or use_buffer or pin_memory)
+    """`ConsolidateMixin.consolidate` in this thread (`use_buffer` is `share_memory` here)."""
+    plain = filename is None and device is None and not (share_memory or pin_memory)
     if plain and consolidated_layout(td) is not None:
         return td  # already one buffer (upstream returns the same object too)
     leaves = tensor_leaves(td)
@@ -279,7 +253,7 @@ def consolidate(
         total,
         filename=filename,
         device=dev,
-        share_memory=share_memory or use_buffer,
+        share_memory=share_memory,
         pin_memory=pin_memory,
     )
     views = _views(buffer, leaves, offsets)
@@ -300,6 +274,20 @@ def consolidate(
         return out if dev is None else out.to(dev)
     _replace_leaves(td, iter(views))
     return td
+
+
+def _in_thread(run: Callable[[], Any]) -> Future[Any]:
+    """`run()` in a daemon thread: a future of its result (or of its error)."""
+    future: Future[Any] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(run())
+        except BaseException as err:  # handed to the caller through the future
+            future.set_exception(err)
+
+    threading.Thread(target=work, daemon=True).start()
+    return future
 
 
 def whole_buffer(leaf: Tensor) -> Tensor:
@@ -490,19 +478,19 @@ class ConsolidateMixin(TensorDictContract):
             >>> c["a"].untyped_storage().data_ptr() == c["b", "c"].untyped_storage().data_ptr()
             True
         """
-        return consolidate(
+        # num_threads, metadata: one copy per leaf (torch threads each copy); layout is implicit
+        _ = (num_threads, metadata)
+        run = functools.partial(
+            consolidate,
             self,
             filename,
-            num_threads=num_threads,
             device=device,
             non_blocking=non_blocking,
             inplace=inplace,
-            return_early=return_early,
-            use_buffer=use_buffer,
-            share_memory=share_memory,
+            share_memory=share_memory or use_buffer,
             pin_memory=pin_memory,
-            metadata=metadata,
         )
+        return _in_thread(run) if return_early else run()
 
     def is_consolidated(self) -> bool:
         """Whether the tensor leaves are views of one buffer laid out by `consolidate`."""

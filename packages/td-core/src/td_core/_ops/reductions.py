@@ -1,21 +1,19 @@
 """Reductions over batch dims (`sum`, `mean`, `std`, `max`, ...): the public methods.
 
-Each method is one line calling the engine in `_reduce.py` with its row of the table;
-the module doc there says how `dim`, `keepdim` and `reduce` are read.
+Each method is one line calling `_run`, the one body they share, with its row of the
+table in `reduce_engine.py`; the module doc there says how `dim`, `keepdim` and
+`reduce` are read.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops.reduce_engine import REDUCTIONS, Dim, KeyTransform, bool_reduction, reduction
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["ReductionMixin"]
 
@@ -48,15 +46,7 @@ class ReductionMixin(TensorDictContract):
             >>> td.sum(reduce=True).item()
             12.0
         """
-        return reduction(
-            self,
-            _R["sum"],
-            dim,
-            keepdim,
-            reduce=reduce,
-            key_transform=key_transform,
-            **_opt(dtype=dtype),
-        )
+        return _run(self, "sum", dim, keepdim, reduce, key_transform, dtype=dtype)
 
     def nansum(
         self,
@@ -67,7 +57,7 @@ class ReductionMixin(TensorDictContract):
         reduce: bool | None = None,
     ) -> Any:
         """Sum of each leaf over `dim`, NaNs counted as zero."""
-        return reduction(self, _R["nansum"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
+        return _run(self, "nansum", dim, keepdim, reduce, dtype=dtype)
 
     def mean(
         self,
@@ -79,15 +69,7 @@ class ReductionMixin(TensorDictContract):
         key_transform: KeyTransform = None,
     ) -> Any:
         """Mean of each leaf over `dim` (floating-point leaves, or pass `dtype`)."""
-        return reduction(
-            self,
-            _R["mean"],
-            dim,
-            keepdim,
-            reduce=reduce,
-            key_transform=key_transform,
-            **_opt(dtype=dtype),
-        )
+        return _run(self, "mean", dim, keepdim, reduce, key_transform, dtype=dtype)
 
     def nanmean(
         self,
@@ -98,7 +80,7 @@ class ReductionMixin(TensorDictContract):
         reduce: bool | None = None,
     ) -> Any:
         """Mean of each leaf over `dim`, ignoring NaNs."""
-        return reduction(self, _R["nanmean"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
+        return _run(self, "nanmean", dim, keepdim, reduce, dtype=dtype)
 
     def prod(
         self,
@@ -109,7 +91,7 @@ class ReductionMixin(TensorDictContract):
         reduce: bool | None = None,
     ) -> Any:
         """Product of each leaf over `dim`."""
-        return reduction(self, _R["prod"], dim, keepdim, reduce=reduce, **_opt(dtype=dtype))
+        return _run(self, "prod", dim, keepdim, reduce, dtype=dtype)
 
     def std(
         self,
@@ -121,15 +103,7 @@ class ReductionMixin(TensorDictContract):
         key_transform: KeyTransform = None,
     ) -> Any:
         """Standard deviation of each leaf over `dim` (`correction=0`: the biased one)."""
-        return reduction(
-            self,
-            _R["std"],
-            dim,
-            keepdim,
-            reduce=reduce,
-            key_transform=key_transform,
-            **_correction(correction),
-        )
+        return _run(self, "std", dim, keepdim, reduce, key_transform, correction=correction)
 
     def var(
         self,
@@ -141,15 +115,7 @@ class ReductionMixin(TensorDictContract):
         key_transform: KeyTransform = None,
     ) -> Any:
         """Variance of each leaf over `dim` (`correction=0`: the biased one)."""
-        return reduction(
-            self,
-            _R["var"],
-            dim,
-            keepdim,
-            reduce=reduce,
-            key_transform=key_transform,
-            **_correction(correction),
-        )
+        return _run(self, "var", dim, keepdim, reduce, key_transform, correction=correction)
 
     def max(
         self,
@@ -169,9 +135,7 @@ class ReductionMixin(TensorDictContract):
             >>> values["a"].item(), indices["a"].item()
             (3.0, 1)
         """
-        return reduction(
-            self, _R["max"], dim, keepdim, reduce=reduce, return_indices=return_indices
-        )
+        return _run(self, "max", dim, keepdim, reduce, return_indices=return_indices)
 
     def min(
         self,
@@ -182,9 +146,7 @@ class ReductionMixin(TensorDictContract):
         return_indices: bool = True,
     ) -> Any:
         """Minimum of each leaf; with a batch `dim`, `(values, indices)` as in `torch.min`."""
-        return reduction(
-            self, _R["min"], dim, keepdim, reduce=reduce, return_indices=return_indices
-        )
+        return _run(self, "min", dim, keepdim, reduce, return_indices=return_indices)
 
     def amax(
         self,
@@ -194,7 +156,7 @@ class ReductionMixin(TensorDictContract):
         reduce: bool | None = None,
     ) -> Any:
         """Maximum of each leaf over `dim` (values only)."""
-        return reduction(self, _R["amax"], dim, keepdim, reduce=reduce)
+        return _run(self, "amax", dim, keepdim, reduce)
 
     def amin(
         self,
@@ -204,7 +166,7 @@ class ReductionMixin(TensorDictContract):
         reduce: bool | None = None,
     ) -> Any:
         """Minimum of each leaf over `dim` (values only)."""
-        return reduction(self, _R["amin"], dim, keepdim, reduce=reduce)
+        return _run(self, "amin", dim, keepdim, reduce)
 
     def logsumexp(self, dim: Dim = None, keepdim: bool = False, *, out: Any = None) -> Any:
         """`log(sum(exp(leaf)))` over batch `dim` (default: every batch dim).
@@ -225,28 +187,21 @@ class ReductionMixin(TensorDictContract):
         key_transform: KeyTransform = None,
     ) -> Any:
         """The `q`-th quantile of each leaf over `dim` (a tensor `q` adds leading dims)."""
-        return reduction(
-            self,
-            _R["quantile"],
-            dim,
-            keepdim,
-            q,
-            reduce=reduce,
-            key_transform=key_transform,
-            interpolation=interpolation,
+        return _run(
+            self, "quantile", dim, keepdim, reduce, key_transform, q, interpolation=interpolation
         )
 
     def cummax(self, dim: int, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
         """Running maximum along batch `dim`: `(values, indices)` as in `torch.cummax`."""
-        return reduction(self, _R["cummax"], dim, reduce=reduce, return_indices=return_indices)
+        return _run(self, "cummax", dim, False, reduce, return_indices=return_indices)
 
     def cummin(self, dim: int, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
         """Running minimum along batch `dim`: `(values, indices)` as in `torch.cummin`."""
-        return reduction(self, _R["cummin"], dim, reduce=reduce, return_indices=return_indices)
+        return _run(self, "cummin", dim, False, reduce, return_indices=return_indices)
 
     def softmax(self, dim: int, dtype: torch.dtype | None = None) -> Any:
         """Softmax of each leaf along batch `dim`."""
-        return reduction(self, _R["softmax"], dim, **_opt(dtype=dtype))
+        return _run(self, "softmax", dim, False, None, dtype=dtype)
 
     def norm(
         self,
@@ -256,7 +211,7 @@ class ReductionMixin(TensorDictContract):
         key_transform: KeyTransform = None,
     ) -> Any:
         """The 2-norm of each leaf over all its elements (`batch_size=[]`)."""
-        result = reduction(self, _R["norm"], key_transform=key_transform, **_opt(dtype=dtype))
+        result = _run(self, "norm", NO_DEFAULT, False, None, key_transform, dtype=dtype)
         return result if out is None else out.update_(result)
 
     def all(self, dim: Dim = None) -> Any:
@@ -268,15 +223,27 @@ class ReductionMixin(TensorDictContract):
         return bool_reduction(self, _R["any"], dim)
 
 
-def _correction(correction: int) -> dict[str, Any]:
-    """`correction=` for `std`/`var`, left out when it is torch's default (1).
+def _run(
+    td: Any,
+    name: str,
+    dim: Any,
+    keepdim: Any,
+    reduce: bool | None,
+    key_transform: KeyTransform = None,
+    *args: Any,
+    correction: int = 1,
+    **options: Any,
+) -> Any:
+    """The body of the reduction methods: `reduction` with row `name` and the options given.
 
-    `t.std(d)` and `t.std(d, correction=1)` agree, but the keyword picks a slower
-    overload (about 1.4x per call on small leaves), which shows over many leaves.
+    Options that are `None` are left out (the torch op's default applies), and so is
+    `correction=1` (torch's default): `t.std(d)` and `t.std(d, correction=1)` agree, but
+    the keyword picks a slower overload (about 1.4x per call on small leaves), which
+    shows over many leaves.
     """
-    return {} if correction == 1 else {"correction": correction}
-
-
-def _opt(**kwargs: Any) -> dict[str, Any]:
-    """The keyword arguments that were given (not `None`)."""
-    return {k: v for k, v in kwargs.items() if v is not None}
+    kwargs = {k: v for k, v in options.items() if v is not None}
+    if correction != 1:
+        kwargs["correction"] = correction
+    return reduction(
+        td, _R[name], dim, keepdim, *args, reduce=reduce, key_transform=key_transform, **kwargs
+    )

@@ -36,10 +36,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CollectivesMixin",
     "all_gather",
-    "all_reduce",
     "broadcast",
     "gather_and_stack",
-    "reduce",
+    "reduce_leaves",
     "scatter",
 ]
 
@@ -122,49 +121,34 @@ def _reduce_leaves(
     return works
 
 
-def all_reduce(
+def reduce_leaves(
     td: TensorDictContract,
-    op: Any = None,
-    *,
-    group: Any = None,
-    async_op: bool = False,
-    bucket_bytes: int | None = None,
-) -> Any:
-    """See `CollectivesMixin.all_reduce`."""
+    dst: int | None,
+    op: Any,
+    group: Any,
+    async_op: bool,
+    bucket_bytes: int | None,
+) -> list[Any]:
+    """`all_reduce` (`dst=None`) or `reduce` to rank `dst` of every leaf: the works.
+
+    The result is written back into the leaves on every rank (`all_reduce`) or on `dst`.
+    """
     dist = _dist()
     op = dist.ReduceOp.SUM if op is None else op
-    works = _reduce_leaves(
-        td,
-        lambda t: dist.all_reduce(t, op=op, group=group, async_op=async_op),
-        async_op=async_op,
-        bucket_bytes=bucket_bytes,
-        write_back=True,
-    )
-    return works if async_op else None
+    if dst is None:
+        write_back = True
 
+        def call(t: Tensor) -> Any:
+            return dist.all_reduce(t, op=op, group=group, async_op=async_op)
+    else:
+        write_back = (dist.get_rank(group) if group is not None else dist.get_rank()) == dst
 
-def reduce(
-    td: TensorDictContract,
-    dst: int,
-    op: Any = None,
-    async_op: bool = False,
-    return_premature: bool = False,
-    group: Any = None,
-    *,
-    bucket_bytes: int | None = None,
-) -> Any:
-    """See `CollectivesMixin.reduce`."""
-    dist = _dist()
-    op = dist.ReduceOp.SUM if op is None else op
-    me = dist.get_rank(group) if group is not None else dist.get_rank()
-    works = _reduce_leaves(
-        td,
-        lambda t: dist.reduce(t, dst, op=op, group=group, async_op=async_op),
-        async_op=async_op,
-        bucket_bytes=bucket_bytes,
-        write_back=me == dst,
+        def call(t: Tensor) -> Any:
+            return dist.reduce(t, dst, op=op, group=group, async_op=async_op)
+
+    return _reduce_leaves(
+        td, call, async_op=async_op, bucket_bytes=bucket_bytes, write_back=write_back
     )
-    return works if async_op and return_premature else None
 
 
 # ------------------------------------------------------------ whole TensorDicts
@@ -379,7 +363,8 @@ class CollectivesMixin(TensorDictContract):
         Returns:
             `None`, or the list of `Work` handles with `async_op=True`.
         """
-        return all_reduce(self, op, group=group, async_op=async_op, bucket_bytes=bucket_bytes)
+        works = reduce_leaves(self, None, op, group, async_op, bucket_bytes)
+        return works if async_op else None
 
     def reduce(
         self,
@@ -397,7 +382,8 @@ class CollectivesMixin(TensorDictContract):
         clone first if they are needed. `return_premature` with `async_op`
         returns the `Work` handles; other arguments as `all_reduce`.
         """
-        return reduce(self, dst, op, async_op, return_premature, group, bucket_bytes=bucket_bytes)
+        works = reduce_leaves(self, dst, op, group, async_op, bucket_bytes)
+        return works if async_op and return_premature else None
 
     def broadcast(self, src: int, *, group: Any = None, device: Any = None) -> Any:
         """Send rank `src`'s TensorDict to every rank; returns it on each (no template needed).

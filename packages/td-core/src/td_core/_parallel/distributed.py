@@ -23,7 +23,7 @@ import inspect
 import json
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -40,6 +40,7 @@ from td_core.errors import NotAPipeError, NotConsolidatedError
 
 __all__ = [
     "PipeMixin",
+    "Transfer",
     "send",
     "recv",
     "isend",
@@ -106,7 +107,22 @@ def _tags(init_tag: int, count: int, pseudo_rand: bool) -> list[int]:
     return tags
 
 
-def _peer_kwargs(peer: int | None, group_peer: int | None, group: Any, side: str) -> dict[str, Any]:
+class Transfer(NamedTuple):
+    """What `send`/`recv`/`isend`/`irecv` share: the peer, the tags, the form of the data.
+
+    `peer` is the global rank (`dst` or `src`), `group_peer` the rank in `group`
+    (`group_dst` or `group_src`); the methods' docstrings say the rest.
+    """
+
+    peer: Any
+    group: Any
+    group_peer: int | None
+    init_tag: int
+    pseudo_rand: bool
+    consolidated: bool
+
+
+def _peer_kwargs(how: Transfer, side: str) -> dict[str, Any]:
     """Keyword arguments naming the peer for `torch.distributed.<side>` (`"dst"` or `"src"`).
 
     A group rank goes as `group_dst`/`group_src` when the installed torch takes
@@ -114,6 +130,7 @@ def _peer_kwargs(peer: int | None, group_peer: int | None, group: Any, side: str
     """
     import torch.distributed as dist
 
+    peer, group_peer, group = how.peer, how.group_peer, how.group
     _check_peer(peer, group_peer, group, side, f"group_{side}")
     if group_peer is None:
         return {side: peer, "group": group}
@@ -138,14 +155,14 @@ def _wait(works: list[Any]) -> None:
             work.wait()
 
 
-def _send_buffer(td: TensorDictContract) -> torch.Tensor:
-    """The one buffer of `td`, consolidating it first when it is not consolidated."""
+def _layout_to_send(td: TensorDictContract, method: str) -> tuple[list[torch.Tensor], list[int]]:
+    """The consolidated layout of `td`, consolidating a copy first when it is not consolidated."""
     layout = consolidated_layout(td)
     if layout is None:
         layout = consolidated_layout(consolidate(td))
     if layout is None or not layout[0]:
-        raise ValueError("send(consolidated=True): the TensorDict has no tensor leaf to send")
-    return whole_buffer(layout[0][0])
+        raise ValueError(f"{method}: the TensorDict has no tensor leaf to send")
+    return layout
 
 
 def _recv_buffer(td: TensorDictContract, method: str) -> torch.Tensor:
@@ -160,119 +177,88 @@ def _recv_buffer(td: TensorDictContract, method: str) -> torch.Tensor:
     return whole_buffer(layout[0][0])
 
 
-def send(
-    td: TensorDictContract,
-    dst: Any = None,
-    *,
-    group: Any = None,
-    group_dst: int | None = None,
-    init_tag: int = 0,
-    pseudo_rand: bool = False,
-    consolidated: bool = False,
-) -> None:
-    """Send `td`'s tensor leaves (or its consolidated buffer) to `dst` / `group_dst`, or through a pipe."""
+def _messages(
+    td: TensorDictContract, how: Transfer, method: str
+) -> tuple[list[torch.Tensor], list[int]]:
+    """The tensors one transfer moves and their tags: the tensor leaves, or the one
+    consolidated buffer (tag 0)."""
+    if how.consolidated:
+        if method.endswith("send"):
+            buffer = whole_buffer(_layout_to_send(td, "send(consolidated=True)")[0][0])
+        else:
+            buffer = _recv_buffer(td, method)
+        return [buffer], [0]
+    leaves = _p2p_leaves(td)
+    return leaves, _tags(how.init_tag, len(leaves), how.pseudo_rand)
+
+
+def _last_tag(how: Transfer, tags: list[int]) -> int | None:
+    """What `recv`/`isend` return: the tag of the last leaf (`None` if consolidated)."""
+    if how.consolidated:
+        return None
+    return tags[-1] if tags else how.init_tag - 1
+
+
+def _send_all(td: TensorDictContract, how: Transfer, method: str) -> tuple[list[Any], int | None]:
+    """The send path of `send` and `isend` (`method`): every message sent (or started);
+    the works and the last tag."""
     import torch.distributed as dist
 
-    pipe = _pipe(dst, group_dst, "send")
+    peer = _peer_kwargs(how, "dst")
+    tensors, tags = _messages(td, how, method)
+    fn = getattr(dist, method)
+    works = [fn(t.contiguous(), tag=tag, **peer) for t, tag in zip(tensors, tags)]
+    return works, _last_tag(how, tags)
+
+
+def send(td: TensorDictContract, how: Transfer) -> None:
+    """Send `td`'s tensor leaves (or its consolidated buffer) to the peer, or through a pipe."""
+    pipe = _pipe(how.peer, how.group_peer, "send")
     if pipe is not None:
         pipe(td)
         return
-    peer = _peer_kwargs(dst, group_dst, group, "dst")
-    if consolidated:
-        dist.send(_send_buffer(td), **peer)
-        return
-    leaves = _p2p_leaves(td)
-    for t, tag in zip(leaves, _tags(init_tag, len(leaves), pseudo_rand)):
-        dist.send(t.contiguous(), tag=tag, **peer)
+    _send_all(td, how, "send")
 
 
-def recv(
-    td: TensorDictContract,
-    src: Any = None,
-    *,
-    group: Any = None,
-    group_src: int | None = None,
-    init_tag: int = 0,
-    pseudo_rand: bool = False,
-    consolidated: bool = False,
-) -> Any:
+def isend(td: TensorDictContract, how: Transfer, return_early: bool) -> Any:
+    """Non-blocking `send`: the works with `return_early`, else waits and returns the last tag."""
+    works, last = _send_all(td, how, "isend")
+    if return_early:
+        return works
+    _wait(works)
+    return last
+
+
+def recv(td: TensorDictContract, how: Transfer) -> Any:
     """Receive into `td` in place; the last tag, `None` if consolidated, a pipe's result for a pipe."""
     import torch.distributed as dist
 
-    pipe = _pipe(src, group_src, "recv")
+    pipe = _pipe(how.peer, how.group_peer, "recv")
     if pipe is not None:
         return pipe(td)
-    peer = _peer_kwargs(src, group_src, group, "src")
-    if consolidated:
-        dist.recv(_recv_buffer(td, "recv"), **peer)
-        return None
-    leaves = _p2p_leaves(td)
-    tags = _tags(init_tag, len(leaves), pseudo_rand)
+    peer = _peer_kwargs(how, "src")
+    leaves, tags = _messages(td, how, "recv")
     for t, tag in zip(leaves, tags):
         contiguous = t.is_contiguous()
         buffer = t if contiguous else torch.empty_like(t, memory_format=torch.contiguous_format)
         dist.recv(buffer, tag=tag, **peer)
         if not contiguous:
             t.copy_(buffer)
-    return tags[-1] if tags else init_tag - 1
+    return _last_tag(how, tags)
 
 
-def isend(
-    td: TensorDictContract,
-    dst: int | None = None,
-    *,
-    group: Any = None,
-    group_dst: int | None = None,
-    init_tag: int = 0,
-    pseudo_rand: bool = False,
-    return_early: bool = False,
-    consolidated: bool = False,
-) -> Any:
-    """Non-blocking `send`: the works with `return_early`, else waits and returns the last tag."""
-    import torch.distributed as dist
-
-    peer = _peer_kwargs(dst, group_dst, group, "dst")
-    if consolidated:
-        works = [dist.isend(_send_buffer(td), **peer)]
-        if return_early:
-            return works
-        _wait(works)
-        return None
-    leaves = _p2p_leaves(td)
-    tags = _tags(init_tag, len(leaves), pseudo_rand)
-    works = [dist.isend(t.contiguous(), tag=tag, **peer) for t, tag in zip(leaves, tags)]
-    if return_early:
-        return works
-    _wait(works)
-    return tags[-1] if tags else init_tag - 1
-
-
-def irecv(
-    td: TensorDictContract,
-    src: int | None = None,
-    *,
-    group: Any = None,
-    group_src: int | None = None,
-    return_premature: bool = False,
-    init_tag: int = 0,
-    pseudo_rand: bool = False,
-    consolidated: bool = False,
-) -> Any:
+def irecv(td: TensorDictContract, how: Transfer, return_premature: bool) -> Any:
     """Non-blocking `recv` into `td`'s (contiguous) leaves: the works with `return_premature`, else `None`."""
     import torch.distributed as dist
 
-    peer = _peer_kwargs(src, group_src, group, "src")
-    if consolidated:
-        buffers = [_recv_buffer(td, "irecv")]
-    else:
-        buffers = _p2p_leaves(td)
-        for t in buffers:
-            if not t.is_contiguous():
-                raise ValueError(
-                    f"irecv receives in place, but a leaf of shape {tuple(t.shape)} is not "
-                    "contiguous: use recv, or make the TensorDict contiguous first"
-                )
-    tags = [0] if consolidated else _tags(init_tag, len(buffers), pseudo_rand)
+    peer = _peer_kwargs(how, "src")
+    buffers, tags = _messages(td, how, "irecv")
+    for t in buffers:
+        if not t.is_contiguous():
+            raise ValueError(
+                f"irecv receives in place, but a leaf of shape {tuple(t.shape)} is not "
+                "contiguous: use recv, or make the TensorDict contiguous first"
+            )
     works = [dist.irecv(t, tag=tag, **peer) for t, tag in zip(buffers, tags)]
     if return_premature:
         return works
@@ -337,12 +323,7 @@ def init_remote(
 
     if dst is None and not use_broadcast:
         raise ValueError("init_remote: pass the receiver as `dst`, or `use_broadcast=True`")
-    layout = consolidated_layout(td)
-    if layout is None:
-        layout = consolidated_layout(consolidate(td))
-    if layout is None or not layout[0]:
-        raise ValueError("init_remote: the TensorDict has no tensor leaf to send")
-    leaves, offsets = layout
+    leaves, offsets = _layout_to_send(td, "init_remote")
     buffer = whole_buffer(leaves[0])
     tree = _stack_tree(rebuild(td, iter(leaves)), iter(offsets))
     meta = json.dumps({"total": buffer.numel(), "tree": tree}).encode()

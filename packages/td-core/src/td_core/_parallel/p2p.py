@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from td_core._core.contract import TensorDictContract
-from td_core._parallel.distributed import init_remote, irecv, isend, recv, send
+from td_core._parallel.distributed import Transfer, init_remote, irecv, isend, recv, send
 
 __all__ = ["PointToPointMixin"]
 
@@ -67,15 +67,8 @@ class PointToPointMixin(TensorDictContract):
             td.recv(src=1)
             ```
         """
-        send(
-            self,
-            dst,
-            group=group,
-            group_dst=group_dst,
-            init_tag=init_tag,
-            pseudo_rand=pseudo_rand,
-            consolidated=consolidated,
-        )
+        how = Transfer(dst, group, group_dst, init_tag, pseudo_rand, consolidated)
+        send(self, how)
 
     def recv(
         self,
@@ -115,15 +108,8 @@ class PointToPointMixin(TensorDictContract):
                 on a TensorDict that is not consolidated.
             NotAPipeError: if `src` is neither a rank nor an object with a `recv` method.
         """
-        return recv(
-            self,
-            src,
-            group=group,
-            group_src=group_src,
-            init_tag=init_tag,
-            pseudo_rand=pseudo_rand,
-            consolidated=consolidated,
-        )
+        how = Transfer(src, group, group_src, init_tag, pseudo_rand, consolidated)
+        return recv(self, how)
 
     def isend(
         self,
@@ -170,16 +156,8 @@ class PointToPointMixin(TensorDictContract):
                 work.wait()
             ```
         """
-        return isend(
-            self,
-            dst,
-            group=group,
-            group_dst=group_dst,
-            init_tag=init_tag,
-            pseudo_rand=pseudo_rand,
-            return_early=return_early,
-            consolidated=consolidated,
-        )
+        how = Transfer(dst, group, group_dst, init_tag, pseudo_rand, consolidated)
+        return isend(self, how, return_early)
 
     def irecv(
         self,
@@ -217,16 +195,8 @@ class PointToPointMixin(TensorDictContract):
             NotConsolidatedError: (an `AttributeError`) with `consolidated=True`
                 on a TensorDict that is not consolidated.
         """
-        return irecv(
-            self,
-            src,
-            group=group,
-            group_src=group_src,
-            return_premature=return_premature,
-            init_tag=init_tag,
-            pseudo_rand=pseudo_rand,
-            consolidated=consolidated,
-        )
+        how = Transfer(src, group, group_src, init_tag, pseudo_rand, consolidated)
+        return irecv(self, how, return_premature)
 
     def init_remote(
         self,

@@ -22,7 +22,7 @@ from td_core._core.contract import TensorDictContract
 from td_core._core.traverse import tensor_leaves
 from td_core._core.utils import normalize_dim
 
-__all__ = ["WorkersMixin", "map_iter_td", "map_td"]
+__all__ = ["WorkersMixin", "map_td"]
 
 
 class _WorkerFailure:
@@ -161,57 +161,6 @@ def _init_seeded_worker(seed: int, ranks: Any, threads: int) -> None:
     np.random.seed((seed + i) % 2**32)
 
 
-def map_iter_td(
-    td: TensorDictContract,
-    fn: Callable[[Any], Any],
-    dim: int = 0,
-    num_workers: int | None = None,
-    *,
-    shuffle: bool = False,
-    chunksize: int | None = None,
-    num_chunks: int | None = None,
-    pool: Any = None,
-    generator: torch.Generator | None = None,
-    max_tasks_per_child: int | None = None,
-    worker_threads: int = 1,
-    index_with_generator: bool = True,
-    pbar: bool = False,
-    mp_start_method: str | None = None,
-) -> Iterator[Any]:
-    """See `WorkersMixin.map_iter`; checks everything before the first result is asked for."""
-    d = normalize_dim(dim, td.batch_dims)
-    if shuffle and not index_with_generator:
-        raise RuntimeError("map_iter: shuffle=True needs index_with_generator=True")
-    workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
-    if pool is None and workers <= 0:
-        raise ValueError(f"map_iter: num_workers must be positive, got {workers}")
-    size = td.batch_size[d]
-    indices, _ = _chunk_indices(size, chunksize, num_chunks, workers)
-    gen = generator if generator is not None else torch.Generator()
-    if shuffle:
-        order = torch.randperm(size, generator=gen)
-        indices = [order[i] for i in indices]
-    seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
-    _share(td)
-    lead = (slice(None),) * d
-    chunks: Iterator[Any] = (td[lead + (i,)] for i in indices)
-    if not index_with_generator:
-        chunks = iter(list(chunks))
-    return _map_iter(
-        _Call(fn),
-        enumerate(chunks),
-        len(indices),
-        unordered=shuffle,
-        pool=pool,
-        workers=workers,
-        seed=seed,
-        max_tasks_per_child=max_tasks_per_child,
-        worker_threads=worker_threads,
-        pbar=pbar,
-        mp_start_method=mp_start_method,
-    )
-
-
 def _map_iter(
     call: _Call,
     jobs: Iterator[tuple[int, Any]],
@@ -315,19 +264,34 @@ class WorkersMixin(TensorDictContract):
                 in the message).
             ValueError: both `chunksize` and `num_chunks`, or a bad count.
         """
-        return map_iter_td(
-            self,
-            fn,
-            dim,
-            num_workers,
-            shuffle=shuffle,
-            chunksize=chunksize,
-            num_chunks=num_chunks,
+        d = normalize_dim(dim, self.batch_dims)
+        if shuffle and not index_with_generator:
+            raise RuntimeError("map_iter: shuffle=True needs index_with_generator=True")
+        workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
+        if pool is None and workers <= 0:
+            raise ValueError(f"map_iter: num_workers must be positive, got {workers}")
+        size = self.batch_size[d]
+        indices, _ = _chunk_indices(size, chunksize, num_chunks, workers)
+        gen = generator if generator is not None else torch.Generator()
+        if shuffle:
+            order = torch.randperm(size, generator=gen)
+            indices = [order[i] for i in indices]
+        seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
+        _share(self)
+        lead = (slice(None),) * d
+        chunks: Iterator[Any] = (self[lead + (i,)] for i in indices)
+        if not index_with_generator:
+            chunks = iter(list(chunks))
+        return _map_iter(
+            _Call(fn),
+            enumerate(chunks),
+            len(indices),
+            unordered=shuffle,
             pool=pool,
-            generator=generator,
+            workers=workers,
+            seed=seed,
             max_tasks_per_child=max_tasks_per_child,
             worker_threads=worker_threads,
-            index_with_generator=index_with_generator,
             pbar=pbar,
             mp_start_method=mp_start_method,
         )
