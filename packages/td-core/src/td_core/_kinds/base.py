@@ -49,7 +49,7 @@ from td_core._parallel.collectives import CollectivesMixin
 from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
 from td_core._parallel.p2p import PointToPointMixin
-from td_core._parallel.workers import WorkersMixin, map_td
+from td_core._parallel.workers import WorkersMixin
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 __all__ = ["TensorDictBase"]
@@ -550,50 +550,6 @@ class TensorDictBase(
             use_state_dict=use_state_dict,
             non_blocking=non_blocking,
             preserve_module_state=preserve_module_state,
-        )
-
-    # ---------------------------------------------------------------- workers
-    def map(
-        self,
-        fn: Callable[[Any], Any],
-        dim: int = 0,
-        num_workers: int | None = None,
-        *,
-        chunksize: int | None = None,
-        num_chunks: int | None = None,
-        pool: Any = None,
-        pbar: bool = False,
-        mp_start_method: str | None = None,
-        worker_threads: int = 1,
-    ) -> TensorDictBase:
-        """Apply `fn` to chunks along `dim` in a process pool and gather the results.
-
-        Leaves are moved to shared memory first (unless already shared or
-        memory-mapped), so `fn` may update its chunk in place. `chunksize=0`
-        calls `fn` on single elements (results stacked), `chunksize=k` on
-        chunks of `k` (results concatenated); by default there is one chunk
-        per worker. A worker's exception is raised here with its traceback.
-
-        Args:
-            fn: a picklable function of a TensorDict; `None` keeps the (updated) chunk.
-            num_workers: pool size (default: the CPU count).
-            pool: an existing `multiprocessing` pool to use instead.
-            pbar: show a tqdm progress bar.
-            mp_start_method: the multiprocessing start method (default: the platform's).
-            worker_threads: torch intra-op threads per worker (1 avoids OpenMP
-                deadlocks in forked workers and oversubscription).
-        """
-        return map_td(
-            self,
-            fn,
-            dim,
-            num_workers,
-            chunksize=chunksize,
-            num_chunks=num_chunks,
-            pool=pool,
-            pbar=pbar,
-            mp_start_method=mp_start_method,
-            worker_threads=worker_threads,
         )
 
 

@@ -14,7 +14,7 @@ import math
 import os
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -22,7 +22,7 @@ from td_core._core.contract import TensorDictContract
 from td_core._core.traverse import tensor_leaves
 from td_core._core.utils import normalize_dim
 
-__all__ = ["WorkersMixin", "map_td"]
+__all__ = ["WorkersMixin"]
 
 
 class _WorkerFailure:
@@ -108,48 +108,6 @@ def _progress(results: Iterator[Any], total: int, enabled: bool) -> Iterator[Any
     return iter(tqdm(results, total=total))
 
 
-def map_td(
-    td: TensorDictContract,
-    fn: Callable[[Any], Any],
-    dim: int = 0,
-    num_workers: int | None = None,
-    *,
-    chunksize: int | None = None,
-    num_chunks: int | None = None,
-    pool: Any = None,
-    pbar: bool = False,
-    mp_start_method: str | None = None,
-    worker_threads: int = 1,
-) -> Any:
-    """See `TensorDictBase.map`."""
-    d = normalize_dim(dim, td.batch_dims)
-    workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
-    if workers <= 0:
-        raise ValueError(f"map: num_workers must be positive, got {workers}")
-    _share(td)
-    chunks, stacked = _chunks(td, d, chunksize, num_chunks, workers)
-    call = _Call(fn)
-    jobs = list(enumerate(chunks))
-    if pool is not None:
-        results = list(_progress(pool.imap(call, jobs), len(jobs), pbar))
-    else:
-        import torch.multiprocessing as mp
-
-        context = mp.get_context(mp_start_method)
-        with context.Pool(
-            workers, initializer=_init_worker, initargs=(worker_threads,)
-        ) as own_pool:
-            results = list(_progress(own_pool.imap(call, jobs), len(jobs), pbar))
-    for result in results:
-        if isinstance(result, _WorkerFailure):
-            raise RuntimeError(
-                f"map: the function failed on chunk {result.index}; worker traceback:\n{result.text}"
-            )
-    # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
-    out = torch.stack(results, d) if stacked else torch.cat(results, d)
-    return cast("TensorDictContract", out)
-
-
 # ------------------------------------------------------------------ map_iter
 def _init_seeded_worker(seed: int, ranks: Any, threads: int) -> None:
     """Give each worker its own seeds: torch `seed + i`, numpy one derived from both."""
@@ -205,9 +163,65 @@ def _map_iter(
 
 
 class WorkersMixin(TensorDictContract):
-    """`map_iter`: the streaming form of `map` (`map` itself lives on the base)."""
+    """`map` over a process pool, and `map_iter`, its streaming form."""
 
     __slots__ = ()
+
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        dim: int = 0,
+        num_workers: int | None = None,
+        *,
+        chunksize: int | None = None,
+        num_chunks: int | None = None,
+        pool: Any = None,
+        pbar: bool = False,
+        mp_start_method: str | None = None,
+        worker_threads: int = 1,
+    ) -> Any:
+        """Apply `fn` to chunks along `dim` in a process pool and gather the results.
+
+        Leaves are moved to shared memory first (unless already shared or
+        memory-mapped), so `fn` may update its chunk in place. `chunksize=0`
+        calls `fn` on single elements (results stacked), `chunksize=k` on
+        chunks of `k` (results concatenated); by default there is one chunk
+        per worker. A worker's exception is raised here with its traceback.
+
+        Args:
+            fn: a picklable function of a TensorDict; `None` keeps the (updated) chunk.
+            num_workers: pool size (default: the CPU count).
+            pool: an existing `multiprocessing` pool to use instead.
+            pbar: show a tqdm progress bar.
+            mp_start_method: the multiprocessing start method (default: the platform's).
+            worker_threads: torch intra-op threads per worker (1 avoids OpenMP
+                deadlocks in forked workers and oversubscription).
+        """
+        d = normalize_dim(dim, self.batch_dims)
+        workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
+        if workers <= 0:
+            raise ValueError(f"map: num_workers must be positive, got {workers}")
+        _share(self)
+        chunks, stacked = _chunks(self, d, chunksize, num_chunks, workers)
+        call = _Call(fn)
+        jobs = list(enumerate(chunks))
+        if pool is not None:
+            results = list(_progress(pool.imap(call, jobs), len(jobs), pbar))
+        else:
+            import torch.multiprocessing as mp
+
+            context = mp.get_context(mp_start_method)
+            with context.Pool(
+                workers, initializer=_init_worker, initargs=(worker_threads,)
+            ) as own_pool:
+                results = list(_progress(own_pool.imap(call, jobs), len(jobs), pbar))
+        for result in results:
+            if isinstance(result, _WorkerFailure):
+                raise RuntimeError(
+                    f"map: the function failed on chunk {result.index}; worker traceback:\n{result.text}"
+                )
+        # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
+        return torch.stack(results, d) if stacked else torch.cat(results, d)
 
     def map_iter(
         self,
