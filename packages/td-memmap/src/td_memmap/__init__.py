@@ -1,4 +1,11 @@
-"""td-memmap: memory-mapped tensors and safe, crash-proof on-disk TensorDicts."""
+"""td-memmap: memory-mapped tensors and safe, crash-proof on-disk TensorDicts.
+
+This module is also what td-core finds through the `td_core.extensions` entry point
+`memmap`: `TensorDict.memmap`, `memmap_`, `memmap_like`, `save`, `is_memmap`,
+`load_memmap_`, `memmap_refresh_`, `make_memmap*`, `saved_path`, the class methods
+`load_memmap`/`load`, and the interchange methods (`to_safetensors`, `from_safetensors`,
+`to_h5`, `from_h5`) delegate to the functions of the same names here.
+"""
 
 from td_memmap._api import is_memmap, load, load_memmap, memmap, memmap_, memmap_like, save
 from td_memmap._append import append_memmap
