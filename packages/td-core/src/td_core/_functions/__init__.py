@@ -1,1 +1,1 @@
-"""Free functions over the kinds: merging and stacking lists, padding, comparing."""
+"""Free functions over the kinds: merging and stacking lists, padding, parsing a printed TensorDict, comparing."""

@@ -1,1 +1,1 @@
-"""Conversion and I/O: other containers, tables, files, consolidation, printing and parsing."""
+"""Conversion and I/O: other containers, tables, files, consolidation, printing."""
