@@ -6,8 +6,8 @@
    benchmarks/bench_*.py``) or, when a suite has not been run on this machine,
    from the committed snapshot in ``docs/benchmark-data/``. A suite found in
    neither is listed as missing, with the command that produces it. The marker
-   ``<!-- td:benchmark-plot -->`` becomes a bar chart of every ratio, an SVG
-   written by hand here (no plotting library) as the generated page asset
+   ``<!-- td:benchmark-plot -->`` becomes a chart of the ratios per operation family
+   (suite), drawn with matplotlib during the build as the generated page asset
    ``assets/benchmark-ratios.svg``.
 2. API completeness. Every name in a package's ``__all__`` must have an anchor on
    its ``api/<module>.md`` page; a missing one is logged as an error, which fails
@@ -21,7 +21,7 @@ Run as a script to refresh the snapshot from the current results::
 from __future__ import annotations
 
 import ast
-import html
+import io
 import json
 import logging
 import math
@@ -176,56 +176,43 @@ def tables_markdown(found: list[dict[str, Any]], missing: list[str]) -> str:
 
 
 # ----------------------------------------------------------------------- the plot
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
 def ratios_svg(found: list[dict[str, Any]]) -> str:
-    """A horizontal bar per case: log-scale ratio td / reference, bars grow from 1."""
-    rows = [(s.get("title", s["stem"]), c["name"], c["ratio"]) for s in found for c in _cases(s)]
-    label_w, plot_w, row_h, top, bottom = 430, 420, 18, 40, 40
-    width = label_w + plot_w + 60
-    height = top + bottom + row_h * max(len(rows), 1)
-    if rows:
-        lo = min(math.floor(math.log10(min(r for *_, r in rows))), -1)
-        hi = max(math.ceil(math.log10(max(r for *_, r in rows))), 1)
-    else:
-        lo, hi = -1, 1
+    """td / reference time per operation family (one suite each), drawn with matplotlib.
 
-    def x(ratio: float) -> float:
-        return label_w + (math.log10(ratio) - lo) / (hi - lo) * plot_w
+    A family's bar is the geometric mean of its cases' ratios; each dot is one case.
+    The x axis is logarithmic and the bars grow from 1: left of 1, td is faster.
+    """
+    from matplotlib.figure import Figure  # Figure renders with Agg/SVG: no GUI, no pyplot
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-        "<title>td / reference time per benchmark case (log scale, lower is faster)</title>",
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{label_w}" y="20" font-weight="bold">time of td / time of the reference '
-        "(log scale; left of 1 means td is faster)</text>",
-    ]
-    ticks = sorted({10.0**k for k in range(lo, hi + 1)} | {0.5, 2.0})
-    for tick in ticks:
-        tx = x(tick)
-        label = f"{tick:g}"
-        out.append(
-            f'<line x1="{tx:.1f}" y1="{top - 6}" x2="{tx:.1f}" y2="{height - bottom + 4}" '
-            f'stroke="{"#333" if tick == 1 else "#ddd"}" stroke-width="1"/>'
-        )
-        out.append(
-            f'<text x="{tx:.1f}" y="{height - bottom + 18}" text-anchor="middle">{label}</text>'
-        )
-    one = x(1.0)
-    for i, (suite, name, ratio) in enumerate(rows):
-        y = top + i * row_h
-        end = x(ratio)
-        color = "#2e7d32" if ratio <= 1 else "#c62828"
-        out.append(
-            f'<text x="{label_w - 8}" y="{y + 13}" text-anchor="end">'
-            f"{html.escape(f'{suite}: {name}')}</text>"
-        )
-        out.append(
-            f'<rect x="{min(one, end):.1f}" y="{y + 3}" width="{max(abs(end - one), 1):.1f}" '
-            f'height="{row_h - 6}" fill="{color}"><title>{html.escape(name)}: {ratio:.3g}</title></rect>'
-        )
-        out.append(f'<text x="{max(one, end) + 4:.1f}" y="{y + 13}" fill="#555">{ratio:.2f}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    families = [(s.get("title", s["stem"]), [c["ratio"] for c in _cases(s)]) for s in found]
+    families = [(name, ratios) for name, ratios in families if ratios]
+    fig = Figure(figsize=(8, 0.45 * max(len(families), 1) + 1.4), layout="constrained")
+    ax = fig.subplots()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="#333", linewidth=1)
+    for row, (_, ratios) in enumerate(families):
+        mean = geometric_mean(ratios)
+        color = "#2e7d32" if mean <= 1 else "#c62828"
+        ax.barh(row, mean - 1, left=1, height=0.6, color=color, alpha=0.35)
+        jitter = [row + 0.2 * math.sin(7.0 * i) for i in range(len(ratios))]
+        dots = ["#2e7d32" if r <= 1 else "#c62828" for r in ratios]  # each case by its own side
+        ax.scatter(ratios, jitter, s=10, c=dots, zorder=3)
+        ax.annotate(
+            f"{mean:.3g} ({len(ratios)} cases)", (max(ratios), row), xytext=(6, -4),
+            textcoords="offset points", fontsize=8, color="#555",
+        )  # fmt: skip
+    ax.set_yticks(range(len(families)), [name for name, _ in families])
+    ax.invert_yaxis()
+    ax.set_xlabel("time of td / time of the reference (log scale; left of 1: td is faster)")
+    ax.set_title("geometric mean per operation family (bar) and each case (dots)", fontsize=10)
+    ax.grid(axis="x", which="both", alpha=0.3)
+    out = io.StringIO()
+    fig.savefig(out, format="svg", metadata={"Date": None})  # no date: the same data, same file
+    return out.getvalue()
 
 
 # -------------------------------------------------------------- API completeness
