@@ -140,6 +140,11 @@ def view_index(ns: types.ModuleType) -> Any:
     return ns.TensorDict(_leaves((5, 4, 3)), batch_size=[5, 4, 3])[1]
 
 
+def sub_view(ns: types.ModuleType) -> Any:
+    """``td._get_sub_tensordict(1)``: a write-through view (upstream's ``_SubTensorDict``)."""
+    return ns.TensorDict(_leaves((5, 4, 3)), batch_size=[5, 4, 3])._get_sub_tensordict(1)
+
+
 def view_key(ns: types.ModuleType) -> Any:
     """``td["nested"]``: a sub-TensorDict reached by key."""
     outer = ns.TensorDict({"nested": _leaves((4, 3))}, batch_size=[4, 3])
@@ -170,6 +175,7 @@ KINDS: dict[str, Recipe] = {
     "params": params,
     "view_index": view_index,
     "view_key": view_key,
+    "sub_view": sub_view,
 }
 if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optional sibling
     KINDS["memmap"] = memmap

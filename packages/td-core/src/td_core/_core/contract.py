@@ -97,6 +97,8 @@ class TensorDictContract(BatchMeta):
     # True on a kind whose entries are its `_tensordict` dict (new keys under compile in
     # `_pending`), read as stored: two trees of it may be walked without the primitives
     _plain_nodes: ClassVar[bool] = False
+    #: True where reading a leaf gives a copy (a view at an advanced index): in-place ops write back
+    _reads_are_copies: bool = False
 
     if TYPE_CHECKING:
         # properties, so that the slotted mixins may assign them and kinds may

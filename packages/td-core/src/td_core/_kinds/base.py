@@ -524,6 +524,15 @@ class TensorDictBase(
     def _set_device(self, device: Any) -> None:
         raise TypeError(f"{type(self).__name__} does not support changing its device")
 
+    def _get_sub_tensordict(self, idx: Any) -> TensorDictBase:
+        """A write-through view of this TensorDict at `idx` (compatibility shim).
+
+        Upstream's private name, which downstream libraries and upstream's
+        tests call; td's `SubTensorDict` documents the semantics: reads index
+        this TensorDict on every access, writes (new keys included) land here.
+        """
+        return provided("SubTensorDict")(self, idx)
+
     # ---------------------------------------------------------------- modules
     def to_module(
         self,

@@ -390,7 +390,9 @@ def _key_of(td: TensorDictContract, leaf: Tensor) -> Any:
 
 
 def _collect(td: TensorDictContract, out: list[Tensor]) -> bool:
-    """`tensor_leaves` into `out`; `False` (stop) at a lazy stack, whose reads are copies."""
+    """`tensor_leaves` into `out`; `False` (stop) at a lazy stack or a view whose reads are copies."""
+    if td._reads_are_copies:
+        return False
     for value in td._values_str():
         if isinstance(value, Tensor):
             out.append(value)
@@ -428,6 +430,8 @@ def _run_entries(
         entry = td._new({key: value}, bs) if isinstance(value, Tensor) else value
         result = run(entry, op, tuple(parts), inplace=inplace, **kwargs)
         out[key] = result._get_str(key) if isinstance(value, Tensor) else result
+        if inplace and td._reads_are_copies and isinstance(value, Tensor):
+            td._set_str(key, out[key])  # the leaf read was a copy: write the result back
     return td if inplace else td._new(out, bs)
 
 

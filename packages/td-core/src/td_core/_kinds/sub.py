@@ -1,0 +1,350 @@
+"""`SubTensorDict`: a write-through view of a TensorDict at an index.
+
+`td._get_sub_tensordict(idx)` (upstream's private name, kept as a
+compatibility shim) returns one. Unlike `td[idx]`, which builds a new
+TensorDict, the view keeps no entries of its own:
+
+- a read indexes the source's entry on every access (`source[key][idx]`),
+  so it never goes stale when the source changes;
+- a write goes into the source: an existing leaf is written in place at
+  `idx`; a new key gets a zero-filled leaf of the source's batch size in
+  the source, then the value at `idx` (the rest of the source stays zero);
+- a delete removes the key from the source.
+
+With a basic index (ints, slices, `None`, `...`) the leaves read are views,
+so in-place tensor ops write through too. With an advanced index (tensors,
+lists, masks) a read is a copy: in-place ops run on the copies and the
+results are written back at `idx` (pointwise ops, `zero_`, `fill_`,
+`apply_`, `copy_`, `update_` all go through the write primitives).
+
+Shape changes (`view`, `permute`, ...) give ordinary TensorDicts, and the
+lock state is the source's: a view cannot be locked or unlocked alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import torch
+
+from td_core._core.contract import provide
+from td_core._core.traverse import _batched, is_nt, is_td
+from td_core._core.utils import NO_DEFAULT
+from td_core._kinds.base import TensorDictBase
+from td_core._ops.index import indexed_shape, normalize_index
+from td_core._ops.names import index_names
+from td_core.errors import BatchSizeError, LockedError
+
+__all__ = ["SubTensorDict", "get_sub_tensordict"]
+
+Tensor = torch.Tensor
+
+
+def _is_basic(index: tuple[Any, ...]) -> bool:
+    return all(item is None or isinstance(item, (int, slice)) for item in index)
+
+
+class SubTensorDict(TensorDictBase):
+    """A view of `source` at the batch index `idx` that reads from and writes into `source`.
+
+    Args:
+        source: the TensorDict viewed.
+        idx: an index over `source`'s batch dims, as for `source[idx]`.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(3, 2)}, [3])
+        >>> sub = td._get_sub_tensordict(1)
+        >>> sub["b"] = torch.ones(2)
+        >>> td["b"]
+        tensor([[0., 0.],
+                [1., 1.],
+                [0., 0.]])
+    """
+
+    def __init__(self, source: TensorDictBase, idx: Any) -> None:
+        if not is_td(source) or is_nt(source):
+            raise TypeError(f"a sub-TensorDict views a TensorDict, got {type(source).__name__}")
+        index = normalize_index(idx, source.batch_size)
+        self._source = source
+        self._idx: Any = index[0] if len(index) == 1 else index
+        self._basic = _is_basic(index)
+        self._reads_are_copies = not self._basic
+        self._batch_size = indexed_shape(source.batch_size, index)
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def source(self) -> TensorDictBase:
+        """The TensorDict this view reads from and writes into."""
+        return self._source
+
+    @property
+    def idx(self) -> Any:
+        """The index into `source`'s batch dims."""
+        return self._idx
+
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError(
+            "Modifying the batch size of a lazy representation of a tensordict is not permitted "
+            "(a sub-TensorDict's batch size follows its index into the source). Consider "
+            "instantiating the tensordict first by calling `td = td.to_tensordict()` before "
+            "resetting the batch size."
+        )
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._source.device
+
+    def _set_device(self, device: Any) -> None:
+        raise RuntimeError(
+            "cannot change the device of a sub-TensorDict view; move its source instead"
+        )
+
+    @property
+    def _is_locked(self) -> bool:
+        return self._source._is_locked
+
+    @_is_locked.setter
+    def _is_locked(self, value: bool) -> None:
+        if value != self._source._is_locked:
+            what = "lock" if value else "unlock"
+            raise RuntimeError(
+                f"Cannot {what} a sub-TensorDict view: its lock is its source's. "
+                f"{what.capitalize()} the parent tensordict instead."
+            )
+
+    def _raw_names(self) -> Any:
+        names = self._source._raw_names()
+        return None if names is None else index_names(names, self._idx)
+
+    def _store_names(self, names: Any) -> None:
+        if names is not None and any(n is not None for n in names):
+            raise _names_error()
+
+    def refine_names(self, *names: Any) -> SubTensorDict:
+        """Refused: a view's dim names are its source's (a wrong count raises as on a TensorDict)."""
+        given = len(names) - (Ellipsis in names)
+        if given > self.batch_dims or (Ellipsis not in names and given != self.batch_dims):
+            self.to_tensordict().refine_names(*names)  # raises the count error
+        raise _names_error()
+
+    def rename_(self, *names: Any, **rename_map: str) -> SubTensorDict:
+        """Refused: a view's dim names are its source's."""
+        raise _names_error()
+
+    def is_shared(self) -> bool:
+        """Whether the source lives in shared memory."""
+        return bool(self._source.is_shared())
+
+    def is_contiguous(self) -> bool:
+        """Always False: the entries are views of (or copies from) the source."""
+        return False
+
+    def contiguous(self) -> Any:
+        """A plain TensorDict holding a copy of the viewed entries."""
+        return self.to_tensordict()
+
+    def clone(self, recurse: bool = True) -> Any:
+        """A TensorDict copy; with `recurse=False`, a view of a structure-only copy of the source."""
+        if recurse:
+            return self.to_tensordict()
+        return SubTensorDict(self._source.clone(recurse=False), self._idx)
+
+    def memmap_(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: the leaves are views into the source, which would have to move."""
+        raise RuntimeError(
+            "Converting a sub-tensordict values to memmap cannot be done in place: its leaves "
+            "are views of the source; call memmap_() on the source, or memmap() for a copy"
+        )
+
+    def auto_batch_size_(
+        self, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> SubTensorDict:
+        """Refused: a view's batch size follows its index (see `batch_size`)."""
+        self.batch_size = None  # raises
+        return self
+
+    def get_parent_tensordict(self) -> TensorDictBase:
+        """The source TensorDict (upstream's name for `source`)."""
+        return self._source
+
+    # ---------------------------------------------------------------- reading
+    def _view(self, value: Any) -> Any:
+        if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
+            return value[self._idx]
+        if value._is_non_tensor:  # non-tensor data and unbatched tensors
+            idx = self._idx
+            return value._map_batch(lambda t: t[idx], self._batch_size, self._source.batch_dims)
+        return SubTensorDict(value, self._idx)
+
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        value = self._source._get_str(key, NO_DEFAULT)
+        return default if value is NO_DEFAULT else self._view(value)
+
+    def _keys_str(self) -> Collection[str]:
+        return self._source._keys_str()
+
+    def _items_str(self) -> Collection[tuple[str, Any]]:
+        view = self._view
+        return [(key, view(value)) for key, value in self._source._items_str()]
+
+    def _values_str(self) -> Collection[Any]:
+        view = self._view
+        return [view(value) for value in self._source._values_str()]
+
+    def _subtrees(self) -> list[TensorDictBase]:
+        return []  # nothing is held here: locks and names live on the source
+
+    # ---------------------------------------------------------------- writing
+    def _set_str(self, key: str, value: Any) -> None:
+        source = self._source
+        current = source._get_str(key, NO_DEFAULT)
+        if current is NO_DEFAULT:
+            current = self._allocate(key, value)
+        self._write(key, current, value)
+
+    def _allocate(self, key: str, value: Any) -> Any:
+        """A new source entry for `key` that `value` can be written into at the index."""
+        source = self._source
+        if source._is_locked:
+            raise LockedError(
+                f"cannot set key {key!r}: the sub-TensorDict's source is locked (unlock_() it first)"
+            )
+        outer = source.batch_size
+        if isinstance(value, Tensor):
+            entry: Any = value.new_zeros((*outer, *value.shape[self.batch_dims :]))
+        elif is_nt(value):
+            entry = source._validate(value, key)  # the value over the source's batch size
+            source._set_str(key, entry)
+            return entry
+        else:
+            entry = source._new({}, torch.Size((*outer, *value.batch_size[self.batch_dims :])))
+        source._set_str(key, source._validate(entry, key))
+        return source._get_str(key)
+
+    def _write(self, key: str, current: Any, value: Any) -> None:
+        if isinstance(current, Tensor):
+            if not isinstance(value, Tensor):
+                raise TypeError(
+                    f"cannot write a {type(value).__name__} into the tensor leaf {key!r} "
+                    "through a sub-TensorDict view"
+                )
+            expected = indexed_shape(current.shape, _as_tuple(self._idx))
+            if value.shape != expected:
+                raise BatchSizeError(
+                    f"cannot set key {key!r} through a sub-TensorDict view: a value of shape "
+                    f"{list(value.shape)} replacing an entry of shape {list(expected)} is "
+                    "prohibited for existing tensors (a view writes into its source in place); "
+                    "clone the view with to_tensordict() to change shapes"
+                )
+            current[self._idx] = value
+        elif is_td(current) and not is_nt(current):
+            if not is_td(value):
+                raise ValueError(
+                    f"Tried to replace a tensordict with a {type(value).__name__} at key {key!r} "
+                    "through a sub-TensorDict view; delete the key first"
+                )
+            sub = SubTensorDict(current, self._idx)
+            for k, v in value._items_str():
+                sub._set_str(k, v)
+        else:  # a non-tensor leaf: the source's own indexed write decides
+            self._source._setitem_index(self._idx, self._source._new({key: value}, self.batch_size))
+
+    def _del_str(self, key: str) -> None:
+        self._source.del_(key)
+
+    def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        if self._basic:
+            TensorDictBase._copy_into(self, key, dest, item, full_key)
+            return
+        value = self._validate(item, full_key)
+        if isinstance(dest, Tensor) and isinstance(value, Tensor):
+            value = value.to(dest.dtype).expand_as(dest) if value.shape != dest.shape else value
+        self._set_str(key, value)
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        """`view[index] = value`: read, write at `index`, write the result back at `idx`."""
+        if self._basic:
+            TensorDictBase._setitem_index(self, index, value)
+            return
+        copy = self.to_tensordict()
+        copy[index] = value
+        for key, entry in copy._items_str():
+            self._set_str(key, entry)
+
+    # ------------------------------------- in-place ops at an advanced index
+    def _inplace(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> SubTensorDict:
+        """Run the in-place `method`; at an advanced index, on a copy that is written back."""
+        if self._basic:
+            method(self, *args, **kwargs)
+            return self
+        copy = self.to_tensordict()
+        method(copy, *args, **kwargs)
+        for key, entry in copy._items_str():
+            self._set_str(key, entry)
+        return self
+
+    def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> SubTensorDict:
+        """`apply(fn, inplace=True)`, written into the source at the index."""
+        return self._inplace(TensorDictBase.apply_, fn, *others, **kwargs)
+
+    def zero_(self) -> SubTensorDict:
+        """Zero every viewed leaf (in the source)."""
+        return self._inplace(TensorDictBase.zero_)
+
+    def fill_(self, key: Any, value: float | bool) -> SubTensorDict:
+        """Fill the viewed part of the entry at `key` (in the source)."""
+        return self._inplace(TensorDictBase.fill_, key, value)
+
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> SubTensorDict:
+        """Copy `tensordict` into the viewed part of the source."""
+        return self._inplace(TensorDictBase.copy_, tensordict, non_blocking)
+
+    def update_(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> SubTensorDict:
+        """Copy the input's entries into the viewed part of the existing source leaves."""
+        return self._inplace(TensorDictBase.update_, input_dict_or_td, *args, **kwargs)
+
+    def masked_fill_(self, mask: Tensor, value: float | bool) -> SubTensorDict:
+        """`masked_fill_` on the viewed part of the source."""
+        return self._inplace(TensorDictBase.masked_fill_, mask, value)
+
+    def copy_at_(
+        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool = True
+    ) -> SubTensorDict:
+        """`copy_at_` on the viewed part of the source."""
+        return self._inplace(TensorDictBase.copy_at_, tensordict, idx, non_blocking, fast=fast)
+
+    def _get_sub_tensordict(self, idx: Any) -> SubTensorDict:
+        return SubTensorDict(self, idx)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self._source, "idx": self._idx}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["source"], state["idx"])  # type: ignore[misc]
+
+
+def _names_error() -> RuntimeError:
+    return RuntimeError(
+        "Names of a subtensordict cannot be modified: a sub-TensorDict view's dim names are its "
+        "source's. Instantiate it as a TensorDict first (to_tensordict()), or name the source's dims."
+    )
+
+
+def _as_tuple(index: Any) -> tuple[Any, ...]:
+    return index if type(index) is tuple else (index,)
+
+
+def get_sub_tensordict(td: TensorDictBase, idx: Any) -> SubTensorDict:
+    """A write-through view of `td` at `idx` (upstream's private `_get_sub_tensordict`)."""
+    return SubTensorDict(td, idx)
+
+
+provide("SubTensorDict", SubTensorDict)
