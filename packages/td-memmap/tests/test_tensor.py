@@ -119,10 +119,6 @@ class TestConstructors:
         with pytest.raises(RuntimeError, match="no file"):
             _ = t.filename
 
-    def test_direct_construction_is_refused(self):
-        with pytest.raises(TypeError, match="from_tensor"):
-            MemoryMappedTensor(torch.zeros(3))
-
     def test_rejects_quantized_and_sparse(self, tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # quantized tensors are deprecated in recent torch

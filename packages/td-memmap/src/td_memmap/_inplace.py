@@ -158,7 +158,9 @@ def make_memmap_from_tensor(
     return _add(
         td,
         key,
-        lambda path: MemoryMappedTensor.from_tensor(tensor, filename=path, copy_data=copy_data),
+        lambda path: MemoryMappedTensor.from_tensor(
+            tensor, filename=path, copy_existing=True, copy_data=copy_data
+        ),
         existsok=existsok,
     )
 

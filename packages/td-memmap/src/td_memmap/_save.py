@@ -507,7 +507,7 @@ def share_tree(node: Node, *, copy_existing: bool = False, like: bool = False) -
         elif isinstance(value, MemoryMappedTensor) and not (copy_existing or like):
             out.entries[key] = value
         elif isinstance(value, torch.Tensor):
-            out.entries[key] = MemoryMappedTensor.from_tensor(value, copy_data=not like)
+            out.entries[key] = MemoryMappedTensor._copy_of(value, None, False, not like)
         else:
             out.entries[key] = value
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 import os
 import warnings
 from collections.abc import Sequence
@@ -10,51 +9,16 @@ from typing import Any
 
 import torch
 
-from td_memmap._errors import MemmapExistsError
-from td_memmap._format import MAX_DIMS, dtype_from_name, dtype_name
+from td_memmap._format import dtype_from_name, dtype_name
 from td_memmap._io import allocate_leaf, check_leaf, map_leaf, map_leaves, strides_of, write_leaf
 from td_memmap._readonly import guarded_call
+from td_memmap._tensor_args import check_device, check_mode, parse_shape, target_file
 
 __all__ = ["MemoryMappedTensor"]
 
 _PathLike = str | os.PathLike
 _make_subclass = torch.Tensor._make_subclass
 _getitem = torch.Tensor.__getitem__
-
-
-_MODES = (None, "r", "r+")
-
-
-def _check_mode(mode: object) -> None:
-    if mode not in _MODES:
-        raise ValueError(f"mode must be None, 'r' or 'r+', got {mode!r}")
-
-
-def _parse_shape(args: tuple[Any, ...], shape: Any, where: str = "") -> tuple[int, ...]:
-    if shape is not None:
-        if args:
-            raise TypeError("give the shape either positionally or as shape=, not both")
-        args = (shape,)
-    if len(args) == 1 and not isinstance(args[0], int):
-        args = tuple(args[0])
-    try:
-        dims = tuple(operator.index(s) for s in args)
-    except TypeError:
-        raise TypeError(f"shape must be a sequence of ints, got {args!r}") from None
-    if any(d < 0 for d in dims):
-        raise ValueError(f"shape {list(dims)} has a negative dimension{where}")
-    if len(dims) > MAX_DIMS:
-        raise ValueError(
-            f"shape has {len(dims)} dims{where}: tensors have at most {MAX_DIMS} (torch's limit)"
-        )
-    return dims
-
-
-def _target(filename: _PathLike, existsok: bool) -> str:
-    path = os.path.abspath(os.fspath(filename))
-    if not existsok and os.path.exists(path):
-        raise MemmapExistsError(f"file {path!r} already exists: pass existsok=True to overwrite it")
-    return path
 
 
 class MemoryMappedTensor(torch.Tensor):
@@ -93,11 +57,58 @@ class MemoryMappedTensor(torch.Tensor):
     _mm_parent_shape: tuple[int, ...] | None = None
 
     @staticmethod
-    def __new__(cls, *args: Any, **kwargs: Any) -> MemoryMappedTensor:
-        raise TypeError(
-            "MemoryMappedTensor is built with MemoryMappedTensor.from_tensor, .empty, .zeros, "
-            ".ones, .full, .from_filename or the *_like constructors"
-        )
+    def __new__(
+        cls,
+        source: Any = None,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: Sequence[int] | torch.Size | None = None,
+        index: Any = None,
+        device: torch.device | str | None = None,
+        handler: Any = None,
+        filename: _PathLike | None = None,
+    ) -> MemoryMappedTensor:
+        """Build one from data, a storage or a handler, as upstream's constructor does.
+
+        `MemoryMappedTensor(data)` is `from_tensor(torch.as_tensor(data, dtype=dtype))`
+        (a copy in shared memory, or in `filename`), reshaped to `shape` if
+        given; a storage goes to `from_storage`, a `handler` to
+        `from_handler`. `index` is applied to the result.
+        """
+        check_device(device, "MemoryMappedTensor()")
+        if isinstance(source, (str, os.PathLike)):
+            raise TypeError(
+                f"MemoryMappedTensor({source!r}): to map an existing file use "
+                "MemoryMappedTensor.from_filename(filename, dtype, shape)"
+            )
+        if isinstance(source, torch.TypedStorage):
+            dtype = source.dtype if dtype is None else dtype
+            source = source.untyped()
+        if isinstance(source, torch.UntypedStorage):
+            return cls.from_storage(
+                source, shape=shape, dtype=dtype, index=index, filename=filename
+            )
+        if handler is not None:
+            if source is not None or dtype is None or shape is None:
+                raise TypeError("MemoryMappedTensor(handler=...) needs dtype= and shape=, no data")
+            return cls.from_handler(handler, dtype, shape, index)
+        if source is None:
+            raise TypeError(
+                "MemoryMappedTensor() needs data (a tensor, array or nested list), a storage or a "
+                "handler; for a new one of a given shape use MemoryMappedTensor.empty/zeros/ones/full"
+            )
+        if isinstance(source, MemoryMappedTensor) and dtype in (None, source.dtype):
+            tensor: torch.Tensor = source
+        else:
+            tensor = torch.as_tensor(source, dtype=dtype, device="cpu")
+        if shape is not None:
+            tensor = tensor.reshape(parse_shape((), shape))
+        out = cls.from_tensor(tensor, filename=filename)
+        return out if index is None else out[index]  # type: ignore[return-value]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # everything happens in __new__ (torch.Tensor's __init__ takes no arguments)
+        pass
 
     # ---------------------------------------------------------------------------- internals
 
@@ -232,12 +243,11 @@ class MemoryMappedTensor(torch.Tensor):
         """
         if handler is not None:
             raise TypeError("handler is an upstream internal that td-memmap does not use")
-        if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"memory-mapped tensors live on the CPU, got device={device!r}")
+        check_device(device, "MemoryMappedTensor.from_storage")
         dtype = torch.get_default_dtype() if dtype is None else dtype
         dtype_name(dtype)
         numel = storage.nbytes() // dtype.itemsize
-        dims = (numel,) if shape is None else _parse_shape((), shape)
+        dims = (numel,) if shape is None else parse_shape((), shape)
         needed = dtype.itemsize
         for d in dims:
             needed *= d
@@ -246,7 +256,7 @@ class MemoryMappedTensor(torch.Tensor):
                 f"shape {list(dims)} of {dtype} needs {needed} bytes, the storage has "
                 f"{storage.nbytes()}"
             )
-        tensor = torch.empty(0, dtype=dtype).set_(storage, 0, dims, strides_of(dims))
+        tensor = torch.empty(0, dtype=dtype, device="cpu").set_(storage, 0, dims, strides_of(dims))
         file = None if filename is None else os.path.abspath(os.fspath(filename))
         out = cls._wrap(tensor, file, True, dims)
         return out if index is None else out[index]  # type: ignore[return-value]
@@ -312,7 +322,7 @@ class MemoryMappedTensor(torch.Tensor):
                 f"from_handler expects a buffer or an object with a .buffer, got "
                 f"{type(handler).__name__}"
             ) from None
-        dims = _parse_shape((), shape)
+        dims = parse_shape((), shape)
         dtype_name(dtype)
         nbytes = dtype.itemsize
         for d in dims:
@@ -323,7 +333,7 @@ class MemoryMappedTensor(torch.Tensor):
                 f"has {len(view)}"
             )
         if nbytes == 0:
-            tensor = torch.empty(dims, dtype=dtype)
+            tensor = torch.empty(dims, dtype=dtype, device="cpu")
         else:
             with (
                 warnings.catch_warnings()
@@ -341,29 +351,64 @@ class MemoryMappedTensor(torch.Tensor):
         *,
         filename: _PathLike | None = None,
         existsok: bool = False,
+        copy_existing: bool = False,
         copy_data: bool = True,
     ) -> MemoryMappedTensor:
         """A memory-mapped copy of `input` (or, with `copy_data=False`, zeros of its shape).
 
         The file is written with one sequential write through a temporary name,
-        then mapped for reading and writing.
+        then mapped for reading and writing. Without `filename` the copy lives
+        in anonymous shared memory.
+
+        As upstream, a `MemoryMappedTensor` already where it is asked to be
+        (no `filename` and no file, or `filename` its own file) is returned
+        as is, not copied.
+
+        Args:
+            input: the tensor to copy.
+            filename: the file to create; None for shared memory.
+            existsok: overwrite `filename` if it exists.
+            copy_existing: allow copying a file-backed `MemoryMappedTensor`
+                into another file (refused by default, to avoid duplicating
+                data on disk by mistake).
+            copy_data: False for zeros of `input`'s shape and dtype.
 
         Raises:
             MemmapExistsError: (a `FileExistsError`) if `filename` exists and not `existsok`.
+            SymlinkTargetError: (a `RuntimeError`) if `filename` is a symbolic link.
+            RuntimeError: `input` has a file, `filename` names another one, and
+                `copy_existing` is False.
             TypeError: for sparse or quantized tensors, which have no raw-bytes form.
         """
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"from_tensor expects a tensor, got {type(input).__name__}")
+        if isinstance(input, MemoryMappedTensor) and copy_data:
+            own = input._mm_file
+            path = None if filename is None else os.path.abspath(os.fspath(filename))
+            if own == path:
+                return input
+            if own is not None and path is not None and not copy_existing:
+                raise RuntimeError(
+                    f"from_tensor: the tensor already has a file associated ({own!r}); to copy it "
+                    f"to {path!r} pass copy_existing=True"
+                )
+        return cls._copy_of(input, filename, existsok, copy_data)
+
+    @classmethod
+    def _copy_of(
+        cls, input: torch.Tensor, filename: _PathLike | None, existsok: bool, copy_data: bool
+    ) -> MemoryMappedTensor:
+        """`from_tensor` without its shortcut: always a new file or shared memory."""
         dtype_name(input.dtype)  # rejects dtypes with no raw storage early
         shape = tuple(input.shape)
         if filename is None:
-            out = torch.empty(shape, dtype=input.dtype)
+            out = torch.empty(shape, dtype=input.dtype, device="cpu")
             if copy_data:
                 out.copy_(input.detach())
             else:
                 out.zero_()
             return cls._wrap(out.share_memory_(), None, True)
-        path = _target(filename, existsok)
+        path = target_file(filename, existsok)
         if copy_data:
             write_leaf(path, input)
         else:
@@ -400,9 +445,9 @@ class MemoryMappedTensor(torch.Tensor):
             ValueError: if its size does not match `shape` and `dtype`, or
                 `shape` has more than 64 dims; `mode` is not one of the above.
         """
-        _check_mode(mode)
+        check_mode(mode)
         path = os.path.abspath(os.fspath(filename))
-        dims = _parse_shape((), shape, f" (file {path!r})")
+        dims = parse_shape((), shape, f" (file {path!r})")
         dtype_name(dtype)
         numel = 1
         for d in dims:
@@ -419,6 +464,7 @@ class MemoryMappedTensor(torch.Tensor):
         cls,
         *shape: Any,
         dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
         filename: _PathLike | None = None,
         existsok: bool = False,
         **kwargs: Any,
@@ -431,6 +477,7 @@ class MemoryMappedTensor(torch.Tensor):
             >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int64).shape
             torch.Size([2, 3])
         """
+        check_device(device, "MemoryMappedTensor.empty")
         return cls._alloc(shape, kwargs, dtype, filename, existsok, None)
 
     @classmethod
@@ -438,11 +485,13 @@ class MemoryMappedTensor(torch.Tensor):
         cls,
         *shape: Any,
         dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
         filename: _PathLike | None = None,
         existsok: bool = False,
         **kwargs: Any,
     ) -> MemoryMappedTensor:
         """A memory-mapped tensor of zeros (a sparse file: nothing is written)."""
+        check_device(device, "MemoryMappedTensor.zeros")
         return cls._alloc(shape, kwargs, dtype, filename, existsok, 0)
 
     @classmethod
@@ -450,11 +499,13 @@ class MemoryMappedTensor(torch.Tensor):
         cls,
         *shape: Any,
         dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
         filename: _PathLike | None = None,
         existsok: bool = False,
         **kwargs: Any,
     ) -> MemoryMappedTensor:
         """A memory-mapped tensor of ones."""
+        check_device(device, "MemoryMappedTensor.ones")
         return cls._alloc(shape, kwargs, dtype, filename, existsok, 1)
 
     @classmethod
@@ -463,6 +514,7 @@ class MemoryMappedTensor(torch.Tensor):
         *shape: Any,
         fill_value: Any,
         dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
         filename: _PathLike | None = None,
         existsok: bool = False,
         **kwargs: Any,
@@ -473,6 +525,7 @@ class MemoryMappedTensor(torch.Tensor):
             >>> MemoryMappedTensor.full((2,), fill_value=7, dtype=torch.int32)
             MemoryMappedTensor([7, 7], dtype=torch.int32)
         """
+        check_device(device, "MemoryMappedTensor.full")
         return cls._alloc(shape, kwargs, dtype, filename, existsok, fill_value)
 
     @classmethod
@@ -488,7 +541,7 @@ class MemoryMappedTensor(torch.Tensor):
         shape_kw = kwargs.pop("shape", None)
         if kwargs:
             raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
-        dims = _parse_shape(args, shape_kw)
+        dims = parse_shape(args, shape_kw)
         dtype = torch.get_default_dtype() if dtype is None else dtype
         dtype_name(dtype)
         numel = 1
@@ -497,10 +550,10 @@ class MemoryMappedTensor(torch.Tensor):
         if filename is None:
             # fresh shared memory reads as zeros: no zero-filled tensor copied into it
             storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
-            out = torch.empty(0, dtype=dtype).set_(storage, 0, dims, strides_of(dims))
+            out = torch.empty(0, dtype=dtype, device="cpu").set_(storage, 0, dims, strides_of(dims))
             mmt = cls._wrap(out, None, True)
         else:
-            path = _target(filename, existsok)
+            path = target_file(filename, existsok)
             allocate_leaf(path, numel * dtype.itemsize)
             mmt = cls._map(path, dtype, dims, writable=True)
         if fill is not None and fill != 0:
