@@ -148,3 +148,24 @@ class TestSymlinks:
         MemoryMappedTensor.zeros(2, filename=tmp_path / "x.bin")
         with pytest.raises(MemmapExistsError, match="already exists"):
             MemoryMappedTensor.zeros(2, filename=tmp_path / "x.bin")
+
+
+class TestSymlinkedSubFolders:
+    @pytest.mark.parametrize("how", ["memmap", "memmap_like", "memmap_"])
+    def test_a_linked_sub_folder_is_refused_before_any_write(self, how, tmp_path):
+        prefix, outside = tmp_path / "saved", tmp_path / "outside"
+        prefix.mkdir()
+        outside.mkdir()
+        (prefix / "nested").symlink_to(outside, target_is_directory=True)
+        td = TensorDict({"a": torch.zeros(2), "nested": {"x": torch.randn(3)}}, batch_size=[])
+        with pytest.raises(SymlinkTargetError, match="TensorDict through symlink") as info:
+            getattr(td, how)(prefix)
+        assert "nested" in str(info.value)
+        assert not list(outside.iterdir())
+        assert sorted(os.listdir(prefix)) == ["nested"]  # nothing written
+
+    def test_a_linked_top_folder_is_followed(self, tmp_path):
+        (tmp_path / "real").mkdir()
+        (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+        TensorDict({"nested": {"x": torch.ones(3)}}, batch_size=[]).memmap(tmp_path / "link")
+        assert TensorDict.load_memmap(tmp_path / "real")["nested", "x"].tolist() == [1.0] * 3

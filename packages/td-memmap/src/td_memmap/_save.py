@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_memmap._errors import MemmapExistsError, PickleNotAllowedError
+from td_memmap._errors import MemmapExistsError, PickleNotAllowedError, SymlinkTargetError
 from td_memmap._format import (
     LEAF_SUFFIX,
     META_NAME,
@@ -144,6 +144,11 @@ class _Planner:
     def folder(self, node: Node, path: str, where: tuple[str, ...] = ()) -> _Folder:
         if len(where) > MAX_DEPTH:
             raise ValueError(f"entry {where[:3]!r}... is nested more than {MAX_DEPTH} deep")
+        if where and os.path.islink(path):  # checked before anything is written
+            raise SymlinkTargetError(
+                f"refusing to write TensorDict through symlink {path!r} (entry {where!r}): a "
+                "sub-folder of a save must be a real folder; remove the link"
+            )
         out = node.empty_like()
         out.path = path
         meta = header(node.kind, node.batch_size, node.device)
