@@ -1,6 +1,7 @@
-"""Lazy stacks and tensorclasses: saved, loaded and memory-mapped like TensorDicts."""
+"""Lazy stacks, tensorclasses and TensorDictParams: saved, loaded and memory-mapped like TensorDicts."""
 
 import json
+import os
 import sys
 import types
 
@@ -11,6 +12,7 @@ from td_core import (
     LazyStackedTensorDict,
     NonTensorStack,
     TensorDict,
+    TensorDictParams,
     is_non_tensor,
     is_tensor_collection,
     lazy_stack,
@@ -371,3 +373,23 @@ class TestClassLookupRunsNoCode:
         _edit(tmp_path / "t" / "p" / "meta.json", lambda m: m.update({"class": "nowhere:Pair"}))
         with pytest.raises(UnknownClassError, match=r"t/p/meta\.json"):
             load_memmap(tmp_path / "t")
+
+
+class TestParams:
+    def _params(self) -> TensorDictParams:
+        return TensorDictParams(TensorDict(a=torch.ones(3), b={"c": torch.zeros(2)}))
+
+    @pytest.mark.parametrize("nested", [False, True])
+    @pytest.mark.parametrize("in_folder", [False, True])
+    def test_memmap_in_place_is_refused_before_writing(self, tmp_path, nested, in_folder):
+        params = self._params()
+        td = TensorDict(p=params, x=torch.zeros(1)) if nested else params
+        with pytest.raises(RuntimeError, match="Cannot build a memmap TensorDict in-place") as info:
+            td.memmap_(tmp_path if in_folder else None)
+        assert ("'p'" in str(info.value)) is nested
+        assert not os.listdir(tmp_path)
+        assert isinstance(params["a"], torch.nn.Parameter) and not params.is_locked
+
+    def test_memmap_copy_works(self, tmp_path):
+        out = self._params().memmap(tmp_path)
+        assert isinstance(out["b", "c"], MemoryMappedTensor) and out["a"].tolist() == [1.0] * 3

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from td_core import TensorDict, TensorDictBase, is_tensor_collection
+from td_core import TensorDict, TensorDictBase, TensorDictParams, is_tensor_collection
 from td_memmap._archive import ARCHIVE_SUFFIX, save_archive
 from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_leaves, to_tree
 from td_memmap._load import load_tree
@@ -89,6 +89,21 @@ def _prepare(
     tree = to_tree(td)
     _check_share(share_non_tensor, prefix, as_archive, tree)
     return td, as_archive, tree
+
+
+def _refuse_params_in_place(td: Any, where: tuple[str, ...] = ()) -> None:
+    """`memmap_` cannot turn parameters into memory-mapped tensors: refuse before writing."""
+    if isinstance(td, TensorDictParams):
+        at = f" (at {where!r})" if where else ""
+        raise RuntimeError(
+            f"Cannot build a memmap TensorDict in-place from a TensorDictParams{at}: its entries "
+            "are nn.Parameters, which cannot be memory-mapped tensors. Use memmap or memmap_like "
+            "instead, for a memory-mapped copy"
+        )
+    if isinstance(td, TensorDictBase):
+        for key, value in td.items():
+            if is_tensor_collection(value):
+                _refuse_params_in_place(value, (*where, key))
 
 
 def _run(job: Callable[[], Any], return_early: bool) -> Any:
@@ -193,6 +208,8 @@ def memmap(
         >>> load(folder)["b", "c"].sum().item()
         6.0
     """
+    if inplace:
+        _refuse_params_in_place(td)
     td, as_archive, tree = _prepare(
         td,
         prefix,

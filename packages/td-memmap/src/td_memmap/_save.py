@@ -218,7 +218,8 @@ class _Planner:
                     action = "reuse"  # if no other entry keeps that file (see _name_files)
             elif not self.copy_existing:
                 raise RuntimeError(
-                    f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}; pass "
+                    f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}. A filename "
+                    "was provided but the tensor already has a file associated: pass "
                     f"copy_existing=True to copy it to {path!r}"
                 )
         entry = {

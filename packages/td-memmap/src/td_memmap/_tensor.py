@@ -389,8 +389,8 @@ class MemoryMappedTensor(torch.Tensor):
                 return input
             if own is not None and path is not None and not copy_existing:
                 raise RuntimeError(
-                    f"from_tensor: the tensor already has a file associated ({own!r}); to copy it "
-                    f"to {path!r} pass copy_existing=True"
+                    f"from_tensor: A filename was provided but the tensor already has a file "
+                    f"associated ({own!r}); to copy it to {path!r} pass copy_existing=True"
                 )
         return cls._copy_of(input, filename, existsok, copy_data)
 
