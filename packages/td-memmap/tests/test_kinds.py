@@ -13,6 +13,7 @@ from td_core import (
     NonTensorStack,
     TensorDict,
     TensorDictParams,
+    UnbatchedTensor,
     is_non_tensor,
     is_tensor_collection,
     lazy_stack,
@@ -393,3 +394,25 @@ class TestParams:
     def test_memmap_copy_works(self, tmp_path):
         out = self._params().memmap(tmp_path)
         assert isinstance(out["b", "c"], MemoryMappedTensor) and out["a"].tolist() == [1.0] * 3
+
+
+class TestUnbatched:
+    @pytest.mark.parametrize(
+        "how",
+        [
+            lambda td, path: td.memmap(),
+            lambda td, path: td.memmap(path),
+            lambda td, path: td.memmap_(path),
+            lambda td, path: td.memmap_like(path),
+            lambda td, path: td.save(path / "x.tdz"),
+        ],
+    )
+    def test_refused_by_name_before_writing(self, tmp_path, how):
+        # it used to be saved as an ordinary leaf: an invalid TensorDict, a folder that would not load
+        td = TensorDict(
+            a=torch.zeros(4, 3), n={"u": UnbatchedTensor(torch.randn(7, 11))}, batch_size=[4]
+        )
+        with pytest.raises(TypeError, match=r"entry \('n', 'u'\) is an UnbatchedTensor"):
+            how(td, tmp_path)
+        assert not os.listdir(tmp_path)
+        assert type(td.get(("n", "u"))) is UnbatchedTensor and not td.is_locked
