@@ -263,7 +263,7 @@ def test_refresh_archive_checksums_after_writes(tmp_path):
 
 def test_option_errors(tmp_path):
     td = _flat()
-    with pytest.raises(ValueError, match="compression applies to archives"):
+    with pytest.raises(ValueError, match="compression is only supported for archives"):
         td.memmap(tmp_path / "f", compression="deflate")
     with pytest.raises(ValueError, match="unknown compression 'zstdx'"):
         td.memmap(tmp_path / "f.tdz", compression="zstdx")

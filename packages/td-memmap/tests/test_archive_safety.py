@@ -175,7 +175,7 @@ def test_duplicate_entries_are_refused(tmp_path):
 
 def test_not_a_zip_and_not_an_archive(tmp_path):
     (tmp_path / "junk.tdz").write_bytes(b"not a zip at all")
-    with pytest.raises(MemmapFormatError, match="zip"):
+    with pytest.raises(MemmapFormatError, match="not a memory-mapped tensordict archive"):
         load_memmap(tmp_path / "junk.tdz")
     with zipfile.ZipFile(tmp_path / "other.zip", "w") as zf:
         zf.writestr("a.txt", "x")

@@ -318,3 +318,49 @@ class TestSeedParameterExample:
         with TensorDict.load_memmap(tmp_path / "p").to_module(model):
             assert torch.equal(model.weight, saved["weight"])
         assert model.weight is before and model.weight.eq(3.0).all()
+
+
+class TestSubpath:
+    def _stack(self):
+        from td_core import lazy_stack
+
+        return lazy_stack(
+            [
+                TensorDict(
+                    x=torch.full((2,), float(i)), sub={"y": torch.ones(2) * i}, batch_size=[2]
+                )
+                for i in range(3)
+            ]
+        )
+
+    @pytest.mark.parametrize("archive", [False, True])
+    @pytest.mark.parametrize("subpath", ["1/sub", "/1//sub/", ("1", "sub"), ("1", ("sub",))])
+    def test_paths_and_nested_keys_reach_stack_members(self, tmp_path, archive, subpath):
+        prefix = tmp_path / ("saved.tdz" if archive else "saved")
+        self._stack().save(prefix)
+        part = TensorDict.load_memmap(prefix, subpath=subpath)
+        assert type(part) is TensorDict and part["y"].tolist() == [1.0, 1.0]
+        member = TensorDict.load_memmap(prefix, subpath="2")
+        assert member["x"].tolist() == [2.0, 2.0]
+
+    def test_a_key_with_a_slash_needs_the_tuple_form(self, tmp_path):
+        TensorDict({"a/b": {"c": torch.ones(1)}}, []).save(tmp_path)
+        assert TensorDict.load_memmap(tmp_path, subpath=("a/b",))["c"].tolist() == [1.0]
+        with pytest.raises(ValueError, match="No tensordict found under subpath 'a/b'"):
+            TensorDict.load_memmap(tmp_path, subpath="a/b")
+
+    @pytest.mark.parametrize(
+        "subpath, names",
+        [
+            ("does/not/exist", "'does' is nothing"),
+            (("1", "x"), "'1/x' is a MemoryMappedTensor"),
+            ("3", "'3' is nothing"),
+        ],
+    )
+    def test_what_is_not_a_saved_tensordict_is_a_value_error(self, tmp_path, subpath, names):
+        self._stack().save(tmp_path)
+        with pytest.raises(ValueError, match="No tensordict found under subpath") as info:
+            TensorDict.load_memmap(tmp_path, subpath=subpath)
+        assert names in str(info.value) and str(tmp_path) in str(info.value)
+        with pytest.raises(ValueError, match="subpath must be"):
+            TensorDict.load_memmap(tmp_path, subpath=())
