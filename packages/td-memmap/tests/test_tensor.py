@@ -333,8 +333,13 @@ def test_from_handler_errors_and_read_only_buffers():
         MemoryMappedTensor.from_handler(bytearray(8), torch.float32, (4,))
     with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="buffer"):
         MemoryMappedTensor.from_handler(object(), torch.float32, (1,))
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="nested"):
-        MemoryMappedTensor.from_handler(bytearray(8), torch.float32, torch.tensor([[1, 2]]))
+    memory = bytearray(12)
+    with pytest.warns(DeprecationWarning):
+        nested = MemoryMappedTensor.from_handler(
+            memory, torch.float32, torch.tensor([[1, 2], [1, 1]])
+        )
+    nested[1].fill_(1.0)
+    assert nested.is_nested and memory[8:] == torch.ones(1).numpy().tobytes()
 
 
 @pytest.mark.parametrize("make", ["empty", "zeros", "ones"])
