@@ -121,6 +121,7 @@ def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[s
         "kind": kind,
         "byteorder": sys.byteorder,
         "batch_size": list(batch_size),
+        "shape": list(batch_size),  # the same, under the name upstream's metadata uses
         "device": device,
     }
 
@@ -445,6 +446,8 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         raise ctx.fail(
             f"'batch_size' {data.get('batch_size')!r} is not a list of non-negative ints"
         )
+    if "shape" in data and _dims(data["shape"]) != batch_size:
+        raise ctx.fail(f"'shape' {data['shape']!r} differs from 'batch_size' {list(batch_size)}")
     parent = ctx.parent_batch
     if ctx.exact_batch and batch_size != parent:
         raise ctx.fail(
