@@ -70,7 +70,7 @@ def test_make_memmap_needs_a_folder():
 
 
 def test_memory_mapped_tensor_parent_shape_and_from_storage(tmp_path):
-    t = MemoryMappedTensor.from_tensor(torch.arange(12).view(3, 4), filename=tmp_path / "x.bin")
+    t = MemoryMappedTensor.from_tensor(torch.arange(12).view(3, 4), filename=tmp_path / "x.memmap")
     assert t.parent_shape == torch.Size([3, 4]) and t[1].parent_shape == torch.Size([3, 4])
     s = MemoryMappedTensor.from_storage(
         torch.arange(4).untyped_storage(), shape=(2, 2), dtype=torch.int64, index=1

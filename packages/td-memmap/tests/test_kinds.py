@@ -176,7 +176,7 @@ class TestLazyStacks:
         assert (meta["stack_dim"], meta["members"], meta["batch_size"]) == (1, 2, [2, 2])
         assert "entries" not in meta
         assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["0", "1", "meta.json"]
-        assert (tmp_path / "s" / "1" / "only_b.bin").exists()
+        assert (tmp_path / "s" / "1" / "only_b.memmap").exists()
 
     def test_a_member_loads_alone(self, tmp_path):
         memmap(_ragged_stack(), tmp_path / "s")

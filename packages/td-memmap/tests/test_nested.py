@@ -48,13 +48,13 @@ class TestAllocation:
         ],
     )
     def test_factories(self, tmp_path, in_file, make, value):
-        t = make(filename=tmp_path / "x.bin" if in_file else None)
+        t = make(filename=tmp_path / "x.memmap" if in_file else None)
         assert type(t) is MemoryMappedTensor and t.is_nested and t.dtype == torch.int32
         assert torch.equal(t._nested_tensor_size(), SHAPES)
         assert [tuple(c.shape) for c in t.unbind()] == [(2, 3), (2, 4), (3, 2)]
         assert all(bool((c == value).all()) for c in t.unbind())
         if in_file:
-            assert t.filename == str(tmp_path / "x.bin")
+            assert t.filename == str(tmp_path / "x.memmap")
             assert os.path.getsize(t.filename) == 4 * int(SHAPES.prod(-1).sum())
 
     def test_like_and_bad_shapes(self):
@@ -70,24 +70,24 @@ class TestFromData:
     @pytest.mark.parametrize("in_file", [False, True])
     def test_from_tensor_copies_the_components(self, tmp_path, in_file):
         src = _source()
-        t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / "x.bin" if in_file else None)
+        t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / "x.memmap" if in_file else None)
         assert type(t) is MemoryMappedTensor
         _assert_same(t, src)
         t[0].fill_(-1)  # a copy: the source is unchanged
         assert src.unbind()[0].min() == 0
 
     def test_from_filename_maps_the_same_file(self, tmp_path):
-        t = MemoryMappedTensor.from_tensor(_source(), filename=tmp_path / "x.bin")
-        again = MemoryMappedTensor.from_filename(tmp_path / "x.bin", torch.float32, SHAPES)
+        t = MemoryMappedTensor.from_tensor(_source(), filename=tmp_path / "x.memmap")
+        again = MemoryMappedTensor.from_filename(tmp_path / "x.memmap", torch.float32, SHAPES)
         _assert_same(again, t)
         again[2].fill_(7.0)  # shared: the write reaches the other mapping
         assert bool((t[2] == 7.0).all())
         with pytest.raises(ValueError, match="nested"):
-            MemoryMappedTensor.from_filename(tmp_path / "x.bin", torch.float32, SHAPES[:2])
+            MemoryMappedTensor.from_filename(tmp_path / "x.memmap", torch.float32, SHAPES[:2])
 
     @pytest.mark.parametrize("in_file", [False, True])
     def test_from_storage_views_without_a_copy(self, tmp_path, in_file):
-        filename = str(tmp_path / "x.bin") if in_file else None
+        filename = str(tmp_path / "x.memmap") if in_file else None
         flat = MemoryMappedTensor.from_tensor(
             torch.arange(10, dtype=torch.float64), filename=filename
         )
@@ -108,7 +108,7 @@ class TestPickleAndRepr:
     @pytest.mark.parametrize("in_file", [False, True])
     def test_pickle_round_trip(self, tmp_path, in_file):
         t = MemoryMappedTensor.from_tensor(
-            _source(), filename=tmp_path / "x.bin" if in_file else None
+            _source(), filename=tmp_path / "x.memmap" if in_file else None
         )
         back = pickle.loads(pickle.dumps(t))
         assert type(back) is MemoryMappedTensor

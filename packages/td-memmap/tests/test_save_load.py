@@ -207,33 +207,33 @@ class TestInPlaceAndShared:
         first = save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
         old = first["w"].filename
         second = save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
-        assert second["w"].filename == str(tmp_path / "a" / "w.b.bin")
+        assert second["w"].filename == str(tmp_path / "a" / "w.b.memmap")
         assert first["w"].tolist() == [0.0] * 4  # the old file is untouched, kept as a spare
         assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
         inode = os.stat(old).st_ino
         third = save(TensorDict({"w": torch.full((4,), 2.0)}, []), tmp_path / "a")
         assert third["w"].filename == old and os.stat(old).st_ino == inode  # rewritten in place
-        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "w.b.bin", "w.bin"]
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "w.b.memmap", "w.memmap"]
         save(TensorDict({"v": torch.ones(2)}, []), tmp_path / "a")  # a key gone: its files too
-        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "v.bin"]
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "v.memmap"]
 
     def test_resaving_a_memory_mapped_td_keeps_its_files(self, tmp_path):
         td = save(TensorDict({"w": torch.zeros(4), "v": torch.ones(2)}, []), tmp_path / "a")
         td = load(tmp_path / "a")
         td["w"] += 3  # written through to the file
         td.memmap_(tmp_path / "a")
-        assert td["w"].filename == str(tmp_path / "a" / "w.bin")
+        assert td["w"].filename == str(tmp_path / "a" / "w.memmap")
         assert load(tmp_path / "a")["w"].tolist() == [3.0] * 4
 
     def test_resaving_never_follows_a_planted_link(self, tmp_path):
         save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
-        outside = tmp_path / "outside.bin"
+        outside = tmp_path / "outside.memmap"
         outside.write_bytes(b"\0" * 16)
-        os.unlink(tmp_path / "a" / "w.bin")
-        os.symlink(outside, tmp_path / "a" / "w.bin")
+        os.unlink(tmp_path / "a" / "w.memmap")
+        os.symlink(outside, tmp_path / "a" / "w.memmap")
         save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
         assert outside.read_bytes() == b"\0" * 16
-        assert not os.path.islink(tmp_path / "a" / "w.bin")
+        assert not os.path.islink(tmp_path / "a" / "w.memmap")
         assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
 
     def test_existsok_false(self, tmp_path):
@@ -255,7 +255,7 @@ class TestMemmapLike:
         data = data.expand(10_000)
         data = data.memmap_like(tmp_path / "dataset")
         assert data.batch_size == torch.Size([10_000]) and data.is_memmap()
-        images = tmp_path / "dataset" / "images.bin"
+        images = tmp_path / "dataset" / "images.memmap"
         assert images.stat().st_size == 10_000 * 16 * 16 * 3
         assert images.stat().st_blocks * 512 < images.stat().st_size  # sparse: nothing written
         data[500] = TensorDict(

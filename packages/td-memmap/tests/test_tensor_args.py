@@ -21,18 +21,18 @@ class TestDevice:
     @pytest.mark.parametrize("device", [None, "cpu", torch.device("cpu")])
     @pytest.mark.parametrize("in_file", [False, True])
     def test_cpu_is_accepted(self, make, device, in_file, tmp_path):
-        filename = tmp_path / "x.bin" if in_file else None
+        filename = tmp_path / "x.memmap" if in_file else None
         t = make(device=device, dtype=torch.int32, filename=filename)
         assert isinstance(t, MemoryMappedTensor)
         assert t.shape == (2, 3) and t.dtype == torch.int32 and t.device.type == "cpu"
         if in_file:
-            assert t.filename == str(tmp_path / "x.bin")
+            assert t.filename == str(tmp_path / "x.memmap")
 
     @pytest.mark.parametrize("make", _FACTORIES)
     @pytest.mark.parametrize("device", ["meta", "cuda", torch.device("cuda", 1)])
     def test_other_devices_are_refused_and_create_nothing(self, make, device, tmp_path):
         with pytest.raises(RuntimeError, match="Only CPU tensors are supported") as info:
-            make(device=device, filename=tmp_path / "x.bin")
+            make(device=device, filename=tmp_path / "x.memmap")
         assert isinstance(info.value, ValueError)
         assert repr(device) in str(info.value)
         assert not os.listdir(tmp_path)
@@ -42,9 +42,9 @@ class TestDevice:
         with torch.device("meta"):
             made = [
                 MemoryMappedTensor.zeros(3),
-                MemoryMappedTensor.full((3,), fill_value=2.0, filename=tmp_path / "a.bin"),
+                MemoryMappedTensor.full((3,), fill_value=2.0, filename=tmp_path / "a.memmap"),
                 MemoryMappedTensor.from_tensor(torch.ones(3, device="cpu")),
-                MemoryMappedTensor.from_filename(tmp_path / "a.bin", torch.float32, (3,)),
+                MemoryMappedTensor.from_filename(tmp_path / "a.memmap", torch.float32, (3,)),
             ]
             td = TensorDict(a=torch.ones(3, device="cpu"), batch_size=[3], device="cpu")
             td.memmap(tmp_path / "td")
@@ -70,10 +70,10 @@ class TestClassCall:
 
     def test_nested_list_dtype_filename_and_index(self, tmp_path):
         t = MemoryMappedTensor(
-            [[1, 2], [3, 4]], dtype=torch.int16, filename=tmp_path / "x.bin", index=1
+            [[1, 2], [3, 4]], dtype=torch.int16, filename=tmp_path / "x.memmap", index=1
         )
         assert t.tolist() == [3, 4] and t.dtype == torch.int16
-        assert t.filename == str(tmp_path / "x.bin")
+        assert t.filename == str(tmp_path / "x.memmap")
 
     def test_storage(self):
         base = MemoryMappedTensor.from_tensor(torch.arange(4, dtype=torch.int64))
@@ -85,7 +85,7 @@ class TestClassCall:
         with pytest.raises(RuntimeError, match="Only CPU tensors"):
             MemoryMappedTensor([3, 4], device="meta")
         with pytest.raises(TypeError, match="from_filename"):
-            MemoryMappedTensor(str(tmp_path / "x.bin"))
+            MemoryMappedTensor(str(tmp_path / "x.memmap"))
         with pytest.raises(TypeError, match="needs data"):
             MemoryMappedTensor()
 
@@ -94,21 +94,21 @@ class TestFromTensorShortcut:
     def test_already_there_is_returned_as_is(self, tmp_path):
         anon = MemoryMappedTensor.from_tensor(torch.zeros(3))
         assert MemoryMappedTensor.from_tensor(anon) is anon
-        filed = MemoryMappedTensor.from_tensor(torch.zeros(3), filename=tmp_path / "a.bin")
-        assert MemoryMappedTensor.from_tensor(filed, filename=tmp_path / "a.bin") is filed
+        filed = MemoryMappedTensor.from_tensor(torch.zeros(3), filename=tmp_path / "a.memmap")
+        assert MemoryMappedTensor.from_tensor(filed, filename=tmp_path / "a.memmap") is filed
         copy = MemoryMappedTensor.from_tensor(filed)  # into shared memory: a copy
         assert copy is not filed and copy.data_ptr() != filed.data_ptr()
 
     def test_another_file_needs_copy_existing(self, tmp_path):
-        filed = MemoryMappedTensor.from_tensor(torch.arange(3.0), filename=tmp_path / "a.bin")
+        filed = MemoryMappedTensor.from_tensor(torch.arange(3.0), filename=tmp_path / "a.memmap")
         with pytest.raises(RuntimeError, match="copy_existing") as info:
-            MemoryMappedTensor.from_tensor(filed, filename=tmp_path / "b.bin")
-        assert "a.bin" in str(info.value)
-        assert not (tmp_path / "b.bin").exists()
+            MemoryMappedTensor.from_tensor(filed, filename=tmp_path / "b.memmap")
+        assert "a.memmap" in str(info.value)
+        assert not (tmp_path / "b.memmap").exists()
         moved = MemoryMappedTensor.from_tensor(
-            filed, filename=tmp_path / "b.bin", copy_existing=True
+            filed, filename=tmp_path / "b.memmap", copy_existing=True
         )
-        assert moved.filename == str(tmp_path / "b.bin") and torch.equal(moved, filed)
+        assert moved.filename == str(tmp_path / "b.memmap") and torch.equal(moved, filed)
 
     def test_copy_data_false_always_makes_a_new_tensor(self):
         anon = MemoryMappedTensor.from_tensor(torch.ones(3))
@@ -130,7 +130,7 @@ class TestSymlinks:
     def test_never_written_through(self, make, tmp_path):
         target = tmp_path / "target"
         target.write_bytes(b"unchanged")
-        link = tmp_path / "x.bin"
+        link = tmp_path / "x.memmap"
         link.symlink_to(target)
         with pytest.raises(SymlinkTargetError, match="through symlink") as info:
             make(link)
@@ -138,16 +138,16 @@ class TestSymlinks:
         assert target.read_bytes() == b"unchanged" and link.is_symlink()
 
     def test_dangling_link_is_refused_too(self, tmp_path):
-        link = tmp_path / "x.bin"
+        link = tmp_path / "x.memmap"
         link.symlink_to(tmp_path / "nowhere")
         with pytest.raises(SymlinkTargetError):
             MemoryMappedTensor.ones(2, filename=link)
         assert not (tmp_path / "nowhere").exists()
 
     def test_existing_file_still_reported(self, tmp_path):
-        MemoryMappedTensor.zeros(2, filename=tmp_path / "x.bin")
+        MemoryMappedTensor.zeros(2, filename=tmp_path / "x.memmap")
         with pytest.raises(MemmapExistsError, match="already exists"):
-            MemoryMappedTensor.zeros(2, filename=tmp_path / "x.bin")
+            MemoryMappedTensor.zeros(2, filename=tmp_path / "x.memmap")
 
 
 class TestSymlinkedSubFolders:

@@ -323,7 +323,7 @@ class _Ctx:
         return path, real
 
 
-# the same few names ("weight.bin", "meta.json", ...) come back in every folder
+# the same few names ("weight.memmap", "meta.json", ...) come back in every folder
 _component = functools.lru_cache(maxsize=4096)(check_component)
 
 

@@ -7,8 +7,8 @@ Order of a save, which is what makes it crash-safe:
 2. read what the previous save in the folder (if any) uses: its files stay
    untouched until the new save is complete;
 3. name every file: a leaf already memory-mapped from a whole file of its
-   folder keeps it; any other gets the first of `a.bin`, `a.b.bin`,
-   `a.c.bin`, ... that the previous save does not use;
+   folder keeps it; any other gets the first of `a.memmap`, `a.b.memmap`,
+   `a.c.memmap`, ... that the previous save does not use;
 4. make the folders, parents first, then write every leaf (one sequential
    write each, straight from the tensor's memory); with `num_threads > 0` and
    enough work (`MIN_SHARE`) threads take the leaves in turn;
