@@ -211,7 +211,7 @@ class TestLazyStackValidation:
             (lambda m: m.update(stack_dim=2), "'stack_dim' 2"),
             (lambda m: m.update(stack_dim="0"), "'stack_dim'"),
             (lambda m: m.update(members=3), "'members' 3"),
-            (lambda m: m.update(members=0, batch_size=[0, 2]), "'members' 0"),
+            (lambda m: m.update(members=0, batch_size=[0, 2], shape=[0, 2]), "'members' 0"),
         ],
     )
     def test_bad_fields(self, tmp_path, edit, message):

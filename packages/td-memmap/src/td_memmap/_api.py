@@ -10,10 +10,12 @@ from typing import Any
 import torch
 
 from td_core import (
+    LazyStackedTensorDict,
     TensorDict,
     TensorDictBase,
     TensorDictParams,
     is_tensor_collection,
+    is_tensorclass,
     unravel_key_to_tuple,
 )
 from td_memmap._archive import ARCHIVE_SUFFIX, save_archive
@@ -106,7 +108,12 @@ def _refuse_params_in_place(td: Any, where: tuple[str, ...] = ()) -> None:
             "are nn.Parameters, which cannot be memory-mapped tensors. Use memmap or memmap_like "
             "instead, for a memory-mapped copy"
         )
-    if isinstance(td, TensorDictBase):
+    if isinstance(td, LazyStackedTensorDict):  # its members, without stacking anything
+        for i, member in enumerate(td.tensordicts):
+            _refuse_params_in_place(member, (*where, f"<member {i}>"))
+    elif is_tensorclass(td):
+        _refuse_params_in_place(td._tensordict, where)
+    elif isinstance(td, TensorDictBase):
         for key, value in td.items():
             if is_tensor_collection(value):
                 _refuse_params_in_place(value, (*where, key))
