@@ -2,7 +2,9 @@
 
 import json
 import os
+import subprocess
 import sys
+import textwrap
 import types
 
 import pytest
@@ -283,15 +285,36 @@ class TestTensorclasses:
         with pytest.raises(TypeError, match="lazy stack"):
             load_memmap(tmp_path / "l", cls=Pair)
 
-    def test_a_class_defined_in_a_function_needs_cls(self, tmp_path):
+    def test_a_class_defined_in_a_function_loads_where_it_was_saved(self, tmp_path):
         @tensorclass
         class Local:
             v: torch.Tensor
 
-        memmap(Local(torch.zeros(2), batch_size=[2]), tmp_path / "l")
-        with pytest.raises(UnknownClassError, match=r"<locals>\.Local"):
-            load_memmap(tmp_path / "l")
+        memmap(Local(torch.ones(2), batch_size=[2]), tmp_path / "l")
+        back = load_memmap(tmp_path / "l")
+        assert type(back) is Local and back.v.tolist() == [1.0, 1.0]
         assert type(load_memmap(tmp_path / "l", cls=Local)) is Local
+
+    def test_a_class_saved_by_another_process_needs_cls(self, tmp_path):
+        script = textwrap.dedent(
+            f"""
+            import torch
+            from td_core import tensorclass
+
+            def save():
+                @tensorclass
+                class Gone:
+                    v: torch.Tensor
+
+                Gone(torch.zeros(2), batch_size=[2]).memmap({str(tmp_path / "g")!r})
+
+            save()
+            """
+        )
+        subprocess.run([sys.executable, "-c", script], check=True)
+        with pytest.raises(UnknownClassError, match=r"<locals>\.Gone"):
+            load_memmap(tmp_path / "g")
+        assert type(load_memmap(tmp_path / "g", cls=TensorDict)) is TensorDict
 
     def test_fields_that_the_class_lacks(self, tmp_path):
         memmap(_pair(), tmp_path / "p")
