@@ -446,8 +446,6 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         raise ctx.fail(
             f"'batch_size' {data.get('batch_size')!r} is not a list of non-negative ints"
         )
-    if "shape" in data and _dims(data["shape"]) != batch_size:
-        raise ctx.fail(f"'shape' {data['shape']!r} differs from 'batch_size' {list(batch_size)}")
     parent = ctx.parent_batch
     if ctx.exact_batch and batch_size != parent:
         raise ctx.fail(
@@ -458,6 +456,8 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         raise ctx.fail(
             f"batch_size {list(batch_size)} does not start with the parent's {list(parent)}"
         )
+    if "shape" in data and _dims(data["shape"]) != batch_size:
+        raise ctx.fail(f"'shape' {data['shape']!r} differs from 'batch_size' {list(batch_size)}")
     generation = data.get("generation", 0)
     if type(generation) is not int or generation < 0:
         raise ctx.fail(f"'generation' is {generation!r}, expected a non-negative integer")
