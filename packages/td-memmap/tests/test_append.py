@@ -59,7 +59,7 @@ def test_append_grows_the_first_dim_and_keeps_old_rows(tmp_path):
     append_memmap(tmp_path / "f", _td(1, 7.0).exclude("name"))
     assert load_memmap(tmp_path / "f")["a"][5].eq(7).all()
     # two generations of files at most: the save's and the spares
-    assert len([n for n in _files(tmp_path / "f") if n.endswith(".bin")]) <= 4
+    assert len([n for n in _files(tmp_path / "f") if n.endswith(".memmap")]) <= 4
 
 
 def test_append_keeps_non_tensor_values_and_nested_batch_dims(tmp_path):

@@ -128,7 +128,7 @@ def test_archive_entries_mirror_the_folder_and_payloads_are_aligned(tmp_path):
         assert zf.testzip() is None
         raw = (tmp_path / "f.tdz").read_bytes()
         for info in files:
-            if info.filename.endswith(".bin"):
+            if info.filename.endswith(".memmap"):
                 assert info.compress_type == zipfile.ZIP_STORED
                 n, m = struct.unpack_from("<2H", raw, info.header_offset + 26)
                 assert (info.header_offset + 30 + n + m) % 64 == 0, info.filename
@@ -163,12 +163,12 @@ def test_compressed_archives_load_read_only(tmp_path, compression):
     out = td.memmap(tmp_path / "c.tdz", compression=compression)
     _same(out, td)
     with zipfile.ZipFile(tmp_path / "c.tdz") as zf:
-        assert zf.getinfo("a.bin").compress_type != zipfile.ZIP_STORED
+        assert zf.getinfo("a.memmap").compress_type != zipfile.ZIP_STORED
     loaded = load_memmap(tmp_path / "c.tdz")
     _same(loaded, td)
     with pytest.raises(ReadOnlyMemmapError):
         loaded["a"].add_(1)
-    with pytest.raises(ReadOnlyMemmapError, match=r"a\.bin.*compressed"):
+    with pytest.raises(ReadOnlyMemmapError, match=r"a\.memmap.*compressed"):
         load_memmap(tmp_path / "c.tdz", mode="r+")
 
 
@@ -247,8 +247,8 @@ def test_refresh_archive_checksums_after_writes(tmp_path):
     _flat().memmap(tmp_path / "x.tdz")
     load_memmap(tmp_path / "x.tdz", mode="r+")["a"].add_(1)
     with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
-        assert zf.testzip() == "a.bin"
-    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*'a\.bin'.*CRC"):
+        assert zf.testzip() == "a.memmap"
+    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*'a\.memmap'.*CRC"):
         unpack_memmap(tmp_path / "x.tdz", tmp_path / "u")
     assert not os.path.exists(tmp_path / "u")
     assert refresh_archive_checksums(tmp_path / "x.tdz") == tmp_path / "x.tdz"
@@ -263,7 +263,7 @@ def test_refresh_archive_checksums_after_writes(tmp_path):
 
 def test_option_errors(tmp_path):
     td = _flat()
-    with pytest.raises(ValueError, match="compression applies to archives"):
+    with pytest.raises(ValueError, match="compression is only supported for archives"):
         td.memmap(tmp_path / "f", compression="deflate")
     with pytest.raises(ValueError, match="unknown compression 'zstdx'"):
         td.memmap(tmp_path / "f.tdz", compression="zstdx")

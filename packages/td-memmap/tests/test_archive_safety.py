@@ -127,22 +127,22 @@ def test_a_bad_crc_in_a_leaf_is_refused_on_unpack(tmp_path):
     _td().memmap(tmp_path / "x.tdz")
     raw = bytearray((tmp_path / "x.tdz").read_bytes())
     with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
-        at = _payload_offset(raw, zf.getinfo("a.bin"))
+        at = _payload_offset(raw, zf.getinfo("a.memmap"))
     raw[at] ^= 0xFF
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
-    with pytest.raises(MemmapFormatError, match=r"'a\.bin'.*CRC"):
+    with pytest.raises(MemmapFormatError, match=r"'a\.memmap'.*CRC"):
         unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
     assert sorted(os.listdir(tmp_path)) == ["x.tdz"]
 
 
 def test_an_entry_size_that_does_not_match_the_metadata_is_refused(tmp_path):
     _td().memmap(tmp_path / "f")
-    with open(tmp_path / "f" / "a.bin", "r+b") as f:
+    with open(tmp_path / "f" / "a.memmap", "r+b") as f:
         f.truncate(20)
     _zip_folder(tmp_path / "f", tmp_path / "short.zip")
-    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.bin.*20 bytes"):
+    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.memmap.*20 bytes"):
         load_memmap(tmp_path / "short.zip")
-    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.bin.*20 bytes"):
+    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.memmap.*20 bytes"):
         unpack_memmap(tmp_path / "short.zip", tmp_path / "out")
     assert not os.path.exists(tmp_path / "out")
 
@@ -151,15 +151,15 @@ def test_overlapping_entries_are_refused(tmp_path):
     _td().memmap(tmp_path / "x.tdz")
     raw = bytearray((tmp_path / "x.tdz").read_bytes())
     with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
-        info = zf.getinfo("a.bin")
+        info = zf.getinfo("a.memmap")
         central = zf.start_dir
-    # grow the recorded sizes of a.bin in the central directory: its data now covers the next entry
+    # grow the recorded sizes of a.memmap in the central directory: its data now covers the next entry
     at = raw.index(b"PK\x01\x02", central)
-    while raw[at + 46 : at + 46 + 5] != b"a.bin":
+    while raw[at + 46 : at + 46 + 8] != b"a.memmap":
         at = raw.index(b"PK\x01\x02", at + 4)
     struct.pack_into("<2I", raw, at + 20, info.file_size + 100, info.file_size + 100)
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
-    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*overlaps entry 'a\.bin'"):
+    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*overlaps entry 'a\.memmap'"):
         load_memmap(tmp_path / "x.tdz")
     with pytest.raises(MemmapFormatError, match="overlaps"):
         unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
@@ -168,14 +168,14 @@ def test_overlapping_entries_are_refused(tmp_path):
 
 def test_duplicate_entries_are_refused(tmp_path):
     with pytest.warns(UserWarning, match="Duplicate name"):
-        archive = _evil(tmp_path, "a.bin")
+        archive = _evil(tmp_path, "a.memmap")
     with pytest.raises(MemmapFormatError, match="twice"):
         load_memmap(archive)
 
 
 def test_not_a_zip_and_not_an_archive(tmp_path):
     (tmp_path / "junk.tdz").write_bytes(b"not a zip at all")
-    with pytest.raises(MemmapFormatError, match="zip"):
+    with pytest.raises(MemmapFormatError, match="not a memory-mapped tensordict archive"):
         load_memmap(tmp_path / "junk.tdz")
     with zipfile.ZipFile(tmp_path / "other.zip", "w") as zf:
         zf.writestr("a.txt", "x")

@@ -212,7 +212,7 @@ def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, run_ki
     assert _values(load(prefix)) == {99.0}
     names = [n for _, _, files in os.walk(prefix) for n in files]
     leaves = len(list(_layouts(0.0)[layout].values(True, True))) if layout != "lazy" else 8
-    assert leaves <= len([n for n in names if n.endswith(".bin")]) <= 2 * leaves
+    assert leaves <= len([n for n in names if n.endswith(".memmap")]) <= 2 * leaves
     assert not [n for n in names if n.startswith(".")]
 
 
@@ -224,10 +224,10 @@ def test_a_shape_of_more_than_64_dims_is_refused_naming_the_file(tmp_path):
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
     meta["entries"][0]["shape"] = [1] * 300  # the same element count as the file holds
     (tmp_path / "s" / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(MemmapFormatError, match=r"a\.bin.*300 dims.*64"):
+    with pytest.raises(MemmapFormatError, match=r"a\.memmap.*300 dims.*64"):
         load(tmp_path / "s")
-    with pytest.raises(ValueError, match=r"300 dims.*a\.bin"):
-        MemoryMappedTensor.from_filename(tmp_path / "s" / "a.bin", torch.float32, [1] * 300)
+    with pytest.raises(ValueError, match=r"300 dims.*a\.memmap"):
+        MemoryMappedTensor.from_filename(tmp_path / "s" / "a.memmap", torch.float32, [1] * 300)
 
 
 # --------------------------------------------------------------------------------- signatures

@@ -110,3 +110,32 @@ class TestNonTensorJSON:
 
         json.loads(text, parse_constant=refuse)
         assert text.isascii()
+
+
+class TestShapeField:
+    def test_every_folder_records_its_batch_size_as_shape_too(self, tmp_path):
+        from td_core import lazy_stack
+
+        td = TensorDict(a=torch.zeros(3, 2), n={"b": torch.ones(3, 2, 4)}, batch_size=[3, 2])
+        save(td, tmp_path / "td")
+        for folder, batch in [("td", [3, 2]), ("td/n", [3, 2])]:
+            meta = json.loads((tmp_path / folder / "meta.json").read_text())
+            assert meta["shape"] == meta["batch_size"] == batch
+        save(lazy_stack([td[0], td[1]]), tmp_path / "stack")
+        member = json.loads((tmp_path / "stack" / "0" / "meta.json").read_text())
+        assert member["shape"] == [2]
+
+    def test_a_shape_that_differs_from_batch_size_is_refused(self, tmp_path):
+        from td_memmap import MemmapFormatError
+
+        save(TensorDict(a=torch.zeros(3)), tmp_path)  # batch_size []
+        meta = json.loads((tmp_path / "meta.json").read_text())
+        meta["shape"] = [3]
+        (tmp_path / "meta.json").write_text(json.dumps(meta))
+        with pytest.raises(
+            MemmapFormatError, match=r"'shape' \[3\] differs from 'batch_size' \[\]"
+        ):
+            load(tmp_path)
+        del meta["shape"]  # older saves have none
+        (tmp_path / "meta.json").write_text(json.dumps(meta))
+        assert load(tmp_path)["a"].shape == (3,)

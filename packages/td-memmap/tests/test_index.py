@@ -141,10 +141,10 @@ def test_a_current_record_is_validated_like_the_file(saved):
 
 
 def test_a_current_record_cannot_name_a_file_outside_the_save(saved, tmp_path):
-    (tmp_path / "secret.bin").write_bytes(b"\0" * 24)
+    (tmp_path / "secret.memmap").write_bytes(b"\0" * 24)
 
     def escape(d):
-        d["index"]["layer"][1]["entries"][0]["file"] = "../../secret.bin"
+        d["index"]["layer"][1]["entries"][0]["file"] = "../../secret.memmap"
 
     _rewrite_top(saved, escape)
     with pytest.raises(UnsafePathError, match="secret"):

@@ -70,7 +70,7 @@ def test_make_memmap_needs_a_folder():
 
 
 def test_memory_mapped_tensor_parent_shape_and_from_storage(tmp_path):
-    t = MemoryMappedTensor.from_tensor(torch.arange(12).view(3, 4), filename=tmp_path / "x.bin")
+    t = MemoryMappedTensor.from_tensor(torch.arange(12).view(3, 4), filename=tmp_path / "x.memmap")
     assert t.parent_shape == torch.Size([3, 4]) and t[1].parent_shape == torch.Size([3, 4])
     s = MemoryMappedTensor.from_storage(
         torch.arange(4).untyped_storage(), shape=(2, 2), dtype=torch.int64, index=1
@@ -80,3 +80,52 @@ def test_memory_mapped_tensor_parent_shape_and_from_storage(tmp_path):
         MemoryMappedTensor.from_storage(
             torch.arange(4).untyped_storage(), shape=(8,), dtype=torch.int64
         )
+
+
+class TestMakeMemmapKeys:
+    @pytest.mark.parametrize(
+        "add",
+        [
+            lambda td, key: td.make_memmap(key, (3, 2)),
+            lambda td, key: td.make_memmap_from_tensor(key, torch.ones(3, 2)),
+            lambda td, key: td.make_memmap_from_storage(
+                key, torch.ones(6).untyped_storage(), (3, 2)
+            ),
+        ],
+    )
+    def test_missing_sub_tensordicts_are_created_in_their_folders(self, tmp_path, add):
+        td = _saved(tmp_path)
+        leaf = add(td, ("new", ("deeper", "x")))
+        assert isinstance(leaf, MemoryMappedTensor) and leaf.shape == (3, 2)
+        assert leaf.filename == str(tmp_path / "s" / "new" / "deeper" / "x.memmap")
+        assert td["new", "deeper", "x"] is leaf and td.is_locked and td["new", "deeper"].is_locked
+        assert td["new"].batch_size == (3,) and td["new"].saved_path == str(tmp_path / "s" / "new")
+        back = load(tmp_path / "s")
+        assert torch.equal(back["new", "deeper", "x"], leaf) and torch.equal(back["a"], td["a"])
+
+    @pytest.mark.parametrize(
+        "add",
+        [
+            lambda td, key: td.make_memmap(key, (3,)),
+            lambda td, key: td.make_memmap_from_tensor(key, torch.ones(3)),
+            lambda td, key: td.make_memmap_from_storage(key, torch.ones(3).untyped_storage(), (3,)),
+        ],
+    )
+    def test_an_existing_key_is_refused_and_kept(self, tmp_path, add):
+        td = _saved(tmp_path)
+        before = td["n", "b"]
+        with pytest.raises(RuntimeError, match="'b' already exists within the target tensordict"):
+            add(td, ("n", "b"))
+        assert td["n", "b"] is before and td.is_locked
+        assert load(tmp_path / "s")["n", "b"].tolist() == [1.0] * 3
+
+    def test_a_failed_add_changes_nothing(self, tmp_path):
+        td = _saved(tmp_path)
+        with pytest.raises(ValueError, match="negative"):
+            td.make_memmap(("x", "y"), (-1,))
+        with pytest.raises(
+            RuntimeError, match=r"\('a',\) is a MemoryMappedTensor, not a TensorDict"
+        ):
+            td.make_memmap(("a", "z"), (3,))
+        assert set(td.keys()) == {"a", "n"} and td.is_locked
+        assert sorted(os.listdir(tmp_path / "s")) == ["a.memmap", "meta.json", "n"]

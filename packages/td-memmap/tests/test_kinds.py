@@ -1,7 +1,10 @@
-"""Lazy stacks and tensorclasses: saved, loaded and memory-mapped like TensorDicts."""
+"""Lazy stacks, tensorclasses and TensorDictParams: saved, loaded and memory-mapped like TensorDicts."""
 
 import json
+import os
+import subprocess
 import sys
+import textwrap
 import types
 
 import pytest
@@ -11,6 +14,8 @@ from td_core import (
     LazyStackedTensorDict,
     NonTensorStack,
     TensorDict,
+    TensorDictParams,
+    UnbatchedTensor,
     is_non_tensor,
     is_tensor_collection,
     lazy_stack,
@@ -173,7 +178,7 @@ class TestLazyStacks:
         assert (meta["stack_dim"], meta["members"], meta["batch_size"]) == (1, 2, [2, 2])
         assert "entries" not in meta
         assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["0", "1", "meta.json"]
-        assert (tmp_path / "s" / "1" / "only_b.bin").exists()
+        assert (tmp_path / "s" / "1" / "only_b.memmap").exists()
 
     def test_a_member_loads_alone(self, tmp_path):
         memmap(_ragged_stack(), tmp_path / "s")
@@ -208,7 +213,7 @@ class TestLazyStackValidation:
             (lambda m: m.update(stack_dim=2), "'stack_dim' 2"),
             (lambda m: m.update(stack_dim="0"), "'stack_dim'"),
             (lambda m: m.update(members=3), "'members' 3"),
-            (lambda m: m.update(members=0, batch_size=[0, 2]), "'members' 0"),
+            (lambda m: m.update(members=0, batch_size=[0, 2], shape=[0, 2]), "'members' 0"),
         ],
     )
     def test_bad_fields(self, tmp_path, edit, message):
@@ -280,15 +285,36 @@ class TestTensorclasses:
         with pytest.raises(TypeError, match="lazy stack"):
             load_memmap(tmp_path / "l", cls=Pair)
 
-    def test_a_class_defined_in_a_function_needs_cls(self, tmp_path):
+    def test_a_class_defined_in_a_function_loads_where_it_was_saved(self, tmp_path):
         @tensorclass
         class Local:
             v: torch.Tensor
 
-        memmap(Local(torch.zeros(2), batch_size=[2]), tmp_path / "l")
-        with pytest.raises(UnknownClassError, match=r"<locals>\.Local"):
-            load_memmap(tmp_path / "l")
+        memmap(Local(torch.ones(2), batch_size=[2]), tmp_path / "l")
+        back = load_memmap(tmp_path / "l")
+        assert type(back) is Local and back.v.tolist() == [1.0, 1.0]
         assert type(load_memmap(tmp_path / "l", cls=Local)) is Local
+
+    def test_a_class_saved_by_another_process_needs_cls(self, tmp_path):
+        script = textwrap.dedent(
+            f"""
+            import torch
+            from td_core import tensorclass
+
+            def save():
+                @tensorclass
+                class Gone:
+                    v: torch.Tensor
+
+                Gone(torch.zeros(2), batch_size=[2]).memmap({str(tmp_path / "g")!r})
+
+            save()
+            """
+        )
+        subprocess.run([sys.executable, "-c", script], check=True)
+        with pytest.raises(UnknownClassError, match=r"<locals>\.Gone"):
+            load_memmap(tmp_path / "g")
+        assert type(load_memmap(tmp_path / "g", cls=TensorDict)) is TensorDict
 
     def test_fields_that_the_class_lacks(self, tmp_path):
         memmap(_pair(), tmp_path / "p")
@@ -371,3 +397,45 @@ class TestClassLookupRunsNoCode:
         _edit(tmp_path / "t" / "p" / "meta.json", lambda m: m.update({"class": "nowhere:Pair"}))
         with pytest.raises(UnknownClassError, match=r"t/p/meta\.json"):
             load_memmap(tmp_path / "t")
+
+
+class TestParams:
+    def _params(self) -> TensorDictParams:
+        return TensorDictParams(TensorDict(a=torch.ones(3), b={"c": torch.zeros(2)}))
+
+    @pytest.mark.parametrize("nested", [False, True])
+    @pytest.mark.parametrize("in_folder", [False, True])
+    def test_memmap_in_place_is_refused_before_writing(self, tmp_path, nested, in_folder):
+        params = self._params()
+        td = TensorDict(p=params, x=torch.zeros(1)) if nested else params
+        with pytest.raises(RuntimeError, match="Cannot build a memmap TensorDict in-place") as info:
+            td.memmap_(tmp_path if in_folder else None)
+        assert ("'p'" in str(info.value)) is nested
+        assert not os.listdir(tmp_path)
+        assert isinstance(params["a"], torch.nn.Parameter) and not params.is_locked
+
+    def test_memmap_copy_works(self, tmp_path):
+        out = self._params().memmap(tmp_path)
+        assert isinstance(out["b", "c"], MemoryMappedTensor) and out["a"].tolist() == [1.0] * 3
+
+
+class TestUnbatched:
+    @pytest.mark.parametrize(
+        "how",
+        [
+            lambda td, path: td.memmap(),
+            lambda td, path: td.memmap(path),
+            lambda td, path: td.memmap_(path),
+            lambda td, path: td.memmap_like(path),
+            lambda td, path: td.save(path / "x.tdz"),
+        ],
+    )
+    def test_refused_by_name_before_writing(self, tmp_path, how):
+        # it used to be saved as an ordinary leaf: an invalid TensorDict, a folder that would not load
+        td = TensorDict(
+            a=torch.zeros(4, 3), n={"u": UnbatchedTensor(torch.randn(7, 11))}, batch_size=[4]
+        )
+        with pytest.raises(TypeError, match=r"entry \('n', 'u'\) is an UnbatchedTensor"):
+            how(td, tmp_path)
+        assert not os.listdir(tmp_path)
+        assert type(td.get(("n", "u"))) is UnbatchedTensor and not td.is_locked

@@ -95,8 +95,8 @@ class TestLoadNeverWrites:
 
 class TestBrokenLeaves:
     def test_missing_leaf_raises_naming_the_file(self, saved):
-        os.unlink(saved / "n" / "b.bin")
-        with pytest.raises(MissingLeafError, match=r"b\.bin") as info:
+        os.unlink(saved / "n" / "b.memmap")
+        with pytest.raises(MissingLeafError, match=r"b\.memmap") as info:
             load(saved)
         assert isinstance(info.value, FileNotFoundError)
         with pytest.raises(MissingLeafError):
@@ -104,17 +104,17 @@ class TestBrokenLeaves:
 
     @pytest.mark.parametrize("size", [0, 5, 24 + 8])
     def test_wrong_size_raises_and_is_not_regrown(self, saved, size):
-        path = saved / "a.bin"
+        path = saved / "a.memmap"
         path.write_bytes(path.read_bytes()[:size].ljust(size, b"\0"))
-        with pytest.raises(LeafSizeError, match=rf"a\.bin.*{size} bytes.*needs 24"):
+        with pytest.raises(LeafSizeError, match=rf"a\.memmap.*{size} bytes.*needs 24"):
             load(saved)
         with pytest.raises(LeafSizeError):
             load(saved, mode="r+")
         assert path.stat().st_size == size
 
     def test_leaf_that_is_a_folder(self, saved):
-        os.unlink(saved / "a.bin")
-        os.mkdir(saved / "a.bin")
+        os.unlink(saved / "a.memmap")
+        os.mkdir(saved / "a.memmap")
         with pytest.raises(MemmapFormatError, match="not a regular file"):
             load(saved)
 
@@ -168,7 +168,7 @@ class TestBrokenMetadata:
             (lambda m: m.update(entries={"a": 1}), "entries"),
             (lambda m: _entry(m, "a").update(dtype="float128"), "unknown dtype 'float128'"),
             (lambda m: _entry(m, "a").update(dtype="torch.float32"), "unknown dtype"),
-            (lambda m: _entry(m, "a").update(shape=[3, 3]), r"a\.bin.*24 bytes.*needs 36"),
+            (lambda m: _entry(m, "a").update(shape=[3, 3]), r"a\.memmap.*24 bytes.*needs 36"),
             (lambda m: _entry(m, "a").update(shape=[3, "2"]), "shape"),
             (lambda m: _entry(m, "a").update(shape=[2, 3]), "does not start with batch_size"),
             (lambda m: _entry(m, "a").update(type="mystery"), "unknown type"),
@@ -185,7 +185,8 @@ class TestBrokenMetadata:
         assert str(saved / "meta.json") in str(info.value)
 
     @pytest.mark.parametrize(
-        "name", ["../a.bin", "/etc/passwd", "n/b.bin", "..", ".", "", "a\x00.bin", ".hidden"]
+        "name",
+        ["../a.memmap", "/etc/passwd", "n/b.memmap", "..", ".", "", "a\x00.memmap", ".hidden"],
     )
     def test_file_outside_the_folder(self, saved, name):
         _edit_meta(saved, lambda m: _entry(m, "a").update(file=name))
@@ -199,10 +200,10 @@ class TestBrokenMetadata:
             load(saved)
 
     def test_symlinked_leaf_leaving_the_save(self, saved, tmp_path):
-        secret = tmp_path / "secret.bin"
+        secret = tmp_path / "secret.memmap"
         secret.write_bytes(b"\0" * 24)
-        os.unlink(saved / "a.bin")
-        os.symlink(secret, saved / "a.bin")
+        os.unlink(saved / "a.memmap")
+        os.symlink(secret, saved / "a.memmap")
         with pytest.raises(UnsafePathError, match="leaves the saved folder"):
             load(saved)
 
@@ -320,7 +321,7 @@ class TestCrash:
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not os.path.exists(prefix / "leaf0.bin"):
+            while time.monotonic() < deadline and not os.path.exists(prefix / "leaf0.memmap"):
                 time.sleep(0.0005)
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)
@@ -356,13 +357,13 @@ class TestCrash:
     def test_save_failing_part_way_keeps_the_previous_save(self, tmp_path):
         prefix = tmp_path / "save"
         save(_td(), prefix)
-        os.mkdir(prefix / "zz.bin")  # the last leaf cannot be written: an I/O error mid-save
+        os.mkdir(prefix / "zz.memmap")  # the last leaf cannot be written: an I/O error mid-save
         td = TensorDict({"a": torch.zeros(3, 2), "zz": torch.zeros(3)}, [3])
         with pytest.raises(OSError):
             save(td, prefix)
         assert (load(prefix) == _td()).all()
         assert [n for n in os.listdir(prefix) if n.startswith(".")] == []  # no temporary files left
-        os.rmdir(prefix / "zz.bin")
+        os.rmdir(prefix / "zz.memmap")
         save(td, prefix)
         assert set(load(prefix).keys()) == {"a", "zz"}
 
@@ -395,8 +396,8 @@ class TestOddMetadataFiles:
     def test_many_folders_with_threads(self, tmp_path, num_threads):
         td = TensorDict({f"m{i}": {"w": torch.full((2,), float(i))} for i in range(600)}, [2])
         save(td, tmp_path / "many")
-        (tmp_path / "many" / "m599" / "w.bin").write_bytes(b"\0")
-        with pytest.raises(LeafSizeError, match=r"m599/w\.bin"):
+        (tmp_path / "many" / "m599" / "w.memmap").write_bytes(b"\0")
+        with pytest.raises(LeafSizeError, match=r"m599/w\.memmap"):
             load(tmp_path / "many", num_threads=num_threads)
         save(td, tmp_path / "many")
         back = load(tmp_path / "many", num_threads=num_threads)

@@ -207,33 +207,33 @@ class TestInPlaceAndShared:
         first = save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
         old = first["w"].filename
         second = save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
-        assert second["w"].filename == str(tmp_path / "a" / "w.b.bin")
+        assert second["w"].filename == str(tmp_path / "a" / "w.b.memmap")
         assert first["w"].tolist() == [0.0] * 4  # the old file is untouched, kept as a spare
         assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
         inode = os.stat(old).st_ino
         third = save(TensorDict({"w": torch.full((4,), 2.0)}, []), tmp_path / "a")
         assert third["w"].filename == old and os.stat(old).st_ino == inode  # rewritten in place
-        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "w.b.bin", "w.bin"]
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "w.b.memmap", "w.memmap"]
         save(TensorDict({"v": torch.ones(2)}, []), tmp_path / "a")  # a key gone: its files too
-        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "v.bin"]
+        assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "v.memmap"]
 
     def test_resaving_a_memory_mapped_td_keeps_its_files(self, tmp_path):
         td = save(TensorDict({"w": torch.zeros(4), "v": torch.ones(2)}, []), tmp_path / "a")
         td = load(tmp_path / "a")
         td["w"] += 3  # written through to the file
         td.memmap_(tmp_path / "a")
-        assert td["w"].filename == str(tmp_path / "a" / "w.bin")
+        assert td["w"].filename == str(tmp_path / "a" / "w.memmap")
         assert load(tmp_path / "a")["w"].tolist() == [3.0] * 4
 
     def test_resaving_never_follows_a_planted_link(self, tmp_path):
         save(TensorDict({"w": torch.zeros(4)}, []), tmp_path / "a")
-        outside = tmp_path / "outside.bin"
+        outside = tmp_path / "outside.memmap"
         outside.write_bytes(b"\0" * 16)
-        os.unlink(tmp_path / "a" / "w.bin")
-        os.symlink(outside, tmp_path / "a" / "w.bin")
+        os.unlink(tmp_path / "a" / "w.memmap")
+        os.symlink(outside, tmp_path / "a" / "w.memmap")
         save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
         assert outside.read_bytes() == b"\0" * 16
-        assert not os.path.islink(tmp_path / "a" / "w.bin")
+        assert not os.path.islink(tmp_path / "a" / "w.memmap")
         assert load(tmp_path / "a")["w"].tolist() == [1.0] * 4
 
     def test_existsok_false(self, tmp_path):
@@ -255,7 +255,7 @@ class TestMemmapLike:
         data = data.expand(10_000)
         data = data.memmap_like(tmp_path / "dataset")
         assert data.batch_size == torch.Size([10_000]) and data.is_memmap()
-        images = tmp_path / "dataset" / "images.bin"
+        images = tmp_path / "dataset" / "images.memmap"
         assert images.stat().st_size == 10_000 * 16 * 16 * 3
         assert images.stat().st_blocks * 512 < images.stat().st_size  # sparse: nothing written
         data[500] = TensorDict(
@@ -318,3 +318,49 @@ class TestSeedParameterExample:
         with TensorDict.load_memmap(tmp_path / "p").to_module(model):
             assert torch.equal(model.weight, saved["weight"])
         assert model.weight is before and model.weight.eq(3.0).all()
+
+
+class TestSubpath:
+    def _stack(self):
+        from td_core import lazy_stack
+
+        return lazy_stack(
+            [
+                TensorDict(
+                    x=torch.full((2,), float(i)), sub={"y": torch.ones(2) * i}, batch_size=[2]
+                )
+                for i in range(3)
+            ]
+        )
+
+    @pytest.mark.parametrize("archive", [False, True])
+    @pytest.mark.parametrize("subpath", ["1/sub", "/1//sub/", ("1", "sub"), ("1", ("sub",))])
+    def test_paths_and_nested_keys_reach_stack_members(self, tmp_path, archive, subpath):
+        prefix = tmp_path / ("saved.tdz" if archive else "saved")
+        self._stack().save(prefix)
+        part = TensorDict.load_memmap(prefix, subpath=subpath)
+        assert type(part) is TensorDict and part["y"].tolist() == [1.0, 1.0]
+        member = TensorDict.load_memmap(prefix, subpath="2")
+        assert member["x"].tolist() == [2.0, 2.0]
+
+    def test_a_key_with_a_slash_needs_the_tuple_form(self, tmp_path):
+        TensorDict({"a/b": {"c": torch.ones(1)}}, []).save(tmp_path)
+        assert TensorDict.load_memmap(tmp_path, subpath=("a/b",))["c"].tolist() == [1.0]
+        with pytest.raises(ValueError, match="No tensordict found under subpath 'a/b'"):
+            TensorDict.load_memmap(tmp_path, subpath="a/b")
+
+    @pytest.mark.parametrize(
+        "subpath, names",
+        [
+            ("does/not/exist", "'does' is nothing"),
+            (("1", "x"), "'1/x' is a MemoryMappedTensor"),
+            ("3", "'3' is nothing"),
+        ],
+    )
+    def test_what_is_not_a_saved_tensordict_is_a_value_error(self, tmp_path, subpath, names):
+        self._stack().save(tmp_path)
+        with pytest.raises(ValueError, match="No tensordict found under subpath") as info:
+            TensorDict.load_memmap(tmp_path, subpath=subpath)
+        assert names in str(info.value) and str(tmp_path) in str(info.value)
+        with pytest.raises(ValueError, match="subpath must be"):
+            TensorDict.load_memmap(tmp_path, subpath=())

@@ -56,7 +56,7 @@ class TestSharedLeaves:
             "mode.nt.json",
             "names.nt.json",
             "sub",
-            "x.bin",
+            "x.memmap",
         ]
         meta = json.loads((tmp_path / "s" / "meta.json").read_text())
         entry = next(e for e in meta["entries"] if e["key"] == "mode")

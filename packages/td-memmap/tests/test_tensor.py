@@ -24,9 +24,9 @@ def _sample(dtype: torch.dtype) -> torch.Tensor:
 class TestConstructors:
     def test_from_tensor_writes_file_and_maps_it(self, tmp_path):
         src = torch.arange(12.0).view(3, 4)
-        t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / "x.bin")
+        t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / "x.memmap")
         assert isinstance(t, MemoryMappedTensor)
-        assert t.filename == str(tmp_path / "x.bin")
+        assert t.filename == str(tmp_path / "x.memmap")
         assert torch.equal(t, src)
         assert os.path.getsize(t.filename) == 12 * 4
         t[0, 0] = 100.0  # writable, shared: the file changes
@@ -34,7 +34,7 @@ class TestConstructors:
         assert again[0, 0].item() == 100.0
 
     def test_from_tensor_existsok(self, tmp_path):
-        path = tmp_path / "x.bin"
+        path = tmp_path / "x.memmap"
         MemoryMappedTensor.from_tensor(torch.zeros(3), filename=path)
         with pytest.raises(MemmapExistsError, match="already exists"):
             MemoryMappedTensor.from_tensor(torch.ones(3), filename=path)
@@ -46,7 +46,7 @@ class TestConstructors:
         assert torch.equal(t, torch.ones(3))
 
     def test_overwriting_a_mapped_file_keeps_the_old_mapping_valid(self, tmp_path):
-        path = tmp_path / "x.bin"
+        path = tmp_path / "x.memmap"
         old = MemoryMappedTensor.from_tensor(torch.zeros(1000), filename=path)
         new = MemoryMappedTensor.from_tensor(torch.ones(10), filename=path, existsok=True)
         assert old.sum().item() == 0  # the old inode is still mapped: no SIGBUS, no garbage
@@ -54,30 +54,32 @@ class TestConstructors:
 
     def test_from_tensor_copy_data_false(self, tmp_path):
         t = MemoryMappedTensor.from_tensor(
-            torch.ones(4, 2), filename=tmp_path / "x.bin", copy_data=False
+            torch.ones(4, 2), filename=tmp_path / "x.memmap", copy_data=False
         )
         assert t.shape == (4, 2) and t.sum().item() == 0
 
     def test_from_tensor_non_contiguous_and_views(self, tmp_path):
         base = torch.arange(24).view(4, 6)
         for i, src in enumerate([base.t(), base[1:, ::2], base[2], torch.tensor(5)]):
-            t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / f"{i}.bin")
+            t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / f"{i}.memmap")
             assert torch.equal(t, src)
             assert os.path.getsize(t.filename) == src.numel() * 8
 
     def test_from_tensor_parameter_and_conj(self, tmp_path):
         p = torch.nn.Parameter(torch.randn(3))
-        t = MemoryMappedTensor.from_tensor(p, filename=tmp_path / "p.bin")
+        t = MemoryMappedTensor.from_tensor(p, filename=tmp_path / "p.memmap")
         assert torch.equal(t, p.detach()) and not t.requires_grad
         c = torch.randn(3, dtype=torch.complex64).conj()
-        tc = MemoryMappedTensor.from_tensor(c, filename=tmp_path / "c.bin")
+        tc = MemoryMappedTensor.from_tensor(c, filename=tmp_path / "c.memmap")
         assert torch.equal(tc, c.resolve_conj())
 
     @pytest.mark.parametrize("name", ["empty", "zeros"])
     def test_empty_zeros(self, tmp_path, name):
-        t = getattr(MemoryMappedTensor, name)(2, 3, dtype=torch.int16, filename=tmp_path / "x.bin")
+        t = getattr(MemoryMappedTensor, name)(
+            2, 3, dtype=torch.int16, filename=tmp_path / "x.memmap"
+        )
         assert t.shape == (2, 3) and t.dtype == torch.int16
-        assert os.path.getsize(tmp_path / "x.bin") == 12
+        assert os.path.getsize(tmp_path / "x.memmap") == 12
         assert t.sum().item() == 0
 
     def test_shape_spellings(self):
@@ -94,19 +96,19 @@ class TestConstructors:
             MemoryMappedTensor.zeros(2.5)
 
     def test_ones_full(self, tmp_path):
-        assert MemoryMappedTensor.ones(3, filename=tmp_path / "o.bin").tolist() == [1.0] * 3
+        assert MemoryMappedTensor.ones(3, filename=tmp_path / "o.memmap").tolist() == [1.0] * 3
         f = MemoryMappedTensor.full(
-            (2,), fill_value=7, dtype=torch.int32, filename=tmp_path / "f.bin"
+            (2,), fill_value=7, dtype=torch.int32, filename=tmp_path / "f.memmap"
         )
         assert f.tolist() == [7, 7] and f.dtype == torch.int32
         assert MemoryMappedTensor.full(2, 2, fill_value=True, dtype=torch.bool).all()
 
     def test_like_constructors(self, tmp_path):
         ref = torch.randn(2, 5, dtype=torch.float64)
-        e = MemoryMappedTensor.empty_like(ref, filename=tmp_path / "e.bin")
-        z = MemoryMappedTensor.zeros_like(ref, filename=tmp_path / "z.bin")
+        e = MemoryMappedTensor.empty_like(ref, filename=tmp_path / "e.memmap")
+        z = MemoryMappedTensor.zeros_like(ref, filename=tmp_path / "z.memmap")
         o = MemoryMappedTensor.ones_like(ref)
-        f = MemoryMappedTensor.full_like(ref, 3.5, filename=tmp_path / "f.bin")
+        f = MemoryMappedTensor.full_like(ref, 3.5, filename=tmp_path / "f.memmap")
         for t in (e, z, o, f):
             assert (
                 t.shape == ref.shape and t.dtype == ref.dtype and isinstance(t, MemoryMappedTensor)
@@ -119,18 +121,14 @@ class TestConstructors:
         with pytest.raises(RuntimeError, match="no file"):
             _ = t.filename
 
-    def test_direct_construction_is_refused(self):
-        with pytest.raises(TypeError, match="from_tensor"):
-            MemoryMappedTensor(torch.zeros(3))
-
     def test_rejects_quantized_and_sparse(self, tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # quantized tensors are deprecated in recent torch
             q = torch.quantize_per_tensor(torch.randn(3), 0.1, 0, torch.qint8)
         with pytest.raises(TypeError, match="cannot be memory-mapped"):
-            MemoryMappedTensor.from_tensor(q, filename=tmp_path / "q.bin")
+            MemoryMappedTensor.from_tensor(q, filename=tmp_path / "q.memmap")
         with pytest.raises(TypeError, match="strided"):
-            MemoryMappedTensor.from_tensor(torch.eye(3).to_sparse(), filename=tmp_path / "s.bin")
+            MemoryMappedTensor.from_tensor(torch.eye(3).to_sparse(), filename=tmp_path / "s.memmap")
 
 
 class TestDtypes:
@@ -138,7 +136,7 @@ class TestDtypes:
     def test_round_trip_every_dtype(self, tmp_path, name):
         dtype = DTYPES[name]
         src = _sample(dtype)
-        t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / "x.bin")
+        t = MemoryMappedTensor.from_tensor(src, filename=tmp_path / "x.memmap")
         assert t.dtype == dtype and t.shape == src.shape
         assert os.path.getsize(t.filename) == src.numel() * dtype.itemsize
         back = MemoryMappedTensor.from_filename(t.filename, dtype, src.shape, mode="r")
@@ -162,7 +160,7 @@ class TestIndexing:
     @pytest.fixture
     def t(self, tmp_path):
         return MemoryMappedTensor.from_tensor(
-            torch.arange(24.0).view(4, 6), filename=tmp_path / "x.bin"
+            torch.arange(24.0).view(4, 6), filename=tmp_path / "x.memmap"
         )
 
     @pytest.mark.parametrize(
@@ -209,17 +207,17 @@ class TestIndexing:
 
 class TestReadOnly:
     def test_read_only_mapping_refuses_writes(self, tmp_path):
-        path = tmp_path / "x.bin"
+        path = tmp_path / "x.memmap"
         MemoryMappedTensor.from_tensor(torch.arange(4.0), filename=path)
         before = path.read_bytes()
         t = MemoryMappedTensor.from_filename(path, torch.float32, [4], mode="r")
-        with pytest.raises(ReadOnlyMemmapError, match=r"fill_.*mode='r'.*x\.bin"):
+        with pytest.raises(ReadOnlyMemmapError, match=r"fill_.*mode='r'.*x\.memmap"):
             t.fill_(9.0)
         assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
         assert path.read_bytes() == before
 
     def test_default_mapping_is_shared_with_other_mappings(self, tmp_path):
-        path = tmp_path / "x.bin"
+        path = tmp_path / "x.memmap"
         MemoryMappedTensor.from_tensor(torch.zeros(4), filename=path)
         a = MemoryMappedTensor.from_filename(path, torch.float32, [4])
         b = MemoryMappedTensor.from_filename(path, torch.float32, [2, 2], index=1)
@@ -229,15 +227,15 @@ class TestReadOnly:
             MemoryMappedTensor.from_filename(path, torch.float32, [4], mode="w")
 
     def test_from_filename_checks_size(self, tmp_path):
-        path = tmp_path / "x.bin"
+        path = tmp_path / "x.memmap"
         path.write_bytes(b"\0" * 12)
-        with pytest.raises(ValueError, match=r"x\.bin.*12 bytes.*16"):
+        with pytest.raises(ValueError, match=r"x\.memmap.*12 bytes.*16"):
             MemoryMappedTensor.from_filename(path, torch.float32, (4,))
         with pytest.raises(ValueError, match="12 bytes"):
             MemoryMappedTensor.from_filename(path, torch.float32, (2,))
         assert path.stat().st_size == 12  # never grown
         with pytest.raises(FileNotFoundError, match="missing"):
-            MemoryMappedTensor.from_filename(tmp_path / "nope.bin", torch.float32, (4,))
+            MemoryMappedTensor.from_filename(tmp_path / "nope.memmap", torch.float32, (4,))
 
 
 _CHILD = r"""
@@ -252,13 +250,15 @@ t.fill_(5)  # a shared, writable mapping: the parent sees it
 
 class TestPickle:
     def test_pickle_sends_filename_not_data(self, tmp_path):
-        t = MemoryMappedTensor.zeros(1 << 18, filename=tmp_path / "big.bin")  # 1 MiB
+        t = MemoryMappedTensor.zeros(1 << 18, filename=tmp_path / "big.memmap")  # 1 MiB
         payload = pickle.dumps(t)
         assert len(payload) < 1024
         assert pickle.loads(payload).filename == t.filename
 
     def test_pickle_of_view_keeps_offset_and_strides(self, tmp_path):
-        t = MemoryMappedTensor.from_tensor(torch.arange(24).view(4, 6), filename=tmp_path / "x.bin")
+        t = MemoryMappedTensor.from_tensor(
+            torch.arange(24).view(4, 6), filename=tmp_path / "x.memmap"
+        )
         v = t[1:3, ::2]
         back = pickle.loads(pickle.dumps(v))
         assert isinstance(back, MemoryMappedTensor)
@@ -267,7 +267,7 @@ class TestPickle:
         assert t[1, 0].item() == -1 and t[1, 1].item() == 7
 
     def test_across_a_process(self, tmp_path):
-        t = MemoryMappedTensor.from_tensor(torch.ones(4, 3), filename=tmp_path / "x.bin")
+        t = MemoryMappedTensor.from_tensor(torch.ones(4, 3), filename=tmp_path / "x.memmap")
         view = t[1:3]
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD],
@@ -284,7 +284,7 @@ class TestPickle:
         assert t[3].tolist() == [1.0] * 3
 
     def test_read_only_mapping_pickles_read_only(self, tmp_path):
-        path = tmp_path / "x.bin"
+        path = tmp_path / "x.memmap"
         MemoryMappedTensor.from_tensor(torch.ones(3), filename=path)
         ro = MemoryMappedTensor.from_filename(path, torch.float32, (3,), mode="r")
         back = pickle.loads(pickle.dumps(ro))
@@ -293,7 +293,7 @@ class TestPickle:
         assert MemoryMappedTensor.from_filename(path, torch.float32, (3,)).sum().item() == 3
 
     def test_unpickle_checks_the_file(self, tmp_path):
-        path = tmp_path / "x.bin"
+        path = tmp_path / "x.memmap"
         t = MemoryMappedTensor.from_tensor(torch.ones(8), filename=path)
         payload = pickle.dumps(t)
         path.write_bytes(b"\0" * 4)
@@ -337,8 +337,13 @@ def test_from_handler_errors_and_read_only_buffers():
         MemoryMappedTensor.from_handler(bytearray(8), torch.float32, (4,))
     with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="buffer"):
         MemoryMappedTensor.from_handler(object(), torch.float32, (1,))
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="nested"):
-        MemoryMappedTensor.from_handler(bytearray(8), torch.float32, torch.tensor([[1, 2]]))
+    memory = bytearray(12)
+    with pytest.warns(DeprecationWarning):
+        nested = MemoryMappedTensor.from_handler(
+            memory, torch.float32, torch.tensor([[1, 2], [1, 1]])
+        )
+    nested[1].fill_(1.0)
+    assert nested.is_nested and memory[8:] == torch.ones(1).numpy().tobytes()
 
 
 @pytest.mark.parametrize("make", ["empty", "zeros", "ones"])

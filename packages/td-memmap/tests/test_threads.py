@@ -59,7 +59,7 @@ def _threads_writing(
         from td_memmap import default_threads, save
         writers, real_open = set(), os.open
         def spy(path, flags, *args, **kwargs):
-            if str(path).endswith(".bin"):
+            if str(path).endswith(".memmap"):
                 writers.add(threading.get_ident())
                 time.sleep(0.001)  # a slow disk: every thread gets some leaves
             return real_open(path, flags, *args, **kwargs)
@@ -135,19 +135,19 @@ def test_a_threaded_save_is_the_same_save(tmp_path, num_threads):
     # every sub-folder's own metadata is published: each loads alone
     assert torch.equal(load(tmp_path / "s" / "m41")["w"], td["m41", "w"])
     names = sorted(n for _, _, files in os.walk(tmp_path / "s") for n in files)
-    assert names == sorted(["meta.json"] * 81 + ["w.bin", "b.bin"] * 80)
+    assert names == sorted(["meta.json"] * 81 + ["w.memmap", "b.memmap"] * 80)
 
 
 def test_a_leaf_failing_in_a_thread_fails_the_save_and_keeps_the_previous_one(tmp_path):
     prefix = tmp_path / "s"
     save(_wide(1.0), prefix, num_threads=2)
-    # the next save writes m70's leaf as w.b.bin (w.bin is the previous save's): block it
-    os.mkdir(prefix / "m70" / "w.b.bin")
-    (prefix / "m70" / "w.b.bin" / "x").write_text("not empty")
+    # the next save writes m70's leaf as w.b.memmap (w.memmap is the previous save's): block it
+    os.mkdir(prefix / "m70" / "w.b.memmap")
+    (prefix / "m70" / "w.b.memmap" / "x").write_text("not empty")
     with pytest.raises(OSError):
         save(_wide(5.0), prefix, num_threads=2)
     back = load(prefix)
     assert back["m0", "w"][0].item() == 1.0 and back["m79", "w"][0].item() == 80.0
     # no file of the failed save is left; the previous save's are all there
     names = sorted(n for _, _, files in os.walk(prefix) for n in files)
-    assert names == sorted(["meta.json"] * 81 + ["w.bin", "b.bin"] * 80 + ["x"])
+    assert names == sorted(["meta.json"] * 81 + ["w.memmap", "b.memmap"] * 80 + ["x"])

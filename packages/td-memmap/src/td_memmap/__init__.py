@@ -24,6 +24,7 @@ from td_memmap._errors import (
     MissingLeafError,
     PickleNotAllowedError,
     ReadOnlyMemmapError,
+    SymlinkTargetError,
     UnknownClassError,
     UnsafePathError,
 )
@@ -91,4 +92,5 @@ __all__ = [
     "MemmapExistsError",
     "UnknownClassError",
     "ReadOnlyMemmapError",
+    "SymlinkTargetError",
 ]

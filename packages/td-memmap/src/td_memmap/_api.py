@@ -9,7 +9,15 @@ from typing import Any
 
 import torch
 
-from td_core import TensorDict, TensorDictBase, is_tensor_collection
+from td_core import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictBase,
+    TensorDictParams,
+    is_tensor_collection,
+    is_tensorclass,
+    unravel_key_to_tuple,
+)
 from td_memmap._archive import ARCHIVE_SUFFIX, save_archive
 from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_leaves, to_tree
 from td_memmap._load import load_tree
@@ -46,8 +54,8 @@ def _as_archive(prefix: _Prefix, archive: bool | None, compression: str | int | 
     if compression is not None:
         if not archive:
             raise ValueError(
-                "compression applies to archives only: pass archive=True or a prefix ending "
-                f"in {ARCHIVE_SUFFIX!r}"
+                f"compression={compression!r}: compression is only supported for archives; pass "
+                f"archive=True or a prefix ending in {ARCHIVE_SUFFIX!r}"
             )
         compression_method(compression)  # an unknown one raises before anything is written
     return bool(archive)
@@ -89,6 +97,26 @@ def _prepare(
     tree = to_tree(td)
     _check_share(share_non_tensor, prefix, as_archive, tree)
     return td, as_archive, tree
+
+
+def _refuse_params_in_place(td: Any, where: tuple[str, ...] = ()) -> None:
+    """`memmap_` cannot turn parameters into memory-mapped tensors: refuse before writing."""
+    if isinstance(td, TensorDictParams):
+        at = f" (at {where!r})" if where else ""
+        raise RuntimeError(
+            f"Cannot build a memmap TensorDict in-place from a TensorDictParams{at}: its entries "
+            "are nn.Parameters, which cannot be memory-mapped tensors. Use memmap or memmap_like "
+            "instead, for a memory-mapped copy"
+        )
+    if isinstance(td, LazyStackedTensorDict):  # its members, without stacking anything
+        for i, member in enumerate(td.tensordicts):
+            _refuse_params_in_place(member, (*where, f"<member {i}>"))
+    elif is_tensorclass(td):
+        _refuse_params_in_place(td._tensordict, where)
+    elif isinstance(td, TensorDictBase):
+        for key, value in td.items():
+            if is_tensor_collection(value):
+                _refuse_params_in_place(value, (*where, key))
 
 
 def _run(job: Callable[[], Any], return_early: bool) -> Any:
@@ -193,6 +221,8 @@ def memmap(
         >>> load(folder)["b", "c"].sum().item()
         6.0
     """
+    if inplace:
+        _refuse_params_in_place(td)
     td, as_archive, tree = _prepare(
         td,
         prefix,
@@ -334,7 +364,7 @@ def load_memmap(
     *,
     out: TensorDictBase | None = None,
     robust_key: bool | None = True,
-    subpath: str | tuple[str, ...] | None = None,
+    subpath: str | tuple[Any, ...] | None = None,
     mode: str | None = None,
     num_threads: int = 0,
     allow_pickle: bool | None = None,
@@ -364,7 +394,9 @@ def load_memmap(
         non_blocking: passed to `.to(device)`.
         out: copy the loaded values into this TensorDict (in place) and return it.
         robust_key: accepted for upstream compatibility (keys are always encoded).
-        subpath: a nested key: load only that entry of the save.
+        subpath: load only this sub-TensorDict of the save: a `"a/b"` path or a
+            (nested) key; the members of a lazy stack are `"0"`, `"1"`, ...
+            `ValueError` if it names no saved TensorDict.
         mode: `"r+"`: leaves are mapped shared, writes reach the files.
             `"r"`: read-only: the result is locked and every write to a leaf
             (or a view of one) raises `ReadOnlyMemmapError`, never a
@@ -411,17 +443,14 @@ def load_memmap(
         raise ValueError(f"num_threads must be a non-negative int, got {num_threads!r}")
     if mode not in (None, "r", "r+"):
         raise ValueError(f"mode must be None, 'r' or 'r+', got {mode!r}")
-    td = from_tree(
-        load_tree(
-            prefix,
-            num_threads=num_threads,
-            mode=mode,
-            allow_pickle=bool(allow_pickle),
-            cls=cls,
-        )
+    tree = load_tree(
+        prefix,
+        num_threads=num_threads,
+        mode=mode,
+        allow_pickle=bool(allow_pickle),
+        cls=cls,
     )
-    if subpath is not None:
-        td = td.get(subpath)
+    td = from_tree(tree if subpath is None else _subtree(tree, subpath, prefix))
     if mode == "r":
         td = td.lock_()
     if device is not None:
@@ -430,6 +459,31 @@ def load_memmap(
         out.update_(td)
         return out
     return td
+
+
+def _subtree(tree: Node, subpath: Any, prefix: str | os.PathLike) -> Node:
+    """The folder `subpath` names: a `"a/b"` path, or a (nested) key; members of stacks by index."""
+    if isinstance(subpath, str):
+        parts = tuple(part for part in subpath.split("/") if part)
+    else:
+        parts = unravel_key_to_tuple(subpath)
+        if not parts:
+            raise ValueError(
+                f"subpath must be a '/'-separated string or a (nested) tuple of strings, got "
+                f"{subpath!r}"
+            )
+    node = tree
+    for i, part in enumerate(parts):
+        child = node.entries.get(part)
+        if type(child) is not Node:
+            what = "nothing" if child is None else f"a {type(child).__name__}"
+            raise ValueError(
+                f"No tensordict found under subpath {'/'.join(parts)!r} of {os.fspath(prefix)!r}: "
+                f"{'/'.join(parts[: i + 1])!r} is {what}, not a saved TensorDict (stack members "
+                "are named by their index)"
+            )
+        node = child
+    return node
 
 
 save = memmap

@@ -352,7 +352,7 @@ def unpack_memmap(archive_path: str | os.PathLike[str], prefix: str | os.PathLik
         folder = tempfile.mkdtemp()
         TensorDict(a=torch.zeros(3)).memmap(folder + "/td.tdz")
         out = unpack_memmap(folder + "/td.tdz", folder + "/td")
-        assert sorted(os.listdir(out)) == ["a.bin", "meta.json"]
+        assert sorted(os.listdir(out)) == ["a.memmap", "meta.json"]
         ```
     """
     index = archive_index(archive_path)
@@ -434,7 +434,7 @@ def refresh_archive_checksums(archive_path: str | os.PathLike[str]) -> Path:
         TensorDict(a=torch.zeros(3)).memmap(archive)
         load_memmap(archive, mode="r+")["a"].add_(1)
         with zipfile.ZipFile(archive) as zf:
-            assert zf.testzip() == "a.bin"  # a stale checksum
+            assert zf.testzip() == "a.memmap"  # a stale checksum
         refresh_archive_checksums(archive)
         with zipfile.ZipFile(archive) as zf:
             assert zf.testzip() is None

@@ -116,12 +116,16 @@ def _map_leaves(
     for path, dtype, shape, nbytes in leaves:
         entry = files.entry(path)
         if not nbytes:
-            out.append(MemoryMappedTensor._wrap(torch.empty(shape, dtype=dtype), None, writable))
+            out.append(
+                MemoryMappedTensor._wrap(
+                    torch.empty(shape, dtype=dtype, device="cpu"), None, writable
+                )
+            )
             continue
         if entry.method == 0 and entry.offset % dtype.itemsize == 0:
             if storage is None:
                 storage = _whole(files.index, writable)
-            view = torch.empty(0, dtype=dtype).set_(
+            view = torch.empty(0, dtype=dtype, device="cpu").set_(
                 storage, entry.offset // dtype.itemsize, shape, strides_of(shape)
             )
             out.append(MemoryMappedTensor._wrap(view, files.root, writable, shape))

@@ -4,12 +4,16 @@ A save records a tensorclass as `"module:qualname"`. Loading looks the class
 up among modules that are *already imported* (`sys.modules`), reading module
 and class `__dict__`s only: nothing is imported, and no `__getattr__` or
 other code named by the file runs. The object found must be a tensorclass.
+A class this process has saved is also found by its name (weakly held), which
+is how classes defined inside functions (`<locals>` in their qualname, out of
+reach of a lookup by name) load back in the process that saved them.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import weakref
 from types import MappingProxyType
 from typing import Any
 
@@ -24,9 +28,18 @@ _NAME = re.compile(rf"[^\s:]+:(?:{_IDENT}|<locals>)(?:\.(?:{_IDENT}|<locals>))*"
 _MAX_NAME = 1000
 
 
+#: The tensorclasses this process has saved, by recorded name (the latest one per name).
+_SAVED: dict[str, weakref.ref[type]] = {}
+
+
 def class_name(cls: type) -> str:
-    """The name a save records for `cls`: `"module:qualname"`."""
-    return f"{cls.__module__}:{cls.__qualname__}"
+    """The name a save records for `cls`: `"module:qualname"` (remembered for `find_class`)."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    try:
+        _SAVED[name] = weakref.ref(cls)
+    except TypeError:  # not weakly referenceable: found by module lookup only
+        pass
+    return name
 
 
 def check_class_name(name: object) -> str | None:
@@ -41,12 +54,25 @@ def check_class_name(name: object) -> str | None:
 def find_class(name: str) -> type | None:
     """The tensorclass recorded as `name`, if its module is already imported; else `None`.
 
+    A class that this process saved under `name` is found too, when the
+    lookup in its module fails (a class defined in a function).
+
     Examples:
         >>> find_class("td_core:TensorDict") is None  # not a tensorclass
         True
         >>> find_class("some.module.never.imported:Thing") is None
         True
     """
+    found = _lookup(name)
+    if found is None:
+        ref = _SAVED.get(name)
+        found = None if ref is None else ref()
+    if not isinstance(found, type) or not is_tensorclass(found):
+        return None
+    return found
+
+
+def _lookup(name: str) -> Any:
     module_name, _, qualname = name.partition(":")
     obj: Any = sys.modules.get(module_name)
     if obj is None:
@@ -61,6 +87,4 @@ def find_class(name: str) -> type | None:
         obj = namespace.get(part)
         if obj is None:
             return None
-    if not isinstance(obj, type) or not is_tensorclass(obj):
-        return None
     return obj

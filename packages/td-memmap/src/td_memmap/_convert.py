@@ -12,6 +12,7 @@ from td_core import (
     NonTensorData,
     NonTensorStack,
     TensorDict,
+    UnbatchedTensor,
     is_non_tensor,
     is_tensor_collection,
     is_tensorclass,
@@ -48,6 +49,14 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
     entries: dict[str, Any] = {}
     for key, value in td.items():
         if isinstance(value, torch.Tensor):
+            if isinstance(
+                value, UnbatchedTensor
+            ):  # its shape lacks the batch dims every saved leaf has
+                raise TypeError(
+                    f"entry {(*where, key)!r} is an UnbatchedTensor of shape {list(value.shape)}, "
+                    "which td-memmap cannot save or memory-map yet; take it out first, with "
+                    f"td.exclude({(*where, key) if where else key!r}), and keep it apart"
+                )
             entries[key] = value
         elif is_non_tensor(value):
             if isinstance(value, NonTensorStack):

@@ -20,6 +20,7 @@ __all__ = [
     "MemmapExistsError",
     "UnknownClassError",
     "ReadOnlyMemmapError",
+    "SymlinkTargetError",
 ]
 
 
@@ -66,4 +67,11 @@ class ReadOnlyMemmapError(MemmapError, RuntimeError):
     """A write to a memory-mapped tensor opened read-only (`mode="r"`).
 
     A `RuntimeError`, as upstream raises for writes to a locked TensorDict.
+    """
+
+
+class SymlinkTargetError(MemmapError, RuntimeError):
+    """A file or folder to write is a symbolic link: td-memmap never writes through one.
+
+    A `RuntimeError`, as upstream raises for the same refusal.
     """

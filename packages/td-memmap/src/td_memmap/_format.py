@@ -38,7 +38,7 @@ FORMAT_NAME = "td-memmap"
 FORMAT_VERSION = 1
 META_NAME = "meta.json"
 TMP_PREFIX = ".td-tmp-"  # every temporary file starts with this; encoded keys never start with "."
-LEAF_SUFFIX = ".bin"
+LEAF_SUFFIX = ".memmap"  # as upstream names its leaf files
 MAX_DIMS = 64  # the most dims a saved or mapped tensor may have
 PICKLE_SUFFIX = ".pkl"
 SHARED_SUFFIX = ".nt.json"  # a shared non-tensor value; stems have no ".": never "meta.json"
@@ -116,7 +116,7 @@ def encode_key(key: str) -> str:
     Letters, digits, `_` and `-` are kept; every other byte of the UTF-8
     encoding (`.`, `/`, `%`, spaces, NUL, ...) becomes `%XX`. The empty
     key is `%`. Long keys are cut and suffixed with a hash. The stem never
-    contains `.`, so suffixes such as `.bin` cannot collide with a key.
+    contains `.`, so suffixes such as `.memmap` cannot collide with a key.
 
     Examples:
         >>> encode_key("weight")

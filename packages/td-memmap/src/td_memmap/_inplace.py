@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from td_core import TensorDictBase
+from td_core import TensorDict, TensorDictBase, is_tensor_collection
 from td_memmap._api import load_memmap, memmap
 from td_memmap._format import LEAF_SUFFIX, encode_key
 from td_memmap._generation import candidates, first_free
@@ -85,12 +85,28 @@ def memmap_refresh_(td: TensorDictBase, *, allow_pickle: bool | None = None) -> 
     return td
 
 
-def _folder_of(td: TensorDictBase, key: Any) -> tuple[TensorDictBase, str, str]:
-    """The sub-TensorDict holding `key`, the last part of `key`, and its folder."""
+def _folder_of(
+    td: TensorDictBase, key: Any
+) -> tuple[TensorDictBase, str, tuple[str, ...], tuple[str, ...]]:
+    """Where `key` goes: the deepest existing TensorDict on its path, its folder, the parts below.
+
+    The parts below are the sub-TensorDicts to create (all but the last) and
+    the new leaf's name (the last).
+    """
     parts = (key,) if isinstance(key, str) else tuple(_flat(key))
     if not parts or not all(isinstance(p, str) for p in parts):
         raise TypeError(f"key must be a string or a tuple of strings, got {key!r}")
-    parent = td if len(parts) == 1 else td.get(parts[:-1])
+    parent, depth = td, 0
+    while depth < len(parts) - 1:
+        child = parent.get(parts[depth], None)
+        if child is None:
+            break
+        if not is_tensor_collection(child):
+            raise RuntimeError(
+                f"cannot add {key!r}: {parts[: depth + 1]!r} is a {type(child).__name__}, not a "
+                "TensorDict"
+            )
+        parent, depth = child, depth + 1
     folder = saved_path(parent)
     if folder is None:
         raise RuntimeError(
@@ -103,7 +119,7 @@ def _folder_of(td: TensorDictBase, key: Any) -> tuple[TensorDictBase, str, str]:
             f"{folder!r}, whose entries are fixed. Unpack it with unpack_memmap (or save it to a "
             "folder) first"
         )
-    return parent, parts[-1], folder
+    return parent, folder, parts[depth:], parts
 
 
 def _flat(key: Any) -> list[Any]:
@@ -112,25 +128,53 @@ def _flat(key: Any) -> list[Any]:
     return [key]
 
 
-def _add(td: TensorDictBase, key: Any, make: Any, *, existsok: bool = True) -> MemoryMappedTensor:
-    """Create the leaf `make(path)` as `key` in its TensorDict's folder and re-save it there."""
-    parent, name, folder = _folder_of(td, key)
-    if not existsok and name in parent.keys():
-        raise RuntimeError(f"{key!r} already exists: pass existsok=True to replace it")
-    stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
-    path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
-    tensor = make(path)
+def _add(
+    td: TensorDictBase, key: Any, make: Any, fallback: Any, *, existsok: bool = False
+) -> MemoryMappedTensor:
+    """Create the leaf `key` in its TensorDict's folder and re-save that TensorDict there.
+
+    `make(path)` creates the leaf's file when the TensorDict holding it
+    exists; otherwise the missing sub-TensorDicts are created (with the batch
+    size of the one above) and the leaf `fallback()` is written by the save.
+    """
+    parent, folder, below, parts = _folder_of(td, key)
+    name = below[-1]
+    if len(below) == 1 and name in parent.keys():
+        if not existsok:
+            raise RuntimeError(
+                f"cannot add {key!r}: The key {name!r} already exists within the target "
+                "tensordict. Delete that entry first (or pass existsok=True where accepted)"
+            )
+    path = None
+    was_locked = parent.is_locked
+    before = parent.get(name, None) if len(below) == 1 else None
     try:
-        was_locked = parent.is_locked
         parent.unlock_()
-        parent.set(name, tensor)
+        if len(below) == 1:
+            stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
+            path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
+            parent.set(name, make(path))
+        else:
+            holder = parent
+            for part in below[:-1]:
+                holder.set(part, TensorDict({}, batch_size=holder.batch_size))
+                holder = holder.get(part)
+            holder.set(name, fallback())
         memmap(parent, folder, inplace=True)  # every other leaf keeps its file
         if not was_locked:
             parent.unlock_()
     except BaseException:
-        remove_if_exists(path)
+        if path is not None:
+            remove_if_exists(path)
+        parent.unlock_()
+        if before is not None:  # the failed op changes nothing
+            parent.set(name, before)
+        elif below[0] in parent.keys():
+            parent.del_(below[0])
+        if was_locked:
+            parent.lock_()
         raise
-    return tensor
+    return cast(MemoryMappedTensor, td.get(parts))
 
 
 def make_memmap(
@@ -141,8 +185,17 @@ def make_memmap(
     dtype: torch.dtype | None = None,
     robust_key: bool | None = True,
 ) -> MemoryMappedTensor:
-    """A new zero-filled memory-mapped leaf `key` of `td`, in `td`'s folder; it is saved too."""
-    return _add(td, key, lambda path: MemoryMappedTensor.zeros(shape, dtype=dtype, filename=path))
+    """A new zero-filled memory-mapped leaf `key` of `td`, in `td`'s folder; it is saved too.
+
+    Missing sub-TensorDicts on the way to `key` are created. An existing
+    `key` is refused (`RuntimeError`), as upstream.
+    """
+    return _add(
+        td,
+        key,
+        lambda path: MemoryMappedTensor.zeros(shape, dtype=dtype, filename=path),
+        lambda: MemoryMappedTensor.zeros(shape, dtype=dtype),
+    )
 
 
 def make_memmap_from_tensor(
@@ -151,14 +204,21 @@ def make_memmap_from_tensor(
     tensor: torch.Tensor,
     *,
     copy_data: bool = True,
-    existsok: bool = True,
+    existsok: bool = False,
     robust_key: bool | None = True,
 ) -> MemoryMappedTensor:
-    """A new memory-mapped leaf `key` of `td` holding `tensor`'s data (zeros without `copy_data`)."""
+    """A new memory-mapped leaf `key` of `td` holding `tensor`'s data (zeros without `copy_data`).
+
+    Missing sub-TensorDicts on the way to `key` are created. An existing
+    `key` is refused (`RuntimeError`, as upstream) unless `existsok`.
+    """
     return _add(
         td,
         key,
-        lambda path: MemoryMappedTensor.from_tensor(tensor, filename=path, copy_data=copy_data),
+        lambda path: MemoryMappedTensor.from_tensor(
+            tensor, filename=path, copy_existing=True, copy_data=copy_data
+        ),
+        lambda: MemoryMappedTensor._copy_of(tensor, None, False, copy_data),
         existsok=existsok,
     )
 

@@ -279,13 +279,13 @@ def map_leaf(
         for s in shape:
             nbytes *= s
     if nbytes == 0:  # nothing to map (mmap refuses empty files)
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype, device="cpu")
     if dtype in _EXPERIMENTAL:  # creating an empty one warns; this path does not
         return torch.from_file(
-            path, shared=writable, size=nbytes // dtype.itemsize, dtype=dtype
+            path, shared=writable, size=nbytes // dtype.itemsize, dtype=dtype, device="cpu"
         ).view(shape)
     storage = _from_file(path, writable, nbytes)
-    return _empty(0, dtype=dtype).set_(storage, 0, shape, strides_of(shape))
+    return _empty(0, dtype=dtype, device="cpu").set_(storage, 0, shape, strides_of(shape))
 
 
 _from_file: Callable[[str, bool, int], torch.UntypedStorage] = torch.UntypedStorage.from_file  # type: ignore[assignment]  # torch stubs: from_file gives an UntypedStorage
@@ -317,7 +317,7 @@ def map_leaves(
             append(small if len(shape) == 1 else small.view(shape))  # a view costs a microsecond
         else:
             storage = _from_file(path, writable, nbytes)
-            append(_empty(0, dtype=dtype).set_(storage, 0, shape, strides_of(shape)))
+            append(_empty(0, dtype=dtype, device="cpu").set_(storage, 0, shape, strides_of(shape)))
     return out
 
 

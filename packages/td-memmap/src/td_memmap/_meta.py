@@ -121,6 +121,7 @@ def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[s
         "kind": kind,
         "byteorder": sys.byteorder,
         "batch_size": list(batch_size),
+        "shape": list(batch_size),  # the same, under the name upstream's metadata uses
         "device": device,
     }
 
@@ -322,7 +323,7 @@ class _Ctx:
         return path, real
 
 
-# the same few names ("weight.bin", "meta.json", ...) come back in every folder
+# the same few names ("weight.memmap", "meta.json", ...) come back in every folder
 _component = functools.lru_cache(maxsize=4096)(check_component)
 
 
@@ -455,6 +456,8 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         raise ctx.fail(
             f"batch_size {list(batch_size)} does not start with the parent's {list(parent)}"
         )
+    if "shape" in data and _dims(data["shape"]) != batch_size:
+        raise ctx.fail(f"'shape' {data['shape']!r} differs from 'batch_size' {list(batch_size)}")
     generation = data.get("generation", 0)
     if type(generation) is not int or generation < 0:
         raise ctx.fail(f"'generation' is {generation!r}, expected a non-negative integer")

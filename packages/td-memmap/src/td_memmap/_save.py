@@ -7,8 +7,8 @@ Order of a save, which is what makes it crash-safe:
 2. read what the previous save in the folder (if any) uses: its files stay
    untouched until the new save is complete;
 3. name every file: a leaf already memory-mapped from a whole file of its
-   folder keeps it; any other gets the first of `a.bin`, `a.b.bin`,
-   `a.c.bin`, ... that the previous save does not use;
+   folder keeps it; any other gets the first of `a.memmap`, `a.b.memmap`,
+   `a.c.memmap`, ... that the previous save does not use;
 4. make the folders, parents first, then write every leaf (one sequential
    write each, straight from the tensor's memory); with `num_threads > 0` and
    enough work (`MIN_SHARE`) threads take the leaves in turn;
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_memmap._errors import MemmapExistsError, PickleNotAllowedError
+from td_memmap._errors import MemmapExistsError, PickleNotAllowedError, SymlinkTargetError
 from td_memmap._format import (
     LEAF_SUFFIX,
     META_NAME,
@@ -144,6 +144,11 @@ class _Planner:
     def folder(self, node: Node, path: str, where: tuple[str, ...] = ()) -> _Folder:
         if len(where) > MAX_DEPTH:
             raise ValueError(f"entry {where[:3]!r}... is nested more than {MAX_DEPTH} deep")
+        if where and os.path.islink(path):  # checked before anything is written
+            raise SymlinkTargetError(
+                f"refusing to write TensorDict through symlink {path!r} (entry {where!r}): a "
+                "sub-folder of a save must be a real folder; remove the link"
+            )
         out = node.empty_like()
         out.path = path
         meta = header(node.kind, node.batch_size, node.device)
@@ -213,7 +218,8 @@ class _Planner:
                     action = "reuse"  # if no other entry keeps that file (see _name_files)
             elif not self.copy_existing:
                 raise RuntimeError(
-                    f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}; pass "
+                    f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}. A filename "
+                    "was provided but the tensor already has a file associated: pass "
                     f"copy_existing=True to copy it to {path!r}"
                 )
         entry = {
@@ -507,7 +513,7 @@ def share_tree(node: Node, *, copy_existing: bool = False, like: bool = False) -
         elif isinstance(value, MemoryMappedTensor) and not (copy_existing or like):
             out.entries[key] = value
         elif isinstance(value, torch.Tensor):
-            out.entries[key] = MemoryMappedTensor.from_tensor(value, copy_data=not like)
+            out.entries[key] = MemoryMappedTensor._copy_of(value, None, False, not like)
         else:
             out.entries[key] = value
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 import os
 import warnings
 from collections.abc import Sequence
@@ -10,10 +9,25 @@ from typing import Any
 
 import torch
 
-from td_memmap._errors import MemmapExistsError
-from td_memmap._format import MAX_DIMS, dtype_from_name, dtype_name
+from td_memmap._factories import Factories
+from td_memmap._format import dtype_from_name, dtype_name
 from td_memmap._io import allocate_leaf, check_leaf, map_leaf, map_leaves, strides_of, write_leaf
+from td_memmap._nested import (
+    nested_arg,
+    nested_numel,
+    nested_values,
+    nested_view,
+    sizes_tensor,
+)
 from td_memmap._readonly import guarded_call
+from td_memmap._tensor_args import (
+    buffer_tensor,
+    check_device,
+    check_mode,
+    construct,
+    parse_shape,
+    target_file,
+)
 
 __all__ = ["MemoryMappedTensor"]
 
@@ -22,42 +36,7 @@ _make_subclass = torch.Tensor._make_subclass
 _getitem = torch.Tensor.__getitem__
 
 
-_MODES = (None, "r", "r+")
-
-
-def _check_mode(mode: object) -> None:
-    if mode not in _MODES:
-        raise ValueError(f"mode must be None, 'r' or 'r+', got {mode!r}")
-
-
-def _parse_shape(args: tuple[Any, ...], shape: Any, where: str = "") -> tuple[int, ...]:
-    if shape is not None:
-        if args:
-            raise TypeError("give the shape either positionally or as shape=, not both")
-        args = (shape,)
-    if len(args) == 1 and not isinstance(args[0], int):
-        args = tuple(args[0])
-    try:
-        dims = tuple(operator.index(s) for s in args)
-    except TypeError:
-        raise TypeError(f"shape must be a sequence of ints, got {args!r}") from None
-    if any(d < 0 for d in dims):
-        raise ValueError(f"shape {list(dims)} has a negative dimension{where}")
-    if len(dims) > MAX_DIMS:
-        raise ValueError(
-            f"shape has {len(dims)} dims{where}: tensors have at most {MAX_DIMS} (torch's limit)"
-        )
-    return dims
-
-
-def _target(filename: _PathLike, existsok: bool) -> str:
-    path = os.path.abspath(os.fspath(filename))
-    if not existsok and os.path.exists(path):
-        raise MemmapExistsError(f"file {path!r} already exists: pass existsok=True to overwrite it")
-    return path
-
-
-class MemoryMappedTensor(torch.Tensor):
+class MemoryMappedTensor(Factories, torch.Tensor):
     """A tensor whose data lives in a file, shared by every process that maps it.
 
     Build one with `from_tensor`, `empty`, `zeros`,
@@ -93,11 +72,38 @@ class MemoryMappedTensor(torch.Tensor):
     _mm_parent_shape: tuple[int, ...] | None = None
 
     @staticmethod
-    def __new__(cls, *args: Any, **kwargs: Any) -> MemoryMappedTensor:
-        raise TypeError(
-            "MemoryMappedTensor is built with MemoryMappedTensor.from_tensor, .empty, .zeros, "
-            ".ones, .full, .from_filename or the *_like constructors"
+    def __new__(
+        cls,
+        source: Any = None,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: Sequence[int] | torch.Size | None = None,
+        index: Any = None,
+        device: torch.device | str | None = None,
+        handler: Any = None,
+        filename: _PathLike | None = None,
+    ) -> MemoryMappedTensor:
+        """Build one from data, a storage or a handler, as upstream's constructor does.
+
+        `MemoryMappedTensor(data)` is `from_tensor(torch.as_tensor(data, dtype=dtype))`
+        (a copy in shared memory, or in `filename`), reshaped to `shape` if
+        given; a storage goes to `from_storage`, a `handler` to
+        `from_handler`. `index` is applied to the result.
+        """
+        return construct(
+            cls,
+            source,
+            dtype=dtype,
+            shape=shape,
+            index=index,
+            device=device,
+            handler=handler,
+            filename=filename,
         )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # everything happens in __new__ (torch.Tensor's __init__ takes no arguments)
+        pass
 
     # ---------------------------------------------------------------------------- internals
 
@@ -158,15 +164,27 @@ class MemoryMappedTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's is untyped
         text = repr(_make_subclass(torch.Tensor, self))
+        if self.is_nested:
+            return f"MemoryMappedTensor({text})"
         name = "MemoryMappedTensor"
         pad = " " * (len(name) - len("tensor"))
         return name + text[len("tensor") :].replace("\n", "\n" + pad)
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         plain = torch.Tensor._make_subclass(torch.Tensor, self)
+        storage = plain.untyped_storage()
+        if plain.is_nested:  # the flat buffer and the components' shapes
+            sizes = plain._nested_tensor_size().tolist()
+            if self._mm_file is None:
+                numel = storage.nbytes() // plain.element_size()
+                flat = torch.empty(0, dtype=plain.dtype, device="cpu").set_(
+                    storage, 0, (numel,), (1,)
+                )
+                return (_rebuild_anonymous, (flat, sizes))
+            file = (self._mm_file, dtype_name(plain.dtype), (), (), 0, storage.nbytes())
+            return (_rebuild_file, (*file, self._mm_writable, sizes))
         if self._mm_file is None:
             return (_rebuild_anonymous, (plain,))
-        storage = plain.untyped_storage()
         return (
             _rebuild_file,
             (
@@ -232,12 +250,15 @@ class MemoryMappedTensor(torch.Tensor):
         """
         if handler is not None:
             raise TypeError("handler is an upstream internal that td-memmap does not use")
-        if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"memory-mapped tensors live on the CPU, got device={device!r}")
+        check_device(device, "MemoryMappedTensor.from_storage")
         dtype = torch.get_default_dtype() if dtype is None else dtype
         dtype_name(dtype)
         numel = storage.nbytes() // dtype.itemsize
-        dims = (numel,) if shape is None else _parse_shape((), shape)
+        nested = nested_arg((), shape)
+        if nested is not None:
+            dims: tuple[int, ...] = (nested_numel(nested),)
+        else:
+            dims = (numel,) if shape is None else parse_shape((), shape)
         needed = dtype.itemsize
         for d in dims:
             needed *= d
@@ -246,9 +267,11 @@ class MemoryMappedTensor(torch.Tensor):
                 f"shape {list(dims)} of {dtype} needs {needed} bytes, the storage has "
                 f"{storage.nbytes()}"
             )
-        tensor = torch.empty(0, dtype=dtype).set_(storage, 0, dims, strides_of(dims))
+        tensor = torch.empty(0, dtype=dtype, device="cpu").set_(storage, 0, dims, strides_of(dims))
         file = None if filename is None else os.path.abspath(os.fspath(filename))
         out = cls._wrap(tensor, file, True, dims)
+        if nested is not None:
+            out = out._nested(nested)
         return out if index is None else out[index]  # type: ignore[return-value]
 
     @classmethod
@@ -299,39 +322,12 @@ class MemoryMappedTensor(torch.Tensor):
             DeprecationWarning,
             stacklevel=2,
         )
-        if isinstance(shape, torch.Tensor):
-            raise TypeError(
-                "from_handler: nested-tensor shapes (a shape tensor) are not supported; pass the "
-                "shape as a sequence of ints"
-            )
-        buffer = getattr(handler, "buffer", handler)
-        try:
-            view = memoryview(buffer).cast("B")
-        except TypeError:
-            raise TypeError(
-                f"from_handler expects a buffer or an object with a .buffer, got "
-                f"{type(handler).__name__}"
-            ) from None
-        dims = _parse_shape((), shape)
-        dtype_name(dtype)
-        nbytes = dtype.itemsize
-        for d in dims:
-            nbytes *= d
-        if nbytes > len(view):
-            raise ValueError(
-                f"from_handler: shape {list(dims)} of {dtype} needs {nbytes} bytes, the buffer "
-                f"has {len(view)}"
-            )
-        if nbytes == 0:
-            tensor = torch.empty(dims, dtype=dtype)
-        else:
-            with (
-                warnings.catch_warnings()
-            ):  # torch warns about read-only buffers: they refuse writes
-                warnings.simplefilter("ignore", UserWarning)
-                tensor = torch.frombuffer(view, dtype=dtype, count=nbytes // dtype.itemsize)
-            tensor = tensor.view(dims)
-        out = cls._wrap(tensor, None, not view.readonly, dims)
+        nested = nested_arg((), shape)
+        dims = parse_shape((), shape) if nested is None else (nested_numel(nested),)
+        tensor, writable = buffer_tensor(handler, dtype, dims)
+        out = cls._wrap(tensor, None, writable, dims)
+        if nested is not None:
+            out = out._nested(nested)
         return out if index is None else out[index]  # type: ignore[return-value]
 
     @classmethod
@@ -341,29 +337,67 @@ class MemoryMappedTensor(torch.Tensor):
         *,
         filename: _PathLike | None = None,
         existsok: bool = False,
+        copy_existing: bool = False,
         copy_data: bool = True,
     ) -> MemoryMappedTensor:
         """A memory-mapped copy of `input` (or, with `copy_data=False`, zeros of its shape).
 
         The file is written with one sequential write through a temporary name,
-        then mapped for reading and writing.
+        then mapped for reading and writing. Without `filename` the copy lives
+        in anonymous shared memory.
+
+        As upstream, a `MemoryMappedTensor` already where it is asked to be
+        (no `filename` and no file, or `filename` its own file) is returned
+        as is, not copied.
+
+        Args:
+            input: the tensor to copy.
+            filename: the file to create; None for shared memory.
+            existsok: overwrite `filename` if it exists.
+            copy_existing: allow copying a file-backed `MemoryMappedTensor`
+                into another file (refused by default, to avoid duplicating
+                data on disk by mistake).
+            copy_data: False for zeros of `input`'s shape and dtype.
 
         Raises:
             MemmapExistsError: (a `FileExistsError`) if `filename` exists and not `existsok`.
+            SymlinkTargetError: (a `RuntimeError`) if `filename` is a symbolic link.
+            RuntimeError: `input` has a file, `filename` names another one, and
+                `copy_existing` is False.
             TypeError: for sparse or quantized tensors, which have no raw-bytes form.
         """
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"from_tensor expects a tensor, got {type(input).__name__}")
+        if isinstance(input, MemoryMappedTensor) and copy_data:
+            own = input._mm_file
+            path = None if filename is None else os.path.abspath(os.fspath(filename))
+            if own == path:
+                return input
+            if own is not None and path is not None and not copy_existing:
+                raise RuntimeError(
+                    f"from_tensor: A filename was provided but the tensor already has a file "
+                    f"associated ({own!r}); to copy it to {path!r} pass copy_existing=True"
+                )
+        return cls._copy_of(input, filename, existsok, copy_data)
+
+    @classmethod
+    def _copy_of(
+        cls, input: torch.Tensor, filename: _PathLike | None, existsok: bool, copy_data: bool
+    ) -> MemoryMappedTensor:
+        """`from_tensor` without its shortcut: always a new file or shared memory."""
         dtype_name(input.dtype)  # rejects dtypes with no raw storage early
+        if input.is_nested:
+            flat = cls._copy_of(nested_values(input), filename, existsok, copy_data)
+            return flat._nested(input._nested_tensor_size())
         shape = tuple(input.shape)
         if filename is None:
-            out = torch.empty(shape, dtype=input.dtype)
+            out = torch.empty(shape, dtype=input.dtype, device="cpu")
             if copy_data:
                 out.copy_(input.detach())
             else:
                 out.zero_()
             return cls._wrap(out.share_memory_(), None, True)
-        path = _target(filename, existsok)
+        path = target_file(filename, existsok)
         if copy_data:
             write_leaf(path, input)
         else:
@@ -400,151 +434,42 @@ class MemoryMappedTensor(torch.Tensor):
             ValueError: if its size does not match `shape` and `dtype`, or
                 `shape` has more than 64 dims; `mode` is not one of the above.
         """
-        _check_mode(mode)
+        check_mode(mode)
         path = os.path.abspath(os.fspath(filename))
-        dims = _parse_shape((), shape, f" (file {path!r})")
+        nested = nested_arg((), shape, f" (file {path!r})")
+        if nested is None:
+            dims = parse_shape((), shape, f" (file {path!r})")
+            what = f"{dtype} tensor of shape {list(dims)}"
+        else:
+            dims = (nested_numel(nested),)
+            what = f"nested {dtype} tensor of shapes {nested.tolist()}"
         dtype_name(dtype)
         numel = 1
         for d in dims:
             numel *= d
-        check_leaf(path, numel * dtype.itemsize, what=f"{dtype} tensor of shape {list(dims)}")
+        check_leaf(path, numel * dtype.itemsize, what=what)
         writable = mode != "r" and os.access(path, os.W_OK)
         if mode == "r+" and not writable:
             raise PermissionError(f"cannot open {path!r} with mode='r+': the file is not writable")
         out = cls._map(path, dtype, dims, writable=writable)
+        if nested is not None:
+            out = out._nested(nested)
         return out if index is None else out[index]  # type: ignore[return-value]
 
-    @classmethod
-    def empty(
-        cls,
-        *shape: Any,
-        dtype: torch.dtype | None = None,
-        filename: _PathLike | None = None,
-        existsok: bool = False,
-        **kwargs: Any,
-    ) -> MemoryMappedTensor:
-        """An uninitialised memory-mapped tensor (a new file reads as zeros).
-
-        `shape` is given as ints, as one sequence, or as `shape=`.
-
-        Examples:
-            >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int64).shape
-            torch.Size([2, 3])
-        """
-        return cls._alloc(shape, kwargs, dtype, filename, existsok, None)
-
-    @classmethod
-    def zeros(
-        cls,
-        *shape: Any,
-        dtype: torch.dtype | None = None,
-        filename: _PathLike | None = None,
-        existsok: bool = False,
-        **kwargs: Any,
-    ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of zeros (a sparse file: nothing is written)."""
-        return cls._alloc(shape, kwargs, dtype, filename, existsok, 0)
-
-    @classmethod
-    def ones(
-        cls,
-        *shape: Any,
-        dtype: torch.dtype | None = None,
-        filename: _PathLike | None = None,
-        existsok: bool = False,
-        **kwargs: Any,
-    ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of ones."""
-        return cls._alloc(shape, kwargs, dtype, filename, existsok, 1)
-
-    @classmethod
-    def full(
-        cls,
-        *shape: Any,
-        fill_value: Any,
-        dtype: torch.dtype | None = None,
-        filename: _PathLike | None = None,
-        existsok: bool = False,
-        **kwargs: Any,
-    ) -> MemoryMappedTensor:
-        """A memory-mapped tensor filled with `fill_value`.
-
-        Examples:
-            >>> MemoryMappedTensor.full((2,), fill_value=7, dtype=torch.int32)
-            MemoryMappedTensor([7, 7], dtype=torch.int32)
-        """
-        return cls._alloc(shape, kwargs, dtype, filename, existsok, fill_value)
-
-    @classmethod
-    def _alloc(
-        cls,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        dtype: torch.dtype | None,
-        filename: _PathLike | None,
-        existsok: bool,
-        fill: Any,
-    ) -> MemoryMappedTensor:
-        shape_kw = kwargs.pop("shape", None)
-        if kwargs:
-            raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
-        dims = _parse_shape(args, shape_kw)
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        dtype_name(dtype)
-        numel = 1
-        for d in dims:
-            numel *= d
-        if filename is None:
-            # fresh shared memory reads as zeros: no zero-filled tensor copied into it
-            storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
-            out = torch.empty(0, dtype=dtype).set_(storage, 0, dims, strides_of(dims))
-            mmt = cls._wrap(out, None, True)
-        else:
-            path = _target(filename, existsok)
-            allocate_leaf(path, numel * dtype.itemsize)
-            mmt = cls._map(path, dtype, dims, writable=True)
-        if fill is not None and fill != 0:
-            torch.Tensor.fill_(mmt, fill)
-        return mmt
-
-    @classmethod
-    def empty_like(
-        cls, input: torch.Tensor, *, filename: _PathLike | None = None, existsok: bool = False
-    ) -> MemoryMappedTensor:
-        """An uninitialised memory-mapped tensor with the shape and dtype of `input`."""
-        return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, None)
-
-    @classmethod
-    def zeros_like(
-        cls, input: torch.Tensor, *, filename: _PathLike | None = None, existsok: bool = False
-    ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of zeros with the shape and dtype of `input`."""
-        return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, 0)
-
-    @classmethod
-    def ones_like(
-        cls, input: torch.Tensor, *, filename: _PathLike | None = None, existsok: bool = False
-    ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of ones with the shape and dtype of `input`."""
-        return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, 1)
-
-    @classmethod
-    def full_like(
-        cls,
-        input: torch.Tensor,
-        fill_value: Any,
-        *,
-        filename: _PathLike | None = None,
-        existsok: bool = False,
-    ) -> MemoryMappedTensor:
-        """A memory-mapped tensor of `fill_value` with the shape and dtype of `input`."""
-        return cls._alloc((tuple(input.shape),), {}, input.dtype, filename, existsok, fill_value)
+    def _nested(self, shape: torch.Tensor) -> MemoryMappedTensor:
+        """This flat tensor viewed as a nested tensor of `shape` (same file, same memory)."""
+        return MemoryMappedTensor._wrap(
+            nested_view(_make_subclass(torch.Tensor, self), shape), self._mm_file, self._mm_writable
+        )
 
 
-def _rebuild_anonymous(tensor: torch.Tensor) -> MemoryMappedTensor:
+def _rebuild_anonymous(
+    tensor: torch.Tensor, nested: list[list[int]] | None = None
+) -> MemoryMappedTensor:
     if not tensor.is_shared():
         tensor.share_memory_()
-    return MemoryMappedTensor._wrap(tensor, None, True)
+    out = MemoryMappedTensor._wrap(tensor, None, True)
+    return out if nested is None else out._nested(sizes_tensor(nested))
 
 
 def _rebuild_file(
@@ -555,12 +480,15 @@ def _rebuild_file(
     offset: int,
     nbytes: int,
     writable: bool,
+    nested: list[list[int]] | None = None,
 ) -> MemoryMappedTensor:
     dt = dtype_from_name(dtype)
     if dt is None:
         raise ValueError(f"unknown dtype {dtype!r} for memory-mapped file {path!r}")
     check_leaf(path, nbytes, what="unpickled MemoryMappedTensor")
     whole = map_leaf(path, dt, (nbytes // dt.itemsize,), writable=writable)
+    if nested is not None:
+        return MemoryMappedTensor._wrap(whole, path, writable)._nested(sizes_tensor(nested))
     view = whole.as_strided(shape, stride, offset)
     return MemoryMappedTensor._wrap(view, path, writable)
 

@@ -214,7 +214,10 @@ def read_index(path: str | os.PathLike[str]) -> ZipIndex:
             infos = zf.infolist()
             central = zf.start_dir
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
-        raise MemmapFormatError(f"{path!r} is not a readable zip archive: {e}") from None
+        raise MemmapFormatError(
+            f"{path!r} is a file but not a memory-mapped tensordict archive (not a readable zip "
+            f"archive: {e})"
+        ) from None
     size = os.stat(path).st_size
     index = ZipIndex(path, size, central)
     spans: list[tuple[int, int, str]] = []

@@ -248,7 +248,10 @@ class MemmapMixin(TensorDictContract):
         dtype: torch.dtype | None = None,
         robust_key: bool | None = True,
     ) -> Any:
-        """Add a zero-filled memory-mapped leaf `key` in this TensorDict's folder; returns it (needs td-memmap)."""
+        """Add a zero-filled memory-mapped leaf `key` in this TensorDict's folder; returns it (needs td-memmap).
+
+        Missing sub-TensorDicts on the way are created; an existing `key` is refused.
+        """
         return _ext_memmap().make_memmap(self, key, shape, dtype=dtype, robust_key=robust_key)
 
     def make_memmap_from_tensor(
@@ -257,10 +260,14 @@ class MemmapMixin(TensorDictContract):
         tensor: torch.Tensor,
         *,
         copy_data: bool = True,
-        existsok: bool = True,
+        existsok: bool = False,
         robust_key: bool | None = True,
     ) -> Any:
-        """Add a memory-mapped copy of `tensor` as `key` in this TensorDict's folder (needs td-memmap)."""
+        """Add a memory-mapped copy of `tensor` as `key` in this TensorDict's folder (needs td-memmap).
+
+        Missing sub-TensorDicts on the way are created; an existing `key` is
+        refused unless `existsok`.
+        """
         return _ext_memmap().make_memmap_from_tensor(
             self, key, tensor, copy_data=copy_data, existsok=existsok, robust_key=robust_key
         )

@@ -1,0 +1,80 @@
+"""Nested (ragged) memory-mapped tensors: the components one after another in one flat buffer.
+
+A nested tensor's shape is a 2-d integer tensor, one row per component (as
+`torch.nested`'s `_nested_tensor_size()`); its memory-mapped form is a flat
+buffer of all components in C order, viewed as a nested tensor with torch's
+nested-view constructor. These helpers work on plain tensors; `_tensor`
+wraps the results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = [
+    "nested_arg",
+    "shape_of",
+    "sizes_tensor",
+    "nested_numel",
+    "nested_shape",
+    "nested_view",
+    "nested_values",
+]
+
+
+def nested_shape(shape: torch.Tensor, where: str = "") -> torch.Tensor:
+    """`shape` checked: a 2-d tensor of non-negative ints (one row per component), on the CPU.
+
+    Raises:
+        ValueError: another rank, a non-integer dtype or a negative size.
+    """
+    if shape.dim() != 2 or shape.dtype.is_floating_point or shape.dtype.is_complex:
+        raise ValueError(
+            f"a nested shape{where} is a 2-d integer tensor with one row per component, got "
+            f"{shape.dim()}-d {shape.dtype}"
+        )
+    if shape.numel() and bool((shape < 0).any()):
+        raise ValueError(f"nested shape {shape.tolist()}{where} has a negative size")
+    return shape.detach().to("cpu", torch.int64)
+
+
+def nested_numel(shape: torch.Tensor) -> int:
+    """The number of elements of all components together."""
+    return int(shape.prod(-1).sum()) if shape.numel() else 0
+
+
+def nested_view(flat: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+    """A nested tensor of `shape` viewing the 1-d contiguous `flat` (no copy)."""
+    strides, offsets = torch._nested_compute_contiguous_strides_offsets(shape)
+    return torch._nested_view_from_buffer(flat, shape, strides, offsets)
+
+
+def nested_values(tensor: torch.Tensor) -> torch.Tensor:
+    """The components of the nested `tensor`, flattened one after another (a copy)."""
+    parts = [part.reshape(-1) for part in tensor.unbind()]
+    if not parts:
+        return torch.empty(0, dtype=tensor.dtype, device="cpu")
+    return torch.cat(parts).cpu()
+
+
+def nested_arg(args: tuple[Any, ...], shape: Any, where: str = "") -> torch.Tensor | None:
+    """The nested shape given as the only argument or as `shape=`, checked; None for other shapes."""
+    given = shape if shape is not None else (args[0] if len(args) == 1 else None)
+    if not isinstance(given, torch.Tensor):
+        return None
+    if shape is not None and args:
+        raise TypeError("give the shape either positionally or as shape=, not both")
+    return nested_shape(given, where)
+
+
+def shape_of(tensor: torch.Tensor) -> Any:
+    """The shape to allocate a tensor like `tensor`: its sizes, or a nested tensor's shape tensor."""
+    return tensor._nested_tensor_size() if tensor.is_nested else tuple(tensor.shape)
+
+
+def sizes_tensor(nested: list[list[int]]) -> torch.Tensor:
+    """The shape tensor of components' shapes given as lists (from a pickle), checked."""
+    sizes = torch.tensor(nested, dtype=torch.int64)
+    return nested_shape(sizes if sizes.dim() == 2 else sizes.reshape(0, 0))
