@@ -20,6 +20,8 @@ __all__ = [
     "MemmapExistsError",
     "UnknownClassError",
     "ReadOnlyMemmapError",
+    "UnstorableValueError",
+    "NotSupportedOnFileError",
 ]
 
 
@@ -66,4 +68,22 @@ class ReadOnlyMemmapError(MemmapError, RuntimeError):
     """A write to a memory-mapped tensor opened read-only (`mode="r"`).
 
     A `RuntimeError`, as upstream raises for writes to a locked TensorDict.
+    """
+
+
+class UnstorableValueError(MemmapError, TypeError, RuntimeError):
+    """A value a file format cannot hold without pickle (or at all): a non-tensor
+    value in HDF5, or a tensor that requires grad.
+
+    A `TypeError`, and a `RuntimeError` as upstream raises in these cases.
+    """
+
+
+class NotSupportedOnFileError(MemmapError, NotImplementedError, ValueError):
+    """An op a file-backed `PersistentTensorDict` does not do: a view (`permute`,
+    `squeeze`, ...) that could not write through to the file, or an in-place
+    restructuring. Make it dense first with `to_tensordict()`.
+
+    A `NotImplementedError` (so a `RuntimeError`) and a `ValueError`, the
+    classes upstream raises for these cases.
     """
