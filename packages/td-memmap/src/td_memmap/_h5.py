@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 from td_core import TensorDict, TensorDictBase, is_tensor_collection
+from td_core.errors import LockedError
 from td_memmap._errors import MemmapFormatError, NotSupportedOnFileError, UnstorableValueError
 from td_memmap._h5_format import (
     BS_ATTR,
@@ -42,15 +44,15 @@ from td_memmap._h5_format import (
     write_at,
 )
 from td_memmap._h5_stage import forget, staged, staged_if_inplace, staged_read
+from td_memmap._h5_views import FileViewsMixin
 from td_memmap._h5_write import copy_file, write_file, write_group
 
 __all__ = ["PersistentTensorDict"]
 
 _NO_DEFAULT: Any = object()
-_DENSE_FIRST = "Make it dense first with to_tensordict()"
 
 
-class PersistentTensorDict(TensorDictBase):
+class PersistentTensorDict(FileViewsMixin, TensorDictBase):
     """A TensorDict stored in an HDF5 file or group (needs `td-memmap[h5]`).
 
     Args:
@@ -450,86 +452,63 @@ class PersistentTensorDict(TensorDictBase):
             return
         self.close()
 
-    # ------------------------------------------------------------ refused
-    def _refuse(self, what: str, hint: str = _DENSE_FIRST) -> NotSupportedOnFileError:
-        return NotSupportedOnFileError(
-            f"Cannot call {what} on a PersistentTensorDict ({self.filename!r}): {hint}"
-        )
-
+    # ------------------------------------------------------------ structure
     def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Any:
-        """Refused, as upstream: `td.to_tensordict().select(...)`."""
-        raise self._refuse(f"select{keys!r}", _DENSE_FIRST + ", then select")
+        """Only the given keys: a `TensorDict` of them (sub-TensorDicts stay on file);
+        with `inplace=True` the other entries are deleted from the file."""
+        result = super().select(*keys, strict=strict)
+        if not inplace:
+            return result
+        self._check_restructure()
+        _prune(self, result)
+        return self
 
     def exclude(self, *keys: Any, inplace: bool = False) -> Any:
-        """Refused, as upstream: `td.to_tensordict().exclude(...)`."""
-        raise self._refuse(f"exclude{keys!r}", _DENSE_FIRST + ", then exclude")
+        """All but the given keys: a `TensorDict`; with `inplace=True` they are deleted
+        from the file."""
+        if not inplace:
+            return super().exclude(*keys)
+        self._check_restructure()
+        present = self.keys(include_nested=True)
+        for key in keys:
+            if key in present:
+                self.del_(key)
+        return self
 
-    def view(self, *args: Any, **kwargs: Any) -> Any:
-        """Refused: a view could not write through to the file; call `reshape` instead."""
-        raise self._refuse(
-            "`view`", "a view could not write through to the file. Call `reshape` instead"
-        )
-
-    def permute(self, *args: Any, **kwargs: Any) -> Any:
-        """Refused: a permuted view could not write through to the file."""
-        raise self._refuse("`permute`", _DENSE_FIRST + ". Make it dense before calling this method")
-
-    def transpose(self, dim0: int, dim1: int) -> Any:
-        """Refused: a transposed view could not write through to the file."""
-        raise self._refuse(
-            "`transpose`", _DENSE_FIRST + ". Make it dense before calling this method"
-        )
-
-    def squeeze(self, dim: int | None = None) -> Any:
-        """Refused: a squeezed view could not write through to the file."""
-        raise self._refuse("`squeeze`", _DENSE_FIRST + ". Make it dense before calling this method")
-
-    def unsqueeze(self, dim: int) -> Any:
-        """Refused: an unsqueezed view could not write through to the file."""
-        raise self._refuse(
-            "`unsqueeze`", _DENSE_FIRST + ". Make it dense before calling this method"
-        )
-
-    def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Any:
-        """The entries with flat keys, as an in-memory `TensorDict` (not in place)."""
-        if inplace:
-            raise self._refuse("flatten_keys in_place with a PersistentTensorDict", _DENSE_FIRST)
-        return self.to_tensordict().flatten_keys(separator)
-
-    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Any:
-        """The entries with nested keys, as an in-memory `TensorDict` (not in place)."""
-        if inplace:
-            raise self._refuse("unflatten_keys in_place with a PersistentTensorDict", _DENSE_FIRST)
-        return self.to_tensordict().unflatten_keys(separator)
-
-    def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> Any:
-        """Refused: `td.to_tensordict().pin_memory()`."""
-        raise self._refuse("pin_memory", "Cannot pin memory of a file; to_tensordict() first")
-
-    def share_memory_(self) -> Any:
-        """Refused: `td.to_tensordict().share_memory_()`."""
-        raise self._refuse("share_memory_", _DENSE_FIRST)
-
-    def memmap_(self, *args: Any, **kwargs: Any) -> Any:
-        """Refused: use `td.memmap(prefix)` to copy the file's data to a memmap folder."""
-        raise self._refuse(
-            "memmap_",
-            "Cannot build a memmap TensorDict in-place from it. Use `td.memmap()` instead",
-        )
-
-    def popitem(self) -> tuple[str, Any]:
-        """Refused, as upstream."""
-        raise self._refuse("popitem", "use pop(key)")
-
-    def to(self, *args: Any, **kwargs: Any) -> Any:
-        """Read the entries onto a device and/or dtype: an in-memory `TensorDict`
-        (the PersistentTensorDict itself if nothing changes)."""
-        if kwargs.get("non_blocking_pin"):
-            raise self._refuse(
-                "to(non_blocking_pin=True)",
-                "Cannot use non_blocking_pin=True PersistentTensorDict.to(); to_tensordict() first",
+    def _check_restructure(self) -> None:
+        if self._is_locked:
+            raise LockedError(
+                f"cannot restructure a locked PersistentTensorDict ({self.filename!r}) in "
+                "place: unlock_() it first"
             )
-        return super().to(*args, **kwargs)
+
+
+def _no_pytree(td: PersistentTensorDict) -> Any:
+    raise NotSupportedOnFileError(
+        f"Persistent tensordicts cannot be used with vmap or other pytree transforms "
+        f"(the data of {td.filename!r} is on disk): pass td.to_tensordict() instead"
+    )
+
+
+def _no_unflatten(children: Any, context: Any) -> Any:
+    raise NotSupportedOnFileError("Persistent tensordicts cannot be rebuilt from a pytree")
+
+
+# vmap and the other torch.func transforms see a PersistentTensorDict through pytree:
+# refuse there with a clear error rather than as an opaque non-tensor argument
+pytree.register_pytree_node(PersistentTensorDict, _no_pytree, _no_unflatten)
+
+
+def _prune(td: PersistentTensorDict, keep: Any) -> None:
+    """Delete from `td` every entry that `keep` (a selection of it) does not hold."""
+    kept = set(keep._keys_str())
+    for key in td._keys_str():
+        if key not in kept:
+            td._del_str(key)
+            continue
+        sub, wanted = td._get_str(key), keep._get_str(key)
+        if isinstance(sub, PersistentTensorDict) and wanted is not sub:
+            _prune(sub, wanted)
 
 
 def _nested_sizes(td: PersistentTensorDict, prefix: str, out: dict[str, Any]) -> None:

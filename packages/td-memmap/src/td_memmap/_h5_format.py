@@ -195,7 +195,9 @@ def check_value(value: Any, path: Any) -> None:
     if is_tensor_collection(value) and not getattr(type(value), "_is_non_tensor", False):
         for name, sub in value.items():
             check_key(name)
-            child = name if path == () else (*path, name) if isinstance(path, tuple) else (path, name)
+            child = (
+                name if path == () else (*path, name) if isinstance(path, tuple) else (path, name)
+            )
             check_value(sub, child)
         return
     raise UnstorableValueError(
