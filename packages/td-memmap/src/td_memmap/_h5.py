@@ -242,8 +242,9 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             sub._set_device(device)
 
     def close(self) -> None:
-        """Close the HDF5 file."""
-        self._group.file.close()
+        """Close the HDF5 file (nothing happens if it is closed already)."""
+        if self._group.id.valid:
+            self._group.file.close()
 
     # ------------------------------------------------------------ primitives
     def _node(self, key: str) -> Any:
@@ -277,8 +278,10 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             if value._group.file == self._group.file and value._group.name == path:
                 return  # the entry itself, read back
             value = value.to_tensordict()
-        check_value(value, path)  # nothing is written if any leaf is refused
-        check_writable(self._group, f"write key {key!r}")
+        parts = tuple(p for p in self._group.name.split("/") if p)
+        full_key = (*parts, key) if parts else key  # the key from the file's root, for messages
+        check_value(value, full_key)  # nothing is written if any leaf is refused
+        check_writable(self._group, f"write key {full_key!r}")
         forget(self._group, key)
         self._nested.pop(key, None)
         if isinstance(value, torch.Tensor):
@@ -377,7 +380,7 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         return self
 
     # ------------------------------------------------------------ copies
-    def clone(  # type: ignore[override]  # upstream's extra keyword
+    def clone(  # upstream's extra keyword
         self, recurse: bool = True, *, newfile: str | os.PathLike | None = None
     ) -> Any:
         """A copy.

@@ -38,9 +38,7 @@ class FileViewsMixin:
             f"Cannot call {what} on a PersistentTensorDict ({self.filename!r}): {hint}"
         )
 
-    def _view_or_refuse(
-        self, what: str, fn: Callable[[torch.Tensor], torch.Tensor], hint: str = ""
-    ) -> Any:
+    def _view_or_refuse(self, what: str, fn: Callable[[Any], Any], hint: str = "") -> Any:
         # the same op on an empty TensorDict of this batch size checks the arguments (and
         # raises what it raises); a meta tensor then tells whether anything would move
         fn(TensorDict(batch_size=self.batch_size))
@@ -55,7 +53,7 @@ class FileViewsMixin:
             "Make it dense before calling this method (to_tensordict())",
         )
 
-    def view(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def view(self, *args: Any, **kwargs: Any) -> Any:
         """`view(dtype)` reads every leaf as that dtype (an in-memory `TensorDict`); a
         shape view is refused unless it keeps the batch size: call `reshape` instead."""
         if (args and isinstance(args[0], torch.dtype)) or "dtype" in kwargs:
@@ -94,11 +92,11 @@ class FileViewsMixin:
 
     moveaxis = movedim
 
-    def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Any:
+    def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf: Any = None) -> Any:
         """The entries with flat keys, as an in-memory `TensorDict` (not in place)."""
         if inplace:
             raise self._refuse("flatten_keys in_place with a PersistentTensorDict")
-        return self.to_tensordict().flatten_keys(separator)
+        return self.to_tensordict().flatten_keys(separator, is_leaf=is_leaf)
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Any:
         """The entries with nested keys, as an in-memory `TensorDict` (not in place)."""
