@@ -271,3 +271,17 @@ def test_from_any_of_an_h5py_file(ptd):
     out = TensorDict.from_any({"file": ptd.file})
     assert isinstance(out["file"], PersistentTensorDict)
     assert set(out.keys(True, True)) == {("file", "a"), ("file", "n", "b"), ("file", "n", "bf")}
+
+
+def test_opening_never_writes_the_file(tmp_path, path):
+    PersistentTensorDict.from_dict(_dense(), path).close()
+    for _ in range(2):  # the stored batch size survives opening for writing
+        with TensorDict.from_h5(path, mode="r+") as ptd:
+            assert ptd.batch_size == (4,)
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = torch.zeros(5, 2).numpy()
+    with PersistentTensorDict.from_h5(foreign, mode="r+") as ptd:
+        assert ptd.batch_size == (5, 2)  # inferred, as upstream
+    with h5py.File(foreign, "r") as f:
+        assert dict(f.attrs) == {}

@@ -109,9 +109,9 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             except OSError as err:
                 raise MemmapFormatError(f"{path}: cannot be opened as HDF5 ({err})") from err
         self._init(group, mode, device, kwargs)
-        if batch_size is None:
+        if batch_size is None:  # opening reads the file, never writes it
             batch_size = stored_batch_size(group) or torch.Size([])
-        self.batch_size = batch_size
+        self._set_size(self._checked_size(batch_size))
 
     def _init(self, group: Any, mode: str, device: Any, kwargs: dict[str, Any]) -> None:
         self._group = group
@@ -193,15 +193,12 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
     ) -> PersistentTensorDict:
         """Open an HDF5 file (a path, or an open h5py File/Group); see `td_memmap.from_h5`."""
         if isinstance(h5_file, (str, os.PathLike)):
-            out = cls(filename=h5_file, mode=mode, batch_size=batch_size or [])
+            out = cls(filename=h5_file, mode=mode, batch_size=batch_size)
         else:
-            out = cls(group=h5_file, batch_size=batch_size or [])
-        if batch_size is None:
-            stored = stored_batch_size(out._group)
-            if stored is not None:
-                out.batch_size = stored
-            elif auto_batch_size or batch_dims is not None:
-                out.batch_size = auto_batch_size_of(out._group, batch_dims)
+            out = cls(group=h5_file, batch_size=batch_size)
+        if batch_size is None and stored_batch_size(out._group) is None:
+            if auto_batch_size or batch_dims is not None:
+                out._set_size(auto_batch_size_of(out._group, batch_dims))
         return out
 
     # -------------------------------------------------------------- metadata
@@ -217,6 +214,12 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
 
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
+        size = self._checked_size(value)
+        if self._group.file.mode != "r" and stored_batch_size(self._group) != size:
+            self._group.attrs[BS_ATTR] = list(size)  # so that from_h5 restores it
+        self._set_size(size)
+
+    def _checked_size(self, value: Any) -> torch.Size:
         size = torch.Size(value)
         n = len(size)
         for ds in datasets(self._group):
@@ -225,10 +228,11 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
                     f"{fname(self._group)}: batch size {list(size)} does not match dataset "
                     f"{ds.name!r} of shape {list(ds.shape)}"
                 )
-        if self._group.file.mode != "r" and stored_batch_size(self._group) != size:
-            self._group.attrs[BS_ATTR] = list(size)
+        return size
+
+    def _set_size(self, size: torch.Size) -> None:
         self._batch_size = size
-        if self._names is not None and len(self._names) != n:
+        if self._names is not None and len(self._names) != len(size):
             self._names = None
 
     @property
