@@ -85,7 +85,19 @@ def test_from_dict_of_a_mapping_infers_the_batch_size(path):
 
 
 @pytest.mark.parametrize(
-    "index", [1, slice(1, 3), [3, 0], torch.tensor([True, False, True, False]), (slice(None),)]
+    "index",
+    [
+        1,
+        -1,
+        slice(1, 3),
+        slice(0, 4, 2),
+        [0, 3],
+        [3, 0],
+        [1, 1],
+        torch.tensor([True, False, True, False]),
+        (slice(None),),
+        (Ellipsis, 2),
+    ],
 )
 def test_setitem_by_index_writes_into_the_file(ptd, path, index):
     want = _dense()
@@ -93,6 +105,15 @@ def test_setitem_by_index_writes_into_the_file(ptd, path, index):
     value = rows.apply(lambda t: torch.full_like(t, 7))
     want[index] = value
     ptd[index] = value
+    ptd.close()
+    _assert_equal(_on_disk(path), want)
+
+
+def test_setitem_by_index_of_scalars_and_partial_mappings(ptd, path):
+    want = _dense()
+    for index, value in ((2, 0.0), ([0, 1], {"a": torch.ones(2, 3)}), (slice(3, None), -1)):
+        want[index] = value
+        ptd[index] = value
     ptd.close()
     _assert_equal(_on_disk(path), want)
 

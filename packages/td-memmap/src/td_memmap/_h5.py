@@ -370,7 +370,26 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         return self._dense(rows)
 
     # ------------------------------------------------------------ writing
-    _setitem_index = staged(TensorDictBase._setitem_index)
+    _setitem_staged = staged(TensorDictBase._setitem_index)
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        """`td[index] = value`: only the rows `index` selects are read and written back
+        when h5py can address them (an int, a slice, increasing positions or a mask over
+        the first batch dim); any other index goes through a staged copy."""
+        rows = _rows(index, self._batch_size)
+        if rows is None or (isinstance(rows, np.ndarray) and (np.diff(rows) <= 0).any()):
+            self._setitem_staged(index, value)
+            return
+        check_writable(self._group, f"write at index {index!r}")
+        part = self._dense(rows)  # those rows, in memory: the write is done there first
+        leaves = set(part.keys(include_nested=True, leaves_only=True))
+        part[...] = value
+        if set(part.keys(include_nested=True, leaves_only=True)) != leaves:
+            self._setitem_staged(index, value)  # the value adds entries: the general route
+            return
+        for key, tensor in part.items(include_nested=True, leaves_only=True):
+            path = "/".join((key,) if isinstance(key, str) else key)
+            write_at(self._group[path], rows, tensor)
 
     def set_non_tensor(self, key: Any, value: Any) -> PersistentTensorDict:
         """Refused: non-tensor values would need pickle in an HDF5 file."""
