@@ -306,3 +306,19 @@ def test_opening_never_writes_the_file(tmp_path, path):
         assert ptd.batch_size == (5, 2)  # inferred, as upstream
     with h5py.File(foreign, "r") as f:
         assert dict(f.attrs) == {}
+
+
+def test_from_dict_batch_size_options(tmp_path, ptd):
+    data = {"x": torch.zeros(3, 2, 5)}
+    for kwargs, want in (
+        ({}, (3, 2, 5)),
+        ({"batch_size": [3]}, (3,)),
+        ({"batch_size": [3], "auto_batch_size": True}, (3, 2, 5)),
+    ):
+        with PersistentTensorDict.from_dict(data, tmp_path / "m.h5", **kwargs) as out:
+            assert out.batch_size == want
+    source = TensorDict(data, [3])
+    with PersistentTensorDict.from_dict(source, tmp_path / "t.h5", auto_batch_size=True) as out:
+        assert out.batch_size == (3, 2, 5) and source.batch_size == (3,)
+    with PersistentTensorDict.from_dict(ptd, tmp_path / "copy.h5", batch_size=[]) as out:
+        assert out.batch_size == () and ptd.batch_size == (4,)  # the source file is untouched

@@ -11,8 +11,10 @@ replaces datasets, and in-place ops (`set_`, `update_`, `td[idx] = value`,
 `td[[0, 3]]`) reads only the rows asked for.
 
 Views that would have to write through to the file (`permute`, `transpose`,
-`squeeze`, `unsqueeze`, `view`) and `select`/`exclude` raise
-`NotSupportedOnFileError`, as upstream: call `to_tensordict()` first.
+`squeeze`, `unsqueeze`, `view`, `movedim`) raise `NotSupportedOnFileError`, as
+upstream, unless they move nothing (see `td_memmap._h5_views`). `select` and
+`exclude` give in-memory results, or delete entries from the file with
+`inplace=True`. Values that would need pickle are refused (`_h5_format`).
 """
 
 from __future__ import annotations
@@ -162,15 +164,13 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             UnstorableValueError: (a `TypeError`) a value is not a tensor, or
                 requires grad; the message names the key. No file is written.
         """
-        if is_tensor_collection(input_dict):
-            td = input_dict
-            if batch_size is not None and torch.Size(batch_size) != td.batch_size:
-                td = TensorDict(td.to_dict(), batch_size=batch_size)
+        infer = auto_batch_size or batch_size is None  # None: TensorDict infers it
+        if not is_tensor_collection(input_dict):
+            td = TensorDict(input_dict, batch_size=None if infer else batch_size)
+        elif auto_batch_size or (batch_size is not None and batch_size != input_dict.batch_size):
+            td = TensorDict(input_dict.to_dict(), batch_size=None if infer else batch_size)
         else:
-            td = TensorDict(input_dict, batch_size=batch_size)
-        if (batch_size is None and not is_tensor_collection(input_dict)) or auto_batch_size:
-            td = td.clone(recurse=False) if td is input_dict else td
-            td.auto_batch_size_()
+            td = input_dict
         write_file(td, filename, kwargs)
         return cls(filename=filename, mode="r+", device=device, **kwargs)
 
@@ -179,10 +179,10 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         cls, filename: Any, *, mode: str = "r", batch_size: Any = None
     ) -> PersistentTensorDict:
         """Open an HDF5 file; without `batch_size`, the stored one or the longest shared one."""
-        return cls.open(filename, mode=mode, batch_size=batch_size, auto_batch_size=True)
+        return cls._open(filename, mode=mode, batch_size=batch_size, auto_batch_size=True)
 
     @classmethod
-    def open(
+    def _open(
         cls,
         h5_file: Any,
         *,

@@ -47,7 +47,7 @@ def from_h5(
         FileNotFoundError: the file does not exist.
         MemmapFormatError: the file is not HDF5; the message names it.
     """
-    return PersistentTensorDict.open(
+    return PersistentTensorDict._open(
         h5_file,
         mode=mode,
         batch_size=batch_size,
