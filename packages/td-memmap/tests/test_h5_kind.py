@@ -9,7 +9,7 @@ import torch
 
 h5py = pytest.importorskip("h5py")
 
-from td_core import TensorDict, TensorDictBase  # noqa: E402
+from td_core import NonTensorData, TensorDict, TensorDictBase  # noqa: E402
 from td_core.errors import LockedError  # noqa: E402
 from td_memmap import (  # noqa: E402
     NotSupportedOnFileError,
@@ -189,10 +189,10 @@ def test_read_only_file_refuses_every_write(path):
 
 
 def test_values_a_file_cannot_hold_are_refused_by_key(ptd, path):
-    with pytest.raises(TypeError, match="'s'"):
-        ptd.set("s", "text")
+    with pytest.raises(TypeError, match="'o'"):
+        ptd.set("o", object())
     with pytest.raises(TypeError, match=r"\('g', 'w'\)"):
-        ptd.set("g", TensorDict({"w": "text"}, [4]))
+        ptd.set("g", TensorDict({"x": torch.ones(4), "w": {1, 2}}, [4]))
     with pytest.raises(RuntimeError, match="set_non_tensor is not compatible"):
         ptd.set_non_tensor("s", "text")
     with pytest.raises(UnstorableValueError, match="requires_grad=True"):
@@ -200,6 +200,37 @@ def test_values_a_file_cannot_hold_are_refused_by_key(ptd, path):
     assert set(ptd.keys()) == {"a", "n"}
     ptd.close()
     _assert_equal(_on_disk(path), _dense())
+
+
+def test_non_tensor_values_are_stored_as_json(ptd, path):
+    ptd.set("s", "text")
+    ptd["n", "cfg"] = NonTensorData({"lr": 0.1, "layers": [1, 2]}, batch_size=[4])
+    assert ptd["s"] == "text" and ptd["n", "cfg"] == {"lr": 0.1, "layers": [1, 2]}
+    assert ptd.get("s").batch_size == (4,) and ptd[1:3]["s"] == "text"
+    ptd[0] = TensorDict({"a": torch.zeros(3), "s": "text"}, [])  # same value: written
+    with pytest.raises(TypeError, match="'s'"):
+        ptd[0] = TensorDict({"s": "other"}, [])  # one row of a value: a stack, refused
+    ptd.set_("s", "new")
+    out = ptd.to_tensordict()
+    assert out["s"] == "new" and torch.equal(out["a"][0], torch.zeros(3))
+    assert ptd.batch_size == (4,)  # string datasets are not batched
+    ptd.close()
+    with h5py.File(path, "r") as f:  # JSON in a string dataset, never a pickle
+        assert f["n/cfg"].attrs["td_json"] == 1 and f["s"].dtype.kind == "O"
+    with PersistentTensorDict.from_h5(path) as back:
+        assert back["s"] == "new" and back["n", "cfg"]["layers"] == [1, 2]
+
+
+def test_foreign_string_datasets_are_read_as_strings(tmp_path):
+    path = tmp_path / "foreign.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = torch.zeros(3, 2).numpy()
+        f["name"] = "run-1"
+        f.create_dataset("tags", data=["a", "b"], dtype=h5py.string_dtype())
+    with PersistentTensorDict.from_h5(path) as ptd:
+        assert ptd.batch_size == (3, 2)
+        assert ptd["name"] == "run-1" and ptd["tags"] == ["a", "b"]
+        assert set(ptd.keys()) == {"x", "name", "tags"}
 
 
 def test_pickle_reopens_by_filename(ptd):

@@ -26,7 +26,13 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from td_core import TensorDict, TensorDictBase, is_tensor_collection
+from td_core import (
+    NonTensorData,
+    TensorDict,
+    TensorDictBase,
+    is_leaf_nontensor,
+    is_tensor_collection,
+)
 from td_core.errors import LockedError
 from td_memmap._errors import MemmapFormatError, NotSupportedOnFileError, UnstorableValueError
 from td_memmap._h5_format import (
@@ -36,12 +42,16 @@ from td_memmap._h5_format import (
     check_value,
     check_writable,
     create,
+    create_text,
     datasets,
     fname,
     h5py,
     is_group,
+    is_text,
+    json_value,
     meta,
     read,
+    read_text,
     stored_batch_size,
     write_at,
 )
@@ -273,6 +283,8 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             return default
         if is_group(node):
             return self._sub(key, node)
+        if is_text(node):
+            return NonTensorData(read_text(node), batch_size=self._batch_size, device=self._device)
         return staged_read(node, self._device)
 
     def _set_str(self, key: str, value: Any) -> None:
@@ -290,6 +302,9 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         self._nested.pop(key, None)
         if isinstance(value, torch.Tensor):
             create(self._group, key, value, self.kwargs)
+            return
+        if isinstance(value, NonTensorData):
+            create_text(self._group, key, json_value(value.data, full_key))
             return
         write_group(self._group, key, value, self.kwargs)
 
@@ -311,7 +326,14 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
     def _key_items(self) -> list[tuple[str, Any]]:
         # walking keys reads no data: a dataset stands in as a meta tensor of its shape
         return [
-            (key, self._sub(key, node) if is_group(node) else meta(node))
+            (
+                key,
+                self._sub(key, node)
+                if is_group(node)
+                else self._get_str(key)
+                if is_text(node)
+                else meta(node),
+            )
             for key, node in self._group.items()
         ]
 
@@ -319,6 +341,9 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         return [self._sub(key, node) for key, node in self._group.items() if is_group(node)]
 
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        if isinstance(dest, NonTensorData):  # a value read from the file: write the new one
+            self._set_str(key, self._validate(item, full_key))
+            return
         if not isinstance(dest, torch.Tensor):
             super()._copy_into(key, dest, item, full_key)
             return
@@ -339,6 +364,8 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         for key, node in self._group.items():
             if is_group(node):
                 out._set_str(key, self._sub(key, node)._dense(index))
+            elif is_text(node):
+                out._set_str(key, NonTensorData(read_text(node), shape, self._device))
             else:
                 out._set_str(key, read(node, index, self._device))
         if isinstance(index, tuple) and not index:
@@ -382,20 +409,31 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             return
         check_writable(self._group, f"write at index {index!r}")
         part = self._dense(rows)  # those rows, in memory: the write is done there first
-        leaves = set(part.keys(include_nested=True, leaves_only=True))
+        # the non-tensor values as they are (in-place writes may change the leaf objects)
+        before = {
+            key: leaf.data if isinstance(leaf, NonTensorData) else None
+            for key, leaf in part.items(True, True, is_leaf=is_leaf_nontensor)
+        }
         part[...] = value
-        if set(part.keys(include_nested=True, leaves_only=True)) != leaves:
-            self._setitem_staged(index, value)  # the value adds entries: the general route
+        after = dict(part.items(True, True, is_leaf=is_leaf_nontensor))
+        if after.keys() != before.keys() or any(
+            not isinstance(leaf, torch.Tensor)
+            and not (isinstance(leaf, NonTensorData) and leaf.data == before[key])
+            for key, leaf in after.items()
+        ):  # new entries, or a non-tensor value changed at some rows: the general route
+            self._setitem_staged(index, value)
             return
-        for key, tensor in part.items(include_nested=True, leaves_only=True):
-            path = "/".join((key,) if isinstance(key, str) else key)
-            write_at(self._group[path], rows, tensor)
+        for key, leaf in after.items():
+            if isinstance(leaf, torch.Tensor):
+                path = "/".join((key,) if isinstance(key, str) else key)
+                write_at(self._group[path], rows, leaf)
 
     def set_non_tensor(self, key: Any, value: Any) -> PersistentTensorDict:
-        """Refused: non-tensor values would need pickle in an HDF5 file."""
+        """Refused, as upstream; `set(key, value)` stores a JSON-able value."""
         raise UnstorableValueError(
-            f"set_non_tensor is not compatible with the tensordict type PersistentTensorDict: "
-            f"the value at key {key!r} would need pickle in the HDF5 file {self.filename!r}"
+            "set_non_tensor is not compatible with the tensordict type PersistentTensorDict "
+            f"(key {key!r}, file {self.filename!r}): use set(key, value), which stores a "
+            "JSON-able value as JSON"
         )
 
     def detach_(self) -> PersistentTensorDict:

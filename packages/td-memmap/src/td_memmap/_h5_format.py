@@ -3,20 +3,23 @@
 Groups are (sub-)TensorDicts, datasets are tensor leaves. A group's batch size
 is its attribute `td_batch_size`. Dtypes numpy lacks (`bfloat16`, float8) are
 stored as the integer type of the same width with the attribute `td_dtype`.
-Nothing is ever unpickled: datasets of object, string or opaque dtype are
-refused with `MemmapFormatError`, and values that are not tensors are refused
-with `UnstorableValueError` before anything is written.
+Non-tensor values are stored as JSON in a string dataset with the attribute
+`td_json`, and string datasets are read back as non-tensor values (JSON ones
+decoded). Nothing is ever unpickled: datasets of object or opaque dtype are
+refused with `MemmapFormatError`, and values that JSON cannot hold exactly are
+refused with `UnstorableValueError` before anything is written.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from td_core import is_tensor_collection
+from td_core import NonTensorData, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, ReadOnlyMemmapError, UnstorableValueError
 
 __all__ = [
@@ -25,7 +28,11 @@ __all__ = [
     "fname",
     "check_key",
     "is_group",
+    "is_text",
     "read",
+    "read_text",
+    "create_text",
+    "json_value",
     "meta",
     "to_array",
     "create",
@@ -39,6 +46,7 @@ __all__ = [
 
 BS_ATTR = "td_batch_size"
 _DTYPE_ATTR = "td_dtype"
+_JSON_ATTR = "td_json"
 # dtypes numpy cannot hold, stored as the integer type of the same width
 _VIEWED = {
     "bfloat16": (torch.bfloat16, torch.int16),
@@ -75,6 +83,57 @@ def check_key(key: Any) -> str:
 def is_group(node: Any) -> bool:
     """Whether an h5py node is a group (a sub-TensorDict) rather than a dataset."""
     return hasattr(node, "keys")
+
+
+def is_text(ds: Any) -> bool:
+    """Whether the dataset `ds` holds strings (a non-tensor value), not numbers."""
+    return ds.dtype.kind in "SU" or h5py().check_string_dtype(ds.dtype) is not None
+
+
+def read_text(ds: Any) -> Any:
+    """The value of a string dataset: JSON decoded if td wrote it, else the string(s)."""
+    raw = ds[()]
+    text = raw.tolist() if isinstance(raw, np.ndarray) else raw
+    text = _decode(text)
+    if not ds.attrs.get(_JSON_ATTR):
+        return text
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as err:
+        raise MemmapFormatError(
+            f"{fname(ds)}: dataset {ds.name!r} is marked as JSON but does not decode ({err})"
+        ) from err
+
+
+def _decode(text: Any) -> Any:
+    if isinstance(text, bytes):
+        return text.decode("utf-8")
+    if isinstance(text, list):
+        return [_decode(t) for t in text]
+    return text
+
+
+def json_value(value: Any, path: Any) -> str:
+    """`value` (a non-tensor leaf's data) as JSON, if JSON gives it back exactly."""
+    try:
+        text = json.dumps(value)
+        exact = json.loads(text) == value and type(json.loads(text)) is type(value)
+    except (TypeError, ValueError):
+        exact = False
+    if not exact:
+        raise UnstorableValueError(
+            f"the non-tensor value at key {path!r} ({type(value).__name__}) cannot be stored in "
+            "an HDF5 file: td stores non-tensor values as JSON (strings, numbers, lists, dicts) "
+            "and never pickles; use memmap() with allow_pickle for it"
+        )
+    return text
+
+
+def create_text(group: Any, key: str, text: str) -> None:
+    """Write the JSON `text` as the new string dataset `key` of `group`."""
+    if key in group:
+        del group[key]
+    group.create_dataset(key, data=text).attrs[_JSON_ATTR] = 1
 
 
 def _dtype_name(ds: Any) -> str | None:
@@ -155,11 +214,11 @@ def stored_batch_size(group: Any) -> torch.Size | None:
 
 
 def datasets(group: Any) -> Iterator[Any]:
-    """Every dataset under `group`, at any depth."""
+    """Every tensor dataset under `group`, at any depth (string datasets are not batched)."""
     for value in group.values():
         if is_group(value):
             yield from datasets(value)
-        else:
+        elif not is_text(value):
             yield value
 
 
@@ -182,8 +241,8 @@ def check_value(value: Any, path: Any) -> None:
     """Refuse, before anything is written, a value an HDF5 file cannot hold safely.
 
     Raises:
-        UnstorableValueError: a non-tensor value, or a tensor that requires grad;
-            the message names the key `path`.
+        UnstorableValueError: a non-tensor value JSON cannot hold, or a tensor
+            that requires grad; the message names the key `path`.
     """
     if isinstance(value, torch.Tensor):
         if value.requires_grad:
@@ -191,6 +250,9 @@ def check_value(value: Any, path: Any) -> None:
                 f"Cannot set a tensor that has requires_grad=True at key {path!r} of an HDF5 "
                 "file (a file cannot hold the autograd graph): write value.detach() instead"
             )
+        return
+    if isinstance(value, NonTensorData):
+        json_value(value.data, path)
         return
     if is_tensor_collection(value) and not getattr(type(value), "_is_non_tensor", False):
         for name, sub in value.items():
@@ -201,8 +263,9 @@ def check_value(value: Any, path: Any) -> None:
             check_value(sub, child)
         return
     raise UnstorableValueError(
-        f"the value at key {path!r} ({type(value).__name__}) is not a tensor: HDF5 files hold "
-        "tensors only here, as non-tensor values would need pickle (use memmap() for them)"
+        f"the value at key {path!r} ({type(value).__name__}) cannot be stored in an HDF5 file: "
+        "it holds tensors, TensorDicts and one JSON value per non-tensor entry (a stack of "
+        "different values would need pickle; use memmap() for it)"
     )
 
 

@@ -7,7 +7,17 @@ from typing import Any
 
 import torch
 
-from td_memmap._h5_format import BS_ATTR, check_key, check_value, create, h5py, is_group
+from td_core import NonTensorData
+from td_memmap._h5_format import (
+    BS_ATTR,
+    check_key,
+    check_value,
+    create,
+    create_text,
+    h5py,
+    is_group,
+    json_value,
+)
 
 __all__ = ["write_group", "write_file", "copy_file"]
 
@@ -17,6 +27,8 @@ def _fill(group: Any, td: Any, kwargs: dict[str, Any]) -> None:
     for name, value in td.items():
         if isinstance(value, torch.Tensor):
             create(group, name, value, kwargs)
+        elif isinstance(value, NonTensorData):
+            create_text(group, name, json_value(value.data, name))
         else:
             write_group(group, name, value, kwargs, checked=True)
 
