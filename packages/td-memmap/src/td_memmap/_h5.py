@@ -48,7 +48,6 @@ from td_memmap._h5_format import (
     h5py,
     is_group,
     is_text,
-    json_value,
     meta,
     read,
     read_text,
@@ -304,7 +303,7 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             create(self._group, key, value, self.kwargs)
             return
         if isinstance(value, NonTensorData):
-            create_text(self._group, key, json_value(value.data, full_key))
+            create_text(self._group, key, value.data, full_key)
             return
         write_group(self._group, key, value, self.kwargs)
 

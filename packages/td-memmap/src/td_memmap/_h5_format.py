@@ -3,9 +3,9 @@
 Groups are (sub-)TensorDicts, datasets are tensor leaves. A group's batch size
 is its attribute `td_batch_size`. Dtypes numpy lacks (`bfloat16`, float8) are
 stored as the integer type of the same width with the attribute `td_dtype`.
-Non-tensor values are stored as JSON in a string dataset with the attribute
-`td_json`, and string datasets are read back as non-tensor values (JSON ones
-decoded). Nothing is ever unpickled: datasets of object or opaque dtype are
+Non-tensor values are stored in string datasets: a `str` as is (upstream's
+layout; read back as `bytes`, as upstream), other values as JSON with the
+attribute `td_json` (decoded on read). Nothing is ever unpickled: datasets of object or opaque dtype are
 refused with `MemmapFormatError`, and values that JSON cannot hold exactly are
 refused with `UnstorableValueError` before anything is written.
 """
@@ -91,30 +91,24 @@ def is_text(ds: Any) -> bool:
 
 
 def read_text(ds: Any) -> Any:
-    """The value of a string dataset: JSON decoded if td wrote it, else the string(s)."""
+    """The value of a string dataset: JSON-decoded if td wrote it so, else the raw
+    strings as h5py reads them (`bytes`, as upstream)."""
     raw = ds[()]
-    text = raw.tolist() if isinstance(raw, np.ndarray) else raw
-    text = _decode(text)
     if not ds.attrs.get(_JSON_ATTR):
-        return text
+        return raw
     try:
-        return json.loads(text)
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
     except (TypeError, ValueError) as err:
         raise MemmapFormatError(
             f"{fname(ds)}: dataset {ds.name!r} is marked as JSON but does not decode ({err})"
         ) from err
 
 
-def _decode(text: Any) -> Any:
-    if isinstance(text, bytes):
-        return text.decode("utf-8")
-    if isinstance(text, list):
-        return [_decode(t) for t in text]
-    return text
-
-
-def json_value(value: Any, path: Any) -> str:
-    """`value` (a non-tensor leaf's data) as JSON, if JSON gives it back exactly."""
+def json_value(value: Any, path: Any) -> str | None:
+    """`value` (a non-tensor leaf's data) as JSON, if JSON gives it back exactly; None
+    for a `str`, which is stored as a plain HDF5 string (upstream's layout)."""
+    if isinstance(value, str):
+        return None
     try:
         text = json.dumps(value)
         exact = json.loads(text) == value and type(json.loads(text)) is type(value)
@@ -123,17 +117,20 @@ def json_value(value: Any, path: Any) -> str:
     if not exact:
         raise UnstorableValueError(
             f"the non-tensor value at key {path!r} ({type(value).__name__}) cannot be stored in "
-            "an HDF5 file: td stores non-tensor values as JSON (strings, numbers, lists, dicts) "
-            "and never pickles; use memmap() with allow_pickle for it"
+            "an HDF5 file: td stores strings, and other non-tensor values as JSON (numbers, "
+            "lists, dicts), and never pickles; use memmap() with allow_pickle for it"
         )
     return text
 
 
-def create_text(group: Any, key: str, text: str) -> None:
-    """Write the JSON `text` as the new string dataset `key` of `group`."""
+def create_text(group: Any, key: str, value: Any, path: Any) -> None:
+    """Write the non-tensor `value` as the new string dataset `key` of `group`."""
+    text = json_value(value, path)
     if key in group:
         del group[key]
-    group.create_dataset(key, data=text).attrs[_JSON_ATTR] = 1
+    ds = group.create_dataset(key, data=value if text is None else text)
+    if text is not None:
+        ds.attrs[_JSON_ATTR] = 1
 
 
 def _dtype_name(ds: Any) -> str | None:

@@ -16,7 +16,6 @@ from td_memmap._h5_format import (
     create_text,
     h5py,
     is_group,
-    json_value,
 )
 
 __all__ = ["write_group", "write_file", "copy_file"]
@@ -28,7 +27,7 @@ def _fill(group: Any, td: Any, kwargs: dict[str, Any]) -> None:
         if isinstance(value, torch.Tensor):
             create(group, name, value, kwargs)
         elif isinstance(value, NonTensorData):
-            create_text(group, name, json_value(value.data, name))
+            create_text(group, name, value.data, name)
         else:
             write_group(group, name, value, kwargs, checked=True)
 
