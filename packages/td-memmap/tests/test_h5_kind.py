@@ -355,3 +355,17 @@ def test_from_dict_batch_size_options(tmp_path, ptd):
         assert out.batch_size == (3, 2, 5) and source.batch_size == (3,)
     with PersistentTensorDict.from_dict(ptd, tmp_path / "copy.h5", batch_size=[]) as out:
         assert out.batch_size == () and ptd.batch_size == (4,)  # the source file is untouched
+
+
+def test_ops_with_out_write_into_the_file(ptd, path):
+    mask = torch.tensor([True, False, True, False])
+    source = _dense().apply(lambda t: t + 1)
+    want = source.where(mask, _dense())
+    assert source.where(mask, _dense(), out=ptd) is ptd
+    ptd.close()
+    _assert_equal(_on_disk(path), want)
+    with PersistentTensorDict.from_h5(path, mode="r+") as again:
+        parts = [source[i] for i in range(4)]
+        assert torch.stack(parts, 0, out=again) is again
+        assert torch.cat([source[:2], source[2:]], 0, out=again) is again
+    _assert_equal(_on_disk(path), source)
