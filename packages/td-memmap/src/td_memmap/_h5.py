@@ -54,7 +54,8 @@ from td_memmap._h5_format import (
     stored_batch_size,
     write_at,
 )
-from td_memmap._h5_stage import forget, staged, staged_if_inplace, staged_read
+from td_memmap._h5_index import h5_rows, indexed_shape
+from td_memmap._h5_stage import forget, is_staged, staged, staged_if_inplace, staged_read
 from td_memmap._h5_views import FileViewsMixin
 from td_memmap._h5_write import copy_file, write_file, write_group
 
@@ -353,12 +354,13 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
                 "an HDF5 file: write value.detach() instead"
             )
         super()._copy_into(key, dest, item, full_key)  # checks the shape, copies into `dest`
-        write_at(self._node(key), (), dest)
+        if not is_staged(dest):  # a staged tensor is written when its op returns
+            write_at(self._node(key), (), dest)
 
     # ------------------------------------------------------------ reading
     def _dense(self, index: Any = ()) -> TensorDict:
         """The entries (only the rows `index` selects) read into a `TensorDict`."""
-        shape = _indexed(self._batch_size, index)
+        shape = indexed_shape(self._batch_size, index)
         out = TensorDict(batch_size=shape, device=self._device)
         for key, node in self._group.items():
             if is_group(node):
@@ -386,7 +388,7 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         return False
 
     def _index(self, index: Any) -> Any:
-        rows = _rows(index, self._batch_size)
+        rows = h5_rows(index, self._batch_size)
         if rows is None:
             return super()._index(index)  # any other index: read, then index in memory
         if isinstance(rows, np.ndarray):
@@ -402,7 +404,7 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         """`td[index] = value`: only the rows `index` selects are read and written back
         when h5py can address them (an int, a slice, increasing positions or a mask over
         the first batch dim); any other index goes through a staged copy."""
-        rows = _rows(index, self._batch_size)
+        rows = h5_rows(index, self._batch_size)
         if rows is None or (isinstance(rows, np.ndarray) and (np.diff(rows) <= 0).any()):
             self._setitem_staged(index, value)
             return
@@ -580,35 +582,6 @@ def _nested_sizes(td: PersistentTensorDict, prefix: str, out: dict[str, Any]) ->
         _nested_sizes(sub, prefix + key + "/", out)
 
 
-def _indexed(batch_size: torch.Size, index: Any) -> torch.Size:
-    if isinstance(index, tuple) and index == ():
-        return batch_size
-    item = torch.from_numpy(index) if isinstance(index, np.ndarray) else index
-    return torch.zeros((), dtype=torch.uint8).expand(batch_size)[item].shape
-
-
-def _rows(index: Any, batch_size: torch.Size) -> Any:
-    """`index` as rows of the first batch dim that h5py reads directly, else None."""
-    if not batch_size:
-        return None
-    n = batch_size[0]
-    if type(index) is int:
-        return index + n if -n <= index < 0 else index if 0 <= index < n else None
-    if type(index) is slice:
-        return index if index.step is None or index.step > 0 else None
-    if isinstance(index, torch.Tensor):
-        index = index.cpu().numpy()
-    if isinstance(index, (list, range)) and all(type(i) is int for i in index):
-        index = np.asarray(index, dtype=np.int64)
-    if not isinstance(index, np.ndarray) or index.ndim != 1 or not index.size:
-        return None
-    if index.dtype == bool:
-        return np.nonzero(index)[0] if index.shape[0] == n else None
-    if index.dtype.kind not in "iu" or index.max() >= n or index.min() < -n:
-        return None
-    return np.where(index < 0, index + n, index).astype(np.int64)
-
-
 # In-place ops of the base write into the tensors they read: run them staged, so
 # that what they write reaches the file (and nothing does if they fail).
 for _name in (
@@ -616,7 +589,7 @@ for _name in (
         "abs_ acos_ add_ addcdiv_ addcmul_ apply_ asin_ atan_ bitwise_and_ bitwise_or_ "
         "bitwise_xor_ ceil_ clamp_ clamp_max_ clamp_min_ copy_ copy_at_ cos_ cosh_ div_ erf_ "
         "erfc_ exp_ expm1_ fill_ floor_ frac_ lerp_ lgamma_ log10_ log1p_ log2_ log_ "
-        "masked_fill_ maximum_ minimum_ mod_ mul_ neg_ pow_ reciprocal_ round_ rsqrt_ set_ "
+        "masked_fill_ maximum_ minimum_ mod_ mul_ neg_ pow_ reciprocal_ round_ rsqrt_ "
         "set_at_ sigmoid_ sign_ sin_ sinh_ sqrt_ sub_ tan_ tanh_ trunc_ update_ update_at_ "
         "zero_ __iadd__ __isub__ __imul__ __itruediv__ __ipow__ __iand__ __ior__ __ixor__"
     ).split(),

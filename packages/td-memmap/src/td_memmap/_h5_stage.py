@@ -20,7 +20,7 @@ import torch
 
 from td_memmap._h5_format import check_writable, fname, read, write_at
 
-__all__ = ["staged", "staged_if_inplace", "staged_read", "forget", "run_staged"]
+__all__ = ["staged", "staged_if_inplace", "staged_read", "forget", "run_staged", "is_staged"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +42,14 @@ def staged_read(ds: Any, device: torch.device | None) -> torch.Tensor:
         stage[key] = (ds, tensor)
         return tensor
     return hit[1]
+
+
+def is_staged(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is a staged read of the running staged op (written when it returns)."""
+    stage = _STAGE.get()
+    if not stage:
+        return False
+    return any(staged is tensor for _, staged in stage.values())
 
 
 def forget(group: Any, key: str) -> None:
