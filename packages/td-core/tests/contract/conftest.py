@@ -13,7 +13,8 @@ On ``lazy_hetero`` (members whose ``ragged`` leaf differs in shape) upstream
 mostly raises; td's result is then compared with upstream's on the same data
 with the ragged leaf padded with NaN (``assert_same_padded``). The ``memmap``
 kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
-loaded back, on both sides.
+loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
+to an HDF5 file with ``PersistentTensorDict.from_dict``.
 
 Test files in this folder take the ``kind`` fixture (every kind) and the
 ``check`` fixture; see ``test_existing_ops.py`` for the pattern.
@@ -164,6 +165,22 @@ def memmap(ns: types.ModuleType) -> Any:
     return ns.TensorDict.load_memmap(folder)
 
 
+def h5(ns: types.ModuleType) -> Any:
+    """``dense`` written to a fresh HDF5 file with ``PersistentTensorDict.from_dict`` (leaves on disk)."""
+    global _MEMMAP_ROOT
+    if _MEMMAP_ROOT is None:
+        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
+    path = Path(tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)) / "data.h5"
+    cls = ns.PersistentTensorDict if ns is upstream else _td_memmap().PersistentTensorDict
+    return cls.from_dict(dense(ns), filename=path)
+
+
+def _td_memmap() -> types.ModuleType:
+    import td_memmap
+
+    return td_memmap
+
+
 KINDS: dict[str, Recipe] = {
     "dense": dense,
     "dense_flat": dense_flat,
@@ -179,6 +196,8 @@ KINDS: dict[str, Recipe] = {
 }
 if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optional sibling
     KINDS["memmap"] = memmap
+    if importlib.util.find_spec("h5py") is not None:
+        KINDS["h5"] = h5
 
 
 @pytest.fixture(params=sorted(KINDS))

@@ -22,14 +22,17 @@ from td_memmap._errors import (
     MemmapExistsError,
     MemmapFormatError,
     MissingLeafError,
+    NotSupportedOnFileError,
     PickleNotAllowedError,
     ReadOnlyMemmapError,
     SymlinkTargetError,
     UnknownClassError,
     UnsafePathError,
+    UnstorableValueError,
 )
 from td_memmap._format import DTYPES, encode_key
-from td_memmap._h5 import PersistentTensorDict, from_h5, to_h5
+from td_memmap._h5 import PersistentTensorDict
+from td_memmap._h5_io import from_h5, to_h5
 from td_memmap._inplace import (
     load_memmap_,
     make_memmap,
@@ -93,4 +96,6 @@ __all__ = [
     "UnknownClassError",
     "ReadOnlyMemmapError",
     "SymlinkTargetError",
+    "UnstorableValueError",
+    "NotSupportedOnFileError",
 ]

@@ -21,6 +21,8 @@ __all__ = [
     "UnknownClassError",
     "ReadOnlyMemmapError",
     "SymlinkTargetError",
+    "UnstorableValueError",
+    "NotSupportedOnFileError",
 ]
 
 
@@ -74,4 +76,22 @@ class SymlinkTargetError(MemmapError, RuntimeError):
     """A file or folder to write is a symbolic link: td-memmap never writes through one.
 
     A `RuntimeError`, as upstream raises for the same refusal.
+    """
+
+
+class UnstorableValueError(MemmapError, TypeError, RuntimeError):
+    """A value a file format cannot hold without pickle (or at all): a non-tensor
+    value in HDF5, or a tensor that requires grad.
+
+    A `TypeError`, and a `RuntimeError` as upstream raises in these cases.
+    """
+
+
+class NotSupportedOnFileError(MemmapError, NotImplementedError, ValueError):
+    """An op a file-backed `PersistentTensorDict` does not do: a view (`permute`,
+    `squeeze`, ...) that could not write through to the file, or an in-place
+    restructuring. Make it dense first with `to_tensordict()`.
+
+    A `NotImplementedError` (so a `RuntimeError`) and a `ValueError`, the
+    classes upstream raises for these cases.
     """

@@ -20,6 +20,7 @@ from td_core._core.contract import dense, provided
 from td_core._core.contract import lazy as lazy_stack_of
 from td_core._core.traverse import is_td
 from td_core._core.utils import as_device, as_size
+from td_core._io.formats import from_h5
 from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops.stack import stack
 from td_core.errors import TDError
@@ -98,10 +99,17 @@ def _tuple_entries(obj: Sequence[Any]) -> dict[str, Any]:
     return {str(i): _value(v) for i, v in enumerate(obj)}
 
 
+def _is_h5_group(obj: Any) -> bool:
+    """Whether `obj` is an h5py File or Group (checked without importing h5py)."""
+    return type(obj).__module__.startswith("h5py") and hasattr(obj, "visit")
+
+
 def _value(value: Any) -> Any:
     """An entry for `from_any`-style builders: containers become TensorDicts."""
     if is_td(value) or isinstance(value, Tensor):
         return value
+    if _is_h5_group(value):  # an HDF5 file or group: a PersistentTensorDict (td-memmap[h5])
+        return from_h5(value, auto_batch_size=True)
     if isinstance(value, Mapping):
         return _dense({k: _value(v) for k, v in value.items()})
     if _is_namedtuple(value):
@@ -383,7 +391,8 @@ def from_any(
     batch_size: Any = None,
 ) -> Any:
     """Convert `obj` with the matching `from_*`: mappings, namedtuples, tuples,
-    dataclasses, structured arrays; TensorDicts are returned as they are, as are
+    dataclasses, structured arrays, h5py files and groups (a `PersistentTensorDict`,
+    with td-memmap[h5]); TensorDicts are returned as they are, as are
     tensors and other values. A list becomes a non-tensor stack of its items.
     """
     kwargs = {
@@ -394,6 +403,8 @@ def from_any(
     }
     if is_td(obj) or isinstance(obj, Tensor):
         return obj
+    if _is_h5_group(obj):
+        return from_h5(obj, auto_batch_size=True, batch_dims=batch_dims, batch_size=batch_size)
     if isinstance(obj, Mapping):
         return _finish(_dense({k: _value(v) for k, v in obj.items()}), **kwargs)
     if _is_namedtuple(obj):
