@@ -397,7 +397,7 @@ class TensorDictBase(
                 return
         if self._is_locked:
             raise LockedError(
-                f"cannot set key {full_key!r}: the TensorDict is locked; "
+                f"Cannot modify locked TensorDict: cannot set key {full_key!r}; "
                 "use set_() or set(..., inplace=True) for in-place writes, or unlock_() it"
             )
         self._set_str(key, self._validate(item, full_key))
