@@ -19,6 +19,7 @@ __all__ = [
     "DimError",
     "NotAPipeError",
     "NotConsolidatedError",
+    "OptionsConflictError",
 ]
 
 
@@ -81,4 +82,12 @@ class NotConsolidatedError(TDError, AttributeError):
 
     Upstream looks up the missing consolidated storage and fails with
     `AttributeError`; this is an instance of that too.
+    """
+
+
+class OptionsConflictError(TDError, ValueError, RuntimeError):
+    """Two options of a call cannot be used together (e.g. `from_modules(lazy_stack=True, as_module=True)`).
+
+    Upstream raises `RuntimeError` for these; this is an instance of that and
+    of `ValueError`.
     """

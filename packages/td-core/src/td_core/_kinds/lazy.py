@@ -125,11 +125,20 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     @staticmethod
     def from_module(
-        module: Any, as_module: bool = False, lock: bool = True, use_state_dict: bool = False
+        module: Any,
+        as_module: bool = False,
+        lock: bool = True,
+        use_state_dict: bool = False,
+        *,
+        filter_empty: bool = True,
     ) -> Any:
         """The parameters and buffers of `module`: a TensorDict, as upstream (see `from_module`)."""
         return TensorDict.from_module(
-            module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
+            module,
+            as_module=as_module,
+            lock=lock,
+            use_state_dict=use_state_dict,
+            filter_empty=filter_empty,
         )
 
     @staticmethod
