@@ -20,6 +20,7 @@ __all__ = [
     "NotAPipeError",
     "NotConsolidatedError",
     "OptionsConflictError",
+    "NotATensorDictError",
 ]
 
 
@@ -90,4 +91,12 @@ class OptionsConflictError(TDError, ValueError, RuntimeError):
 
     Upstream raises `RuntimeError` for these; this is an instance of that and
     of `ValueError`.
+    """
+
+
+class NotATensorDictError(KeyNotFoundError, ValueError):
+    """A nested key goes through a leaf: `td["a", "b"]` where `td["a"]` is a tensor.
+
+    Upstream raises `ValueError` here (and `KeyError` for a missing key);
+    this is an instance of both.
     """

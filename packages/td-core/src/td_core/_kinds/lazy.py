@@ -399,8 +399,8 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
                 item = torch.as_tensor(item, device=dest.device)
             if broadcast_shape(item.shape, dest.shape) != dest.shape:
                 raise BatchSizeError(
-                    f"cannot copy a value of shape {list(item.shape)} into key {full_key!r} "
-                    f"of shape {list(dest.shape)}"
+                    f"Failed to update {full_key!r}: cannot copy a value of shape "
+                    f"{list(item.shape)} into its entry of shape {list(dest.shape)}"
                 )
             parts = item.expand(dest.shape).unbind(self.stack_dim)
             for td, part in zip(self.tensordicts, parts):

@@ -236,6 +236,11 @@ class StructureMixin(TensorDictContract):
         """Move the entry at `old_key` to `new_key` (`safe`: refuse to overwrite)."""
         if self.is_locked:
             raise LockedError(f"cannot rename {old_key!r}: the TensorDict is locked")
+        if old_key not in self.keys(include_nested=True):  # even where get() defaults to None
+            raise KeyNotFoundError(
+                f"rename_key_: key {old_key!r} not found in {type(self).__name__} with keys "
+                f"{sorted(self.keys(include_nested=True), key=str)}"
+            )
         value = self.get(old_key)
         if safe and new_key in self.keys(include_nested=True):
             raise KeyError(f"rename_key_: {new_key!r} already exists (safe=True)")
