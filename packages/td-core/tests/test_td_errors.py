@@ -390,3 +390,20 @@ def test_indexing_a_missing_key_raises_even_when_get_defaults_to_none(lazy):
             with pytest.raises(KeyError, match="'d'"):
                 td.rename_key_(old, new)
         assert set(td.keys(True)) == {"a", "b", ("b", "c")}
+
+
+@pytest.mark.parametrize("not_a_key", [0, 4.2, ("a", 42), None])
+def test_membership_of_a_non_key_is_refused(not_a_key):
+    td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+    with pytest.raises(RuntimeError, match="NestedKey"):
+        not_a_key in td  # noqa: B015
+    for view in (td.keys(), td.keys(include_nested=True)):
+        with pytest.raises(TypeError, match="TensorDict keys are always strings"):
+            not_a_key in view  # noqa: B015
+
+
+def test_nested_key_in_a_flat_keys_view_is_refused():
+    td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+    assert ("a",) in td.keys() and ("a", "b") in td.keys(include_nested=True)
+    with pytest.raises(TypeError, match="include_nested=True"):
+        ("a", "b") in td.keys()  # noqa: B015

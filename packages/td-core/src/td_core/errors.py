@@ -21,6 +21,7 @@ __all__ = [
     "NotConsolidatedError",
     "OptionsConflictError",
     "NotATensorDictError",
+    "KeyTypeError",
 ]
 
 
@@ -99,4 +100,12 @@ class NotATensorDictError(KeyNotFoundError, ValueError):
 
     Upstream raises `ValueError` here (and `KeyError` for a missing key);
     this is an instance of both.
+    """
+
+
+class KeyTypeError(TDError, TypeError, RuntimeError):
+    """An object that is not a key (a `str` or a tuple of `str`) was used as one: `0 in td`.
+
+    Upstream raises `TypeError` from a keys view and `RuntimeError` from
+    `in td`; this is an instance of both.
     """

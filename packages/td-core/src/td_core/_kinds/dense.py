@@ -16,7 +16,7 @@ from td_core._kinds.base import TensorDictBase, defaults_to_none
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
-from td_core.errors import BatchSizeError, LockedError
+from td_core.errors import BatchSizeError, LockedError, OptionsConflictError
 
 __all__ = ["TensorDict", "from_dict"]
 
@@ -82,6 +82,11 @@ class TensorDict(TensorDictBase):
         self._pending: dict[str, Any] | None = None
         self._tensordict: dict[str, Any] = {}
         if source is not None:
+            if kwargs:
+                raise OptionsConflictError(
+                    f"TensorDict: pass the entries either as source or as keyword arguments "
+                    f"({sorted(kwargs)}), not both"
+                )
             if type(source) is not dict and not isinstance(source, Mapping):
                 raise TypeError(
                     f"TensorDict source must be a mapping, got {type(source).__name__}; "
@@ -418,7 +423,8 @@ class TensorDict(TensorDictBase):
                     updates[key] = value.with_batch_size(size)
                 elif value.shape[:n] != size:
                     raise BatchSizeError(
-                        f"cannot set batch_size {list(size)}: entry {key!r} has shape {list(value.shape)}"
+                        f"cannot set batch_size {list(size)}: the Tensor {key} has shape "
+                        f"{value.shape} which is incompatible with the batch-size {size}."
                     )
             elif is_nt(value):
                 if value.batch_size[:n] != size:
@@ -500,6 +506,11 @@ def _from_dict(
         input_dict = input_dict.to_dict()
     if not isinstance(input_dict, Mapping):
         raise TypeError(f"from_dict expects a mapping, got {type(input_dict).__name__}")
+    if batch_size is not None and batch_dims is not None:
+        raise OptionsConflictError(
+            f"from_dict: pass either batch_size ({batch_size!r}) or batch_dims ({batch_dims!r}), "
+            "not both"
+        )
     if auto_batch_size is None:
         auto_batch_size = batch_dims is not None
     if batch_size is not None:
