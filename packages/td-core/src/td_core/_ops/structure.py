@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TD, TensorDictContract, dense
+from td_core._core.contract import TD, TensorDictContract
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td, per_member, stack_parts
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._ops.resize_update import update_resized
 from td_core._ops.writes import copy_all, plan_copy_dense
-from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError, OptionsConflictError
+from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -299,10 +300,10 @@ class StructureMixin(TensorDictContract):
                     f"not match {list(self.batch_size)}; update_batch_size must be set to True "
                     "to take the source's batch size"
                 )
-            _update_resized(self, input_dict_or_td, inplace, keys_to_update, is_leaf)
+            update_resized(self, input_dict_or_td, inplace, keys_to_update, is_leaf)
             return self
         if update_batch_size and is_td(input_dict_or_td) and not inplace and keys_to_update is None:
-            _update_resized(self, input_dict_or_td, inplace, keys_to_update, is_leaf)
+            update_resized(self, input_dict_or_td, inplace, keys_to_update, is_leaf)
             return self
         if (
             keys_to_update is None
@@ -560,65 +561,6 @@ def _plan_update(
         elif isinstance(existing, Tensor):
             _check_copy(existing, value, full)
         plan.append((td, key, value, full))
-
-
-def _update_resized(
-    td: Any,
-    source: Any,
-    inplace: bool,
-    keys_to_update: Any,
-    is_leaf: Callable[[type], bool] | None,
-) -> None:
-    """`update(source, update_batch_size=True)`: checked whole, then written."""
-    if inplace:
-        raise OptionsConflictError(
-            "update(update_batch_size=True) replaces entries to change the batch size: it cannot "
-            "be combined with inplace=True"
-        )
-    if keys_to_update is not None:
-        raise OptionsConflictError(
-            "update(update_batch_size=True) takes the whole source: it cannot be combined with "
-            "keys_to_update"
-        )
-    if not is_td(source):
-        raise TypeError(
-            f"update(update_batch_size=True) takes the batch size of a TensorDict, got "
-            f"{type(source).__name__}"
-        )
-    if td.is_locked:
-        raise LockedError(
-            "update(update_batch_size=True): the TensorDict is locked (unlock_() it to change "
-            "its batch size)"
-        )
-    if is_stack(td) or not hasattr(td, "_tensordict"):
-        raise NotImplementedError(
-            f"update(update_batch_size=True) changes the batch size of a dense TensorDict; "
-            f"got a {type(td).__name__}"
-        )
-    # the result, built (and validated) before self changes
-    checked = dense(_resized_entries(td, source, is_leaf), source.batch_size, td.device)
-    td.clear()
-    td.batch_size = checked.batch_size
-    for key, value in checked._items_str():
-        td._set_str(key, value)
-
-
-def _resized_entries(
-    td: Any, source: Any, is_leaf: Callable[[type], bool] | None
-) -> dict[str, Any]:
-    """`td`'s entries with `source`'s over them; dense sub-TensorDicts in both are merged."""
-    entries = dict(td._items_str())
-    for key, value in source._items_str():
-        existing = entries.get(key)
-        if (
-            existing is not None
-            and type(existing) is type(td)
-            and is_td(value)
-            and not (is_leaf is not None and is_leaf(type(value)))
-        ):
-            value = dense(_resized_entries(existing, value, is_leaf), value.batch_size, td.device)
-        entries[key] = value
-    return entries
 
 
 def _has_parent(td: TensorDictContract, key: tuple[str, ...]) -> bool:
