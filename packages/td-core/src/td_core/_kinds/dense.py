@@ -423,8 +423,9 @@ class TensorDict(TensorDictBase):
                     updates[key] = value.with_batch_size(size)
                 elif value.shape[:n] != size:
                     raise BatchSizeError(
-                        f"cannot set batch_size {list(size)}: the Tensor {key} has shape "
-                        f"{value.shape} which is incompatible with the batch-size {size}."
+                        f"cannot set batch_size {list(size)} because of entry {key!r}: the Tensor "
+                        f"{key} has shape {value.shape} which is incompatible with the batch-size "
+                        f"{size}."
                     )
             elif is_nt(value):
                 if value.batch_size[:n] != size:
