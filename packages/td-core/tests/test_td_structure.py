@@ -1,6 +1,8 @@
 """Key structure: select/exclude/split, flatten/unflatten keys, rename, update, empty, lock,
 dict and state-dict round trips."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -421,3 +423,36 @@ def test_update_batch_size_with_is_leaf_replaces_sub_tensordicts_whole():
     with pytest.raises(RuntimeError):
         td0.update(TensorDict(b=new_b[:1], batch_size=(1,)), update_batch_size=True)
     assert td0.batch_size == (2,) and td0["b"] is new_b
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_update_in_place_takes_keyword_entries(lazy):
+    from td_core import lazy_stack
+
+    td = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3)}, [3])
+    if lazy:
+        td = lazy_stack(list(td.unbind(0)))
+    td.update_({"a": torch.ones(3)}, b=torch.ones(3) * 2)
+    assert (td["a"] == 1).all() and (td["b"] == 2).all()
+    assert td.update_() is td and td.update() is td
+    with pytest.raises(KeyError, match="'c',\\) was not found"):
+        td.update_(c=torch.ones(3))
+    assert "c" not in td.keys()
+
+
+def test_update_in_place_of_a_missing_key_raises_even_when_get_defaults_to_none():
+    from td_core import set_get_defaults_to_none
+
+    td = TensorDict({"a": torch.zeros(3)}, [3])
+    with set_get_defaults_to_none(True), pytest.raises(KeyError, match="was not found"):
+        td.update_({"b": torch.ones(3)})
+
+
+def test_a_batch_mismatch_on_set_says_both_shapes():
+    td = TensorDict({"a": torch.zeros(3, 4, 5, 6)}, [3, 4, 5])
+    message = (
+        "batch dimension mismatch, got self.batch_size=torch.Size([3, 4, 5]) and "
+        "value.shape=torch.Size([3, 4, 2])"
+    )
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        td.set("c", torch.zeros(3, 4, 2))

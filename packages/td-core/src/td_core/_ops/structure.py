@@ -21,6 +21,8 @@ from td_core._ops.resize_update import update_resized
 from td_core._ops.writes import copy_all, plan_copy_dense
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
+_ABSENT: Any = object()  # `get`'s default where a missing key must not read as None
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
@@ -326,16 +328,28 @@ class StructureMixin(TensorDictContract):
 
     def update_(
         self,
-        input_dict_or_td: Mapping[Any, Any] | TensorDictContract,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictContract | None = None,
         clone: bool = False,
         *,
         keys_to_update: Iterable[NestedKey] | None = None,
         non_blocking: bool = False,
+        **kwargs: Any,
     ) -> Self:
         """Copy every entry of the input into the existing entry of self, in place.
 
+        Entries can also be given by name (`**kwargs`, which win over the input's).
         Raises `KeyError` naming the first key that self lacks, before writing anything.
         """
+        if input_dict_or_td is None or kwargs:
+            merged = dict(
+                {}
+                if input_dict_or_td is None
+                else input_dict_or_td._items_str()
+                if is_td(input_dict_or_td)
+                else input_dict_or_td
+            )
+            merged.update(kwargs)
+            input_dict_or_td = merged
         dests: list[Tensor] = []
         srcs: list[Tensor] = []
         cls = type(self)
@@ -625,16 +639,17 @@ def _plan_update_(
             full[: len(a)] == a or a[: len(full)] == full for a in allowed
         ):
             continue
-        dest = td.get(raw_key, NO_DEFAULT)
-        if is_nt(dest) or (is_nt(value) and dest is not NO_DEFAULT and not is_td(dest)):
+        dest = td.get(raw_key, _ABSENT)
+        if is_nt(dest) or (is_nt(value) and dest is not _ABSENT and not is_td(dest)):
             # non-tensor values are written into (or replace) their leaf, after all checks
             key = unravel_key(raw_key)
             target = td if isinstance(key, str) else td._parent_for(key, create=False)
             values.append((target, key if type(key) is str else key[-1], value, full))
             continue
-        if dest is NO_DEFAULT:
+        if dest is _ABSENT:
             raise KeyNotFoundError(
-                f"update_: key {full!r} is not in the TensorDict (update_ only copies into existing entries)"
+                f"update_: key {full!r} was not found in the TensorDict (update_ only copies "
+                "into existing entries)"
             )
         if is_td(dest):
             if not (is_td(value) or isinstance(value, Mapping)):
