@@ -244,3 +244,16 @@ def test_from_module_filter_empty(as_module):
     assert set(from_module(net, filter_empty=False).keys(True, True)) == set(
         dropped.keys(True, True)
     )
+
+
+def test_make_tensordict_auto_batch_size_is_an_option_not_an_entry():
+    td = make_tensordict(a=torch.zeros(3, 4), b=torch.zeros(3, 4, 5), auto_batch_size=True)
+    assert set(td.keys()) == {"a", "b"} and td.batch_size == (3, 4)
+    nested = make_tensordict(c=td, d=torch.zeros(3, 5), auto_batch_size=True)
+    assert nested.batch_size == (3,) and nested["c"].batch_size == (3, 4)
+    assert make_tensordict(c=td, d=torch.zeros(4, 5), auto_batch_size=True).batch_size == ()
+    assert make_tensordict(a=torch.zeros(3), auto_batch_size=False).batch_size == ()
+    assert make_tensordict({("x", "y"): torch.zeros(2, 3)}, auto_batch_size=True)["x"].shape == (
+        2,
+        3,
+    )

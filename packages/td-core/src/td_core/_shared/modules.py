@@ -322,9 +322,19 @@ def make_tensordict(
     input_dict: dict[str, Any] | None = None,
     batch_size: Any = None,
     device: Any = None,
+    auto_batch_size: bool | None = None,
     **kwargs: Any,
 ) -> TensorDict:
     """A TensorDict from a dict and/or keyword arguments; the batch size is inferred if not given.
+
+    Args:
+        input_dict: the entries (nested dicts and TensorDicts are merged, keys may be tuples).
+        batch_size: the batch size; by default it is inferred.
+        device: the device of the result.
+        auto_batch_size: infer the batch size (the longest leading shape every
+            leaf shares); default: when no `batch_size` is given. `False`
+            without a `batch_size` gives `[]`.
+        **kwargs: more entries by name.
 
     Examples:
         >>> import torch
@@ -332,9 +342,11 @@ def make_tensordict(
         >>> make_tensordict(a=torch.zeros(3, 4), b=torch.zeros(3, 4, 5)).batch_size
         torch.Size([3, 4])
     """
-    source = dict(input_dict or {}, **kwargs)
+    source = dict(input_dict.items() if input_dict is not None else (), **kwargs)
+    if auto_batch_size is None:
+        auto_batch_size = batch_size is None
     return TensorDict.from_dict(
-        source, batch_size=batch_size, device=device, auto_batch_size=batch_size is None
+        source, batch_size=batch_size, device=device, auto_batch_size=auto_batch_size
     )
 
 
