@@ -493,10 +493,10 @@ class TensorDictBase(
         self, key: NestedKey, shape: torch.Size, what: str = "shape"
     ) -> BatchSizeError:
         return BatchSizeError(
-            f"batch dimension mismatch, got self.batch_size={self.batch_size} and "
-            f"value.shape={torch.Size(shape)}: the {what} of key {key!r} must start with the "
-            "batch_size. Python scalars become 0-d tensors: expand them to the batch size, or "
-            "wrap the value in NonTensorData."
+            f"key {key!r}: batch dimension mismatch, got self.batch_size={self.batch_size} and "
+            f"value.shape={torch.Size(shape)}; its {what} {list(shape)} must start with the "
+            f"batch_size {list(self.batch_size)}. Python scalars become 0-d tensors: expand them "
+            "to the batch size, or wrap the value in NonTensorData."
         )
 
     # ------------------------------------------------------------------ devices
