@@ -407,3 +407,9 @@ def test_nested_key_in_a_flat_keys_view_is_refused():
     assert ("a",) in td.keys() and ("a", "b") in td.keys(include_nested=True)
     with pytest.raises(TypeError, match="include_nested=True"):
         ("a", "b") in td.keys()  # noqa: B015
+
+
+def test_too_many_indices_in_upstream_words():
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3])
+    with pytest.raises(IndexError, match=re.escape("too many indices for tensor of dimension 1")):
+        td[:, 0]
