@@ -223,3 +223,17 @@ def test_copy_at_into_a_view_of_a_leaf_that_requires_grad_refuses_before_writing
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         dest.copy_at_(src, index)
     assert torch.equal(dest["a"], torch.zeros(3))
+
+
+def test_bytes_counts_gradients_and_jagged_components_once_each():
+    plain = torch.zeros(3)
+    with_grad = torch.ones(3, requires_grad=True)
+    (with_grad + 1).sum().backward()
+    offsets, lengths = torch.tensor([0, 1, 3]), torch.tensor([1, 2])
+    njt = torch.nested.nested_tensor_from_jagged(torch.ones(3), offsets, lengths=lengths)
+    # the same memory as `plain` and as njt's offsets and lengths
+    shared = torch.nested.nested_tensor_from_jagged(plain, offsets, lengths=lengths)
+    td = TensorDict(plain=plain, with_grad=with_grad, njt=njt, shared=shared)
+    njt_bytes = 3 * 4 + 3 * 8 + 2 * 8  # values, offsets, lengths
+    assert td.bytes() == 12 + 2 * 12 + 2 * njt_bytes
+    assert td.bytes(count_duplicates=False) == 12 + 2 * 12 + njt_bytes

@@ -226,3 +226,27 @@ def test_non_json_value_with_filename_names_the_key(tmp_path) -> None:
     td = TensorDict({"a": torch.zeros(2), "obj": object()}, [2])
     with pytest.raises(TypeError, match="'obj'"):
         td.consolidate(filename=tmp_path / "x.bin")
+
+
+def test_consolidate_to_a_file_reports_the_cpu_device(tmp_path) -> None:
+    td = _td()
+    assert td.device is None
+    c = td.consolidate(filename=tmp_path / "td.bin")
+    assert c.device == torch.device("cpu")
+    assert all(t.device.type == "cpu" for t in c.values(True, True))
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_consolidate_keeps_the_buffer_where_the_leaves_are(device: str) -> None:
+    td = TensorDict({"a": torch.zeros(2, 3), "n": {"b": torch.ones(2)}}, [2]).to(device)
+    for source in (td, td.clear_device_()):
+        c = source.consolidate()
+        assert c.device == source.device
+        assert {t.device.type for t in c.values(True, True)} == {device}
+
+
+def test_consolidate_refuses_leaves_on_several_devices_without_a_device() -> None:
+    td = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2, device="meta")}, [2])
+    with pytest.raises(ValueError, match="several devices"):
+        td.consolidate()
+    assert td.consolidate(device="meta")["a"].device.type == "meta"

@@ -6,6 +6,7 @@ from td_core import (
     LazyStackedTensorDict,
     TensorDict,
     TensorDictParams,
+    from_module,
     from_modules,
     make_tensordict,
 )
@@ -205,3 +206,54 @@ def test_vmap_over_tensordict_params():
     params = from_modules(nn.Linear(2, 2), nn.Linear(2, 2), as_module=True)
     sums = torch.vmap(lambda p: p["weight"].sum(), (0,))(params)
     torch.testing.assert_close(sums, params["weight"].sum((1, 2)))
+
+
+@pytest.mark.parametrize("as_module", [False, True])
+def test_from_modules_expand_identical_sends_gradients_to_the_shared_parameter(as_module):
+    shared = nn.Linear(3, 3)
+    modules = [nn.Sequential(shared, nn.Linear(3, 4)) for _ in range(3)]
+    params = from_modules(*modules, expand_identical=True, as_module=as_module)
+    assert not isinstance(params["0", "weight"], nn.Parameter)
+    assert params["0", "weight"].data_ptr() == shared.weight.data_ptr()
+    assert isinstance(params["1", "weight"], nn.Parameter)
+    empty = nn.Sequential(nn.Linear(3, 3, device="meta"), nn.Linear(3, 4, device="meta"))
+
+    def run(p, x):
+        with p.to_module(empty):
+            return empty(x)
+
+    torch.vmap(run, (0, None))(params, torch.ones(3)).sum().backward()
+    assert shared.weight.grad is not None and shared.bias.grad is not None
+    assert modules[0][1].weight.grad is None  # the stacked copies got those
+    assert params["1", "weight"].grad is not None
+
+
+def test_from_modules_lazy_stack_with_as_module_is_refused_as_upstream():
+    with pytest.raises(RuntimeError, match="within a TensorDictParams"):
+        from_modules(nn.Linear(3, 4), nn.Linear(3, 4), lazy_stack=True, as_module=True)
+
+
+@pytest.mark.parametrize("as_module", [False, True])
+def test_from_module_filter_empty(as_module):
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Sequential(nn.Dropout(), nn.Linear(4, 2)))
+    kept = TensorDict.from_module(net, as_module=as_module, filter_empty=False)
+    assert kept["1"].is_empty() and kept["2", "0"].is_empty()
+    assert kept["2", "1", "weight"] is net[2][1].weight
+    dropped = TensorDict.from_module(net, as_module=as_module)
+    assert set(dropped.keys()) == {"0", "2"} and set(dropped["2"].keys()) == {"1"}
+    assert set(from_module(net, filter_empty=False).keys(True, True)) == set(
+        dropped.keys(True, True)
+    )
+
+
+def test_make_tensordict_auto_batch_size_is_an_option_not_an_entry():
+    td = make_tensordict(a=torch.zeros(3, 4), b=torch.zeros(3, 4, 5), auto_batch_size=True)
+    assert set(td.keys()) == {"a", "b"} and td.batch_size == (3, 4)
+    nested = make_tensordict(c=td, d=torch.zeros(3, 5), auto_batch_size=True)
+    assert nested.batch_size == (3,) and nested["c"].batch_size == (3, 4)
+    assert make_tensordict(c=td, d=torch.zeros(4, 5), auto_batch_size=True).batch_size == ()
+    assert make_tensordict(a=torch.zeros(3), auto_batch_size=False).batch_size == ()
+    assert make_tensordict({("x", "y"): torch.zeros(2, 3)}, auto_batch_size=True)["x"].shape == (
+        2,
+        3,
+    )

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import td_core
-from td_core import LazyStackedTensorDict, TensorDict, tensorclass
+from td_core import LazyStackedTensorDict, TensorDict, lazy_stack, tensorclass
 from td_core.errors import BatchSizeError, DimError
 
 
@@ -243,3 +243,29 @@ def test_losses_keep_upstream_semantics_and_honour_beta() -> None:
     torch.testing.assert_close(against_tensor["b"], td["b"].abs().mean())
     with pytest.raises(KeyError, match="'x'"):
         F.mse_loss(td, td.exclude(("n", "x")))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "std", "amax", "quantile", "max"])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_feature_reduces_each_leaf_after_its_own_batch_dims(op, lazy) -> None:
+    td = TensorDict(
+        a=torch.randn(3, 4, 6),
+        b=TensorDict(c=torch.randn(3, 4, 5, 6, 7), d=torch.randn(3, 4, 5, 2), batch_size=(3, 4, 5)),
+        label="kept",
+        batch_size=(3, 4),
+    )
+    if lazy:
+        td = lazy_stack(list(td.unbind(0)))
+    args = (0.5,) if op == "quantile" else ()
+    if op != "std":  # a leaf without feature dims: each element alone
+        td["b", "e"] = torch.randn(3, 4, 5)
+    out = getattr(td, op)(*args, dim="feature")
+    if op == "max":
+        out = out.values
+    assert out.batch_size == (3, 4) and out["b"].batch_size == (3, 4, 5)
+    assert out["a"].shape == (3, 4) and out["b", "c"].shape == (3, 4, 5)
+    assert out["b", "d"].shape == (3, 4, 5)
+    assert out["label"] == td["label"]
+    fn = {"amax": torch.amax, "max": torch.amax}.get(op, getattr(torch, op))
+    expected = fn(td["b", "c"].flatten(3), *args, dim=-1)
+    torch.testing.assert_close(out["b", "c"], expected)

@@ -247,3 +247,27 @@ def test_from_dict_infers_or_takes_batch_size():
     assert td.batch_size == torch.Size([3])
     assert isinstance(td["b"], TensorDict)
     assert torch.equal(td["b", "c"], torch.zeros(3))
+
+
+def test_source_and_keyword_entries_are_exclusive():
+    with pytest.raises(ValueError, match="not both"):
+        TensorDict({"b": 2}, a=1)
+    assert set(TensorDict(a=1, b=1, batch_size=[]).keys()) == {"a", "b"}
+
+
+def test_from_dict_refuses_batch_size_with_batch_dims():
+    data = {"a": torch.zeros(3, 4, 5)}
+    with pytest.raises(ValueError, match="both"):
+        TensorDict.from_dict(data, batch_size=[3], batch_dims=1)
+    assert TensorDict.from_dict(data, batch_dims=1).batch_size == (3,)
+
+
+def test_batch_size_setter_error_says_which_tensor_is_incompatible():
+    td = TensorDict({"a": torch.zeros(3, 4, 5, 6), "b": torch.zeros(3, 4, 5)}, [3, 4])
+    message = (
+        "the Tensor a has shape torch.Size([3, 4, 5, 6]) which is incompatible with the "
+        "batch-size torch.Size([3, 5])."
+    )
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        td.batch_size = [3, 5]
+    assert td.batch_size == (3, 4)

@@ -354,3 +354,62 @@ def test_failed_construction_leaves_source_dict_alone():
     with pytest.raises(RuntimeError, match="bad"):
         TensorDict(source, [3])
     assert set(source) == {"ok", "bad"}
+
+
+def test_reading_through_a_leaf_is_a_key_and_a_value_error():
+    td = TensorDict({"a": torch.zeros(()), "n": {"b": torch.zeros(())}}, [])
+    for key in [("a", "b"), ("n", "b", "c")]:
+        with pytest.raises(ValueError, match="Expected a TensorDictBase instance") as info:
+            td[key]
+        assert isinstance(info.value, KeyError)
+        assert repr(key[:-1]) in str(info.value)
+
+
+def test_set_in_place_wrong_shape_says_which_update_failed():
+    td = TensorDict({"a": torch.rand(()), "n": {"b": torch.rand(())}}, [])
+    with pytest.raises(ValueError, match="Failed to update 'a'"):
+        td.set_("a", torch.randn(2))
+    with pytest.raises(ValueError, match=re.escape("Failed to update ('n', 'b')")):
+        td.set_(("n", "b"), torch.randn(2))
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_indexing_a_missing_key_raises_even_when_get_defaults_to_none(lazy):
+    from td_core import lazy_stack, set_get_defaults_to_none
+
+    td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2])
+    if lazy:
+        td = lazy_stack([td[0], td[1]])
+    with set_get_defaults_to_none(True):
+        assert td.get(("b", "d")) is None and td.get("d") is None
+        for key in ["d", ("b", "d")]:
+            with pytest.raises(KeyError, match="'d'"):
+                td[key]
+        # a failed rename changes nothing (it used to write None under the new key)
+        for old, new in [("d", "e"), (("b", "d"), "f")]:
+            with pytest.raises(KeyError, match="'d'"):
+                td.rename_key_(old, new)
+        assert set(td.keys(True)) == {"a", "b", ("b", "c")}
+
+
+@pytest.mark.parametrize("not_a_key", [0, 4.2, ("a", 42), None])
+def test_membership_of_a_non_key_is_refused(not_a_key):
+    td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+    with pytest.raises(RuntimeError, match="NestedKey"):
+        not_a_key in td  # noqa: B015
+    for view in (td.keys(), td.keys(include_nested=True)):
+        with pytest.raises(TypeError, match="TensorDict keys are always strings"):
+            not_a_key in view  # noqa: B015
+
+
+def test_nested_key_in_a_flat_keys_view_is_refused():
+    td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+    assert ("a",) in td.keys() and ("a", "b") in td.keys(include_nested=True)
+    with pytest.raises(TypeError, match="include_nested=True"):
+        ("a", "b") in td.keys()  # noqa: B015
+
+
+def test_too_many_indices_in_upstream_words():
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3])
+    with pytest.raises(IndexError, match=re.escape("too many indices for tensor of dimension 1")):
+        td[:, 0]

@@ -1,6 +1,8 @@
 """Key structure: select/exclude/split, flatten/unflatten keys, rename, update, empty, lock,
 dict and state-dict round trips."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -375,3 +377,82 @@ def test_update_inplace_copies_non_tensor_values():
     assert td["s"] == "new" and torch.equal(td["a"], torch.ones(2))
     td.set_("s", "newer")
     assert td["s"] == "newer"
+
+
+def test_update_takes_keyword_entries_which_win():
+    td = TensorDict({"a": torch.zeros(3)}, [3])
+    td.update({"a": torch.ones(3) * 2, "b": torch.ones(3) * 3}, a=torch.ones(3) * 7)
+    assert (td["a"] == 7).all() and (td["b"] == 3).all()
+    td.update(outer={"inner": torch.ones(3)})
+    assert (td["outer", "inner"] == 1).all()
+
+
+def test_update_of_a_different_batch_size_needs_update_batch_size():
+    td0 = TensorDict(
+        a=torch.zeros(3), n=TensorDict(b=torch.zeros(3, 2), batch_size=(3, 2)), batch_size=(3,)
+    )
+    td1 = TensorDict(
+        a=torch.ones(4), n=TensorDict(b=torch.ones(4, 5), batch_size=(4, 5)), batch_size=(4,)
+    )
+    with pytest.raises(RuntimeError, match="update_batch_size"):
+        td0.update(td1)
+    for kwargs, words in [
+        ({"inplace": True}, "inplace"),
+        ({"keys_to_update": ["a"]}, "keys_to_update"),
+    ]:
+        with pytest.raises(RuntimeError, match=words):
+            td0.update(td1, update_batch_size=True, **kwargs)
+    assert td0.batch_size == (3,) and td0["n"].batch_size == (3, 2)  # nothing changed
+    sub = td0["n"]
+    td0.update(td1, update_batch_size=True)
+    assert td0.batch_size == (4,) and td0["n"].batch_size == (4, 5)
+    assert (td0["n", "b"] == 1).all() and sub.batch_size == (3, 2)
+    with pytest.raises(RuntimeError, match="lock"):
+        TensorDict(batch_size=(3,), lock=True).update(td1, update_batch_size=True)
+
+
+def test_update_batch_size_with_is_leaf_replaces_sub_tensordicts_whole():
+    t = torch.arange(24).view(2, 3, 4)
+    td0 = TensorDict(a=t, b=TensorDict(c=t, batch_size=(2, 3)), batch_size=(2,))
+    new_b = TensorDict(c=torch.arange(16).view(2, 2, 4), batch_size=(2, 2))
+    td0.update(
+        TensorDict(b=new_b, batch_size=(2,)), update_batch_size=True, is_leaf=lambda cls: True
+    )
+    assert td0["b"] is new_b and td0.batch_size == (2,)
+    # an entry the source lacks must still fit the new batch size: nothing is written otherwise
+    with pytest.raises(RuntimeError):
+        td0.update(TensorDict(b=new_b[:1], batch_size=(1,)), update_batch_size=True)
+    assert td0.batch_size == (2,) and td0["b"] is new_b
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_update_in_place_takes_keyword_entries(lazy):
+    from td_core import lazy_stack
+
+    td = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3)}, [3])
+    if lazy:
+        td = lazy_stack(list(td.unbind(0)))
+    td.update_({"a": torch.ones(3)}, b=torch.ones(3) * 2)
+    assert (td["a"] == 1).all() and (td["b"] == 2).all()
+    assert td.update_() is td and td.update() is td
+    with pytest.raises(KeyError, match="'c',\\) was not found"):
+        td.update_(c=torch.ones(3))
+    assert "c" not in td.keys()
+
+
+def test_update_in_place_of_a_missing_key_raises_even_when_get_defaults_to_none():
+    from td_core import set_get_defaults_to_none
+
+    td = TensorDict({"a": torch.zeros(3)}, [3])
+    with set_get_defaults_to_none(True), pytest.raises(KeyError, match="was not found"):
+        td.update_({"b": torch.ones(3)})
+
+
+def test_a_batch_mismatch_on_set_says_both_shapes():
+    td = TensorDict({"a": torch.zeros(3, 4, 5, 6)}, [3, 4, 5])
+    message = (
+        "batch dimension mismatch, got self.batch_size=torch.Size([3, 4, 5]) and "
+        "value.shape=torch.Size([3, 4, 2])"
+    )
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        td.set("c", torch.zeros(3, 4, 2))

@@ -31,6 +31,8 @@ from td_core._core.predicates import (
     is_tensorclass,
     unravel_key_to_tuple,
 )
+from td_core._core.utils import convert_ellipsis_to_idx
+from td_core._core.versions import implement_for
 from td_core._functions.functional import (
     collate,
     dense_stack_tds,
@@ -145,6 +147,8 @@ __all__ = [
     "is_floating",
     "is_inexact",
     "is_integer",
+    "convert_ellipsis_to_idx",
+    "implement_for",
     # switches
     "set_lazy_legacy",
     "lazy_legacy",

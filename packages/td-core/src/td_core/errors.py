@@ -19,6 +19,9 @@ __all__ = [
     "DimError",
     "NotAPipeError",
     "NotConsolidatedError",
+    "OptionsConflictError",
+    "NotATensorDictError",
+    "KeyTypeError",
 ]
 
 
@@ -81,4 +84,28 @@ class NotConsolidatedError(TDError, AttributeError):
 
     Upstream looks up the missing consolidated storage and fails with
     `AttributeError`; this is an instance of that too.
+    """
+
+
+class OptionsConflictError(TDError, ValueError, RuntimeError):
+    """Two options of a call cannot be used together (e.g. `from_modules(lazy_stack=True, as_module=True)`).
+
+    Upstream raises `RuntimeError` for these; this is an instance of that and
+    of `ValueError`.
+    """
+
+
+class NotATensorDictError(KeyNotFoundError, ValueError):
+    """A nested key goes through a leaf: `td["a", "b"]` where `td["a"]` is a tensor.
+
+    Upstream raises `ValueError` here (and `KeyError` for a missing key);
+    this is an instance of both.
+    """
+
+
+class KeyTypeError(TDError, TypeError, RuntimeError):
+    """An object that is not a key (a `str` or a tuple of `str`) was used as one: `0 in td`.
+
+    Upstream raises `TypeError` from a keys view and `RuntimeError` from
+    `in td`; this is an instance of both.
     """

@@ -37,6 +37,7 @@ CASES = {
     "rename_key_": lambda td: td.rename_key_("obs", "o"),
     "rename_key_nested": lambda td: td.rename_key_("obs", ("deep", "o")),
     "rename_key_missing": lambda td: td.rename_key_("missing", "o"),
+    "getitem_through_a_leaf": lambda td: td["obs", "x"],
     "rename_key_locked": lambda td: td.lock_().rename_key_("obs", "o"),
     "rename_keys": lambda td: td.rename_keys({"obs": "o"}),
     "rename_keys_missing": lambda td: td.rename_keys({"missing": "o"}),

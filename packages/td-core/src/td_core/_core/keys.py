@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 from torch import Tensor
 
+from td_core.errors import KeyTypeError
+
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
 
@@ -209,8 +211,13 @@ class KeysView:
     def __contains__(self, key: object) -> bool:
         try:
             key = unravel_key(key)  # type: ignore[arg-type]
-        except (TypeError, KeyError):
+        except KeyError:  # the empty tuple
             return False
+        except TypeError:
+            raise KeyTypeError(
+                f"TensorDict keys are always strings. {key!r} is not a key: a NestedKey is a "
+                "str or a tuple of str"
+            ) from None
         if type(key) is str:
             if key not in self._td._keys_str():
                 return False
@@ -218,7 +225,10 @@ class KeysView:
                 return self._is_leaf(type(self._td._get_str(key)))
             return True
         if not self._include_nested:
-            return False
+            raise KeyTypeError(
+                f"{key!r} in keys(): checks with tuples of strings is only supported for "
+                "nested keys views: use keys(include_nested=True)"
+            )
         td = self._td
         for part in key[:-1]:
             td = td._get_str(part, None)

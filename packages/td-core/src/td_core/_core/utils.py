@@ -10,9 +10,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core.errors import BatchSizeError, DeviceError
+from td_core.errors import BatchSizeError, DeviceError, DimError
 
-__all__ = ["NO_DEFAULT", "as_size", "as_device", "normalize_dim", "shape_args", "infer_shape"]
+__all__ = [
+    "NO_DEFAULT",
+    "as_size",
+    "as_device",
+    "convert_ellipsis_to_idx",
+    "normalize_dim",
+    "shape_args",
+    "infer_shape",
+]
 
 
 class _NoDefault(enum.Enum):
@@ -185,3 +193,43 @@ class BatchMeta:
     def numel(self) -> int:
         """Number of elements of the batch (the product of `batch_size`)."""
         return self.batch_size.numel()
+
+
+def convert_ellipsis_to_idx(idx: Any, batch_size: Sequence[int]) -> Any:
+    """Expand the Ellipsis of an index into full slices over the remaining batch dims.
+
+    Each item other than `None` and `...` takes one batch dim; the Ellipsis
+    stands for the dims no other item takes. An index without an Ellipsis is
+    returned as it is.
+
+    Args:
+        idx: an index (`...`, or a tuple that may hold one `...`).
+        batch_size: the shape the index applies to.
+
+    Returns:
+        The index as a tuple with the Ellipsis replaced by `slice(None)` items.
+
+    Raises:
+        DimError: (an `IndexError` and a `RuntimeError`) if the index holds
+            more than one Ellipsis or takes more dims than `batch_size` has.
+
+    Examples:
+        >>> from td_core import convert_ellipsis_to_idx
+        >>> convert_ellipsis_to_idx((..., 0), [1, 2, 3])
+        (slice(None, None, None), slice(None, None, None), 0)
+    """
+    items = idx if isinstance(idx, tuple) else (idx,)
+    where = [i for i, item in enumerate(items) if item is Ellipsis]
+    if not where:
+        return idx
+    ndim = len(batch_size)
+    taken = sum(1 for item in items if item is not None and item is not Ellipsis)
+    if len(where) > 1:
+        raise DimError(f"an index can only have one ellipsis at most, got {idx!r}")
+    if taken > ndim:
+        raise DimError(
+            f"Not enough dimensions in batch_size {list(batch_size)} for index {idx!r}: "
+            f"it indexes {taken} dims"
+        )
+    at = where[0]
+    return items[:at] + (slice(None),) * (ndim - taken) + items[at + 1 :]

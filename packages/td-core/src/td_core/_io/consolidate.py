@@ -169,6 +169,19 @@ def is_consolidated(td: TensorDictContract) -> bool:
     return consolidated_layout(td) is not None
 
 
+def _leaf_device(td: TensorDictContract, leaves: list[Tensor]) -> torch.device | None:
+    """Where the buffer goes when no device is asked for: where the leaves already are."""
+    if td.device is not None:
+        return td.device
+    devices = {t.device for t in leaves}
+    if len(devices) > 1:
+        raise ValueError(
+            f"consolidate: the leaves are on several devices {sorted(map(str, devices))}; "
+            "pass device=... to pick the one the buffer goes to"
+        )
+    return next(iter(devices), None)
+
+
 def _buffer(
     total: int,
     *,
@@ -249,10 +262,12 @@ def consolidate(
             )
     offsets, total = _layout(leaves)
     dev = as_device(device)
+    if filename is not None and dev is None:
+        dev = torch.device("cpu")  # a file mapping lives in CPU memory: say so
     buffer = _buffer(
         total,
         filename=filename,
-        device=dev,
+        device=dev if dev is not None else _leaf_device(td, leaves),
         share_memory=share_memory,
         pin_memory=pin_memory,
     )
@@ -456,7 +471,8 @@ class ConsolidateMixin(TensorDictContract):
             filename: back the buffer with this file (shared mapping), readable
                 later with `from_consolidated`.
             num_threads: accepted for upstream compatibility; each copy uses torch's threads.
-            device: where the buffer lives (default: the CPU).
+            device: where the buffer lives (default: the TensorDict's device, or
+                its leaves' one; the CPU with `filename`).
             non_blocking: asynchronous copies into the buffer.
             inplace: replace this TensorDict's leaves with the views (returns `self`).
             return_early: run in a thread; returns a `concurrent.futures.Future`.

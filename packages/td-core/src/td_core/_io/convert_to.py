@@ -222,11 +222,20 @@ class ConvertMixin(TensorDictContract):
     # ------------------------------------------------------------ constructors
     @staticmethod
     def from_module(
-        module: Any, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
+        module: Any,
+        as_module: bool = False,
+        lock: bool = False,
+        use_state_dict: bool = False,
+        *,
+        filter_empty: bool = True,
     ) -> Any:
         """The parameters and buffers of `module` (see `td_core.from_module`)."""
         return provided("from_module")(
-            module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
+            module,
+            as_module=as_module,
+            lock=lock,
+            use_state_dict=use_state_dict,
+            filter_empty=filter_empty,
         )
 
     @staticmethod

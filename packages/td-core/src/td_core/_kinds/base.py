@@ -50,11 +50,12 @@ from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
 from td_core._parallel.p2p import PointToPointMixin
 from td_core._parallel.workers import WorkersMixin
-from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError, NotATensorDictError
 
 __all__ = ["TensorDictBase"]
 
 Tensor = torch.Tensor
+_ABSENT_KEY: Any = object()  # `get`'s default when `td[key]` reads: missing keys always raise
 _SCALARS = (bool, int, float, complex, np.generic)
 
 
@@ -133,18 +134,20 @@ class TensorDictBase(
             return default
         return value
 
-    def _get_tuple(self, key: tuple[str, ...], default: Any) -> Any:
+    def _get_tuple(self, key: tuple[str, ...], default: Any, strict: bool = False) -> Any:
         td = self
         for i, part in enumerate(key):
             value = td._get_str(part, NO_DEFAULT) if is_td(td) else NO_DEFAULT
             if value is NO_DEFAULT:
                 if default is not NO_DEFAULT:
                     return default
-                if defaults_to_none():
+                if not strict and defaults_to_none():
                     return None
                 if i and not is_td(td):
-                    raise KeyNotFoundError(
-                        f"key {key!r} not found: {key[:i]!r} is a leaf, not a TensorDict"
+                    raise NotATensorDictError(
+                        f"key {key!r} not found: {key[:i]!r} is a leaf of type "
+                        f"{type(td).__name__}, not a TensorDict (Expected a TensorDictBase "
+                        f"instance at {key[:i]!r})"
                     )
                 raise KeyNotFoundError(
                     f"key {key!r} not found: {key[: i + 1]!r} is missing"
@@ -171,7 +174,12 @@ class TensorDictBase(
         if type(index) is str or (
             type(index) is tuple and index and isinstance(index[0], (str, tuple))
         ):
-            value = self.get(index)
+            value = self.get(index, _ABSENT_KEY)
+            if value is _ABSENT_KEY:  # td[key] raises whatever set_get_defaults_to_none says
+                key = unravel_key(index)
+                if isinstance(key, str):
+                    raise self._missing(key)
+                value = self._get_tuple(key, NO_DEFAULT, strict=True)
             return value.data if is_nt(value) else value
         names = self._raw_names()
         if names is None:
@@ -397,7 +405,7 @@ class TensorDictBase(
                 return
         if self._is_locked:
             raise LockedError(
-                f"cannot set key {full_key!r}: the TensorDict is locked; "
+                f"Cannot modify locked TensorDict: cannot set key {full_key!r}; "
                 "use set_() or set(..., inplace=True) for in-place writes, or unlock_() it"
             )
         self._set_str(key, self._validate(item, full_key))
@@ -410,14 +418,15 @@ class TensorDictBase(
                 self.batch_size
             ):
                 raise BatchSizeError(
-                    f"cannot copy a value of shape {list(item.shape)} into key {full_key!r} "
-                    f"of shape {list(dest.shape)}"
+                    f"Failed to update {full_key!r}: cannot copy a value of shape "
+                    f"{list(item.shape)} into its entry of shape {list(dest.shape)}"
                 )
             try:
                 dest.copy_(item)
             except RuntimeError as err:
                 raise BatchSizeError(
-                    f"cannot copy a value of shape {list(item.shape)} into key {full_key!r} of shape {list(dest.shape)}"
+                    f"Failed to update {full_key!r}: cannot copy a value of shape "
+                    f"{list(item.shape)} into its entry of shape {list(dest.shape)}"
                 ) from err
         elif is_td(dest):
             dest.update_(item)
@@ -484,9 +493,10 @@ class TensorDictBase(
         self, key: NestedKey, shape: torch.Size, what: str = "shape"
     ) -> BatchSizeError:
         return BatchSizeError(
-            f"batch dimension mismatch for key {key!r}: its {what} {list(shape)} does not start with "
-            f"the batch_size {list(self.batch_size)}. Python scalars become 0-d tensors: expand "
-            "them to the batch size, or wrap the value in NonTensorData."
+            f"key {key!r}: batch dimension mismatch, got self.batch_size={self.batch_size} and "
+            f"value.shape={torch.Size(shape)}; its {what} {list(shape)} must start with the "
+            f"batch_size {list(self.batch_size)}. Python scalars become 0-d tensors: expand them "
+            "to the batch size, or wrap the value in NonTensorData."
         )
 
     # ------------------------------------------------------------------ devices

@@ -16,7 +16,7 @@ from td_core._kinds.base import TensorDictBase, defaults_to_none
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
-from td_core.errors import BatchSizeError, LockedError
+from td_core.errors import BatchSizeError, LockedError, OptionsConflictError
 
 __all__ = ["TensorDict", "from_dict"]
 
@@ -82,6 +82,11 @@ class TensorDict(TensorDictBase):
         self._pending: dict[str, Any] | None = None
         self._tensordict: dict[str, Any] = {}
         if source is not None:
+            if kwargs:
+                raise OptionsConflictError(
+                    f"TensorDict: pass the entries either as source or as keyword arguments "
+                    f"({sorted(kwargs)}), not both"
+                )
             if type(source) is not dict and not isinstance(source, Mapping):
                 raise TypeError(
                     f"TensorDict source must be a mapping, got {type(source).__name__}; "
@@ -364,7 +369,8 @@ class TensorDict(TensorDictBase):
         if type(key) is str and not inplace and type(item) is Tensor and self._device is None:
             if self._is_locked:
                 raise LockedError(
-                    f"cannot set key {key!r}: the TensorDict is locked; use set_() for in-place writes"
+                    f"Cannot modify locked TensorDict: cannot set key {key!r}; "
+                    "use set_() for in-place writes"
                 )
             bs = self._batch_size
             if bs:  # (a torch.Size slice costs ~110 ns: one batch dim compares an int)
@@ -379,7 +385,8 @@ class TensorDict(TensorDictBase):
         if type(index) is str:
             if self._is_locked:
                 raise LockedError(
-                    f"cannot set key {index!r}: the TensorDict is locked; use set_() for in-place writes"
+                    f"Cannot modify locked TensorDict: cannot set key {index!r}; "
+                    "use set_() for in-place writes"
                 )
             if type(value) is Tensor and self._device is None:
                 bs = self._batch_size
@@ -416,7 +423,9 @@ class TensorDict(TensorDictBase):
                     updates[key] = value.with_batch_size(size)
                 elif value.shape[:n] != size:
                     raise BatchSizeError(
-                        f"cannot set batch_size {list(size)}: entry {key!r} has shape {list(value.shape)}"
+                        f"cannot set batch_size {list(size)} because of entry {key!r}: the Tensor "
+                        f"{key} has shape {value.shape} which is incompatible with the batch-size "
+                        f"{size}."
                     )
             elif is_nt(value):
                 if value.batch_size[:n] != size:
@@ -498,6 +507,11 @@ def _from_dict(
         input_dict = input_dict.to_dict()
     if not isinstance(input_dict, Mapping):
         raise TypeError(f"from_dict expects a mapping, got {type(input_dict).__name__}")
+    if batch_size is not None and batch_dims is not None:
+        raise OptionsConflictError(
+            f"from_dict: pass either batch_size ({batch_size!r}) or batch_dims ({batch_dims!r}), "
+            "not both"
+        )
     if auto_batch_size is None:
         auto_batch_size = batch_dims is not None
     if batch_size is not None:

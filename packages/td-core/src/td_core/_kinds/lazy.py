@@ -125,11 +125,20 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     @staticmethod
     def from_module(
-        module: Any, as_module: bool = False, lock: bool = True, use_state_dict: bool = False
+        module: Any,
+        as_module: bool = False,
+        lock: bool = True,
+        use_state_dict: bool = False,
+        *,
+        filter_empty: bool = True,
     ) -> Any:
         """The parameters and buffers of `module`: a TensorDict, as upstream (see `from_module`)."""
         return TensorDict.from_module(
-            module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
+            module,
+            as_module=as_module,
+            lock=lock,
+            use_state_dict=use_state_dict,
+            filter_empty=filter_empty,
         )
 
     @staticmethod
@@ -390,8 +399,8 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
                 item = torch.as_tensor(item, device=dest.device)
             if broadcast_shape(item.shape, dest.shape) != dest.shape:
                 raise BatchSizeError(
-                    f"cannot copy a value of shape {list(item.shape)} into key {full_key!r} "
-                    f"of shape {list(dest.shape)}"
+                    f"Failed to update {full_key!r}: cannot copy a value of shape "
+                    f"{list(item.shape)} into its entry of shape {list(dest.shape)}"
                 )
             parts = item.expand(dest.shape).unbind(self.stack_dim)
             for td, part in zip(self.tensordicts, parts):

@@ -178,7 +178,7 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         return self
 
     def update_(
-        self, input_dict_or_td: Any, clone: bool = False, **kwargs: Any
+        self, input_dict_or_td: Any = None, clone: bool = False, **kwargs: Any
     ) -> TensorDictParams:
         """Copy the input's entries into the existing leaves (under `no_grad`)."""
         with torch.no_grad():

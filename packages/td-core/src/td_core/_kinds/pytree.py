@@ -7,6 +7,11 @@ of `vmap`), the batch size is re-derived from a reference child: the number
 of batch dims changes by the same amount as that child's dims. So inside
 `vmap` a TensorDict has its per-sample batch size, and outside again the
 full one.
+
+A locked TensorDict stays locked inside a `torch.func` transform (its
+children come back wrapped by functorch), so a function under `vmap` cannot
+add or replace its entries either; elsewhere (`tree_map`) the rebuilt
+TensorDict is a new, unlocked one, as `apply` returns.
 """
 
 from __future__ import annotations
@@ -37,34 +42,101 @@ def _flatten(td: Any) -> tuple[list[Any], Any]:
             keys.append(key)
             children.append(value)
     ref = None
+    ref_is_leaf = True
     if children:
         first = children[0]
-        ref = first.ndim if isinstance(first, Tensor) else getattr(first, "batch_dims", None)
-    context = (type(td), tuple(keys), td.batch_size, td.device, tuple(static), ref)
+        if isinstance(first, Tensor):
+            ref = first.ndim
+        else:
+            ref = getattr(first, "batch_dims", None)
+            ref_is_leaf = False
+    context = (
+        type(td),
+        tuple(keys),
+        td.batch_size,
+        td.device,
+        tuple(static),
+        ref,
+        ref_is_leaf,
+        td.is_locked,
+    )
     return children, context
 
 
+def _under_transform(children: Any) -> bool:
+    # the children of an input rebuilt inside vmap/grad/jvp are functorch wrappers
+    # (looked for through sub-TensorDicts, which were rebuilt first)
+    for child in children:
+        if isinstance(child, Tensor):
+            return bool(torch._C._functorch.is_functorch_wrapped_tensor(child))
+        values = getattr(child, "_values_str", None)
+        if values is not None and _under_transform(values()):
+            return True
+    return False
+
+
+def _shifted_batch(children: Any, guess: torch.Size, bs: torch.Size) -> torch.Size:
+    # the children gained (vmap's output) or lost (vmap's input) leading dims:
+    # `guess` moves the batch size by as many dims as the first child moved,
+    # which holds when the dim went in front; else (out_dims past the batch
+    # dims) fall back to what all children share
+    n = len(guess)
+    for child in children:
+        shape = child.shape if isinstance(child, Tensor) else getattr(child, "batch_size", None)
+        if shape is not None and shape[:n] != guess:
+            return _common_batch(children, bs)
+    return guess
+
+
+def _common_batch(children: Any, bs: torch.Size) -> torch.Size:
+    # a leaf came back as a sub-tree (jacrev, jacfwd, hessian put the input's
+    # structure under each output leaf): keep the batch size where every child
+    # still starts with it, else take the longest prefix the children share
+    # (at most as many dims as before)
+    shapes = [
+        child.shape if isinstance(child, Tensor) else child.batch_size
+        for child in children
+        if isinstance(child, Tensor) or hasattr(child, "batch_size")
+    ]
+    n = len(bs)
+    if all(shape[:n] == bs for shape in shapes):
+        return bs
+    n = min([n, *(len(shape) for shape in shapes)])
+    for i in range(n):
+        if any(shape[i] != shapes[0][i] for shape in shapes):
+            n = i
+            break
+    return torch.Size(shapes[0][:n]) if shapes else bs
+
+
 def _unflatten(children: Any, context: Any) -> Any:
-    cls, keys, batch_size, device, static, ref = context
+    cls, keys, batch_size, device, static, ref, ref_is_leaf, locked = context
     bs = batch_size if type(batch_size) is torch.Size else torch.Size(batch_size)
     # pytree also unflattens placeholder leaves (vmap's in_dims ints): keep the batch size then
     if ref is not None and children:
         first = children[0]
         if isinstance(first, Tensor):
-            now = first.ndim
-        elif type(first) is int or first is None:
-            now = ref
-        else:
-            now = getattr(first, "batch_dims", ref)
-        if now != ref:
-            n = len(bs) + now - ref
-            bs = (first.shape if isinstance(first, Tensor) else first.batch_size)[:n]
+            if ref_is_leaf:
+                if first.ndim != ref:
+                    bs = _shifted_batch(children, first.shape[: len(bs) + first.ndim - ref], bs)
+            else:
+                bs = _common_batch(children, bs)
+        elif type(first) is not int and first is not None:
+            if ref_is_leaf:
+                bs = _common_batch(children, bs)
+            elif first.batch_dims != ref:
+                bs = _shifted_batch(
+                    children, first.batch_size[: len(bs) + first.batch_dims - ref], bs
+                )
     entries = dict(zip(keys, children))
     for key, value in static:
         entries[key] = (
             value if value.batch_size == bs else value._map_batch(lambda t: t, bs, value.batch_dims)
         )
-    return cls._from_pytree(entries, bs, device)
+    td = cls._from_pytree(entries, bs, device)
+    if locked and _under_transform(children):
+        td._lock_tree(True)
+    return td
 
 
 def _flatten_with_keys(td: Any) -> tuple[list[tuple[Any, Any]], Any]:

@@ -294,12 +294,33 @@ class AutogradMixin(TensorDictContract):
         return sum(t.numel() for t in _distinct(self, count_duplicates))
 
     def bytes(self, *, count_duplicates: bool = True) -> int:
-        """The bytes of all tensor leaves (`numel * element_size`; non-tensor leaves count 0)."""
+        """The bytes of all tensor leaves and their gradients (non-tensor leaves count 0).
+
+        A nested (jagged) tensor counts its values, offsets and lengths. With
+        `count_duplicates=False`, a tensor held twice (as two leaves, or as the
+        values of two nested tensors) counts once.
+        """
         return sum(t.numel() * t.element_size() for t in _distinct(self, count_duplicates))
 
 
+def _parts(t: Tensor) -> list[Tensor]:
+    """The tensors that hold `t`'s data: itself (and its grad), or a jagged tensor's components."""
+    if t.is_nested and t.layout == torch.jagged:
+        njt: Any = t  # torch's NestedTensor subclass (offsets/lengths are not on Tensor)
+        parts = [njt.values(), njt.offsets()]
+        lengths = njt.lengths()
+        return parts if lengths is None else [*parts, lengths]
+    grad = t.grad if t.requires_grad and t.is_leaf else None
+    return [t] if grad is None else [t, grad]
+
+
 def _distinct(td: TensorDictContract, count_duplicates: bool) -> list[Tensor]:
-    leaves = [t for _, t in own_leaves(td)]
+    parts = [p for _, t in own_leaves(td) for p in _parts(t)]
     if count_duplicates:
-        return leaves
-    return list({id(t): t for t in leaves}.values())
+        return parts
+    # a jagged tensor's values() is a new view each call: the same data is the same memory
+    seen: dict[Any, Tensor] = {}
+    for p in parts:
+        ptr = p.data_ptr() if p.device.type != "meta" else 0
+        seen.setdefault((ptr, p.dtype, tuple(p.shape)) if ptr else id(p), p)
+    return list(seen.values())

@@ -70,8 +70,8 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
     ndim = len(batch_size)
     if used > ndim:
         raise IndexError(
-            f"too many indices for TensorDict: index {index!r} uses {used} dims but batch_size "
-            f"{list(batch_size)} has {ndim}"
+            f"too many indices for tensor of dimension {ndim}: index {index!r} uses {used} dims "
+            f"but the TensorDict's batch_size {list(batch_size)} has {ndim}"
         )
     n_ellipsis = sum(1 for i in items if i is Ellipsis)
     if n_ellipsis > 1:

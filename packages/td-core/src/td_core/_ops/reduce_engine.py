@@ -5,13 +5,15 @@ Every op reads `dim` the same way:
 - no `dim` (or `None`): each leaf is reduced over all of its dims (`logsumexp`: over
   the batch dims only) and the result has `batch_size=[]` (`[1, ...]` with `keepdim`);
 - an int or a tuple of ints: those batch dims; `keepdim=True` keeps them with size 1;
-- `"feature"`: each leaf over its non-batch dims; the batch size is unchanged.
+- `"feature"`: each leaf over the dims after its own (sub-)TensorDict's batch dims; every
+  batch size is unchanged and non-tensor leaves are kept.
 
 With `reduce=True` the leaves are reduced together into one tensor: with no `dim` over
 every element of every leaf, with `dim="feature"` over the features of all leaves, with
 batch dims by concatenating the leaves along the (first) dim and reducing over the dims.
 `max`/`min` with a dim and `cummax`/`cummin` return `(values, indices)` as torch's
-named tuples of TensorDicts. Non-tensor leaves are left out of every result, as upstream does.
+named tuples of TensorDicts. Non-tensor leaves are left out of every other result, as
+upstream does.
 A lazy stack with ragged leaves is reduced member by member when the dims leave its stack
 dim alone. The public methods are in `_reductions.py`.
 """
@@ -217,8 +219,13 @@ def _walk(
     new_bs: Callable[[torch.Size], torch.Size],
     key_transform: KeyTransform,
     pair: bool,
+    sub: Callable[[Any], Any] | None = None,
 ) -> Any:
-    """A result tree shaped like `td` (with `pair`: two, values and indices)."""
+    """A result tree shaped like `td` (with `pair`: two, values and indices).
+
+    `sub` reduces a sub-TensorDict (default: `_walk` with the same leaf op); with
+    it, non-tensor leaves are kept (the batch size does not change).
+    """
     out: dict[str, Any] = {}
     second: dict[str, Any] = {}
     for key, value in td._items_str():
@@ -228,7 +235,11 @@ def _walk(
             kept = value.with_batch_size(new_bs(td.batch_size))
             result = (kept, kept) if pair else kept
         elif value._is_non_tensor:
-            continue
+            if sub is None:
+                continue
+            result = (value, value) if pair else value
+        elif sub is not None:
+            result = sub(value)
         else:
             result = _walk(value, leaf, new_bs, key_transform, pair)
         if key_transform is not None:
@@ -239,6 +250,26 @@ def _walk(
             out[key] = result
     bs = new_bs(td.batch_size)
     return (td._new(out, bs), td._new(second, bs)) if pair else td._new(out, bs)
+
+
+def _walk_features(
+    td: TensorDictContract,
+    row: Reduction,
+    pair: bool,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    key_transform: KeyTransform,
+) -> Any:
+    """`dim="feature"`: each leaf over the dims after its own TensorDict's batch dims.
+
+    Every (sub-)TensorDict keeps its batch size, and non-tensor leaves are kept.
+    """
+    leaf = _leaf_op(row, "feature", (), False, td.batch_dims, pair, args, kwargs)
+
+    def sub(value: Any) -> Any:
+        return _walk_features(value, row, pair, args, kwargs, key_transform)
+
+    return _walk(td, leaf, lambda bs: bs, key_transform, pair, sub)
 
 
 def _flat_leaves(td: TensorDictContract, out: list[Tensor]) -> list[Tensor]:
@@ -308,7 +339,10 @@ def reduction(
     leaf = _leaf_op(row, mode, dims, keepdim, n, pair, args, kwargs)
     new_bs = _batch_rule(row, mode, dims, keepdim, n, args, td.batch_size)
     try:
-        result = _walk(td, leaf, new_bs, key_transform, pair)
+        if mode == "feature":
+            result = _walk_features(td, row, pair, args, kwargs, key_transform)
+        else:
+            result = _walk(td, leaf, new_bs, key_transform, pair)
     except BatchSizeError:  # a lazy stack with ragged leaves: reduce each member if the dims allow
         stack_dim = getattr(td, "stack_dim", None)
         if mode != "dims" or stack_dim is None or stack_dim in dims:

@@ -17,8 +17,11 @@ from td_core._core.contract import TD, TensorDictContract
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td, per_member, stack_parts
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._ops.resize_update import update_resized
 from td_core._ops.writes import copy_all, plan_copy_dense
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+
+_ABSENT: Any = object()  # `get`'s default where a missing key must not read as None
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -236,6 +239,11 @@ class StructureMixin(TensorDictContract):
         """Move the entry at `old_key` to `new_key` (`safe`: refuse to overwrite)."""
         if self.is_locked:
             raise LockedError(f"cannot rename {old_key!r}: the TensorDict is locked")
+        if old_key not in self.keys(include_nested=True):  # even where get() defaults to None
+            raise KeyNotFoundError(
+                f"rename_key_: key {old_key!r} not found in {type(self).__name__} with keys "
+                f"{sorted(self.keys(include_nested=True), key=str)}"
+            )
         value = self.get(old_key)
         if safe and new_key in self.keys(include_nested=True):
             raise KeyError(f"rename_key_: {new_key!r} already exists (safe=True)")
@@ -246,17 +254,59 @@ class StructureMixin(TensorDictContract):
 
     def update(
         self,
-        input_dict_or_td: Mapping[Any, Any] | TensorDictContract,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictContract | None = None,
         clone: bool = False,
         inplace: bool = False,
         *,
         keys_to_update: Iterable[NestedKey] | None = None,
         non_blocking: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        update_batch_size: bool = False,
+        **kwargs: Any,
     ) -> Self:
         """Write every entry of `input_dict_or_td` into self (sub-TensorDicts are merged).
 
         Every entry is validated before any is written: on error, self is unchanged.
+
+        Args:
+            input_dict_or_td: a TensorDict or a (nested) mapping of entries.
+            clone: write clones of the entries.
+            inplace: copy into existing entries rather than replace them.
+            keys_to_update: only these (nested) keys.
+            non_blocking: asynchronous copies.
+            is_leaf: with `update_batch_size`, which classes are written whole
+                (default: sub-TensorDicts are merged).
+            update_batch_size: take the batch size of `input_dict_or_td` (a
+                TensorDict), and of its sub-TensorDicts for the ones self has too.
+            **kwargs: more entries by name; they win over `input_dict_or_td`'s.
         """
+        if input_dict_or_td is None:
+            input_dict_or_td = {}
+        if kwargs:
+            if update_batch_size:
+                raise TypeError(
+                    "update(update_batch_size=True) takes its entries as one TensorDict"
+                )
+            merged = dict(
+                input_dict_or_td._items_str() if is_td(input_dict_or_td) else input_dict_or_td
+            )
+            merged.update(kwargs)
+            input_dict_or_td = merged
+        if is_td(input_dict_or_td) and (
+            self.batch_size[: input_dict_or_td.batch_dims]
+            != input_dict_or_td.batch_size[: self.batch_dims]
+        ):
+            if not update_batch_size:
+                raise BatchSizeError(
+                    f"update: the source's batch_size {list(input_dict_or_td.batch_size)} does "
+                    f"not match {list(self.batch_size)}; update_batch_size must be set to True "
+                    "to take the source's batch size"
+                )
+            update_resized(self, input_dict_or_td, inplace, keys_to_update, is_leaf)
+            return self
+        if update_batch_size and is_td(input_dict_or_td) and not inplace and keys_to_update is None:
+            update_resized(self, input_dict_or_td, inplace, keys_to_update, is_leaf)
+            return self
         if (
             keys_to_update is None
             and not clone
@@ -278,16 +328,28 @@ class StructureMixin(TensorDictContract):
 
     def update_(
         self,
-        input_dict_or_td: Mapping[Any, Any] | TensorDictContract,
+        input_dict_or_td: Mapping[Any, Any] | TensorDictContract | None = None,
         clone: bool = False,
         *,
         keys_to_update: Iterable[NestedKey] | None = None,
         non_blocking: bool = False,
+        **kwargs: Any,
     ) -> Self:
         """Copy every entry of the input into the existing entry of self, in place.
 
+        Entries can also be given by name (`**kwargs`, which win over the input's).
         Raises `KeyError` naming the first key that self lacks, before writing anything.
         """
+        if input_dict_or_td is None or kwargs:
+            merged = dict(
+                {}
+                if input_dict_or_td is None
+                else input_dict_or_td._items_str()
+                if is_td(input_dict_or_td)
+                else input_dict_or_td
+            )
+            merged.update(kwargs)
+            input_dict_or_td = merged
         dests: list[Tensor] = []
         srcs: list[Tensor] = []
         cls = type(self)
@@ -577,16 +639,17 @@ def _plan_update_(
             full[: len(a)] == a or a[: len(full)] == full for a in allowed
         ):
             continue
-        dest = td.get(raw_key, NO_DEFAULT)
-        if is_nt(dest) or (is_nt(value) and dest is not NO_DEFAULT and not is_td(dest)):
+        dest = td.get(raw_key, _ABSENT)
+        if is_nt(dest) or (is_nt(value) and dest is not _ABSENT and not is_td(dest)):
             # non-tensor values are written into (or replace) their leaf, after all checks
             key = unravel_key(raw_key)
             target = td if isinstance(key, str) else td._parent_for(key, create=False)
             values.append((target, key if type(key) is str else key[-1], value, full))
             continue
-        if dest is NO_DEFAULT:
+        if dest is _ABSENT:
             raise KeyNotFoundError(
-                f"update_: key {full!r} is not in the TensorDict (update_ only copies into existing entries)"
+                f"update_: key {full!r} was not found in the TensorDict (update_ only copies "
+                "into existing entries)"
             )
         if is_td(dest):
             if not (is_td(value) or isinstance(value, Mapping)):

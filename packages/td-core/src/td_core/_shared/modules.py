@@ -25,7 +25,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy import LazyStackedTensorDict
 from td_core._kinds.params import TensorDictParams
 from td_core._leaves.nontensor import NonTensorData
-from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_core.errors import BatchSizeError, KeyNotFoundError, OptionsConflictError
 
 if TYPE_CHECKING:
     from td_core._kinds.base import TensorDictBase
@@ -50,7 +50,7 @@ class ModuleSwap(TensorDict):
         _swap(self, self._module, inplace=self._inplace, swap=None, path=())
 
 
-def _collect(module: nn.Module) -> dict[str, Any]:
+def _collect(module: nn.Module, filter_empty: bool = True) -> dict[str, Any]:
     entries: dict[str, Any] = {}
     for name, param in module._parameters.items():
         if param is not None:
@@ -61,14 +61,19 @@ def _collect(module: nn.Module) -> dict[str, Any]:
     for name, child in module._modules.items():
         if child is None:
             continue
-        sub = _collect(child)
-        if sub:
+        sub = _collect(child, filter_empty)
+        if sub or not filter_empty:
             entries[name] = TensorDict._new_unsafe(sub, _EMPTY)
     return entries
 
 
 def from_module(
-    module: nn.Module, as_module: bool = False, lock: bool = False, use_state_dict: bool = False
+    module: nn.Module,
+    as_module: bool = False,
+    lock: bool = False,
+    use_state_dict: bool = False,
+    *,
+    filter_empty: bool = True,
 ) -> TensorDictBase:
     """The parameters and buffers of `module` as a TensorDict, nested like the module tree.
 
@@ -78,6 +83,9 @@ def from_module(
         as_module: return a `TensorDictParams` (an `nn.Module`) instead.
         lock: lock the result.
         use_state_dict: build from `module.state_dict()` (so state-dict hooks apply).
+        filter_empty: leave out sub-modules without parameters or buffers
+            (`False` keeps an empty TensorDict for each, so the result has
+            the whole module tree).
 
     Examples:
         >>> import torch
@@ -93,7 +101,7 @@ def from_module(
     if use_state_dict:
         td = TensorDict(dict(module.state_dict(keep_vars=True))).unflatten_keys(".")
     else:
-        td = TensorDict._new_unsafe(_collect(module), _EMPTY)
+        td = TensorDict._new_unsafe(_collect(module, filter_empty), _EMPTY)
     if as_module:
         return TensorDictParams(td, no_convert=True, lock=lock)
     return td.lock_() if lock else td
@@ -102,9 +110,9 @@ def from_module(
 def _stack_leaves(values: list[Any], expand_identical: bool) -> Any:
     first = values[0]
     if expand_identical and all(v is first for v in values):
-        out = first.expand(len(values), *first.shape)
-    else:
-        out = torch.stack([v.detach() for v in values])
+        # a view of the shared parameter, so its gradient reaches the parameter itself
+        return first.expand(len(values), *first.shape)
+    out = torch.stack([v.detach() for v in values])
     if isinstance(first, nn.Parameter):
         return nn.Parameter(out, requires_grad=first.requires_grad)
     return out
@@ -156,7 +164,9 @@ def from_modules(
         use_state_dict: read each module through its `state_dict()`.
         lazy_stack: keep references to the original parameters.
         expand_identical: a parameter shared (same object) by every module is
-            expanded rather than copied. Ignored with `lazy_stack`.
+            expanded rather than copied: the entry is a view of that parameter
+            (not a new `nn.Parameter`), so gradients reach it. Ignored with
+            `lazy_stack`.
 
     Examples:
         >>> import torch
@@ -169,7 +179,11 @@ def from_modules(
     if not modules:
         raise ValueError("from_modules needs at least one module")
     if lazy_stack and as_module:
-        raise ValueError("from_modules: lazy_stack and as_module cannot be combined")
+        raise OptionsConflictError(
+            "from_modules: lazy_stack=True cannot be combined with as_module=True: a lazy "
+            "stack of the modules' own parameters cannot be registered within a TensorDictParams; "
+            "use one of the two"
+        )
     tds = [from_module(m, use_state_dict=use_state_dict) for m in modules]
     if lazy_stack:
         result: TensorDictBase = LazyStackedTensorDict(*tds, stack_dim=0)
@@ -308,9 +322,19 @@ def make_tensordict(
     input_dict: dict[str, Any] | None = None,
     batch_size: Any = None,
     device: Any = None,
+    auto_batch_size: bool | None = None,
     **kwargs: Any,
 ) -> TensorDict:
     """A TensorDict from a dict and/or keyword arguments; the batch size is inferred if not given.
+
+    Args:
+        input_dict: the entries (nested dicts and TensorDicts are merged, keys may be tuples).
+        batch_size: the batch size; by default it is inferred.
+        device: the device of the result.
+        auto_batch_size: infer the batch size (the longest leading shape every
+            leaf shares); default: when no `batch_size` is given. `False`
+            without a `batch_size` gives `[]`.
+        **kwargs: more entries by name.
 
     Examples:
         >>> import torch
@@ -318,9 +342,11 @@ def make_tensordict(
         >>> make_tensordict(a=torch.zeros(3, 4), b=torch.zeros(3, 4, 5)).batch_size
         torch.Size([3, 4])
     """
-    source = dict(input_dict or {}, **kwargs)
+    source = dict(input_dict.items() if input_dict is not None else (), **kwargs)
+    if auto_batch_size is None:
+        auto_batch_size = batch_size is None
     return TensorDict.from_dict(
-        source, batch_size=batch_size, device=device, auto_batch_size=batch_size is None
+        source, batch_size=batch_size, device=device, auto_batch_size=auto_batch_size
     )
 
 

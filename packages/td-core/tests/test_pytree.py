@@ -1,0 +1,70 @@
+"""TensorDicts as pytree nodes under `torch.func` transforms and `tree_map`."""
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+
+from td_core import TensorDict, lazy_stack
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("key", ["a", ("n", "a")])
+def test_vmap_keeps_the_lock_of_its_inputs(lazy, key):
+    td = TensorDict({key: torch.ones(2, 1)}, [2])
+    if lazy:
+        td = lazy_stack([td[0], td[1].clone()])
+    td.lock_()
+
+    def write(x):
+        return x.set(key, x.get(key) + 1)
+
+    with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict"):
+        torch.vmap(write)(td)
+    assert (td.get(key) == 1).all()
+
+
+def test_vmap_of_an_unlocked_input_writes_into_the_batched_copy():
+    td = TensorDict({"a": torch.ones(2, 1)}, [2])
+    out = torch.vmap(lambda x: x.set("b", x["a"] * 3))(td)
+    assert not out.is_locked
+    assert (out["b"] == 3).all()
+    assert "b" not in td
+
+
+def test_tree_map_of_a_locked_tensordict_returns_a_new_unlocked_one():
+    td = TensorDict({"a": torch.ones(2), "n": {"b": torch.zeros(2)}}, [2]).lock_()
+    out = tree_map(lambda x: x + 1, td)
+    assert not out.is_locked and not out["n"].is_locked
+    out["c"] = torch.zeros(2)
+    assert (out["n", "b"] == 1).all()
+
+
+# torch's forward-mode AD scripts its decompositions on first use (torch >= 2.10 warns)
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+@pytest.mark.parametrize("batch_size", [(), (2,), (2, 3)])
+@pytest.mark.parametrize("transform", ["jacrev", "jacfwd"])
+def test_jacobian_of_a_tensordict_keeps_the_batch_size(batch_size, transform):
+    td = TensorDict(
+        {"a": torch.randn(*batch_size, 2), "b": torch.randn(*batch_size, 5)}, batch_size
+    )
+
+    def f(x):
+        return TensorDict({"x": x["a"] ** 2, "y": x["b"] ** 3}, x.batch_size)
+
+    jac = getattr(torch.func, transform)(f)(td)
+    assert jac.batch_size == td.batch_size
+    assert jac["x", "a"].shape == (*batch_size, 2, *batch_size, 2)
+    assert jac["y", "a"].shape == (*batch_size, 5, *batch_size, 2)
+    # each sub-TensorDict's batch size is a prefix of its leaves' shapes
+    for sub in (jac["x"], jac["y"]):
+        for leaf in sub.values():
+            assert leaf.shape[: sub.batch_dims] == sub.batch_size
+    expected = torch.diag(2 * td["a"].flatten())
+    assert torch.allclose(jac["x", "a"].reshape(expected.shape), expected)
+
+
+def test_vmap_with_out_dims_past_the_batch_dims_keeps_a_valid_batch_size():
+    td = TensorDict({"a": torch.randn(3, 2, 4), "b": torch.randn(3, 2, 5)}, [3, 2])
+    out = torch.vmap(lambda x: x * 2, out_dims=-1)(td)
+    assert out.batch_size == (2,)
+    assert out["a"].shape == (2, 4, 3) and out["b"].shape == (2, 5, 3)
