@@ -162,3 +162,40 @@ def test_setting_a_non_field_attribute_raises_naming_it():
     data.doubled = torch.full((2,), 4.0)  # a property setter still works
     assert data.obs.tolist() == [2.0, 2.0]
     data.batch_size = [2]
+
+
+@tensorclass
+class Positive:
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __post_init__(self):
+        if not (self.x > 0).all():
+            raise ValueError("x must be positive")
+        self.y = self.y.abs()
+
+
+def test_post_init_runs_after_the_fields_are_set():
+    data = Positive(x=torch.ones(3), y=-torch.ones(3), batch_size=[3])
+    assert (data.y == 1).all()
+    with pytest.raises(ValueError, match="positive"):
+        Positive(x=-torch.ones(2), y=torch.ones(2), batch_size=[2])
+    built = Positive.from_tensordict(TensorDict(x=torch.ones(2), y=-torch.ones(2), batch_size=[2]))
+    assert (built.y == 1).all()
+    with pytest.raises(ValueError, match="positive"):
+        Positive.from_tensordict(TensorDict(x=-torch.ones(2), y=torch.ones(2), batch_size=[2]))
+
+
+def test_post_init_does_not_run_on_op_results():
+    calls = []
+
+    @tensorclass
+    class Counted:
+        x: torch.Tensor
+
+        def __post_init__(self):
+            calls.append(1)
+
+    data = Counted(x=torch.ones(4), batch_size=[4])
+    data[:2].clone().reshape(2)
+    assert len(calls) == 1

@@ -109,6 +109,30 @@ def test_tensorclass_class_form_options():
         td.TensorClass["nope"]
 
 
+def test_tensorclass_class_keywords():
+    for m in (td, up):
+
+        class Frozen(m.TensorClass, nocast=True, frozen=True):
+            x: int
+
+        obj = Frozen(x=1)
+        assert type(obj.x) is int
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.x = 2
+
+
+def test_field_named_data_needs_no_shadow():
+    for m in (td, up):
+
+        @m.tensorclass
+        class Sample:
+            data: torch.Tensor
+
+        sample = Sample(data=torch.arange(3), batch_size=[3])
+        assert sample.data.tolist() == [0, 1, 2]
+        assert sample[1:].data.tolist() == [1, 2]
+
+
 # ----------------------------------------------------- isinstance targets
 def test_tensor_collection_covers_every_kind():
     @td.tensorclass

@@ -87,7 +87,10 @@ class _TensorClassBase(TensorDictBase):
     def from_tensordict(
         cls, tensordict: TensorDictBase, non_tensordict: dict[str, Any] | None = None
     ) -> Any:
-        """An instance holding `tensordict` (not copied); unknown keys are refused."""
+        """An instance holding `tensordict` (not copied); unknown keys are refused.
+
+        The class's `__post_init__`, if any, runs on the new instance.
+        """
         unknown = [k for k in tensordict.keys() if k not in cls._fields]
         if unknown:
             raise KeyError(
@@ -101,6 +104,9 @@ class _TensorClassBase(TensorDictBase):
         obj = cls._wrap(td)
         for key, value in (non_tensordict or {}).items():
             setattr(obj, key, value)
+        post_init = getattr(obj, "__post_init__", None)
+        if post_init is not None:  # a new instance from user data: validate it as __init__ does
+            post_init()
         return obj
 
     def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
@@ -288,6 +294,9 @@ def _make_init(
             value = values.get(name, defaults.get(name))
             if value is not None:
                 td.set(name, value)
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:  # as a dataclass does, after the fields are set
+            post_init()
 
     return __init__
 

@@ -116,7 +116,8 @@ def _check_shadow(cls: type) -> None:
         for n in getattr(klass, "__annotations__", {})
         if not n.startswith("_")
     ]
-    clash = [n for n in names if hasattr(TensorDictBase, n)]
+    # `data` stays free, as upstream: a field of that name hides `TensorDictBase.data`
+    clash = [n for n in names if hasattr(TensorDictBase, n) and n != "data"]
     if clash:
         raise AttributeError(
             f"Attribute name {clash[0]} can't be used with @tensorclass or TensorClass, as "
@@ -189,19 +190,23 @@ class _TensorClassMeta(type):
     """Builds every subclass of `TensorClass` as a tensorclass."""
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> Any:
+        # the options may also come as class keywords: `class Foo(TensorClass, nocast=True)`
+        flags = {k: bool(kw.pop(k)) for k in _OPTION_NAMES if k in kw}
         cls = super().__new__(mcls, name, bases, ns, **kw)
         if ns.get("_tc_template") or ("_fields" in ns and "_defaults" in ns):
             return cls  # TensorClass itself, TensorClass[...] or a class the builder made
         options: dict[str, Any] = {}
         for base in reversed(cls.__mro__[1:]):
             options.update(getattr(base, "_tc_flags", {}))
+        options.update(flags)
         return tensorclass(cls, **options)
 
 
 class TensorClass(metaclass=_TensorClassMeta):
     """The class form of `@tensorclass`: subclass it and annotate the fields.
 
-    `TensorClass["autocast", "frozen", ...]` gives a base with those options.
+    `TensorClass["autocast", "frozen", ...]` gives a base with those options, and so do
+    class keywords: `class Foo(TensorClass, nocast=True)`.
 
     Examples:
         >>> import torch
