@@ -174,15 +174,55 @@ class NonTensorData(_NonTensorBase):
 
 
 class NonTensorStack(_NonTensorBase):
-    """One Python value per element of a batch; reading gives a (nested) list."""
+    """One Python value per element of a batch; reading gives a (nested) list.
+
+    Built from its elements, as upstream: `NonTensorStack("a", "b")` or
+    `NonTensorStack(*leaves, stack_dim=1)`, where each element is a plain value or a
+    non-tensor leaf (all of one batch size). A single object `numpy` array is taken
+    as the values themselves, laid out by its shape.
+
+    Args:
+        *values: the elements, stacked along `stack_dim`.
+        stack_dim: the new batch dim the elements are stacked along.
+        batch_size: the expected batch size of the result (checked), needed only to
+            give the shape of an empty stack.
+        device: the device reported by the leaf.
+
+    Raises:
+        ValueError: elements of different batch sizes, or a `batch_size` that does not
+            match the stack.
+
+    Examples:
+        >>> from td_core import NonTensorData, NonTensorStack
+        >>> NonTensorStack("a", "b").tolist()
+        ['a', 'b']
+        >>> NonTensorStack(NonTensorData("x", batch_size=[2]), "y", stack_dim=1).tolist()
+        Traceback (most recent call last):
+        ...
+        ValueError: NonTensorStack: the elements must have one batch size, got [[2], []]
+    """
 
     __slots__ = ("_values",)
 
-    def __init__(self, values: np.ndarray, device: torch.device | str | None = None) -> None:
-        if not isinstance(values, np.ndarray) or values.dtype != object:
-            raise TypeError(f"NonTensorStack holds an object ndarray, got {type(values).__name__}")
-        self._values = values
-        self.batch_size = torch.Size(values.shape)
+    def __init__(
+        self,
+        *values: Any,
+        stack_dim: int = 0,
+        batch_size: Sequence[int] | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        if len(values) == 1 and isinstance(values[0], np.ndarray) and values[0].dtype == object:
+            array = values[0]
+        else:
+            array = _stack_elements(values, stack_dim, batch_size)
+        if batch_size is not None and tuple(array.shape) != tuple(batch_size):
+            raise ValueError(
+                f"NonTensorStack: batch_size {list(batch_size)} does not match the "
+                f"{len(values)} element(s) stacked along dim {stack_dim}, which give "
+                f"{list(array.shape)}"
+            )
+        self._values = array
+        self.batch_size = torch.Size(array.shape)
         self.device = None if device is None else torch.device(device)
 
     @classmethod
@@ -193,7 +233,7 @@ class NonTensorStack(_NonTensorBase):
         arr = np.empty((len(values),), dtype=object)
         for i, v in enumerate(values):
             arr[i] = v
-        return cls(arr, device)
+        return cls(arr, device=device)
 
     @property
     def data(self) -> list[Any]:
@@ -208,7 +248,7 @@ class NonTensorStack(_NonTensorBase):
 
     def clone(self, recurse: bool = True) -> NonTensorStack:
         return NonTensorStack(
-            copy.deepcopy(self._values) if recurse else self._values.copy(), self.device
+            copy.deepcopy(self._values) if recurse else self._values.copy(), device=self.device
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -242,6 +282,28 @@ class NonTensorStack(_NonTensorBase):
         )
 
 
+def _stack_elements(
+    values: Sequence[Any], dim: int, batch_size: Sequence[int] | None
+) -> np.ndarray:
+    """The object array of `values` (plain values or non-tensor leaves) stacked along `dim`."""
+    if not values:
+        shape = (0,) if batch_size is None else tuple(batch_size)
+        return np.empty(shape, dtype=object)
+    arrays = [
+        v.as_array() if isinstance(v, _NonTensorBase) else _full(torch.Size(), v) for v in values
+    ]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise ValueError(
+            "NonTensorStack: the elements must have one batch size, got "
+            f"{[list(a.shape) for a in arrays]}"
+        )
+    ndim = arrays[0].ndim + 1
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"NonTensorStack: stack_dim {dim} is out of range for {ndim} dims")
+    return np.stack(arrays, axis=dim)
+
+
 def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
@@ -259,7 +321,7 @@ def _from_array(values: np.ndarray, device: torch.device | None) -> NonTensorSta
     # a 0-d gather is one value: keep it a plain NonTensorData so td[i]["k"] gives the value
     if values.ndim == 0:
         return NonTensorData(values.item(), (), device)
-    return NonTensorStack(values, device)
+    return NonTensorStack(values, device=device)
 
 
 def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
@@ -273,7 +335,7 @@ def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     if special is not None:
         return special
     return NonTensorStack(
-        np.stack([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
+        np.stack([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
     )
 
 
@@ -298,7 +360,7 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
 def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
     """Concatenate non-tensor leaves into one `NonTensorStack` (the same rule as stacking)."""
     return NonTensorStack(
-        np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
+        np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
     )
 
 
