@@ -34,3 +34,49 @@ def test_stack_in_a_tensordict():
     td = TensorDict(a=NonTensorStack("foo", "bar"), x=torch.zeros(2), batch_size=[2])
     assert td[1]["a"] == "bar"
     assert td["a"] == ["foo", "bar"]
+
+
+def test_stack_shape_ops_move_the_values():
+    stack = NonTensorStack(*[str(i) for i in range(60)])
+    view = stack.view(3, 4, 5)
+    assert view.batch_size == (3, 4, 5)
+    assert isinstance(view[0], NonTensorStack) and view[0, 0].tolist() == list("01234")
+    assert view[0, 0, 1].data == "1"
+    assert view.flatten().tolist() == stack.tolist()
+    assert view.reshape(60).tolist() == stack.tolist()
+    assert view.transpose(0, 2)[4, 0, 2].data == view[2, 0, 4].data
+    assert view.permute(2, 0, 1).batch_size == (5, 3, 4)
+    assert view.unflatten(2, (5, 1)).squeeze(-1).tolist() == view.tolist()
+    pair = NonTensorStack(
+        NonTensorData("a", batch_size=[3]), NonTensorData("b", batch_size=[3]), stack_dim=1
+    )
+    assert pair.repeat(1, 2)[0].tolist() == ["a", "b", "a", "b"]
+    assert pair.repeat_interleave(2, dim=1)[0].tolist() == ["a", "a", "b", "b"]
+    assert pair.flip([1])[0].tolist() == ["b", "a"]
+    assert [leaf.tolist() for leaf in pair.unbind(1)] == [["a"] * 3, ["b"] * 3]
+
+
+def test_shared_value_shape_ops_keep_one_value():
+    leaf = NonTensorData(0)
+    flat = leaf.flatten()
+    assert flat.batch_size == (1,) and flat.tolist() == [0]
+    wide = NonTensorData(0, batch_size=[3]).expand(2, 3)
+    assert isinstance(wide, NonTensorData) and wide.data == 0
+    assert wide.tolist() == [[0, 0, 0], [0, 0, 0]]
+    assert wide.unsqueeze(0).batch_size == (1, 2, 3)
+    assert wide[1].batch_size == (3,) and wide[1, 2].data == 0
+
+
+def test_leaf_ops_agree_with_the_container_ops():
+    td = TensorDict(
+        name=NonTensorStack(*"abcdef").view(2, 3), x=torch.zeros(2, 3), batch_size=[2, 3]
+    )
+    leaf = td.get("name")
+    for op in (
+        lambda t: t.flatten(),
+        lambda t: t.transpose(0, 1),
+        lambda t: t.unsqueeze(1),
+        lambda t: t.expand(4, 2, 3),
+        lambda t: t[:, 1:],
+    ):
+        assert op(leaf).tolist() == op(td).get("name").tolist()

@@ -23,6 +23,7 @@ import torch
 
 from td_core._core.flags import capture_non_tensor_stack
 from td_core._core.utils import BatchMeta
+from td_core._leaves.nontensor_shape import NonTensorShapeMixin
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
 
@@ -44,7 +45,7 @@ def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
     return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
 
 
-class _NonTensorBase(BatchMeta):
+class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
     """What both kinds of non-tensor leaf share: batch metadata and device."""
 
     _td_collection = True
