@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from td_core import NonTensorData, NonTensorStack, TensorDict
+from td_core import MetaData, NonTensorData, NonTensorStack, TensorDict, UnbatchedTensor
 
 
 def test_stack_from_elements():
@@ -80,3 +80,17 @@ def test_leaf_ops_agree_with_the_container_ops():
         lambda t: t[:, 1:],
     ):
         assert op(leaf).tolist() == op(td).get("name").tolist()
+
+
+def test_unbatched_tensor_prints_as_its_data():
+    data = torch.tensor([1.0, 2.0])
+    leaf = UnbatchedTensor(data)
+    assert str(leaf) == str(data)
+    assert repr(leaf) == f"UnbatchedTensor({data!r})"
+    assert format(UnbatchedTensor(torch.tensor(1.25)), ".1f") == format(torch.tensor(1.25), ".1f")
+
+
+def test_typed_metadata_names_the_expected_type():
+    with pytest.raises(TypeError, match=r"Expected data of type int, got str \('a string'\)"):
+        MetaData[int]("a string")
+    assert MetaData[int](3).data == 3
