@@ -138,7 +138,7 @@ class UnbatchedTensor(Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             return Tensor.as_subclass(self, Tensor)
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> Any:
         return f"UnbatchedTensor({self._plain()!r})"
 
     def __str__(self) -> str:
