@@ -138,7 +138,7 @@ class UnbatchedTensor(Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             return Tensor.as_subclass(self, Tensor)
 
-    def __repr__(self, *, tensor_contents: Any = None) -> Any:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch leaves the keyword untyped
         return f"UnbatchedTensor({self._plain()!r})"
 
     def __str__(self) -> str:
