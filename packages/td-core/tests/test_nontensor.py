@@ -94,3 +94,18 @@ def test_typed_metadata_names_the_expected_type():
     with pytest.raises(TypeError, match=r"Expected data of type int, got str \('a string'\)"):
         MetaData[int]("a string")
     assert MetaData[int](3).data == 3
+
+
+def test_torch_stack_and_cat_of_leaves():
+    t1, t2 = torch.arange(3), torch.arange(4)
+    stack = torch.stack([NonTensorData(t1), NonTensorData(t2)])
+    assert isinstance(stack, NonTensorStack) and stack.batch_size == (2,)
+    assert all(isinstance(v, torch.Tensor) for v in stack.tolist())
+    grid = torch.stack([torch.stack([NonTensorData(0), NonTensorData(1)])] * 3)
+    assert grid.batch_size == (3, 2) and grid.tolist() == [[0, 1]] * 3
+    assert torch.cat([grid, grid], 1).tolist() == [[0, 1, 0, 1]] * 3
+    assert torch.stack([grid, grid], -1).batch_size == (3, 2, 2)
+    assert [leaf.tolist() for leaf in torch.unbind(grid, 1)] == [[0, 0, 0], [1, 1, 1]]
+    assert torch.unsqueeze(grid, 0).batch_size == (1, 3, 2)
+    with pytest.raises(ValueError, match=r"one batch size, got \[\[2\], \[\]\]"):
+        torch.stack([NonTensorData(0, batch_size=[2]), NonTensorData(1)])

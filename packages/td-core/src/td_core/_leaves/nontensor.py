@@ -85,6 +85,14 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
             flat[where.reshape(-1)] = _full(torch.Size([where.size]), value)
         return _from_array(values, self.device)
 
+    @classmethod
+    def _stack_with(cls, leaves: list[Any], dim: int) -> Any:
+        return stack_non_tensors(leaves, dim)
+
+    @classmethod
+    def _cat_with(cls, leaves: list[Any], dim: int) -> Any:
+        return cat_non_tensors(leaves, dim)
+
     def _write_(self, value: Any) -> bool:
         """Write `value` into this leaf in place, if it supports that.
 

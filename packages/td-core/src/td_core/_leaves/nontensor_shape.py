@@ -42,6 +42,12 @@ class NonTensorShapeMixin:
 
         def _map_batch_multi(self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]) -> Any: ...
 
+        @classmethod
+        def _stack_with(cls, leaves: list[Any], dim: int) -> Any: ...
+
+        @classmethod
+        def _cat_with(cls, leaves: list[Any], dim: int) -> Any: ...
+
     def _batch_op(self, fn: _Fn) -> Any:
         positions = torch.arange(self.batch_size.numel()).view(self.batch_size)
         return self._map_batch(fn, fn(positions).shape, len(self.batch_size))
@@ -109,3 +115,62 @@ class NonTensorShapeMixin:
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The leaves along batch dim `dim`."""
         return tuple(self._map_batch_multi(lambda t: t.unbind(dim)))
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """`torch.stack`/`torch.cat` of non-tensor leaves, and torch's shape functions on one."""
+        kwargs = dict(kwargs or {})
+        if func in _JOIN:
+            leaves = list(args[0] if args else kwargs.pop("tensors"))
+            dim = args[1] if len(args) > 1 else kwargs.pop("dim", 0)
+            if kwargs.pop("out", None) is not None or kwargs:
+                return NotImplemented
+            if not leaves or not all(getattr(type(v), "_is_non_tensor", False) for v in leaves):
+                return NotImplemented  # mixed with TensorDicts or tensors: not a leaf-only join
+            if isinstance(leaves[0], torch.Tensor):  # `UnbatchedTensor`s join as tensors
+                return NotImplemented
+            return _JOIN[func](leaves, dim)
+        method = _METHODS.get(func)
+        if method is None or not args or not isinstance(args[0], cls):
+            return NotImplemented
+        return getattr(args[0], method)(*args[1:], **kwargs)
+
+
+def _stack(leaves: list[Any], dim: int) -> Any:
+    sizes = {tuple(leaf.batch_size) for leaf in leaves}
+    if len(sizes) > 1:
+        raise ValueError(
+            "torch.stack of non-tensor leaves needs one batch size, got "
+            f"{[list(leaf.batch_size) for leaf in leaves]}"
+        )
+    return type(leaves[0])._stack_with(leaves, dim)
+
+
+def _cat(leaves: list[Any], dim: int) -> Any:
+    return type(leaves[0])._cat_with(leaves, dim)
+
+
+_JOIN: dict[Callable[..., Any], Callable[[list[Any], int], Any]] = {
+    torch.stack: _stack,
+    torch.cat: _cat,
+    torch.concat: _cat,
+    torch.concatenate: _cat,
+}
+_METHODS: dict[Callable[..., Any], str] = {
+    torch.unbind: "unbind",
+    torch.squeeze: "squeeze",
+    torch.unsqueeze: "unsqueeze",
+    torch.flatten: "flatten",
+    torch.unflatten: "unflatten",
+    torch.reshape: "reshape",
+    torch.permute: "permute",
+    torch.transpose: "transpose",
+    torch.flip: "flip",
+    torch.repeat_interleave: "repeat_interleave",
+}
