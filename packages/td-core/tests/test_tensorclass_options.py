@@ -184,3 +184,20 @@ def test_metadata_typed():
         assert m.MetaData[dict]({"a": 1}).data == {"a": 1}
         with pytest.raises(TypeError):
             m.MetaData[dict]("not a dict")
+
+
+def test_only_frozen_tensorclasses_are_hashable():
+    for m in (td, up):
+
+        @m.tensorclass(frozen=True)
+        class Key:
+            y: torch.Tensor
+
+        @m.tensorclass
+        class Value:
+            y: torch.Tensor
+
+        key = Key(y=torch.ones(()))
+        assert {key: 0}[key] == 0
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(Value(y=torch.ones(())))

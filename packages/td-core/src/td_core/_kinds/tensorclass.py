@@ -334,6 +334,8 @@ def tensorclass(cls: type[_T]) -> type[_T]:
         _field_set=frozenset(fields),
         _defaults=defaults,
         __init__=_make_init(cls.__name__, fields, defaults),
+        # a mutable dataclass with `==` is unhashable; `frozen=True` makes it hashable again
+        __hash__=None,
         __module__=cls.__module__,
         __qualname__=cls.__qualname__,
         __doc__=cls.__doc__,

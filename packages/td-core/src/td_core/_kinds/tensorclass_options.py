@@ -155,6 +155,8 @@ def _make(cls: Any, options: dict[str, Any]) -> Any:
         _check_shadow(cls)
     new_cls: Any = _build(cls)
     new_cls._tc_options = dict(options)
+    if options["frozen"]:
+        new_cls.__hash__ = object.__hash__  # locked for good: hashable by identity
     if not any(options[k] for k in ("autocast", "nocast", "frozen", "kw_only")):
         return new_cls
     convert = _caster(cls, options)
