@@ -9,10 +9,12 @@ class with `td_core._kinds.tensorclass` and then wraps its `__init__` and
 from __future__ import annotations
 
 import dataclasses
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from td_core._kinds.base import TensorDictBase
@@ -126,7 +128,42 @@ def _check_shadow(cls: type) -> None:
         )
 
 
-def _caster(cls: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
+def _resolve(hint: Any, cls: type, built: type) -> Any:
+    """An annotation given as a string (a forward reference), evaluated when first needed.
+
+    Names resolve in the class's module, and the class's own name gives the built class
+    (`tc: "Node"` inside `Node`, or any annotation under `from __future__ import annotations`).
+    Unresolvable names give `None`: that field is left uncast.
+    """
+    if not isinstance(hint, str):
+        return hint
+    module = sys.modules.get(cls.__module__)
+    scope = {**(vars(module) if module is not None else {}), cls.__name__: built}
+    try:
+        return eval(hint, scope)  # what typing.get_type_hints does with a string annotation
+    except Exception:
+        return None
+
+
+def _cast_to(target: Any, value: Any) -> Any:
+    """`value` cast to the annotation `target` (autocast); `value` itself when no rule applies."""
+    if target is torch.Tensor:
+        return value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    if target in (int, float, bool, str):
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        return NonTensorData(target(value))
+    if target is np.ndarray:
+        return NonTensorData(np.asarray(value))
+    if isinstance(target, type) and issubclass(target, TensorDictBase) and isinstance(value, dict):
+        build: Any = target
+        if getattr(target, "_td_tensorclass", False):
+            return build(**value)  # a tensorclass field given as a dict of its fields
+        return build(value)
+    return value
+
+
+def _caster(cls: type, built: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
     hints = _annotations(cls)
     autocast, nocast = options["autocast"], options["nocast"]
     cast_filter = options["cast_filter"]
@@ -136,13 +173,9 @@ def _caster(cls: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
             return value
         if autocast and (cast_filter is None or cast_filter(name, value)):
             target = hints.get(name)
-            if target is torch.Tensor and not isinstance(value, torch.Tensor):
-                return torch.as_tensor(value)
-            if target in (int, float, bool, str):
-                if isinstance(value, torch.Tensor) and value.numel() == 1:
-                    value = value.item()
-                return NonTensorData(target(value))
-            return value
+            if isinstance(target, str):
+                target = hints[name] = _resolve(target, cls, built)
+            return _cast_to(target, value)
         if nocast and isinstance(value, _SCALARS):
             return NonTensorData(value)
         return value
@@ -155,11 +188,13 @@ def _make(cls: Any, options: dict[str, Any]) -> Any:
         _check_shadow(cls)
     new_cls: Any = _build(cls)
     new_cls._tc_options = dict(options)
+    for flag in ("autocast", "nocast", "frozen", "shadow", "tensor_only"):  # upstream's class flags
+        setattr(new_cls, f"_{flag}", bool(options[flag]))
     if options["frozen"]:
         new_cls.__hash__ = object.__hash__  # locked for good: hashable by identity
     if not any(options[k] for k in ("autocast", "nocast", "frozen", "kw_only")):
         return new_cls
-    convert = _caster(cls, options)
+    convert = _caster(cls, new_cls, options)
     fields = new_cls._fields
     init = new_cls.__init__
     setattr_ = new_cls.__setattr__
