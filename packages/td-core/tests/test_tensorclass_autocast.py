@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from td_core import TensorDict, tensorclass
+from td_core import TensorDict, from_dataclass, is_tensorclass, tensorclass
 
 
 @tensorclass(autocast=True)
@@ -63,3 +64,32 @@ def test_option_flags_are_class_attributes():
         x: torch.Tensor
 
     assert not Plain._autocast
+
+
+@dataclasses.dataclass
+class Record:
+    a: int
+    b: torch.Tensor
+    c: str
+
+
+def test_from_dataclass_gives_a_tensorclass_with_options():
+    cast = from_dataclass(Record, autocast=True)
+    assert is_tensorclass(cast) and cast._autocast and cast is not Record
+    obj = cast(a=0, b=0, c=0)
+    assert type(obj.a) is int and isinstance(obj.b, torch.Tensor) and obj.c == "0"
+    kept = from_dataclass(Record, nocast=True)(a=0, b=0, c=0)
+    assert (type(kept.a), type(kept.b), type(kept.c)) == (int, int, int)
+    inst = from_dataclass(Record(a=torch.ones(3), b=torch.zeros(3, 2), c="x"), batch_size=[3])
+    assert is_tensorclass(inst) and inst.batch_size == (3,) and inst.c == "x"
+    auto = from_dataclass(
+        Record(a=torch.ones(3), b=torch.zeros(3, 2), c=None), auto_batch_size=True
+    )
+    assert auto.batch_size == (3,)
+    target = from_dataclass(Record)
+    assert type(from_dataclass(Record(1, torch.zeros(()), "y"), dest_cls=target)) is target
+    assert type(TensorDict.from_dataclass(Record(1, torch.zeros(()), "y"))) is TensorDict
+    with pytest.raises(TypeError, match="dataclass type or instance"):
+        from_dataclass({"a": 1})
+    with pytest.raises(ValueError, match="inplace=True"):
+        from_dataclass(Record, inplace=True)

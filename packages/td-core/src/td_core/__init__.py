@@ -45,7 +45,6 @@ from td_core._io.arrow import from_arrow, to_arrow
 from td_core._io.consolidate import from_consolidated
 from td_core._io.convert_from import (
     from_any,
-    from_dataclass,
     from_json,
     from_namedtuple,
     from_pytree,
@@ -61,6 +60,7 @@ from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict, from_dict
 from td_core._kinds.lazy import LazyStackedTensorDict, lazy_stack
 from td_core._kinds.params import TensorDictParams
+from td_core._kinds.tensorclass_dataclass import from_dataclass
 from td_core._kinds.tensorclass_options import TensorClass, tensorclass
 from td_core._kinds.typed import TypedTensorDict
 from td_core._leaves.collection import NonTensorDataBase, TensorCollection
