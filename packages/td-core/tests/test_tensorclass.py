@@ -1,3 +1,4 @@
+import inspect
 import pickle
 
 import pytest
@@ -50,8 +51,10 @@ def test_readme_seed():
 def test_fields_and_constructor():
     data, images, _, label = seed_data()
     assert data.image is images and data.label is label
-    with pytest.raises(TypeError, match=r"missing field\(s\) \['label'\]"):
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'label'"):
         MyData(images, images, batch_size=[100])
+    with pytest.raises(TypeError, match="missing 2 required positional arguments: 'mask' and"):
+        MyData(images, batch_size=[100])
     with pytest.raises(TypeError, match="'colour'"):
         MyData(images, images, label, colour=1, batch_size=[100])
     with pytest.raises(RuntimeError, match="'label'"):
@@ -199,3 +202,20 @@ def test_post_init_does_not_run_on_op_results():
     data = Counted(x=torch.ones(4), batch_size=[4])
     data[:2].clone().reshape(2)
     assert len(calls) == 1
+
+
+def test_signature_lists_the_fields_then_batch_size_device_names():
+    assert list(inspect.signature(MyData).parameters) == [
+        "image",
+        "mask",
+        "label",
+        "batch_size",
+        "device",
+        "names",
+    ]
+    assert list(inspect.signature(Episode).parameters)[:3] == ["obs", "name", "inner"]
+    assert inspect.signature(Episode).parameters["inner"].default is None
+    data = MyData(
+        torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2), batch_size=[2], names=["time"]
+    )
+    assert data.names == ["time"]

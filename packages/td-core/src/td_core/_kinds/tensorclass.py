@@ -270,6 +270,7 @@ def _make_init(
         *args: Any,
         batch_size: Any = None,
         device: Any = None,
+        names: Any = None,
         **kwargs: Any,
     ) -> None:
         if len(args) > len(fields):
@@ -286,18 +287,41 @@ def _make_init(
                 raise TypeError(f"{cls_name}() got field {name!r} twice")
             values[name] = value
         missing = [f for f in fields if f not in values and f not in defaults]
-        if missing:
-            raise TypeError(f"{cls_name}() is missing field(s) {missing}")
+        if missing:  # worded as Python words it for a dataclass
+            quoted = [repr(f) for f in missing]
+            listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+            plural = "s" if len(missing) > 1 else ""
+            raise TypeError(
+                f"{cls_name}() missing {len(missing)} required positional argument{plural}: "
+                f"{listed}"
+            )
         td = TensorDict(batch_size=[] if batch_size is None else batch_size, device=device)
         object.__setattr__(self, "_tensordict", td)
         for name in fields:
             value = values.get(name, defaults.get(name))
             if value is not None:
                 td.set(name, value)
+        if names is not None:
+            td.names = names
         post_init = getattr(self, "__post_init__", None)
         if post_init is not None:  # as a dataclass does, after the fields are set
             post_init()
 
+    # what `inspect.signature(cls)` shows: the fields, then batch_size, device and names
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params += [
+        inspect.Parameter(
+            f,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=defaults[f] if f in defaults else inspect.Parameter.empty,
+        )
+        for f in fields
+    ]
+    params += [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for n in ("batch_size", "device", "names")
+    ]
+    __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return __init__
 
 

@@ -9,6 +9,7 @@ class with `td_core._kinds.tensorclass` and then wraps its `__init__` and
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 import typing
 from collections.abc import Callable
@@ -218,6 +219,7 @@ def _make(cls: Any, options: dict[str, Any]) -> Any:
             value = convert(name, value)
         setattr_(self, name, value)
 
+    __init__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
     new_cls.__init__ = __init__
     new_cls.__setattr__ = __setattr__
     return new_cls
