@@ -219,3 +219,28 @@ def test_signature_lists_the_fields_then_batch_size_device_names():
         torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2), batch_size=[2], names=["time"]
     )
     assert data.names == ["time"]
+
+
+def test_stacking_different_tensorclasses_is_refused():
+    @tensorclass
+    class Other:
+        obs: torch.Tensor
+        name: str
+        inner: MyData = None
+
+    a = Episode(obs=torch.zeros(2), name="a", batch_size=[2])
+    b = Other(obs=torch.zeros(2), name="b", batch_size=[2])
+    with pytest.raises(TypeError, match=r"no implementation found .*\['Episode', 'Other'\]"):
+        torch.stack([a, b])
+    with pytest.raises(TypeError, match="no implementation found"):
+        torch.cat([a, b])
+    nested = Episode(
+        obs=torch.zeros(2),
+        name="a",
+        inner=MyData(torch.zeros(2), torch.zeros(2), torch.zeros(2), batch_size=[2]),
+        batch_size=[2],
+    )
+    flat = TensorDict(obs=torch.zeros(2), name="a", inner=torch.zeros(2), batch_size=[2])
+    with pytest.raises(TypeError, match="'inner',\\) is a TensorDict in some inputs"):
+        torch.stack([nested.to_tensordict(), flat])
+    assert type(torch.stack([a, a])) is Episode
