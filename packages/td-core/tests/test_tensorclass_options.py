@@ -201,3 +201,35 @@ def test_only_frozen_tensorclasses_are_hashable():
         assert {key: 0}[key] == 0
         with pytest.raises(TypeError, match="unhashable"):
             hash(Value(y=torch.ones(())))
+
+
+def test_class_form_methods_may_call_super():
+    seen = []
+
+    class Shifted(td.TensorClass, nocast=True):
+        a: torch.Tensor
+        b: torch.Tensor
+
+        def __setattr__(self, key, value):
+            seen.append(key)
+            if key == "b":
+                return super().__setattr__("b", value + 1)
+            return super().__setattr__(key, value)
+
+        def total(self):
+            return self.a + self.b
+
+    obj = Shifted(a=torch.zeros(3), b=torch.zeros(3))
+    assert seen == ["a", "b"]  # the constructor goes through __setattr__, as a dataclass's does
+    assert (obj.b == 1).all() and (obj.total() == 1).all()
+    obj.b = torch.ones(())
+    assert (obj.b == 2).all() and seen == ["a", "b", "b"]
+    assert type(obj.clone()) is Shifted and isinstance(obj, td.TensorClass)
+
+
+def test_option_flags_of_the_class_form():
+    class Frozen(td.TensorClass, nocast=True, frozen=True):
+        a: int
+
+    assert Frozen._nocast and Frozen._frozen and not Frozen._autocast
+    assert not td.TensorClass._nocast and not td.TensorClass._frozen

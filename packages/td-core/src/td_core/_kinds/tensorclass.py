@@ -11,6 +11,7 @@ Fields are properties: tensors read as tensors, other values as themselves.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._ops.names import inherit_names
 
-__all__ = ["tensorclass"]
+__all__ = ["build_tensorclass", "tensorclass"]
 
 _T = TypeVar("_T")
 _RESERVED = {"batch_size", "device", "shape", "names"}
@@ -185,6 +186,21 @@ class _TensorClassBase(TensorDictBase):
         return f"{type(self).__name__}(\n{body})"
 
 
+@functools.cache
+def _custom_setattr(cls: type) -> Callable[..., None] | None:
+    """The `__setattr__` a user class defines (first in the MRO), or `None` if it defines none."""
+    for klass in cls.__mro__:
+        fn = klass.__dict__.get("__setattr__")
+        while fn is not None and getattr(fn, "_td_generated", False):  # an option's wrapper
+            fn = getattr(fn, "_td_wraps", None)
+        if fn is None:
+            continue
+        if fn is _TensorClassBase.__setattr__ or issubclass(_TensorClassBase, klass):
+            return None
+        return fn
+    return None
+
+
 def _is_data_descriptor(cls: type, name: str) -> bool:
     for klass in cls.__mro__:
         if name in klass.__dict__:
@@ -297,10 +313,15 @@ def _make_init(
             )
         td = TensorDict(batch_size=[] if batch_size is None else batch_size, device=device)
         object.__setattr__(self, "_tensordict", td)
+        custom = _custom_setattr(type(self))  # type: ignore[arg-type]  # classes hash
         for name in fields:
             value = values.get(name, defaults.get(name))
-            if value is not None:
+            if value is None:
+                continue
+            if custom is None:
                 td.set(name, value)
+            else:  # the class's own __setattr__ sees the fields, as a dataclass's __init__ does
+                custom(self, name, value)
         if names is not None:
             td.names = names
         post_init = getattr(self, "__post_init__", None)
@@ -347,8 +368,19 @@ def tensorclass(cls: type[_T]) -> type[_T]:
         >>> type(picked).__name__, picked.batch_size, picked.obs.shape
         ('Batch', torch.Size([3]), torch.Size([3, 3]))
     """
+    return build_tensorclass(cls, {})
+
+
+def build_tensorclass(cls: type[_T], body: dict[str, Any]) -> type[_T]:
+    """`tensorclass(cls)`, with `body` (methods, `__classcell__`) set on the built class itself.
+
+    The class form (`class Foo(TensorClass)`) passes its methods here rather than
+    leaving them on `cls`: a method calling `super()` then names the class that
+    is returned, as Python requires of a metaclass.
+    """
     fields, defaults = _fields_of(cls)
-    namespace: dict[str, Any] = {name: _field_property(name) for name in fields}
+    namespace: dict[str, Any] = dict(body)
+    namespace.update({name: _field_property(name) for name in fields})
     dc_fields, dc_params = _dataclass_spec(cls, fields)
     namespace.update(
         __dataclass_fields__=dc_fields,

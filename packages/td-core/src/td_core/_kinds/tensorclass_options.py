@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import sys
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from td_core._kinds.base import TensorDictBase
-from td_core._kinds.tensorclass import tensorclass as _build
+from td_core._kinds.tensorclass import build_tensorclass
 from td_core._leaves.nontensor import NonTensorData
 
 __all__ = ["tensorclass", "TensorClass"]
@@ -184,10 +185,10 @@ def _caster(cls: type, built: type, options: dict[str, Any]) -> Callable[[str, A
     return convert
 
 
-def _make(cls: Any, options: dict[str, Any]) -> Any:
+def _make(cls: Any, options: dict[str, Any], body: dict[str, Any] | None = None) -> Any:
     if not options["shadow"]:
         _check_shadow(cls)
-    new_cls: Any = _build(cls)
+    new_cls: Any = build_tensorclass(cls, body or {})
     new_cls._tc_options = dict(options)
     for flag in ("autocast", "nocast", "frozen", "shadow", "tensor_only"):  # upstream's class flags
         setattr(new_cls, f"_{flag}", bool(options[flag]))
@@ -220,9 +221,14 @@ def _make(cls: Any, options: dict[str, Any]) -> Any:
         setattr_(self, name, value)
 
     __init__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
+    __setattr__._td_generated = True  # type: ignore[attr-defined]  # not the user's own
+    __setattr__._td_wraps = setattr_  # type: ignore[attr-defined]
     new_cls.__init__ = __init__
     new_cls.__setattr__ = __setattr__
     return new_cls
+
+
+_METHOD_TYPES = (types.FunctionType, classmethod, staticmethod, property)
 
 
 class _TensorClassMeta(type):
@@ -231,14 +237,30 @@ class _TensorClassMeta(type):
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> Any:
         # the options may also come as class keywords: `class Foo(TensorClass, nocast=True)`
         flags = {k: bool(kw.pop(k)) for k in _OPTION_NAMES if k in kw}
-        cls = super().__new__(mcls, name, bases, ns, **kw)
         if ns.get("_tc_template") or ("_fields" in ns and "_defaults" in ns):
-            return cls  # TensorClass itself, TensorClass[...] or a class the builder made
+            # TensorClass itself, TensorClass[...] or a class the builder made
+            return super().__new__(mcls, name, bases, ns, **kw)
+        # the methods go on the built class (see `build_tensorclass`); the fields stay here
+        annotated = set(ns.get("__annotations__", {}))
+        body = {
+            k: v
+            for k, v in ns.items()
+            if k == "__classcell__"
+            or (k not in annotated and isinstance(v, _METHOD_TYPES) and k != "__annotate__")
+        }
+        cls = super().__new__(
+            mcls, name, bases, {k: v for k, v in ns.items() if k not in body}, **kw
+        )
         options: dict[str, Any] = {}
         for base in reversed(cls.__mro__[1:]):
             options.update(getattr(base, "_tc_flags", {}))
         options.update(flags)
-        return tensorclass(cls, **options)
+        full: dict[str, Any] = dict.fromkeys(_OPTION_NAMES, False)
+        full.update(options)
+        full["cast_filter"] = None
+        if full["autocast"] and full["nocast"]:
+            raise ValueError("tensorclass: autocast and nocast cannot both be True")
+        return _make(cls, full, body)
 
 
 class TensorClass(metaclass=_TensorClassMeta):
@@ -258,6 +280,8 @@ class TensorClass(metaclass=_TensorClassMeta):
 
     _tc_template = True
     _tc_flags: dict[str, bool] = {}  # noqa: RUF012 - replaced per TensorClass[...]
+    # upstream's class flags; each built class sets its own
+    _autocast = _nocast = _frozen = _shadow = _tensor_only = False
 
     def __class_getitem__(cls, flags: str | tuple[str, ...]) -> type:
         flags = (flags,) if isinstance(flags, str) else tuple(flags)
