@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -93,3 +93,28 @@ def test_from_dataclass_gives_a_tensorclass_with_options():
         from_dataclass({"a": 1})
     with pytest.raises(ValueError, match="inplace=True"):
         from_dataclass(Record, inplace=True)
+
+
+@tensorclass
+class WithPrivate:
+    a: torch.Tensor
+    _note: Any = None
+    rate: ClassVar[float] = 0.5
+
+    @property
+    def note(self):
+        return self._note
+
+    @note.setter
+    def note(self, value):
+        self._note = value
+
+
+def test_underscore_fields_and_string_classvars_follow_dataclasses():
+    assert WithPrivate._fields == ("a", "_note")
+    assert [f.name for f in dataclasses.fields(WithPrivate)] == ["a", "_note"]
+    obj = WithPrivate(torch.ones(3), batch_size=[3])
+    assert obj.note is None and obj.rate == 0.5
+    obj.note = "text"
+    assert obj.note == "text" and obj[0].note == "text"
+    assert "rate" not in obj.__expected_keys__

@@ -252,16 +252,22 @@ def _field_property(name: str) -> property:
     return property(getter, setter, doc=f"The `{name}` field.")
 
 
+def _is_classvar(hint: Any) -> bool:
+    if isinstance(hint, str):  # a string annotation (`from __future__ import annotations`)
+        return hint.split("[", 1)[0].strip() in ("ClassVar", "typing.ClassVar")
+    return hint is typing.ClassVar or typing.get_origin(hint) is typing.ClassVar
+
+
 def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
     names: list[str] = []
     defaults: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
-        for name in getattr(klass, "__annotations__", {}):
-            if (
-                name.startswith("_")
-                or typing.get_origin(klass.__annotations__[name]) is typing.ClassVar
-            ):
-                continue
+        if klass.__module__.startswith("td_core."):
+            continue  # td's own bases annotate their internals (`_tensordict`, ...)
+        annotations = inspect.get_annotations(klass)
+        for name, hint in annotations.items():
+            if name.startswith("__") or _is_classvar(hint):
+                continue  # as dataclasses: `_private: Any = None` is a field, a ClassVar is not
             if name in _RESERVED:
                 raise AttributeError(f"tensorclass {cls.__name__}: field name {name!r} is reserved")
             if name not in names:
@@ -388,6 +394,7 @@ def build_tensorclass(cls: type[_T], body: dict[str, Any]) -> type[_T]:
         __match_args__=fields,
         _fields=fields,
         _field_set=frozenset(fields),
+        __expected_keys__=set(fields),
         _defaults=defaults,
         __init__=_make_init(cls.__name__, fields, defaults),
         # a mutable dataclass with `==` is unhashable; `frozen=True` makes it hashable again
