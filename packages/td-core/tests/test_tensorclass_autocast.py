@@ -118,3 +118,10 @@ def test_underscore_fields_and_string_classvars_follow_dataclasses():
     obj.note = "text"
     assert obj.note == "text" and obj[0].note == "text"
     assert "rate" not in obj.__expected_keys__
+
+
+def test_autocast_dict_may_leave_fields_out_and_too_many_positionals_are_refused():
+    node = Node(value=torch.zeros(()), label="r", extra={}, child={"value": 1})
+    assert isinstance(node.child, Node) and node.child.label is None
+    with pytest.raises(TypeError, match="takes 5 positional arguments but 6 were given"):
+        Node(1, "a", {}, None, 5)

@@ -297,7 +297,8 @@ def _make_init(
     ) -> None:
         if len(args) > len(fields):
             raise TypeError(
-                f"{cls_name}() takes {len(fields)} positional field(s) but {len(args)} were given"
+                f"{cls_name}.__init__() takes {len(fields) + 1} positional arguments but "
+                f"{len(args) + 1} were given (self and the fields {list(fields)})"
             )
         values = dict(zip(fields, args))
         for name, value in kwargs.items():

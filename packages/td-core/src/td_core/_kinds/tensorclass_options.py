@@ -160,7 +160,8 @@ def _cast_to(target: Any, value: Any) -> Any:
     if isinstance(target, type) and issubclass(target, TensorDictBase) and isinstance(value, dict):
         build: Any = target
         if getattr(target, "_td_tensorclass", False):
-            return build(**value)  # a tensorclass field given as a dict of its fields
+            # a tensorclass field given as a dict of its fields; those left out are None
+            return build(**{**dict.fromkeys(build._fields), **value})
         return build(value)
     return value
 
@@ -207,7 +208,8 @@ def _make(cls: Any, options: dict[str, Any], body: dict[str, Any] | None = None)
             raise TypeError(
                 f"{cls.__name__}() takes keyword-only fields, got {len(args)} positional value(s)"
             )
-        args = tuple(convert(name, v) for name, v in zip(fields, args))
+        # extra positionals go on unconverted, for the constructor to refuse
+        args = tuple(convert(name, v) for name, v in zip(fields, args)) + args[len(fields) :]
         kwargs = {k: convert(k, v) if k in fields else v for k, v in kwargs.items()}
         init(self, *args, **kwargs)
         if frozen:
