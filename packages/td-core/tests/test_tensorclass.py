@@ -244,3 +244,10 @@ def test_stacking_different_tensorclasses_is_refused():
     with pytest.raises(TypeError, match="'inner',\\) is a TensorDict in some inputs"):
         torch.stack([nested.to_tensordict(), flat])
     assert type(torch.stack([a, a])) is Episode
+
+
+def test_device_cannot_be_assigned():
+    ep = Episode(obs=torch.zeros(2), name="a", batch_size=[2], device="cpu")
+    with pytest.raises(RuntimeError, match=r"device cannot be set using tensorclass\.device"):
+        ep.device = torch.device("cpu")
+    assert ep.to("cpu").device == torch.device("cpu")

@@ -127,6 +127,14 @@ class _TensorClassBase(TensorDictBase):
     def device(self) -> torch.device | None:
         return self._tensordict._device
 
+    @device.setter
+    def device(self, value: Any) -> None:
+        raise RuntimeError(
+            f"the device of a {type(self).__name__} cannot be changed in place: device cannot "
+            "be set using tensorclass.device = device; use obj.to(device), which returns a "
+            "new instance on that device"
+        )
+
     def _set_device(self, device: Any) -> None:
         self._tensordict._set_device(device)
 
