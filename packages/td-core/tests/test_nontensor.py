@@ -109,3 +109,18 @@ def test_torch_stack_and_cat_of_leaves():
     assert torch.unsqueeze(grid, 0).batch_size == (1, 3, 2)
     with pytest.raises(ValueError, match=r"one batch size, got \[\[2\], \[\]\]"):
         torch.stack([NonTensorData(0, batch_size=[2]), NonTensorData(1)])
+
+
+def test_where_picks_non_tensor_values():
+    cond = torch.tensor([True, False])
+    mine = NonTensorStack(NonTensorData(["a"]), NonTensorData(["a"]))
+    theirs = NonTensorStack(NonTensorData(["b"]), NonTensorData(["b"]))
+    assert mine.where(cond, theirs).tolist() == [["a"], ["b"]]
+    assert mine.where(cond, "z").tolist() == [["a"], "z"]
+    td = TensorDict(x=torch.zeros(2), s=NonTensorStack("a", "b"), batch_size=[2])
+    other = TensorDict(x=torch.ones(2), s=NonTensorStack("c", "d"), batch_size=[2])
+    picked = td.where(cond, other)
+    assert picked["s"] == ["a", "d"] and picked["x"].tolist() == [0.0, 1.0]
+    assert td.where(cond, 5.0)["s"] == ["a", "b"]  # a number replaces tensors only
+    with pytest.raises(RuntimeError, match="bool tensor"):
+        mine.where(torch.ones(2), theirs)

@@ -86,6 +86,10 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
         return _from_array(values, self.device)
 
     @classmethod
+    def _of_array(cls, values: np.ndarray, device: Any) -> Any:
+        return _from_array(values, device)
+
+    @classmethod
     def _stack_with(cls, leaves: list[Any], dim: int) -> Any:
         return stack_non_tensors(leaves, dim)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -47,6 +48,13 @@ class NonTensorShapeMixin:
 
         @classmethod
         def _cat_with(cls, leaves: list[Any], dim: int) -> Any: ...
+
+        @classmethod
+        def _of_array(cls, values: np.ndarray, device: Any) -> Any: ...
+
+        def as_array(self) -> np.ndarray: ...
+
+        device: Any
 
     def _batch_op(self, fn: _Fn) -> Any:
         positions = torch.arange(self.batch_size.numel()).view(self.batch_size)
@@ -111,6 +119,34 @@ class NonTensorShapeMixin:
     def flip(self, dims: Sequence[int]) -> Self:
         """The values reversed along batch dims `dims`."""
         return self._batch_op(lambda t: t.flip(tuple(dims)))
+
+    def where(self, condition: torch.Tensor, other: Any) -> Any:
+        """This leaf's values where `condition` is True, `other`'s elsewhere.
+
+        Args:
+            condition: a boolean mask over the leading batch dims (it broadcasts
+                over the others).
+            other: a non-tensor leaf of a batch size that broadcasts to this one,
+                or one plain value.
+        """
+        n = len(self.batch_size)
+        if condition.dtype != torch.bool or condition.ndim > n:
+            raise RuntimeError(
+                f"where: condition must be a bool tensor over the batch dims {list(self.batch_size)}, "
+                f"got {condition.dtype} of shape {list(condition.shape)}"
+            )
+        grid = condition.reshape(*condition.shape, *([1] * (n - condition.ndim)))
+        mask = grid.expand(self.batch_size).cpu().numpy()
+        mine = self.as_array()
+        if getattr(type(other), "_is_non_tensor", False) and not isinstance(other, torch.Tensor):
+            theirs = np.broadcast_to(other.as_array(), mine.shape)
+        else:
+            theirs = np.empty(mine.shape, dtype=object)
+            theirs.fill(other)
+        picked = np.empty(mine.shape, dtype=object)
+        picked[...] = mine
+        picked[~mask] = theirs[~mask]
+        return type(self)._of_array(picked, self.device)
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The leaves along batch dim `dim`."""
