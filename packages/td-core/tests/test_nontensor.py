@@ -124,3 +124,13 @@ def test_where_picks_non_tensor_values():
     assert td.where(cond, 5.0)["s"] == ["a", "b"]  # a number replaces tensors only
     with pytest.raises(RuntimeError, match="bool tensor"):
         mine.where(torch.ones(2), theirs)
+
+
+def test_comparing_a_tensor_with_a_non_tensor_leaf_gives_a_tensordict():
+    values = TensorDict({"n": {"flag": NonTensorData(True), "s": NonTensorData("x")}}, [])
+    rebuilt = TensorDict.from_dict(values.to_dict())  # the flag comes back as a tensor
+    assert isinstance(rebuilt["n", "flag"], torch.Tensor)
+    for result in (rebuilt == values, values == rebuilt, rebuilt != values):
+        assert all(not isinstance(v, bool) for v in result.values(True, True))
+    assert (rebuilt == values).all() and (values == rebuilt).all()
+    assert not (rebuilt != values).any()

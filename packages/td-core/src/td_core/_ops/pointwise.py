@@ -461,7 +461,8 @@ def _zip_compare(
                 f"key {(*prefix, key)!r} is in the first TensorDict but not in the second"
             )
         if isinstance(value, Tensor):
-            out[key] = op(value, item)
+            # against a non-tensor leaf a tensor compares as a number does (no part)
+            out[key] = dense({}, td.batch_size) if is_nt(item) else op(value, item)
         elif value._is_non_tensor:
             out[key] = _nt_compare(value, item, op)
         else:
