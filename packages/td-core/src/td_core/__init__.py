@@ -31,6 +31,7 @@ from td_core._core.predicates import (
     is_tensorclass,
     unravel_key_to_tuple,
 )
+from td_core._core.utils import strtobool
 from td_core._functions.functional import (
     collate,
     dense_stack_tds,
@@ -148,6 +149,7 @@ __all__ = [
     "set_lazy_legacy",
     "lazy_legacy",
     "set_list_to_stack",
+    "strtobool",
     "list_to_stack",
     "set_capture_non_tensor_stack",
     "capture_non_tensor_stack",

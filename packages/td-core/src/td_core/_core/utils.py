@@ -12,7 +12,15 @@ import torch
 
 from td_core.errors import BatchSizeError, DeviceError
 
-__all__ = ["NO_DEFAULT", "as_size", "as_device", "normalize_dim", "shape_args", "infer_shape"]
+__all__ = [
+    "NO_DEFAULT",
+    "as_size",
+    "as_device",
+    "normalize_dim",
+    "shape_args",
+    "infer_shape",
+    "strtobool",
+]
 
 
 class _NoDefault(enum.Enum):
@@ -185,3 +193,29 @@ class BatchMeta:
     def numel(self) -> int:
         """Number of elements of the batch (the product of `batch_size`)."""
         return self.batch_size.numel()
+
+
+_TRUE = ("y", "yes", "t", "true", "on", "1")
+_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def strtobool(val: str) -> int:
+    """1 for a true string (`y`, `yes`, `t`, `true`, `on`, `1`), 0 for a false one, any case.
+
+    Upstream's `tensordict.utils.strtobool` (the one `distutils` had), for reading flags
+    from text such as environment variables.
+
+    Raises:
+        ValueError: any other string.
+
+    Examples:
+        >>> from td_core import strtobool
+        >>> strtobool("Yes"), strtobool("off")
+        (1, 0)
+    """
+    lowered = val.lower()
+    if lowered in _TRUE:
+        return 1
+    if lowered in _FALSE:
+        return 0
+    raise ValueError(f"invalid truth value {val!r}: expected one of {_TRUE + _FALSE}")
