@@ -270,8 +270,8 @@ def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
     names: list[str] = []
     defaults: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
-        if klass.__module__.startswith("td_core."):
-            continue  # td's own bases annotate their internals (`_tensordict`, ...)
+        if klass in _TensorClassBase.__mro__ or klass.__dict__.get("_tc_template"):
+            continue  # td's own bases annotate their internals (`_tensordict`, `_tc_flags`, ...)
         annotations = inspect.get_annotations(klass)
         for name, hint in annotations.items():
             if name.startswith("__") or _is_classvar(hint):
