@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from td_core import TensorDict, TensorDictParams, lazy_stack
+from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams, lazy_stack, tensorclass
 from td_core.errors import BatchSizeError
 
 
@@ -237,3 +237,41 @@ def test_bytes_counts_gradients_and_jagged_components_once_each():
     njt_bytes = 3 * 4 + 3 * 8 + 2 * 8  # values, offsets, lengths
     assert td.bytes() == 12 + 2 * 12 + 2 * njt_bytes
     assert td.bytes(count_duplicates=False) == 12 + 2 * 12 + njt_bytes
+
+
+# ------------------------------------------------------------ torch.autograd.grad
+def test_autograd_grad_over_tensordicts():
+    td = TensorDict({"a": torch.randn(3, 2), "n": {"b": torch.randn(3)}, "s": "text"}, [3])
+    inputs = td.float().requires_grad_()
+    outputs = inputs * 2
+    grads = torch.autograd.grad(outputs, inputs, torch.ones_like(outputs))
+    assert (grads == 2).all()
+    assert grads["s"] == "text"
+    loss = (inputs["a"] ** 2).sum() + inputs["n", "b"].sum()
+    (grads,) = (torch.autograd.grad(loss, (inputs,)),)
+    assert torch.equal(grads["a"], 2 * inputs["a"]) and (grads["n", "b"] == 1).all()
+
+
+def test_autograd_grad_keeps_the_kind_of_the_inputs():
+    @tensorclass
+    class Pair:
+        x: torch.Tensor
+        tag: str
+
+    pair = Pair(x=torch.randn(3, requires_grad=True), tag="t", batch_size=[3])
+    out = pair + 1
+    grads = torch.autograd.grad(out, pair, torch.ones_like(out))
+    assert type(grads) is Pair and (grads.x == 1).all()
+    stack = lazy_stack([TensorDict(a=torch.randn(2), batch_size=[2]) for _ in range(3)])
+    stack.requires_grad_()
+    out = stack * 3
+    grads = torch.autograd.grad(out, stack, torch.ones_like(out))
+    assert isinstance(grads, LazyStackedTensorDict) and (grads == 3).all()
+
+
+def test_autograd_grad_refuses_several_inputs():
+    td = TensorDict(a=torch.randn(2, requires_grad=True), batch_size=[2])
+    with pytest.raises(ValueError, match="single input"):
+        torch.autograd.grad(td * 2, (td, td), torch.ones_like(td))
+    with pytest.raises(ValueError, match="grad_outputs must have the leaves"):
+        torch.autograd.grad(td * 2, td, TensorDict(a=torch.ones(3), batch_size=[3]))

@@ -164,3 +164,12 @@ def test_get_defaults_to_none_makes_get_return_none():
             assert container.get("missing", 3) == 3  # an explicit default still wins
         with pytest.raises(KeyError, match="missing"):  # td's default: a missing key raises
             container.get("missing")
+
+
+def test_strtobool_reads_flag_strings():
+    from td_core import strtobool
+
+    assert [strtobool(v) for v in ("y", "YES", "t", "True", "on", "1")] == [1] * 6
+    assert [strtobool(v) for v in ("n", "No", "f", "FALSE", "off", "0")] == [0] * 6
+    with pytest.raises(ValueError, match="invalid truth value 'maybe'"):
+        strtobool("maybe")

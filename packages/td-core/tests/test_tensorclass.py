@@ -1,3 +1,4 @@
+import inspect
 import pickle
 
 import pytest
@@ -50,8 +51,10 @@ def test_readme_seed():
 def test_fields_and_constructor():
     data, images, _, label = seed_data()
     assert data.image is images and data.label is label
-    with pytest.raises(TypeError, match=r"missing field\(s\) \['label'\]"):
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'label'"):
         MyData(images, images, batch_size=[100])
+    with pytest.raises(TypeError, match="missing 2 required positional arguments: 'mask' and"):
+        MyData(images, batch_size=[100])
     with pytest.raises(TypeError, match="'colour'"):
         MyData(images, images, label, colour=1, batch_size=[100])
     with pytest.raises(RuntimeError, match="'label'"):
@@ -162,3 +165,89 @@ def test_setting_a_non_field_attribute_raises_naming_it():
     data.doubled = torch.full((2,), 4.0)  # a property setter still works
     assert data.obs.tolist() == [2.0, 2.0]
     data.batch_size = [2]
+
+
+@tensorclass
+class Positive:
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __post_init__(self):
+        if not (self.x > 0).all():
+            raise ValueError("x must be positive")
+        self.y = self.y.abs()
+
+
+def test_post_init_runs_after_the_fields_are_set():
+    data = Positive(x=torch.ones(3), y=-torch.ones(3), batch_size=[3])
+    assert (data.y == 1).all()
+    with pytest.raises(ValueError, match="positive"):
+        Positive(x=-torch.ones(2), y=torch.ones(2), batch_size=[2])
+    built = Positive.from_tensordict(TensorDict(x=torch.ones(2), y=-torch.ones(2), batch_size=[2]))
+    assert (built.y == 1).all()
+    with pytest.raises(ValueError, match="positive"):
+        Positive.from_tensordict(TensorDict(x=-torch.ones(2), y=torch.ones(2), batch_size=[2]))
+
+
+def test_post_init_does_not_run_on_op_results():
+    calls = []
+
+    @tensorclass
+    class Counted:
+        x: torch.Tensor
+
+        def __post_init__(self):
+            calls.append(1)
+
+    data = Counted(x=torch.ones(4), batch_size=[4])
+    data[:2].clone().reshape(2)
+    assert len(calls) == 1
+
+
+def test_signature_lists_the_fields_then_batch_size_device_names():
+    assert list(inspect.signature(MyData).parameters) == [
+        "image",
+        "mask",
+        "label",
+        "batch_size",
+        "device",
+        "names",
+    ]
+    assert list(inspect.signature(Episode).parameters)[:3] == ["obs", "name", "inner"]
+    assert inspect.signature(Episode).parameters["inner"].default is None
+    data = MyData(
+        torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2), batch_size=[2], names=["time"]
+    )
+    assert data.names == ["time"]
+
+
+def test_stacking_different_tensorclasses_is_refused():
+    @tensorclass
+    class Other:
+        obs: torch.Tensor
+        name: str
+        inner: MyData = None
+
+    a = Episode(obs=torch.zeros(2), name="a", batch_size=[2])
+    b = Other(obs=torch.zeros(2), name="b", batch_size=[2])
+    with pytest.raises(TypeError, match=r"no implementation found .*\['Episode', 'Other'\]"):
+        torch.stack([a, b])
+    with pytest.raises(TypeError, match="no implementation found"):
+        torch.cat([a, b])
+    nested = Episode(
+        obs=torch.zeros(2),
+        name="a",
+        inner=MyData(torch.zeros(2), torch.zeros(2), torch.zeros(2), batch_size=[2]),
+        batch_size=[2],
+    )
+    flat = TensorDict(obs=torch.zeros(2), name="a", inner=torch.zeros(2), batch_size=[2])
+    with pytest.raises(TypeError, match="'inner',\\) is a TensorDict in some inputs"):
+        torch.stack([nested.to_tensordict(), flat])
+    assert type(torch.stack([a, a])) is Episode
+
+
+def test_device_cannot_be_assigned():
+    ep = Episode(obs=torch.zeros(2), name="a", batch_size=[2], device="cpu")
+    with pytest.raises(RuntimeError, match=r"device cannot be set using tensorclass\.device"):
+        ep.device = torch.device("cpu")
+    assert ep.to("cpu").device == torch.device("cpu")

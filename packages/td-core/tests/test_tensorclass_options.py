@@ -109,6 +109,30 @@ def test_tensorclass_class_form_options():
         td.TensorClass["nope"]
 
 
+def test_tensorclass_class_keywords():
+    for m in (td, up):
+
+        class Frozen(m.TensorClass, nocast=True, frozen=True):
+            x: int
+
+        obj = Frozen(x=1)
+        assert type(obj.x) is int
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.x = 2
+
+
+def test_field_named_data_needs_no_shadow():
+    for m in (td, up):
+
+        @m.tensorclass
+        class Sample:
+            data: torch.Tensor
+
+        sample = Sample(data=torch.arange(3), batch_size=[3])
+        assert sample.data.tolist() == [0, 1, 2]
+        assert sample[1:].data.tolist() == [1, 2]
+
+
 # ----------------------------------------------------- isinstance targets
 def test_tensor_collection_covers_every_kind():
     @td.tensorclass
@@ -160,3 +184,52 @@ def test_metadata_typed():
         assert m.MetaData[dict]({"a": 1}).data == {"a": 1}
         with pytest.raises(TypeError):
             m.MetaData[dict]("not a dict")
+
+
+def test_only_frozen_tensorclasses_are_hashable():
+    for m in (td, up):
+
+        @m.tensorclass(frozen=True)
+        class Key:
+            y: torch.Tensor
+
+        @m.tensorclass
+        class Value:
+            y: torch.Tensor
+
+        key = Key(y=torch.ones(()))
+        assert {key: 0}[key] == 0
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(Value(y=torch.ones(())))
+
+
+def test_class_form_methods_may_call_super():
+    seen = []
+
+    class Shifted(td.TensorClass, nocast=True):
+        a: torch.Tensor
+        b: torch.Tensor
+
+        def __setattr__(self, key, value):
+            seen.append(key)
+            if key == "b":
+                return super().__setattr__("b", value + 1)
+            return super().__setattr__(key, value)
+
+        def total(self):
+            return self.a + self.b
+
+    obj = Shifted(a=torch.zeros(3), b=torch.zeros(3))
+    assert seen == ["a", "b"]  # the constructor goes through __setattr__, as a dataclass's does
+    assert (obj.b == 1).all() and (obj.total() == 1).all()
+    obj.b = torch.ones(())
+    assert (obj.b == 2).all() and seen == ["a", "b", "b"]
+    assert type(obj.clone()) is Shifted and isinstance(obj, td.TensorClass)
+
+
+def test_option_flags_of_the_class_form():
+    class Frozen(td.TensorClass, nocast=True, frozen=True):
+        a: int
+
+    assert Frozen._nocast and Frozen._frozen and not Frozen._autocast
+    assert not td.TensorClass._nocast and not td.TensorClass._frozen

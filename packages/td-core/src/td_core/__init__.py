@@ -31,7 +31,7 @@ from td_core._core.predicates import (
     is_tensorclass,
     unravel_key_to_tuple,
 )
-from td_core._core.utils import convert_ellipsis_to_idx
+from td_core._core.utils import convert_ellipsis_to_idx, strtobool
 from td_core._core.versions import implement_for
 from td_core._functions.functional import (
     collate,
@@ -47,7 +47,6 @@ from td_core._io.arrow import from_arrow, to_arrow
 from td_core._io.consolidate import from_consolidated
 from td_core._io.convert_from import (
     from_any,
-    from_dataclass,
     from_json,
     from_namedtuple,
     from_pytree,
@@ -64,6 +63,7 @@ from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict, from_dict
 from td_core._kinds.lazy import LazyStackedTensorDict, lazy_stack
 from td_core._kinds.params import TensorDictParams
+from td_core._kinds.tensorclass_dataclass import from_dataclass
 from td_core._kinds.tensorclass_options import TensorClass, tensorclass
 from td_core._kinds.typed import TypedTensorDict
 from td_core._leaves.collection import NonTensorDataBase, TensorCollection
@@ -153,6 +153,7 @@ __all__ = [
     "set_lazy_legacy",
     "lazy_legacy",
     "set_list_to_stack",
+    "strtobool",
     "list_to_stack",
     "set_capture_non_tensor_stack",
     "capture_non_tensor_stack",

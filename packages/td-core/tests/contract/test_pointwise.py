@@ -31,6 +31,13 @@ def last_dim(td):
     return torch.linspace(0.5, 1.5, td.batch_size[-1])
 
 
+def labelled(td):
+    """A copy of ``td`` with a non-tensor leaf (a string)."""
+    out = td.clone()
+    out.set(("nested", "label") if "nested" in out.keys() else "label", "tag")
+    return out
+
+
 CASES = {
     **{name: operator.methodcaller(name) for name in UNARY + TESTS},
     **{
@@ -147,6 +154,11 @@ CASES = {
     "gt_td": lambda td: td > td.neg(),
     "ge_tensor": lambda td: td >= batch_tensor(td),
     "eq_missing_key": lambda td: floats(td) == floats(td).exclude("obs", "y"),
+    # a non-tensor leaf takes no part in a comparison with a number or a tensor
+    "eq_scalar_non_tensor_all": lambda td: (labelled(td).zero_() == 0).all(),
+    "le_scalar_non_tensor_all": lambda td: (labelled(td).clamp_max(1.0) <= 1.0).all(),
+    "gt_tensor_non_tensor_any": lambda td: (labelled(td) > batch_tensor(td) + 100).any(),
+    "ne_td_non_tensor_all": lambda td: (labelled(td) != labelled(td)).any(),
 }
 
 

@@ -186,10 +186,10 @@ class SharedNonTensorStack(_SharedFile, NonTensorStack):
 
     def clone(self, recurse: bool = True) -> NonTensorStack:
         """An ordinary (unshared) stack holding the current values."""
-        return NonTensorStack(self._values, self.device)
+        return NonTensorStack(self._values, device=self.device)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NonTensorStack:
-        return NonTensorStack(copy.deepcopy(self._values, memo), self.device)
+        return NonTensorStack(copy.deepcopy(self._values, memo), device=self.device)
 
     def __repr__(self) -> str:
         return (

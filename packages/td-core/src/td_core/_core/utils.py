@@ -20,6 +20,7 @@ __all__ = [
     "normalize_dim",
     "shape_args",
     "infer_shape",
+    "strtobool",
 ]
 
 
@@ -233,3 +234,29 @@ def convert_ellipsis_to_idx(idx: Any, batch_size: Sequence[int]) -> Any:
         )
     at = where[0]
     return items[:at] + (slice(None),) * (ndim - taken) + items[at + 1 :]
+
+
+_TRUE = ("y", "yes", "t", "true", "on", "1")
+_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def strtobool(val: str) -> int:
+    """1 for a true string (`y`, `yes`, `t`, `true`, `on`, `1`), 0 for a false one, any case.
+
+    Upstream's `tensordict.utils.strtobool` (the one `distutils` had), for reading flags
+    from text such as environment variables.
+
+    Raises:
+        ValueError: any other string.
+
+    Examples:
+        >>> from td_core import strtobool
+        >>> strtobool("Yes"), strtobool("off")
+        (1, 0)
+    """
+    lowered = val.lower()
+    if lowered in _TRUE:
+        return 1
+    if lowered in _FALSE:
+        return 0
+    raise ValueError(f"invalid truth value {val!r}: expected one of {_TRUE + _FALSE}")

@@ -307,9 +307,24 @@ class SubTensorDict(TensorDictBase):
         """Copy `tensordict` into the viewed part of the source."""
         return self._inplace(TensorDictBase.copy_, tensordict, non_blocking)
 
-    def update_(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> SubTensorDict:
+    def update_(
+        self,
+        input_dict_or_td: Any = None,
+        clone: bool = False,
+        *,
+        keys_to_update: Any = None,
+        non_blocking: bool = False,
+        **kwargs: Any,
+    ) -> SubTensorDict:
         """Copy the input's entries into the viewed part of the existing source leaves."""
-        return self._inplace(TensorDictBase.update_, input_dict_or_td, *args, **kwargs)
+        return self._inplace(
+            TensorDictBase.update_,
+            input_dict_or_td,
+            clone,
+            keys_to_update=keys_to_update,
+            non_blocking=non_blocking,
+            **kwargs,
+        )
 
     def masked_fill_(self, mask: Tensor, value: float | bool) -> SubTensorDict:
         """`masked_fill_` on the viewed part of the source."""

@@ -11,6 +11,7 @@ Fields are properties: tensors read as tensors, other values as themselves.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._ops.names import inherit_names
 
-__all__ = ["tensorclass"]
+__all__ = ["build_tensorclass", "tensorclass"]
 
 _T = TypeVar("_T")
 _RESERVED = {"batch_size", "device", "shape", "names"}
@@ -87,7 +88,10 @@ class _TensorClassBase(TensorDictBase):
     def from_tensordict(
         cls, tensordict: TensorDictBase, non_tensordict: dict[str, Any] | None = None
     ) -> Any:
-        """An instance holding `tensordict` (not copied); unknown keys are refused."""
+        """An instance holding `tensordict` (not copied); unknown keys are refused.
+
+        The class's `__post_init__`, if any, runs on the new instance.
+        """
         unknown = [k for k in tensordict.keys() if k not in cls._fields]
         if unknown:
             raise KeyError(
@@ -101,6 +105,9 @@ class _TensorClassBase(TensorDictBase):
         obj = cls._wrap(td)
         for key, value in (non_tensordict or {}).items():
             setattr(obj, key, value)
+        post_init = getattr(obj, "__post_init__", None)
+        if post_init is not None:  # a new instance from user data: validate it as __init__ does
+            post_init()
         return obj
 
     def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
@@ -119,6 +126,14 @@ class _TensorClassBase(TensorDictBase):
     @property
     def device(self) -> torch.device | None:
         return self._tensordict._device
+
+    @device.setter
+    def device(self, value: Any) -> None:
+        raise RuntimeError(
+            f"the device of a {type(self).__name__} cannot be changed in place: device cannot "
+            "be set using tensorclass.device = device; use obj.to(device), which returns a "
+            "new instance on that device"
+        )
 
     def _set_device(self, device: Any) -> None:
         self._tensordict._set_device(device)
@@ -179,6 +194,21 @@ class _TensorClassBase(TensorDictBase):
         return f"{type(self).__name__}(\n{body})"
 
 
+@functools.cache
+def _custom_setattr(cls: type) -> Callable[..., None] | None:
+    """The `__setattr__` a user class defines (first in the MRO), or `None` if it defines none."""
+    for klass in cls.__mro__:
+        fn = klass.__dict__.get("__setattr__")
+        while fn is not None and getattr(fn, "_td_generated", False):  # an option's wrapper
+            fn = getattr(fn, "_td_wraps", None)
+        if fn is None:
+            continue
+        if fn is _TensorClassBase.__setattr__ or issubclass(_TensorClassBase, klass):
+            return None
+        return fn
+    return None
+
+
 def _is_data_descriptor(cls: type, name: str) -> bool:
     for klass in cls.__mro__:
         if name in klass.__dict__:
@@ -230,16 +260,22 @@ def _field_property(name: str) -> property:
     return property(getter, setter, doc=f"The `{name}` field.")
 
 
+def _is_classvar(hint: Any) -> bool:
+    if isinstance(hint, str):  # a string annotation (`from __future__ import annotations`)
+        return hint.split("[", 1)[0].strip() in ("ClassVar", "typing.ClassVar")
+    return hint is typing.ClassVar or typing.get_origin(hint) is typing.ClassVar
+
+
 def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
     names: list[str] = []
     defaults: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
-        for name in getattr(klass, "__annotations__", {}):
-            if (
-                name.startswith("_")
-                or typing.get_origin(klass.__annotations__[name]) is typing.ClassVar
-            ):
-                continue
+        if klass in _TensorClassBase.__mro__ or klass.__dict__.get("_tc_template"):
+            continue  # td's own bases annotate their internals (`_tensordict`, `_tc_flags`, ...)
+        annotations = inspect.get_annotations(klass)
+        for name, hint in annotations.items():
+            if name.startswith("__") or _is_classvar(hint):
+                continue  # as dataclasses: `_private: Any = None` is a field, a ClassVar is not
             if name in _RESERVED:
                 raise AttributeError(f"tensorclass {cls.__name__}: field name {name!r} is reserved")
             if name not in names:
@@ -264,11 +300,13 @@ def _make_init(
         *args: Any,
         batch_size: Any = None,
         device: Any = None,
+        names: Any = None,
         **kwargs: Any,
     ) -> None:
         if len(args) > len(fields):
             raise TypeError(
-                f"{cls_name}() takes {len(fields)} positional field(s) but {len(args)} were given"
+                f"{cls_name}.__init__() takes {len(fields) + 1} positional arguments but "
+                f"{len(args) + 1} were given (self and the fields {list(fields)})"
             )
         values = dict(zip(fields, args))
         for name, value in kwargs.items():
@@ -280,15 +318,46 @@ def _make_init(
                 raise TypeError(f"{cls_name}() got field {name!r} twice")
             values[name] = value
         missing = [f for f in fields if f not in values and f not in defaults]
-        if missing:
-            raise TypeError(f"{cls_name}() is missing field(s) {missing}")
+        if missing:  # worded as Python words it for a dataclass
+            quoted = [repr(f) for f in missing]
+            listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+            plural = "s" if len(missing) > 1 else ""
+            raise TypeError(
+                f"{cls_name}() missing {len(missing)} required positional argument{plural}: "
+                f"{listed}"
+            )
         td = TensorDict(batch_size=[] if batch_size is None else batch_size, device=device)
         object.__setattr__(self, "_tensordict", td)
+        custom = _custom_setattr(type(self))  # type: ignore[arg-type]  # classes hash
         for name in fields:
             value = values.get(name, defaults.get(name))
-            if value is not None:
+            if value is None:
+                continue
+            if custom is None:
                 td.set(name, value)
+            else:  # the class's own __setattr__ sees the fields, as a dataclass's __init__ does
+                custom(self, name, value)
+        if names is not None:
+            td.names = names
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:  # as a dataclass does, after the fields are set
+            post_init()
 
+    # what `inspect.signature(cls)` shows: the fields, then batch_size, device and names
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params += [
+        inspect.Parameter(
+            f,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=defaults[f] if f in defaults else inspect.Parameter.empty,
+        )
+        for f in fields
+    ]
+    params += [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for n in ("batch_size", "device", "names")
+    ]
+    __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return __init__
 
 
@@ -314,8 +383,19 @@ def tensorclass(cls: type[_T]) -> type[_T]:
         >>> type(picked).__name__, picked.batch_size, picked.obs.shape
         ('Batch', torch.Size([3]), torch.Size([3, 3]))
     """
+    return build_tensorclass(cls, {})
+
+
+def build_tensorclass(cls: type[_T], body: dict[str, Any]) -> type[_T]:
+    """`tensorclass(cls)`, with `body` (methods, `__classcell__`) set on the built class itself.
+
+    The class form (`class Foo(TensorClass)`) passes its methods here rather than
+    leaving them on `cls`: a method calling `super()` then names the class that
+    is returned, as Python requires of a metaclass.
+    """
     fields, defaults = _fields_of(cls)
-    namespace: dict[str, Any] = {name: _field_property(name) for name in fields}
+    namespace: dict[str, Any] = dict(body)
+    namespace.update({name: _field_property(name) for name in fields})
     dc_fields, dc_params = _dataclass_spec(cls, fields)
     namespace.update(
         __dataclass_fields__=dc_fields,
@@ -323,8 +403,11 @@ def tensorclass(cls: type[_T]) -> type[_T]:
         __match_args__=fields,
         _fields=fields,
         _field_set=frozenset(fields),
+        __expected_keys__=set(fields),
         _defaults=defaults,
         __init__=_make_init(cls.__name__, fields, defaults),
+        # a mutable dataclass with `==` is unhashable; `frozen=True` makes it hashable again
+        __hash__=None,
         __module__=cls.__module__,
         __qualname__=cls.__qualname__,
         __doc__=cls.__doc__,

@@ -9,14 +9,18 @@ class with `td_core._kinds.tensorclass` and then wraps its `__init__` and
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import sys
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from td_core._kinds.base import TensorDictBase
-from td_core._kinds.tensorclass import tensorclass as _build
+from td_core._kinds.tensorclass import build_tensorclass
 from td_core._leaves.nontensor import NonTensorData
 
 __all__ = ["tensorclass", "TensorClass"]
@@ -116,7 +120,8 @@ def _check_shadow(cls: type) -> None:
         for n in getattr(klass, "__annotations__", {})
         if not n.startswith("_")
     ]
-    clash = [n for n in names if hasattr(TensorDictBase, n)]
+    # `data` stays free, as upstream: a field of that name hides `TensorDictBase.data`
+    clash = [n for n in names if hasattr(TensorDictBase, n) and n != "data"]
     if clash:
         raise AttributeError(
             f"Attribute name {clash[0]} can't be used with @tensorclass or TensorClass, as "
@@ -125,7 +130,43 @@ def _check_shadow(cls: type) -> None:
         )
 
 
-def _caster(cls: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
+def _resolve(hint: Any, cls: type, built: type) -> Any:
+    """An annotation given as a string (a forward reference), evaluated when first needed.
+
+    Names resolve in the class's module, and the class's own name gives the built class
+    (`tc: "Node"` inside `Node`, or any annotation under `from __future__ import annotations`).
+    Unresolvable names give `None`: that field is left uncast.
+    """
+    if not isinstance(hint, str):
+        return hint
+    module = sys.modules.get(cls.__module__)
+    scope = {**(vars(module) if module is not None else {}), cls.__name__: built}
+    try:
+        return eval(hint, scope)  # what typing.get_type_hints does with a string annotation
+    except Exception:
+        return None
+
+
+def _cast_to(target: Any, value: Any) -> Any:
+    """`value` cast to the annotation `target` (autocast); `value` itself when no rule applies."""
+    if target is torch.Tensor:
+        return value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    if target in (int, float, bool, str):
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        return NonTensorData(target(value))
+    if target is np.ndarray:
+        return NonTensorData(np.asarray(value))
+    if isinstance(target, type) and issubclass(target, TensorDictBase) and isinstance(value, dict):
+        build: Any = target
+        if getattr(target, "_td_tensorclass", False):
+            # a tensorclass field given as a dict of its fields; those left out are None
+            return build(**{**dict.fromkeys(build._fields), **value})
+        return build(value)
+    return value
+
+
+def _caster(cls: type, built: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
     hints = _annotations(cls)
     autocast, nocast = options["autocast"], options["nocast"]
     cast_filter = options["cast_filter"]
@@ -135,13 +176,9 @@ def _caster(cls: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
             return value
         if autocast and (cast_filter is None or cast_filter(name, value)):
             target = hints.get(name)
-            if target is torch.Tensor and not isinstance(value, torch.Tensor):
-                return torch.as_tensor(value)
-            if target in (int, float, bool, str):
-                if isinstance(value, torch.Tensor) and value.numel() == 1:
-                    value = value.item()
-                return NonTensorData(target(value))
-            return value
+            if isinstance(target, str):
+                target = hints[name] = _resolve(target, cls, built)
+            return _cast_to(target, value)
         if nocast and isinstance(value, _SCALARS):
             return NonTensorData(value)
         return value
@@ -149,14 +186,18 @@ def _caster(cls: type, options: dict[str, Any]) -> Callable[[str, Any], Any]:
     return convert
 
 
-def _make(cls: Any, options: dict[str, Any]) -> Any:
+def _make(cls: Any, options: dict[str, Any], body: dict[str, Any] | None = None) -> Any:
     if not options["shadow"]:
         _check_shadow(cls)
-    new_cls: Any = _build(cls)
+    new_cls: Any = build_tensorclass(cls, body or {})
     new_cls._tc_options = dict(options)
+    for flag in ("autocast", "nocast", "frozen", "shadow", "tensor_only"):  # upstream's class flags
+        setattr(new_cls, f"_{flag}", bool(options[flag]))
+    if options["frozen"]:
+        new_cls.__hash__ = object.__hash__  # locked for good: hashable by identity
     if not any(options[k] for k in ("autocast", "nocast", "frozen", "kw_only")):
         return new_cls
-    convert = _caster(cls, options)
+    convert = _caster(cls, new_cls, options)
     fields = new_cls._fields
     init = new_cls.__init__
     setattr_ = new_cls.__setattr__
@@ -167,7 +208,8 @@ def _make(cls: Any, options: dict[str, Any]) -> Any:
             raise TypeError(
                 f"{cls.__name__}() takes keyword-only fields, got {len(args)} positional value(s)"
             )
-        args = tuple(convert(name, v) for name, v in zip(fields, args))
+        # extra positionals go on unconverted, for the constructor to refuse
+        args = tuple(convert(name, v) for name, v in zip(fields, args)) + args[len(fields) :]
         kwargs = {k: convert(k, v) if k in fields else v for k, v in kwargs.items()}
         init(self, *args, **kwargs)
         if frozen:
@@ -180,28 +222,54 @@ def _make(cls: Any, options: dict[str, Any]) -> Any:
             value = convert(name, value)
         setattr_(self, name, value)
 
+    __init__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
+    __setattr__._td_generated = True  # type: ignore[attr-defined]  # not the user's own
+    __setattr__._td_wraps = setattr_  # type: ignore[attr-defined]
     new_cls.__init__ = __init__
     new_cls.__setattr__ = __setattr__
     return new_cls
+
+
+_METHOD_TYPES = (types.FunctionType, classmethod, staticmethod, property)
 
 
 class _TensorClassMeta(type):
     """Builds every subclass of `TensorClass` as a tensorclass."""
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> Any:
-        cls = super().__new__(mcls, name, bases, ns, **kw)
+        # the options may also come as class keywords: `class Foo(TensorClass, nocast=True)`
+        flags = {k: bool(kw.pop(k)) for k in _OPTION_NAMES if k in kw}
         if ns.get("_tc_template") or ("_fields" in ns and "_defaults" in ns):
-            return cls  # TensorClass itself, TensorClass[...] or a class the builder made
+            # TensorClass itself, TensorClass[...] or a class the builder made
+            return super().__new__(mcls, name, bases, ns, **kw)
+        # the methods go on the built class (see `build_tensorclass`); the fields stay here
+        annotated = set(ns.get("__annotations__", {}))
+        body = {
+            k: v
+            for k, v in ns.items()
+            if k == "__classcell__"
+            or (k not in annotated and isinstance(v, _METHOD_TYPES) and k != "__annotate__")
+        }
+        cls = super().__new__(
+            mcls, name, bases, {k: v for k, v in ns.items() if k not in body}, **kw
+        )
         options: dict[str, Any] = {}
         for base in reversed(cls.__mro__[1:]):
             options.update(getattr(base, "_tc_flags", {}))
-        return tensorclass(cls, **options)
+        options.update(flags)
+        full: dict[str, Any] = dict.fromkeys(_OPTION_NAMES, False)
+        full.update(options)
+        full["cast_filter"] = None
+        if full["autocast"] and full["nocast"]:
+            raise ValueError("tensorclass: autocast and nocast cannot both be True")
+        return _make(cls, full, body)
 
 
 class TensorClass(metaclass=_TensorClassMeta):
     """The class form of `@tensorclass`: subclass it and annotate the fields.
 
-    `TensorClass["autocast", "frozen", ...]` gives a base with those options.
+    `TensorClass["autocast", "frozen", ...]` gives a base with those options, and so do
+    class keywords: `class Foo(TensorClass, nocast=True)`.
 
     Examples:
         >>> import torch
@@ -214,6 +282,8 @@ class TensorClass(metaclass=_TensorClassMeta):
 
     _tc_template = True
     _tc_flags: dict[str, bool] = {}  # noqa: RUF012 - replaced per TensorClass[...]
+    # upstream's class flags; each built class sets its own
+    _autocast = _nocast = _frozen = _shadow = _tensor_only = False
 
     def __class_getitem__(cls, flags: str | tuple[str, ...]) -> type:
         flags = (flags,) if isinstance(flags, str) else tuple(flags)

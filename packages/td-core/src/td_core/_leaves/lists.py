@@ -45,7 +45,7 @@ def read_list(value: Sequence[Any], batch_size: torch.Size, device: Any) -> Any:
     if isinstance(value, list) and batch_size:
         values = _per_element(value, batch_size)
         if values is not None:
-            return NonTensorStack(values, device)
+            return NonTensorStack(values, device=device)
     return NonTensorData(value, batch_size, device)
 
 

@@ -57,8 +57,8 @@ class MetaData(NonTensorData):
         expected = type(self)._expected_type
         if expected is not None and not isinstance(data, expected):
             raise TypeError(
-                f"{type(self).__name__} holds a {expected.__name__}, got {type(data).__name__}: "
-                f"{data!r}"
+                f"{type(self).__name__}: Expected data of type {expected.__name__}, got "
+                f"{type(data).__name__} ({data!r})"
             )
         super().__init__(data, batch_size, device)
 

@@ -23,6 +23,7 @@ import torch
 
 from td_core._core.flags import capture_non_tensor_stack
 from td_core._core.utils import BatchMeta
+from td_core._leaves.nontensor_shape import NonTensorShapeMixin
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
 
@@ -44,7 +45,7 @@ def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
     return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
 
 
-class _NonTensorBase(BatchMeta):
+class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
     """What both kinds of non-tensor leaf share: batch metadata and device."""
 
     _td_collection = True
@@ -83,6 +84,18 @@ class _NonTensorBase(BatchMeta):
         else:
             flat[where.reshape(-1)] = _full(torch.Size([where.size]), value)
         return _from_array(values, self.device)
+
+    @classmethod
+    def _of_array(cls, values: np.ndarray, device: Any) -> Any:
+        return _from_array(values, device)
+
+    @classmethod
+    def _stack_with(cls, leaves: list[Any], dim: int) -> Any:
+        return stack_non_tensors(leaves, dim)
+
+    @classmethod
+    def _cat_with(cls, leaves: list[Any], dim: int) -> Any:
+        return cat_non_tensors(leaves, dim)
 
     def _write_(self, value: Any) -> bool:
         """Write `value` into this leaf in place, if it supports that.
@@ -174,15 +187,55 @@ class NonTensorData(_NonTensorBase):
 
 
 class NonTensorStack(_NonTensorBase):
-    """One Python value per element of a batch; reading gives a (nested) list."""
+    """One Python value per element of a batch; reading gives a (nested) list.
+
+    Built from its elements, as upstream: `NonTensorStack("a", "b")` or
+    `NonTensorStack(*leaves, stack_dim=1)`, where each element is a plain value or a
+    non-tensor leaf (all of one batch size). A single object `numpy` array is taken
+    as the values themselves, laid out by its shape.
+
+    Args:
+        *values: the elements, stacked along `stack_dim`.
+        stack_dim: the new batch dim the elements are stacked along.
+        batch_size: the expected batch size of the result (checked), needed only to
+            give the shape of an empty stack.
+        device: the device reported by the leaf.
+
+    Raises:
+        ValueError: elements of different batch sizes, or a `batch_size` that does not
+            match the stack.
+
+    Examples:
+        >>> from td_core import NonTensorData, NonTensorStack
+        >>> NonTensorStack("a", "b").tolist()
+        ['a', 'b']
+        >>> NonTensorStack(NonTensorData("x", batch_size=[2]), "y", stack_dim=1).tolist()
+        Traceback (most recent call last):
+        ...
+        ValueError: NonTensorStack: the elements must have one batch size, got [[2], []]
+    """
 
     __slots__ = ("_values",)
 
-    def __init__(self, values: np.ndarray, device: torch.device | str | None = None) -> None:
-        if not isinstance(values, np.ndarray) or values.dtype != object:
-            raise TypeError(f"NonTensorStack holds an object ndarray, got {type(values).__name__}")
-        self._values = values
-        self.batch_size = torch.Size(values.shape)
+    def __init__(
+        self,
+        *values: Any,
+        stack_dim: int = 0,
+        batch_size: Sequence[int] | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        if len(values) == 1 and isinstance(values[0], np.ndarray) and values[0].dtype == object:
+            array = values[0]
+        else:
+            array = _stack_elements(values, stack_dim, batch_size)
+        if batch_size is not None and tuple(array.shape) != tuple(batch_size):
+            raise ValueError(
+                f"NonTensorStack: batch_size {list(batch_size)} does not match the "
+                f"{len(values)} element(s) stacked along dim {stack_dim}, which give "
+                f"{list(array.shape)}"
+            )
+        self._values = array
+        self.batch_size = torch.Size(array.shape)
         self.device = None if device is None else torch.device(device)
 
     @classmethod
@@ -193,7 +246,7 @@ class NonTensorStack(_NonTensorBase):
         arr = np.empty((len(values),), dtype=object)
         for i, v in enumerate(values):
             arr[i] = v
-        return cls(arr, device)
+        return cls(arr, device=device)
 
     @property
     def data(self) -> list[Any]:
@@ -208,7 +261,7 @@ class NonTensorStack(_NonTensorBase):
 
     def clone(self, recurse: bool = True) -> NonTensorStack:
         return NonTensorStack(
-            copy.deepcopy(self._values) if recurse else self._values.copy(), self.device
+            copy.deepcopy(self._values) if recurse else self._values.copy(), device=self.device
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -242,6 +295,28 @@ class NonTensorStack(_NonTensorBase):
         )
 
 
+def _stack_elements(
+    values: Sequence[Any], dim: int, batch_size: Sequence[int] | None
+) -> np.ndarray:
+    """The object array of `values` (plain values or non-tensor leaves) stacked along `dim`."""
+    if not values:
+        shape = (0,) if batch_size is None else tuple(batch_size)
+        return np.empty(shape, dtype=object)
+    arrays = [
+        v.as_array() if isinstance(v, _NonTensorBase) else _full(torch.Size(), v) for v in values
+    ]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise ValueError(
+            "NonTensorStack: the elements must have one batch size, got "
+            f"{[list(a.shape) for a in arrays]}"
+        )
+    ndim = arrays[0].ndim + 1
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"NonTensorStack: stack_dim {dim} is out of range for {ndim} dims")
+    return np.stack(arrays, axis=dim)
+
+
 def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
@@ -259,7 +334,7 @@ def _from_array(values: np.ndarray, device: torch.device | None) -> NonTensorSta
     # a 0-d gather is one value: keep it a plain NonTensorData so td[i]["k"] gives the value
     if values.ndim == 0:
         return NonTensorData(values.item(), (), device)
-    return NonTensorStack(values, device)
+    return NonTensorStack(values, device=device)
 
 
 def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
@@ -273,7 +348,7 @@ def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     if special is not None:
         return special
     return NonTensorStack(
-        np.stack([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
+        np.stack([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
     )
 
 
@@ -298,7 +373,7 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
 def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
     """Concatenate non-tensor leaves into one `NonTensorStack` (the same rule as stacking)."""
     return NonTensorStack(
-        np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
+        np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
     )
 
 

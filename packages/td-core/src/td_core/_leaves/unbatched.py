@@ -133,6 +133,20 @@ class UnbatchedTensor(Tensor):
         probe = torch.empty(self.batch_size, dtype=torch.bool)
         return [self.with_batch_size(part.shape) for part in fn(probe)]
 
+    # ------------------------------------------------ printing: the data, as a tensor prints
+    def _plain(self) -> Tensor:
+        with torch._C.DisableTorchFunctionSubclass():
+            return Tensor.as_subclass(self, Tensor)
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch leaves the keyword untyped
+        return f"UnbatchedTensor({self._plain()!r})"
+
+    def __str__(self) -> str:
+        return str(self._plain())
+
+    def __format__(self, format_spec: str) -> str:
+        return format(self._plain(), format_spec)
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (_rebuild, (self.as_subclass(Tensor), self.batch_size))
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.traverse import is_td, map_leaves
+from td_core._core.traverse import is_td, map_leaves, tensor_leaves
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops import lazy_shape as lazy
 from td_core.errors import BatchSizeError, KeyNotFoundError
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-__all__ = ["AutogradMixin", "own_leaves"]
+__all__ = ["AutogradMixin", "grad", "own_leaves"]
 
 Tensor = torch.Tensor
 
@@ -324,3 +324,60 @@ def _distinct(td: TensorDictContract, count_duplicates: bool) -> list[Tensor]:
         ptr = p.data_ptr() if p.device.type != "meta" else 0
         seen.setdefault((ptr, p.dtype, tuple(p.shape)) if ptr else id(p), p)
     return list(seen.values())
+
+
+def _one(value: Any, what: str) -> Any:
+    """`value`, or its only item when it is a tuple or list of one."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1 or not (is_td(value[0]) or isinstance(value[0], Tensor)):
+            raise ValueError(
+                f"torch.autograd.grad with TensorDicts supports a single {what} "
+                f"(a TensorDict or a tensor), got a {type(value).__name__} of {len(value)}"
+            )
+        value = value[0]
+    return value
+
+
+def _flat(value: Any) -> list[Tensor]:
+    return tensor_leaves(value) if is_td(value) else [value]
+
+
+def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kwargs: Any) -> Any:
+    """`torch.autograd.grad` over TensorDicts: the gradient of `outputs` at every leaf of `inputs`.
+
+    `outputs` is a TensorDict (every tensor leaf is an output) or a tensor;
+    `grad_outputs`, when given, has the structure of `outputs`. The result has the
+    structure and kind of `inputs` (a tensorclass gives the tensorclass, a lazy stack
+    a lazy stack), with each leaf replaced by its gradient; non-tensor leaves are
+    kept. A leaf the outputs do not depend on, with `allow_unused=True`, gets a
+    zero gradient. Other keywords go to `torch.autograd.grad`.
+
+    Raises:
+        ValueError: more than one output, input or grad_output, an input that is not
+            a TensorDict, or `grad_outputs` whose leaves do not match `outputs`'.
+    """
+    outputs = _one(outputs, "output")
+    inputs = _one(inputs, "input")
+    if not is_td(inputs):
+        raise ValueError(
+            "torch.autograd.grad with TensorDicts needs the inputs as a TensorDict, got "
+            f"{type(inputs).__name__}"
+        )
+    out_leaves = _flat(outputs)
+    grad_leaves = None
+    if grad_outputs is not None:
+        grad_leaves = _flat(_one(grad_outputs, "grad_output"))
+        if [g.shape for g in grad_leaves] != [o.shape for o in out_leaves]:
+            raise ValueError(
+                "torch.autograd.grad: grad_outputs must have the leaves of outputs, got "
+                f"shapes {[list(g.shape) for g in grad_leaves]} for outputs of shapes "
+                f"{[list(o.shape) for o in out_leaves]}"
+            )
+    in_leaves = tensor_leaves(inputs)
+    grads = iter(torch.autograd.grad(out_leaves, in_leaves, grad_leaves, **kwargs))
+
+    def pick(leaf: Tensor) -> Tensor:
+        found = next(grads)
+        return torch.zeros_like(leaf) if found is None else found
+
+    return map_leaves(inputs, pick)

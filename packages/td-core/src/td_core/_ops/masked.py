@@ -156,7 +156,9 @@ def _mask_map(
             else:
                 out[key] = leaf(value, m, other)
         elif value._is_non_tensor:
-            out[key] = value
+            # `where` picks between two non-tensor leaves element-wise; other rows keep them
+            pick = row.name == "where" and is_nt(other) and not inplace
+            out[key] = value.where(mask, other) if pick else value
         else:
             out[key] = _mask_map(value, row, mask, other, pad, views)
     if inplace:

@@ -5,7 +5,8 @@ operands; `torch._foreach_*` where it applies, a per-leaf path under `torch.func
 transforms and for dtypes `_foreach` refuses. The rows with one operand (`exp`,
 `sqrt`, ...) are in `td_core._ops.pointwise_unary`; how a row runs (operands,
 broadcasting over batch dims, fast paths, lazy stacks) in `td_core._ops.pointwise_run`.
-Comparisons (`==`, `<`, ...) also turn non-tensor leaves into bool tensors.
+Comparisons (`==`, `<`, ...) of two non-tensor leaves compare their values; a non-tensor
+leaf compared with a number or a tensor takes no part (an empty TensorDict in the result).
 
 Examples:
     >>> import torch
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from td_core._core.contract import dense
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops.pointwise_run import Op, _lazy_members, run, split_operands
@@ -427,18 +429,21 @@ def _map_compare(
     return td._new(out, td.batch_size)
 
 
-def _nt_compare(value: Any, other: Any, op: Callable[[Any, Any], Any]) -> Tensor:
-    """Element-wise `==` / `!=` of non-tensor values, as a bool tensor of the batch shape."""
-    if op is not operator.eq and op is not operator.ne:
-        raise TypeError(f"non-tensor data {value!r} can only be compared with == and !=")
+def _nt_compare(value: Any, other: Any, op: Callable[[Any, Any], Any]) -> Any:
+    """A non-tensor leaf compared with `other`.
+
+    Against another non-tensor leaf: the values element-wise, as a bool tensor of the
+    batch shape. Against a number or a tensor (`td == 0`, `td <= 1`): the leaf takes no
+    part, as upstream; its place holds an empty TensorDict of its batch size, which
+    `all()` and `any()` skip.
+    """
+    if not is_nt(other):
+        return dense({}, value.batch_size)
     mine = value.as_array()
-    theirs = other.as_array() if is_nt(other) else None
-    if theirs is not None and theirs.shape != mine.shape:
+    theirs = other.as_array()
+    if theirs.shape != mine.shape:
         theirs = np.broadcast_to(theirs, mine.shape)
-    flat = [
-        bool(op(x, theirs.flat[i] if theirs is not None else other))
-        for i, x in enumerate(mine.flat)
-    ]
+    flat = [bool(op(x, theirs.flat[i])) for i, x in enumerate(mine.flat)]
     return torch.tensor(flat, dtype=torch.bool).reshape(tuple(value.batch_size))
 
 
@@ -456,7 +461,8 @@ def _zip_compare(
                 f"key {(*prefix, key)!r} is in the first TensorDict but not in the second"
             )
         if isinstance(value, Tensor):
-            out[key] = op(value, item)
+            # against a non-tensor leaf a tensor compares as a number does (no part)
+            out[key] = dense({}, td.batch_size) if is_nt(item) else op(value, item)
         elif value._is_non_tensor:
             out[key] = _nt_compare(value, item, op)
         else:

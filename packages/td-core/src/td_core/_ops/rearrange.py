@@ -89,7 +89,7 @@ def _pad_values(leaf: Any, pairs: list[int], n: int, new: torch.Size) -> Any:
     flat[1:] = leaf.as_array().reshape(-1)
     where = _pad_leaf(torch.arange(1, shape.numel() + 1).view(shape), pairs, n, 0)
     picked = flat[where.reshape(-1).numpy()].reshape(tuple(where.shape))
-    return NonTensorStack(picked, leaf.device)
+    return NonTensorStack(picked, device=leaf.device)
 
 
 def _pad_tree(td: TensorDictContract, pairs: list[int], value: float, new: torch.Size) -> Any:

@@ -39,9 +39,16 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
     if not tds:
         raise ValueError(f"{what} needs at least one TensorDict")
     # one check per class, not per input: 100 inputs of one class cost one `is_td`
-    if not all(is_td(td) for td in {type(td): td for td in tds}.values()):
+    classes = {type(td): td for td in tds}
+    if not all(is_td(td) for td in classes.values()):
         i = next(i for i, td in enumerate(tds) if not is_td(td))
         raise TypeError(f"{what}: item {i} is a {type(tds[i]).__name__}, not a TensorDict")
+    tcs = [cls.__name__ for cls in classes if getattr(cls, "_td_tensorclass", False)]
+    if len(tcs) > 1:  # as upstream: torch finds no implementation for the mix
+        raise TypeError(
+            f"torch.{what}: no implementation found for instances of different tensorclasses "
+            f"{tcs}; convert them with to_tensordict() first"
+        )
     return tds
 
 
@@ -145,6 +152,11 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
         elif value._is_non_tensor:
             entries[key] = non_tensor_op(values, d)
         else:
+            if any(isinstance(v, Tensor) for v in values):
+                raise TypeError(
+                    f"{what}: entry {(*prefix, key)!r} is a TensorDict in some inputs and a "
+                    "tensor in others"
+                )
             if stacking and any(v.batch_size != value.batch_size for v in values):
                 raise BatchSizeError(
                     f"stack: sub-TensorDict {(*prefix, key)!r} has different batch sizes "

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.traverse import is_td, map_leaves
+from td_core._ops.autograd import grad
 from td_core._ops.reduce_engine import leafwise_loss
 from td_core._ops.stack import cat, stack
 
@@ -35,6 +36,7 @@ def implements(*funcs: Callable[..., Any]) -> Callable[[Callable[..., Any]], Cal
 
 
 implements(torch.stack)(stack)
+implements(torch.autograd.grad)(grad)
 implements(torch.cat, torch.concat, torch.concatenate)(cat)
 
 

@@ -1,0 +1,136 @@
+"""Non-tensor leaves: building stacks, comparing them, their batch-shape ops."""
+
+import pytest
+import torch
+
+from td_core import MetaData, NonTensorData, NonTensorStack, TensorDict, UnbatchedTensor
+
+
+def test_stack_from_elements():
+    assert NonTensorStack("a", "b", "c").tolist() == ["a", "b", "c"]
+    assert NonTensorStack("a", "b").batch_size == (2,)
+    column = NonTensorStack(
+        NonTensorData("a", batch_size=[3]), NonTensorData("b", batch_size=[3]), stack_dim=1
+    )
+    assert column.batch_size == (3, 2)
+    assert column.tolist() == [["a", "b"]] * 3
+    nested = NonTensorStack(NonTensorStack("2", "3"), stack_dim=1)
+    assert nested.batch_size == (2, 1) and nested.tolist() == [["2"], ["3"]]
+    lists = NonTensorStack(NonTensorData(["x"]), NonTensorData(["y"]), batch_size=(2,))
+    assert lists.tolist() == [["x"], ["y"]]
+    assert NonTensorStack().batch_size == (0,)
+
+
+def test_stack_from_elements_refuses_mismatches():
+    with pytest.raises(ValueError, match=r"one batch size, got \[\[2\], \[\]\]"):
+        NonTensorStack(NonTensorData("x", batch_size=[2]), "y")
+    with pytest.raises(ValueError, match=r"batch_size \[3\] does not match"):
+        NonTensorStack("a", "b", batch_size=(3,))
+    with pytest.raises(IndexError, match="stack_dim 2"):
+        NonTensorStack("a", "b", stack_dim=2)
+
+
+def test_stack_in_a_tensordict():
+    td = TensorDict(a=NonTensorStack("foo", "bar"), x=torch.zeros(2), batch_size=[2])
+    assert td[1]["a"] == "bar"
+    assert td["a"] == ["foo", "bar"]
+
+
+def test_stack_shape_ops_move_the_values():
+    stack = NonTensorStack(*[str(i) for i in range(60)])
+    view = stack.view(3, 4, 5)
+    assert view.batch_size == (3, 4, 5)
+    assert isinstance(view[0], NonTensorStack) and view[0, 0].tolist() == list("01234")
+    assert view[0, 0, 1].data == "1"
+    assert view.flatten().tolist() == stack.tolist()
+    assert view.reshape(60).tolist() == stack.tolist()
+    assert view.transpose(0, 2)[4, 0, 2].data == view[2, 0, 4].data
+    assert view.permute(2, 0, 1).batch_size == (5, 3, 4)
+    assert view.unflatten(2, (5, 1)).squeeze(-1).tolist() == view.tolist()
+    pair = NonTensorStack(
+        NonTensorData("a", batch_size=[3]), NonTensorData("b", batch_size=[3]), stack_dim=1
+    )
+    assert pair.repeat(1, 2)[0].tolist() == ["a", "b", "a", "b"]
+    assert pair.repeat_interleave(2, dim=1)[0].tolist() == ["a", "a", "b", "b"]
+    assert pair.flip([1])[0].tolist() == ["b", "a"]
+    assert [leaf.tolist() for leaf in pair.unbind(1)] == [["a"] * 3, ["b"] * 3]
+
+
+def test_shared_value_shape_ops_keep_one_value():
+    leaf = NonTensorData(0)
+    flat = leaf.flatten()
+    assert flat.batch_size == (1,) and flat.tolist() == [0]
+    wide = NonTensorData(0, batch_size=[3]).expand(2, 3)
+    assert isinstance(wide, NonTensorData) and wide.data == 0
+    assert wide.tolist() == [[0, 0, 0], [0, 0, 0]]
+    assert wide.unsqueeze(0).batch_size == (1, 2, 3)
+    assert wide[1].batch_size == (3,) and wide[1, 2].data == 0
+
+
+def test_leaf_ops_agree_with_the_container_ops():
+    td = TensorDict(
+        name=NonTensorStack(*"abcdef").view(2, 3), x=torch.zeros(2, 3), batch_size=[2, 3]
+    )
+    leaf = td.get("name")
+    for op in (
+        lambda t: t.flatten(),
+        lambda t: t.transpose(0, 1),
+        lambda t: t.unsqueeze(1),
+        lambda t: t.expand(4, 2, 3),
+        lambda t: t[:, 1:],
+    ):
+        assert op(leaf).tolist() == op(td).get("name").tolist()
+
+
+def test_unbatched_tensor_prints_as_its_data():
+    data = torch.tensor([1.0, 2.0])
+    leaf = UnbatchedTensor(data)
+    assert str(leaf) == str(data)
+    assert repr(leaf) == f"UnbatchedTensor({data!r})"
+    assert format(UnbatchedTensor(torch.tensor(1.25)), ".1f") == format(torch.tensor(1.25), ".1f")
+
+
+def test_typed_metadata_names_the_expected_type():
+    with pytest.raises(TypeError, match=r"Expected data of type int, got str \('a string'\)"):
+        MetaData[int]("a string")
+    assert MetaData[int](3).data == 3
+
+
+def test_torch_stack_and_cat_of_leaves():
+    t1, t2 = torch.arange(3), torch.arange(4)
+    stack = torch.stack([NonTensorData(t1), NonTensorData(t2)])
+    assert isinstance(stack, NonTensorStack) and stack.batch_size == (2,)
+    assert all(isinstance(v, torch.Tensor) for v in stack.tolist())
+    grid = torch.stack([torch.stack([NonTensorData(0), NonTensorData(1)])] * 3)
+    assert grid.batch_size == (3, 2) and grid.tolist() == [[0, 1]] * 3
+    assert torch.cat([grid, grid], 1).tolist() == [[0, 1, 0, 1]] * 3
+    assert torch.stack([grid, grid], -1).batch_size == (3, 2, 2)
+    assert [leaf.tolist() for leaf in torch.unbind(grid, 1)] == [[0, 0, 0], [1, 1, 1]]
+    assert torch.unsqueeze(grid, 0).batch_size == (1, 3, 2)
+    with pytest.raises(ValueError, match=r"one batch size, got \[\[2\], \[\]\]"):
+        torch.stack([NonTensorData(0, batch_size=[2]), NonTensorData(1)])
+
+
+def test_where_picks_non_tensor_values():
+    cond = torch.tensor([True, False])
+    mine = NonTensorStack(NonTensorData(["a"]), NonTensorData(["a"]))
+    theirs = NonTensorStack(NonTensorData(["b"]), NonTensorData(["b"]))
+    assert mine.where(cond, theirs).tolist() == [["a"], ["b"]]
+    assert mine.where(cond, "z").tolist() == [["a"], "z"]
+    td = TensorDict(x=torch.zeros(2), s=NonTensorStack("a", "b"), batch_size=[2])
+    other = TensorDict(x=torch.ones(2), s=NonTensorStack("c", "d"), batch_size=[2])
+    picked = td.where(cond, other)
+    assert picked["s"] == ["a", "d"] and picked["x"].tolist() == [0.0, 1.0]
+    assert td.where(cond, 5.0)["s"] == ["a", "b"]  # a number replaces tensors only
+    with pytest.raises(RuntimeError, match="bool tensor"):
+        mine.where(torch.ones(2), theirs)
+
+
+def test_comparing_a_tensor_with_a_non_tensor_leaf_gives_a_tensordict():
+    values = TensorDict({"n": {"flag": NonTensorData(True), "s": NonTensorData("x")}}, [])
+    rebuilt = TensorDict.from_dict(values.to_dict())  # the flag comes back as a tensor
+    assert isinstance(rebuilt["n", "flag"], torch.Tensor)
+    for result in (rebuilt == values, values == rebuilt, rebuilt != values):
+        assert all(not isinstance(v, bool) for v in result.values(True, True))
+    assert (rebuilt == values).all() and (values == rebuilt).all()
+    assert not (rebuilt != values).any()
