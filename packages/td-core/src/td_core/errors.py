@@ -19,6 +19,7 @@ __all__ = [
     "DimError",
     "NotAPipeError",
     "NotConsolidatedError",
+    "GradLeafWriteError",
 ]
 
 
@@ -81,4 +82,12 @@ class NotConsolidatedError(TDError, AttributeError):
 
     Upstream looks up the missing consolidated storage and fails with
     `AttributeError`; this is an instance of that too.
+    """
+
+
+class GradLeafWriteError(TDError, ValueError, RuntimeError):
+    """An in-place write (`apply(inplace=True)`, `stack(..., out=)`) into a leaf that requires grad.
+
+    Autograd forbids changing such a leaf in place; run the write under
+    `torch.no_grad()`. Upstream raises `ValueError` or `RuntimeError` for these.
     """

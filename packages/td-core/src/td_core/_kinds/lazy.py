@@ -55,7 +55,15 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         hook_in: deprecated upstream: see `hook_in`.
     """
 
-    __slots__ = ("__weakref__", "_is_locked", "_td_dim_name", "stack_dim", "tensordicts")
+    __slots__ = (
+        "__weakref__",
+        "_is_locked",
+        "_td_dim_name",
+        "_template",
+        "stack_dim",
+        "tensordicts",
+    )
+    _td_dim_name: str | None
 
     def __init__(
         self,
@@ -63,12 +71,22 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         stack_dim: int = 0,
         hook_out: Callable[[Any], Any] | None = None,
         hook_in: Callable[[Any], Any] | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        stack_dim_name: str | None = None,
     ) -> None:
         if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
             tensordicts = tuple(tensordicts[0])
-        if not tensordicts:
-            raise ValueError("a LazyStackedTensorDict needs at least one TensorDict")
-        bs = tensordicts[0].batch_size
+        # with no member (filled later by append/extend), the members' batch size and
+        # device are `batch_size` and `device`
+        template = None if tensordicts else TensorDict(batch_size=batch_size or (), device=device)
+        self._template = template
+        bs = template.batch_size if template is not None else tensordicts[0].batch_size
+        if tensordicts and batch_size is not None and torch.Size(batch_size) != bs:
+            raise BatchSizeError(
+                f"lazy stack: batch_size {list(batch_size)} is the members' batch size and "
+                f"must match theirs, {list(bs)} (it only matters for a stack with no member)"
+            )
         for i, td in enumerate(tensordicts):
             if not is_td(td):
                 raise TypeError(f"lazy stack: item {i} is a {type(td).__name__}, not a TensorDict")
@@ -79,6 +97,8 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         self.tensordicts: list[TensorDictBase] = list(tensordicts)
         self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
         self._is_locked = False
+        if stack_dim_name is not None:
+            self._td_dim_name = stack_dim_name
         if hook_out is not None or hook_in is not None:
             warnings.warn(
                 "LazyStackedTensorDict(hook_out=..., hook_in=...) is deprecated and will be "
@@ -89,9 +109,25 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             set_hooks(self, hook_out, hook_in)
 
     @classmethod
-    def lazy_stack(cls, items: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
-        """Stack `items` lazily along batch dim `dim`."""
-        return cls(*items, stack_dim=dim)
+    def lazy_stack(  # type: ignore[override]  # upstream's keywords for a lazy stack
+        cls,
+        items: Sequence[TensorDictBase],
+        dim: int = 0,
+        *,
+        device: Any = None,
+        out: TensorDictBase | None = None,
+        stack_dim_name: str | None = None,
+        strict_shape: bool = False,
+    ) -> Any:
+        """Stack `items` lazily along batch dim `dim` (see `td_core.lazy_stack`)."""
+        return lazy_stack(
+            items,
+            dim,
+            device=device,
+            out=out,
+            stack_dim_name=stack_dim_name,
+            strict_shape=strict_shape,
+        )
 
     @classmethod
     def from_dict(  # type: ignore[override]  # one mapping per member, as upstream's lazy from_dict
@@ -162,10 +198,15 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         self._check_members(items)  # all checked before any is added
         self.tensordicts.extend(items)
 
+    @property
+    def _first(self) -> TensorDictBase:
+        """The first member, or an empty stand-in with the members' batch size if there is none."""
+        return self.tensordicts[0] if self.tensordicts else self._template  # type: ignore[return-value]
+
     def _check_members(self, items: Sequence[Any]) -> None:
         if self._is_locked:
             raise LockedError("cannot add members to a locked LazyStackedTensorDict; unlock_() it")
-        bs = self.tensordicts[0].batch_size
+        bs = self._first.batch_size
         for item in items:
             if not is_td(item):
                 raise TypeError(
@@ -216,7 +257,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
     # ---------------------------------------------------------------- metadata
     @property
     def batch_size(self) -> torch.Size:
-        bs = self.tensordicts[0].batch_size
+        bs = self._first.batch_size
         d = self.stack_dim
         return torch.Size((*bs[:d], len(self.tensordicts), *bs[d:]))
 
@@ -228,7 +269,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     @property
     def device(self) -> torch.device | None:
-        devices = {td.device for td in self.tensordicts}
+        devices = {td.device for td in self.tensordicts or [self._first]}
         return devices.pop() if len(devices) == 1 else None
 
     def _set_device(self, device: Any) -> None:
@@ -239,7 +280,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         return list(self.tensordicts)  # walking members avoids stacking every entry
 
     def _raw_names(self) -> tuple[str | None, ...] | None:
-        member = self.tensordicts[0]._raw_names()
+        member = self._first._raw_names()
         own = getattr(self, "_td_dim_name", None)
         if member is None and own is None:
             return None
@@ -279,7 +320,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     # ---------------------------------------------------------------- primitives
     def _keys_str(self) -> dict[str, None]:
-        first, *rest = self.tensordicts
+        first, *rest = self.tensordicts or [self._first]
         keys = first._keys_str()
         others = [td._keys_str() for td in rest]
         if all(len(other) == len(keys) for other in others) and all(
@@ -295,7 +336,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
         values = [td._get_str(key, NO_DEFAULT) for td in self.tensordicts]
-        if any(v is NO_DEFAULT for v in values):
+        if not values or any(v is NO_DEFAULT for v in values):
             return default
         return with_hook_out(self, self._stack_values(key, values))
 
@@ -358,6 +399,10 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         )
 
     def _set_str(self, key: str, value: Any) -> None:
+        if not self.tensordicts:  # nowhere to keep it: refused rather than dropped
+            raise BatchSizeError(
+                f"cannot set key {key!r} in a lazy stack with no member: append members first"
+            )
         d = self.stack_dim
         if type(value) is not Tensor and is_unbatched(value):
             member_bs = self.tensordicts[0].batch_size
@@ -406,7 +451,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     def _key_items(self) -> list[tuple[str, Any]]:
         out = []
-        first = dict(self.tensordicts[0]._key_items())
+        first = dict(self._first._key_items())
         for key in self._keys_str():
             value = first[key]
             # a member's tensor stands for the stacked one (only its type is read): ragged
@@ -446,7 +491,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         return super().unbind(dim)
 
     def is_shared(self) -> bool:
-        return all(td.is_shared() for td in self.tensordicts)
+        return bool(self.tensordicts) and all(td.is_shared() for td in self.tensordicts)
 
     def __getstate__(self) -> dict[str, Any]:
         packed = pack(self)
@@ -456,6 +501,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             "tensordicts": self.tensordicts,
             "stack_dim": self.stack_dim,
             "locked": self._is_locked,
+            "bs": self._first.batch_size,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -464,6 +510,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             assert isinstance(rebuilt, LazyStackedTensorDict)  # the skeleton is a lazy stack
             state = {**state, "tensordicts": rebuilt.tensordicts, "stack_dim": rebuilt.stack_dim}
         self.tensordicts = list(state["tensordicts"])
+        self._template = None if self.tensordicts else TensorDict(batch_size=state.get("bs", ()))
         self.stack_dim = state["stack_dim"]
         self._is_locked = state["locked"]
 
@@ -495,6 +542,8 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
 
 def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
+    if len(tds) < 2:
+        return False
     first, *rest = tds
     if not rest:
         return False
@@ -531,9 +580,55 @@ def _stacked_shape(shapes: list[torch.Size], stack_dim: int) -> torch.Size:
     return torch.Size((*dims[:stack_dim], len(shapes), *dims[stack_dim:]))
 
 
-def lazy_stack(tensordicts: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
-    """Stack TensorDicts lazily along batch dim `dim` (see `LazyStackedTensorDict`)."""
-    return LazyStackedTensorDict(*tensordicts, stack_dim=dim)
+def lazy_stack(
+    tensordicts: Sequence[TensorDictBase],
+    dim: int = 0,
+    *,
+    device: Any = None,
+    out: TensorDictBase | None = None,
+    stack_dim_name: str | None = None,
+    strict_shape: bool = False,
+) -> Any:
+    """Stack TensorDicts lazily along batch dim `dim` (see `LazyStackedTensorDict`).
+
+    Args:
+        tensordicts: the members; they must share a batch size (and, with
+            `strict_shape`, so must each of their leaves' shapes).
+        dim: where the new dim goes among the batch dims.
+        device: accepted for upstream compatibility: the members keep theirs.
+        out: a TensorDict to write the stacked values into, in place (as
+            `stack(..., out=)`); it is returned.
+        stack_dim_name: a name for the new dim.
+        strict_shape: refuse members whose leaves differ in shape.
+
+    Raises:
+        ValueError: if `tensordicts` is empty.
+        BatchSizeError: if the members' batch sizes differ, or (with
+            `strict_shape`) their leaves' shapes.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, lazy_stack
+        >>> a, b = TensorDict(x=torch.zeros(2)), TensorDict(x=torch.ones(2))
+        >>> lazy_stack([a, b])["x"].shape
+        torch.Size([2, 2])
+    """
+    del device  # the members keep their device
+    items = list(tensordicts)
+    if not items:
+        raise ValueError(
+            "lazy_stack needs at least one TensorDict; build an empty stack to fill later "
+            "with LazyStackedTensorDict(stack_dim=..., batch_size=...)"
+        )
+    if out is not None:
+        return stack(items, dim, out=out)
+    result = LazyStackedTensorDict(*items, stack_dim=dim, stack_dim_name=stack_dim_name)
+    if strict_shape and result._is_ragged():
+        raise BatchSizeError(
+            "lazy_stack(..., strict_shape=True): the members' leaves differ in shape; "
+            "pass strict_shape=False to stack them lazily"
+        )
+    return result
 
 
 register(LazyStackedTensorDict)

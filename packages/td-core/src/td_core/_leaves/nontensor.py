@@ -15,6 +15,7 @@ the values are equal, and reading it gives a (nested) list.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -174,9 +175,14 @@ class NonTensorData(_NonTensorBase):
 
 
 class NonTensorStack(_NonTensorBase):
-    """One Python value per element of a batch; reading gives a (nested) list."""
+    """One Python value per element of a batch; reading gives a (nested) list.
 
-    __slots__ = ("_values",)
+    A stack built by stacking leaves remembers them: a batch op that selects
+    exactly one of them (`unbind` along the stack dim, `td[i]`) gives that
+    leaf back, so a `NonTensorData` survives a stack and an unbind, as upstream.
+    """
+
+    __slots__ = ("_member_dim", "_members", "_values")
 
     def __init__(self, values: np.ndarray, device: torch.device | str | None = None) -> None:
         if not isinstance(values, np.ndarray) or values.dtype != object:
@@ -184,6 +190,34 @@ class NonTensorStack(_NonTensorBase):
         self._values = values
         self.batch_size = torch.Size(values.shape)
         self.device = None if device is None else torch.device(device)
+        self._members: tuple[_NonTensorBase, ...] | None = None
+        self._member_dim = 0
+
+    def _member_at(self, idx: torch.Tensor) -> _NonTensorBase | None:
+        """The stacked leaf whose positions are exactly `idx`, if any."""
+        members, d = self._members, self._member_dim
+        if members is None or idx.numel() == 0 or idx.shape != members[0].batch_size:
+            return None
+        bs = self.batch_size
+        i = (int(idx.reshape(-1)[0]) // math.prod(bs[d + 1 :])) % bs[d]
+        return members[i] if torch.equal(idx, _positions(bs).select(d, i)) else None
+
+    def _map_batch_multi(
+        self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]
+    ) -> list[NonTensorStack | NonTensorData]:
+        flat = self._values.reshape(-1)
+        out: list[Any] = []
+        for idx in fn(_positions(self.batch_size)):
+            member = self._member_at(idx)
+            out.append(_from_array(_gather(flat, idx), self.device) if member is None else member)
+        return out
+
+    def to(self, device: torch.device | str | None) -> NonTensorStack:
+        out = NonTensorStack(self._values, device)
+        if self._members is not None:
+            out._members = tuple(m.to(device) for m in self._members)
+            out._member_dim = self._member_dim
+        return out
 
     @classmethod
     def from_list(
@@ -204,12 +238,19 @@ class NonTensorStack(_NonTensorBase):
 
     def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorStack | NonTensorData:
         idx = fn(_positions(self.batch_size))
+        member = self._member_at(idx)
+        if member is not None:
+            return member  # type: ignore[return-value]  # a stacked leaf is one of the two
         return _from_array(_gather(self._values.reshape(-1), idx), self.device)
 
     def clone(self, recurse: bool = True) -> NonTensorStack:
-        return NonTensorStack(
+        out = NonTensorStack(
             copy.deepcopy(self._values) if recurse else self._values.copy(), self.device
         )
+        if self._members is not None:
+            out._members = tuple(m.clone(recurse) for m in self._members)
+            out._member_dim = self._member_dim
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         # a flat list and a shape (no numpy object in the pickle: weights_only loads accept it)
@@ -224,6 +265,7 @@ class NonTensorStack(_NonTensorBase):
         for i, v in enumerate(state["flat"]):
             values[i] = v
         self._values = values.reshape(state["shape"])
+        self._members, self._member_dim = None, 0
         self.batch_size = torch.Size(state["shape"])
         self.device = None if state["device"] is None else torch.device(state["device"])
 
@@ -272,9 +314,9 @@ def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     special = _collapse(leaves, dim)
     if special is not None:
         return special
-    return NonTensorStack(
-        np.stack([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device
-    )
+    out = NonTensorStack(np.stack([leaf.as_array() for leaf in leaves], axis=dim), leaves[0].device)
+    out._members, out._member_dim = tuple(leaves), dim
+    return out
 
 
 def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:

@@ -31,18 +31,14 @@ from td_core._core.utils import NO_DEFAULT, as_device, broadcast_shape
 from td_core.errors import (
     BatchSizeError,
     DeviceError,
+    GradLeafWriteError,
     KeyNotFoundError,
     LockedError,
-    TDError,
 )
 
-__all__ = ["ApplyOptions", "ApplyWriteError", "run_apply"]
+__all__ = ["ApplyOptions", "run_apply"]
 
 Tensor = torch.Tensor
-
-
-class ApplyWriteError(TDError, ValueError, RuntimeError):
-    """An in-place `apply` result cannot be written (upstream raises `ValueError`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +273,7 @@ def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
     for key, dest, result in writes:
         if isinstance(dest, Tensor):
             if grad and dest.requires_grad and dest.is_leaf:
-                raise ApplyWriteError(
+                raise GradLeafWriteError(
                     f"apply(inplace=True): Failed to update {_show(key)!r} in place: it is a leaf tensor "
                     "that requires grad, which autograd does not let change in place; run it "
                     "under torch.no_grad() (TensorDictParams.apply_ does)"

@@ -18,18 +18,18 @@ import torch
 from td_core._core.contract import TD, TensorDictContract, lazy
 from td_core._core.flags import lazy_stack_enabled
 from td_core._core.keys import NestedKey, unravel_key
-from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts
+from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts, tensor_leaves
 from td_core._core.utils import normalize_dim
 from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.names import carry_names, names_after
-from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_core.errors import BatchSizeError, GradLeafWriteError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-__all__ = ["stack", "cat", "StackMixin"]
+__all__ = ["stack", "stack_onto", "cat", "StackMixin"]
 
 Tensor = torch.Tensor
 
@@ -101,19 +101,54 @@ def stack(
                 f"stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
             )
     d = normalize_dim(dim, len(bs) + 1)
-    if lazy_stack_enabled() or (out is None and _any_ragged(tds)):
+    if out is not None:  # written in place whatever set_lazy_stack says, as upstream
+        return stack_onto(out, tds, d)
+    if lazy_stack_enabled() or _any_ragged(tds):
         # ragged lazy stacks cannot become dense: stack them lazily, as upstream
-        if out is not None:
-            raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
         return lazy(tds, d)
     result = _combine(tds, d, (), stacking=True)
     names = tds[0]._raw_names()
     if names is not None:
         carry_names(result, names_after(names, insert=(d,)))
-    if out is not None:
-        out.update_(result)
-        return out
     return result
+
+
+def stack_onto(out: TD, tds: list[TensorDictContract], d: int) -> TD:
+    """`stack(tds, d, out=out)`: write the stack into `out`'s existing leaves, in place.
+
+    `out` keeps its storage (and its kind); keys `out` lacks are refused
+    before anything is written. Inputs that are lazy stacks of ragged members
+    go member by member into an `out` stacked lazily along `d`.
+
+    Raises:
+        BatchSizeError: if `out.batch_size` is not the stacked batch size.
+        GradLeafWriteError: if a leaf of `out` requires grad (outside `torch.no_grad()`).
+        MissingEntryError: if an input holds a key that `out` lacks.
+    """
+    bs = list(tds[0].batch_size)
+    bs.insert(d, len(tds))
+    if out.batch_size != torch.Size(bs):
+        raise BatchSizeError(
+            f"stack(..., out=): out.batch_size {list(out.batch_size)} and stacked batch size "
+            f"{bs} must match"
+        )
+    if torch.is_grad_enabled() and any(t.requires_grad and t.is_leaf for t in tensor_leaves(out)):
+        raise GradLeafWriteError(
+            "stack(..., out=): out holds leaves that require grad, and out= arguments don't "
+            "support automatic differentiation; stack under torch.no_grad() or stack without out="
+        )
+    if _any_ragged(tds):
+        parts = stack_parts(out)
+        if parts is None or parts[1] != d or len(parts[0]) != len(tds):
+            raise BatchSizeError(
+                f"stack(..., out=): the inputs' members differ in shape, so out must be a lazy "
+                f"stack of {len(tds)} members along dim {d}"
+            )
+        for member, td in zip(parts[0], tds):
+            member.update_(td)
+        return out
+    out.update_(_combine(tds, d, (), stacking=True))
+    return out
 
 
 def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], stacking: bool) -> Any:
@@ -271,8 +306,16 @@ class StackMixin(TensorDictContract):
         return cat(input, dim, out=out)
 
     @classmethod
-    def lazy_stack(cls, input: Sequence[Any], dim: int = 0) -> Any:
-        """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals)."""
+    def lazy_stack(
+        cls, input: Sequence[Any], dim: int = 0, *, out: TensorDictContract | None = None
+    ) -> Any:
+        """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals).
+
+        With `out`, the stack is written into `out` in place and `out` is
+        returned, as `stack(..., out=)` does.
+        """
+        if out is not None:
+            return stack(input, dim, out=out)
         return lazy(input, dim)
 
     @classmethod

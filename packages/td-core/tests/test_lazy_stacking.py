@@ -1,0 +1,118 @@
+"""Building lazy stacks: empty stacks filled later, `out=`, `strict_shape`, `stack_dim_name`."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from td_core import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    TensorDict,
+    TensorDictParams,
+    lazy_stack,
+    set_lazy_stack,
+)
+from td_core.errors import BatchSizeError
+
+
+def _row(value: float) -> TensorDict:
+    return TensorDict(a=torch.full((3, 2), value), batch_size=[3])
+
+
+def test_empty_lazy_stack_is_filled_by_append() -> None:
+    stack = LazyStackedTensorDict(stack_dim=0)
+    assert stack.batch_size == torch.Size([0])
+    assert list(stack.keys()) == []
+    assert not stack.is_shared()
+    stack.append(TensorDict(a=torch.zeros(())))
+    stack.append(TensorDict(a=torch.ones(())))
+    assert stack.batch_size == torch.Size([2])
+    assert stack["a"].tolist() == [0.0, 1.0]
+
+
+def test_empty_lazy_stack_takes_the_members_batch_size() -> None:
+    stack = LazyStackedTensorDict(stack_dim=1, batch_size=[3])
+    assert stack.batch_size == torch.Size([3, 0])
+    with pytest.raises(BatchSizeError, match=r"batch_size \[2\]"):
+        stack.append(TensorDict(a=torch.zeros(2), batch_size=[2]))
+    stack.extend([_row(0.0), _row(1.0)])
+    assert stack.batch_size == torch.Size([3, 2])
+    assert stack["a"].shape == torch.Size([3, 2, 2])
+    restored = pickle.loads(pickle.dumps(LazyStackedTensorDict(stack_dim=0, batch_size=[4])))
+    assert restored.batch_size == torch.Size([0, 4])
+
+
+def test_empty_lazy_stack_refuses_writes_it_cannot_keep() -> None:
+    stack = LazyStackedTensorDict(stack_dim=0, batch_size=[3])
+    with pytest.raises(BatchSizeError, match="no member"):
+        stack.set("a", torch.zeros(0, 3))
+    with pytest.raises(BatchSizeError, match="members' batch size"):
+        LazyStackedTensorDict(_row(0.0), stack_dim=0, batch_size=[4])
+
+
+def test_lazy_stack_out_writes_in_place_and_returns_out() -> None:
+    out = TensorDict(a=torch.zeros(2, 3, 2), batch_size=[2, 3])
+    ptr = out["a"].data_ptr()
+    for stacker in (LazyStackedTensorDict.lazy_stack, lazy_stack, TensorDict.lazy_stack):
+        result = stacker([_row(1.0), _row(2.0)], 0, out=out)
+        assert result is out
+        assert out["a"].data_ptr() == ptr
+        assert out["a"][1].eq(2.0).all() and out["a"][0].eq(1.0).all()
+        out.zero_()
+
+
+def test_lazy_stack_out_into_lazy_members() -> None:
+    members = [_row(0.0), _row(0.0)]
+    out = lazy_stack(members, 0)
+    assert lazy_stack([_row(5.0), _row(6.0)], 0, out=out) is out
+    assert members[0]["a"].eq(5.0).all() and members[1]["a"].eq(6.0).all()
+
+
+def test_stack_out_ignores_the_lazy_stack_mode() -> None:
+    out = TensorDict(a=torch.zeros(2, 3, 2), batch_size=[2, 3])
+    with set_lazy_stack(True):
+        result = torch.stack([_row(1.0), _row(2.0)], 0, out=out)
+    assert result is out and out["a"].sum() == 18.0
+
+
+def test_stack_out_refuses_a_batch_size_mismatch_unchanged() -> None:
+    out = TensorDict(a=torch.zeros(3, 2, 2), batch_size=[3, 2])
+    with pytest.raises(RuntimeError, match=r"out.batch_size \[3, 2\] and stacked batch size"):
+        lazy_stack([_row(1.0), _row(2.0)], 0, out=out)
+    assert out["a"].eq(0).all()
+
+
+def test_stack_out_into_grad_leaves_is_refused() -> None:
+    out = TensorDictParams(TensorDict(a=torch.zeros(2, 3, 2), batch_size=[2, 3]))
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        lazy_stack([_row(1.0), _row(2.0)], 0, out=out)
+    with torch.no_grad():
+        lazy_stack([_row(1.0), _row(2.0)], 0, out=out)
+    assert out["a"].sum() == 18.0
+
+
+def test_lazy_stack_strict_shape_and_dim_name() -> None:
+    ragged = TensorDict(a=torch.zeros(3, 5), batch_size=[3])
+    assert lazy_stack([_row(0.0), ragged]).batch_size == torch.Size([2, 3])
+    with pytest.raises(BatchSizeError, match="strict_shape"):
+        lazy_stack([_row(0.0), ragged], strict_shape=True)
+    named = LazyStackedTensorDict.lazy_stack([_row(0.0), _row(1.0)], 0, stack_dim_name="time")
+    assert named.names == ["time", None]
+    with pytest.raises(ValueError, match="at least one"):
+        lazy_stack([])
+
+
+def test_non_tensor_data_survives_stack_and_unbind() -> None:
+    td = TensorDict(a=NonTensorData("hello", batch_size=[1]), batch_size=[1])
+    stacked = torch.stack([td])
+    assert stacked.unbind(0)[0]["a"] == "hello"
+    assert stacked[0]["a"] == "hello"
+    assert stacked.clone().unbind(0)[0]["a"] == "hello"
+    assert stacked["a"] == [["hello"]]
+    other = TensorDict(a=NonTensorData("bye", batch_size=[1]), batch_size=[1])
+    pair = torch.stack([td, other], 1)
+    assert pair.unbind(1)[1]["a"] == "bye"
+    assert pair[0]["a"] == ["hello", "bye"]
