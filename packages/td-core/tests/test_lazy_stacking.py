@@ -116,3 +116,42 @@ def test_non_tensor_data_survives_stack_and_unbind() -> None:
     pair = torch.stack([td, other], 1)
     assert pair.unbind(1)[1]["a"] == "bye"
     assert pair[0]["a"] == ["hello", "bye"]
+
+
+def _ragged() -> LazyStackedTensorDict:
+    return lazy_stack(
+        [
+            TensorDict(a=torch.zeros(3, 4), batch_size=[3]),
+            TensorDict(a=torch.ones(3, 5), batch_size=[3]),
+        ]
+    )
+
+
+def test_update_between_ragged_lazy_stacks_goes_member_by_member() -> None:
+    target, source = _ragged(), _ragged().apply(lambda x: x + 10)
+    assert target.update(source) is target
+    assert target.tensordicts[1]["a"].eq(11).all()
+    target.update_(source.apply(lambda x: x * 2))
+    assert target.tensordicts[0]["a"].eq(20).all()
+    with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+        target.update(source.to_tensordict())
+
+
+def test_cat_of_ragged_lazy_stacks_into_out() -> None:
+    target, source = _ragged(), _ragged().apply(lambda x: x + 1)
+    ptrs = [td["a"].data_ptr() for td in target.tensordicts]
+    assert torch.cat([source], 0, out=target) is target
+    assert [td["a"].data_ptr() for td in target.tensordicts] == ptrs
+    assert target.tensordicts[1]["a"].eq(2).all()
+    with pytest.raises(RuntimeError, match=r"out\.batch_size"):
+        torch.cat([source, source], 0, out=target)
+
+
+def test_get_ragged_leaf_as_list_or_padded() -> None:
+    stack = lazy_stack([TensorDict(x=torch.ones(1)), TensorDict(x=torch.full((2,), 2.0))])
+    assert [t.tolist() for t in stack.get("x", as_list=True)] == [[1.0], [2.0, 2.0]]
+    assert stack.get("x", as_padded_tensor=True).tolist() == [[1.0, 0.0], [2.0, 2.0]]
+    padded = stack.get("x", as_padded_tensor=True, padding_side="left", padding_value=-1)
+    assert padded.tolist() == [[-1.0, 1.0], [2.0, 2.0]]
+    with pytest.raises(TypeError, match="exclusive"):
+        stack.get("x", as_list=True, as_padded_tensor=True)

@@ -31,21 +31,21 @@ from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._kinds.lazy_index import LazyIndexMixin
+from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
-from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+from td_core.errors import BatchSizeError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
 Tensor = torch.Tensor
 _F = TypeVar("_F", bound=Callable[..., Any])
-_ABSENT = object()
 
 
-class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
+class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, TensorDictBase):
     """A lazy stack of TensorDicts along batch dim `stack_dim`.
 
     Args:
@@ -350,53 +350,14 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             except RuntimeError:
                 shapes = [list(v.shape) for v in values]
                 raise BatchSizeError(
-                    f"lazy stack: entry {key!r} has different shapes in the members {shapes}; read it with "
-                    f"get({key!r}, as_nested_tensor=True) or get_item_shape({key!r})"
+                    f"lazy stack: entry {key!r} has different shapes in the members {shapes} "
+                    "(Failed to stack tensors within a tensordict); read it with "
+                    f"get({key!r}, as_nested_tensor=True), get({key!r}, as_padded_tensor=True), "
+                    f"get({key!r}, as_list=True) or get_item_shape({key!r})"
                 ) from None
         if is_nt(first):
             return stack_non_tensors(values, self.stack_dim)
         return self._restack(values, self.stack_dim)
-
-    def get(self, key: Any, default: Any = NO_DEFAULT, *, as_nested_tensor: bool = False) -> Any:
-        """The entry at `key`, stacked; `as_nested_tensor` stacks ragged leaves as a nested tensor."""
-        if not as_nested_tensor:
-            return super().get(key, default)
-        return self.get_nestedtensor(key, default)
-
-    def get_nestedtensor(
-        self, key: Any, default: Any = NO_DEFAULT, *, layout: torch.layout | None = None
-    ) -> Any:
-        """The members' entries at `key` as one nested tensor (ragged dims allowed).
-
-        Args:
-            default: returned when a member lacks `key`.
-            layout: `torch.jagged` or `torch.strided` (the default).
-        """
-        if self.stack_dim != 0:
-            raise ValueError(
-                f"a nested tensor stacks along dim 0, this stack has stack_dim={self.stack_dim}"
-            )
-        values = [td.get(key, _ABSENT) for td in self.tensordicts]
-        if any(v is _ABSENT for v in values):
-            if default is NO_DEFAULT:
-                raise KeyNotFoundError(
-                    f"key {key!r} is not in every member of the lazy stack "
-                    f"(exclusive keys: {self.exclusive_keys()})"
-                )
-            return default
-        with warnings.catch_warnings():
-            # ragged feature dims need the strided layout, which torch flags as a prototype
-            warnings.filterwarnings(
-                "ignore", message="The PyTorch API of nested tensors is in prototype"
-            )
-            return torch.nested.as_nested_tensor(values, layout=layout)
-
-    def get_item_shape(self, key: Any) -> torch.Size:
-        """The shape of the entry at `key` without stacking; ragged dims are -1."""
-        values = [td.get(key) for td in self.tensordicts]
-        return _stacked_shape(
-            [v.shape if isinstance(v, Tensor) else v.batch_size for v in values], self.stack_dim
-        )
 
     def _set_str(self, key: str, value: Any) -> None:
         if not self.tensordicts:  # nowhere to keep it: refused rather than dropped
@@ -568,16 +529,6 @@ def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
-
-
-def _stacked_shape(shapes: list[torch.Size], stack_dim: int) -> torch.Size:
-    first = shapes[0]
-    if any(len(s) != len(first) for s in shapes):
-        raise BatchSizeError(
-            f"lazy stack: the members' entries have different numbers of dims {[list(s) for s in shapes]}"
-        )
-    dims = [d if all(s[i] == d for s in shapes) else -1 for i, d in enumerate(first)]
-    return torch.Size((*dims[:stack_dim], len(shapes), *dims[stack_dim:]))
 
 
 def lazy_stack(

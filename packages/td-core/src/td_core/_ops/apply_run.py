@@ -92,27 +92,8 @@ def run_apply(
         return result
     if out is None or result is None:
         return result
-    _write_out(out, result)
-    return out
-
-
-def _write_out(out: Any, result: Any) -> None:
-    """`out.update(result)`, member by member where both are lazy stacks of one layout.
-
-    Members may differ in shape (ragged leaves), which a stacked read of the
-    result could not carry.
-    """
-    out_parts, parts = stack_parts(out), stack_parts(result)
-    if (
-        out_parts is not None
-        and parts is not None
-        and out_parts[1] == parts[1]
-        and len(out_parts[0]) == len(parts[0])
-    ):
-        for out_member, member in zip(out_parts[0], parts[0]):
-            _write_out(out_member, member)
-        return
     out.update(result)
+    return out
 
 
 def _check_out(out: TensorDictContract, opts: ApplyOptions) -> None:

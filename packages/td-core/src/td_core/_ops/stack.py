@@ -118,7 +118,8 @@ def stack_onto(out: TD, tds: list[TensorDictContract], d: int) -> TD:
 
     `out` keeps its storage (and its kind); keys `out` lacks are refused
     before anything is written. Inputs that are lazy stacks of ragged members
-    go member by member into an `out` stacked lazily along `d`.
+    go member by member into an `out` stacked lazily along `d`. `cat(...,
+    out=)` writes the same way.
 
     Raises:
         BatchSizeError: if `out.batch_size` is not the stacked batch size.
@@ -137,17 +138,8 @@ def stack_onto(out: TD, tds: list[TensorDictContract], d: int) -> TD:
             "stack(..., out=): out holds leaves that require grad, and out= arguments don't "
             "support automatic differentiation; stack under torch.no_grad() or stack without out="
         )
-    if _any_ragged(tds):
-        parts = stack_parts(out)
-        if parts is None or parts[1] != d or len(parts[0]) != len(tds):
-            raise BatchSizeError(
-                f"stack(..., out=): the inputs' members differ in shape, so out must be a lazy "
-                f"stack of {len(tds)} members along dim {d}"
-            )
-        for member, td in zip(parts[0], tds):
-            member.update_(td)
-        return out
-    out.update_(_combine(tds, d, (), stacking=True))
+    # ragged inputs stay a lazy stack, which goes member by member into a lazy `out`
+    out.update_(lazy(tds, d) if _any_ragged(tds) else _combine(tds, d, (), stacking=True))
     return out
 
 
@@ -205,13 +197,19 @@ def cat(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
                 f"{list(bs)}; they may differ only in dim {d}"
             )
-    if out is None and _any_ragged(tds):
-        return _cat_lazy(tds, d)
-    result = _combine(tds, d, (), stacking=False)
-    names = tds[0]._raw_names()
-    if names is not None:
-        carry_names(result, names)
+    if _any_ragged(tds):
+        result = _cat_lazy(tds, d)
+    else:
+        result = _combine(tds, d, (), stacking=False)
+        names = tds[0]._raw_names()
+        if names is not None:
+            carry_names(result, names)
     if out is not None:
+        if out.batch_size != result.batch_size:
+            raise BatchSizeError(
+                f"cat(..., out=): out.batch_size {list(out.batch_size)} and the concatenated "
+                f"batch size {list(result.batch_size)} must match"
+            )
         out.update_(result)
         return out
     return result

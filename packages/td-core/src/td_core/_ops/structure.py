@@ -478,6 +478,17 @@ def _plan_update(
     prefix: tuple[str, ...],
     plan: list[tuple[TensorDictContract, str, Any, tuple[str, ...]]],
 ) -> None:
+    parts, source_parts = stack_parts(td), stack_parts(source)
+    if (
+        parts is not None
+        and source_parts is not None
+        and source_parts[1] == parts[1]
+        and len(source_parts[0]) == len(parts[0])
+        and source.batch_size == td.batch_size  # type: ignore[union-attr]  # a lazy stack
+    ):  # lazy into lazy, stacked alike: member by member (ragged leaves are never stacked)
+        for member, share in zip(parts[0], source_parts[0]):
+            _plan_update(member, share, clone, inplace, allowed, prefix, plan)
+        return
     items = source._items_str() if is_td(source) else source.items()
     for raw_key, value in items:
         key = unravel_key(raw_key)
