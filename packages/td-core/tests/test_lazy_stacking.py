@@ -155,3 +155,38 @@ def test_get_ragged_leaf_as_list_or_padded() -> None:
     assert padded.tolist() == [[-1.0, 1.0], [2.0, 2.0]]
     with pytest.raises(TypeError, match="exclusive"):
         stack.get("x", as_list=True, as_padded_tensor=True)
+
+
+def _holder(value: float) -> TensorDict:
+    """A dense TensorDict holding a ragged lazy stack under "lazy"."""
+    stack = _ragged().apply(lambda x: x + value)
+    return TensorDict({"lazy": stack, "dense": torch.full((2, 3), value)}, batch_size=[2, 3])
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_stack_of_tensordicts_holding_ragged_lazy_stacks(dim: int) -> None:
+    stacked = torch.stack([_holder(0.0), _holder(1.0)], dim)
+    assert type(stacked) is TensorDict and stacked.batch_size[dim] == 2
+    inner = stacked.get("lazy")
+    assert isinstance(inner, LazyStackedTensorDict)
+    for i in range(2):
+        picked = stacked[(slice(None),) * dim + (i,)]
+        assert picked["lazy"].tensordicts[1]["a"].eq(1.0 + i).all()
+        assert picked["dense"].eq(i).all()
+
+
+def test_stack_out_and_row_write_into_ragged_nested_lazy_stacks() -> None:
+    out = _holder(0.0).unsqueeze(0).expand(2, 2, 3).clone()
+    ptrs = [td["a"].data_ptr() for td in out["lazy"].tensordicts]
+    assert lazy_stack([_holder(5.0), _holder(6.0)], 0, out=out) is out
+    assert [td["a"].data_ptr() for td in out["lazy"].tensordicts] == ptrs
+    assert out[1]["lazy"].tensordicts[0]["a"].eq(6.0).all()
+    out[0] = _holder(7.0)
+    assert out[0]["lazy"].tensordicts[1]["a"].eq(8.0).all()
+    assert out[1]["lazy"].tensordicts[1]["a"].eq(7.0).all()
+    bad = _holder(1.0)
+    bad["dense"] = torch.zeros(2, 3, dtype=torch.long)
+    bad.get("lazy").tensordicts[0].set("a", torch.zeros(3, 9))
+    with pytest.raises(RuntimeError):
+        out[0] = bad
+    assert out[0]["dense"].eq(7.0).all()  # nothing written

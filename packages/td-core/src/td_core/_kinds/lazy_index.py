@@ -9,6 +9,7 @@ result, and writes through them are refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -109,6 +110,15 @@ class LazyIndexMixin:
         return self._restack([m._index(rest) if rest else m for m in members], result_dim)
 
     def _setitem_index(self, index: Any, value: Any) -> None:
+        self._plan_setitem(index, value)()
+
+    def _plan_setitem(self, index: Any, value: Any) -> Callable[[], None]:
+        """Check `self[index] = value` against the members; the function that writes it.
+
+        Nothing is written before the returned function runs, so a write
+        planned beside others (a lazy stack nested in a TensorDict) is
+        all-or-nothing with them.
+        """
         split = self._split_index(index)
         if split is None:
             raise IndexError(
@@ -147,9 +157,13 @@ class LazyIndexMixin:
                 _plan_sub(member, part, sub, norm, (), writes, later)
             else:
                 plain.append((member, part))
-        for member, part in plain:
-            member[norm] = part
-        _apply_plan(writes, later, norm, sub)
+
+        def commit() -> None:
+            for member, part in plain:
+                member[norm] = part
+            _apply_plan(writes, later, norm, sub)
+
+        return commit
 
 
 _FULL = slice(None)

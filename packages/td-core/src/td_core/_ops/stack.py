@@ -177,6 +177,9 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
                     f"stack: sub-TensorDict {(*prefix, key)!r} has different batch sizes "
                     f"{sorted({tuple(v.batch_size) for v in values})}"
                 )
+            if _any_ragged(values):  # lazy stacks of ragged members cannot become dense
+                entries[key] = _stack_lazy(values, d) if stacking else _cat_lazy(values, d)
+                continue
             entries[key] = _combine(values, d, (*prefix, key), stacking)
     return first._new(entries, torch.Size(bs))
 
@@ -213,6 +216,25 @@ def cat(
         out.update_(result)
         return out
     return result
+
+
+def _stack_lazy(tds: list[TensorDictContract], d: int) -> Any:
+    """`stack` of lazy stacks whose members differ in shape: a lazy stack again.
+
+    Stacks alike (same stack dim, as many members) have their members stacked
+    pairwise, lazily stacked on the outside (as upstream); other inputs are
+    stacked lazily as they are.
+    """
+    parts = [stack_parts(td) for td in tds]
+    first = parts[0]
+    if first is None or any(
+        p is None or p[1] != first[1] or len(p[0]) != len(first[0]) for p in parts
+    ):
+        return lazy(tds, d)
+    sd = first[1]
+    inner, outer = (d, sd + 1) if d <= sd else (d - 1, sd)
+    groups = zip(*(p[0] for p in parts if p is not None))
+    return lazy([stack(list(group), inner) for group in groups], outer)
 
 
 def _cat_lazy(tds: list[TensorDictContract], d: int) -> Any:
