@@ -190,3 +190,30 @@ def test_stack_out_and_row_write_into_ragged_nested_lazy_stacks() -> None:
     with pytest.raises(RuntimeError):
         out[0] = bad
     assert out[0]["dense"].eq(7.0).all()  # nothing written
+
+
+@pytest.mark.parametrize("stack_dim", [0, 1, 2])
+@pytest.mark.parametrize("mask_dims", [(0, 1), (1, 2), (0, 1, 2)])
+def test_mask_write_across_the_stack_dim(stack_dim: int, mask_dims: tuple[int, ...]) -> None:
+    gen = torch.Generator().manual_seed(stack_dim)
+    base = TensorDict(a=torch.zeros(3, 4, 2), batch_size=[3, 4])
+    stack = lazy_stack([base.apply(lambda x, i=i: x + i) for i in range(5)], stack_dim)
+    dense = stack.contiguous()
+    first = mask_dims[0]
+    mask = torch.rand(stack.shape[first : mask_dims[-1] + 1], generator=gen) > 0.5
+    index = (slice(None),) * first + (mask,)
+    value = dense[index].apply(lambda x: -torch.ones_like(x) * 7)
+    stack[index] = value
+    dense[index] = value
+    assert (stack["a"] == dense["a"]).all()
+    stack[index] = 3.0
+    assert (stack["a"][index] == 3.0).all()
+
+
+def test_mask_write_across_the_stack_dim_is_all_or_nothing() -> None:
+    stack = lazy_stack([TensorDict(a=torch.zeros(3), batch_size=[3]) for _ in range(2)], 1)
+    mask = torch.tensor([[True, False], [False, True], [True, True]])
+    bad = TensorDict(a=torch.ones(4, 5), batch_size=[4])
+    with pytest.raises(RuntimeError):
+        stack[mask] = bad
+    assert (stack["a"] == 0).all()
