@@ -217,3 +217,17 @@ def test_mask_write_across_the_stack_dim_is_all_or_nothing() -> None:
     with pytest.raises(RuntimeError):
         stack[mask] = bad
     assert (stack["a"] == 0).all()
+
+
+def test_member_checks_name_the_rule() -> None:
+    stack = lazy_stack([_row(0.0), _row(1.0)])
+    with pytest.raises(TypeError, match="Expected new value to be TensorDictBase instance"):
+        stack.append(torch.zeros(3))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Batch sizes in tensordicts differs.*\[17\]"):
+        stack.insert(0, TensorDict(a=torch.zeros(17), batch_size=[17]))
+    assert stack.batch_size == torch.Size([2, 3])
+    short, long = TensorDict(batch_size=[3, 4]), TensorDict(batch_size=[3, 5])
+    with pytest.raises(RuntimeError, match="stacking tensordicts requires"):
+        TensorDict.lazy_stack([short, long], strict_shape=True)
+    with pytest.raises(RuntimeError, match="batch sizes in tensordicts differs"):
+        LazyStackedTensorDict(short, long, strict_shape=True)

@@ -37,7 +37,7 @@ from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
-from td_core.errors import BatchSizeError, LockedError
+from td_core.errors import BatchSizeError, DeviceError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
@@ -74,6 +74,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         batch_size: Any = None,
         device: Any = None,
         stack_dim_name: str | None = None,
+        strict_shape: bool = False,
     ) -> None:
         if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
             tensordicts = tuple(tensordicts[0])
@@ -92,13 +93,19 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
                 raise TypeError(f"lazy stack: item {i} is a {type(td).__name__}, not a TensorDict")
             if td.batch_size != bs:
                 raise BatchSizeError(
-                    f"lazy stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
+                    f"lazy stack: the batch sizes in tensordicts differs: TensorDict {i} has "
+                    f"batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
                 )
         self.tensordicts: list[TensorDictBase] = list(tensordicts)
         self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
         self._is_locked = False
         if stack_dim_name is not None:
             self._td_dim_name = stack_dim_name
+        if strict_shape and self._is_ragged():
+            raise BatchSizeError(
+                "lazy stack: strict_shape=True, but the members' leaves differ in shape; pass "
+                "strict_shape=False to stack them lazily"
+            )
         if hook_out is not None or hook_in is not None:
             warnings.warn(
                 "LazyStackedTensorDict(hook_out=..., hook_in=...) is deprecated and will be "
@@ -210,12 +217,19 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         for item in items:
             if not is_td(item):
                 raise TypeError(
-                    f"a LazyStackedTensorDict member must be a TensorDict, got {type(item).__name__}"
+                    f"cannot add a {type(item).__name__} to a lazy stack: Expected new value to "
+                    "be TensorDictBase instance (a TensorDict, a lazy stack or a tensorclass)"
                 )
             if item.batch_size != bs:
                 raise BatchSizeError(
-                    f"cannot add a TensorDict of batch_size {list(item.batch_size)} to a lazy stack "
-                    f"whose members have batch_size {list(bs)}"
+                    f"Batch sizes in tensordicts differs: cannot add a TensorDict of batch_size "
+                    f"{list(item.batch_size)} to a lazy stack whose members have batch_size {list(bs)}"
+                )
+            device = self.device
+            if self.tensordicts and device is not None and item.device != device:
+                raise DeviceError(
+                    f"Devices differ: cannot add a TensorDict on device {item.device} to a lazy "
+                    f"stack on device {device}; move it first with .to({str(device)!r})"
                 )
 
     def valid_keys(
@@ -573,13 +587,18 @@ def lazy_stack(
         )
     if out is not None:
         return stack(items, dim, out=out)
-    result = LazyStackedTensorDict(*items, stack_dim=dim, stack_dim_name=stack_dim_name)
-    if strict_shape and result._is_ragged():
-        raise BatchSizeError(
-            "lazy_stack(..., strict_shape=True): the members' leaves differ in shape; "
-            "pass strict_shape=False to stack them lazily"
-        )
-    return result
+    if strict_shape:
+        bs = items[0].batch_size
+        for i, td in enumerate(items):
+            if td.batch_size != bs:
+                raise BatchSizeError(
+                    "lazy_stack(..., strict_shape=True): stacking tensordicts requires them to "
+                    f"have congruent batch sizes; TensorDict {i} has {list(td.batch_size)}, "
+                    f"TensorDict 0 has {list(bs)}"
+                )
+    return LazyStackedTensorDict(
+        *items, stack_dim=dim, stack_dim_name=stack_dim_name, strict_shape=strict_shape
+    )
 
 
 register(LazyStackedTensorDict)

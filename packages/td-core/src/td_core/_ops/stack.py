@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TD, TensorDictContract, lazy
+from td_core._core.contract import TD, TensorDictContract, lazy, provided
 from td_core._core.flags import lazy_stack_enabled
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts, tensor_leaves
@@ -327,16 +327,28 @@ class StackMixin(TensorDictContract):
 
     @classmethod
     def lazy_stack(
-        cls, input: Sequence[Any], dim: int = 0, *, out: TensorDictContract | None = None
+        cls,
+        input: Sequence[Any],
+        dim: int = 0,
+        *,
+        device: Any = None,
+        out: TensorDictContract | None = None,
+        stack_dim_name: str | None = None,
+        strict_shape: bool = False,
     ) -> Any:
         """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals).
 
         With `out`, the stack is written into `out` in place and `out` is
-        returned, as `stack(..., out=)` does.
+        returned, as `stack(..., out=)` does. See `td_core.lazy_stack`.
         """
-        if out is not None:
-            return stack(input, dim, out=out)
-        return lazy(input, dim)
+        return provided("LazyStackedTensorDict").lazy_stack(
+            input,
+            dim,
+            device=device,
+            out=out,
+            stack_dim_name=stack_dim_name,
+            strict_shape=strict_shape,
+        )
 
     @classmethod
     def maybe_dense_stack(
