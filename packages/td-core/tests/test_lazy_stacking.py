@@ -231,3 +231,19 @@ def test_member_checks_name_the_rule() -> None:
         TensorDict.lazy_stack([short, long], strict_shape=True)
     with pytest.raises(RuntimeError, match="batch sizes in tensordicts differs"):
         LazyStackedTensorDict(short, long, strict_shape=True)
+
+
+def test_update_dense_entry_with_a_ragged_lazy_stack_makes_it_lazy() -> None:
+    first = TensorDict({("a", "c"): torch.ones(3, 4), ("a", "d"): torch.ones(3, 4)}, [3])
+    second = TensorDict({("a", "c"): torch.full((3, 5), 2.0)}, [3])
+    source = TensorDict({"parent": lazy_stack([first, second])}, [2])
+    target = TensorDict(
+        {("parent", "a", "c"): torch.zeros(2, 3, 4), ("parent", "a", "e"): torch.zeros(2, 3, 4)},
+        [2],
+    )
+    target.update(source)
+    parent = target.get(("parent", "a"))
+    assert isinstance(target.get("parent"), LazyStackedTensorDict)
+    assert parent[0]["c"].eq(1).all() and parent[1]["c"].eq(2).all()
+    assert parent[0]["d"].eq(1).all() and "d" not in parent[1].keys()
+    assert parent["e"].eq(0).all()  # kept
