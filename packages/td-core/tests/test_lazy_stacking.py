@@ -247,3 +247,13 @@ def test_update_dense_entry_with_a_ragged_lazy_stack_makes_it_lazy() -> None:
     assert parent[0]["c"].eq(1).all() and parent[1]["c"].eq(2).all()
     assert parent[0]["d"].eq(1).all() and "d" not in parent[1].keys()
     assert parent["e"].eq(0).all()  # kept
+
+
+def test_empty_selection_of_a_ragged_lazy_stack_is_an_empty_lazy_stack() -> None:
+    stack = lazy_stack([TensorDict(a=torch.zeros(2, n), batch_size=[2]) for n in (3, 4, 5)], 1)
+    pieces = stack.split([2, 0, 1], 1)
+    assert pieces[1].batch_size == torch.Size([2, 0])
+    assert isinstance(pieces[1], LazyStackedTensorDict)
+    assert (torch.cat(pieces, 1) == stack).all()
+    none = stack[:, torch.zeros(3, dtype=torch.bool)]
+    assert none.batch_size == torch.Size([2, 0])

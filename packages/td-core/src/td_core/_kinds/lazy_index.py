@@ -106,8 +106,10 @@ class LazyIndexMixin:
                 return member  # lazy[:, i]: the member itself, as upstream
             return member._index(rest)
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
-        if not members:
-            return self.contiguous()._index(index)
+        if not members:  # an empty lazy stack, whose members would have this batch size
+            first = self.tensordicts[0]
+            member_bs = first._index(rest).batch_size if rest else first.batch_size
+            return type(self)(stack_dim=result_dim, batch_size=member_bs, device=first.device)  # type: ignore[call-arg,return-value]
         return self._restack([m._index(rest) if rest else m for m in members], result_dim)
 
     def _setitem_index(self, index: Any, value: Any) -> None:
