@@ -257,3 +257,21 @@ def test_empty_selection_of_a_ragged_lazy_stack_is_an_empty_lazy_stack() -> None
     assert (torch.cat(pieces, 1) == stack).all()
     none = stack[:, torch.zeros(3, dtype=torch.bool)]
     assert none.batch_size == torch.Size([2, 0])
+
+
+def test_cat_with_a_lazy_stack_is_a_lazy_stack() -> None:
+    stack = lazy_stack(
+        [TensorDict(a=torch.full((2, 3), float(i)), batch_size=[2, 3]) for i in range(2)]
+    )
+    dense = TensorDict(a=torch.arange(12.0).reshape(2, 2, 3), batch_size=[2, 2, 3])
+    along = torch.cat([stack, dense], 0)
+    assert isinstance(along, LazyStackedTensorDict) and along.stack_dim == 0
+    assert len(along.tensordicts) == 4 and along.tensordicts[0] is stack.tensordicts[0]
+    assert (along["a"][2:] == dense["a"]).all()
+    wide = TensorDict(a=torch.arange(18.0).reshape(2, 3, 3), batch_size=[2, 3, 3])
+    across = torch.cat([stack, wide], 1)
+    assert isinstance(across, LazyStackedTensorDict) and across.batch_size == torch.Size([2, 5, 3])
+    assert (across["a"] == torch.cat([stack["a"], wide["a"]], 1)).all()
+    three = lazy_stack([TensorDict(a=torch.zeros(3, 3), batch_size=[3, 3]) for _ in range(3)])
+    with pytest.raises(RuntimeError, match="same number of stacked tensordicts"):
+        torch.cat([stack, three], 1)

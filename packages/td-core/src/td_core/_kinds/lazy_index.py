@@ -41,6 +41,7 @@ class LazyIndexMixin:
         def batch_size(self) -> torch.Size: ...
         def contiguous(self) -> TensorDictBase: ...
         def _restack(self, members: list[TensorDictBase], dim: int) -> TensorDictBase: ...
+        def _is_ragged(self) -> bool: ...
 
     def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...], int] | None:
         """(item on the stack dim, index for the members, result stack dim), or None if not separable."""
@@ -106,7 +107,9 @@ class LazyIndexMixin:
                 return member  # lazy[:, i]: the member itself, as upstream
             return member._index(rest)
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
-        if not members:  # an empty lazy stack, whose members would have this batch size
+        if not members and not self._is_ragged():  # keys and feature shapes are known
+            return self.contiguous()._index(index)
+        if not members:  # ragged: an empty lazy stack, whose members would have this batch size
             first = self.tensordicts[0]
             member_bs = first._index(rest).batch_size if rest else first.batch_size
             return type(self)(stack_dim=result_dim, batch_size=member_bs, device=first.device)  # type: ignore[call-arg,return-value]

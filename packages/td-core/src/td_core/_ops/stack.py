@@ -177,8 +177,11 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
                     f"stack: sub-TensorDict {(*prefix, key)!r} has different batch sizes "
                     f"{sorted({tuple(v.batch_size) for v in values})}"
                 )
-            if _any_ragged(values):  # lazy stacks of ragged members cannot become dense
-                entries[key] = _stack_lazy(values, d) if stacking else _cat_lazy(values, d)
+            if stacking and _any_ragged(values):  # ragged lazy stacks cannot become dense
+                entries[key] = _stack_lazy(values, d)
+                continue
+            if not stacking and _any_stack(values):
+                entries[key] = _cat_lazy(values, d)
                 continue
             entries[key] = _combine(values, d, (*prefix, key), stacking)
     return first._new(entries, torch.Size(bs))
@@ -200,13 +203,13 @@ def cat(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
                 f"{list(bs)}; they may differ only in dim {d}"
             )
-    if _any_ragged(tds):
+    if _any_stack(tds):  # as upstream: a lazy stack among the inputs gives a lazy stack
         result = _cat_lazy(tds, d)
     else:
         result = _combine(tds, d, (), stacking=False)
-        names = tds[0]._raw_names()
-        if names is not None:
-            carry_names(result, names)
+    names = tds[0]._raw_names()
+    if names is not None:
+        carry_names(result, names)
     if out is not None:
         if out.batch_size != result.batch_size:
             raise BatchSizeError(
@@ -238,27 +241,53 @@ def _stack_lazy(tds: list[TensorDictContract], d: int) -> Any:
 
 
 def _cat_lazy(tds: list[TensorDictContract], d: int) -> Any:
-    """`cat` of lazy stacks whose members differ in shape: a lazy stack again.
+    """`cat` where an input is a lazy stack: a lazy stack again, as upstream.
 
-    Along the stack dim the members are chained; along another dim the inputs
-    must stack the same number of members, which are concatenated pairwise.
+    The other inputs are split into lazy stacks along the same stack dim
+    (views of them). Along the stack dim the members are chained; along
+    another dim the inputs must stack the same number of members, which are
+    concatenated pairwise.
     """
-    parts = [stack_parts(td) for td in tds]
-    if any(p is None or p[1] != parts[0][1] for p in parts):  # type: ignore[index]
+    dims = {p[1] for p in map(stack_parts, tds) if p is not None}
+    if len(dims) != 1:
         raise BatchSizeError(
-            f"cat along dim {d}: a lazy stack whose members differ in shape can only be "
-            "concatenated with lazy stacks along the same stack dim"
+            f"cat along dim {d}: the lazy stacks are stacked along different dims "
+            f"{sorted(dims)} (cat lazy stacked tds must have same stack dim)"
         )
-    members = [p[0] for p in parts]  # type: ignore[index]
-    sd = parts[0][1]  # type: ignore[index]
+    sd = dims.pop()
+    members = [_members(td, sd) for td in tds]
     if d == sd:
-        return lazy([m for ms in members for m in ms], sd)
-    if any(len(ms) != len(members[0]) for ms in members):
+        chained = [m for ms in members for m in ms]
+        if not chained:  # every input is empty along the stack dim
+            bs = list(tds[0].batch_size)
+            first = tds[0]
+            del bs[sd]
+            return provided("LazyStackedTensorDict")(
+                stack_dim=sd, batch_size=bs, device=first.device
+            )
+        return lazy(chained, sd)
+    counts = [len(ms) for ms in members]
+    if len(set(counts)) != 1:
         raise BatchSizeError(
-            f"cat along dim {d}: the lazy stacks hold different numbers of members"
+            f"cat along dim {d}: the inputs stack {counts} members along dim {sd}; cat lazy "
+            "stacked tds along a non-stack dimension requires all inputs to have the same "
+            "number of stacked tensordicts"
         )
     inner = d if d < sd else d - 1
     return lazy([cat(list(group), inner) for group in zip(*members)], sd)
+
+
+def _members(td: TensorDictContract, sd: int) -> list[Any]:
+    """The members of a lazy stack along `sd`, or the slices of any other input along `sd`."""
+    parts = stack_parts(td)
+    if parts is not None:
+        return list(parts[0])
+    return list(td.unbind(sd))
+
+
+def _any_stack(tds: list[TensorDictContract]) -> bool:
+    """Whether an input is a lazy stack (one look per class)."""
+    return any(is_stack(td) for td in {type(td): td for td in tds}.values())
 
 
 def _combine_entries(
