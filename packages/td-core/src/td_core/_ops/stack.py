@@ -201,7 +201,7 @@ def cat(
         if len(other) != len(bs) or other[:d] != bs[:d] or other[d + 1 :] != bs[d + 1 :]:
             raise BatchSizeError(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
-                f"{list(bs)}; they may differ only in dim {d}"
+                f"{list(bs)}; they may differ only in dim {d}{_member_count_note(tds, bs, other)}"
             )
     if _any_stack(tds):  # as upstream: a lazy stack among the inputs gives a lazy stack
         result = _cat_lazy(tds, d)
@@ -283,6 +283,18 @@ def _members(td: TensorDictContract, sd: int) -> list[Any]:
     if parts is not None:
         return list(parts[0])
     return list(td.unbind(sd))
+
+
+def _member_count_note(tds: list[TensorDictContract], bs: torch.Size, other: torch.Size) -> str:
+    """Upstream's words when the batch sizes differ in a lazy input's stack dim."""
+    dims = [p[1] for p in map(stack_parts, tds) if p is not None]
+    if dims and len(other) == len(bs) and other[dims[0]] != bs[dims[0]]:
+        return (
+            f" (dim {dims[0]} is a lazy stack's stack dim: cat lazy stacked tds along a "
+            "non-stack dimension requires all inputs to have the same number of stacked "
+            "tensordicts)"
+        )
+    return ""
 
 
 def _any_stack(tds: list[TensorDictContract]) -> bool:
