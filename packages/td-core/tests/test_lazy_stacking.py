@@ -275,3 +275,12 @@ def test_cat_with_a_lazy_stack_is_a_lazy_stack() -> None:
     three = lazy_stack([TensorDict(a=torch.zeros(3, 3), batch_size=[3, 3]) for _ in range(3)])
     with pytest.raises(RuntimeError, match="same number of stacked tensordicts"):
         torch.cat([stack, three], 1)
+
+
+def test_ragged_reads_name_the_failure_in_upstream_words() -> None:
+    stack = lazy_stack([_row(0.0), TensorDict(a=torch.zeros(3, 5), batch_size=[3])], 1)
+    for read in (lambda: stack["a"], stack.contiguous, stack.to_tensordict):
+        with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+            read()
+    with pytest.raises(RuntimeError, match="can only be called when the stack_dim is 0"):
+        stack.get_nestedtensor("a")

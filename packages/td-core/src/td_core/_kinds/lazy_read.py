@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.utils import NO_DEFAULT
-from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._kinds.base import TensorDictBase
@@ -94,8 +94,10 @@ class LazyReadMixin:
             layout: `torch.jagged` or `torch.strided` (the default).
         """
         if self.stack_dim != 0:
-            raise ValueError(
-                f"a nested tensor stacks along dim 0, this stack has stack_dim={self.stack_dim}"
+            raise DimError(
+                "LazyStackedTensorDict.get_nestedtensor can only be called when the stack_dim "
+                f"is 0. This stack has stack_dim={self.stack_dim}, and a nested tensor stacks "
+                "along dim 0: read it with get(key, as_list=True) or get(key, as_padded_tensor=True)"
             )
         values = [td.get(key, _ABSENT) for td in self.tensordicts]
         if any(v is _ABSENT for v in values):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["stack", "stack_onto", "cat", "StackMixin"]
 
 Tensor = torch.Tensor
+_FAILED_STACK = " (Failed to stack tensors within a tensordict)"  # upstream's words
 
 
 def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
@@ -167,7 +168,8 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
             except (RuntimeError, TypeError) as err:
                 shapes = sorted({tuple(v.shape) for v in values if isinstance(v, Tensor)})
                 raise BatchSizeError(
-                    f"{what}: entry {(*prefix, key)!r} has incompatible shapes {shapes}: {err}"
+                    f"{what}: entry {(*prefix, key)!r} has incompatible shapes {shapes}"
+                    f"{_FAILED_STACK if stacking else ''}: {err}"
                 ) from None
         elif value._is_non_tensor:
             entries[key] = non_tensor_op(values, d)
