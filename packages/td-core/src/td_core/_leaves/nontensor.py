@@ -195,7 +195,9 @@ class NonTensorStack(_NonTensorBase):
 
     def _member_at(self, idx: torch.Tensor) -> _NonTensorBase | None:
         """The stacked leaf whose positions are exactly `idx`, if any."""
-        members, d = self._members, self._member_dim
+        # subclasses that build their own storage (td-memmap's shared stacks) may skip __init__
+        members = getattr(self, "_members", None)
+        d = getattr(self, "_member_dim", 0)
         if members is None or idx.numel() == 0 or idx.shape != members[0].batch_size:
             return None
         bs = self.batch_size
@@ -214,8 +216,9 @@ class NonTensorStack(_NonTensorBase):
 
     def to(self, device: torch.device | str | None) -> NonTensorStack:
         out = NonTensorStack(self._values, device)
-        if self._members is not None:
-            out._members = tuple(m.to(device) for m in self._members)
+        members = getattr(self, "_members", None)
+        if members is not None:
+            out._members = tuple(m.to(device) for m in members)
             out._member_dim = self._member_dim
         return out
 
@@ -247,8 +250,9 @@ class NonTensorStack(_NonTensorBase):
         out = NonTensorStack(
             copy.deepcopy(self._values) if recurse else self._values.copy(), self.device
         )
-        if self._members is not None:
-            out._members = tuple(m.clone(recurse) for m in self._members)
+        members = getattr(self, "_members", None)
+        if members is not None:
+            out._members = tuple(m.clone(recurse) for m in members)
             out._member_dim = self._member_dim
         return out
 
