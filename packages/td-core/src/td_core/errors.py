@@ -22,6 +22,7 @@ __all__ = [
     "OptionsConflictError",
     "NotATensorDictError",
     "KeyTypeError",
+    "GradLeafWriteError",
 ]
 
 
@@ -108,4 +109,12 @@ class KeyTypeError(TDError, TypeError, RuntimeError):
 
     Upstream raises `TypeError` from a keys view and `RuntimeError` from
     `in td`; this is an instance of both.
+    """
+
+
+class GradLeafWriteError(TDError, ValueError, RuntimeError):
+    """An in-place write (`apply(inplace=True)`, `stack(..., out=)`) into a leaf that requires grad.
+
+    Autograd forbids changing such a leaf in place; run the write under
+    `torch.no_grad()`. Upstream raises `ValueError` or `RuntimeError` for these.
     """

@@ -31,21 +31,21 @@ from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._kinds.lazy_index import LazyIndexMixin
+from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
-from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+from td_core.errors import BatchSizeError, DeviceError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
 Tensor = torch.Tensor
 _F = TypeVar("_F", bound=Callable[..., Any])
-_ABSENT = object()
 
 
-class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
+class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, TensorDictBase):
     """A lazy stack of TensorDicts along batch dim `stack_dim`.
 
     Args:
@@ -55,7 +55,15 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         hook_in: deprecated upstream: see `hook_in`.
     """
 
-    __slots__ = ("__weakref__", "_is_locked", "_td_dim_name", "stack_dim", "tensordicts")
+    __slots__ = (
+        "__weakref__",
+        "_is_locked",
+        "_td_dim_name",
+        "_template",
+        "stack_dim",
+        "tensordicts",
+    )
+    _td_dim_name: str | None
 
     def __init__(
         self,
@@ -63,22 +71,41 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         stack_dim: int = 0,
         hook_out: Callable[[Any], Any] | None = None,
         hook_in: Callable[[Any], Any] | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        stack_dim_name: str | None = None,
+        strict_shape: bool = False,
     ) -> None:
         if len(tensordicts) == 1 and isinstance(tensordicts[0], (list, tuple)):
             tensordicts = tuple(tensordicts[0])
-        if not tensordicts:
-            raise ValueError("a LazyStackedTensorDict needs at least one TensorDict")
-        bs = tensordicts[0].batch_size
+        # with no member (filled later by append/extend), the members' batch size and
+        # device are `batch_size` and `device`
+        template = None if tensordicts else TensorDict(batch_size=batch_size or (), device=device)
+        self._template = template
+        bs = template.batch_size if template is not None else tensordicts[0].batch_size
+        if tensordicts and batch_size is not None and torch.Size(batch_size) != bs:
+            raise BatchSizeError(
+                f"lazy stack: batch_size {list(batch_size)} is the members' batch size and "
+                f"must match theirs, {list(bs)} (it only matters for a stack with no member)"
+            )
         for i, td in enumerate(tensordicts):
             if not is_td(td):
                 raise TypeError(f"lazy stack: item {i} is a {type(td).__name__}, not a TensorDict")
             if td.batch_size != bs:
                 raise BatchSizeError(
-                    f"lazy stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
+                    f"lazy stack: the batch sizes in tensordicts differs: TensorDict {i} has "
+                    f"batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
                 )
         self.tensordicts: list[TensorDictBase] = list(tensordicts)
         self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
         self._is_locked = False
+        if stack_dim_name is not None:
+            self._td_dim_name = stack_dim_name
+        if strict_shape and self._is_ragged():
+            raise BatchSizeError(
+                "lazy stack: strict_shape=True, but the members' leaves differ in shape; pass "
+                "strict_shape=False to stack them lazily"
+            )
         if hook_out is not None or hook_in is not None:
             warnings.warn(
                 "LazyStackedTensorDict(hook_out=..., hook_in=...) is deprecated and will be "
@@ -89,9 +116,25 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             set_hooks(self, hook_out, hook_in)
 
     @classmethod
-    def lazy_stack(cls, items: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
-        """Stack `items` lazily along batch dim `dim`."""
-        return cls(*items, stack_dim=dim)
+    def lazy_stack(  # type: ignore[override]  # upstream's keywords for a lazy stack
+        cls,
+        items: Sequence[TensorDictBase],
+        dim: int = 0,
+        *,
+        device: Any = None,
+        out: TensorDictBase | None = None,
+        stack_dim_name: str | None = None,
+        strict_shape: bool = False,
+    ) -> Any:
+        """Stack `items` lazily along batch dim `dim` (see `td_core.lazy_stack`)."""
+        return lazy_stack(
+            items,
+            dim,
+            device=device,
+            out=out,
+            stack_dim_name=stack_dim_name,
+            strict_shape=strict_shape,
+        )
 
     @classmethod
     def from_dict(  # type: ignore[override]  # one mapping per member, as upstream's lazy from_dict
@@ -171,19 +214,31 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         self._check_members(items)  # all checked before any is added
         self.tensordicts.extend(items)
 
+    @property
+    def _first(self) -> TensorDictBase:
+        """The first member, or an empty stand-in with the members' batch size if there is none."""
+        return self.tensordicts[0] if self.tensordicts else self._template  # type: ignore[return-value]
+
     def _check_members(self, items: Sequence[Any]) -> None:
         if self._is_locked:
             raise LockedError("cannot add members to a locked LazyStackedTensorDict; unlock_() it")
-        bs = self.tensordicts[0].batch_size
+        bs = self._first.batch_size
         for item in items:
             if not is_td(item):
                 raise TypeError(
-                    f"a LazyStackedTensorDict member must be a TensorDict, got {type(item).__name__}"
+                    f"cannot add a {type(item).__name__} to a lazy stack: Expected new value to "
+                    "be TensorDictBase instance (a TensorDict, a lazy stack or a tensorclass)"
                 )
             if item.batch_size != bs:
                 raise BatchSizeError(
-                    f"cannot add a TensorDict of batch_size {list(item.batch_size)} to a lazy stack "
-                    f"whose members have batch_size {list(bs)}"
+                    f"Batch sizes in tensordicts differs: cannot add a TensorDict of batch_size "
+                    f"{list(item.batch_size)} to a lazy stack whose members have batch_size {list(bs)}"
+                )
+            device = self.device
+            if self.tensordicts and device is not None and item.device != device:
+                raise DeviceError(
+                    f"Devices differ: cannot add a TensorDict on device {item.device} to a lazy "
+                    f"stack on device {device}; move it first with .to({str(device)!r})"
                 )
 
     def valid_keys(
@@ -225,7 +280,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
     # ---------------------------------------------------------------- metadata
     @property
     def batch_size(self) -> torch.Size:
-        bs = self.tensordicts[0].batch_size
+        bs = self._first.batch_size
         d = self.stack_dim
         return torch.Size((*bs[:d], len(self.tensordicts), *bs[d:]))
 
@@ -237,7 +292,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     @property
     def device(self) -> torch.device | None:
-        devices = {td.device for td in self.tensordicts}
+        devices = {td.device for td in self.tensordicts or [self._first]}
         return devices.pop() if len(devices) == 1 else None
 
     def _set_device(self, device: Any) -> None:
@@ -248,7 +303,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         return list(self.tensordicts)  # walking members avoids stacking every entry
 
     def _raw_names(self) -> tuple[str | None, ...] | None:
-        member = self.tensordicts[0]._raw_names()
+        member = self._first._raw_names()
         own = getattr(self, "_td_dim_name", None)
         if member is None and own is None:
             return None
@@ -288,7 +343,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     # ---------------------------------------------------------------- primitives
     def _keys_str(self) -> dict[str, None]:
-        first, *rest = self.tensordicts
+        first, *rest = self.tensordicts or [self._first]
         keys = first._keys_str()
         others = [td._keys_str() for td in rest]
         if all(len(other) == len(keys) for other in others) and all(
@@ -304,7 +359,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
         values = [td._get_str(key, NO_DEFAULT) for td in self.tensordicts]
-        if any(v is NO_DEFAULT for v in values):
+        if not values or any(v is NO_DEFAULT for v in values):
             return default
         return with_hook_out(self, self._stack_values(key, values))
 
@@ -318,55 +373,20 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             except RuntimeError:
                 shapes = [list(v.shape) for v in values]
                 raise BatchSizeError(
-                    f"lazy stack: entry {key!r} has different shapes in the members {shapes}; read it with "
-                    f"get({key!r}, as_nested_tensor=True) or get_item_shape({key!r})"
+                    f"lazy stack: entry {key!r} has different shapes in the members {shapes} "
+                    "(Failed to stack tensors within a tensordict); read it with "
+                    f"get({key!r}, as_nested_tensor=True), get({key!r}, as_padded_tensor=True), "
+                    f"get({key!r}, as_list=True) or get_item_shape({key!r})"
                 ) from None
         if is_nt(first):
             return stack_non_tensors(values, self.stack_dim)
         return self._restack(values, self.stack_dim)
 
-    def get(self, key: Any, default: Any = NO_DEFAULT, *, as_nested_tensor: bool = False) -> Any:
-        """The entry at `key`, stacked; `as_nested_tensor` stacks ragged leaves as a nested tensor."""
-        if not as_nested_tensor:
-            return super().get(key, default)
-        return self.get_nestedtensor(key, default)
-
-    def get_nestedtensor(
-        self, key: Any, default: Any = NO_DEFAULT, *, layout: torch.layout | None = None
-    ) -> Any:
-        """The members' entries at `key` as one nested tensor (ragged dims allowed).
-
-        Args:
-            default: returned when a member lacks `key`.
-            layout: `torch.jagged` or `torch.strided` (the default).
-        """
-        if self.stack_dim != 0:
-            raise ValueError(
-                f"a nested tensor stacks along dim 0, this stack has stack_dim={self.stack_dim}"
-            )
-        values = [td.get(key, _ABSENT) for td in self.tensordicts]
-        if any(v is _ABSENT for v in values):
-            if default is NO_DEFAULT:
-                raise KeyNotFoundError(
-                    f"key {key!r} is not in every member of the lazy stack "
-                    f"(exclusive keys: {self.exclusive_keys()})"
-                )
-            return default
-        with warnings.catch_warnings():
-            # ragged feature dims need the strided layout, which torch flags as a prototype
-            warnings.filterwarnings(
-                "ignore", message="The PyTorch API of nested tensors is in prototype"
-            )
-            return torch.nested.as_nested_tensor(values, layout=layout)
-
-    def get_item_shape(self, key: Any) -> torch.Size:
-        """The shape of the entry at `key` without stacking; ragged dims are -1."""
-        values = [td.get(key) for td in self.tensordicts]
-        return _stacked_shape(
-            [v.shape if isinstance(v, Tensor) else v.batch_size for v in values], self.stack_dim
-        )
-
     def _set_str(self, key: str, value: Any) -> None:
+        if not self.tensordicts:  # nowhere to keep it: refused rather than dropped
+            raise BatchSizeError(
+                f"cannot set key {key!r} in a lazy stack with no member: append members first"
+            )
         d = self.stack_dim
         if type(value) is not Tensor and is_unbatched(value):
             member_bs = self.tensordicts[0].batch_size
@@ -415,7 +435,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
     def _key_items(self) -> list[tuple[str, Any]]:
         out = []
-        first = dict(self.tensordicts[0]._key_items())
+        first = dict(self._first._key_items())
         for key in self._keys_str():
             value = first[key]
             # a member's tensor stands for the stacked one (only its type is read): ragged
@@ -455,7 +475,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
         return super().unbind(dim)
 
     def is_shared(self) -> bool:
-        return all(td.is_shared() for td in self.tensordicts)
+        return bool(self.tensordicts) and all(td.is_shared() for td in self.tensordicts)
 
     def __getstate__(self) -> dict[str, Any]:
         packed = pack(self)
@@ -465,6 +485,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             "tensordicts": self.tensordicts,
             "stack_dim": self.stack_dim,
             "locked": self._is_locked,
+            "bs": self._first.batch_size,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -473,6 +494,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
             assert isinstance(rebuilt, LazyStackedTensorDict)  # the skeleton is a lazy stack
             state = {**state, "tensordicts": rebuilt.tensordicts, "stack_dim": rebuilt.stack_dim}
         self.tensordicts = list(state["tensordicts"])
+        self._template = None if self.tensordicts else TensorDict(batch_size=state.get("bs", ()))
         self.stack_dim = state["stack_dim"]
         self._is_locked = state["locked"]
 
@@ -504,6 +526,8 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
 
 
 def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
+    if len(tds) < 2:
+        return False
     first, *rest = tds
     if not rest:
         return False
@@ -530,19 +554,60 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
-def _stacked_shape(shapes: list[torch.Size], stack_dim: int) -> torch.Size:
-    first = shapes[0]
-    if any(len(s) != len(first) for s in shapes):
-        raise BatchSizeError(
-            f"lazy stack: the members' entries have different numbers of dims {[list(s) for s in shapes]}"
+def lazy_stack(
+    tensordicts: Sequence[TensorDictBase],
+    dim: int = 0,
+    *,
+    device: Any = None,
+    out: TensorDictBase | None = None,
+    stack_dim_name: str | None = None,
+    strict_shape: bool = False,
+) -> Any:
+    """Stack TensorDicts lazily along batch dim `dim` (see `LazyStackedTensorDict`).
+
+    Args:
+        tensordicts: the members; they must share a batch size (and, with
+            `strict_shape`, so must each of their leaves' shapes).
+        dim: where the new dim goes among the batch dims.
+        device: accepted for upstream compatibility: the members keep theirs.
+        out: a TensorDict to write the stacked values into, in place (as
+            `stack(..., out=)`); it is returned.
+        stack_dim_name: a name for the new dim.
+        strict_shape: refuse members whose leaves differ in shape.
+
+    Raises:
+        ValueError: if `tensordicts` is empty.
+        BatchSizeError: if the members' batch sizes differ, or (with
+            `strict_shape`) their leaves' shapes.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, lazy_stack
+        >>> a, b = TensorDict(x=torch.zeros(2)), TensorDict(x=torch.ones(2))
+        >>> lazy_stack([a, b])["x"].shape
+        torch.Size([2, 2])
+    """
+    del device  # the members keep their device
+    items = list(tensordicts)
+    if not items:
+        raise ValueError(
+            "lazy_stack needs at least one TensorDict; build an empty stack to fill later "
+            "with LazyStackedTensorDict(stack_dim=..., batch_size=...)"
         )
-    dims = [d if all(s[i] == d for s in shapes) else -1 for i, d in enumerate(first)]
-    return torch.Size((*dims[:stack_dim], len(shapes), *dims[stack_dim:]))
-
-
-def lazy_stack(tensordicts: Sequence[TensorDictBase], dim: int = 0) -> LazyStackedTensorDict:
-    """Stack TensorDicts lazily along batch dim `dim` (see `LazyStackedTensorDict`)."""
-    return LazyStackedTensorDict(*tensordicts, stack_dim=dim)
+    if out is not None:
+        return stack(items, dim, out=out)
+    if strict_shape:
+        bs = items[0].batch_size
+        for i, td in enumerate(items):
+            if td.batch_size != bs:
+                raise BatchSizeError(
+                    "lazy_stack(..., strict_shape=True): stacking tensordicts requires them to "
+                    f"have congruent batch sizes; TensorDict {i} has {list(td.batch_size)}, "
+                    f"TensorDict 0 has {list(bs)}"
+                )
+    return LazyStackedTensorDict(
+        *items, stack_dim=dim, stack_dim_name=stack_dim_name, strict_shape=strict_shape
+    )
 
 
 register(LazyStackedTensorDict)

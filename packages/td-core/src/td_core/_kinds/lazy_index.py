@@ -9,12 +9,14 @@ result, and writes through them are refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.traverse import is_td
+from td_core._core.traverse import is_stack, is_td
+from td_core._core.utils import broadcast_shape
 from td_core._ops.index import _apply_plan, _plan_sub, indexed_shape, normalize_index
 from td_core.errors import BatchSizeError
 
@@ -39,6 +41,7 @@ class LazyIndexMixin:
         def batch_size(self) -> torch.Size: ...
         def contiguous(self) -> TensorDictBase: ...
         def _restack(self, members: list[TensorDictBase], dim: int) -> TensorDictBase: ...
+        def _is_ragged(self) -> bool: ...
 
     def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...], int] | None:
         """(item on the stack dim, index for the members, result stack dim), or None if not separable."""
@@ -104,17 +107,27 @@ class LazyIndexMixin:
                 return member  # lazy[:, i]: the member itself, as upstream
             return member._index(rest)
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
-        if not members:
+        if not members and not self._is_ragged():  # keys and feature shapes are known
             return self.contiguous()._index(index)
+        if not members:  # ragged: an empty lazy stack, whose members would have this batch size
+            first = self.tensordicts[0]
+            member_bs = first._index(rest).batch_size if rest else first.batch_size
+            return type(self)(stack_dim=result_dim, batch_size=member_bs, device=first.device)  # type: ignore[call-arg,return-value]
         return self._restack([m._index(rest) if rest else m for m in members], result_dim)
 
     def _setitem_index(self, index: Any, value: Any) -> None:
+        self._plan_setitem(index, value)()
+
+    def _plan_setitem(self, index: Any, value: Any) -> Callable[[], None]:
+        """Check `self[index] = value` against the members; the function that writes it.
+
+        Nothing is written before the returned function runs, so a write
+        planned beside others (a lazy stack nested in a TensorDict) is
+        all-or-nothing with them.
+        """
         split = self._split_index(index)
         if split is None:
-            raise IndexError(
-                f"cannot write through a lazy stack at index {index!r}: select along the stack dim with "
-                "an int, a slice, a list or a 1-d index tensor, or write to contiguous() instead"
-            )
+            return self._plan_scattered(index, value)
         stack_item, rest, result_dim = split
         picked = self._members_for(stack_item)
         if isinstance(stack_item, int):
@@ -147,9 +160,82 @@ class LazyIndexMixin:
                 _plan_sub(member, part, sub, norm, (), writes, later)
             else:
                 plain.append((member, part))
-        for member, part in plain:
-            member[norm] = part
-        _apply_plan(writes, later, norm, sub)
+
+        def commit() -> None:
+            for member, part in plain:
+                member[norm] = part
+            _apply_plan(writes, later, norm, sub)
+
+        return commit
+
+    def _plan_scattered(self, index: Any, value: Any) -> Callable[[], None]:
+        """Plan `self[index] = value` for an index that mixes the stack dim with others.
+
+        A boolean mask over several dims, or index tensors on the stack dim and
+        another: each selected element is traced to its member and position
+        there, and every member gets one advanced-index write of its share.
+        """
+        bs = self.batch_size
+        try:
+            picked = torch.arange(bs.numel()).view(bs)[index]
+        except (IndexError, RuntimeError, TypeError) as err:
+            raise IndexError(
+                f"cannot write through a lazy stack at index {index!r}: {err}"
+            ) from None
+        sub = picked.shape
+        coords = torch.unravel_index(picked.reshape(-1), bs)
+        d = self.stack_dim
+        owner, member_coords = coords[d], coords[:d] + coords[d + 1 :]
+        rows = _rows(value, sub, index)
+        commits = []
+        for i, member in enumerate(self.tensordicts):
+            sel = (owner == i).nonzero().squeeze(-1)
+            if not sel.numel():
+                continue
+            part = value if rows is None else rows[sel]
+            if not member_coords:  # 0-d members: the one selected element is the whole member
+                member_index: Any = ()
+                part = part if rows is None else part[0]
+            else:
+                member_index = tuple(c[sel] for c in member_coords)
+            commits.append(_plan_member_write(member, member_index, part))
+
+        def commit() -> None:
+            for write in commits:
+                write()
+
+        return commit
+
+
+def _rows(value: Any, sub: torch.Size, index: Any) -> Any:
+    """`value` with its leading `sub` dims flattened, to pick each member's rows; None to broadcast."""
+    lead = len(sub)
+    if is_td(value):
+        if value.batch_size[:lead] != sub:
+            if broadcast_shape(value.batch_size[:lead], sub) != sub:
+                raise BatchSizeError(
+                    f"cannot write a TensorDict of batch_size {list(value.batch_size)} at index "
+                    f"{index!r}: the indexed batch_size is {list(sub)}"
+                )
+            value = value.expand(*sub, *value.batch_size[lead:])
+        return value.reshape(-1, *value.batch_size[lead:])
+    if isinstance(value, Tensor) and value.ndim >= lead and value.shape[:lead] == sub:
+        return value.reshape(-1, *value.shape[lead:])
+    return None  # a scalar, or a tensor that broadcasts into every selected element
+
+
+def _plan_member_write(member: Any, index: Any, part: Any) -> Callable[[], None]:
+    """Check `member[index] = part`; the function that writes it."""
+    if is_stack(member):
+        return member._plan_setitem(index, part)
+    if not is_td(part):
+        return lambda: member.__setitem__(index, part)
+    norm: Any = normalize_index(index, member.batch_size) if index != () else ...
+    sub = indexed_shape(member.batch_size, norm) if index != () else member.batch_size
+    writes: list[tuple[Tensor, Any]] = []
+    later: list[tuple[TensorDictContract, str, Any, int]] = []
+    _plan_sub(member, part, sub, norm, (), writes, later)
+    return lambda: _apply_plan(writes, later, norm, sub)
 
 
 _FULL = slice(None)

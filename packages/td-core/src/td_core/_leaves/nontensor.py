@@ -15,6 +15,7 @@ the values are equal, and reading it gives a (nested) list.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -213,9 +214,13 @@ class NonTensorStack(_NonTensorBase):
         Traceback (most recent call last):
         ...
         ValueError: NonTensorStack: the elements must have one batch size, got [[2], []]
+
+    A stack built by stacking leaves remembers them: a batch op that selects
+    exactly one of them (`unbind` along the stack dim, `td[i]`) gives that
+    leaf back, so a `NonTensorData` survives a stack and an unbind, as upstream.
     """
 
-    __slots__ = ("_values",)
+    __slots__ = ("_member_dim", "_members", "_values")
 
     def __init__(
         self,
@@ -237,6 +242,37 @@ class NonTensorStack(_NonTensorBase):
         self._values = array
         self.batch_size = torch.Size(array.shape)
         self.device = None if device is None else torch.device(device)
+        self._members: tuple[_NonTensorBase, ...] | None = None
+        self._member_dim = 0
+
+    def _member_at(self, idx: torch.Tensor) -> _NonTensorBase | None:
+        """The stacked leaf whose positions are exactly `idx`, if any."""
+        # subclasses that build their own storage (td-memmap's shared stacks) may skip __init__
+        members = getattr(self, "_members", None)
+        d = getattr(self, "_member_dim", 0)
+        if members is None or idx.numel() == 0 or idx.shape != members[0].batch_size:
+            return None
+        bs = self.batch_size
+        i = (int(idx.reshape(-1)[0]) // math.prod(bs[d + 1 :])) % bs[d]
+        return members[i] if torch.equal(idx, _positions(bs).select(d, i)) else None
+
+    def _map_batch_multi(
+        self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]
+    ) -> list[NonTensorStack | NonTensorData]:
+        flat = self._values.reshape(-1)
+        out: list[Any] = []
+        for idx in fn(_positions(self.batch_size)):
+            member = self._member_at(idx)
+            out.append(_from_array(_gather(flat, idx), self.device) if member is None else member)
+        return out
+
+    def to(self, device: torch.device | str | None) -> NonTensorStack:
+        out = NonTensorStack(self._values, device=device)
+        members = getattr(self, "_members", None)
+        if members is not None:
+            out._members = tuple(m.to(device) for m in members)
+            out._member_dim = self._member_dim
+        return out
 
     @classmethod
     def from_list(
@@ -257,12 +293,20 @@ class NonTensorStack(_NonTensorBase):
 
     def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorStack | NonTensorData:
         idx = fn(_positions(self.batch_size))
+        member = self._member_at(idx)
+        if member is not None:
+            return member  # type: ignore[return-value]  # a stacked leaf is one of the two
         return _from_array(_gather(self._values.reshape(-1), idx), self.device)
 
     def clone(self, recurse: bool = True) -> NonTensorStack:
-        return NonTensorStack(
+        out = NonTensorStack(
             copy.deepcopy(self._values) if recurse else self._values.copy(), device=self.device
         )
+        members = getattr(self, "_members", None)
+        if members is not None:
+            out._members = tuple(m.clone(recurse) for m in members)
+            out._member_dim = self._member_dim
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         # a flat list and a shape (no numpy object in the pickle: weights_only loads accept it)
@@ -277,6 +321,7 @@ class NonTensorStack(_NonTensorBase):
         for i, v in enumerate(state["flat"]):
             values[i] = v
         self._values = values.reshape(state["shape"])
+        self._members, self._member_dim = None, 0
         self.batch_size = torch.Size(state["shape"])
         self.device = None if state["device"] is None else torch.device(state["device"])
 
@@ -347,9 +392,11 @@ def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     special = _collapse(leaves, dim)
     if special is not None:
         return special
-    return NonTensorStack(
+    out = NonTensorStack(
         np.stack([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
     )
+    out._members, out._member_dim = tuple(leaves), dim
+    return out
 
 
 def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:

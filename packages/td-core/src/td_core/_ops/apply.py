@@ -15,18 +15,16 @@ import torch
 
 from td_core._core.contract import TD, TensorDictContract, provided
 from td_core._core.traverse import (
-    is_stack,
     is_td,
     map_leaves,
-    per_member,
     rebuild,
     stack_parts,
     tensor_leaves,
 )
-from td_core._core.utils import NO_DEFAULT, as_device, as_size, broadcast_shape
+from td_core._core.utils import NO_DEFAULT, as_device, as_size
+from td_core._ops.apply_run import ApplyOptions, run_apply
 from td_core._ops.casts import cast_all
 from td_core._ops.dict_methods import PerObject
-from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -35,154 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["ApplyMixin", "to"]
 
 Tensor = torch.Tensor
-
-
-# ---------------------------------------------------------------------- apply
-def _apply(
-    td: TensorDictContract,
-    fn: Callable[..., Any],
-    others: tuple[TensorDictContract, ...],
-    *,
-    named: bool,
-    nested_keys: bool,
-    prefix: tuple[str, ...],
-    default: Any,
-    call_on_nested: bool,
-    inplace: bool,
-    batch_size: torch.Size | None,
-    device: Any,
-    filter_empty: bool | None,
-    writes: list[tuple[Any, Any, Any]],
-    is_leaf: Callable[[type], bool] | None = None,
-) -> Any | None:
-    if batch_size is None and is_stack(td):  # per member (a lazy stack's reads are copies)
-        return per_member(
-            td,
-            lambda m, *o: _apply(
-                m,
-                fn,
-                o,
-                named=named,
-                nested_keys=nested_keys,
-                prefix=prefix,
-                default=default,
-                call_on_nested=call_on_nested,
-                inplace=inplace,
-                batch_size=None,
-                device=device,
-                filter_empty=filter_empty,
-                writes=writes,
-                is_leaf=is_leaf,
-            ),
-            *others,
-        )
-    out: dict[str, Any] = {}
-    bs = td.batch_size if batch_size is None else batch_size
-    n = len(td.batch_size)
-    # the usual call, `td.apply(fn)`: plain tensor leaves take a short path
-    plain = not (others or named or inplace)
-    check = batch_size is None and n > 0  # results must keep the batch dims
-    first = bs[0] if n == 1 else -1  # one batch dim: compare an int, not a Size slice
-    for key, value in td._items_str():
-        if plain and type(value) is Tensor:
-            result = fn(value)
-            if result is None:
-                continue
-            if check and type(result) is Tensor:
-                shape = result.shape
-                if (not shape or shape[0] != first) if first >= 0 else shape[:n] != bs:
-                    raise _batch_error(result, prefix, key, bs)
-            out[key] = result
-            continue
-        other_values = []
-        for i, other in enumerate(others):
-            item = other._get_str(key, NO_DEFAULT)
-            if item is NO_DEFAULT:
-                if default is NO_DEFAULT:
-                    raise KeyNotFoundError(
-                        f"key {(*prefix, key) if prefix else key!r} is missing from TensorDict number "
-                        f"{i + 1} of the others passed to apply (pass default= to fill it)"
-                    )
-                item = default
-            other_values.append(item)
-        is_tensor = isinstance(value, Tensor)
-        as_leaf = not is_tensor and is_leaf is not None and is_leaf(type(value))
-        if not is_tensor and value._is_non_tensor and not as_leaf:
-            if not inplace:
-                out[key] = value
-            continue
-        nested = not is_tensor
-        if nested and not call_on_nested and not as_leaf:
-            sub: Any = _apply(
-                value,
-                fn,
-                tuple(other_values),
-                named=named,
-                nested_keys=nested_keys,
-                prefix=(*prefix, key),
-                default=default,
-                call_on_nested=call_on_nested,
-                inplace=inplace,
-                batch_size=batch_size,
-                device=device,
-                filter_empty=filter_empty,
-                is_leaf=is_leaf,
-                writes=writes,
-            )
-            if not inplace and not (filter_empty and sub.is_empty()):
-                out[key] = sub
-            continue
-        if named:
-            name = ((*prefix, key) if prefix else key) if nested_keys else key
-            result = fn(name, value, *other_values)
-        else:
-            result = fn(value, *other_values)
-        if result is None:
-            continue
-        if inplace:
-            if result is not value:  # written by _write_all once every result is computed
-                writes.append(((*prefix, key), value, result))
-            continue
-        if type(result) is Tensor and batch_size is None and result.shape[:n] != bs:
-            raise _batch_error(result, prefix, key, bs)
-        out[key] = result
-    if inplace:
-        return None
-    return td._new(out, bs, td.device if device is NO_DEFAULT else as_device(device))
-
-
-def _batch_error(result: Tensor, prefix: tuple[str, ...], key: str, bs: torch.Size) -> Exception:
-    return BatchSizeError(
-        f"apply: the function returned a tensor of shape {list(result.shape)} for key "
-        f"{(*prefix, key) if prefix else key!r}, which does not start with the batch_size "
-        f"{list(bs)}; pass batch_size= if the function changes the batch dims"
-    )
-
-
-def _write_all(writes: list[tuple[Any, Any, Any]]) -> None:
-    """Write `apply_`'s results, after checking every one fits its destination.
-
-    `apply_` is all-or-nothing like `update`: the function runs on every
-    leaf first, so an exception from it (or a result that does not fit) leaves
-    every leaf as it was.
-    """
-    for key, dest, result in writes:
-        if isinstance(dest, Tensor):
-            if not isinstance(result, Tensor):
-                raise TypeError(
-                    f"apply_: the function returned a {type(result).__name__} for key {key!r}, "
-                    "expected a tensor (or None to leave the entry alone)"
-                )
-            if broadcast_shape(result.shape, dest.shape) != dest.shape:
-                raise BatchSizeError(
-                    f"apply_: the function returned a tensor of shape {list(result.shape)} for key "
-                    f"{key!r}, which cannot be written into its shape {list(dest.shape)}"
-                )
-    for _, dest, result in writes:
-        if isinstance(dest, Tensor):
-            dest.copy_(result)
-        else:
-            dest.update_(result)
 
 
 # ------------------------------------------------------------------ memory
@@ -272,26 +122,45 @@ class ApplyMixin(TensorDictContract):
         *others: TensorDictContract,
         batch_size: Any = None,
         device: Any = NO_DEFAULT,
+        names: Sequence[str | None] | object | None = NO_DEFAULT,
         inplace: bool = False,
         default: Any = NO_DEFAULT,
         filter_empty: bool | None = None,
+        propagate_lock: bool = False,
         call_on_nested: bool = False,
         is_leaf: Callable[[type], bool] | None = None,
+        out: TensorDictContract | None = None,
     ) -> Self | None:
         """A new TensorDict with `fn(leaf, *leaves_of_others)` at every tensor leaf.
 
-        A `None` result drops the entry. Non-tensor leaves are kept as they are.
+        A `None` result drops the entry, and a sub-TensorDict left with no
+        entry is dropped too; when nothing is left at all, `apply` returns
+        `None` (as upstream). Non-tensor leaves are kept as they are.
 
         Args:
+            fn: the function called on every leaf.
             others: TensorDicts whose leaves at the same keys are passed too.
             batch_size: the result's batch size, if `fn` changes the batch dims.
             device: the result's device (default: this TensorDict's).
-            inplace: write results into the existing leaves (see `apply_`).
+            names: the names of the result's batch dims.
+            inplace: write results into the existing leaves and return self.
             default: the value passed for keys missing from `others`.
-            filter_empty: drop sub-TensorDicts that end up empty.
+            filter_empty: `True` drops every sub-TensorDict left empty, `False`
+                keeps them all; `None` (default) keeps those that held no leaf
+                to start with.
+            propagate_lock: lock the result if this TensorDict is locked.
             call_on_nested: call `fn` on sub-TensorDicts instead of their leaves.
             is_leaf: a predicate on an entry's class: entries it accepts (a
                 sub-TensorDict, a non-tensor leaf) are passed to `fn` whole.
+            out: a TensorDict the results are written into (and returned).
+
+        Returns:
+            The result, self (`inplace=True`), `out`, or `None` if nothing is left.
+
+        Raises:
+            KeyNotFoundError: if a key is missing from one of `others` and no
+                `default` is given.
+            BatchSizeError: if a result loses the batch dims (pass `batch_size=`).
 
         Examples:
             >>> import torch
@@ -299,15 +168,11 @@ class ApplyMixin(TensorDictContract):
             >>> td = TensorDict({"a": torch.tensor(1.0), "b": torch.tensor(1)}, [])
             >>> "b" in td.apply(lambda x: x if x.dtype == torch.float else None)
             False
+            >>> td.apply(lambda x: None) is None
+            True
         """
-        writes: list[tuple[Any, Any, Any]] = []
-        result = _apply(
-            self,
+        opts = ApplyOptions(
             fn,
-            others,
-            named=False,
-            nested_keys=False,
-            prefix=(),
             default=default,
             call_on_nested=call_on_nested,
             inplace=inplace,
@@ -315,10 +180,10 @@ class ApplyMixin(TensorDictContract):
             device=device,
             filter_empty=filter_empty,
             is_leaf=is_leaf,
-            writes=writes,
         )
-        _write_all(writes)
-        return result
+        return self._finish_apply(
+            run_apply(self, others, opts, out=out), opts, names, propagate_lock
+        )
 
     def apply_(self, fn: Callable[..., Any], *others: TensorDictContract, **kwargs: Any) -> Self:
         """Apply `fn` to every tensor leaf and write the results in place (returns self).
@@ -338,32 +203,89 @@ class ApplyMixin(TensorDictContract):
         prefix: tuple[str, ...] = (),
         batch_size: Any = None,
         device: Any = NO_DEFAULT,
+        names: Sequence[str | None] | object | None = NO_DEFAULT,
         inplace: bool = False,
         default: Any = NO_DEFAULT,
         filter_empty: bool | None = None,
+        propagate_lock: bool = False,
         call_on_nested: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        out: TensorDictContract | None = None,
     ) -> Self | None:
         """Like `apply`, calling `fn(key, leaf, *others)`.
 
-        With `nested_keys=True` the key is the full nested key (a tuple below the top level).
+        With `nested_keys=True` the key is the full nested key (a tuple below
+        the top level). The other arguments are `apply`'s.
         """
-        writes: list[tuple[Any, Any, Any]] = []
-        result = _apply(
-            self,
+        opts = ApplyOptions(
             fn,
-            others,
             named=True,
             nested_keys=nested_keys,
-            prefix=tuple(prefix),
             default=default,
             call_on_nested=call_on_nested,
             inplace=inplace,
             batch_size=None if batch_size is None else as_size(batch_size),
             device=device,
             filter_empty=filter_empty,
-            writes=writes,
+            is_leaf=is_leaf,
         )
-        _write_all(writes)
+        result = run_apply(self, others, opts, prefix=tuple(prefix), out=out)
+        return self._finish_apply(result, opts, names, propagate_lock)
+
+    def _fast_apply(
+        self,
+        fn: Callable[..., Any],
+        *others: TensorDictContract,
+        batch_size: Any = None,
+        device: Any = NO_DEFAULT,
+        names: Sequence[str | None] | object | None = NO_DEFAULT,
+        inplace: bool = False,
+        call_on_nested: bool = False,
+        default: Any = NO_DEFAULT,
+        named: bool = False,
+        nested_keys: bool = False,
+        filter_empty: bool | None = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        propagate_lock: bool = False,
+        out: TensorDictContract | None = None,
+        num_threads: int = 0,
+        checked: bool = True,
+    ) -> Self | None:
+        """Compatibility shim for upstream's private `_fast_apply`: `apply` or `named_apply`.
+
+        Upstream code calls this private method; td runs the public `apply`
+        (`named_apply` with `named=True`), with upstream's default
+        `filter_empty=False` (sub-TensorDicts left empty are kept). Results
+        are checked as in `apply` whatever `checked` says, and `num_threads`
+        is accepted but the leaves run on the calling thread. Prefer `apply`.
+        """
+        del num_threads, checked  # accepted for upstream compatibility
+        opts = ApplyOptions(
+            fn,
+            named=named,
+            nested_keys=nested_keys,
+            default=default,
+            call_on_nested=call_on_nested,
+            inplace=inplace,
+            batch_size=None if batch_size is None else as_size(batch_size),
+            device=device,
+            filter_empty=filter_empty,
+            is_leaf=is_leaf,
+        )
+        return self._finish_apply(
+            run_apply(self, others, opts, out=out), opts, names, propagate_lock
+        )
+
+    def _finish_apply(
+        self, result: Any, opts: ApplyOptions, names: Any, propagate_lock: bool
+    ) -> Any:
+        """Name and lock `apply`'s result as its `names`/`propagate_lock` ask."""
+        if result is None or result is self:
+            return result
+        if names is not NO_DEFAULT:
+            result.names = names
+        if propagate_lock and self.is_locked:
+            result.lock_()
         return result
 
     # ------------------------------------------------------------------ memory

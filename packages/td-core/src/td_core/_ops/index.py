@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, dense
-from td_core._core.traverse import index_batch, is_nt, is_td, map_batch
+from td_core._core.traverse import index_batch, is_nt, is_stack, is_td, map_batch
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._leaves.nontensor import NonTensorData
 from td_core._ops.writes import copy_at_dense, plan_copy_dense
@@ -314,6 +314,9 @@ def _plan_sub(
                 raise TypeError(
                     f"cannot write a {type(src).__name__} into TensorDict entry {(*prefix, key)!r}"
                 )
+            if is_stack(dest):  # a lazy stack's reads are copies: it plans writes into its members
+                later.append((dest._plan_setitem(index, src), key, src, COMMIT))
+                continue
             _plan_sub(dest, src, sub, index, (*prefix, key), writes, later)
 
 
@@ -338,6 +341,10 @@ def _check_dtypes(
             )
 
 
+# `later`'s marker for a write a nested lazy stack planned itself: `(commit, key, src, COMMIT)`
+COMMIT = -2
+
+
 def _apply_plan(
     writes: list[tuple[Tensor, Any]],
     later: list[tuple[TensorDictContract, str, Any, int]],
@@ -356,6 +363,10 @@ def _apply_plan(
         for dest, src in writes:
             dest[index] = src
     for td, key, src, nv in later:
+        if nv == COMMIT:  # the planned writes of a nested lazy stack
+            commit: Any = td
+            commit()
+            continue
         if nv < 0:  # an existing non-tensor leaf: replace it with the updated values
             dest = td._get_str(key)
             td._set_str(key, dest._set_at(index, src if is_nt(src) else NonTensorData(src, ())))

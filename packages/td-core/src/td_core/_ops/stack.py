@@ -15,23 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TD, TensorDictContract, lazy
+from td_core._core.contract import TD, TensorDictContract, lazy, provided
 from td_core._core.flags import lazy_stack_enabled
 from td_core._core.keys import NestedKey, unravel_key
-from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts
+from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts, tensor_leaves
 from td_core._core.utils import normalize_dim
 from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.names import carry_names, names_after
-from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_core.errors import BatchSizeError, GradLeafWriteError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-__all__ = ["stack", "cat", "StackMixin"]
+__all__ = ["stack", "stack_onto", "cat", "StackMixin"]
 
 Tensor = torch.Tensor
+_FAILED_STACK = " (Failed to stack tensors within a tensordict)"  # upstream's words
 
 
 def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
@@ -108,19 +109,46 @@ def stack(
                 f"stack: TensorDict {i} has batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
             )
     d = normalize_dim(dim, len(bs) + 1)
-    if lazy_stack_enabled() or (out is None and _any_ragged(tds)):
+    if out is not None:  # written in place whatever set_lazy_stack says, as upstream
+        return stack_onto(out, tds, d)
+    if lazy_stack_enabled() or _any_ragged(tds):
         # ragged lazy stacks cannot become dense: stack them lazily, as upstream
-        if out is not None:
-            raise TypeError("stack(..., out=) cannot be combined with set_lazy_stack(True)")
         return lazy(tds, d)
     result = _combine(tds, d, (), stacking=True)
     names = tds[0]._raw_names()
     if names is not None:
         carry_names(result, names_after(names, insert=(d,)))
-    if out is not None:
-        out.update_(result)
-        return out
     return result
+
+
+def stack_onto(out: TD, tds: list[TensorDictContract], d: int) -> TD:
+    """`stack(tds, d, out=out)`: write the stack into `out`'s existing leaves, in place.
+
+    `out` keeps its storage (and its kind); keys `out` lacks are refused
+    before anything is written. Inputs that are lazy stacks of ragged members
+    go member by member into an `out` stacked lazily along `d`. `cat(...,
+    out=)` writes the same way.
+
+    Raises:
+        BatchSizeError: if `out.batch_size` is not the stacked batch size.
+        GradLeafWriteError: if a leaf of `out` requires grad (outside `torch.no_grad()`).
+        MissingEntryError: if an input holds a key that `out` lacks.
+    """
+    bs = list(tds[0].batch_size)
+    bs.insert(d, len(tds))
+    if out.batch_size != torch.Size(bs):
+        raise BatchSizeError(
+            f"stack(..., out=): out.batch_size {list(out.batch_size)} and stacked batch size "
+            f"{bs} must match"
+        )
+    if torch.is_grad_enabled() and any(t.requires_grad and t.is_leaf for t in tensor_leaves(out)):
+        raise GradLeafWriteError(
+            "stack(..., out=): out holds leaves that require grad, and out= arguments don't "
+            "support automatic differentiation; stack under torch.no_grad() or stack without out="
+        )
+    # ragged inputs stay a lazy stack, which goes member by member into a lazy `out`
+    out.update_(lazy(tds, d) if _any_ragged(tds) else _combine(tds, d, (), stacking=True))
+    return out
 
 
 def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], stacking: bool) -> Any:
@@ -147,7 +175,8 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
             except (RuntimeError, TypeError) as err:
                 shapes = sorted({tuple(v.shape) for v in values if isinstance(v, Tensor)})
                 raise BatchSizeError(
-                    f"{what}: entry {(*prefix, key)!r} has incompatible shapes {shapes}: {err}"
+                    f"{what}: entry {(*prefix, key)!r} has incompatible shapes {shapes}"
+                    f"{_FAILED_STACK if stacking else ''}: {err}"
                 ) from None
         elif value._is_non_tensor:
             entries[key] = non_tensor_op(values, d)
@@ -162,6 +191,12 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
                     f"stack: sub-TensorDict {(*prefix, key)!r} has different batch sizes "
                     f"{sorted({tuple(v.batch_size) for v in values})}"
                 )
+            if stacking and _any_ragged(values):  # ragged lazy stacks cannot become dense
+                entries[key] = _stack_lazy(values, d)
+                continue
+            if not stacking and _any_stack(values):
+                entries[key] = _cat_lazy(values, d)
+                continue
             entries[key] = _combine(values, d, (*prefix, key), stacking)
     return first._new(entries, torch.Size(bs))
 
@@ -180,42 +215,105 @@ def cat(
         if len(other) != len(bs) or other[:d] != bs[:d] or other[d + 1 :] != bs[d + 1 :]:
             raise BatchSizeError(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
-                f"{list(bs)}; they may differ only in dim {d}"
+                f"{list(bs)}; they may differ only in dim {d}{_member_count_note(tds, bs, other)}"
             )
-    if out is None and _any_ragged(tds):
-        return _cat_lazy(tds, d)
-    result = _combine(tds, d, (), stacking=False)
+    if _any_stack(tds):  # as upstream: a lazy stack among the inputs gives a lazy stack
+        result = _cat_lazy(tds, d)
+    else:
+        result = _combine(tds, d, (), stacking=False)
     names = tds[0]._raw_names()
     if names is not None:
         carry_names(result, names)
     if out is not None:
+        if out.batch_size != result.batch_size:
+            raise BatchSizeError(
+                f"cat(..., out=): out.batch_size {list(out.batch_size)} and the concatenated "
+                f"batch size {list(result.batch_size)} must match"
+            )
         out.update_(result)
         return out
     return result
 
 
-def _cat_lazy(tds: list[TensorDictContract], d: int) -> Any:
-    """`cat` of lazy stacks whose members differ in shape: a lazy stack again.
+def _stack_lazy(tds: list[TensorDictContract], d: int) -> Any:
+    """`stack` of lazy stacks whose members differ in shape: a lazy stack again.
 
-    Along the stack dim the members are chained; along another dim the inputs
-    must stack the same number of members, which are concatenated pairwise.
+    Stacks alike (same stack dim, as many members) have their members stacked
+    pairwise, lazily stacked on the outside (as upstream); other inputs are
+    stacked lazily as they are.
     """
     parts = [stack_parts(td) for td in tds]
-    if any(p is None or p[1] != parts[0][1] for p in parts):  # type: ignore[index]
+    first = parts[0]
+    if first is None or any(
+        p is None or p[1] != first[1] or len(p[0]) != len(first[0]) for p in parts
+    ):
+        return lazy(tds, d)
+    sd = first[1]
+    inner, outer = (d, sd + 1) if d <= sd else (d - 1, sd)
+    groups = zip(*(p[0] for p in parts if p is not None))
+    return lazy([stack(list(group), inner) for group in groups], outer)
+
+
+def _cat_lazy(tds: list[TensorDictContract], d: int) -> Any:
+    """`cat` where an input is a lazy stack: a lazy stack again, as upstream.
+
+    The other inputs are split into lazy stacks along the same stack dim
+    (views of them). Along the stack dim the members are chained; along
+    another dim the inputs must stack the same number of members, which are
+    concatenated pairwise.
+    """
+    dims = {p[1] for p in map(stack_parts, tds) if p is not None}
+    if len(dims) != 1:
         raise BatchSizeError(
-            f"cat along dim {d}: a lazy stack whose members differ in shape can only be "
-            "concatenated with lazy stacks along the same stack dim"
+            f"cat along dim {d}: the lazy stacks are stacked along different dims "
+            f"{sorted(dims)} (cat lazy stacked tds must have same stack dim)"
         )
-    members = [p[0] for p in parts]  # type: ignore[index]
-    sd = parts[0][1]  # type: ignore[index]
+    sd = dims.pop()
+    members = [_members(td, sd) for td in tds]
     if d == sd:
-        return lazy([m for ms in members for m in ms], sd)
-    if any(len(ms) != len(members[0]) for ms in members):
+        chained = [m for ms in members for m in ms]
+        if not chained:  # every input is empty along the stack dim
+            bs = list(tds[0].batch_size)
+            first = tds[0]
+            del bs[sd]
+            return provided("LazyStackedTensorDict")(
+                stack_dim=sd, batch_size=bs, device=first.device
+            )
+        return lazy(chained, sd)
+    counts = [len(ms) for ms in members]
+    if len(set(counts)) != 1:
         raise BatchSizeError(
-            f"cat along dim {d}: the lazy stacks hold different numbers of members"
+            f"cat along dim {d}: the inputs stack {counts} members along dim {sd}; cat lazy "
+            "stacked tds along a non-stack dimension requires all inputs to have the same "
+            "number of stacked tensordicts"
         )
     inner = d if d < sd else d - 1
     return lazy([cat(list(group), inner) for group in zip(*members)], sd)
+
+
+def _members(td: TensorDictContract, sd: int) -> list[Any]:
+    """The members of a lazy stack along `sd`, or the slices of any other input along `sd`."""
+    parts = stack_parts(td)
+    if parts is not None:
+        return list(parts[0])
+    return list(td.unbind(sd))
+
+
+def _member_count_note(tds: list[TensorDictContract], bs: torch.Size, other: torch.Size) -> str:
+    """Upstream's words when the batch sizes differ in a lazy input's stack dim."""
+    dims = [p[1] for p in map(stack_parts, tds) if p is not None]
+    if dims and len(other) == len(bs) and other[dims[0]] != bs[dims[0]]:
+        return (
+            f" (dim {dims[0]} is a lazy stack's stack dim: cat lazy stacked tds along a "
+            "non-stack dimension requires all inputs to have the same number of stacked "
+            "tensordicts)"
+        )
+    return ""
+
+
+def _any_stack(tds: list[TensorDictContract]) -> bool:
+    """Whether an input is a lazy stack (one look per class)."""
+    return any(is_stack(td) for td in {type(td): td for td in tds}.values())
 
 
 def _combine_entries(
@@ -283,9 +381,29 @@ class StackMixin(TensorDictContract):
         return cat(input, dim, out=out)
 
     @classmethod
-    def lazy_stack(cls, input: Sequence[Any], dim: int = 0) -> Any:
-        """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals)."""
-        return lazy(input, dim)
+    def lazy_stack(
+        cls,
+        input: Sequence[Any],
+        dim: int = 0,
+        *,
+        device: Any = None,
+        out: TensorDictContract | None = None,
+        stack_dim_name: str | None = None,
+        strict_shape: bool = False,
+    ) -> Any:
+        """Stack TensorDicts lazily (a `LazyStackedTensorDict` keeping the originals).
+
+        With `out`, the stack is written into `out` in place and `out` is
+        returned, as `stack(..., out=)` does. See `td_core.lazy_stack`.
+        """
+        return provided("LazyStackedTensorDict").lazy_stack(
+            input,
+            dim,
+            device=device,
+            out=out,
+            stack_dim_name=stack_dim_name,
+            strict_shape=strict_shape,
+        )
 
     @classmethod
     def maybe_dense_stack(

@@ -15,7 +15,7 @@ import torch
 
 from td_core._core.contract import TD, TensorDictContract
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
-from td_core._core.traverse import is_nt, is_stack, is_td, per_member, stack_parts
+from td_core._core.traverse import is_nt, is_ragged, is_stack, is_td, per_member, stack_parts
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._ops.resize_update import update_resized
 from td_core._ops.writes import copy_all, plan_copy_dense
@@ -467,6 +467,8 @@ def _stage_dense(td: Any, source: Any, staged: list[tuple[dict[str, Any], dict[s
     if type(source) is dict:
         items = source.items()
     elif is_td(source):
+        if is_stack(source):  # stacked reads (copies, and ragged leaves fail): the general path
+            return False
         items = source._items_str()
         sbs = source.batch_size
         # its tensor leaves start with its batch size: if that starts with ours, so do they
@@ -540,6 +542,17 @@ def _plan_update(
     prefix: tuple[str, ...],
     plan: list[tuple[TensorDictContract, str, Any, tuple[str, ...]]],
 ) -> None:
+    parts, source_parts = stack_parts(td), stack_parts(source)
+    if (
+        parts is not None
+        and source_parts is not None
+        and source_parts[1] == parts[1]
+        and len(source_parts[0]) == len(parts[0])
+        and _leads_with(source.batch_size, td.batch_size)  # type: ignore[union-attr]
+    ):  # lazy into lazy, stacked alike: member by member (ragged leaves are never stacked)
+        for member, share in zip(parts[0], source_parts[0]):
+            _plan_update(member, share, clone, inplace, allowed, prefix, plan)
+        return
     items = source._items_str() if is_td(source) else source.items()
     for raw_key, value in items:
         key = unravel_key(raw_key)
@@ -562,6 +575,13 @@ def _plan_update(
             continue
         existing = td._get_str(key, NO_DEFAULT)
         if is_td(existing) and (is_td(value) or isinstance(value, Mapping)):
+            if not inplace and _densely_into_ragged(existing, value):
+                # a dense sub-TensorDict cannot hold ragged leaves: it becomes a lazy stack of
+                # its slices (views of it) along the value's stack dim, as upstream
+                if td.is_locked:
+                    raise LockedError(f"update: cannot set {full!r}: the TensorDict is locked")
+                existing = existing.to_lazystack(value.stack_dim)  # type: ignore[union-attr]
+                plan.append((td, key, existing, full))
             _plan_update(existing, value, clone, inplace, allowed, full, plan)
             continue
         if clone and isinstance(value, Tensor):
@@ -575,6 +595,20 @@ def _plan_update(
         elif isinstance(existing, Tensor):
             _check_copy(existing, value, full)
         plan.append((td, key, value, full))
+
+
+def _densely_into_ragged(existing: Any, value: Any) -> bool:
+    """Whether `value` is a lazy stack with ragged leaves to merge into the dense `existing`."""
+    return (
+        not is_stack(existing)
+        and is_ragged(value)
+        and value.stack_dim < existing.batch_dims
+        and _leads_with(value.batch_size, existing.batch_size)
+    )
+
+
+def _leads_with(batch_size: torch.Size, lead: torch.Size) -> bool:
+    return batch_size[: len(lead)] == lead
 
 
 def _has_parent(td: TensorDictContract, key: tuple[str, ...]) -> bool:
