@@ -253,8 +253,7 @@ class TensorDictModule(TensorDictModuleBase):
             self._read_keys = as_key_list(in_keys, "in_keys", owner)
         self.in_keys = _unique(self._read_keys)
         self._out_keys_all = as_key_list(out_keys, "out_keys", owner)
-        self.out_keys = [k for k in self._out_keys_all if k != "_"]
-        self._set_write([(i, k) for i, k in enumerate(self._out_keys_all) if k != "_"])
+        self.out_keys = [k for k in self._out_keys_all if k != "_"]  # sets the writes too
         # the fast path of forward: positional str in keys (None where it does not apply)
         self._fast_read: tuple[str, ...] | None = (
             tuple(self._read_keys)  # type: ignore[arg-type]
@@ -464,7 +463,7 @@ class TensorDictModule(TensorDictModuleBase):
 
     # ---------------------------------------------------------------- out keys
     def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
-        self.out_keys = keys
+        self._out_keys_apparent = keys
         self._set_write([(i, k) for i, k in enumerate(self._out_keys_all) if k in keys])
 
     # ---------------------------------------------------------------- display

@@ -133,7 +133,6 @@ class TensorDictSequential(TensorDictModuleBase):
             )
         self.partial_tolerant = partial_tolerant
         self.inplace = inplace
-        self._all_out_keys: list[NestedKey] | None = None
         self._dropped: list[NestedKey] = []
         self.in_keys, self.out_keys = sequence_keys(self._members())
         if selected_out_keys is not None:
@@ -192,8 +191,8 @@ class TensorDictSequential(TensorDictModuleBase):
 
     # ---------------------------------------------------------------- out keys
     def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
-        self.out_keys = keys
-        every = self._all_out_keys or []
+        self._out_keys_apparent = keys
+        every = self.out_keys_source
         self._dropped = [k for k in every if k not in keys and k not in self.in_keys]
 
     # ---------------------------------------------------------------- structure
@@ -227,7 +226,7 @@ class TensorDictSequential(TensorDictModuleBase):
                     keep[i] = False
         if out_keys is not None:
             wanted = as_key_list(out_keys, "out_keys", "select_subsequence")
-            every = self._all_out_keys or self.out_keys
+            every = self.out_keys_source
             unknown = [k for k in wanted if k not in every]
             if unknown:
                 raise UnknownKeyError(
