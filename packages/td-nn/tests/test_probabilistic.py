@@ -163,7 +163,9 @@ def test_get_dist_log_prob_cache_and_repr():
 
 def test_called_with_tensors():
     module = _normal()
-    assert module(loc=torch.zeros(4, 2), scale=torch.ones(4, 2)).batch_size == torch.Size([4, 2])
+    torch.testing.assert_close(
+        module(loc=torch.zeros(4, 2), scale=torch.ones(4, 2)), torch.zeros(4, 2)
+    )
     torch.testing.assert_close(module(torch.zeros(4), torch.ones(4)), torch.zeros(4))
 
 

@@ -1,8 +1,8 @@
 """`TensorDictModuleBase`: the `in_keys`/`out_keys` contract of td-nn modules.
 
 A subclass writes `forward(self, tensordict)`; the base makes every such
-forward accept tensors too (keyword tensors give a TensorDict back, positional
-ones give tensors back) and honour `set_skip_existing`. td-nn's
+forward accept tensors too (positional or keyword tensors give the output
+tensors back, as upstream's `dispatch`) and honour `set_skip_existing`. td-nn's
 own modules do both inline (flag `_native_call`), which is faster.
 """
 
@@ -38,7 +38,14 @@ def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
         if tensordict is None and is_tensor_collection(kwargs.get("tensordict")):
             tensordict = kwargs.pop("tensordict")
         if not is_tensor_collection(tensordict):
-            return call_with_tensors(self, lambda td: forward(self, td), tensordict, args, kwargs)
+            return call_with_tensors(
+                self,
+                lambda td, *a, **k: forward(self, td, *a, **k),
+                tensordict,
+                args,
+                kwargs,
+                auto_batch_size=True,
+            )
         if skips(self, tensordict):
             return tensordict
         return forward(self, tensordict, *args, **kwargs)
@@ -89,8 +96,9 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
     Subclass it and write `forward(self, tensordict) -> TensorDict`; set
     `in_keys` and `out_keys` as class attributes or in `__init__`.
     `TensorDictSequential` reads them to chain modules. The subclass's
-    `forward` also accepts tensors (`module(a=x)` returns a TensorDict,
-    `module(x)` the output tensors) and skips its call inside
+    `forward` also accepts tensors (`module(a=x)` or `module(x)` return the
+    output tensors, in a TensorDict whose batch size is the longest leading
+    shape of the inputs inside `forward`) and skips its call inside
     `set_skip_existing` when its outputs are present.
 
     `isinstance(m, TensorDictModuleBase)` also holds for any `nn.Module`
@@ -109,8 +117,8 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
         ...         return tensordict.set("b", b).set("c", b + 1)
         >>> AddOne()(TensorDict(a=torch.zeros(2), batch_size=[2]))["c"]
         tensor([2., 2.])
-        >>> AddOne()(a=torch.zeros(2)).batch_size
-        torch.Size([2])
+        >>> AddOne()(a=torch.zeros(2))
+        (tensor([1., 1.]), tensor([2., 2.]))
         >>> module = AddOne().select_out_keys("c")
         >>> sorted(module(TensorDict(a=torch.zeros(2), batch_size=[2])).keys())
         ['a', 'c']

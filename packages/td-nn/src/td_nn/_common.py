@@ -154,12 +154,11 @@ class TensorDictModule(TensorDictModuleBase):
     Calls:
         - `module(td)`: reads from and (by default) writes into `td`, returned.
         - `module(td, tensordict_out=out)` (or `module(td, out)`): writes into `out`.
-        - `module(x=tensor, ...)`: keyword tensors named after the in keys
-          (nested keys joined by `"_"`) give back a TensorDict holding the
-          inputs and outputs, whose batch size is the longest leading shape
-          they share.
-        - `module(tensor, ...)`: positional tensors give back the output
-          tensor (or a tuple of them).
+        - `module(tensor, ...)`, `module(x=tensor, ...)`: positional tensors
+          (in in-key order) or keyword tensors named after the in keys
+          (nested keys joined by `"_"`) give back the output tensor at the
+          current `out_keys` (after `select_out_keys`), or a tuple of them,
+          as upstream's `dispatch`; other keyword arguments go to the module.
 
     Args:
         module: the callable to wrap.
@@ -192,8 +191,8 @@ class TensorDictModule(TensorDictModuleBase):
         >>> td = module(TensorDict(x=torch.ones(2, 3), batch_size=[2]))
         >>> td["out", "y"].shape
         torch.Size([2, 4])
-        >>> module(x=torch.ones(5, 3)).batch_size
-        torch.Size([5])
+        >>> module(x=torch.ones(5, 3)).shape
+        torch.Size([5, 4])
         >>> split = TensorDictModule(lambda x: (x - 1, x + 1), in_keys="x", out_keys=["lo", "hi"])
         >>> split(torch.zeros(()))
         (tensor(-1.), tensor(1.))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from td_core.errors import KeyNotFoundError, TDError
 
-__all__ = ["OutputMismatchError", "KeySpecError", "UnknownKeyError"]
+__all__ = ["OutputMismatchError", "KeySpecError", "UnknownKeyError", "DuplicateInputError"]
 
 
 class OutputMismatchError(TDError, ValueError, RuntimeError):
@@ -22,3 +22,7 @@ class KeySpecError(TDError, TypeError, ValueError):
 
 class UnknownKeyError(KeyNotFoundError, ValueError):
     """A key asked for is not among a module's keys (upstream raises `ValueError` here)."""
+
+
+class DuplicateInputError(TDError, TypeError, RuntimeError):
+    """An input was given both positionally and by keyword (upstream raises `RuntimeError`)."""
