@@ -421,6 +421,8 @@ class TensorDictModule(TensorDictModuleBase):
     def _outputs(self, out: Any) -> Sequence[Any]:
         """The outputs of the module as a sequence aligned with `_out_keys_all`."""
         keys = self._out_keys_all
+        if not keys and out is None:  # nothing to write
+            return ()
         if type(out) is Tensor:
             outs: Sequence[Any] = (out,)
         elif isinstance(out, (tuple, list)):

@@ -59,6 +59,15 @@ def _composite_keys(distribution_kwargs: Mapping[str, Any]) -> list[NestedKey] |
     return list(distribution_map)
 
 
+def _sum_leaves(log_prob: TensorDictBase, ndim: int) -> torch.Tensor:
+    """The sum of every leaf of `log_prob`, each summed over its dims past the first `ndim`."""
+    leaves = [
+        v.sum(tuple(range(ndim, v.ndim))) if v.ndim > ndim else v
+        for v in log_prob.values(include_nested=True, leaves_only=True)
+    ]
+    return sum(leaves[1:], leaves[0])
+
+
 def log_prob_key_for(key: NestedKey) -> NestedKey:
     """`"sample"` -> `"sample_log_prob"`; `("a", "b")` -> `("a", "b_log_prob")`."""
     if type(key) is str:
@@ -207,7 +216,8 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                     f"{list(log_prob_keys)!r} were passed; one aggregated log-probability is "
                     "written, so pass log_prob_key instead"
                 )
-            keys = as_key_list(log_prob_keys, "log_prob_keys", owner)
+            given = [log_prob_keys] if isinstance(log_prob_keys, str) else list(log_prob_keys)
+            keys = as_key_list(given, "log_prob_keys", owner)
             if len(keys) != len(samples):
                 raise ValueError(
                     f"{owner}: log_prob_keys {keys!r} must give one key per out key {samples!r}"
@@ -334,7 +344,23 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             value = tensordict.get(self._sample_keys[0], None)
             if value is not None and not is_tensor_collection(value):
                 return dist.log_prob(value)
-        return dist.log_prob(tensordict)
+        if not self._check_aggregate("log_prob"):
+            log_prob = dist.log_prob(tensordict)
+            return self._renamed(log_prob) if is_tensor_collection(log_prob) else log_prob
+        with set_composite_lp_aggregate(False):  # per-leaf values, summed here
+            log_prob = dist.log_prob(tensordict)
+        if not is_tensor_collection(log_prob):
+            return log_prob
+        tensordict.update(log_prob)  # as upstream: the per-leaf values are written too
+        return _sum_leaves(log_prob, tensordict.batch_dims)
+
+    def _renamed(self, log_prob: TensorDictBase) -> TensorDictBase:
+        """`log_prob` (per-leaf `<key>_log_prob` entries) with the entries at `log_prob_keys`."""
+        for key, lp_key in zip(self._sample_keys, self._log_prob_keys):
+            default = log_prob_key_for(key)
+            if lp_key != default and default in log_prob.keys(include_nested=True):
+                log_prob.rename_key_(default, lp_key)
+        return log_prob
 
     # ---------------------------------------------------------------- call
     def forward(
@@ -408,7 +434,11 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             dest.set(self.log_prob_key, dist.log_prob(sample))
             return
         if not aggregate:
-            dest.update(dist.log_prob(sample))
+            log_prob = dist.log_prob(sample)
+            if is_tensor_collection(log_prob):
+                dest.update(self._renamed(log_prob))
+            else:
+                dest.set(self.log_prob_key, log_prob)
             return
         with set_composite_lp_aggregate(False):  # per-leaf values, summed here
             log_prob = dist.log_prob(sample)
@@ -416,12 +446,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             dest.set(self.log_prob_key, log_prob)
             return
         dest.update(log_prob)
-        ndim = sample.batch_dims
-        leaves = [
-            v.sum(tuple(range(ndim, v.ndim))) if v.ndim > ndim else v
-            for v in log_prob.values(include_nested=True, leaves_only=True)
-        ]
-        dest.set(self.log_prob_key, sum(leaves[1:], leaves[0]))
+        dest.set(self.log_prob_key, _sum_leaves(log_prob, sample.batch_dims))
 
     def __repr__(self) -> str:
         fields = [

@@ -131,9 +131,7 @@ def use_generator(generator: torch.Generator | None) -> Iterator[None]:
             generator.set_state(torch.get_rng_state())
 
 
-def check_generator(
-    generator: Any, owner: str
-) -> tuple[torch.Generator | None, NestedKey | None]:
+def check_generator(generator: Any, owner: str) -> tuple[torch.Generator | None, NestedKey | None]:
     """`(generator, key)` from a module's `generator` argument.
 
     A `torch.Generator` is used as is, an int seeds a new one, a key names
