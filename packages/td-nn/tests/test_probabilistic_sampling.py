@@ -94,7 +94,7 @@ def test_generator_key_holding_a_seed_writes_the_next_seed(as_tensor: bool) -> N
 
 
 def test_generator_of_the_wrong_type_is_refused() -> None:
-    with pytest.raises(TypeError, match="generator must be a torch.Generator.*1.5"):
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator.*1\.5"):
         _normal(generator=1.5)
 
 
@@ -112,7 +112,7 @@ def test_log_prob_keys_follow_the_setting_at_construction() -> None:
     assert module.log_prob_keys == ["a_log_prob", ("b", "c_log_prob")]
     assert module.out_keys == ["a", ("b", "c"), "a_log_prob", ("b", "c_log_prob")]
     with pytest.raises(RuntimeError, match="log_prob_keys instead"):
-        module.log_prob_key
+        _ = module.log_prob_key
     assert two_keys(log_prob_keys=("x", ("y", "z"))).log_prob_keys == ["x", ("y", "z")]
     with pytest.raises(RuntimeError, match="pass log_prob_keys instead"):
         two_keys(log_prob_key="lp")
@@ -123,9 +123,9 @@ def test_log_prob_keys_follow_the_setting_at_construction() -> None:
         with pytest.raises(RuntimeError, match="pass log_prob_key instead"):
             two_keys(log_prob_keys=["x", "y"])
         with pytest.raises(RuntimeError, match="built with False"):
-            module.out_keys
+            _ = module.out_keys
     with pytest.raises(RuntimeError, match="built with True"):
-        aggregated.log_prob_keys
+        _ = aggregated.log_prob_keys
 
 
 def test_set_composite_lp_aggregate_accepts_none_and_nowarn() -> None:
