@@ -509,14 +509,15 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
                 f"got {last}"
             )
 
-    def _rebuild(self, modules: list[Any]) -> TensorDictSequential:
+    def _rebuild(self, modules: list[Any], names: list[str] | None = None) -> TensorDictSequential:
+        args = self._as_args(modules, names)
         if modules and isinstance(modules[-1], ProbabilisticTensorDictModule):
             return ProbabilisticTensorDictSequential(
-                *modules,
+                *args,
                 partial_tolerant=self.partial_tolerant,
                 return_composite=self.return_composite,
             )
-        return TensorDictSequential(*modules, partial_tolerant=self.partial_tolerant)
+        return TensorDictSequential(*args, partial_tolerant=self.partial_tolerant)
 
     def _head(
         self, tensordict: TensorDictBase
