@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from td_core.errors import KeyNotFoundError, TDError
 
-__all__ = ["OutputMismatchError", "KeySpecError", "UnknownKeyError", "DuplicateInputError"]
+__all__ = [
+    "OutputMismatchError",
+    "KeySpecError",
+    "UnknownKeyError",
+    "DuplicateInputError",
+    "NotCallableError",
+]
 
 
 class OutputMismatchError(TDError, ValueError, RuntimeError):
@@ -26,3 +32,7 @@ class UnknownKeyError(KeyNotFoundError, ValueError):
 
 class DuplicateInputError(TDError, TypeError, RuntimeError):
     """An input was given both positionally and by keyword (upstream raises `RuntimeError`)."""
+
+
+class NotCallableError(TDError, TypeError, ValueError):
+    """A module was given something it cannot call (upstream raises `ValueError`)."""
