@@ -50,3 +50,31 @@ def test_construction_warnings() -> None:
 def test_unknown_interaction_type() -> None:
     with pytest.raises(ValueError, match="'foo' is not a valid InteractionType"):
         InteractionType.from_str("foo")
+
+
+def test_reset_parameters_recursive_warns_when_nothing_is_reset() -> None:
+    module = TensorDictModule(nn.ModuleList([nn.Tanh(), nn.ReLU()]), in_keys=["a"], out_keys=["b"])
+    with pytest.warns(UserWarning, match="did not find any parameters to reset"):
+        module.reset_parameters_recursive()
+
+
+def test_reset_parameters_recursive_refuses_batched_parameters() -> None:
+    module = TensorDictModule(nn.Linear(1, 1), in_keys=["a"], out_keys=["b"])
+    params = TensorDict.from_module(module).expand(2, 3).clone()
+    before = params.clone()
+    with pytest.raises(RuntimeError, match=r"batch_size \[2, 3\]"):
+        module.reset_parameters_recursive(params)
+    assert (params == before).all()
+
+
+def test_ensemble_resets_through_the_original_module_once_per_copy() -> None:
+    from unittest import mock
+
+    from td_nn import EnsembleModule
+
+    linear = nn.Linear(1, 1)
+    linear.reset_parameters = mock.Mock()  # type: ignore[method-assign]
+    EnsembleModule(
+        TensorDictModule(nn.Sequential(linear), in_keys=["a"], out_keys=["b"]), num_copies=2
+    )
+    assert linear.reset_parameters.call_count == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from td_core import (
     unravel_key,
     unravel_key_list,
 )
+from td_core.errors import BatchSizeError
 from td_nn._dispatch import call_with_tensors
 from td_nn._errors import KeySpecError, UnknownKeyError
 from td_nn._skip import skips
@@ -249,21 +251,45 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
 
         Returns:
             `parameters`, or `None` when it is not given.
+
+        Raises:
+            RuntimeError: (a `ValueError` too) if `parameters` has a batch size:
+                one set of parameters is reset at a time.
+
+        Warns:
+            UserWarning: when no sub-module has a `reset_parameters` to call.
         """
         if parameters is None:
-            self._reset_all()
+            if not self._reset_all():
+                warnings.warn(
+                    f"{type(self).__name__}.reset_parameters_recursive was called without the "
+                    "parameters argument and did not find any parameters to reset: no "
+                    "sub-module has a reset_parameters method",
+                    UserWarning,
+                    stacklevel=2,
+                )
             return None
         if not is_tensor_collection(parameters):
             raise TypeError(
                 f"reset_parameters_recursive takes a TensorDict of parameters (or nothing), "
                 f"got a {type(parameters).__name__}"
             )
+        if parameters.batch_dims:
+            raise BatchSizeError(
+                f"reset_parameters_recursive resets one set of parameters: got a TensorDict with "
+                f"batch_size {list(parameters.batch_size)}; reset each of them (e.g. over "
+                "parameters.unbind(0)) or build them with EnsembleModule"
+            )
         with torch.no_grad(), parameters.to_module(self):
             self._reset_all()
         return parameters
 
-    def _reset_all(self) -> None:
+    def _reset_all(self) -> bool:
+        """Call every sub-module's `reset_parameters`; whether there was any."""
         module: Any  # torch stubs type a module's attributes as Tensor | Module
+        found = False
         for module in self.modules():
             if module is not self and callable(getattr(module, "reset_parameters", None)):
                 module.reset_parameters()
+                found = True
+        return found
