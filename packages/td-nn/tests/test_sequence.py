@@ -183,3 +183,15 @@ def test_repr():
 def test_unexpected_kwargs_rejected():
     with pytest.raises(TypeError, match="unexpected keyword"):
         TensorDictSequential(*_chain())(_td(), foo=1)
+
+
+def test_inplace_sequence_writes_into_the_input_even_when_members_do_not():
+    seq = TensorDictSequential(
+        TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["y"], inplace=False),
+        TensorDictModule(lambda y: y * 2, in_keys=["y"], out_keys=["z"], inplace=False),
+        inplace=True,
+    )
+    td = _td()
+    out = seq(td)
+    assert out is td and sorted(td.keys()) == ["u", "x", "z"]  # the last member's outputs
+    assert (td["z"] == 4).all()

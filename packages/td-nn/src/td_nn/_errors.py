@@ -15,6 +15,7 @@ __all__ = [
     "UnknownKeyError",
     "DuplicateInputError",
     "NotCallableError",
+    "SkipModeError",
 ]
 
 
@@ -36,3 +37,7 @@ class DuplicateInputError(TDError, TypeError, RuntimeError):
 
 class NotCallableError(TDError, TypeError, ValueError):
     """A module was given something it cannot call (upstream raises `ValueError`)."""
+
+
+class SkipModeError(TDError, ValueError, RuntimeError):
+    """`set_skip_existing(None)` entered as a context manager (upstream raises `RuntimeError`)."""

@@ -98,9 +98,11 @@ class TensorDictSequential(TensorDictModuleBase):
             of raising.
         selected_out_keys: keep only these outputs (and the inputs) in the
             result; intermediate outputs are removed.
-        inplace: `None` or `True`: the input TensorDict is updated and
-            returned; `False`: a new TensorDict (empty batch size) holding
-            only the out keys; `"empty"`: `tensordict.empty()` holding them.
+        inplace: `True`: the out keys are written into the input TensorDict,
+            which is returned (even where a member returns a new TensorDict);
+            `None`: whatever the last member returns (the input, for members
+            that write in place); `False`: a new TensorDict (empty batch size)
+            holding only the out keys; `"empty"`: `tensordict.empty()` holding them.
 
     Examples:
         >>> import torch
@@ -188,7 +190,11 @@ class TensorDictSequential(TensorDictModuleBase):
         if self._dropped:
             td.exclude(*self._dropped, inplace=True)
         if not copy:
-            return td
+            if inplace is True and td is not tensordict:
+                # a member returned a new TensorDict: the outputs still go into the input
+                tensordict_out = tensordict
+            else:
+                return td
         if tensordict_out is None:
             tensordict_out = TensorDict() if inplace is False else tensordict.empty()
         for key in self.out_keys:
