@@ -151,3 +151,20 @@ def test_module_without_out_keys_may_return_none() -> None:
     module = TensorDictModule(lambda: calls.append(1), in_keys=[], out_keys=[])
     td = TensorDict(x=torch.zeros(()))
     assert module(td) is td and calls == [1]
+
+
+@pytest.mark.parametrize(
+    ("dist_class", "kwargs", "expected"),
+    [
+        (D.RelaxedBernoulli, {"probs": torch.tensor([0.2, 0.9])}, torch.tensor([0.0, 1.0])),
+        (D.RelaxedOneHotCategorical, {"probs": torch.tensor([0.2, 0.8])}, torch.tensor([0.0, 1.0])),
+    ],
+)
+def test_deterministic_value_of_relaxed_distributions(dist_class, kwargs, expected) -> None:
+    module = ProbabilisticTensorDictModule(
+        in_keys=[],
+        out_keys=["out"],
+        distribution_class=dist_class,
+        distribution_kwargs={"temperature": 1, **kwargs},  # an int temperature, as upstream's tests
+    )
+    torch.testing.assert_close(module(TensorDict())["out"], expected)

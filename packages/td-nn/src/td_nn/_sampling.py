@@ -50,6 +50,27 @@ def _statistic(dist: Any, what: str, n: int, generator: torch.Generator | None) 
         return _empirical(dist, what, n, generator)
 
 
+def _relaxed_one_hot_mode(dist: Any) -> torch.Tensor:
+    probs = dist.base_dist.probs
+    return torch.nn.functional.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs)
+
+
+def _logistic_normal_location(dist: Any) -> torch.Tensor:
+    value = dist.loc
+    for transform in dist.transforms:
+        value = transform(value)
+    return value
+
+
+# `DETERMINISTIC` values of torch distributions without `deterministic_sample`, mean or
+# mode (upstream patches these onto the classes; td leaves torch untouched)
+DETERMINISTIC_FALLBACKS: dict[type, Callable[[Any], torch.Tensor]] = {
+    D.RelaxedBernoulli: lambda dist: D.Bernoulli.mode.fget(dist),  # type: ignore[attr-defined]
+    D.RelaxedOneHotCategorical: _relaxed_one_hot_mode,
+    D.LogisticNormal: _logistic_normal_location,
+}
+
+
 def draw(
     dist: Any,
     kind: InteractionType,
@@ -63,7 +84,10 @@ def draw(
     `MODE`, `MEAN` and `MEDIAN` fall back to an estimate from
     `n_empirical_estimate` samples when the distribution does not define
     them. `DETERMINISTIC` uses `dist.deterministic_sample` when it exists,
-    else the mean of a continuous distribution and the mode of a discrete one.
+    then `DETERMINISTIC_FALLBACKS` (relaxed Bernoulli and one-hot: the mode of
+    the underlying discrete distribution; logistic normal: its transformed
+    location), else the mean of a continuous distribution and the mode of a
+    discrete one.
     `RANDOM` draws `num_samples` samples (one when `None`). Sampling draws
     from `generator` when it is given, leaving the global RNG untouched.
 
@@ -90,6 +114,9 @@ def draw(
             return dist.deterministic_sample
         except AttributeError:
             pass
+        fallback = DETERMINISTIC_FALLBACKS.get(type(dist))
+        if fallback is not None:
+            return fallback(dist)
         try:
             discrete = bool(getattr(dist.support, "is_discrete", False))
         except (NotImplementedError, AttributeError):
