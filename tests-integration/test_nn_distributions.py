@@ -273,3 +273,30 @@ def test_composite_aggregated_log_prob_writes_the_leaves_and_their_sum():
         sample = out.exclude("cont_log_prob", ("nested", "cont_log_prob"), "sample_log_prob")
         torch.testing.assert_close(module.log_prob(sample), leaves)
         assert "cont_log_prob" in sample.keys()  # the per-leaf values are written, as upstream
+
+
+def test_sequence_composite_over_an_intermediate_probabilistic_member():
+    from td_distributions import CompositeDistribution
+    from td_nn import TensorDictSequential
+
+    seq = ProbabilisticTensorDictSequential(
+        TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc"],
+            out_keys=["y"],
+            distribution_class=Normal,
+            distribution_kwargs={"scale": 1.0},
+            default_interaction_type="random",
+            num_samples=2,
+        ),
+        TensorDictModule(lambda y: y * 2, in_keys=["y"], out_keys=["z"]),
+    )
+    assert seq.return_composite  # the last member is not probabilistic
+    td = TensorDict(x=torch.zeros(3, 4), batch_size=[3])
+    dist = seq.get_dist(td)
+    assert isinstance(dist, CompositeDistribution) and list(td.keys()) == ["x"]
+    out = seq(td)
+    assert out.batch_size == (2, 3) and out["z"].shape == (2, 3, 4)
+    assert isinstance(seq.log_prob(out), TensorDict)
+    assert type(seq[:2]) is ProbabilisticTensorDictSequential
+    assert type(seq[2:]) is TensorDictSequential

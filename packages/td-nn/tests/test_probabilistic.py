@@ -302,7 +302,7 @@ def test_sequence_get_dist_log_prob_do_not_touch_the_input():
 def test_sequence_must_end_with_probabilistic_module_and_subsequences():
     with pytest.raises(TypeError, match="must end with a ProbabilisticTensorDictModule"):
         ProbabilisticTensorDictSequential(
-            TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["y"])
+            TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["y"]), return_composite=False
         )
     policy = _policy()
     head = policy.select_subsequence(out_keys=["loc"])

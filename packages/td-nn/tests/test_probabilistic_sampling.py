@@ -168,3 +168,30 @@ def test_deterministic_value_of_relaxed_distributions(dist_class, kwargs, expect
         distribution_kwargs={"temperature": 1, **kwargs},  # an int temperature, as upstream's tests
     )
     torch.testing.assert_close(module(TensorDict())["out"], expected)
+
+
+def test_probabilistic_sequence_without_probabilistic_members_is_a_sequence() -> None:
+    seq = ProbabilisticTensorDictSequential(
+        TensorDictModule(lambda x, y: x + y, in_keys=["a", "b"], out_keys=["c"]),
+        selected_out_keys=["c"],
+    )
+    td = TensorDict(a=torch.ones(()), b=torch.ones(()))
+    assert seq(td) is td and td["c"] == 2 and seq.return_composite
+    with pytest.raises(RuntimeError, match="no probabilistic member"):
+        seq.get_dist(td)
+
+
+def test_probabilistic_sequence_subclass_whose_base_lacks_selected_out_keys() -> None:
+    from td_nn import TensorDictSequential
+
+    class Plain(TensorDictSequential):
+        def __init__(self, *modules, partial_tolerant=False, inplace=None):
+            super().__init__(*modules, partial_tolerant=partial_tolerant, inplace=inplace)
+
+    class Custom(ProbabilisticTensorDictSequential, Plain):
+        pass
+
+    seq = Custom(
+        TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["loc"]), _normal(generator=0)
+    )
+    assert "sample" in seq(TensorDict(x=torch.zeros(3), batch_size=[3])).keys()
