@@ -251,6 +251,9 @@ def _clone_params(
     source = TensorDict._new_unsafe(entries, params.batch_size, params.device)
     out = TensorDictParams(source, no_convert=True)
     out._no_convert = params._no_convert
+    names = params._raw_names()
+    if names is not None:
+        out._store_names(names)
     if params.is_locked:
         out.lock_()
     return out
