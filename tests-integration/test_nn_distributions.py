@@ -219,3 +219,84 @@ def test_composite_with_a_discrete_head(interaction):
         )
     assert out["pick"].shape == (6,) and out["pick_log_prob"].shape == (6,)
     assert torch.isfinite(out["pick_log_prob"]).all() and torch.isfinite(out["move_log_prob"]).all()
+
+
+def _composite_params():
+    return TensorDict(
+        {
+            "params": {
+                "cont": {"loc": torch.randn(3, 4), "scale": torch.rand(3, 4) + 0.1},
+                ("nested", "cont"): {"loc": torch.randn(3, 4), "scale": torch.rand(3, 4) + 0.1},
+            }
+        },
+        batch_size=[3],
+    )
+
+
+@pytest.mark.parametrize("name_map", [False, True])
+def test_composite_out_keys_come_from_the_distribution_kwargs(name_map):
+    from td_distributions import CompositeDistribution
+
+    kwargs = {"distribution_map": {"cont": Normal, ("nested", "cont"): Normal}}
+    expected = ["cont", ("nested", "cont")]
+    if name_map:
+        kwargs["name_map"] = {"cont": ("s", "cont"), ("nested", "cont"): ("s", "nested", "cont")}
+        expected = [("s", "cont"), ("s", "nested", "cont")]
+    module = ProbabilisticTensorDictModule(
+        in_keys=["params"],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs=kwargs,
+        return_log_prob=True,
+    )
+    assert module.dist_sample_keys == expected
+    assert module.log_prob_keys == [
+        (*k[:-1], f"{k[-1]}_log_prob") if isinstance(k, tuple) else f"{k}_log_prob"
+        for k in expected
+    ]
+    out = module(_composite_params())
+    assert all(key in out.keys(include_nested=True) for key in module.out_keys)
+
+
+def test_composite_aggregated_log_prob_writes_the_leaves_and_their_sum():
+    from td_distributions import CompositeDistribution
+
+    with set_composite_lp_aggregate(True):
+        module = ProbabilisticTensorDictModule(
+            in_keys=["params"],
+            distribution_class=CompositeDistribution,
+            distribution_kwargs={"distribution_map": {"cont": Normal, ("nested", "cont"): Normal}},
+            return_log_prob=True,
+        )
+        out = module(_composite_params())
+        leaves = out["cont_log_prob"].sum(-1) + out["nested", "cont_log_prob"].sum(-1)
+        torch.testing.assert_close(out["sample_log_prob"], leaves)
+        sample = out.exclude("cont_log_prob", ("nested", "cont_log_prob"), "sample_log_prob")
+        torch.testing.assert_close(module.log_prob(sample), leaves)
+        assert "cont_log_prob" in sample.keys()  # the per-leaf values are written, as upstream
+
+
+def test_sequence_composite_over_an_intermediate_probabilistic_member():
+    from td_distributions import CompositeDistribution
+    from td_nn import TensorDictSequential
+
+    seq = ProbabilisticTensorDictSequential(
+        TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc"],
+            out_keys=["y"],
+            distribution_class=Normal,
+            distribution_kwargs={"scale": 1.0},
+            default_interaction_type="random",
+            num_samples=2,
+        ),
+        TensorDictModule(lambda y: y * 2, in_keys=["y"], out_keys=["z"]),
+    )
+    assert seq.return_composite  # the last member is not probabilistic
+    td = TensorDict(x=torch.zeros(3, 4), batch_size=[3])
+    dist = seq.get_dist(td)
+    assert isinstance(dist, CompositeDistribution) and list(td.keys()) == ["x"]
+    out = seq(td)
+    assert out.batch_size == (2, 3) and out["z"].shape == (2, 3, 4)
+    assert isinstance(seq.log_prob(out), TensorDict)
+    assert type(seq[:2]) is ProbabilisticTensorDictSequential
+    assert type(seq[2:]) is TensorDictSequential

@@ -194,9 +194,11 @@ def test_cdf_and_icdf_round_trip_without_touching_the_sample():
     dist = CompositeDistribution(params, {"a": D.Normal, "b": D.Normal})
     sample = dist.sample()
     cdf = dist.cdf(sample)
-    assert set(cdf.keys()) == {"a_cdf", "b_cdf"} and set(sample.keys()) == {"a", "b"}
+    assert set(cdf.keys()) == {"a", "b", "a_cdf", "b_cdf"} and set(sample.keys()) == {"a", "b"}
     icdf = dist.icdf(cdf)
-    torch.testing.assert_close(icdf["a_icdf"], sample["a"], rtol=1e-4, atol=1e-4)
+    assert set(icdf.keys()) == {"a", "b", "a_cdf", "b_cdf", "a_icdf", "b_icdf"}
+    assert set(cdf.keys()) == {"a", "b", "a_cdf", "b_cdf"}  # the input is untouched
+    torch.testing.assert_close(icdf["a_icdf"], icdf["a"], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(dist.icdf(sample)["b_icdf"], sample["b"], rtol=1e-4, atol=1e-4)
     with pytest.raises(KeyError, match="a_cdf"):
         dist.icdf(TensorDict({}, batch_size=[3]))

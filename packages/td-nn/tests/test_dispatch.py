@@ -24,7 +24,7 @@ def test_method_keyword_positional_and_extra_kwargs():
     assert (module(a__c=torch.zeros(2), d=torch.ones(2)) == 1).all()
     assert (module(torch.zeros(2), torch.ones(2)) == 1).all()
     assert (module(torch.zeros(2), d=torch.ones(2), scale=3.0) == 3).all()
-    with pytest.raises(TypeError, match="both as a positional and as a keyword"):
+    with pytest.raises(RuntimeError, match="Duplicated argument"):
         module(torch.zeros(2), a__c=torch.ones(2))
 
 

@@ -163,7 +163,9 @@ def test_get_dist_log_prob_cache_and_repr():
 
 def test_called_with_tensors():
     module = _normal()
-    assert module(loc=torch.zeros(4, 2), scale=torch.ones(4, 2)).batch_size == torch.Size([4, 2])
+    torch.testing.assert_close(
+        module(loc=torch.zeros(4, 2), scale=torch.ones(4, 2)), torch.zeros(4, 2)
+    )
     torch.testing.assert_close(module(torch.zeros(4), torch.ones(4)), torch.zeros(4))
 
 
@@ -300,7 +302,7 @@ def test_sequence_get_dist_log_prob_do_not_touch_the_input():
 def test_sequence_must_end_with_probabilistic_module_and_subsequences():
     with pytest.raises(TypeError, match="must end with a ProbabilisticTensorDictModule"):
         ProbabilisticTensorDictSequential(
-            TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["y"])
+            TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["y"]), return_composite=False
         )
     policy = _policy()
     head = policy.select_subsequence(out_keys=["loc"])

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from td_core import TensorDict
-from td_nn import TensorDictModule, TensorDictSequential
+from td_nn import TensorDictModule, TensorDictSequential, WrapModule
 
 
 def _chain():
@@ -68,8 +68,8 @@ def test_inplace_false_and_empty_and_tensordict_out():
 
 def test_tensors_in():
     seq = TensorDictSequential(*_chain())
-    out = seq(x=torch.ones(2), z=torch.ones(2))
-    assert isinstance(out, TensorDict) and out.batch_size == torch.Size([2])
+    y, x, w = seq(x=torch.ones(2), z=torch.ones(2))
+    assert (y == 2).all() and (x == 3).all() and (w == 6).all()
     y, x, w = seq(torch.ones(2), torch.ones(2))
     assert (y == 2).all() and (x == 3).all() and (w == 6).all()
 
@@ -138,11 +138,40 @@ def test_nested_sequences_and_parameters():
     assert out["y"].shape == (5, 1) and (out["h"] >= 0).all()
 
 
-def test_rejects_modules_without_keys():
-    with pytest.raises(TypeError, match="module 1"):
-        TensorDictSequential(_chain()[0], nn.Linear(2, 2))
-    with pytest.raises(TypeError, match="TensorDictModule"):
-        TensorDictSequential(lambda td: td)
+def test_plain_callables_run_on_the_whole_tensordict():
+    seq = TensorDictSequential({"add": lambda td: td + 1, "twice": lambda td: td * 2})
+    assert isinstance(seq.module, nn.ModuleDict) and isinstance(seq["add"], WrapModule)
+    assert seq(TensorDict(a=torch.zeros(()))).get("a") == 2
+    with pytest.raises(TypeError, match=r"module 1.*not callable"):
+        TensorDictSequential(_chain()[0], 3)
+
+
+def test_select_subsequence_selects_inside_nested_sequences_and_keeps_names():
+    def step(src, dst):
+        return TensorDictModule(lambda x: x + 1, in_keys=[src], out_keys=[dst])
+
+    nested = TensorDictSequential(
+        TensorDictSequential(step("a", "b"), step("b", "c")),
+        TensorDictSequential(step("b", "d"), step("d", "e")),
+    )
+    sub = nested.select_subsequence(in_keys=["d"])
+    assert sub.in_keys == ["d"] and sub.out_keys == ["e"]
+    sub = nested.select_subsequence(out_keys=["c"])
+    assert sub.out_keys == ["b", "c"] and len(sub) == 1 and len(sub[0]) == 2
+    named = TensorDictSequential(
+        OrderedDict(first=step("x", "y"), second=step("y", "z"), third=step("x", "w"))
+    )
+    picked = named.select_subsequence(out_keys=["w"])
+    assert list(picked.module) == ["third"]
+    assert list(named[1:].module) == ["second", "third"]
+
+
+def test_set_and_delete_members_recompute_the_keys():
+    seq = TensorDictSequential(*_chain())
+    seq[1] = TensorDictModule(lambda y: y * 3, in_keys=["y"], out_keys=["q"])
+    assert seq.out_keys == ["y", "q", "w"]
+    del seq[2]
+    assert len(seq) == 2 and seq.out_keys == ["y", "q"] and seq.in_keys == ["x"]
 
 
 def test_repr():
@@ -154,3 +183,15 @@ def test_repr():
 def test_unexpected_kwargs_rejected():
     with pytest.raises(TypeError, match="unexpected keyword"):
         TensorDictSequential(*_chain())(_td(), foo=1)
+
+
+def test_inplace_sequence_writes_into_the_input_even_when_members_do_not():
+    seq = TensorDictSequential(
+        TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["y"], inplace=False),
+        TensorDictModule(lambda y: y * 2, in_keys=["y"], out_keys=["z"], inplace=False),
+        inplace=True,
+    )
+    td = _td()
+    out = seq(td)
+    assert out is td and sorted(td.keys()) == ["u", "x", "z"]  # the last member's outputs
+    assert (td["z"] == 4).all()

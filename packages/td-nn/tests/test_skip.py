@@ -123,7 +123,7 @@ def test_decorator_forms():
 
 
 def test_none_is_refused_as_context_and_bad_modes():
-    with pytest.raises(ValueError, match="decorator"), set_skip_existing(None):
+    with pytest.raises(RuntimeError, match=r"It seems.*decorator"), set_skip_existing(None):
         pass
     with pytest.raises(TypeError, match="mode"):
         set_skip_existing(3)

@@ -488,17 +488,21 @@ class CompositeDistribution(D.Distribution):
             x = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
             return -dist.log_prob(x).mean(0)
 
-    def cdf(self, sample: TensorDictBase) -> TensorDict:  # type: ignore[override]
-        """A new TensorDict of `<name>_cdf` entries (upstream writes them into `sample`)."""
+    def cdf(self, sample: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
+        """A shallow copy of `sample` with `<name>_cdf` entries added.
+
+        Upstream writes them into `sample` and returns it; td leaves `sample`
+        untouched, so `sample = dist.cdf(sample)` reads the same.
+        """
         values = self._component_values(sample, "cdf")
         out = {_add_suffix(n, "_cdf"): d.cdf(values[n]) for n, d in self.dists.items()}
-        return self._td(out, sample.batch_size)
+        return sample.copy().update(out)
 
-    def icdf(self, sample: TensorDictBase) -> TensorDict:  # type: ignore[override]
-        """A new TensorDict of `<name>_icdf` entries.
+    def icdf(self, sample: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
+        """A shallow copy of `sample` with `<name>_icdf` entries added (as `cdf`).
 
         Reads each component's probability at `<name>_cdf` (as `cdf`
-        returns it), or else takes the CDF of the value at `name`.
+        writes it), or else takes the CDF of the value at `name`.
         """
         if not is_tensor_collection(sample):
             raise TypeError(f"icdf expects a TensorDict, got {type(sample).__name__}")
@@ -514,7 +518,7 @@ class CompositeDistribution(D.Distribution):
                     )
                 prob = dist.cdf(value)
             out[_add_suffix(name, "_icdf")] = dist.icdf(prob)
-        return self._td(out, sample.batch_size)
+        return sample.copy().update(out)
 
 
 def _check_known(mapping: Mapping[Key, Any], names: Mapping[Key, Any], what: str) -> None:

@@ -23,7 +23,8 @@ from td_nn._cudagraphs import CudaGraphModule
 from td_nn._dispatch import dispatch
 from td_nn._ensemble import EnsembleModule
 from td_nn._functional import get_functional, is_functional, make_functional, repopulate_module
-from td_nn._probabilistic import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+from td_nn._probabilistic import ProbabilisticTensorDictModule
+from td_nn._probabilistic_sequence import ProbabilisticTensorDictSequential
 from td_nn._sequence import TensorDictSequential
 from td_nn._skip import set_skip_existing, skip_existing
 from td_nn._tensorclass_module import TensorClassModuleBase, TensorClassModuleWrapper

@@ -1,8 +1,8 @@
 """`TensorDictModuleBase`: the `in_keys`/`out_keys` contract of td-nn modules.
 
 A subclass writes `forward(self, tensordict)`; the base makes every such
-forward accept tensors too (keyword tensors give a TensorDict back, positional
-ones give tensors back) and honour `set_skip_existing`. td-nn's
+forward accept tensors too (positional or keyword tensors give the output
+tensors back, as upstream's `dispatch`) and honour `set_skip_existing`. td-nn's
 own modules do both inline (flag `_native_call`), which is faster.
 """
 
@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import abc
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from td_core import NestedKey, TensorDictBase, is_tensor_collection, unravel_key_list
+from td_core import (
+    NestedKey,
+    TensorDictBase,
+    is_tensor_collection,
+    unravel_key,
+    unravel_key_list,
+)
+from td_core.errors import BatchSizeError
 from td_nn._dispatch import call_with_tensors
+from td_nn._errors import KeySpecError, UnknownKeyError
 from td_nn._skip import skips
 
 __all__ = ["TensorDictModuleBase", "format_keys", "indent"]
@@ -31,7 +40,14 @@ def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
         if tensordict is None and is_tensor_collection(kwargs.get("tensordict")):
             tensordict = kwargs.pop("tensordict")
         if not is_tensor_collection(tensordict):
-            return call_with_tensors(self, lambda td: forward(self, td), tensordict, args, kwargs)
+            return call_with_tensors(
+                self,
+                lambda td, *a, **k: forward(self, td, *a, **k),
+                tensordict,
+                args,
+                kwargs,
+                auto_batch_size=True,
+            )
         if skips(self, tensordict):
             return tensordict
         return forward(self, tensordict, *args, **kwargs)
@@ -82,8 +98,9 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
     Subclass it and write `forward(self, tensordict) -> TensorDict`; set
     `in_keys` and `out_keys` as class attributes or in `__init__`.
     `TensorDictSequential` reads them to chain modules. The subclass's
-    `forward` also accepts tensors (`module(a=x)` returns a TensorDict,
-    `module(x)` the output tensors) and skips its call inside
+    `forward` also accepts tensors (`module(a=x)` or `module(x)` return the
+    output tensors, in a TensorDict whose batch size is the longest leading
+    shape of the inputs inside `forward`) and skips its call inside
     `set_skip_existing` when its outputs are present.
 
     `isinstance(m, TensorDictModuleBase)` also holds for any `nn.Module`
@@ -102,15 +119,13 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
         ...         return tensordict.set("b", b).set("c", b + 1)
         >>> AddOne()(TensorDict(a=torch.zeros(2), batch_size=[2]))["c"]
         tensor([2., 2.])
-        >>> AddOne()(a=torch.zeros(2)).batch_size
-        torch.Size([2])
+        >>> AddOne()(a=torch.zeros(2))
+        (tensor([1., 1.]), tensor([2., 2.]))
         >>> module = AddOne().select_out_keys("c")
         >>> sorted(module(TensorDict(a=torch.zeros(2), batch_size=[2])).keys())
         ['a', 'c']
     """
 
-    in_keys: list[NestedKey]
-    out_keys: list[NestedKey]
     _native_call = True  # the base itself has no forward to wrap
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -122,40 +137,94 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
             and not getattr(forward, "_td_forward", False)
         ):
             cls.forward = _tensordict_forward(forward)
+        # keys given as class attributes go behind the properties (unravelled once)
+        for name in ("in_keys", "out_keys"):
+            value = cls.__dict__.get(name)
+            if value is None or isinstance(value, property):
+                continue
+            keys = unravel_key_list(value)
+            delattr(cls, name)
+            if name == "in_keys":
+                cls._in_keys = keys
+            else:
+                cls._out_keys = cls._out_keys_apparent = keys
+
+    # ---------------------------------------------------------------- keys
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """The keys read from the input TensorDict (unravelled)."""
+        return self._in_keys
+
+    @in_keys.setter
+    def in_keys(self, value: Any) -> None:
+        self._in_keys = unravel_key_list(value)
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        """The keys written in the output, after any `select_out_keys` (unravelled).
+
+        Setting them makes them the module's outputs and drops any selection.
+        """
+        return self._out_keys_apparent
+
+    @out_keys.setter
+    def out_keys(self, value: Any) -> None:
+        keys = unravel_key_list(value)
+        self._out_keys = keys
+        self._set_selected_out_keys(keys)
+
+    @property
+    def out_keys_source(self) -> list[NestedKey]:
+        """Every key the module writes, before any `select_out_keys`."""
+        return self._out_keys
 
     # ---------------------------------------------------------------- out keys
     def select_out_keys(self, *out_keys: NestedKey) -> TensorDictModuleBase:
         """Keep only `out_keys` in the output (the others are still computed). Returns self.
 
         Raises:
-            KeyError: naming the keys that are not among `self.out_keys`.
+            ValueError: (a `TypeError` too) if an argument is not a key, such as a
+                list of keys (unpack it: `select_out_keys(*keys)`); (a `KeyError`
+                too) naming the keys that are not among `self.out_keys_source`.
         """
-        keys = unravel_key_list(list(out_keys))
-        every = getattr(self, "_all_out_keys", None) or list(self.out_keys)
+        keys = []
+        for key in out_keys:
+            try:
+                keys.append(unravel_key(key))
+            except (TypeError, KeyError):
+                raise KeySpecError(
+                    f"select_out_keys: each key should be a str or a tuple of str, got {key!r}; "
+                    "pass several keys as separate arguments: select_out_keys(*keys)"
+                ) from None
+        every = self.out_keys_source
         unknown = [k for k in keys if k not in every]
         if unknown:
-            raise KeyError(
-                f"select_out_keys: {unknown!r} are not output keys of {type(self).__name__} "
-                f"(out_keys: {every!r})"
+            hint = ""
+            if any(isinstance(k, tuple) and k[0] in every for k in unknown):
+                hint = "; to select several keys, pass them as separate arguments, not as one tuple"
+            raise UnknownKeyError(
+                f"select_out_keys: Can't select non existent key(s) {unknown!r} of "
+                f"{type(self).__name__} (out_keys: {every!r}){hint}"
             )
-        self._all_out_keys = every
         self._set_selected_out_keys([k for k in every if k in keys])
         return self
 
     def reset_out_keys(self) -> TensorDictModuleBase:
         """Undo `select_out_keys`: write every output again. Returns self."""
-        every = getattr(self, "_all_out_keys", None)
-        if every is not None:
-            self._set_selected_out_keys(list(every))
-            self._all_out_keys = None
+        self._set_selected_out_keys(self.out_keys_source)
         return self
 
     def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
-        """Make the call write only `keys`; subclasses that can do it natively override this."""
-        self.out_keys = keys
-        every = self._all_out_keys or []
-        dropped = [k for k in every if k not in keys and k not in self.in_keys]
-        handle = getattr(self, "_select_hook", None)
+        """Make the call write only `keys` of `out_keys_source`.
+
+        Subclasses that can do it natively override this (and set
+        `_out_keys_apparent`); the base drops the others from the output.
+        """
+        self._out_keys_apparent = keys
+        every = self.out_keys_source
+        in_keys = getattr(self, "_in_keys", [])
+        dropped = [k for k in every if k not in keys and k not in in_keys]
+        handle = self.__dict__.get("_select_hook")
         if handle is not None:
             handle.remove()
             self._select_hook = None
@@ -182,21 +251,45 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
 
         Returns:
             `parameters`, or `None` when it is not given.
+
+        Raises:
+            RuntimeError: (a `ValueError` too) if `parameters` has a batch size:
+                one set of parameters is reset at a time.
+
+        Warns:
+            UserWarning: when no sub-module has a `reset_parameters` to call.
         """
         if parameters is None:
-            self._reset_all()
+            if not self._reset_all():
+                warnings.warn(
+                    f"{type(self).__name__}.reset_parameters_recursive was called without the "
+                    "parameters argument and did not find any parameters to reset: no "
+                    "sub-module has a reset_parameters method",
+                    UserWarning,
+                    stacklevel=2,
+                )
             return None
         if not is_tensor_collection(parameters):
             raise TypeError(
                 f"reset_parameters_recursive takes a TensorDict of parameters (or nothing), "
                 f"got a {type(parameters).__name__}"
             )
+        if parameters.batch_dims:
+            raise BatchSizeError(
+                f"reset_parameters_recursive resets one set of parameters: got a TensorDict with "
+                f"batch_size {list(parameters.batch_size)}; reset each of them (e.g. over "
+                "parameters.unbind(0)) or build them with EnsembleModule"
+            )
         with torch.no_grad(), parameters.to_module(self):
             self._reset_all()
         return parameters
 
-    def _reset_all(self) -> None:
+    def _reset_all(self) -> bool:
+        """Call every sub-module's `reset_parameters`; whether there was any."""
         module: Any  # torch stubs type a module's attributes as Tensor | Module
+        found = False
         for module in self.modules():
             if module is not self and callable(getattr(module, "reset_parameters", None)):
                 module.reset_parameters()
+                found = True
+        return found

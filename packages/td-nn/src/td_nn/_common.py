@@ -18,7 +18,7 @@ from td_core import (
 from td_core.errors import KeyNotFoundError
 from td_nn._base import TensorDictModuleBase, format_keys, indent
 from td_nn._dispatch import resolve_or_skip
-from td_nn._errors import KeySpecError, OutputMismatchError
+from td_nn._errors import KeySpecError, NotCallableError, OutputMismatchError
 from td_nn._skip import _SKIP
 
 __all__ = ["TensorDictModule", "as_key_list"]
@@ -47,7 +47,8 @@ def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
         keys = [keys]
     elif not isinstance(keys, Sequence):
         raise KeySpecError(
-            f"{owner} {what} must be a key (str or tuple of str) or a list of keys, got {keys!r}"
+            f"{owner} {what} must be of type list, str or tuples of str (a key or a list of "
+            f"keys), got {keys!r}"
         )
     out = []
     for key in keys:
@@ -55,7 +56,8 @@ def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
             out.append(unravel_key(key))
         except (TypeError, KeyError):
             raise KeySpecError(
-                f"{owner} {what} must be strings or tuples of strings, got {key!r} in {keys!r}"
+                f"{owner} {what} must be of type list, str or tuples of str: {key!r} in {keys!r} "
+                "is not a key"
             ) from None
     return out
 
@@ -154,12 +156,11 @@ class TensorDictModule(TensorDictModuleBase):
     Calls:
         - `module(td)`: reads from and (by default) writes into `td`, returned.
         - `module(td, tensordict_out=out)` (or `module(td, out)`): writes into `out`.
-        - `module(x=tensor, ...)`: keyword tensors named after the in keys
-          (nested keys joined by `"_"`) give back a TensorDict holding the
-          inputs and outputs, whose batch size is the longest leading shape
-          they share.
-        - `module(tensor, ...)`: positional tensors give back the output
-          tensor (or a tuple of them).
+        - `module(tensor, ...)`, `module(x=tensor, ...)`: positional tensors
+          (in in-key order) or keyword tensors named after the in keys
+          (nested keys joined by `"_"`) give back the output tensor at the
+          current `out_keys` (after `select_out_keys`), or a tuple of them,
+          as upstream's `dispatch`; other keyword arguments go to the module.
 
     Args:
         module: the callable to wrap.
@@ -192,8 +193,8 @@ class TensorDictModule(TensorDictModuleBase):
         >>> td = module(TensorDict(x=torch.ones(2, 3), batch_size=[2]))
         >>> td["out", "y"].shape
         torch.Size([2, 4])
-        >>> module(x=torch.ones(5, 3)).batch_size
-        torch.Size([5])
+        >>> module(x=torch.ones(5, 3)).shape
+        torch.Size([5, 4])
         >>> split = TensorDictModule(lambda x: (x - 1, x + 1), in_keys="x", out_keys=["lo", "hi"])
         >>> split(torch.zeros(()))
         (tensor(-1.), tensor(1.))
@@ -217,10 +218,10 @@ class TensorDictModule(TensorDictModuleBase):
         strict: bool = False,
     ) -> None:
         super().__init__()
-        if not callable(module):
-            raise TypeError(
-                f"TensorDictModule wraps a callable (an nn.Module or a function), got "
-                f"{module!r} of type {type(module).__name__}"
+        if not callable(module) or isinstance(module, type):
+            raise NotCallableError(
+                f"TensorDictModule wraps a callable (an nn.Module instance or a function, not a "
+                f"class): Module {module!r} of type {type(module).__name__} is not callable"
             )
         if method is not None and not callable(getattr(module, method, None)):
             raise AttributeError(
@@ -245,16 +246,24 @@ class TensorDictModule(TensorDictModuleBase):
         else:
             if out_to_in_map is not None:
                 warnings.warn(
-                    "TensorDictModule: out_to_in_map is only used when in_keys is a dict",
+                    f"{owner}: out_to_in_map is not None but is only used when in_key is a "
+                    f"dictionary. Got out_to_in_map={out_to_in_map!r} with in_keys={in_keys!r}; "
+                    "drop the argument",
                     UserWarning,
                     stacklevel=2,
                 )
             self._arg_names = None
             self._read_keys = as_key_list(in_keys, "in_keys", owner)
         self.in_keys = _unique(self._read_keys)
+        if "_" in self.in_keys:
+            warnings.warn(
+                f'{owner}: key "_" is for ignoring output, it should not be used in input keys '
+                f"(in_keys={self.in_keys!r})",
+                UserWarning,
+                stacklevel=2,
+            )
         self._out_keys_all = as_key_list(out_keys, "out_keys", owner)
-        self.out_keys = [k for k in self._out_keys_all if k != "_"]
-        self._set_write([(i, k) for i, k in enumerate(self._out_keys_all) if k != "_"])
+        self.out_keys = [k for k in self._out_keys_all if k != "_"]  # sets the writes too
         # the fast path of forward: positional str in keys (None where it does not apply)
         self._fast_read: tuple[str, ...] | None = (
             tuple(self._read_keys)  # type: ignore[arg-type]
@@ -376,7 +385,8 @@ class TensorDictModule(TensorDictModuleBase):
             else:
                 out = fn(**dict(zip(self._arg_names, values)), **kwargs)
         except Exception as err:
-            if not self.strict and any(v is None for v in values):
+            # a failure caused by a missing input (passed as None) names the missing keys
+            if not self.strict and any(v is None for v in values) and "None" in str(err):
                 raise self._missing_error(tensordict) from err
             raise
         if _dropped_output(out) and any(v is None for v in values):
@@ -423,6 +433,8 @@ class TensorDictModule(TensorDictModuleBase):
     def _outputs(self, out: Any) -> Sequence[Any]:
         """The outputs of the module as a sequence aligned with `_out_keys_all`."""
         keys = self._out_keys_all
+        if not keys and out is None:  # nothing to write
+            return ()
         if type(out) is Tensor:
             outs: Sequence[Any] = (out,)
         elif isinstance(out, (tuple, list)):
@@ -458,13 +470,14 @@ class TensorDictModule(TensorDictModuleBase):
         keys = tensordict.keys(include_nested=True)
         missing = [k for k in self._read_keys if k not in keys]
         return KeyNotFoundError(
-            f"{self._name()} could not read its input key(s) {missing!r}: "
-            f"the input has keys {sorted(map(str, keys))}"
+            f"{self._name()}: Some tensors that are necessary for the module call may not have "
+            f"not been found in the input tensordict: it could not read its input key(s) "
+            f"{missing!r} (the input has keys {sorted(map(str, keys))})"
         )
 
     # ---------------------------------------------------------------- out keys
     def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
-        self.out_keys = keys
+        self._out_keys_apparent = keys
         self._set_write([(i, k) for i, k in enumerate(self._out_keys_all) if k in keys])
 
     # ---------------------------------------------------------------- display

@@ -6,8 +6,8 @@ keyword `a_c` with the default separator):
 - `dispatch` decorates a function or method taking a `tensordict`; a call
   with tensors returns tensors (one, or a tuple), as upstream.
 - `call_with_tensors` is what td-nn modules do when called without a
-  TensorDict: keyword tensors give a TensorDict back, positional tensors give
-  tensors back.
+  TensorDict: positional or keyword tensors in, the output tensors (at the
+  module's current `out_keys`) back.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from td_core import NestedKey, TensorDict, is_tensor_collection, unravel_key_list
+from td_nn._errors import DuplicateInputError
 from td_nn._skip import skips
 
 if TYPE_CHECKING:
@@ -37,37 +38,36 @@ def _gather(
     kwargs: dict[str, Any],
     separator: str,
     *,
-    keep_unknown: bool,
     owner: str,
-) -> tuple[dict[Any, Any], dict[str, Any]]:
-    """Entries `{key: value}` from positional and keyword tensors, and the unused kwargs."""
-    if len(args) > len(keys):
-        raise TypeError(
-            f"{owner} takes {len(keys)} positional input(s) (in_keys {list(keys)!r}), "
-            f"got {len(args)}"
-        )
+) -> tuple[dict[Any, Any], tuple[Any, ...], dict[str, Any]]:
+    """Entries `{key: value}` from positional and keyword tensors, as upstream's `dispatch`.
+
+    The keys take the positional arguments in order, then the keyword
+    arguments named after them. Returns the entries, the positional arguments
+    left over and the keyword arguments naming no key (both are passed on).
+    """
     entries: dict[Any, Any] = dict(zip(keys, args))
-    names = {arg_name(k, separator): k for k in keys}
-    extra: dict[str, Any] = {}
-    for name, value in kwargs.items():
-        key = names.get(name)
-        if key is None:
-            if not keep_unknown:
-                extra[name] = value
-                continue
-            key = name
+    rest = tuple(args[len(keys) :])
+    extra = dict(kwargs)
+    for key in keys:
+        name = arg_name(key, separator)
+        if name not in extra:
+            continue
         if key in entries:
-            raise TypeError(
-                f"{owner} got input {key!r} both as a positional and as a keyword argument"
+            raise DuplicateInputError(
+                f"{owner}: Duplicated argument: input {key!r} was given both positionally and "
+                f"as the keyword {name!r}; give it once"
             )
-        entries[key] = value
-    return entries, extra
+        entries[key] = extra.pop(name)
+    return entries, rest, extra
 
 
-def _to_td(entries: dict[Any, Any]) -> TensorDict:
+def _to_td(entries: dict[Any, Any], auto_batch_size: bool) -> TensorDict:
     td = TensorDict()
     for key, value in entries.items():
         td.set(key, value)
+    if auto_batch_size:
+        td.auto_batch_size_()
     return td
 
 
@@ -78,28 +78,28 @@ def _outputs(td: Any, keys: Sequence[NestedKey]) -> Any:
 
 def call_with_tensors(
     module: Any,
-    forward: Callable[[Any], Any],
+    forward: Callable[..., Any],
     first: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    *,
+    auto_batch_size: bool = False,
 ) -> Any:
-    """Run `forward` (a TensorDict to TensorDict call of `module`) on tensors.
+    """Run `forward` (a TensorDict to TensorDict call of `module`) on tensors; return tensors.
 
-    Keyword tensors (`module(x=...)`) are put in a TensorDict with an empty
-    batch size; the result is returned as a TensorDict whose batch size is the
-    longest leading shape shared by its entries (inputs and outputs).
-    Positional tensors are matched to `module.in_keys` in order and the
-    output entries at `module.out_keys` are returned (a tensor, or a tuple).
+    Positional tensors fill `module.in_keys` in order, then keyword tensors
+    named after the remaining keys (nested keys joined by `"_"`); they are put
+    in a new TensorDict (batch size `[]`, or the longest leading shape the
+    inputs share with `auto_batch_size`). Positional arguments left over and
+    keyword arguments naming no key are passed on to `forward`. The result
+    is the entries at `module.out_keys` (after any `select_out_keys`): one
+    tensor, or a tuple in `out_keys` order.
     """
     positional = args if first is None else (first, *args)
     owner = type(module).__name__
-    entries, _ = _gather(module.in_keys, positional, kwargs, "_", keep_unknown=True, owner=owner)
-    out = forward(_to_td(entries))
-    if positional:
-        return _outputs(out, module.out_keys)
-    if type(out) is TensorDict:
-        out.auto_batch_size_()
-    return out
+    entries, rest, extra = _gather(module.in_keys, positional, kwargs, "_", owner=owner)
+    out = forward(_to_td(entries, auto_batch_size), *rest, **extra)
+    return _outputs(out, module.out_keys)
 
 
 def resolve_call(
@@ -238,18 +238,11 @@ def dispatch(
         ):
             return func(*args, **kwargs)
         src = keys_of(owner, source, fixed_src)
-        entries, extra = _gather(
-            src,
-            rest,
-            kwargs,
-            separator,
-            keep_unknown=False,
-            owner=getattr(func, "__qualname__", "function"),
+        entries, more, extra = _gather(
+            src, rest, kwargs, separator, owner=getattr(func, "__qualname__", "function")
         )
-        td = _to_td(entries)
-        if auto_batch_size:
-            td.auto_batch_size_()
-        out = func(owner, td, **extra) if is_method else func(td, **extra)
+        td = _to_td(entries, auto_batch_size)
+        out = func(owner, td, *more, **extra) if is_method else func(td, *more, **extra)
         return _outputs(out, keys_of(owner, dest, fixed_dst))
 
     return wrapper

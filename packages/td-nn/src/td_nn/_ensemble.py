@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from td_core import TensorDictBase, from_modules
+from td_core import TensorDictBase, from_module, from_modules
 from td_nn._base import TensorDictModuleBase, indent
 
 __all__ = ["EnsembleModule"]
@@ -64,7 +64,10 @@ class EnsembleModule(TensorDictModuleBase):
         copies = []
         for _ in range(num_copies):
             twin = copy.deepcopy(module)
-            _reset(twin)
+            # re-initialise the twin's parameters through `module` itself, so a custom
+            # (or patched) `reset_parameters` of `module` runs once per copy, as upstream
+            with torch.no_grad(), from_module(twin).to_module(module):
+                _reset(module)
             copies.append(twin)
         self.params_td = from_modules(*copies, as_module=True)
         self.module = module

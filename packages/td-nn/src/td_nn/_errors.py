@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from td_core.errors import KeyNotFoundError, TDError
 
-__all__ = ["OutputMismatchError", "KeySpecError", "UnknownKeyError"]
+__all__ = [
+    "OutputMismatchError",
+    "KeySpecError",
+    "UnknownKeyError",
+    "DuplicateInputError",
+    "NotCallableError",
+    "SkipModeError",
+]
 
 
 class OutputMismatchError(TDError, ValueError, RuntimeError):
@@ -22,3 +29,15 @@ class KeySpecError(TDError, TypeError, ValueError):
 
 class UnknownKeyError(KeyNotFoundError, ValueError):
     """A key asked for is not among a module's keys (upstream raises `ValueError` here)."""
+
+
+class DuplicateInputError(TDError, TypeError, RuntimeError):
+    """An input was given both positionally and by keyword (upstream raises `RuntimeError`)."""
+
+
+class NotCallableError(TDError, TypeError, ValueError):
+    """A module was given something it cannot call (upstream raises `ValueError`)."""
+
+
+class SkipModeError(TDError, ValueError, RuntimeError):
+    """`set_skip_existing(None)` entered as a context manager (upstream raises `RuntimeError`)."""

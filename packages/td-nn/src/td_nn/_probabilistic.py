@@ -21,15 +21,16 @@ from td_core import (
     interaction_type,
     is_tensor_collection,
     load_extension,
+    set_composite_lp_aggregate,
 )
 from td_core.errors import KeyNotFoundError
 from td_nn._base import TensorDictModuleBase, format_keys
 from td_nn._common import as_key_list
 from td_nn._dispatch import resolve_or_skip
 from td_nn._errors import KeySpecError
-from td_nn._sequence import TensorDictSequential
+from td_nn._sampling import check_generator, draw, generator_for_call
 
-__all__ = ["ProbabilisticTensorDictModule", "ProbabilisticTensorDictSequential"]
+__all__ = ["ProbabilisticTensorDictModule"]
 
 _MISSING: Any = object()
 
@@ -46,59 +47,31 @@ def default_distribution_class() -> type:
         ) from err
 
 
+def _composite_keys(distribution_kwargs: Mapping[str, Any]) -> list[NestedKey] | None:
+    """The sample keys of a composite distribution built with `distribution_kwargs`, if any."""
+    distribution_map = distribution_kwargs.get("distribution_map")
+    if not isinstance(distribution_map, Mapping):
+        return None
+    name_map = distribution_kwargs.get("name_map")
+    if isinstance(name_map, Mapping):
+        return list(name_map.values())
+    return list(distribution_map)
+
+
+def _sum_leaves(log_prob: TensorDictBase, ndim: int) -> torch.Tensor:
+    """The sum of every leaf of `log_prob`, each summed over its dims past the first `ndim`."""
+    leaves = [
+        v.sum(tuple(range(ndim, v.ndim))) if v.ndim > ndim else v
+        for v in log_prob.values(include_nested=True, leaves_only=True)
+    ]
+    return sum(leaves[1:], leaves[0])
+
+
 def log_prob_key_for(key: NestedKey) -> NestedKey:
     """`"sample"` -> `"sample_log_prob"`; `("a", "b")` -> `("a", "b_log_prob")`."""
     if type(key) is str:
         return f"{key}_log_prob"
     return (*key[:-1], f"{key[-1]}_log_prob")
-
-
-def _empirical(dist: Any, what: str, n: int) -> torch.Tensor:
-    samples = dist.sample((n,))
-    if what == "mean":
-        return samples.float().mean(0) if not samples.is_floating_point() else samples.mean(0)
-    if what == "median":
-        return samples.median(0).values
-    # mode: the sample with the highest log-probability, per batch element
-    lp = dist.log_prob(samples)
-    idx = lp.argmax(0, keepdim=True)
-    idx = idx.reshape(idx.shape + (1,) * (samples.ndim - idx.ndim)).expand(1, *samples.shape[1:])
-    return samples.gather(0, idx).squeeze(0)
-
-
-def _statistic(dist: Any, what: str, n: int) -> Any:
-    try:
-        return getattr(dist, what)
-    except (NotImplementedError, AttributeError):
-        return _empirical(dist, what, n)
-
-
-def draw(dist: Any, kind: InteractionType, n_empirical_estimate: int = 1000) -> Any:
-    """A value of `dist` for `kind`: a sample (reparametrised when possible) or a statistic.
-
-    `MODE`, `MEAN` and `MEDIAN` fall back to an estimate from
-    `n_empirical_estimate` samples when the distribution does not define
-    them. `DETERMINISTIC` uses `dist.deterministic_sample` when it exists,
-    else the mean of a continuous distribution and the mode of a discrete one.
-    """
-    if kind is InteractionType.RANDOM:
-        return dist.rsample() if getattr(dist, "has_rsample", False) else dist.sample()
-    if kind is InteractionType.DETERMINISTIC:
-        try:
-            return dist.deterministic_sample
-        except AttributeError:
-            pass
-        try:
-            discrete = bool(getattr(dist.support, "is_discrete", False))
-        except (NotImplementedError, AttributeError):
-            discrete = False
-        if discrete:
-            return _statistic(dist, "mode", n_empirical_estimate)
-        try:
-            return dist.mean
-        except NotImplementedError:
-            return _statistic(dist, "mode", n_empirical_estimate)
-    return _statistic(dist, kind.value, n_empirical_estimate)
 
 
 class ProbabilisticTensorDictModule(TensorDictModuleBase):
@@ -120,20 +93,36 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         in_keys: a key or list of keys, passed to the distribution as keyword
             arguments named after the last part of each key; or a dict
             `{argument: key}`.
-        out_keys: where the sample goes (default `["sample"]`).
+        out_keys: where the sample goes. Default: the keys of a composite
+            distribution (the values of `distribution_kwargs["name_map"]`, else
+            the keys of its `"distribution_map"`), else `["sample"]`.
         default_interaction_type: used outside any `set_interaction_type` block.
         distribution_class: the distribution class (or any callable building
             one). Default: td-distributions' `Delta`; without td-distributions
             omitting it raises `TypeError`.
         distribution_kwargs: more keyword arguments for the distribution.
         return_log_prob: also write the log-probability of the sample.
-        log_prob_key: where to write it. Default: the out key with a
-            `_log_prob` suffix (`"sample_log_prob"`); for several out keys,
-            one such key per out key, or `"sample_log_prob"` when
-            `composite_lp_aggregate` is on.
+        log_prob_keys: where per-sample-key log-probabilities go (one per out
+            key; only while `composite_lp_aggregate()` is off). Default: each
+            out key with a `_log_prob` suffix (`("a", "b")` -> `("a", "b_log_prob")`).
+        log_prob_key: where one (aggregated) log-probability goes: for a single
+            out key, or for several while `composite_lp_aggregate()` is on.
+            Default: the out key with a `_log_prob` suffix, or
+            `"sample_log_prob"` when aggregating.
         cache_dist: keep the last distribution built by `forward` in `self.dist`.
         n_empirical_estimate: samples used to estimate a statistic the
             distribution does not define.
+        num_samples: `RANDOM` draws this many samples (an int or a shape); the
+            output TensorDict is expanded to `num_samples + batch_size`.
+        generator: sample from this `torch.Generator` (an int seeds a new one),
+            leaving the global RNG untouched; or a key of the input where a
+            generator or a seed is stored (a seed is replaced by the next one
+            after each call, so calls follow one reproducible stream).
+
+    The log-probability keys depend on `composite_lp_aggregate()`, which is
+    read once at construction: reading `log_prob_key(s)` or `out_keys` (with
+    `return_log_prob`) or calling the module under another setting raises
+    `RuntimeError`.
 
     Examples:
         >>> import torch
@@ -167,9 +156,12 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         distribution_class: Any = _MISSING,
         distribution_kwargs: dict[str, Any] | None = None,
         return_log_prob: bool = False,
+        log_prob_keys: Sequence[NestedKey] | None = None,
         log_prob_key: NestedKey | None = None,
         cache_dist: bool = False,
         n_empirical_estimate: int = 1000,
+        num_samples: int | Sequence[int] | None = None,
+        generator: torch.Generator | int | NestedKey | None = None,
     ) -> None:
         super().__init__()
         owner = "ProbabilisticTensorDictModule"
@@ -184,9 +176,10 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             names = [k if type(k) is str else k[-1] for k in keys]
         self._dist_keys = list(zip(names, keys))
         self.in_keys = list(dict.fromkeys(keys))
-        self._sample_keys = as_key_list(
-            ["sample"] if out_keys is None else out_keys, "out_keys", owner
-        )
+        kwargs = dict(distribution_kwargs or {})
+        if out_keys is None:
+            out_keys = _composite_keys(kwargs) or ["sample"]
+        self._sample_keys = as_key_list(out_keys, "out_keys", owner)
         if distribution_class is _MISSING:
             distribution_class = default_distribution_class()
         if not callable(distribution_class):
@@ -194,33 +187,95 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 f"{owner}: distribution_class must be callable, got {distribution_class!r}"
             )
         self.distribution_class = distribution_class
-        self.distribution_kwargs = dict(distribution_kwargs or {})
+        self.distribution_kwargs = kwargs
         self.default_interaction_type = InteractionType.from_str(default_interaction_type)
         self.return_log_prob = return_log_prob
-        self._log_prob_key = (
-            None if log_prob_key is None else as_key_list(log_prob_key, "log_prob_key", owner)[0]
-        )
+        self._set_log_prob_keys(log_prob_keys, log_prob_key)
         self.cache_dist = cache_dist
         self.n_empirical_estimate = n_empirical_estimate
         self.dist: Any = None
+        if isinstance(num_samples, int):
+            num_samples = (num_samples,)
+        self.num_samples = None if num_samples is None else torch.Size(num_samples)
+        self._generator, self._generator_key = check_generator(generator, owner)
 
     # ---------------------------------------------------------------- keys
+    def _set_log_prob_keys(
+        self, log_prob_keys: Sequence[NestedKey] | None, log_prob_key: NestedKey | None
+    ) -> None:
+        owner = type(self).__name__
+        samples = self._sample_keys
+        aggregate = composite_lp_aggregate()
+        self._aggregate_at_init = aggregate
+        key = None if log_prob_key is None else as_key_list(log_prob_key, "log_prob_key", owner)[0]
+        if log_prob_keys is not None:
+            if aggregate:
+                raise RuntimeError(
+                    f"{owner}: composite_lp_aggregate() is True but log_prob_keys="
+                    f"{list(log_prob_keys)!r} were passed; one aggregated log-probability is "
+                    "written, so pass log_prob_key instead"
+                )
+            given = [log_prob_keys] if isinstance(log_prob_keys, str) else list(log_prob_keys)
+            keys = as_key_list(given, "log_prob_keys", owner)
+            if len(keys) != len(samples):
+                raise ValueError(
+                    f"{owner}: log_prob_keys {keys!r} must give one key per out key {samples!r}"
+                )
+        elif key is not None and len(samples) == 1:
+            keys = [key]
+        elif aggregate:
+            keys = []  # unused: the aggregated key is the only one
+        else:
+            keys = [log_prob_key_for(k) for k in samples]
+        if key is None:
+            if aggregate:
+                key = "sample_log_prob"
+            elif len(samples) == 1:
+                key = keys[0]
+        elif len(samples) > 1 and not aggregate:
+            raise RuntimeError(
+                f"{owner}: composite_lp_aggregate() is False but log_prob_key={key!r} was passed "
+                f"for the out keys {samples!r}; each gets its own log-probability, so pass "
+                "log_prob_keys instead"
+            )
+        self._log_prob_key = key
+        self._log_prob_keys = keys
+
+    def _check_aggregate(self, what: str) -> bool:
+        """`composite_lp_aggregate()`, which must be what it was at construction."""
+        aggregate = composite_lp_aggregate()
+        if aggregate is not self._aggregate_at_init:
+            raise RuntimeError(
+                f"{type(self).__name__}.{what}: composite_lp_aggregate is set to {aggregate}, "
+                f"but the module was built with {self._aggregate_at_init}, which decided its "
+                "log-prob keys; build it under the setting it runs in"
+            )
+        return aggregate
+
     @property
     def log_prob_keys(self) -> list[NestedKey]:
-        """Where log-probabilities are written (see `log_prob_key`)."""
-        if self._log_prob_key is not None:
-            return [self._log_prob_key]
-        if len(self._sample_keys) == 1:
-            return [log_prob_key_for(self._sample_keys[0])]
-        if composite_lp_aggregate():
-            return ["sample_log_prob"]
-        return [log_prob_key_for(k) for k in self._sample_keys]
+        """Where log-probabilities are written: one per out key, or the aggregated one."""
+        if self._check_aggregate("log_prob_keys"):
+            return [self.log_prob_key]
+        return list(self._log_prob_keys)
 
     @property
     def log_prob_key(self) -> NestedKey:
-        """The key of an aggregated (single tensor) log-probability."""
-        keys = self.log_prob_keys
-        return keys[0] if len(keys) == 1 else "sample_log_prob"
+        """The key of the single log-probability (one out key, or aggregating).
+
+        Raises:
+            RuntimeError: when there are several log-probability keys.
+        """
+        if not self._check_aggregate("log_prob_key"):
+            if len(self._log_prob_keys) == 1:
+                return self._log_prob_keys[0]
+            raise RuntimeError(
+                f"{type(self).__name__}.log_prob_key: composite_lp_aggregate is False and "
+                f"there is one log-prob key per out key ({self._log_prob_keys!r}); "
+                "read log_prob_keys instead"
+            )
+        assert self._log_prob_key is not None
+        return self._log_prob_key
 
     @property
     def dist_keys(self) -> list[str]:
@@ -254,7 +309,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
     @out_keys.setter
     def out_keys(self, value: Sequence[NestedKey]) -> None:
         value = as_key_list(value, "out_keys", type(self).__name__)
-        lp = set(self.log_prob_keys)
+        lp = set(self.log_prob_keys) if hasattr(self, "_aggregate_at_init") else set()
         self._sample_keys = [k for k in value if k not in lp]
 
     # ---------------------------------------------------------------- distribution
@@ -288,7 +343,23 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             value = tensordict.get(self._sample_keys[0], None)
             if value is not None and not is_tensor_collection(value):
                 return dist.log_prob(value)
-        return dist.log_prob(tensordict)
+        if not self._check_aggregate("log_prob"):
+            log_prob = dist.log_prob(tensordict)
+            return self._renamed(log_prob) if is_tensor_collection(log_prob) else log_prob
+        with set_composite_lp_aggregate(False):  # per-leaf values, summed here
+            log_prob = dist.log_prob(tensordict)
+        if not is_tensor_collection(log_prob):
+            return log_prob
+        tensordict.update(log_prob)  # as upstream: the per-leaf values are written too
+        return _sum_leaves(log_prob, tensordict.batch_dims)
+
+    def _renamed(self, log_prob: TensorDictBase) -> TensorDictBase:
+        """`log_prob` (per-leaf `<key>_log_prob` entries) with the entries at `log_prob_keys`."""
+        for key, lp_key in zip(self._sample_keys, self._log_prob_keys):
+            default = log_prob_key_for(key)
+            if lp_key != default and default in log_prob.keys(include_nested=True):
+                log_prob.rename_key_(default, lp_key)
+        return log_prob
 
     # ---------------------------------------------------------------- call
     def forward(
@@ -308,12 +379,36 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         if self.cache_dist:
             self.dist = dist
         kind = interaction_type() or self.default_interaction_type
-        sample = draw(dist, kind, self.n_empirical_estimate)
+        generator, write_next_seed = self._generator, None
+        if self._generator_key is not None:
+            generator, write_next_seed = generator_for_call(
+                self._generator_key, tensordict, self._param_device(tensordict)
+            )
+        num_samples = self.num_samples if kind is InteractionType.RANDOM else None
+        sample = draw(
+            dist,
+            kind,
+            self.n_empirical_estimate,
+            num_samples=num_samples,
+            generator=generator,
+        )
+        if write_next_seed is not None and generator is not None:
+            write_next_seed(generator)
         dest = tensordict if tensordict_out is None else tensordict_out
+        if num_samples is not None:
+            dest = dest.expand(*num_samples, *dest.batch_size)
         self._write_sample(dest, sample)
         if self.return_log_prob:
-            self._write_log_prob(dest, dist.log_prob(sample))
+            self._write_log_prob(dest, dist, sample)
         return dest
+
+    def _param_device(self, tensordict: TensorDictBase) -> torch.device:
+        """Where a generator seeded from the input should live: the parameters' device."""
+        for key in self.in_keys:
+            value = tensordict.get(key, None)
+            if isinstance(value, torch.Tensor):
+                return value.device
+        return torch.device("cpu")
 
     def _write_sample(self, dest: TensorDictBase, sample: Any) -> None:
         keys = self._sample_keys
@@ -332,11 +427,25 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             )
         dest.set(keys[0], sample)
 
-    def _write_log_prob(self, dest: TensorDictBase, log_prob: Any) -> None:
-        if is_tensor_collection(log_prob):
-            dest.update(log_prob)
-        else:
+    def _write_log_prob(self, dest: TensorDictBase, dist: Any, sample: Any) -> None:
+        aggregate = self._check_aggregate("forward")
+        if not is_tensor_collection(sample):
+            dest.set(self.log_prob_key, dist.log_prob(sample))
+            return
+        if not aggregate:
+            log_prob = dist.log_prob(sample)
+            if is_tensor_collection(log_prob):
+                dest.update(self._renamed(log_prob))
+            else:
+                dest.set(self.log_prob_key, log_prob)
+            return
+        with set_composite_lp_aggregate(False):  # per-leaf values, summed here
+            log_prob = dist.log_prob(sample)
+        if not is_tensor_collection(log_prob):
             dest.set(self.log_prob_key, log_prob)
+            return
+        dest.update(log_prob)
+        dest.set(self.log_prob_key, _sum_leaves(log_prob, sample.batch_dims))
 
     def __repr__(self) -> str:
         fields = [
@@ -348,156 +457,3 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             fields.append(f"distribution_kwargs={self.distribution_kwargs!r}")
         fields.append(f"default_interaction_type={self.default_interaction_type.value}")
         return f"{type(self).__name__}(\n    " + ",\n    ".join(fields) + ")"
-
-
-class ProbabilisticTensorDictSequential(TensorDictSequential):
-    """A `TensorDictSequential` whose last member is a `ProbabilisticTensorDictModule`.
-
-    It adds `get_dist` and `log_prob`, which run the members
-    before the last on a shallow copy of the input (the input is not changed).
-
-    Examples:
-        >>> import torch
-        >>> from torch.distributions import Normal
-        >>> from td_core import TensorDict
-        >>> from td_nn import (
-        ...     ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule,
-        ... )
-        >>> policy = ProbabilisticTensorDictSequential(
-        ...     TensorDictModule(lambda obs: (obs, obs.exp()), in_keys=["obs"], out_keys=["loc", "scale"]),
-        ...     ProbabilisticTensorDictModule(
-        ...         in_keys=["loc", "scale"], out_keys=["action"], distribution_class=Normal,
-        ...     ),
-        ... )
-        >>> td = TensorDict(obs=torch.zeros(4), batch_size=[4])
-        >>> policy.get_dist(td).scale
-        tensor([1., 1., 1., 1.])
-        >>> policy.log_prob(policy(td)).shape
-        torch.Size([4])
-    """
-
-    def __init__(
-        self,
-        *modules: Any,
-        partial_tolerant: bool = False,
-        return_composite: bool | None = None,
-        selected_out_keys: Sequence[NestedKey] | NestedKey | None = None,
-        inplace: bool | str | None = None,
-    ) -> None:
-        self.return_composite = bool(return_composite)
-        super().__init__(
-            *modules,
-            partial_tolerant=partial_tolerant,
-            selected_out_keys=selected_out_keys,
-            inplace=inplace,
-        )
-        members = self._members()
-        if not members or not isinstance(members[-1], ProbabilisticTensorDictModule):
-            last = type(members[-1]).__name__ if members else "nothing"
-            raise TypeError(
-                "ProbabilisticTensorDictSequential must end with a ProbabilisticTensorDictModule, "
-                f"got {last}"
-            )
-
-    def _rebuild(self, modules: list[Any]) -> TensorDictSequential:
-        if modules and isinstance(modules[-1], ProbabilisticTensorDictModule):
-            return ProbabilisticTensorDictSequential(
-                *modules,
-                partial_tolerant=self.partial_tolerant,
-                return_composite=self.return_composite,
-            )
-        return TensorDictSequential(*modules, partial_tolerant=self.partial_tolerant)
-
-    def _head(
-        self, tensordict: TensorDictBase
-    ) -> tuple[TensorDictBase, ProbabilisticTensorDictModule]:
-        *body, last = self._members()
-        td = tensordict.copy()
-        for module in body:
-            td = module(td)
-        return td, last
-
-    def get_dist(self, tensordict: TensorDictBase) -> Any:
-        """The distribution the last member builds after the others ran on `tensordict`.
-
-        With `return_composite=True` it is a td-distributions
-        `CompositeDistribution` keyed by the sample key.
-        """
-        td, last = self._head(tensordict)
-        return self._maybe_composite(td, last, last.get_dist(td))
-
-    def _maybe_composite(
-        self, params: TensorDictBase, last: ProbabilisticTensorDictModule, dist: Any
-    ) -> Any:
-        if not self.return_composite or len(last.dist_sample_keys) != 1:
-            return dist
-        composite = load_extension("distributions", "td-distributions").composite_distribution()
-        if isinstance(dist, composite):
-            return dist
-        return composite.from_distributions(params, {last.dist_sample_keys[0]: dist})
-
-    def log_prob(self, tensordict: TensorDictBase) -> Any:
-        """The log-probability of the sample stored in `tensordict` under `get_dist`.
-
-        A TensorDict of per-sample-key log-probabilities with `return_composite=True`.
-        """
-        td, last = self._head(tensordict)
-        dist = last.get_dist(td)
-        if self.return_composite and len(last.dist_sample_keys) == 1:
-            return self._maybe_composite(td, last, dist).log_prob(tensordict)
-        return last.log_prob(tensordict, dist=dist)
-
-    @property
-    def det_part(self) -> TensorDictSequential:
-        """The members before the last (probabilistic) one, as a `TensorDictSequential`."""
-        return TensorDictSequential(*self._members()[:-1], partial_tolerant=self.partial_tolerant)
-
-    def get_dist_params(
-        self,
-        tensordict: TensorDictBase,
-        tensordict_out: TensorDictBase | None = None,
-        **kwargs: Any,
-    ) -> TensorDictBase:
-        """Run the members before the last one on `tensordict` (written in place) and return it."""
-        out = tensordict
-        for module in self._members()[:-1]:
-            out = module(out, **kwargs)
-        if tensordict_out is not None:
-            return tensordict_out.update(out)
-        return out
-
-    def build_dist_from_params(self, tensordict: TensorDictBase) -> Any:
-        """The distribution built from parameters already in `tensordict` (no member runs)."""
-        last = self._members()[-1]
-        return self._maybe_composite(tensordict, last, last.get_dist(tensordict))
-
-    @property
-    def default_interaction_type(self) -> InteractionType:
-        """The last member's `default_interaction_type`."""
-        return self._members()[-1].default_interaction_type
-
-    @property
-    def dist_params_keys(self) -> list[NestedKey]:
-        """The last member's distribution parameter keys."""
-        return self._members()[-1].dist_params_keys
-
-    @property
-    def dist_sample_keys(self) -> list[NestedKey]:
-        """The last member's sample keys."""
-        return self._members()[-1].dist_sample_keys
-
-    @property
-    def out_keys_source(self) -> list[NestedKey]:
-        """Every key the members write, in order, before any `select_out_keys`."""
-        keys: dict[NestedKey, None] = {}
-        for module in self._members():
-            keys.update(dict.fromkeys(module.out_keys))
-        return list(keys)
-
-    @property
-    def log_prob_keys(self) -> list[NestedKey]:
-        return self._members()[-1].log_prob_keys
-
-    @property
-    def log_prob_key(self) -> NestedKey:
-        return self._members()[-1].log_prob_key

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -15,6 +15,7 @@ from td_nn._common import as_key_list
 from td_nn._dispatch import resolve_call
 from td_nn._errors import UnknownKeyError
 from td_nn._skip import skips
+from td_nn._wrap import WrapModule
 
 __all__ = ["TensorDictSequential", "sequence_keys"]
 
@@ -38,17 +39,24 @@ def sequence_keys(modules: Iterable[Any]) -> tuple[list[NestedKey], list[NestedK
 
 
 def _check_module(module: Any, index: Any) -> nn.Module:
-    if not isinstance(module, nn.Module):
+    """`module` as a member: a keyed module as is, a plain callable wrapped in `WrapModule`.
+
+    A callable without `in_keys`/`out_keys` (a function or an `nn.Module` from
+    TensorDict to TensorDict) runs on the whole TensorDict, as upstream.
+    """
+    if hasattr(module, "in_keys") and hasattr(module, "out_keys"):
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"TensorDictSequential: module {index!r} is a {type(module).__name__}, not an "
+                "nn.Module; wrap it with TensorDictModule(fn, in_keys=..., out_keys=...)"
+            )
+        return module
+    if not callable(module):
         raise TypeError(
-            f"TensorDictSequential: module {index!r} is a {type(module).__name__}, not an nn.Module; "
-            "wrap callables with TensorDictModule(fn, in_keys=..., out_keys=...)"
+            f"TensorDictSequential: module {index!r} is a {type(module).__name__}, which is not "
+            "callable; pass nn.Modules with in_keys/out_keys or functions of a TensorDict"
         )
-    if not hasattr(module, "in_keys") or not hasattr(module, "out_keys"):
-        raise TypeError(
-            f"TensorDictSequential: module {index!r} ({type(module).__name__}) has no in_keys/out_keys; "
-            "wrap it with TensorDictModule(module, in_keys=..., out_keys=...)"
-        )
-    return module
+    return WrapModule(module)
 
 
 def _check_ran(module: Any, index: int, td: TensorDictBase, out: Any) -> None:
@@ -90,9 +98,11 @@ class TensorDictSequential(TensorDictModuleBase):
             of raising.
         selected_out_keys: keep only these outputs (and the inputs) in the
             result; intermediate outputs are removed.
-        inplace: `None` or `True`: the input TensorDict is updated and
-            returned; `False`: a new TensorDict (empty batch size) holding
-            only the out keys; `"empty"`: `tensordict.empty()` holding them.
+        inplace: `True`: the out keys are written into the input TensorDict,
+            which is returned (even where a member returns a new TensorDict);
+            `None`: whatever the last member returns (the input, for members
+            that write in place); `False`: a new TensorDict (empty batch size)
+            holding only the out keys; `"empty"`: `tensordict.empty()` holding them.
 
     Examples:
         >>> import torch
@@ -116,13 +126,13 @@ class TensorDictSequential(TensorDictModuleBase):
 
     def __init__(
         self,
-        *modules: nn.Module | OrderedDict[str, nn.Module],
+        *modules: nn.Module | Callable[..., Any] | Mapping[str, Any],
         partial_tolerant: bool = False,
         selected_out_keys: Sequence[NestedKey] | NestedKey | None = None,
         inplace: bool | str | None = None,
     ) -> None:
         super().__init__()
-        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+        if len(modules) == 1 and isinstance(modules[0], Mapping):
             named = OrderedDict((name, _check_module(m, name)) for name, m in modules[0].items())
             self.module: nn.ModuleDict | nn.ModuleList = nn.ModuleDict(named)
         else:
@@ -133,7 +143,6 @@ class TensorDictSequential(TensorDictModuleBase):
             )
         self.partial_tolerant = partial_tolerant
         self.inplace = inplace
-        self._all_out_keys: list[NestedKey] | None = None
         self._dropped: list[NestedKey] = []
         self.in_keys, self.out_keys = sequence_keys(self._members())
         if selected_out_keys is not None:
@@ -181,7 +190,11 @@ class TensorDictSequential(TensorDictModuleBase):
         if self._dropped:
             td.exclude(*self._dropped, inplace=True)
         if not copy:
-            return td
+            if inplace is True and td is not tensordict:
+                # a member returned a new TensorDict: the outputs still go into the input
+                tensordict_out = tensordict
+            else:
+                return td
         if tensordict_out is None:
             tensordict_out = TensorDict() if inplace is False else tensordict.empty()
         for key in self.out_keys:
@@ -192,13 +205,24 @@ class TensorDictSequential(TensorDictModuleBase):
 
     # ---------------------------------------------------------------- out keys
     def _set_selected_out_keys(self, keys: list[NestedKey]) -> None:
-        self.out_keys = keys
-        every = self._all_out_keys or []
+        self._out_keys_apparent = keys
+        every = self.out_keys_source
         self._dropped = [k for k in every if k not in keys and k not in self.in_keys]
 
     # ---------------------------------------------------------------- structure
-    def _rebuild(self, modules: list[nn.Module]) -> TensorDictSequential:
-        return TensorDictSequential(*modules, partial_tolerant=self.partial_tolerant)
+    def _rebuild(
+        self, modules: list[nn.Module], names: list[str] | None = None
+    ) -> TensorDictSequential:
+        """A sequence of `modules` like this one (named by `names` when this one is named)."""
+        return TensorDictSequential(
+            *self._as_args(modules, names), partial_tolerant=self.partial_tolerant
+        )
+
+    def _as_args(self, modules: list[nn.Module], names: list[str] | None) -> list[Any]:
+        """`modules` as constructor arguments: one `OrderedDict` when named."""
+        if names is None or not isinstance(self.module, nn.ModuleDict):
+            return modules
+        return [OrderedDict(zip(names, modules))]
 
     def select_subsequence(
         self,
@@ -221,13 +245,20 @@ class TensorDictSequential(TensorDictModuleBase):
         if in_keys is not None:
             changed = set(as_key_list(in_keys, "in_keys", "select_subsequence"))
             for i, module in enumerate(members):
-                if any(k in changed for k in module.in_keys):
+                if type(module) is TensorDictSequential:  # nested: select inside it
+                    try:
+                        module = members[i] = module.select_subsequence(in_keys=list(changed))
+                    except ValueError:
+                        keep[i] = False
+                        continue
+                    changed.update(module.out_keys)
+                elif any(k in changed for k in module.in_keys):
                     changed.update(module.out_keys)
                 else:
                     keep[i] = False
         if out_keys is not None:
             wanted = as_key_list(out_keys, "out_keys", "select_subsequence")
-            every = self._all_out_keys or self.out_keys
+            every = self.out_keys_source
             unknown = [k for k in wanted if k not in every]
             if unknown:
                 raise UnknownKeyError(
@@ -238,20 +269,41 @@ class TensorDictSequential(TensorDictModuleBase):
             for i in reversed(range(len(members))):
                 module = members[i]
                 if keep[i] and any(k in needed for k in module.out_keys):
+                    if type(module) is TensorDictSequential:  # nested: select inside it
+                        wanted_here = [k for k in module.out_keys if k in needed]
+                        module = members[i] = module.select_subsequence(out_keys=wanted_here)
                     needed.update(module.in_keys)
                 else:
                     keep[i] = False
         kept = [m for m, k in zip(members, keep) if k]
+        names = [n for n, k in zip(self.module._modules, keep) if k]
         if not kept:
             raise ValueError(
                 f"select_subsequence(in_keys={in_keys!r}, out_keys={out_keys!r}) leaves no module "
                 f"(in_keys: {self.in_keys!r}, out_keys: {self.out_keys!r})"
             )
-        return self._rebuild(kept)
+        return self._rebuild(kept, names)
+
+    def __setitem__(self, index: int | str, module: nn.Module) -> None:
+        """Replace a member; the sequence's `in_keys` and `out_keys` are computed again."""
+        member = _check_module(module, index)
+        if isinstance(self.module, nn.ModuleDict):
+            self.module[str(index)] = member
+        else:
+            self.module[int(index)] = member
+        self._refresh_keys()
+
+    def __delitem__(self, index: int | slice | str) -> None:
+        """Remove members; the sequence's `in_keys` and `out_keys` are computed again."""
+        del self.module[index]  # type: ignore[arg-type]
+        self._refresh_keys()
+
+    def _refresh_keys(self) -> None:
+        self.in_keys, self.out_keys = sequence_keys(self._members())
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return self._rebuild(self._members()[index])
+            return self._rebuild(self._members()[index], list(self.module._modules)[index])
         if isinstance(self.module, nn.ModuleDict) and isinstance(index, str):
             return self.module[index]
         return self._members()[index]

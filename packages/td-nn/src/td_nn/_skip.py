@@ -12,6 +12,7 @@ from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
 from td_core import NestedKey, TensorDictBase, unravel_key, unravel_key_list
+from td_nn._errors import SkipModeError
 
 __all__ = ["set_skip_existing", "skip_existing", "should_skip", "skips"]
 
@@ -120,9 +121,10 @@ class set_skip_existing:
 
     def __enter__(self) -> set_skip_existing:
         if self.mode is None:
-            raise ValueError(
-                "set_skip_existing(None) only works as a decorator (follow the enclosing mode); "
-                "use True, False or a list of keys in a with-block"
+            raise SkipModeError(
+                "It seems you are using set_skip_existing(None) as a context manager: None only "
+                "works as a decorator (follow the enclosing mode); use True, False or a list of "
+                "keys in a with-block"
             )
         self._tokens.append(_SKIP.set(self.mode))
         return self

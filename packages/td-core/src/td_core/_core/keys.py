@@ -67,8 +67,19 @@ def unravel_key(key: NestedKey) -> str | tuple[str, ...]:
 
 
 def unravel_key_list(keys: Any) -> list[str | tuple[str, ...]]:
-    """`unravel_key` applied to each key of a list (a single key becomes a one-item list)."""
-    if isinstance(keys, (str, tuple)):
+    """`unravel_key` applied to each key of a list or tuple of keys.
+
+    A tuple is a sequence of keys here, as upstream (`("a", "b")` gives
+    `["a", "b"]`); a lone `str` becomes a one-item list.
+
+    Examples:
+        >>> from td_core import unravel_key_list
+        >>> unravel_key_list(["a", ("b", ("c",)), ("d",)])
+        ['a', ('b', 'c'), 'd']
+        >>> unravel_key_list(("a", "b"))
+        ['a', 'b']
+    """
+    if isinstance(keys, str):
         return [unravel_key(keys)]
     return [unravel_key(k) for k in keys]
 

@@ -195,6 +195,17 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
             TensorDictBase.apply_(self, fn, *others, **kwargs)
         return self
 
+    def clone(self, recurse: bool = True) -> TensorDictParams:
+        """A `TensorDictParams` of copies, as upstream.
+
+        Parameters stay parameters (with their `requires_grad`), buffers stay
+        buffers (`nn.Buffer` included), and a tensor held under several keys
+        (tied weights) gives one copy held under the same keys. With
+        `recurse=False` the leaves are shared, not copied.
+        """
+        memo: dict[int, Any] = {}
+        return _clone_params(self, memo, recurse)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("TensorDictParams holds parameters; it is not callable")
 
@@ -210,6 +221,45 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         # inside torch.vmap/func transforms the leaves are transformed tensors: a plain TensorDict
         return TensorDict._new_unsafe(source, batch_size, device)
 
+
+def _copy_leaf(value: Any, memo: dict[int, Any]) -> Any:
+    """A copy of one leaf keeping its kind (parameter, `nn.Buffer`, tensor), shared via `memo`."""
+    done = memo.get(id(value))
+    if done is not None:
+        return done
+    if isinstance(value, nn.Parameter):
+        out: Any = nn.Parameter(value.detach().clone(), requires_grad=value.requires_grad)
+    elif _BUFFER is not None and isinstance(value, _BUFFER):
+        out = _BUFFER(value.detach().clone())
+    elif isinstance(value, Tensor):
+        out = value.clone()
+    else:  # non-tensor data
+        out = value.clone() if hasattr(value, "clone") else value
+    memo[id(value)] = out
+    return out
+
+
+def _clone_params(
+    params: TensorDictParams, memo: dict[int, Any], recurse: bool
+) -> TensorDictParams:
+    entries: dict[str, Any] = {}
+    for key, value in params._items_str():
+        if isinstance(value, TensorDictParams):
+            entries[key] = _clone_params(value, memo, recurse)
+        else:
+            entries[key] = _copy_leaf(value, memo) if recurse else value
+    source = TensorDict._new_unsafe(entries, params.batch_size, params.device)
+    out = TensorDictParams(source, no_convert=True)
+    out._no_convert = params._no_convert
+    names = params._raw_names()
+    if names is not None:
+        out._store_names(names)
+    if params.is_locked:
+        out.lock_()
+    return out
+
+
+_BUFFER: Any = getattr(nn, "Buffer", None)  # torch >= 2.5
 
 register(TensorDictParams)
 provide("TensorDictParams", TensorDictParams)

@@ -18,6 +18,7 @@ from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_ragged, is_stack, is_td, per_member, stack_parts
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._ops.resize_update import update_resized
+from td_core._ops.state_dict import load_state_dict_into, state_dict_of
 from td_core._ops.writes import copy_all, plan_copy_dense
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -400,39 +401,43 @@ class StructureMixin(TensorDictContract):
         destination: dict[str, Any] | None = None,
         prefix: str = "",
         keep_vars: bool = False,
+        flatten: bool = True,
     ) -> OrderedDict[str, Any]:
-        """Tensor leaves under dotted keys, like `nn.Module.state_dict` (detached unless `keep_vars`)."""
-        out: OrderedDict[str, Any] = OrderedDict() if destination is None else destination  # type: ignore[assignment]
-        _state_into(self, prefix, out, keep_vars)
-        return out
+        """Tensor leaves under dotted keys, like `nn.Module.state_dict`.
+
+        Args:
+            destination: a dict to fill (and return) instead of a new `OrderedDict`.
+            prefix: prepended to every key.
+            keep_vars: keep the tensors attached to autograd (detached by default).
+            flatten: `False` nests one `OrderedDict` per sub-TensorDict instead
+                of dotted keys.
+
+        The batch size and device of each level are in the result's
+        `_metadata` attribute (`""` for the root, `"a.b"` for the sub-TensorDict
+        at `("a", "b")`); non-tensor leaves are left out, as upstream.
+        """
+        return state_dict_of(self, destination, prefix, keep_vars, flatten)
 
     def load_state_dict(
         self,
         state_dict: Mapping[str, Any],
         strict: bool = True,
         assign: bool = False,
+        from_flatten: bool | None = None,
     ) -> Self:
         """Copy (or, with `assign`, set) the entries of a `state_dict` into self.
 
-        With `strict`, the keys must match exactly; missing or unexpected keys
-        are all named in the `KeyError`, and nothing is written.
+        Reads the flat (dotted keys) and nested formats alike, with or without
+        `_metadata`, and upstream's legacy `"__batch_size"`/`"__device"` entries
+        (`from_flatten` is accepted for upstream's signature: the format is
+        always detected). The saved root batch size is restored.
+
+        Raises:
+            KeyError: (a `RuntimeError` too) with `strict`, naming the missing
+                and unexpected keys; nothing is written.
+            RuntimeError: if the state dict was saved on another device.
         """
-        mine = {
-            k if type(k) is str else ".".join(k)
-            for k in self.keys(include_nested=True, leaves_only=True)
-        }
-        theirs = set(state_dict)
-        if strict and mine != theirs:
-            raise KeyError(
-                f"load_state_dict: missing keys {sorted(mine - theirs)}, unexpected keys {sorted(theirs - mine)}"
-            )
-        nested = {tuple(k.split(".")) if "." in k else k: v for k, v in state_dict.items()}
-        if assign:
-            return self.update(nested)
-        existing = {k: v for k, v in nested.items() if k in self.keys(include_nested=True)}
-        self.update_(existing)
-        new = {k: v for k, v in nested.items() if k not in existing}
-        return self.update(new) if new else self
+        return load_state_dict_into(self, state_dict, strict, assign)
 
 
 def _update_flat(td: TensorDictContract, source: Any) -> bool:
@@ -636,16 +641,6 @@ def _member_part(source: Any, d: int, i: int, n: int) -> Any:
     if isinstance(source, Tensor) and source.ndim >= n:
         return source.select(d, i if source.shape[d] != 1 else 0)
     return source  # broadcast into every member as it is
-
-
-def _state_into(td: TensorDictContract, prefix: str, out: dict[str, Any], keep_vars: bool) -> None:
-    """`state_dict`'s entries: every tensor leaf under its dotted key, in key order
-    (non-tensor leaves are left out, as upstream)."""
-    for key, value in td._items_str():
-        if isinstance(value, Tensor):
-            out[prefix + key] = value if keep_vars else value.detach()
-        elif is_td(value):
-            _state_into(value, f"{prefix}{key}.", out, keep_vars)
 
 
 def _plan_update_(

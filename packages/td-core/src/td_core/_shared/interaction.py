@@ -39,7 +39,7 @@ class InteractionType(enum.Enum):
             except ValueError:
                 pass
         choices = ", ".join(repr(m.value) for m in cls)
-        raise ValueError(f"unknown interaction type {value!r}; expected one of {choices}")
+        raise ValueError(f"{value!r} is not a valid InteractionType; expected one of {choices}")
 
 
 _INTERACTION_TYPE: ContextVar[InteractionType | None] = ContextVar(

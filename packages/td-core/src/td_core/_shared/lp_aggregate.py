@@ -18,20 +18,38 @@ __all__ = ["composite_lp_aggregate", "set_composite_lp_aggregate"]
 _AGGREGATE: ContextVar[bool] = ContextVar("td_composite_lp_aggregate", default=False)
 
 
-def composite_lp_aggregate() -> bool:
-    """Whether composite log-probabilities are aggregated (default `False`)."""
+def composite_lp_aggregate(nowarn: bool = False) -> bool:
+    """Whether composite log-probabilities are aggregated (default `False`).
+
+    Args:
+        nowarn: accepted for upstream compatibility; td never warns here.
+    """
     return _AGGREGATE.get()
 
 
 class set_composite_lp_aggregate(Switch[bool]):
-    """Context manager and decorator that turns log-prob aggregation on or off."""
+    """Context manager and decorator that turns log-prob aggregation on or off.
+
+    `None` stands for upstream's "unset" state, which reads as off.
+
+    Examples:
+        >>> from td_core import composite_lp_aggregate, set_composite_lp_aggregate
+        >>> with set_composite_lp_aggregate(True):
+        ...     composite_lp_aggregate()
+        True
+        >>> with set_composite_lp_aggregate(None):
+        ...     composite_lp_aggregate()
+        False
+    """
 
     _var = _AGGREGATE
 
-    def __init__(self, mode: bool = True) -> None:
+    def __init__(self, mode: bool | None = True) -> None:
         super().__init__(mode)
 
     def _parse(self, mode: Any) -> bool:
+        if mode is None:
+            return False
         if not isinstance(mode, bool):
-            raise TypeError(f"set_composite_lp_aggregate expects a bool, got {mode!r}")
+            raise TypeError(f"set_composite_lp_aggregate expects a bool or None, got {mode!r}")
         return mode
