@@ -34,6 +34,7 @@ from td_core._ops.apply import ApplyMixin
 from td_core._ops.apply import to as to_
 from td_core._ops.autograd import AutogradMixin
 from td_core._ops.casts import CastMixin
+from td_core._ops.compat import CompatMixin
 from td_core._ops.dict_methods import MappingMixin
 from td_core._ops.index import IndexingMixin
 from td_core._ops.masked import MaskedMixin
@@ -88,6 +89,7 @@ class TensorDictBase(
     TabularMixin,
     PackMixin,
     WorkersMixin,
+    CompatMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see `td_core.TensorDict`."""
