@@ -48,3 +48,11 @@ def test_non_tensor_data_takes_names_per_batch_dim() -> None:
     assert leaf.batch_size == (2, 3) and leaf.data == "x"
     with pytest.raises(ValueError, match=r"2 dim names \['a', 'b'\] for batch_size \[2\]"):
         td_core.NonTensorData("x", batch_size=[2], names=["a", "b"])
+
+
+def test_non_tensor_data_unwraps_a_leaf_given_as_its_value() -> None:
+    td = td_core.TensorDict({}, [2])
+    td.set_non_tensor("k", td_core.NonTensorData("text", batch_size=[2]))
+    assert td["k"] == "text"
+    with pytest.raises(TypeError, match="NonTensorStack"):
+        td_core.NonTensorData(td_core.NonTensorStack.from_list(["a", "b"]), batch_size=[2])
