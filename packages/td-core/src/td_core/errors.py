@@ -19,6 +19,7 @@ __all__ = [
     "DimError",
     "NotAPipeError",
     "NotConsolidatedError",
+    "IndexTypeError",
 ]
 
 
@@ -81,4 +82,12 @@ class NotConsolidatedError(TDError, AttributeError):
 
     Upstream looks up the missing consolidated storage and fails with
     `AttributeError`; this is an instance of that too.
+    """
+
+
+class IndexTypeError(TDError, IndexError, TypeError):
+    """An index of a type that cannot index batch dims (a `set`, a `float`, ...).
+
+    torch raises `IndexError` for these and upstream's lazy stacks `TypeError`;
+    this is an instance of both.
     """

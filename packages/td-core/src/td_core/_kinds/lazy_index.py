@@ -40,8 +40,14 @@ class LazyIndexMixin:
         def contiguous(self) -> TensorDictBase: ...
         def _restack(self, members: list[TensorDictBase], dim: int) -> TensorDictBase: ...
 
-    def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...], int] | None:
-        """(item on the stack dim, index for the members, result stack dim), or None if not separable."""
+    def _split_index(
+        self, index: Any, *, nd: bool = False
+    ) -> tuple[Any, tuple[Any, ...], int] | None:
+        """(item on the stack dim, index for the members, result stack dim), or None if not separable.
+
+        With `nd`, the stack item may be an n-d index tensor (reads only): its dims
+        start at the result stack dim.
+        """
         norm = normalize_index(index, self.batch_size)
         pos, result_dim, at = 0, 0, None
         for i, item in enumerate(norm):
@@ -53,20 +59,36 @@ class LazyIndexMixin:
                 at = i
                 break
             pos += 1
-            if not isinstance(item, int):
+            if not isinstance(item, int) and not (isinstance(item, Tensor) and item.ndim == 0):
                 result_dim += 1
-        if at is None:  # the index stops before the stack dim: the dims up to it are kept
-            return slice(None), norm, result_dim + self.stack_dim - pos
+        if at is None:  # the index stops before the stack dim, which lands after its result
+            member_bs = self.tensordicts[0].batch_size
+            lead = len(indexed_shape(member_bs, norm)) - (len(member_bs) - self.stack_dim)
+            return slice(None), norm, lead
         stack_item, rest = norm[at], norm[:at] + norm[at + 1 :]
         if isinstance(stack_item, Tensor) and stack_item.dtype == torch.bool:
             stack_item = stack_item.nonzero().squeeze(-1)
-        if isinstance(stack_item, Tensor) and (
-            stack_item.ndim > 1 or any(isinstance(r, Tensor) for r in rest)
-        ):
-            return None
-        if not isinstance(stack_item, int) and any(isinstance(r, Tensor) and r.ndim for r in rest):
-            return None
-        return stack_item, rest, result_dim
+        elif isinstance(stack_item, Tensor) and stack_item.ndim == 0:
+            stack_item = int(stack_item)  # a 0-d index tensor picks one member, as an int
+        if isinstance(stack_item, int):
+            return stack_item, rest, result_dim
+        tensors = [k for k, r in enumerate(norm) if isinstance(r, Tensor) and r.ndim and k != at]
+        if isinstance(stack_item, Tensor):
+            if tensors or (stack_item.ndim > 1 and not nd):
+                return None  # the stack item broadcasts with another index tensor
+            return stack_item, rest, result_dim
+        if tensors and tensors[0] < at < tensors[-1]:
+            return None  # torch moves index tensors split by the stack dim's slice to the front
+        return stack_item, rest, self._sliced_stack_dim(norm, at)
+
+    def _sliced_stack_dim(self, norm: tuple[Any, ...], at: int) -> int:
+        """Where the stack dim, indexed by the slice `norm[at]`, lands in the result."""
+        shapes = []
+        for size in (2, 3):  # only the stack dim's size differs between the two probes
+            probe = list(self.batch_size)
+            probe[self.stack_dim] = size
+            shapes.append(indexed_shape(torch.Size(probe), (*norm[:at], _FULL, *norm[at + 1 :])))
+        return next(d for d, (a, b) in enumerate(zip(*shapes)) if a != b)
 
     def _members_for(self, stack_item: Any) -> list[int]:
         n = len(self.tensordicts)
@@ -87,7 +109,7 @@ class LazyIndexMixin:
             members = self.tensordicts
             if -len(members) <= at < len(members):
                 return members[at]
-        split = self._split_index(index)
+        split = self._split_index(index, nd=True)
         if split is None:
             new_dims = _new_dims(index, self.batch_size)
             if new_dims:  # `None` items: index without them, then insert the new dims
@@ -103,10 +125,19 @@ class LazyIndexMixin:
             if all(type(r) is slice and r == _FULL for r in rest):
                 return member  # lazy[:, i]: the member itself, as upstream
             return member._index(rest)
+        if isinstance(stack_item, Tensor) and stack_item.ndim > 1 and stack_item.numel():
+            return self._index_nd(stack_item, rest, result_dim)
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
         if not members:
             return self.contiguous()._index(index)
         return self._restack([m._index(rest) if rest else m for m in members], result_dim)
+
+    def _index_nd(self, stack_item: Tensor, rest: tuple[Any, ...], dim: int) -> TensorDictBase:
+        """Lazy stacks of lazy stacks for an n-d index tensor on the stack dim (`dim` onwards)."""
+        if stack_item.ndim == 1:
+            picked = [self.tensordicts[i] for i in self._members_for(stack_item)]
+            return self._restack([m._index(rest) if rest else m for m in picked], dim)
+        return self._restack([self._index_nd(row, rest, dim) for row in stack_item], dim)
 
     def _setitem_index(self, index: Any, value: Any) -> None:
         split = self._split_index(index)

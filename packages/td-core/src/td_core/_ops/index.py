@@ -18,7 +18,7 @@ from td_core._core.traverse import index_batch, is_nt, is_td, map_batch
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._leaves.nontensor import NonTensorData
 from td_core._ops.writes import copy_at_dense, plan_copy_dense
-from td_core.errors import BatchSizeError, DTypeError, LockedError
+from td_core.errors import BatchSizeError, DTypeError, IndexTypeError, LockedError
 
 if TYPE_CHECKING:
     pass
@@ -63,8 +63,9 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
     items = tuple(_convert(i) for i in items)
     for item in items:
         if not (item is None or item is Ellipsis or isinstance(item, (int, slice, Tensor))):
-            raise IndexError(
-                f"invalid index {item!r} of type {type(item).__name__} for a TensorDict"
+            raise IndexTypeError(
+                f"Invalid index {item!r} of type {type(item).__name__} for a TensorDict: use "
+                "ints, slices, None, ..., lists, ranges, tensors or numpy arrays"
             )
     used = sum(_dims_used(i) for i in items)
     ndim = len(batch_size)
