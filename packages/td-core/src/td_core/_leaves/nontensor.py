@@ -122,6 +122,8 @@ class NonTensorData(_NonTensorBase):
 
     __slots__ = ("data",)
 
+    data: Any
+
     def __init__(
         self,
         data: Any,
