@@ -20,6 +20,7 @@ __all__ = [
     "NotAPipeError",
     "NotConsolidatedError",
     "IndexTypeError",
+    "TruthValueError",
 ]
 
 
@@ -90,4 +91,11 @@ class IndexTypeError(TDError, IndexError, TypeError):
 
     torch raises `IndexError` for these and upstream's lazy stacks `TypeError`;
     this is an instance of both.
+    """
+
+
+class TruthValueError(TDError, ValueError, RuntimeError):
+    """`bool(td)`: a TensorDict has no single truth value.
+
+    Upstream and torch raise `RuntimeError`, numpy `ValueError`; this is both.
     """

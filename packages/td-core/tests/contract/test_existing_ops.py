@@ -5,6 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+
+def _with_text(td):
+    td.set_non_tensor(("nested", "text"), "hello")  # a number says nothing about it: left out
+    return td
+
+
 CASES = {
     "clone": lambda td: td.clone(),
     "getitem_int": lambda td: td[0],
@@ -18,6 +24,13 @@ CASES = {
     "abs": lambda td: abs(td),
     "neg": lambda td: -td,
     "eq_self": lambda td: td == td,
+    "eq_dict": lambda td: td == td.to_dict(),
+    "ne_dict_zero": lambda td: td != td.clone().zero_().to_dict(),
+    "eq_str": lambda td: td == "z",
+    "ne_str": lambda td: td != "z",
+    "eq_text_leaf_scalar": lambda td: _with_text(td) == 0,
+    "le_text_leaf_scalar": lambda td: _with_text(td) <= 1.0,
+    "bool": lambda td: bool(td),
     "to_double": lambda td: td.to(torch.float64),
     "unsqueeze": lambda td: td.unsqueeze(0),
     "flatten_keys": lambda td: td.flatten_keys("."),

@@ -51,7 +51,7 @@ from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
 from td_core._parallel.p2p import PointToPointMixin
 from td_core._parallel.workers import WorkersMixin
-from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
+from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError, TruthValueError
 
 __all__ = ["TensorDictBase"]
 
@@ -256,8 +256,10 @@ class TensorDictBase(
         return iter(self.unbind(0))
 
     def __bool__(self) -> bool:
-        raise ValueError(
-            "the truth value of a TensorDict is ambiguous; use .all(), .any() or .is_empty()"
+        raise TruthValueError(
+            f"Converting a tensordict to boolean value is not permitted: the truth value of a "
+            f"{type(self).__name__} with keys {sorted(self._keys_str())} is ambiguous; use "
+            "(a == b).all() or .any() to reduce a comparison, .is_empty() to test for leaves"
         )
 
     def is_empty(self) -> bool:

@@ -19,12 +19,13 @@ Examples:
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from td_core._core.contract import dense
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops.pointwise_run import Op, _lazy_members, run, split_operands
@@ -387,7 +388,14 @@ class PointwiseMixin(UnaryMixin):
 
 # ------------------------------------------------------------------ comparisons
 def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) -> Any:
-    """Leaf-wise comparison; non-tensor leaves compare by value (`==`/`!=` only)."""
+    """Leaf-wise comparison; non-tensor leaves compare by value (`==`/`!=` only).
+
+    A `dict` compares as the TensorDict of the same batch size it would build.
+    """
+    if isinstance(other, Mapping) and not is_td(other):
+        other = dense(other, td.batch_size, td.device)
+    elif not is_td(other) and not isinstance(other, (Tensor, *_SCALARS)):
+        return NotImplemented  # `td == "z"` is False, as for any unrelated object
     members = _lazy_members(td)
     if members is not None:
         dim, (parts,) = split_operands(td, "compare", (other,), False)
@@ -396,8 +404,6 @@ def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) 
         )
     if is_td(other):
         return _zip_compare(td, other, op, ())
-    if not isinstance(other, (Tensor, *_SCALARS)):
-        return NotImplemented
     n = len(td.batch_size)
     if isinstance(other, Tensor) and other.ndim:
         torch.broadcast_shapes(td.batch_size, other.shape)  # raises RuntimeError on a mismatch
@@ -410,20 +416,18 @@ def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) 
         def fn(t: Tensor) -> Tensor:
             return op(t, other)
 
-    return _map_compare(td, fn, lambda v: _nt_compare(v, other, op))
+    return _map_compare(td, fn)
 
 
-def _map_compare(
-    td: TensorDictContract, fn: Callable[[Tensor], Tensor], nt: Callable[[Any], Tensor]
-) -> Any:
+def _map_compare(td: TensorDictContract, fn: Callable[[Tensor], Tensor]) -> Any:
+    """`fn` on every tensor leaf; non-tensor leaves are left out (a number or tensor
+    says nothing about them), as upstream."""
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
             out[key] = fn(value)
-        elif value._is_non_tensor:
-            out[key] = nt(value)
-        else:
-            out[key] = _map_compare(value, fn, nt)
+        elif not value._is_non_tensor:
+            out[key] = _map_compare(value, fn)
     return td._new(out, td.batch_size)
 
 
