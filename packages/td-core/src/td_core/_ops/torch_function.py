@@ -247,6 +247,6 @@ def _pointwise(name: str) -> Callable[..., Any]:
 
 # every pointwise method that torch also has as a function: torch.maximum, torch.exp, ...
 for _name in sorted(dir(PointwiseMixin)):
-    _func = getattr(torch, _name, None)
-    if not _name.startswith("_") and callable(_func) and _func not in TORCH_FUNCTIONS:
-        TORCH_FUNCTIONS[_func] = _pointwise(_name)
+    _torch_func: Any = getattr(torch, _name, None)
+    if not _name.startswith("_") and callable(_torch_func) and _torch_func not in TORCH_FUNCTIONS:
+        TORCH_FUNCTIONS[_torch_func] = _pointwise(_name)
