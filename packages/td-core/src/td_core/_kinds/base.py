@@ -450,7 +450,7 @@ class TensorDictBase(
                     return NonTensorData(value.data, bs, value.device)
                 raise self._shape_error(key, value.batch_size)
             if value.batch_size[: len(bs)] != bs:
-                raise self._shape_error(key, value.batch_size, what="batch_size")
+                value = self._widened(value, key)
             device = self.device
             if device is not None and value.device != device:
                 value = value.to(device)
@@ -469,6 +469,20 @@ class TensorDictBase(
                 return NonTensorData(value, bs, self.device)
             return self._validate(tensor, key)
         return NonTensorData(value, bs, self.device)
+
+    def _widened(self, value: Any, key: NestedKey) -> Any:
+        """A shallow copy of the TensorDict `value` with this batch size, which its batch size
+        starts and all its leaves allow (as upstream); else the batch-size error."""
+        bs, own = self.batch_size, value.batch_size
+        if len(own) < len(bs) and bs[: len(own)] == own:
+            copy = value.clone(recurse=False)
+            try:
+                copy.batch_size = bs
+            except (RuntimeError, ValueError, TypeError):
+                pass
+            else:
+                return copy
+        raise self._shape_error(key, own, what="batch_size")
 
     def _new_validated(
         self, source: Mapping[str, Any], batch_size: torch.Size, key: NestedKey
