@@ -13,9 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TensorDictContract
+from td_core._core.contract import TensorDictContract, dense
 from td_core._core.traverse import is_td
-from td_core._ops.index import _apply_plan, _plan_sub, indexed_shape, normalize_index
+from td_core._core.utils import broadcast_shape
+from td_core._ops.index import (
+    _apply_plan,
+    _plan_sub,
+    batch_fits,
+    indexed_shape,
+    normalize_index,
+)
 from td_core.errors import BatchSizeError
 
 if TYPE_CHECKING:
@@ -141,11 +148,12 @@ class LazyIndexMixin:
 
     def _setitem_index(self, index: Any, value: Any) -> None:
         split = self._split_index(index)
+        if isinstance(value, dict) or is_td(value):
+            full = indexed_shape(self.batch_size, normalize_index(index, self.batch_size))
+            value = _as_batch(dense(value, full) if isinstance(value, dict) else value, full, index)
         if split is None:
-            raise IndexError(
-                f"cannot write through a lazy stack at index {index!r}: select along the stack dim with "
-                "an int, a slice, a list or a 1-d index tensor, or write to contiguous() instead"
-            )
+            self._setitem_scattered(index, value)
+            return
         stack_item, rest, result_dim = split
         picked = self._members_for(stack_item)
         if isinstance(stack_item, int):
@@ -182,8 +190,53 @@ class LazyIndexMixin:
             member[norm] = part
         _apply_plan(writes, later, norm, sub)
 
+    def _setitem_scattered(self, index: Any, value: Any) -> None:
+        """`lazy[index] = value` for an index that mixes members (a mask over the stack dim, an
+        n-d index tensor): each member gets its own elements, at their positions in it."""
+        if not (is_td(value) or isinstance(value, (bool, int, float)) or _scalar(value)):
+            raise IndexError(
+                f"cannot write a {type(value).__name__} through a lazy stack at index {index!r}: "
+                "write a TensorDict or a scalar, or write to contiguous() instead"
+            )
+        bs, d = self.batch_size, self.stack_dim
+        where = torch.arange(bs.numel()).reshape(bs)[index]  # flat position of each element
+        coords = list(torch.unravel_index(where, bs))
+        member_of = coords.pop(d)
+        plan = []
+        for i, member in enumerate(self.tensordicts):
+            picked = member_of == i
+            if not bool(picked.any()):
+                continue
+            at = tuple(c[picked] for c in coords) if coords else (picked.nonzero().squeeze(-1),)
+            plan.append((member, at, value[picked] if is_td(value) else value))
+        for member, at, part in plan:
+            member[at] = part
+
 
 _FULL = slice(None)
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, Tensor) and value.ndim == 0
+
+
+def _as_batch(value: Any, batch_size: torch.Size, index: Any) -> Any:
+    """The TensorDict `value` broadcast to `batch_size` (leading ones dropped), as torch does."""
+    own, n = value.batch_size, len(batch_size)
+    if own[:n] == batch_size:
+        return value
+    if not batch_fits(own, batch_size):
+        raise BatchSizeError(
+            f"batch dimension mismatch: cannot write a TensorDict of batch_size "
+            f"{list(value.batch_size)} at index {index!r}, whose batch_size is {list(batch_size)} "
+            "(Cannot broadcast the tensordict to it: its batch dims must match or be 1, and "
+            "extra leading dims must be 1)"
+        )
+    if len(own) >= n and broadcast_shape(own[:n], batch_size) == batch_size:
+        return value.expand(*batch_size, *own[n:])  # its leading dims broadcast
+    while value.batch_dims > n:  # extra leading ones, as torch drops them
+        value = value[0]
+    return value.expand(batch_size)
 
 
 def _member_at(index: Any, stack_dim: int) -> Any:
