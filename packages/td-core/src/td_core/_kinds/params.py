@@ -160,6 +160,22 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     def cuda(self, device: Any = None) -> TensorDictParams:
         return self.to(torch.device("cuda") if device is None else torch.device("cuda", device))
 
+    def clone(self, recurse: bool = True) -> TensorDictParams:
+        """A TensorDictParams of copies of the parameters and buffers (the same ones with
+        `recurse=False`), as upstream; a copied parameter is a new leaf parameter."""
+        out = TensorDictParams(TensorDict({}, self.batch_size, device=self.device), no_convert=True)
+        for key, value in self._items_str():
+            if isinstance(value, nn.Parameter):
+                if recurse:
+                    value = nn.Parameter(value.detach().clone(), value.requires_grad)
+            elif isinstance(value, Tensor):
+                value = value.clone() if recurse else value
+            else:  # a nested TensorDictParams or a non-tensor leaf
+                value = value.clone(recurse)
+            out._set_str(key, value)
+        out._no_convert = self._no_convert
+        return out
+
     # ---------------------------------------------- value writes under no_grad
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
         with torch.no_grad():
