@@ -203,8 +203,8 @@ class TensorDictBase(
             >>> import torch
             >>> from td_core import TensorDict
             >>> td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.zeros(2)}}, [2])
-            >>> list(td.keys(include_nested=True))
-            ['a', 'b', ('b', 'c')]
+            >>> list(td.keys(include_nested=True))  # a sub-TensorDict after its keys, as upstream
+            ['a', ('b', 'c'), 'b']
             >>> ("b", ("c",)) in td.keys(include_nested=True)
             True
         """
