@@ -328,7 +328,8 @@ class TensorDictBase(
         dest = td._get_str(leaf_key, NO_DEFAULT)
         if dest is NO_DEFAULT:
             raise KeyNotFoundError(
-                f"set_ needs an existing entry, but key {key!r} is not in the TensorDict"
+                f"set_ needs an existing entry, but key {key!r} not found in "
+                f"{type(td).__name__} with keys {sorted(td._keys_str())}; use set() to add it"
             )
         td._copy_into(leaf_key, dest, item, key)
         return self
@@ -343,9 +344,13 @@ class TensorDictBase(
         """Remove the entry at `key` and return it (or `default` if missing)."""
         try:
             value = self.get(key)
-        except KeyError:
+        except KeyError as err:
             if default is NO_DEFAULT:
-                raise
+                raise KeyNotFoundError(
+                    f"You are trying to pop key {unravel_key(key)!r}, which is not in the "
+                    f"{type(self).__name__} ({err.args[0] if err.args else err}); pop(key, default) "
+                    "returns the default instead"
+                ) from err
             return default
         self.del_(key)
         return value

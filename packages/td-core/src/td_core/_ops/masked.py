@@ -166,7 +166,8 @@ def _mask_map(
             if other is NO_DEFAULT:
                 if pad is None:
                     raise KeyNotFoundError(
-                        f"{row.name}: key {key!r} is missing from other (keys "
+                        f"{row.name}: key {key!r} not found and no pad value provided: it is "
+                        f"missing from other (keys "
                         f"{sorted(operand._keys_str())}); pass pad= to use a value there"
                     )
                 other = pad
