@@ -437,13 +437,14 @@ def _nt_compare(value: Any, other: Any, op: Callable[[Any, Any], Any]) -> Tensor
         raise TypeError(f"non-tensor data {value!r} can only be compared with == and !=")
     mine = value.as_array()
     theirs = other.as_array() if is_nt(other) else None
-    if theirs is not None and theirs.shape != mine.shape:
-        theirs = np.broadcast_to(theirs, mine.shape)
+    if theirs is not None and theirs.shape != mine.shape:  # batch sizes broadcast, as tensors
+        shape = np.broadcast_shapes(mine.shape, theirs.shape)
+        mine, theirs = np.broadcast_to(mine, shape), np.broadcast_to(theirs, shape)
     flat = [
         bool(op(x, theirs.flat[i] if theirs is not None else other))
         for i, x in enumerate(mine.flat)
     ]
-    return torch.tensor(flat, dtype=torch.bool).reshape(tuple(value.batch_size))
+    return torch.tensor(flat, dtype=torch.bool).reshape(mine.shape)
 
 
 def _zip_compare(
