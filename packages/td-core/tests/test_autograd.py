@@ -223,3 +223,23 @@ def test_copy_at_into_a_view_of_a_leaf_that_requires_grad_refuses_before_writing
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         dest.copy_at_(src, index)
     assert torch.equal(dest["a"], torch.zeros(3))
+
+
+def test_backward_errors_name_the_key_with_upstreams_words():
+    w = torch.ones(3, requires_grad=True)
+    td = TensorDict({"a": w * 2, "b": torch.zeros(3)}, [3])
+    with pytest.raises(
+        RuntimeError, match=r"'a' has shape \[3\].*implicitly created only for scalar"
+    ):
+        td.backward()
+    with pytest.raises(KeyError, match=r"Missing gradient entry for key 'a'.*\['b'\]"):
+        td.backward(TensorDict({"b": torch.ones(3)}, [3]))
+    with pytest.raises(
+        RuntimeError, match=r"Mismatch in shape: the gradient at key 'a' has shape \[4\]"
+    ):
+        td.backward(TensorDict({"a": torch.ones(4)}, []))
+    with pytest.raises(TypeError, match="gradient must be a TensorDictBase"):
+        td.backward(torch.ones(3))
+    with pytest.raises(RuntimeError, match="no leaf tensor requiring gradients"):
+        td.detach().backward()
+    assert w.grad is None
