@@ -243,3 +243,17 @@ def test_backward_errors_name_the_key_with_upstreams_words():
     with pytest.raises(RuntimeError, match="no leaf tensor requiring gradients"):
         td.detach().backward()
     assert w.grad is None
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_torch_autograd_grad_of_tensordicts(lazy):
+    td = TensorDict({"a": torch.randn(3, 2), "b": {"c": torch.randn(3)}}, [3])
+    if lazy:
+        td = lazy_stack([td[0], td[1], td[2]], 0)
+    inputs = td.float().requires_grad_()
+    outputs = inputs * 3 + 1
+    grads = torch.autograd.grad(outputs, inputs, torch.ones_like(outputs))
+    assert type(grads) is type(inputs) and grads.batch_size == inputs.batch_size
+    assert (grads == 3).all()
+    with pytest.raises(TypeError, match="grad_outputs must be a TensorDict"):
+        torch.autograd.grad(inputs * 2, inputs, torch.ones(3))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.traverse import is_td, map_leaves
+from td_core._core.traverse import aligned_leaves, is_td, map_leaves, rebuild, tensor_leaves
 from td_core._ops.pointwise import PointwiseMixin
 from td_core._ops.reduce_engine import leafwise_loss
 from td_core._ops.stack import cat, stack
@@ -250,3 +250,47 @@ for _name in sorted(dir(PointwiseMixin)):
     _torch_func: Any = getattr(torch, _name, None)
     if not _name.startswith("_") and callable(_torch_func) and _torch_func not in TORCH_FUNCTIONS:
         TORCH_FUNCTIONS[_torch_func] = _pointwise(_name)
+
+
+@implements(torch.autograd.grad)
+def _autograd_grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    only_inputs: bool = True,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+) -> Any:
+    """`torch.autograd.grad(td_out, td_in, grad_td)`: a TensorDict of gradients shaped like `td_in`."""
+    outputs, inputs, grad_outputs = (_single(x) for x in (outputs, inputs, grad_outputs))
+    if not (is_td(outputs) and is_td(inputs)):
+        raise TypeError(
+            "torch.autograd.grad with TensorDicts takes a TensorDict of outputs and a TensorDict "
+            f"of inputs, got {type(outputs).__name__} and {type(inputs).__name__}"
+        )
+    if grad_outputs is not None and not is_td(grad_outputs):
+        raise TypeError(
+            "torch.autograd.grad: grad_outputs must be a TensorDict shaped like the outputs, "
+            f"got {type(grad_outputs).__name__}"
+        )
+    grads = torch.autograd.grad(
+        tensor_leaves(outputs),
+        tensor_leaves(inputs),
+        None if grad_outputs is None else aligned_leaves(outputs, grad_outputs),
+        retain_graph=retain_graph,
+        create_graph=create_graph,
+        allow_unused=allow_unused,
+        is_grads_batched=is_grads_batched,
+        materialize_grads=materialize_grads,
+    )
+    return rebuild(inputs, iter(grads))
+
+
+def _single(arg: Any) -> Any:
+    """The TensorDict inside the 1-tuple torch wraps each argument of `autograd.grad` in."""
+    if isinstance(arg, (tuple, list)) and len(arg) == 1 and is_td(arg[0]):
+        return arg[0]
+    return arg
