@@ -174,6 +174,7 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
                 value = value.clone(recurse)
             out._set_str(key, value)
         out._no_convert = self._no_convert
+        out._store_names(self._raw_names())
         return out
 
     # ---------------------------------------------- value writes under no_grad
