@@ -275,3 +275,37 @@ def test_autograd_grad_refuses_several_inputs():
         torch.autograd.grad(td * 2, (td, td), torch.ones_like(td))
     with pytest.raises(ValueError, match="grad_outputs must have the leaves"):
         torch.autograd.grad(td * 2, td, TensorDict(a=torch.ones(3), batch_size=[3]))
+
+
+def test_backward_errors_name_the_key_with_upstreams_words():
+    w = torch.ones(3, requires_grad=True)
+    td = TensorDict({"a": w * 2, "b": torch.zeros(3)}, [3])
+    with pytest.raises(
+        RuntimeError, match=r"'a' has shape \[3\].*implicitly created only for scalar"
+    ):
+        td.backward()
+    with pytest.raises(KeyError, match=r"Missing gradient entry for key 'a'.*\['b'\]"):
+        td.backward(TensorDict({"b": torch.ones(3)}, [3]))
+    with pytest.raises(
+        RuntimeError, match=r"Mismatch in shape: the gradient at key 'a' has shape \[4\]"
+    ):
+        td.backward(TensorDict({"a": torch.ones(4)}, []))
+    with pytest.raises(TypeError, match="gradient must be a TensorDictBase"):
+        td.backward(torch.ones(3))
+    with pytest.raises(RuntimeError, match="no leaf tensor requiring gradients"):
+        td.detach().backward()
+    assert w.grad is None
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_torch_autograd_grad_of_tensordicts(lazy):
+    td = TensorDict({"a": torch.randn(3, 2), "b": {"c": torch.randn(3)}}, [3])
+    if lazy:
+        td = lazy_stack([td[0], td[1], td[2]], 0)
+    inputs = td.float().requires_grad_()
+    outputs = inputs * 3 + 1
+    grads = torch.autograd.grad(outputs, inputs, torch.ones_like(outputs))
+    assert type(grads) is type(inputs) and grads.batch_size == inputs.batch_size
+    assert (grads == 3).all()
+    with pytest.raises(ValueError, match="grad_outputs must have the leaves of outputs"):
+        torch.autograd.grad(inputs * 2, inputs, torch.ones(3))

@@ -135,9 +135,13 @@ def test_new_constructors() -> None:
     assert td.new_full((2,), 7)["a"].tolist() == [7.0, 7.0]
     assert td.new_ones(3, requires_grad=True)["a"].requires_grad
     assert td.new_empty(1, device="meta").is_meta
-    t = td.new_tensor(torch.ones(2, 3, dtype=torch.int32))
+    with pytest.warns(UserWarning, match="To copy construct from a tensor") as caught:
+        t = td.new_tensor(torch.ones(2, 3, dtype=torch.int32))
+    assert len(caught) == 1  # once per call, not once per leaf
     assert t.batch_size == (2, 3) and t["a"].dtype == torch.float32
-    copied = td.new_tensor(td)
+    with pytest.warns(UserWarning, match="clone"):
+        copied = td.new_tensor(td)
+    td.new_tensor([1.0, 2.0])  # not a tensor: no warning (warnings are errors here)
     assert copied["a"].data_ptr() != td["a"].data_ptr() and torch.equal(copied["a"], td["a"])
     with pytest.raises(RuntimeError, match="non-negative"):
         td.new_zeros(-1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams
+from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams, lazy_stack
 from td_core.errors import BatchSizeError, MissingEntryError
 
 
@@ -193,3 +193,20 @@ def test_gather_and_masked_select_inplace_rebind_self() -> None:
     assert td["a"][0].tolist() == [2.0, 1.0, 0.0]
     assert td.masked_select(torch.tensor([True, False, True, False]), inplace=True) is td
     assert td.batch_size == torch.Size([2, 3]) and td["nested", "c"].shape == (2, 3, 5)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_masked_fill_with_a_mask_past_the_batch_dims(lazy):
+    td = TensorDict({"a": torch.zeros(16, 8, 3), "b": {"c": torch.zeros(16, 8)}}, [16, 8])
+    if lazy:
+        td = lazy_stack(list(td.unbind(1)), 1)
+    mask = torch.zeros(16, 8, 1, dtype=torch.bool)
+    mask[0] = True
+    filled = td.masked_fill(mask, 1.0)  # the trailing 1 broadcasts over "a", is dropped for "c"
+    assert filled["a"].sum() == 8 * 3 and filled["b", "c"].sum() == 8
+    td.masked_fill_(mask, 2.0)
+    assert td["a"][0].eq(2).all() and td["a"][1:].eq(0).all() and td["b", "c"][0].eq(2).all()
+    wide = torch.ones(16, 8, 3, dtype=torch.bool)  # fits "a", not "c": refused before any write
+    with pytest.raises(RuntimeError, match=r"does not fit entry \('b', 'c'\) of shape \[16, 8\]"):
+        td.masked_fill_(wide, 5.0)
+    assert not td["a"].eq(5).any()

@@ -52,3 +52,15 @@ def test_value_writes_on_parameters_need_no_no_grad(write) -> None:
     params = _params()
     write(params)
     assert (params["w"] == 0).all() and params["w"].requires_grad
+
+
+def test_clone_is_a_tensordictparams_of_new_leaf_parameters():
+    params = TensorDictParams(TensorDict({"w": torch.randn(3), "n": {"b": torch.ones(3)}}, [3]))
+    copied = params.clone()
+    assert type(copied) is TensorDictParams and type(torch.clone(params)) is TensorDictParams
+    assert isinstance(copied.get("w"), torch.nn.Parameter) and copied.get("w").grad_fn is None
+    assert copied.get("w") is not params.get("w") and torch.equal(copied.get("w"), params.get("w"))
+    assert len(list(copied.parameters())) == 2
+    shallow = params.clone(recurse=False)
+    assert type(shallow) is TensorDictParams and shallow.get("w") is params.get("w")
+    assert shallow.get(("n", "b")) is params.get(("n", "b"))

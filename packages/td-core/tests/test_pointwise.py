@@ -184,3 +184,13 @@ def test_autograd_through_foreach() -> None:
     td = TensorDict({"a": a}, [3])
     (td * 3 + 1).exp()["a"].sum().backward()
     assert torch.allclose(a.grad, 3 * torch.exp(torch.full((3,), 4.0)))
+
+
+def test_comparing_non_tensor_leaves_of_different_batch_sizes_broadcasts():
+    td = TensorDict({"a": torch.zeros(4, 3)}, [4, 3])
+    td.set_non_tensor(("data", "text"), "some text")
+    flat = TensorDict.from_dict(td.to_dict(), auto_batch_size=False)  # batch_size []
+    assert (flat == td).all() and (td == flat).all()
+    other = flat.clone()
+    other.set_non_tensor(("data", "text"), "other text")
+    assert (td != other)["data", "text"].all() and (other == td)["data", "text"].shape == (4, 3)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from td_core import TensorDict
+from td_core import TensorDict, TensorDictParams, lazy_stack
 
 
 def make_td():
@@ -328,3 +328,19 @@ def test_get_through_leaf_raises():
     td = make_td()
     with pytest.raises((KeyError, ValueError), match="zz"):
         td["a", "zz"]
+
+
+@pytest.mark.parametrize("kind", ["dense", "lazy", "params"])
+def test_set_sub_tensordict_with_a_shorter_batch_size_takes_the_parents(kind):
+    td = TensorDict({"a": torch.zeros(4, 3)}, [4, 3])
+    if kind == "lazy":
+        td = lazy_stack(list(td.unbind(0)), 0)
+    elif kind == "params":
+        td = TensorDictParams(td, no_convert=True)
+    inner = TensorDict({"x": torch.randn(4, 3, 2)}, [])
+    td["inner"] = inner
+    assert td["inner"].batch_size == (4, 3) and inner.batch_size == ()  # a copy, widened
+    assert torch.equal(td["inner", "x"], inner["x"])
+    with pytest.raises(RuntimeError, match=r"batch_size \[\] does not start with"):
+        td["bad"] = TensorDict({"x": torch.randn(5, 2)}, [])
+    assert "bad" not in td.keys()

@@ -413,3 +413,20 @@ def test_too_many_indices_in_upstream_words():
     td = TensorDict({"a": torch.zeros(3, 4)}, [3])
     with pytest.raises(IndexError, match=re.escape("too many indices for tensor of dimension 1")):
         td[:, 0]
+
+
+def test_key_errors_carry_upstreams_words():
+    td = TensorDict({"c": torch.zeros(2), "n": {"x": torch.zeros(2)}}, [2])
+    with pytest.raises(KeyError, match=r"You are trying to pop key 'z'.*keys \['c', 'n'\]"):
+        td.pop("z")
+    with pytest.raises(KeyError, match=r"key 'smartypants' not found in TensorDict"):
+        td.set_("smartypants", torch.zeros(2))
+    with pytest.raises(KeyError, match=r"key 'c' already present in TensorDict"):
+        td.rename_key_(("n", "x"), "c", safe=True)
+    with pytest.raises(KeyError, match="key 'c' not found and no pad value provided"):
+        td.where(torch.ones(2, dtype=torch.bool), TensorDict({}, [2]))
+    with pytest.raises(
+        RuntimeError, match="Converting a tensordict to boolean value is not permitted"
+    ):
+        bool(td)
+    assert sorted(td.keys()) == ["c", "n"] and td.get(("n", "x")) is not None

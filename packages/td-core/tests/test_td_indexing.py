@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from td_core import TensorDict
+from td_core import TensorDict, lazy_stack
 
 BATCH = (4, 5)
 
@@ -278,3 +278,55 @@ def test_lazy_preallocation_matches_stack():
     assert pre.batch_size == stacked.batch_size
     for key in ["a", ("b", "c")]:
         assert torch.equal(pre[key], stacked[key])
+
+
+def _kinds_for_writes():
+    def member():
+        return TensorDict(
+            {"a": torch.randn(4, 3, 1, 5), "n": {"b": torch.randn(4, 3, 1)}}, [4, 3, 1]
+        )
+
+    dense = TensorDict(
+        {"a": torch.randn(4, 3, 2, 1, 5), "n": {"b": torch.randn(4, 3, 2, 1)}}, [4, 3, 2, 1]
+    )
+    return {"dense": dense, **{f"lazy{d}": lazy_stack([member(), member()], d) for d in range(4)}}
+
+
+@pytest.mark.parametrize("kind", ["dense", "lazy0", "lazy1", "lazy2", "lazy3"])
+def test_setitem_broadcasts_a_value_with_fewer_or_leading_one_dims(kind):
+    td = _kinds_for_writes()[kind]
+    td[:1] = td[0].clone().zero_()  # batch [3, 2, 1] broadcast into [1, 3, 2, 1], as torch
+    assert (td[:1] == 0).all() and not (td[1:] == 0).all()
+    td[1] = td[:1].clone().fill_("a", 7.0)  # an extra leading 1 is dropped, as torch
+    assert (td[1]["a"] == 7).all()
+    td[:, :2] = td[:, :2].clone().zero_().to_dict()  # a dict of the indexed shape
+    assert (td[:, :2] == 0).all()
+    before = td.clone()
+    with pytest.raises(
+        RuntimeError, match=r"batch dimension mismatch.*Cannot broadcast the tensordict"
+    ):
+        td[:1] = torch.cat([td[:1], td[:1]], 0)
+    assert (td == before).all()
+
+
+def test_setitem_row_with_a_leading_one_leaf():
+    td = TensorDict({"images": torch.zeros(5, 28, 28)}, [5])
+    td[2] = TensorDict({"images": torch.ones(1, 28, 28)}, [])  # torch broadcasts [1, 28, 28]
+    assert td["images"][2].sum() == 28 * 28 and td["images"].sum() == 28 * 28
+
+
+@pytest.mark.parametrize("kind", ["lazy0", "lazy1", "lazy2", "lazy3"])
+def test_lazy_setitem_with_a_mask_over_the_stack_dim(kind):
+    td = _kinds_for_writes()[kind]
+    dense = td.contiguous()
+    mask = torch.zeros(td.shape, dtype=torch.bool).bernoulli_(
+        0.6, generator=torch.Generator().manual_seed(0)
+    )
+    n = int(mask.sum())
+    value = TensorDict({"a": torch.randn(n, 5), "n": {"b": torch.randn(n)}}, [n])
+    td[mask] = value
+    dense[mask] = value
+    assert (td.contiguous() == dense).all()
+    td[mask] = 0.0
+    dense[mask] = 0.0
+    assert (td.contiguous() == dense).all()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from td_core import TensorDict
+from td_core import TensorDict, TensorDictParams, lazy_stack
 
 
 def make_td():
@@ -456,3 +456,16 @@ def test_a_batch_mismatch_on_set_says_both_shapes():
     )
     with pytest.raises(RuntimeError, match=re.escape(message)):
         td.set("c", torch.zeros(3, 4, 2))
+
+
+@pytest.mark.parametrize("kind", ["dense", "lazy", "params"])
+def test_nested_keys_list_a_sub_tensordict_after_its_keys_items_before(kind):
+    td = TensorDict(
+        {"a": torch.zeros(2), "n": {"x": torch.zeros(2), "m": {"y": torch.zeros(2)}}}, [2]
+    )
+    if kind == "lazy":
+        td = lazy_stack([td[0], td[1]], 0)
+    elif kind == "params":
+        td = TensorDictParams(td)
+    assert list(td.keys(True)) == ["a", ("n", "x"), ("n", "m", "y"), ("n", "m"), "n"]  # upstream
+    assert [k for k, _ in td.items(True)] == ["a", "n", ("n", "x"), ("n", "m"), ("n", "m", "y")]

@@ -121,3 +121,11 @@ def test_adding_a_key_does_not_recompile_per_key_count():
         assert torch.equal(torch.stack([td, td])["out"][0], td["a"] * 2)
         assert torch.equal(pickle.loads(pickle.dumps(td))["out"], td["a"] * 2)
     assert counter.frame_count == 1
+
+
+def test_torch_max_min_of_two_tensordicts_are_elementwise():
+    td = TensorDict({"a": torch.randn(3, 2), "b": {"c": torch.randn(3)}}, [3])
+    other = td.clone().neg()
+    assert (torch.max(td, other) == td.maximum(other)).all()
+    assert (torch.min(td, other) == td.minimum(other)).all()
+    assert torch.max(td, 0).values.batch_size == torch.Size([])  # a dim: still the reduction

@@ -23,6 +23,8 @@ __all__ = [
     "NotATensorDictError",
     "KeyTypeError",
     "GradLeafWriteError",
+    "IndexTypeError",
+    "TruthValueError",
 ]
 
 
@@ -117,4 +119,19 @@ class GradLeafWriteError(TDError, ValueError, RuntimeError):
 
     Autograd forbids changing such a leaf in place; run the write under
     `torch.no_grad()`. Upstream raises `ValueError` or `RuntimeError` for these.
+    """
+
+
+class IndexTypeError(TDError, IndexError, TypeError):
+    """An index of a type that cannot index batch dims (a `set`, a `float`, ...).
+
+    torch raises `IndexError` for these and upstream's lazy stacks `TypeError`;
+    this is an instance of both.
+    """
+
+
+class TruthValueError(TDError, ValueError, RuntimeError):
+    """`bool(td)`: a TensorDict has no single truth value.
+
+    Upstream and torch raise `RuntimeError`, numpy `ValueError`; this is both.
     """

@@ -118,6 +118,7 @@ CASES = {
     "clamp_max_td": lambda td: td.clamp_max(td.neg()),
     "clamp_max_": lambda td: floats(td).clamp_max_(0.0),
     "clamp": lambda td: floats(td).clamp(-0.5, 0.5),
+    "clamp_out_empty": lambda td: floats(td).clamp(-0.5, 0.5, out=floats(td).empty()),  # KeyError
     "clamp_min_only": lambda td: td.clamp(min=0),
     "clamp_max_only": lambda td: floats(td).clamp(max=0),
     "clamp_td": lambda td: floats(td).clamp(min=floats(td) - 0.1, max=floats(td) * 0 + 0.3),

@@ -101,6 +101,11 @@ CASES = {
     "logsumexp_keepdim": lambda td: _floats(td).logsumexp(-1, True),
     "logsumexp_tuple": lambda td: _floats(td).logsumexp((0, 1)),
     "logsumexp_bad_dim": lambda td: _floats(td).logsumexp(4),
+    # out= an empty TensorDict: the result's entries are added to it
+    "logsumexp_out_empty": lambda td: _floats(td).logsumexp(
+        0, out=_floats(td).logsumexp(0).empty()
+    ),
+    "norm_out_empty": lambda td: _floats(td).norm(out=_floats(td).norm().empty()),
     # quantile
     "quantile": lambda td: _floats(td).quantile(0.3),
     "quantile_0": lambda td: _floats(td).quantile(0.3, 0),

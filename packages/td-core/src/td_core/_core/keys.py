@@ -155,13 +155,14 @@ class KeysView:
             if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
                 out.append((*prefix, key) if prefix else key)
                 continue
+            if nested and not value._is_non_tensor:  # a node's keys come before its own
+                self._collect(value, (*prefix, key), out)
             if not leaves_only:
                 out.append((*prefix, key) if prefix else key)
-            if nested and not value._is_non_tensor:
-                self._collect(value, (*prefix, key), out)
 
     def items(self) -> list[tuple[str | tuple[str, ...], Any]]:
-        """`(key, entry)` in the order of the keys, for the default `is_leaf`, read in
+        """`(key, entry)` for the default `is_leaf`, a node before its keys (upstream's
+        `items` order, where `keys` lists a node after its keys), read in
         the same walk (a nested key is not looked up again from the top)."""
         out: list[tuple[str | tuple[str, ...], Any]] = []
         self._collect_items(self._td, (), out)
@@ -192,10 +193,10 @@ class KeysView:
             full = prefix + (key,) if prefix else key
             cls = type(value)
             leaf = is_leaf(cls)
-            if leaf or not self._leaves_only:
-                yield full
             if self._include_nested and _is_subtree(cls):
                 yield from self._walk(value, prefix + (key,))
+            if leaf or not self._leaves_only:
+                yield full
 
     def __len__(self) -> int:
         # list(keys) calls this before iterating: count without building the keys

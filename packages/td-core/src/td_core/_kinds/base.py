@@ -34,6 +34,7 @@ from td_core._ops.apply import ApplyMixin
 from td_core._ops.apply import to as to_
 from td_core._ops.autograd import AutogradMixin
 from td_core._ops.casts import CastMixin
+from td_core._ops.compat import CompatMixin
 from td_core._ops.dict_methods import MappingMixin
 from td_core._ops.index import IndexingMixin
 from td_core._ops.masked import MaskedMixin
@@ -50,7 +51,13 @@ from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
 from td_core._parallel.p2p import PointToPointMixin
 from td_core._parallel.workers import WorkersMixin
-from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError, NotATensorDictError
+from td_core.errors import (
+    BatchSizeError,
+    KeyNotFoundError,
+    LockedError,
+    NotATensorDictError,
+    TruthValueError,
+)
 
 __all__ = ["TensorDictBase"]
 
@@ -89,6 +96,7 @@ class TensorDictBase(
     TabularMixin,
     PackMixin,
     WorkersMixin,
+    CompatMixin,
     TensorDictContract,
 ):
     """Base of every TensorDict-like container; see `td_core.TensorDict`."""
@@ -209,8 +217,8 @@ class TensorDictBase(
             >>> import torch
             >>> from td_core import TensorDict
             >>> td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.zeros(2)}}, [2])
-            >>> list(td.keys(include_nested=True))
-            ['a', 'b', ('b', 'c')]
+            >>> list(td.keys(include_nested=True))  # a sub-TensorDict after its keys, as upstream
+            ['a', ('b', 'c'), 'b']
             >>> ("b", ("c",)) in td.keys(include_nested=True)
             True
         """
@@ -262,8 +270,10 @@ class TensorDictBase(
         return iter(self.unbind(0))
 
     def __bool__(self) -> bool:
-        raise ValueError(
-            "the truth value of a TensorDict is ambiguous; use .all(), .any() or .is_empty()"
+        raise TruthValueError(
+            f"Converting a tensordict to boolean value is not permitted: the truth value of a "
+            f"{type(self).__name__} with keys {sorted(self._keys_str())} is ambiguous; use "
+            "(a == b).all() or .any() to reduce a comparison, .is_empty() to test for leaves"
         )
 
     def is_empty(self) -> bool:
@@ -332,7 +342,8 @@ class TensorDictBase(
         dest = td._get_str(leaf_key, NO_DEFAULT)
         if dest is NO_DEFAULT:
             raise KeyNotFoundError(
-                f"set_ needs an existing entry, but key {key!r} is not in the TensorDict"
+                f"set_ needs an existing entry, but key {key!r} not found in "
+                f"{type(td).__name__} with keys {sorted(td._keys_str())}; use set() to add it"
             )
         td._copy_into(leaf_key, dest, item, key)
         return self
@@ -347,9 +358,13 @@ class TensorDictBase(
         """Remove the entry at `key` and return it (or `default` if missing)."""
         try:
             value = self.get(key)
-        except KeyError:
+        except KeyError as err:
             if default is NO_DEFAULT:
-                raise
+                raise KeyNotFoundError(
+                    f"You are trying to pop key {unravel_key(key)!r}, which is not in the "
+                    f"{type(self).__name__} ({err.args[0] if err.args else err}); pop(key, default) "
+                    "returns the default instead"
+                ) from err
             return default
         self.del_(key)
         return value
@@ -455,7 +470,7 @@ class TensorDictBase(
                     return NonTensorData(value.data, bs, value.device)
                 raise self._shape_error(key, value.batch_size)
             if value.batch_size[: len(bs)] != bs:
-                raise self._shape_error(key, value.batch_size, what="batch_size")
+                value = self._widened(value, key)
             device = self.device
             if device is not None and value.device != device:
                 value = value.to(device)
@@ -474,6 +489,20 @@ class TensorDictBase(
                 return NonTensorData(value, bs, self.device)
             return self._validate(tensor, key)
         return NonTensorData(value, bs, self.device)
+
+    def _widened(self, value: Any, key: NestedKey) -> Any:
+        """A shallow copy of the TensorDict `value` with this batch size, which its batch size
+        starts and all its leaves allow (as upstream); else the batch-size error."""
+        bs, own = self.batch_size, value.batch_size
+        if len(own) < len(bs) and bs[: len(own)] == own:
+            copy = value.clone(recurse=False)
+            try:
+                copy.batch_size = bs
+            except (RuntimeError, ValueError, TypeError):
+                pass
+            else:
+                return copy
+        raise self._shape_error(key, own, what="batch_size")
 
     def _new_validated(
         self, source: Mapping[str, Any], batch_size: torch.Size, key: NestedKey

@@ -14,10 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TensorDictContract
+from td_core._core.contract import TensorDictContract, dense
 from td_core._core.traverse import is_stack, is_td
 from td_core._core.utils import broadcast_shape
-from td_core._ops.index import _apply_plan, _plan_sub, indexed_shape, normalize_index
+from td_core._ops.index import (
+    _apply_plan,
+    _plan_sub,
+    batch_fits,
+    indexed_shape,
+    normalize_index,
+)
 from td_core.errors import BatchSizeError
 
 if TYPE_CHECKING:
@@ -43,8 +49,14 @@ class LazyIndexMixin:
         def _restack(self, members: list[TensorDictBase], dim: int) -> TensorDictBase: ...
         def _is_ragged(self) -> bool: ...
 
-    def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...], int] | None:
-        """(item on the stack dim, index for the members, result stack dim), or None if not separable."""
+    def _split_index(
+        self, index: Any, *, nd: bool = False
+    ) -> tuple[Any, tuple[Any, ...], int] | None:
+        """(item on the stack dim, index for the members, result stack dim), or None if not separable.
+
+        With `nd`, the stack item may be an n-d index tensor (reads only): its dims
+        start at the result stack dim.
+        """
         norm = normalize_index(index, self.batch_size)
         pos, result_dim, at = 0, 0, None
         for i, item in enumerate(norm):
@@ -56,20 +68,36 @@ class LazyIndexMixin:
                 at = i
                 break
             pos += 1
-            if not isinstance(item, int):
+            if not isinstance(item, int) and not (isinstance(item, Tensor) and item.ndim == 0):
                 result_dim += 1
-        if at is None:  # the index stops before the stack dim: the dims up to it are kept
-            return slice(None), norm, result_dim + self.stack_dim - pos
+        if at is None:  # the index stops before the stack dim, which lands after its result
+            member_bs = self.tensordicts[0].batch_size
+            lead = len(indexed_shape(member_bs, norm)) - (len(member_bs) - self.stack_dim)
+            return slice(None), norm, lead
         stack_item, rest = norm[at], norm[:at] + norm[at + 1 :]
         if isinstance(stack_item, Tensor) and stack_item.dtype == torch.bool:
             stack_item = stack_item.nonzero().squeeze(-1)
-        if isinstance(stack_item, Tensor) and (
-            stack_item.ndim > 1 or any(isinstance(r, Tensor) for r in rest)
-        ):
-            return None
-        if not isinstance(stack_item, int) and any(isinstance(r, Tensor) and r.ndim for r in rest):
-            return None
-        return stack_item, rest, result_dim
+        elif isinstance(stack_item, Tensor) and stack_item.ndim == 0:
+            stack_item = int(stack_item)  # a 0-d index tensor picks one member, as an int
+        if isinstance(stack_item, int):
+            return stack_item, rest, result_dim
+        tensors = [k for k, r in enumerate(norm) if isinstance(r, Tensor) and r.ndim and k != at]
+        if isinstance(stack_item, Tensor):
+            if tensors or (stack_item.ndim > 1 and not nd):
+                return None  # the stack item broadcasts with another index tensor
+            return stack_item, rest, result_dim
+        if tensors and tensors[0] < at < tensors[-1]:
+            return None  # torch moves index tensors split by the stack dim's slice to the front
+        return stack_item, rest, self._sliced_stack_dim(norm, at)
+
+    def _sliced_stack_dim(self, norm: tuple[Any, ...], at: int) -> int:
+        """Where the stack dim, indexed by the slice `norm[at]`, lands in the result."""
+        shapes = []
+        for size in (2, 3):  # only the stack dim's size differs between the two probes
+            probe = list(self.batch_size)
+            probe[self.stack_dim] = size
+            shapes.append(indexed_shape(torch.Size(probe), (*norm[:at], _FULL, *norm[at + 1 :])))
+        return next(d for d, (a, b) in enumerate(zip(*shapes)) if a != b)
 
     def _members_for(self, stack_item: Any) -> list[int]:
         n = len(self.tensordicts)
@@ -90,7 +118,7 @@ class LazyIndexMixin:
             members = self.tensordicts
             if -len(members) <= at < len(members):
                 return members[at]
-        split = self._split_index(index)
+        split = self._split_index(index, nd=True)
         if split is None:
             new_dims = _new_dims(index, self.batch_size)
             if new_dims:  # `None` items: index without them, then insert the new dims
@@ -106,6 +134,8 @@ class LazyIndexMixin:
             if all(type(r) is slice and r == _FULL for r in rest):
                 return member  # lazy[:, i]: the member itself, as upstream
             return member._index(rest)
+        if isinstance(stack_item, Tensor) and stack_item.ndim > 1 and stack_item.numel():
+            return self._index_nd(stack_item, rest, result_dim)
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
         if not members and not self._is_ragged():  # keys and feature shapes are known
             return self.contiguous()._index(index)
@@ -114,6 +144,13 @@ class LazyIndexMixin:
             member_bs = first._index(rest).batch_size if rest else first.batch_size
             return type(self)(stack_dim=result_dim, batch_size=member_bs, device=first.device)  # type: ignore[call-arg,return-value]
         return self._restack([m._index(rest) if rest else m for m in members], result_dim)
+
+    def _index_nd(self, stack_item: Tensor, rest: tuple[Any, ...], dim: int) -> TensorDictBase:
+        """Lazy stacks of lazy stacks for an n-d index tensor on the stack dim (`dim` onwards)."""
+        if stack_item.ndim == 1:
+            picked = [self.tensordicts[i] for i in self._members_for(stack_item)]
+            return self._restack([m._index(rest) if rest else m for m in picked], dim)
+        return self._restack([self._index_nd(row, rest, dim) for row in stack_item], dim)
 
     def _setitem_index(self, index: Any, value: Any) -> None:
         self._plan_setitem(index, value)()
@@ -126,6 +163,9 @@ class LazyIndexMixin:
         all-or-nothing with them.
         """
         split = self._split_index(index)
+        if isinstance(value, dict) or is_td(value):
+            full = indexed_shape(self.batch_size, normalize_index(index, self.batch_size))
+            value = _as_batch(dense(value, full) if isinstance(value, dict) else value, full, index)
         if split is None:
             return self._plan_scattered(index, value)
         stack_item, rest, result_dim = split
@@ -239,6 +279,29 @@ def _plan_member_write(member: Any, index: Any, part: Any) -> Callable[[], None]
 
 
 _FULL = slice(None)
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, Tensor) and value.ndim == 0
+
+
+def _as_batch(value: Any, batch_size: torch.Size, index: Any) -> Any:
+    """The TensorDict `value` broadcast to `batch_size` (leading ones dropped), as torch does."""
+    own, n = value.batch_size, len(batch_size)
+    if own[:n] == batch_size:
+        return value
+    if not batch_fits(own, batch_size):
+        raise BatchSizeError(
+            f"batch dimension mismatch: cannot write a TensorDict of batch_size "
+            f"{list(value.batch_size)} at index {index!r}, whose batch_size is {list(batch_size)} "
+            "(Cannot broadcast the tensordict to it: its batch dims must match or be 1, and "
+            "extra leading dims must be 1)"
+        )
+    if len(own) >= n and broadcast_shape(own[:n], batch_size) == batch_size:
+        return value.expand(*batch_size, *own[n:])  # its leading dims broadcast
+    while value.batch_dims > n:  # extra leading ones, as torch drops them
+        value = value[0]
+    return value.expand(batch_size)
 
 
 def _member_at(index: Any, stack_dim: int) -> Any:

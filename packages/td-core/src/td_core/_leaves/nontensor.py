@@ -136,11 +136,37 @@ class NonTensorData(_NonTensorBase):
 
     __slots__ = ("data",)
 
+    data: Any
+
     def __init__(
-        self, data: Any, batch_size: Sequence[int] = (), device: torch.device | str | None = None
+        self,
+        data: Any,
+        batch_size: Sequence[int] = (),
+        device: torch.device | str | None = None,
+        *,
+        names: Sequence[str | None] | None = None,
     ) -> None:
-        if isinstance(data, _NonTensorBase):
-            raise TypeError("NonTensorData wraps a plain value, got another non-tensor leaf")
+        """Wrap `data` for a batch of `batch_size`.
+
+        Args:
+            data: the Python value (a `NonTensorData` given here is unwrapped).
+            batch_size: the batch size it is shared over.
+            device: the device it reports.
+            names: accepted as upstream's: dim names belong to the TensorDict that
+                holds the leaf, so they are only checked (one per batch dim).
+        """
+        if isinstance(data, NonTensorData):
+            data = data.data  # a leaf given a leaf holds its value, as upstream unwraps it
+        elif isinstance(data, _NonTensorBase):
+            raise TypeError(
+                "NonTensorData wraps one value shared by the batch, got a NonTensorStack of "
+                "several; store the stack itself or one of its values"
+            )
+        if names is not None and len(names) != len(batch_size):
+            raise ValueError(
+                f"NonTensorData got {len(names)} dim names {list(names)} for batch_size "
+                f"{list(batch_size)}; give one name (or None) per batch dim"
+            )
         self.data = data
         self.batch_size = torch.Size(batch_size)
         self.device = None if device is None else torch.device(device)

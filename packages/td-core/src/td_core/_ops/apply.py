@@ -67,9 +67,15 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
             )
         kwargs.pop("cast_filter", None)
         return provided("to_attrs")(td, args[0], non_blocking=kwargs.pop("non_blocking", None))
+    batch_size = kwargs.pop("batch_size", None)
+    if batch_size is not None:
+        return _to_batch_size(td, as_size(batch_size), args, kwargs)
     non_blocking = kwargs.pop("non_blocking", False)
-    if kwargs.pop("batch_size", None) is not None:
-        raise TypeError("to(batch_size=...) is not supported; set td.batch_size instead")
+    other = kwargs.pop("other", None)
+    if is_td(other):  # an example TensorDict: its device, and its dtype if it has one
+        args = (*args, other.device, other.dtype)
+    elif other is not None:
+        args = (other, *args)
     if args and isinstance(args[0], Tensor):
         device, dtype = args[0].device, args[0].dtype
         args = args[1:]
@@ -100,6 +106,20 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
         device=device,
         keep_non_tensor=lambda v: v.to(device),
     )
+
+
+def _to_batch_size(td: Any, batch_size: torch.Size, args: Any, kwargs: Any) -> Any:
+    """`to(..., batch_size=...)`: the cast or move, then a copy with that batch size."""
+    if stack_parts(td) is not None:
+        raise TypeError(
+            f"Cannot pass batch-size to to() of a {type(td).__name__}: its batch size follows "
+            "its members; call to() and then to_tensordict() and set batch_size"
+        )
+    out = to(td, *args, **kwargs)
+    if out is td:
+        out = td.clone(recurse=False)
+    out.batch_size = batch_size
+    return out
 
 
 def _mover(device: torch.device, non_blocking: bool) -> Callable[[Tensor], Tensor]:

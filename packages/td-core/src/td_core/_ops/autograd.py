@@ -225,7 +225,7 @@ class AutogradMixin(TensorDictContract):
                 tensors.append(leaf)
         if not tensors:
             raise RuntimeError(
-                "backward: no leaf of the TensorDict requires gradients "
+                "backward: there is no leaf tensor requiring gradients in the TensorDict "
                 f"(keys: {sorted(map(str, self.keys(include_nested=True, leaves_only=True)))})"
             )
         grad_tensors: list[Tensor] | None = None
@@ -233,23 +233,28 @@ class AutogradMixin(TensorDictContract):
             for key, t in zip(keys, tensors):
                 if t.numel() != 1:
                     raise RuntimeError(
-                        f"backward: the leaf at key {key!r} has shape {list(t.shape)}; without "
-                        "a gradient TensorDict every leaf that requires gradients must hold one element"
+                        f"backward: the leaf at key {key!r} has shape {list(t.shape)}, and grad "
+                        "can be implicitly created only for scalar outputs: pass a gradient "
+                        "TensorDict, or reduce every leaf that requires gradients to one element"
                     )
         else:
             if not is_td(gradient):
                 raise TypeError(
-                    f"backward: gradient must be a TensorDict, got {type(gradient).__name__}"
+                    f"backward: gradient must be a TensorDictBase (a TensorDict of one gradient "
+                    f"per leaf), got {type(gradient).__name__}"
                 )
             grad_tensors = []
             for key, t in zip(keys, tensors):
-                g = gradient.get(key, NO_DEFAULT)
-                if g is NO_DEFAULT:
-                    raise KeyNotFoundError(f"backward: the gradient has no entry at key {key!r}")
+                g = gradient.get(key, None)
+                if g is None:
+                    raise KeyNotFoundError(
+                        f"backward: Missing gradient entry for key {key!r}: the gradient "
+                        f"TensorDict has keys {sorted(map(str, gradient.keys(True, True)))}"
+                    )
                 if g.shape != t.shape:
                     raise BatchSizeError(
-                        f"backward: the gradient at key {key!r} has shape {list(g.shape)}, the "
-                        f"leaf has shape {list(t.shape)}"
+                        f"backward: Mismatch in shape: the gradient at key {key!r} has shape "
+                        f"{list(g.shape)}, the leaf has shape {list(t.shape)}"
                     )
                 grad_tensors.append(g)
         wrt: list[Tensor] | None = None

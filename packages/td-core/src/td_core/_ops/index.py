@@ -8,6 +8,7 @@ indexes every leaf directly: trailing (feature) dims are untouched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,12 +19,12 @@ from td_core._core.traverse import index_batch, is_nt, is_stack, is_td, map_batc
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._leaves.nontensor import NonTensorData
 from td_core._ops.writes import copy_at_dense, plan_copy_dense
-from td_core.errors import BatchSizeError, DTypeError, LockedError
+from td_core.errors import BatchSizeError, DTypeError, IndexTypeError, LockedError
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["IndexingMixin", "normalize_index", "indexed_shape"]
+__all__ = ["IndexingMixin", "batch_fits", "fits", "normalize_index", "indexed_shape"]
 
 Tensor = torch.Tensor
 _SLICE_ALL = slice(None)
@@ -63,8 +64,9 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
     items = tuple(_convert(i) for i in items)
     for item in items:
         if not (item is None or item is Ellipsis or isinstance(item, (int, slice, Tensor))):
-            raise IndexError(
-                f"invalid index {item!r} of type {type(item).__name__} for a TensorDict"
+            raise IndexTypeError(
+                f"Invalid index {item!r} of type {type(item).__name__} for a TensorDict: use "
+                "ints, slices, None, ..., lists, ranges, tensors or numpy arrays"
             )
     used = sum(_dims_used(i) for i in items)
     ndim = len(batch_size)
@@ -239,7 +241,7 @@ class IndexingMixin(TensorDictContract):
             n = len(self.batch_size)
             for key, dest in leaves:
                 slot = sub + dest.shape[n:]
-                if broadcast_shape(value.shape, slot) != slot:
+                if not fits(value.shape, slot):
                     raise BatchSizeError(
                         f"cannot write a tensor of shape {list(value.shape)} into entry {key!r} at index "
                         f"{index!r}: the slot has shape {list(slot)}"
@@ -261,13 +263,13 @@ def _plan_sub(
 
     Nothing is written here, so a failure leaves `td` as it was.
     """
-    n_sub = len(sub)
     vbs = value.batch_size
     nv = len(vbs)
-    if nv < n_sub or (vbs[:n_sub] != sub and broadcast_shape(vbs[:n_sub], sub) != sub):
+    if vbs != sub and not batch_fits(vbs, sub):
         raise BatchSizeError(
-            f"cannot write a TensorDict of batch_size {list(vbs)} at index {index!r}: "
-            f"the indexed batch_size is {list(sub)}"
+            f"batch dimension mismatch: cannot write a TensorDict of batch_size {list(vbs)} at "
+            f"index {index!r}, whose batch_size is {list(sub)} (Cannot broadcast the tensordict "
+            "to it: its batch dims must match or be 1, and extra leading dims must be 1)"
         )
     n = len(td.batch_size)
     get = td._getter()
@@ -291,11 +293,7 @@ def _plan_sub(
                     f"cannot write a {type(src).__name__} into tensor entry {(*prefix, key)!r}"
                 )
             feat = dest.shape[n:]
-            if (
-                feat != src.shape[nv:]
-                and src.ndim > nv
-                and broadcast_shape(src.shape[nv:], feat) != feat
-            ):
+            if feat != src.shape[nv:] and src.ndim > nv and not fits(src.shape, sub + feat):
                 raise BatchSizeError(
                     f"cannot write entry {(*prefix, key)!r} of shape {list(src.shape)} into shape "
                     f"{list(dest.shape)} at index {index!r}"
@@ -318,6 +316,32 @@ def _plan_sub(
                 later.append((dest._plan_setitem(index, src), key, src, COMMIT))
                 continue
             _plan_sub(dest, src, sub, index, (*prefix, key), writes, later)
+
+
+def fits(shape: Sequence[int], slot: Sequence[int]) -> bool:
+    """Whether a value of `shape` can be written into `slot`, as torch's `t[index] = value`.
+
+    The shapes broadcast right-aligned to `slot`; dims of `shape` beyond `slot`'s
+    rank must be leading ones (`t[i] = img[None]` works).
+    """
+    extra = len(shape) - len(slot)
+    if extra > 0:
+        if any(d != 1 for d in shape[:extra]):
+            return False
+        shape = shape[extra:]
+    return broadcast_shape(shape, slot) == torch.Size(slot)
+
+
+def batch_fits(batch_size: Sequence[int], sub: Sequence[int]) -> bool:
+    """Whether a TensorDict of `batch_size` can be written where the batch size is `sub`.
+
+    Its leading dims broadcast to `sub` (any further dims are its own), or it
+    `fits` `sub` as a tensor would (fewer dims, or extra leading ones).
+    """
+    n = len(sub)
+    if len(batch_size) >= n and broadcast_shape(batch_size[:n], sub) == torch.Size(sub):
+        return True
+    return fits(batch_size, sub)
 
 
 def _advanced(index: Any) -> bool:

@@ -78,8 +78,13 @@ MASK_OPS: dict[str, _MaskRow] = {
 
 
 # ------------------------------------------------------------------ mask ops
-def _check_mask(td: Any, mask: Any, name: str) -> None:
-    """Raise (before anything is written) unless `mask` is a boolean mask over leading batch dims."""
+def _check_mask(td: Any, mask: Any, name: str, *, feature: bool = False) -> None:
+    """Raise (before anything is written) unless `mask` is a boolean mask over leading batch dims.
+
+    With `feature`, the mask may go on past the batch dims: those dims apply to each
+    leaf's next dims (size 1 or the leaf's, as torch broadcasts), or must be 1 where
+    a leaf has no such dim.
+    """
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name}: the mask must be a boolean tensor, got {type(mask).__name__}")
     if mask.dtype is not torch.bool:
@@ -88,11 +93,32 @@ def _check_mask(td: Any, mask: Any, name: str) -> None:
             "compare it (mask != 0) or cast it with .bool()"
         )
     bs = td.batch_size
-    if mask.ndim > len(bs) or any(m != b and m != 1 for m, b in zip(mask.shape, bs)):
+    n = len(bs)
+    if (mask.ndim > n and not feature) or any(m != b and m != 1 for m, b in zip(mask.shape, bs)):
         raise BatchSizeError(
             f"{name}: a mask of shape {list(mask.shape)} does not fit the batch_size {list(bs)}: "
             "its dims must be the leading batch dims (or 1, to broadcast)"
         )
+    if mask.ndim > n:
+        for key, leaf in td.items(include_nested=True, leaves_only=True):
+            if not isinstance(leaf, Tensor):
+                continue
+            shape = leaf.shape
+            for pos in range(n, mask.ndim):
+                m = mask.shape[pos]
+                if m != 1 and (pos >= len(shape) or shape[pos] != m):
+                    raise BatchSizeError(
+                        f"{name}: a mask of shape {list(mask.shape)} does not fit entry {key!r} "
+                        f"of shape {list(shape)}: its dims past the batch_size {list(bs)} must "
+                        "be 1 or the entry's"
+                    )
+
+
+def _leaf_mask(mask: Tensor, nd: int) -> Tensor:
+    """`mask` shaped for a leaf of `nd` dims: trailing ones added, or extra trailing ones dropped."""
+    if mask.ndim <= nd:
+        return mask.reshape(mask.shape + (1,) * (nd - mask.ndim))
+    return mask.reshape(mask.shape[:nd])  # the dropped dims are 1 (`_check_mask`)
 
 
 def _split_mask(mask: Tensor, d: int, n: int) -> list[Tensor]:
@@ -140,7 +166,8 @@ def _mask_map(
             if other is NO_DEFAULT:
                 if pad is None:
                     raise KeyNotFoundError(
-                        f"{row.name}: key {key!r} is missing from other (keys "
+                        f"{row.name}: key {key!r} not found and no pad value provided: it is "
+                        f"missing from other (keys "
                         f"{sorted(operand._keys_str())}); pass pad= to use a value there"
                     )
                 other = pad
@@ -150,7 +177,7 @@ def _mask_map(
             nd = value.ndim
             m = views.get(nd)
             if m is None:
-                m = views[nd] = mask.reshape(mask.shape + (1,) * (nd - mask.ndim))
+                m = views[nd] = _leaf_mask(mask, nd)
             if inplace:
                 leaf(value, m, other)
             else:
@@ -172,7 +199,7 @@ def _mask_map(
 
 def _pad_only_other(value: Any, mask: Tensor, pad: Any, views: dict[int, Tensor]) -> Any:
     if isinstance(value, Tensor):
-        m = mask.reshape(mask.shape + (1,) * (value.ndim - mask.ndim))
+        m = _leaf_mask(mask, value.ndim)
         return torch.where(m, torch.as_tensor(pad, dtype=value.dtype), value)
     if value._is_non_tensor:
         return value
@@ -260,6 +287,9 @@ class MaskedMixin(TensorDictContract):
     def masked_fill(self, mask: Tensor, value: float | bool) -> Self:
         """A copy with `value` written where `mask` (over leading batch dims) is True.
 
+        The mask may have more dims than the batch size: each leaf takes them on its
+        next dims (a `[16, 8, 1]` mask on batch `[16, 8]` fills whole rows).
+
         Examples:
             >>> import torch
             >>> from td_core import TensorDict
@@ -267,12 +297,12 @@ class MaskedMixin(TensorDictContract):
             >>> td.masked_fill(torch.tensor([True, False]), 1.0)["a"].sum(-1)
             tensor([3., 0.])
         """
-        _check_mask(self, mask, "masked_fill")
+        _check_mask(self, mask, "masked_fill", feature=True)
         return _mask_map(self, MASK_OPS["masked_fill"], mask, value, None, {})
 
     def masked_fill_(self, mask: Tensor, value: float | bool) -> Self:
         """Write `value` in place where `mask` (over leading batch dims) is True; returns self."""
-        _check_mask(self, mask, "masked_fill_")
+        _check_mask(self, mask, "masked_fill_", feature=True)
         _mask_map(self, MASK_OPS["masked_fill_"], mask, value, None, {})
         return self
 

@@ -165,8 +165,16 @@ class NewMixin(TensorDictContract):
         With a TensorDict, each leaf is copied from `data`'s leaf at the same
         key. With a tensor (or array, list, number), every leaf is a copy of it;
         the batch size is `data`'s shape. Leaves keep their dtype unless
-        `dtype` is given.
+        `dtype` is given. As `torch.Tensor.new_tensor`, a tensor or TensorDict `data`
+        emits a `UserWarning` recommending `clone().detach()`.
         """
+        if isinstance(data, Tensor) or is_td(data):  # as torch's new_tensor, once per call
+            warnings.warn(
+                "To copy construct from a tensor, it is recommended to use data.clone().detach() "
+                f"(new_tensor copies the {type(data).__name__} given into every leaf, detached)",
+                UserWarning,
+                stacklevel=2,
+            )
         dev = as_device(device) if device is not NO_DEFAULT else None
 
         def copy(t: Tensor, src: Any) -> Tensor:

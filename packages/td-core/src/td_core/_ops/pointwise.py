@@ -20,7 +20,7 @@ Examples:
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -389,7 +389,14 @@ class PointwiseMixin(UnaryMixin):
 
 # ------------------------------------------------------------------ comparisons
 def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) -> Any:
-    """Leaf-wise comparison; non-tensor leaves compare by value (`==`/`!=` only)."""
+    """Leaf-wise comparison; non-tensor leaves compare by value (`==`/`!=` only).
+
+    A `dict` compares as the TensorDict of the same batch size it would build.
+    """
+    if isinstance(other, Mapping) and not is_td(other):
+        other = dense(other, td.batch_size, td.device)
+    elif not is_td(other) and not isinstance(other, (Tensor, *_SCALARS)):
+        return NotImplemented  # `td == "z"` is False, as for any unrelated object
     members = _lazy_members(td)
     if members is not None:
         dim, (parts,) = split_operands(td, "compare", (other,), False)
@@ -398,8 +405,6 @@ def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) 
         )
     if is_td(other):
         return _zip_compare(td, other, op, ())
-    if not isinstance(other, (Tensor, *_SCALARS)):
-        return NotImplemented
     n = len(td.batch_size)
     if isinstance(other, Tensor) and other.ndim:
         torch.broadcast_shapes(td.batch_size, other.shape)  # raises RuntimeError on a mismatch
@@ -412,20 +417,18 @@ def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) 
         def fn(t: Tensor) -> Tensor:
             return op(t, other)
 
-    return _map_compare(td, fn, lambda v: _nt_compare(v, other, op))
+    return _map_compare(td, fn)
 
 
-def _map_compare(
-    td: TensorDictContract, fn: Callable[[Tensor], Tensor], nt: Callable[[Any], Tensor]
-) -> Any:
+def _map_compare(td: TensorDictContract, fn: Callable[[Tensor], Tensor]) -> Any:
+    """`fn` on every tensor leaf; non-tensor leaves are left out (a number or tensor
+    says nothing about them), as upstream."""
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
             out[key] = fn(value)
-        elif value._is_non_tensor:
-            out[key] = nt(value)
-        else:
-            out[key] = _map_compare(value, fn, nt)
+        elif not value._is_non_tensor:
+            out[key] = _map_compare(value, fn)
     return td._new(out, td.batch_size)
 
 
@@ -440,11 +443,15 @@ def _nt_compare(value: Any, other: Any, op: Callable[[Any, Any], Any]) -> Any:
     if not is_nt(other):
         return dense({}, value.batch_size)
     mine = value.as_array()
-    theirs = other.as_array()
-    if theirs.shape != mine.shape:
-        theirs = np.broadcast_to(theirs, mine.shape)
-    flat = [bool(op(x, theirs.flat[i])) for i, x in enumerate(mine.flat)]
-    return torch.tensor(flat, dtype=torch.bool).reshape(tuple(value.batch_size))
+    theirs = other.as_array() if is_nt(other) else None
+    if theirs is not None and theirs.shape != mine.shape:  # batch sizes broadcast, as tensors
+        shape = np.broadcast_shapes(mine.shape, theirs.shape)
+        mine, theirs = np.broadcast_to(mine, shape), np.broadcast_to(theirs, shape)
+    flat = [
+        bool(op(x, theirs.flat[i] if theirs is not None else other))
+        for i, x in enumerate(mine.flat)
+    ]
+    return torch.tensor(flat, dtype=torch.bool).reshape(mine.shape)
 
 
 def _zip_compare(

@@ -171,10 +171,11 @@ class ReductionMixin(TensorDictContract):
     def logsumexp(self, dim: Dim = None, keepdim: bool = False, *, out: Any = None) -> Any:
         """`log(sum(exp(leaf)))` over batch `dim` (default: every batch dim).
 
-        With `out` (a TensorDict of the result's structure) the result is written into it.
+        With `out` (a TensorDict) the result is written into it: in place into the entries
+        it has, added where it lacks them (an empty `out` takes the whole result).
         """
         result = reduction(self, _R["logsumexp"], dim, keepdim)
-        return result if out is None else out.update_(result)
+        return result if out is None else out.update(result, inplace=True)
 
     def quantile(
         self,
@@ -212,7 +213,7 @@ class ReductionMixin(TensorDictContract):
     ) -> Any:
         """The 2-norm of each leaf over all its elements (`batch_size=[]`)."""
         result = _run(self, "norm", NO_DEFAULT, False, None, key_transform, dtype=dtype)
-        return result if out is None else out.update_(result)
+        return result if out is None else out.update(result, inplace=True)
 
     def all(self, dim: Dim = None) -> Any:
         """`True` if every element of every tensor leaf is true; per batch `dim` with a dim."""

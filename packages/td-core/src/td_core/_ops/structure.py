@@ -247,7 +247,10 @@ class StructureMixin(TensorDictContract):
             )
         value = self.get(old_key)
         if safe and new_key in self.keys(include_nested=True):
-            raise KeyError(f"rename_key_: {new_key!r} already exists (safe=True)")
+            raise KeyError(
+                f"rename_key_: key {new_key!r} already present in TensorDict; pass safe=False "
+                f"to overwrite it with {old_key!r}"
+            )
         self.set(new_key, value)
         if unravel_key(old_key) != unravel_key(new_key):
             self.del_(old_key)

@@ -13,6 +13,7 @@ import torch
 
 from td_core._core.traverse import is_td, map_leaves
 from td_core._ops.autograd import grad
+from td_core._ops.pointwise import PointwiseMixin
 from td_core._ops.reduce_engine import leafwise_loss
 from td_core._ops.stack import cat, stack
 
@@ -168,7 +169,9 @@ def _reduction(name: str) -> Callable[..., Any]:
 
     def impl(input: TensorDictContract, *args: Any, **kwargs: Any) -> Any:
         if args and (is_td(args[0]) or isinstance(args[0], torch.Tensor)) and name != "quantile":
-            return NotImplemented  # torch.max(td, other) is the element-wise maximum
+            if name in _ELEMENTWISE:  # torch.max(td, other) is the element-wise maximum
+                return getattr(input, _ELEMENTWISE[name])(*args, **kwargs)
+            return NotImplemented
         if "unbiased" in kwargs:  # torch.std/var's older spelling of correction
             kwargs["correction"] = int(bool(kwargs.pop("unbiased")))
         return getattr(input, name)(*args, **kwargs)
@@ -176,6 +179,8 @@ def _reduction(name: str) -> Callable[..., Any]:
     impl.__name__ = f"td_{name}"
     return impl
 
+
+_ELEMENTWISE = {"max": "maximum", "min": "minimum"}
 
 for _name in (
     "sum nansum mean nanmean prod std var max min amax amin logsumexp quantile "
@@ -227,3 +232,23 @@ for _loss_fn in (
     torch.nn.functional.smooth_l1_loss,
 ):
     TORCH_FUNCTIONS[_loss_fn] = _loss(_loss_fn)
+
+
+# ------------------------------------------------------------------ pointwise
+def _pointwise(name: str) -> Callable[..., Any]:
+    """`torch.<name>(td, ...)` as `td.<name>(...)` (the TensorDict must come first)."""
+
+    def impl(input: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_td(input):
+            return NotImplemented  # torch.add(tensor, td): torch raises its TypeError
+        return getattr(input, name)(*args, **kwargs)
+
+    impl.__name__ = f"td_{name}"
+    return impl
+
+
+# every pointwise method that torch also has as a function: torch.maximum, torch.exp, ...
+for _name in sorted(dir(PointwiseMixin)):
+    _torch_func: Any = getattr(torch, _name, None)
+    if not _name.startswith("_") and callable(_torch_func) and _torch_func not in TORCH_FUNCTIONS:
+        TORCH_FUNCTIONS[_torch_func] = _pointwise(_name)
