@@ -387,6 +387,34 @@ suite.add(
 )
 suite.add("to_namedtuple() nested 30", ours_n.to_namedtuple, theirs_n.to_namedtuple)
 
+# ---------------------------------------------------------------- non-tensor leaves
+# upstream's tensorclass benchmark: a shared string at a large batch; the cost of the
+# non-tensor leaf must not grow with the batch's element count
+NT_BATCH = [300, 400, 50]
+nt_leaf = torch.zeros(NT_BATCH)
+ours_nt = TensorDict({"a": nt_leaf, "s": "goodbye"}, batch_size=NT_BATCH)
+theirs_nt = Upstream({"a": nt_leaf, "s": "goodbye"}, batch_size=NT_BATCH)
+suite.add(
+    "split [100, 200] with a non-tensor leaf",
+    lambda: torch.split(ours_nt, [100, 200], 0),
+    lambda: torch.split(theirs_nt, [100, 200], 0),
+    what="batch [300, 400, 50], one float leaf and one shared string",
+)
+ours_nt10, theirs_nt10 = ours_nt[:10], theirs_nt[:10]
+suite.add(
+    "stack 2 with a non-tensor leaf",
+    lambda: torch.stack([ours_nt10, ours_nt10], 0),
+    lambda: torch.stack([theirs_nt10, theirs_nt10], 0),
+    what="batch [10, 400, 50] each; upstream collapses the equal strings into one value, "
+    "td keeps one per element (a NonTensorStack, filled once)",
+)
+suite.add(
+    "cat 2 with a non-tensor leaf",
+    lambda: torch.cat([ours_nt10, ours_nt10], 0),
+    lambda: torch.cat([theirs_nt10, theirs_nt10], 0),
+    what="as the stack case, along dim 0",
+)
+
 
 if __name__ == "__main__":
     suite.main()

@@ -134,3 +134,29 @@ def test_comparing_a_tensor_with_a_non_tensor_leaf_gives_a_tensordict():
         assert all(not isinstance(v, bool) for v in result.values(True, True))
     assert (rebuilt == values).all() and (values == rebuilt).all()
     assert not (rebuilt != values).any()
+
+
+def test_shared_value_batch_ops_work_out_shapes_without_the_elements(monkeypatch):
+    import td_core._leaves.nontensor as nt
+
+    td = TensorDict({"a": torch.zeros(30, 40, 5), "s": "goodbye"}, [30, 40, 5])
+    calls = []
+    monkeypatch.setattr(nt, "_positions", lambda shape: calls.append(shape) or torch.arange(0))
+    parts = torch.split(td, [10, 20], 0)
+    assert [p["s"] for p in parts] == ["goodbye", "goodbye"]
+    assert [p.batch_size for p in parts] == [(10, 40, 5), (20, 40, 5)]
+    rows = td.unbind(1)
+    assert len(rows) == 40 and rows[3].batch_size == (30, 5) and rows[3]["s"] == "goodbye"
+    assert calls == []  # no index tensor over the 6,000 elements
+
+
+def test_stacking_equal_values_fills_once_and_keeps_the_leaves():
+    a = TensorDict({"s": "x"}, [2, 3])
+    stacked = torch.stack([a, a, a], 1)
+    assert stacked.batch_size == (2, 3, 3)
+    assert stacked.get("s").tolist() == [[["x"] * 3] * 3] * 2
+    assert stacked.unbind(1)[2]["s"] == "x"
+    joined = torch.cat([a, a], 0)
+    assert joined.batch_size == (4, 3) and joined.get("s").tolist() == [["x"] * 3] * 4
+    mixed = torch.stack([a, TensorDict({"s": "y"}, [2, 3])], 0)
+    assert mixed.get("s").tolist() == [[["x"] * 3] * 2, [["y"] * 3] * 2]

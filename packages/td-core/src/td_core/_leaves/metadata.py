@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from td_core._leaves.nontensor import NonTensorData, _positions
+from td_core._leaves.nontensor import NonTensorData, result_shapes
 
 __all__ = ["MetaData"]
 
@@ -74,7 +74,8 @@ class MetaData(NonTensorData):
 
     def _map_batch_multi(self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]) -> list[Any]:
         return [
-            type(self)(self.data, idx.shape, self.device) for idx in fn(_positions(self.batch_size))
+            type(self)(self.data, shape, self.device)
+            for shape in result_shapes(fn, self.batch_size)
         ]
 
     def clone(self, recurse: bool = True) -> MetaData:

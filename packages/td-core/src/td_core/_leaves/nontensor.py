@@ -41,6 +41,21 @@ def _positions(shape: torch.Size) -> torch.Tensor:
     return torch.arange(shape.numel()).view(shape)
 
 
+def result_shapes(
+    fn: Callable[[torch.Tensor], Sequence[torch.Tensor]], shape: torch.Size
+) -> list[torch.Size]:
+    """The shapes `fn` gives on a tensor of `shape`, worked out without its elements.
+
+    A shared value only needs the shapes of the results: `fn` runs on a `meta`
+    tensor (no memory, O(1) in the batch's element count). Where that fails (an
+    op meta tensors refuse), it runs on the positions, as for a stack of values.
+    """
+    try:
+        return [t.shape for t in fn(torch.empty(shape, device="meta"))]
+    except (RuntimeError, NotImplementedError, TypeError, IndexError, ValueError):
+        return [t.shape for t in fn(_positions(shape))]
+
+
 def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
     """`flat` at positions `idx`, always as an array of `idx`'s shape (0-d included)."""
     return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
@@ -181,8 +196,8 @@ class NonTensorData(_NonTensorBase):
         self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]
     ) -> list[NonTensorStack | NonTensorData]:
         return [
-            NonTensorData(self.data, idx.shape, self.device)
-            for idx in fn(_positions(self.batch_size))
+            NonTensorData(self.data, shape, self.device)
+            for shape in result_shapes(fn, self.batch_size)
         ]
 
     def tolist(self) -> Any:
@@ -418,11 +433,26 @@ def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     special = _collapse(leaves, dim)
     if special is not None:
         return special
-    out = NonTensorStack(
-        np.stack([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
-    )
+    shared = _shared_value(leaves)
+    if shared is not None:  # one fill of the result, not an array per leaf then a copy
+        bs = list(leaves[0].batch_size)
+        bs.insert(dim, len(leaves))
+        values = _full(torch.Size(bs), shared[0])
+    else:
+        values = np.stack([leaf.as_array() for leaf in leaves], axis=dim)
+    out = NonTensorStack(values, device=leaves[0].device)
     out._members, out._member_dim = tuple(leaves), dim
     return out
+
+
+def _shared_value(leaves: Sequence[_NonTensorBase]) -> tuple[Any] | None:
+    """`(value,)` when every leaf is a `NonTensorData` of the same value, else None."""
+    first = leaves[0]
+    if type(first) is NonTensorData and all(
+        type(v) is NonTensorData and _same(v.data, first.data) for v in leaves
+    ):
+        return (first.data,)
+    return None
 
 
 def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
@@ -445,6 +475,11 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
 
 def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
     """Concatenate non-tensor leaves into one `NonTensorStack` (the same rule as stacking)."""
+    shared = _shared_value(leaves)
+    if shared is not None:
+        bs = list(leaves[0].batch_size)
+        bs[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
+        return NonTensorStack(_full(torch.Size(bs), shared[0]), device=leaves[0].device)
     return NonTensorStack(
         np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
     )
