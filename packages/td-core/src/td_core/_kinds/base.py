@@ -45,6 +45,7 @@ from td_core._ops.shape import ShapeMixin
 from td_core._ops.stack import StackMixin
 from td_core._ops.structure import StructureMixin
 from td_core._ops.torch_function import TORCH_FUNCTIONS
+from td_core._ops.views import ViewsMixin
 from td_core._parallel.collectives import CollectivesMixin
 from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
@@ -75,6 +76,7 @@ class TensorDictBase(
     LayoutMixin,
     AutogradMixin,
     ConvertMixin,
+    ViewsMixin,
     MappingMixin,
     NamesMixin,
     ConsolidateMixin,

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-__all__ = ["MappingMixin", "PerObject", "fromkeys"]
+__all__ = ["BEFORE_LOCK", "MappingMixin", "PerObject", "fromkeys"]
 
 Tensor = torch.Tensor
 
@@ -56,9 +56,8 @@ class PerObject:
         return entry[1]
 
 
-# Lock state before the latest lock_()/unlock_() call, and the states `with` blocks restore.
-_BEFORE = PerObject()
-_RESTORE = PerObject()
+# Lock state before the latest lock_()/unlock_() call: what a `with` block restores (`_views`).
+BEFORE_LOCK = PerObject()
 
 
 def _locked_error(what: str, key: Any = None) -> LockedError:
@@ -125,7 +124,7 @@ class MappingMixin(TensorDictContract):
         allowed. Returns self; as a context manager (`with td.lock_():`) the
         previous state comes back on exit.
         """
-        _BEFORE.set(self, self._is_locked)
+        BEFORE_LOCK.set(self, self._is_locked)
         self._lock_tree(True)
         return self
 
@@ -144,7 +143,7 @@ class MappingMixin(TensorDictContract):
             >>> td.is_locked
             True
         """
-        _BEFORE.set(self, self._is_locked)
+        BEFORE_LOCK.set(self, self._is_locked)
         self._lock_tree(False)
         return self
 
@@ -162,7 +161,7 @@ class MappingMixin(TensorDictContract):
         Returns:
             self.
         """
-        _BEFORE.pop(self, None)
+        BEFORE_LOCK.pop(self, None)
         for sub in self._subtrees():
             sub.clear_refs_for_compile_()
         return self
@@ -171,20 +170,6 @@ class MappingMixin(TensorDictContract):
         self._is_locked = locked
         for sub in self._subtrees():
             sub._lock_tree(locked)
-
-    def __enter__(self) -> Self:
-        stack = _RESTORE.pop(self, [])
-        stack.append(_BEFORE.pop(self, self._is_locked))
-        _RESTORE.set(self, stack)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        stack = _RESTORE.pop(self, [])
-        previous = stack.pop() if stack else self._is_locked
-        if stack:
-            _RESTORE.set(self, stack)
-        if previous != self._is_locked:
-            self._lock_tree(previous)
 
     # ---------------------------------------------------------------- dict methods
     def popitem(self) -> tuple[str, Any]:

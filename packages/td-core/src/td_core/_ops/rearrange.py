@@ -25,6 +25,7 @@ from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.new_like import NewMixin
 from td_core._ops.shape import assign_reshaped, batch_dim, expanded_shape, permute_order, size_arg
+from td_core._ops.views import permuted, remember, reshaped, rotated
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
@@ -243,7 +244,8 @@ class LayoutMixin(NewMixin):
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Move batch dims `source` to positions `destination`, as `torch.movedim`."""
         bs = self.batch_size
-        return permute_order(self, _move_order(source, destination, len(bs), bs))
+        order = _move_order(source, destination, len(bs), bs)
+        return remember(self, permute_order(self, order), permuted, tuple(order))
 
     def moveaxis(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Alias of `movedim`."""
@@ -284,7 +286,8 @@ class LayoutMixin(NewMixin):
         new = list(bs)
         if k % 2:
             new[d0], new[d1] = new[d1], new[d0]
-        return map_batch(self, lambda t: t.rot90(k, (d0, d1)), torch.Size(new))
+        out = map_batch(self, lambda t: t.rot90(k, (d0, d1)), torch.Size(new))
+        return remember(self, out, rotated, k, (d0, d1))
 
     # ------------------------------------------------------------- reshaping
     def atleast_1d(self) -> Self:
@@ -375,4 +378,4 @@ def _at_least(td: TD, n: int) -> TD:
     out = td
     while out.batch_dims < n:
         out = out.unsqueeze(0)
-    return out
+    return remember(td, out, reshaped)

@@ -17,6 +17,14 @@ from td_core._core.contract import TD, TensorDictContract
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td, per_member, stack_parts
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._ops.views import (
+    join_path,
+    keys_flattened,
+    keys_unflattened,
+    remember,
+    same,
+    split_path,
+)
 from td_core._ops.writes import copy_all, plan_copy_dense
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -120,7 +128,8 @@ class StructureMixin(TensorDictContract):
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
         """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
         if is_stack(self):  # lazy stacks select member by member
-            return _members_do(self, "select", *keys, inplace=inplace, strict=strict)
+            stacked = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
+            return remember(self, stacked, same)
         if all(type(k) is str for k in keys):  # fast path: top-level keys only
             get = self._getter()
             out: dict[str, Any] = {}
@@ -138,19 +147,19 @@ class StructureMixin(TensorDictContract):
         else:
             paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
             result = _select(self, paths, strict, ())
-        return _assign(self, result) if inplace else result
+        return _assign(self, result) if inplace else remember(self, result, same)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
         """Everything but the given (possibly nested) keys."""
         if is_stack(self):  # lazy stacks exclude member by member
-            return _members_do(self, "exclude", *keys, inplace=inplace)
+            return remember(self, _members_do(self, "exclude", *keys, inplace=inplace), same)
         if set(map(type, keys)) <= {str}:  # top-level keys only: one pass, no paths
             drop = set(keys)
             out = {k: v for k, v in self._items_str() if k not in drop}
             result = self._new(out, self.batch_size)
         else:
             result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])
-        return _assign(self, result) if inplace else result
+        return _assign(self, result) if inplace else remember(self, result, same)
 
     def split_keys(
         self,
@@ -194,13 +203,14 @@ class StructureMixin(TensorDictContract):
             >>> list(td.flatten_keys(".").keys())
             ['a.b']
         """
-        lazy = _members_do(self, "flatten_keys", separator, inplace=inplace, is_leaf=is_leaf)
-        if lazy is not NotImplemented:
-            return lazy
-        out: dict[str, Any] = {}
-        _flatten(self, separator, "", out, is_leaf)
-        result = self._new(out, self.batch_size)
-        return _assign(self, result) if inplace else result
+        result = _members_do(self, "flatten_keys", separator, inplace=inplace, is_leaf=is_leaf)
+        if result is NotImplemented:
+            out: dict[str, Any] = {}
+            _flatten(self, separator, "", out, is_leaf)
+            result = self._new(out, self.batch_size)
+            if inplace:
+                return _assign(self, result)
+        return remember(self, result, keys_unflattened, separator, key_map=split_path(separator))
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """The inverse of `flatten_keys`: split keys on `separator` into nested TensorDicts."""
@@ -230,7 +240,9 @@ class StructureMixin(TensorDictContract):
             else:
                 raise KeyError(f"unflatten_keys: key {key!r} collides with another entry")
         result = _build(self, tree)
-        return _assign(self, result) if inplace else result
+        if inplace:
+            return _assign(self, result)
+        return remember(self, result, keys_flattened, separator, key_map=join_path(separator))
 
     def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> Self:
         """Move the entry at `old_key` to `new_key` (`safe`: refuse to overwrite)."""
