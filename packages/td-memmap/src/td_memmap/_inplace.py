@@ -120,7 +120,11 @@ def _add(td: TensorDictBase, key: Any, make: Any, *, existsok: bool = True) -> M
     stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
     path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
     tensor = make(path)
+    # a sub-TensorDict of a locked TensorDict cannot be unlocked alone: unlock the root
+    root_locked = td.is_locked and td is not parent
     try:
+        if root_locked:
+            td.unlock_()
         was_locked = parent.is_locked
         parent.unlock_()
         parent.set(name, tensor)
@@ -130,6 +134,9 @@ def _add(td: TensorDictBase, key: Any, make: Any, *, existsok: bool = True) -> M
     except BaseException:
         remove_if_exists(path)
         raise
+    finally:
+        if root_locked:
+            td.lock_()
     return tensor
 
 

@@ -355,7 +355,7 @@ class TensorDictBase(
         leaf_key = key if type(key) is str else key[-1]
         if td._is_locked:
             raise LockedError(
-                f"cannot delete key {key!r}: the TensorDict is locked (unlock_() it first)"
+                f"Cannot modify locked TensorDict: cannot delete key {key!r} (unlock_() it first)"
             )
         if leaf_key not in td._keys_str():
             raise (
@@ -381,7 +381,9 @@ class TensorDictBase(
                 if not create:
                     raise KeyNotFoundError(f"key {key!r} not found: {key[: i + 1]!r} is missing")
                 if td._is_locked:
-                    raise LockedError(f"cannot create {key[: i + 1]!r}: the TensorDict is locked")
+                    raise LockedError(
+                        f"Cannot modify locked TensorDict: cannot create {key[: i + 1]!r}"
+                    )
                 td._set_str(part, td._new({}, td.batch_size))
                 sub = td._get_str(part)  # re-read: a lazy stack hands back a view of its members
             elif not is_td(sub):
@@ -399,7 +401,7 @@ class TensorDictBase(
                 return
         if self._is_locked:
             raise LockedError(
-                f"cannot set key {full_key!r}: the TensorDict is locked; "
+                f"Cannot modify locked TensorDict: cannot set key {full_key!r}; "
                 "use set_() or set(..., inplace=True) for in-place writes, or unlock_() it"
             )
         self._set_str(key, self._validate(item, full_key))

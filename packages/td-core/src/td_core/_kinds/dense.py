@@ -364,7 +364,7 @@ class TensorDict(TensorDictBase):
         if type(key) is str and not inplace and type(item) is Tensor and self._device is None:
             if self._is_locked:
                 raise LockedError(
-                    f"cannot set key {key!r}: the TensorDict is locked; use set_() for in-place writes"
+                    f"Cannot modify locked TensorDict: cannot set key {key!r}; use set_() for in-place writes"
                 )
             bs = self._batch_size
             if bs:  # (a torch.Size slice costs ~110 ns: one batch dim compares an int)
@@ -379,7 +379,7 @@ class TensorDict(TensorDictBase):
         if type(index) is str:
             if self._is_locked:
                 raise LockedError(
-                    f"cannot set key {index!r}: the TensorDict is locked; use set_() for in-place writes"
+                    f"Cannot modify locked TensorDict: cannot set key {index!r}; use set_() for in-place writes"
                 )
             if type(value) is Tensor and self._device is None:
                 bs = self._batch_size

@@ -314,7 +314,10 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, TensorDictBase):
                 ) from None
         if is_nt(first):
             return stack_non_tensors(values, self.stack_dim)
-        return self._restack(values, self.stack_dim)
+        out = self._restack(values, self.stack_dim)
+        if all(v.is_locked for v in values):  # locked members: the stack of them is locked too
+            out._is_locked = True
+        return out
 
     def get(self, key: Any, default: Any = NO_DEFAULT, *, as_nested_tensor: bool = False) -> Any:
         """The entry at `key`, stacked; `as_nested_tensor` stacks ragged leaves as a nested tensor."""

@@ -247,7 +247,7 @@ class StructureMixin(TensorDictContract):
     def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> Self:
         """Move the entry at `old_key` to `new_key` (`safe`: refuse to overwrite)."""
         if self.is_locked:
-            raise LockedError(f"cannot rename {old_key!r}: the TensorDict is locked")
+            raise LockedError(f"Cannot modify locked TensorDict: cannot rename {old_key!r}")
         value = self.get(old_key)
         if safe and new_key in self.keys(include_nested=True):
             raise KeyError(f"rename_key_: {new_key!r} already exists (safe=True)")
@@ -473,7 +473,9 @@ def _build(td: TensorDictContract, tree: dict[str, Any]) -> Any:
 def _assign(td: TD, result: TensorDictContract) -> TD:
     """Make `td` hold `result`'s entries (for `inplace=True` variants)."""
     if td.is_locked:
-        raise LockedError("cannot restructure a locked TensorDict in place")
+        raise LockedError(
+            "Cannot modify locked TensorDict: it cannot be restructured in place (unlock_() it)"
+        )
     for key in list(td._keys_str()):
         td._del_str(key)
     for key, value in result._items_str():
@@ -498,7 +500,7 @@ def _plan_update(
             if target is None:
                 if td.is_locked:
                     raise LockedError(
-                        f"update: cannot create {(*prefix, *key)!r}: the TensorDict is locked"
+                        f"Cannot modify locked TensorDict: update cannot create {(*prefix, *key)!r}"
                     )
                 target = td._parent_for(key, create=True)
             _plan_update(
@@ -520,7 +522,9 @@ def _plan_update(
             value = value.clone()
         if existing is NO_DEFAULT or not inplace:
             if td.is_locked:
-                raise LockedError(f"update: cannot set {full!r}: the TensorDict is locked")
+                raise LockedError(
+                    f"Cannot modify locked TensorDict: update cannot set {full!r} (use update_())"
+                )
             value = td._validate(value, full if len(full) > 1 else key)
         elif isinstance(existing, Tensor):
             _check_copy(existing, value, full)

@@ -283,4 +283,4 @@ class ViewsMixin(TensorDictContract):
                 _write_back(self, frame.record, frame.entered)
         finally:
             if frame.lock_before != self._is_locked:
-                cast(Any, self)._lock_tree(frame.lock_before)  # MappingMixin's
+                cast(Any, self)._set_lock(frame.lock_before)  # MappingMixin's
