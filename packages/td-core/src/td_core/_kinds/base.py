@@ -45,7 +45,7 @@ from td_core._ops.shape import ShapeMixin
 from td_core._ops.stack import StackMixin
 from td_core._ops.structure import StructureMixin
 from td_core._ops.torch_function import TORCH_FUNCTIONS
-from td_core._ops.views import ViewsMixin
+from td_core._ops.views import ViewsMixin, moved_back, remember
 from td_core._parallel.collectives import CollectivesMixin
 from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
@@ -501,7 +501,9 @@ class TensorDictBase(
         `non_blocking`, or a TensorDict from `attrs()`: each leaf then moves to
         the device and dtype recorded at its key (the result has no device).
         """
-        return to_(self, *args, **kwargs)
+        return remember(
+            self, to_(self, *args, **kwargs), moved_back
+        )  # `with td.to(d):` writes back
 
     def cpu(self) -> TensorDictBase:
         return self.to("cpu")

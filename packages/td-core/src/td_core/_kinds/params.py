@@ -25,11 +25,12 @@ import torch
 from torch import nn
 
 from td_core._core.contract import provide
-from td_core._core.traverse import is_nt, is_td
+from td_core._core.traverse import is_nt, is_td, map_leaves
 from td_core._core.utils import NO_DEFAULT, as_device
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import register
+from td_core._ops.views import moved_back, remember
 
 __all__ = ["TensorDictParams"]
 
@@ -152,13 +153,36 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
             new = out._parameters.get(name)
             if new is not None and param is not None:
                 new.requires_grad_(param.requires_grad)
-        return out
+        return remember(self, out, moved_back)  # `with params.to(d):` writes back
 
     def cpu(self) -> TensorDictParams:
         return self.to("cpu")
 
     def cuda(self, device: Any = None) -> TensorDictParams:
         return self.to(torch.device("cuda") if device is None else torch.device("cuda", device))
+
+    def clone(self, recurse: bool = True) -> TensorDictParams:
+        """A `TensorDictParams` copy, as upstream: parameters stay parameters, buffers stay buffers.
+
+        The copies are detached from the graph and keep `requires_grad`; a tensor
+        held at several keys (tied weights) is copied once and stays tied. With
+        `recurse=False` the leaves themselves are shared.
+        """
+        if not recurse:
+            return TensorDictParams(map_leaves(self, lambda t: t), no_convert=True)
+        memo: dict[int, Tensor] = {}
+
+        def copy(tensor: Tensor) -> Tensor:
+            out = memo.get(id(tensor))
+            if out is None:
+                out = tensor.detach().clone()
+                if isinstance(tensor, nn.Parameter):
+                    out = nn.Parameter(out, requires_grad=tensor.requires_grad)
+                memo[id(tensor)] = out
+            return out
+
+        copied = map_leaves(self, copy, keep_non_tensor=lambda v: v.clone())
+        return TensorDictParams(copied, no_convert=True)
 
     # ---------------------------------------------- value writes under no_grad
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:

@@ -1,7 +1,7 @@
 """Views as context managers: `with td.transpose(0, 1) as tdt:` writes `tdt` back into `td`.
 
 An op whose result is another layout of the same data (the shape ops,
-`flatten_keys`/`unflatten_keys`, `select`/`exclude`, `view(dtype)`) calls
+`flatten_keys`/`unflatten_keys`, `select`/`exclude`, `view(dtype)`, `to`) calls
 `remember(source, result, undo, *args)`: the result keeps a weak reference to
 its source and how to map it back (`undo(result, source, *args)` returns the
 result in the source's layout).
@@ -51,6 +51,7 @@ __all__ = [
     "keys_flattened",
     "keys_unflattened",
     "dtype_viewed",
+    "moved_back",
     "split_path",
     "join_path",
 ]
@@ -147,6 +148,19 @@ def dtype_viewed(view: Any, source: Any) -> Any:
 
     def back(value: Tensor, original: Any) -> Tensor:
         return value if original is None else value.view(original.dtype)
+
+    return view.apply(back, source, default=None)
+
+
+def moved_back(view: Any, source: Any) -> Any:
+    """`view`'s leaves moved and cast back to the device and dtype of the source's leaf at
+    the same key (new keys: to the source's device, if it has one)."""
+    device = source.device
+
+    def back(value: Tensor, original: Any) -> Tensor:
+        if original is None:
+            return value if device is None else value.to(device)
+        return value.to(device=original.device, dtype=original.dtype)
 
     return view.apply(back, source, default=None)
 
