@@ -145,3 +145,10 @@ def test_a_dtype_view_writes_back_in_the_source_dtype() -> None:
     assert td["a"].dtype == torch.float32
     assert (td["a"].view(torch.int32) == 7).all()
     assert (td["b"] == 1).all()
+
+
+def test_a_transpose_dim_out_of_range_names_both_dims_in_upstreams_words() -> None:
+    with pytest.raises(ValueError, match="dim0 and dim1 must be within the range") as info:
+        _td().transpose(-5, -6)
+    assert "The provided dimensions are incompatible" in str(info.value)
+    assert "[3, 4]" in str(info.value)

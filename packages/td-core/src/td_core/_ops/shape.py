@@ -276,7 +276,15 @@ class ShapeMixin(TensorDictContract):
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         bs = self.batch_size
-        d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
+        try:
+            d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
+        except DimError:
+            n = len(bs)
+            raise DimError(
+                f"transpose({dim0}, {dim1}): dim0 and dim1 must be within the range of the number "
+                f"of dimensions, [{-n}, {n - 1}] for batch_size {list(bs)}. The provided "
+                "dimensions are incompatible with it"
+            ) from None
         order = list(range(len(bs)))
         order[d0], order[d1] = order[d1], order[d0]
         out = permute_order(self, order)
