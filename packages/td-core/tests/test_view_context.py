@@ -152,3 +152,25 @@ def test_a_transpose_dim_out_of_range_names_both_dims_in_upstreams_words() -> No
         _td().transpose(-5, -6)
     assert "The provided dimensions are incompatible" in str(info.value)
     assert "[3, 4]" in str(info.value)
+
+
+def test_movedim_is_a_torch_function_and_names_its_mistakes() -> None:
+    td = TensorDict({"a": torch.zeros(4, 5, 6, 2)}, [4, 5, 6])
+    assert torch.movedim(td, 0, 2).batch_size == (5, 6, 4)
+    assert torch.moveaxis(td, -1, 0).batch_size == (6, 4, 5)
+    with pytest.raises(RuntimeError, match="repeated dim in source"):
+        td.movedim((0, 0), (1, 2))
+    with pytest.raises(RuntimeError, match="repeated dim in destination"):
+        td.movedim((0, 1), (2, 2))
+    with pytest.raises(ValueError, match="same number of elements"):
+        td.movedim((0,), (1, 2))
+    with pytest.raises(IndexError):
+        td.movedim(0, 5)
+
+
+def test_an_identity_rearrangement_is_the_tensordict_itself() -> None:
+    td = TensorDict({"a": torch.zeros(4, 5, 6)}, [4, 5, 6])
+    assert td.movedim(1, 1) is td
+    assert td.transpose(0, 0) is td
+    assert td.permute(0, 1, 2) is td
+    assert td.permute(2, 1, 0) is not td

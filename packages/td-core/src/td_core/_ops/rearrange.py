@@ -60,11 +60,17 @@ def _move_order(source: Any, destination: Any, n: int, bs: torch.Size) -> list[i
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
     if len(src) != len(dst):
-        raise DimError(f"movedim: source and destination need as many dims, got {src} and {dst}")
+        raise DimError(
+            f"movedim: source {src} and destination {dst} must have the same number of elements"
+        )
     src = [batch_dim(d, bs) for d in src]
     dst = [batch_dim(d, bs) for d in dst]
-    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
-        raise DimError(f"movedim: a dim is repeated in source {src} or destination {dst}")
+    for what, dims in (("source", src), ("destination", dst)):
+        if len(set(dims)) != len(dims):
+            raise DimError(
+                f"movedim: repeated dim in {what} {dims} (batch_size {list(bs)}); "
+                "each dim may appear once"
+            )
     order: list[int | None] = [None] * n
     for s, d in zip(src, dst):
         order[d] = s

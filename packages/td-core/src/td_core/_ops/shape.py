@@ -153,8 +153,10 @@ def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | Any:
 
 
 def permute_order(td: TensorDictContract, order: Sequence[int]) -> Any:
-    """`td` with its batch dims in the (validated) `order`."""
+    """`td` with its batch dims in the (validated) `order`; `td` itself for the identity, as upstream."""
     n = td.batch_dims
+    if all(i == d for i, d in enumerate(order)):
+        return td
     out = lazy.permute(td, order)
     if out is not None:
         return out
@@ -278,12 +280,10 @@ class ShapeMixin(TensorDictContract):
         bs = self.batch_size
         try:
             d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
-        except DimError:
-            n = len(bs)
+        except DimError as err:
             raise DimError(
-                f"transpose({dim0}, {dim1}): dim0 and dim1 must be within the range of the number "
-                f"of dimensions, [{-n}, {n - 1}] for batch_size {list(bs)}. The provided "
-                "dimensions are incompatible with it"
+                f"transpose({dim0}, {dim1}): {err}. dim0 and dim1 must be within the range of the "
+                "number of dimensions. The provided dimensions are incompatible with this batch size"
             ) from None
         order = list(range(len(bs)))
         order[d0], order[d1] = order[d1], order[d0]
