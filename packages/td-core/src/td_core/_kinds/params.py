@@ -169,7 +169,9 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         `recurse=False` the leaves themselves are shared.
         """
         if not recurse:
-            return TensorDictParams(map_leaves(self, lambda t: t), no_convert=True)
+            return self._named_like(
+                TensorDictParams(map_leaves(self, lambda t: t), no_convert=True)
+            )
         memo: dict[int, Tensor] = {}
 
         def copy(tensor: Tensor) -> Tensor:
@@ -182,7 +184,13 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
             return out
 
         copied = map_leaves(self, copy, keep_non_tensor=lambda v: v.clone())
-        return TensorDictParams(copied, no_convert=True)
+        return self._named_like(TensorDictParams(copied, no_convert=True))
+
+    def _named_like(self, out: TensorDictParams) -> TensorDictParams:
+        names = self._raw_names()
+        if names is not None:
+            out._store_names(names)
+        return out
 
     # ---------------------------------------------- value writes under no_grad
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
