@@ -57,7 +57,8 @@ def test_params_clone_keeps_parameters_buffers_and_ties() -> None:
     shallow = params.clone(recurse=False)
     assert isinstance(shallow, TensorDictParams)
     assert shallow.get(("1", "weight")) is params.get(("1", "weight"))
-    named = TensorDictParams(TensorDict({"w": torch.zeros(2, 3)}, [2], names=["n"]))
+    named = TensorDictParams(TensorDict({"w": torch.zeros(2, 3)}, [2]))
+    named.names = ["n"]
     assert named.clone().names == ["n"]
 
 
