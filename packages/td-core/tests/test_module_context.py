@@ -71,3 +71,12 @@ def test_a_to_block_writes_new_and_changed_entries_back() -> None:
         cast["x"] = cast["x"] + 2
     assert td["x"].dtype == torch.float32
     assert (td["x"] == 2).all()
+
+
+def test_an_indexed_write_into_cloned_params_goes_in_place() -> None:
+    params = TensorDictParams(TensorDict({"w": torch.ones(3, 2)}, [3])).clone()
+    w = params["w"]
+    params[1] = TensorDict({"w": torch.zeros(2)}, [])
+    assert params["w"] is w
+    assert (w[1] == 0).all() and (w[0] == 1).all()
+    assert w.requires_grad

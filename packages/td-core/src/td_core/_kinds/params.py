@@ -197,6 +197,12 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         with torch.no_grad():
             TensorDictBase._copy_into(self, key, dest, item, full_key)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """`params[key] = value` or `params[idx] = value`; indexed writes copy into the leaves
+        in place, so they run under `no_grad` (parameters are leaves of the graph)."""
+        with torch.no_grad():
+            TensorDictBase.__setitem__(self, index, value)
+
     def zero_(self) -> TensorDictParams:
         """Zero every leaf in place (under `no_grad`: parameters are leaves)."""
         with torch.no_grad():
