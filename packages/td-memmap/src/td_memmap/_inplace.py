@@ -145,35 +145,43 @@ def _add(
                 f"cannot add {key!r}: The key {name!r} already exists within the target "
                 "tensordict. Delete that entry first (or pass existsok=True where accepted)"
             )
-    path = None
-    was_locked = parent.is_locked
-    before = parent.get(name, None) if len(below) == 1 else None
+    # a sub-TensorDict of a locked TensorDict cannot be unlocked alone: unlock the root
+    root_locked = td.is_locked and td is not parent
+    if root_locked:
+        td.unlock_()
     try:
-        parent.unlock_()
-        if len(below) == 1:
-            stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
-            path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
-            parent.set(name, make(path))
-        else:
-            holder = parent
-            for part in below[:-1]:
-                holder.set(part, TensorDict({}, batch_size=holder.batch_size))
-                holder = holder.get(part)
-            holder.set(name, fallback())
-        memmap(parent, folder, inplace=True)  # every other leaf keeps its file
-        if not was_locked:
+        path = None
+        was_locked = parent.is_locked
+        before = parent.get(name, None) if len(below) == 1 else None
+        try:
             parent.unlock_()
-    except BaseException:
-        if path is not None:
-            remove_if_exists(path)
-        parent.unlock_()
-        if before is not None:  # the failed op changes nothing
-            parent.set(name, before)
-        elif below[0] in parent.keys():
-            parent.del_(below[0])
-        if was_locked:
-            parent.lock_()
-        raise
+            if len(below) == 1:
+                stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
+                path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
+                parent.set(name, make(path))
+            else:
+                holder = parent
+                for part in below[:-1]:
+                    holder.set(part, TensorDict({}, batch_size=holder.batch_size))
+                    holder = holder.get(part)
+                holder.set(name, fallback())
+            memmap(parent, folder, inplace=True)  # every other leaf keeps its file
+            if not was_locked:
+                parent.unlock_()
+        except BaseException:
+            if path is not None:
+                remove_if_exists(path)
+            parent.unlock_()
+            if before is not None:  # the failed op changes nothing
+                parent.set(name, before)
+            elif below[0] in parent.keys():
+                parent.del_(below[0])
+            if was_locked:
+                parent.lock_()
+            raise
+    finally:
+        if root_locked:
+            td.lock_()
     return cast(MemoryMappedTensor, td.get(parts))
 
 

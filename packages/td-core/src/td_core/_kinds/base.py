@@ -46,6 +46,7 @@ from td_core._ops.shape import ShapeMixin
 from td_core._ops.stack import StackMixin
 from td_core._ops.structure import StructureMixin
 from td_core._ops.torch_function import TORCH_FUNCTIONS
+from td_core._ops.views import ViewsMixin, moved_back, remember
 from td_core._parallel.collectives import CollectivesMixin
 from td_core._parallel.dataloader import DataLoaderMixin
 from td_core._parallel.distributed import PipeMixin
@@ -83,6 +84,7 @@ class TensorDictBase(
     LayoutMixin,
     AutogradMixin,
     ConvertMixin,
+    ViewsMixin,
     MappingMixin,
     NamesMixin,
     ConsolidateMixin,
@@ -376,7 +378,7 @@ class TensorDictBase(
         leaf_key = key if type(key) is str else key[-1]
         if td._is_locked:
             raise LockedError(
-                f"cannot delete key {key!r}: the TensorDict is locked (unlock_() it first)"
+                f"Cannot modify locked TensorDict: cannot delete key {key!r} (unlock_() it first)"
             )
         if leaf_key not in td._keys_str():
             raise (
@@ -402,7 +404,9 @@ class TensorDictBase(
                 if not create:
                     raise KeyNotFoundError(f"key {key!r} not found: {key[: i + 1]!r} is missing")
                 if td._is_locked:
-                    raise LockedError(f"cannot create {key[: i + 1]!r}: the TensorDict is locked")
+                    raise LockedError(
+                        f"Cannot modify locked TensorDict: cannot create {key[: i + 1]!r}"
+                    )
                 td._set_str(part, td._new({}, td.batch_size))
                 sub = td._get_str(part)  # re-read: a lazy stack hands back a view of its members
             elif not is_td(sub):
@@ -536,7 +540,9 @@ class TensorDictBase(
         `non_blocking`, or a TensorDict from `attrs()`: each leaf then moves to
         the device and dtype recorded at its key (the result has no device).
         """
-        return to_(self, *args, **kwargs)
+        return remember(
+            self, to_(self, *args, **kwargs), moved_back
+        )  # `with td.to(d):` writes back
 
     def cpu(self) -> TensorDictBase:
         return self.to("cpu")

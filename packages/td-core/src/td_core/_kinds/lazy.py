@@ -380,7 +380,10 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
                 ) from None
         if is_nt(first):
             return stack_non_tensors(values, self.stack_dim)
-        return self._restack(values, self.stack_dim)
+        out = self._restack(values, self.stack_dim)
+        if all(v.is_locked for v in values):  # locked members: the stack of them is locked too
+            out._is_locked = True
+        return out
 
     def _set_str(self, key: str, value: Any) -> None:
         if not self.tensordicts:  # nowhere to keep it: refused rather than dropped

@@ -30,6 +30,7 @@ from td_core._core.utils import NO_DEFAULT, as_device
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import register
+from td_core._ops.views import moved_back, remember
 
 __all__ = ["TensorDictParams"]
 
@@ -152,7 +153,7 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
             new = out._parameters.get(name)
             if new is not None and param is not None:
                 new.requires_grad_(param.requires_grad)
-        return out
+        return remember(self, out, moved_back)  # `with params.to(d):` writes back
 
     def cpu(self) -> TensorDictParams:
         return self.to("cpu")
@@ -164,6 +165,12 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
         with torch.no_grad():
             TensorDictBase._copy_into(self, key, dest, item, full_key)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """`params[key] = value` or `params[idx] = value`; indexed writes copy into the leaves
+        in place, so they run under `no_grad` (parameters are leaves of the graph)."""
+        with torch.no_grad():
+            TensorDictBase.__setitem__(self, index, value)
 
     def zero_(self) -> TensorDictParams:
         """Zero every leaf in place (under `no_grad`: parameters are leaves)."""

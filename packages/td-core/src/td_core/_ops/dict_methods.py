@@ -6,7 +6,6 @@ so a failed call leaves the TensorDict as it was.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,53 +16,28 @@ from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.nontensor import NonTensorData
+from td_core._ops.lock_graph import link, locked_elsewhere, unlink
+from td_core._ops.per_object import PerObject
 from td_core.errors import KeyNotFoundError, LockedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-__all__ = ["MappingMixin", "PerObject", "fromkeys"]
+__all__ = ["BEFORE_LOCK", "MappingMixin", "PerObject", "fromkeys"]
 
 Tensor = torch.Tensor
 
 
-class PerObject:
-    """A dict keyed by object identity whose entries vanish with their object.
-
-    (`WeakKeyDictionary` compares keys with `==`, which a TensorDict
-    answers with a TensorDict.)
-    """
-
-    def __init__(self) -> None:
-        self._data: dict[int, tuple[weakref.ref[Any], Any]] = {}
-
-    def set(self, obj: Any, value: Any) -> None:
-        key = id(obj)
-        self._data[key] = (weakref.ref(obj, lambda _, key=key: self._data.pop(key, None)), value)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
-
-    def get(self, obj: Any, default: Any = None) -> Any:
-        entry = self._data.get(id(obj))
-        if entry is None or entry[0]() is not obj:
-            return default
-        return entry[1]
-
-    def pop(self, obj: Any, default: Any) -> Any:
-        entry = self._data.get(id(obj))
-        if entry is None or entry[0]() is not obj:
-            return default
-        del self._data[id(obj)]
-        return entry[1]
-
-
-# Lock state before the latest lock_()/unlock_() call, and the states `with` blocks restore.
-_BEFORE = PerObject()
-_RESTORE = PerObject()
+# Lock state before the latest lock_()/unlock_() call: what a `with` block restores (`_views`).
+BEFORE_LOCK = PerObject()
 
 
 def _locked_error(what: str, key: Any = None) -> LockedError:
     target = "" if key is None else f" {key!r}"
-    return LockedError(f"cannot {what}{target}: the TensorDict is locked (unlock_() it first)")
+    return LockedError(
+        f"Cannot modify locked TensorDict: cannot {what}{target} (unlock_() it first)"
+    )
 
 
 def _drop_empty(td: TensorDictContract) -> bool:
@@ -124,9 +98,14 @@ class MappingMixin(TensorDictContract):
         In-place writes (`set_`, `td[idx] = ...` on existing entries) stay
         allowed. Returns self; as a context manager (`with td.lock_():`) the
         previous state comes back on exit.
+
+        The sub-TensorDicts remember the locked TensorDicts above them (weakly):
+        while one of those is alive and locked, unlocking the sub-TensorDict
+        raises `LockedError` (see `unlock_`).
         """
-        _BEFORE.set(self, self._is_locked)
-        self._lock_tree(True)
+        before = self._is_locked
+        self._set_lock(True)
+        BEFORE_LOCK.set(self, before)
         return self
 
     def unlock_(self) -> Self:
@@ -134,6 +113,12 @@ class MappingMixin(TensorDictContract):
 
         Returns self; as a context manager (`with td.unlock_():`) the
         previous state comes back on exit.
+
+        Raises:
+            LockedError: (a `RuntimeError`) if this TensorDict, or one of its
+                sub-TensorDicts, is held by another locked TensorDict that is
+                still alive: unlocking it would open that one to changes. Unlock
+                the root instead. Nothing is unlocked then.
 
         Examples:
             >>> import torch
@@ -144,8 +129,9 @@ class MappingMixin(TensorDictContract):
             >>> td.is_locked
             True
         """
-        _BEFORE.set(self, self._is_locked)
-        self._lock_tree(False)
+        before = self._is_locked
+        self._set_lock(False)  # checks first: a refused unlock_() records nothing
+        BEFORE_LOCK.set(self, before)
         return self
 
     def clear_refs_for_compile_(self) -> Self:
@@ -162,7 +148,7 @@ class MappingMixin(TensorDictContract):
         Returns:
             self.
         """
-        _BEFORE.pop(self, None)
+        BEFORE_LOCK.pop(self, None)
         for sub in self._subtrees():
             sub.clear_refs_for_compile_()
         return self
@@ -172,19 +158,22 @@ class MappingMixin(TensorDictContract):
         for sub in self._subtrees():
             sub._lock_tree(locked)
 
-    def __enter__(self) -> Self:
-        stack = _RESTORE.pop(self, [])
-        stack.append(_BEFORE.pop(self, self._is_locked))
-        _RESTORE.set(self, stack)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        stack = _RESTORE.pop(self, [])
-        previous = stack.pop() if stack else self._is_locked
-        if stack:
-            _RESTORE.set(self, stack)
-        if previous != self._is_locked:
-            self._lock_tree(previous)
+    def _set_lock(self, locked: bool) -> None:
+        """Lock or unlock the whole tree, keeping the lock graph (`lock_graph`) up to date."""
+        if locked:
+            self._lock_tree(True)
+            link(self, [])
+            return
+        blocker = locked_elsewhere(self)
+        if blocker is not None:
+            raise LockedError(
+                "Cannot unlock a tensordict that is part of a locked graph. Unlock the root "
+                f"tensordict first: {blocker} is held by a locked TensorDict that is still "
+                "alive. If it belongs to several locked TensorDicts, put them under one common "
+                "TensorDict and unlock that one; nothing was unlocked"
+            )
+        unlink(self)
+        self._lock_tree(False)
 
     # ---------------------------------------------------------------- dict methods
     def popitem(self) -> tuple[str, Any]:

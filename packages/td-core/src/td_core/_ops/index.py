@@ -302,7 +302,7 @@ def _plan_sub(
         elif dest is NO_DEFAULT:
             if td._is_locked:
                 raise LockedError(
-                    f"cannot add key {(*prefix, key)!r} through an indexed write: the TensorDict is locked"
+                    f"Cannot modify locked TensorDict: cannot add key {(*prefix, key)!r} through an indexed write"
                 )
             later.append((td, key, src, nv))
         elif is_nt(dest):

@@ -25,6 +25,7 @@ from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.new_like import NewMixin
 from td_core._ops.shape import assign_reshaped, batch_dim, expanded_shape, permute_order, size_arg
+from td_core._ops.views import permuted, remember, reshaped, rotated
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
@@ -59,11 +60,17 @@ def _move_order(source: Any, destination: Any, n: int, bs: torch.Size) -> list[i
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
     if len(src) != len(dst):
-        raise DimError(f"movedim: source and destination need as many dims, got {src} and {dst}")
+        raise DimError(
+            f"movedim: source {src} and destination {dst} must have the same number of elements"
+        )
     src = [batch_dim(d, bs) for d in src]
     dst = [batch_dim(d, bs) for d in dst]
-    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
-        raise DimError(f"movedim: a dim is repeated in source {src} or destination {dst}")
+    for what, dims in (("source", src), ("destination", dst)):
+        if len(set(dims)) != len(dims):
+            raise DimError(
+                f"movedim: repeated dim in {what} {dims} (batch_size {list(bs)}); "
+                "each dim may appear once"
+            )
     order: list[int | None] = [None] * n
     for s, d in zip(src, dst):
         order[d] = s
@@ -243,7 +250,8 @@ class LayoutMixin(NewMixin):
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Move batch dims `source` to positions `destination`, as `torch.movedim`."""
         bs = self.batch_size
-        return permute_order(self, _move_order(source, destination, len(bs), bs))
+        order = _move_order(source, destination, len(bs), bs)
+        return remember(self, permute_order(self, order), permuted, tuple(order))
 
     def moveaxis(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Alias of `movedim`."""
@@ -284,7 +292,8 @@ class LayoutMixin(NewMixin):
         new = list(bs)
         if k % 2:
             new[d0], new[d1] = new[d1], new[d0]
-        return map_batch(self, lambda t: t.rot90(k, (d0, d1)), torch.Size(new))
+        out = map_batch(self, lambda t: t.rot90(k, (d0, d1)), torch.Size(new))
+        return remember(self, out, rotated, k, (d0, d1))
 
     # ------------------------------------------------------------- reshaping
     def atleast_1d(self) -> Self:
@@ -375,4 +384,4 @@ def _at_least(td: TD, n: int) -> TD:
     out = td
     while out.batch_dims < n:
         out = out.unsqueeze(0)
-    return out
+    return remember(td, out, reshaped)

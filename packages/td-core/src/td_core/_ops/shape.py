@@ -24,6 +24,7 @@ from td_core._core.traverse import map_batch, map_batch_multi, map_leaves
 from td_core._core.utils import infer_shape, normalize_dim, shape_args
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.names import carry_names, names_after
+from td_core._ops.views import dtype_viewed, flipped, permuted, remember, reshaped, rolled
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
@@ -152,8 +153,10 @@ def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | Any:
 
 
 def permute_order(td: TensorDictContract, order: Sequence[int]) -> Any:
-    """`td` with its batch dims in the (validated) `order`."""
+    """`td` with its batch dims in the (validated) `order`; `td` itself for the identity, as upstream."""
     n = td.batch_dims
+    if all(i == d for i, d in enumerate(order)):
+        return td
     out = lazy.permute(td, order)
     if out is not None:
         return out
@@ -203,7 +206,7 @@ class ShapeMixin(TensorDictContract):
         """
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
             dtype = shape[0]
-            return map_leaves(self, lambda t: t.view(dtype))
+            return remember(self, map_leaves(self, lambda t: t.view(dtype)), dtype_viewed)
         if batch_size is not None and not shape and size is None:
             raise BatchSizeError(
                 f"view(batch_size={list(batch_size)}) needs the shape too: view(shape, batch_size=...)"
@@ -213,11 +216,12 @@ class ShapeMixin(TensorDictContract):
             raise BatchSizeError(
                 f"view: batch_size {list(batch_size)} does not match the shape {list(new)}"
             )
-        return _reshape(self, new, copy=False)
+        return remember(self, _reshape(self, new, copy=False), reshaped)
 
     def reshape(self, *shape: Any, size: Sequence[int] | None = None) -> Self:
         """Like `view`, copying where a view is impossible (`size=` as a keyword)."""
-        return _reshape(self, _view_shape(self, shape, size, "reshape"), copy=True)
+        out = _reshape(self, _view_shape(self, shape, size, "reshape"), copy=True)
+        return remember(self, out, reshaped)
 
     def squeeze(self, dim: int | None = None) -> Self:
         """Remove batch dims of size 1 (all of them, or `dim` if it has size 1)."""
@@ -230,25 +234,27 @@ class ShapeMixin(TensorDictContract):
         if not dims:
             return self
         out = lazy.squeeze(self, dims)
-        if out is not None:
-            return out
-        new = torch.Size(s for i, s in enumerate(bs) if i not in dims)
-        out = map_batch(self, lambda t: t.squeeze(dims), new)
-        names = self._raw_names()
-        return out if names is None else carry_names(out, names_after(names, drop=dims))
+        if out is None:
+            new = torch.Size(s for i, s in enumerate(bs) if i not in dims)
+            out = map_batch(self, lambda t: t.squeeze(dims), new)
+            names = self._raw_names()
+            if names is not None:
+                out = carry_names(out, names_after(names, drop=dims))
+        return remember(self, out, reshaped)
 
     def unsqueeze(self, dim: int) -> Self:
         """Insert a batch dim of size 1 at `dim` (negative dims count from the batch end)."""
         bs = self.batch_size
         d = batch_dim(dim, bs, extra=1)
         out = lazy.unsqueeze(self, d)
-        if out is not None:
-            return out
-        sizes = list(bs)  # slicing a torch.Size costs ~0.5 us a slice
-        sizes.insert(d, 1)
-        out = map_batch(self, lambda t: t.unsqueeze(d), torch.Size(sizes))
-        names = self._raw_names()
-        return out if names is None else carry_names(out, names_after(names, insert=(d,)))
+        if out is None:
+            sizes = list(bs)  # slicing a torch.Size costs ~0.5 us a slice
+            sizes.insert(d, 1)
+            out = map_batch(self, lambda t: t.unsqueeze(d), torch.Size(sizes))
+            names = self._raw_names()
+            if names is not None:
+                out = carry_names(out, names_after(names, insert=(d,)))
+        return remember(self, out, reshaped)
 
     def permute(self, *order: Any, dims: Sequence[int] | None = None) -> Self:
         """Reorder the batch dims: `td.permute(1, 0)`, `td.permute([1, 0])` or `td.permute(dims=[1, 0])`."""
@@ -265,17 +271,27 @@ class ShapeMixin(TensorDictContract):
             )
         out = permute_order(self, resolved)
         names = self._raw_names()
-        return out if names is None else carry_names(out, [names[d] for d in resolved])
+        if names is not None:
+            out = carry_names(out, [names[d] for d in resolved])
+        return remember(self, out, permuted, tuple(resolved))
 
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         bs = self.batch_size
-        d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
+        try:
+            d0, d1 = batch_dim(dim0, bs), batch_dim(dim1, bs)
+        except DimError as err:
+            raise DimError(
+                f"transpose({dim0}, {dim1}): {err}. dim0 and dim1 must be within the range of the "
+                "number of dimensions. The provided dimensions are incompatible with this batch size"
+            ) from None
         order = list(range(len(bs)))
         order[d0], order[d1] = order[d1], order[d0]
         out = permute_order(self, order)
         names = self._raw_names()
-        return out if names is None else carry_names(out, [names[d] for d in order])
+        if names is not None:
+            out = carry_names(out, [names[d] for d in order])
+        return remember(self, out, permuted, tuple(order))
 
     def expand(self, *shape: Any, size: Sequence[int] | None = None) -> Self:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim)."""
@@ -312,7 +328,7 @@ class ShapeMixin(TensorDictContract):
                 raise DimError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
             new = torch.Size((*bs[:s], math.prod(bs[s : e + 1]), *bs[e + 1 :]))
             out = _reshape(self, new, copy=True)
-        return assign_reshaped(self, out) if inplace else out
+        return assign_reshaped(self, out) if inplace else remember(self, out, reshaped)
 
     def unflatten(
         self,
@@ -326,7 +342,7 @@ class ShapeMixin(TensorDictContract):
         d = batch_dim(dim, bs)
         sizes = infer_shape(tuple(unflattened_size), bs[d], torch.Size([bs[d]]))
         out = _reshape(self, torch.Size((*bs[:d], *sizes, *bs[d + 1 :])), copy=True)
-        return assign_reshaped(self, out) if inplace else out
+        return assign_reshaped(self, out) if inplace else remember(self, out, reshaped)
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The slices along batch dim `dim`, as a tuple."""
@@ -374,7 +390,7 @@ class ShapeMixin(TensorDictContract):
             dims = (dims,)
         bs = self.batch_size
         ds = tuple(batch_dim(d, bs) for d in size_arg(order, dims, "flip"))
-        return map_batch(self, lambda t: t.flip(ds), bs)
+        return remember(self, map_batch(self, lambda t: t.flip(ds), bs), flipped, ds)
 
     def roll(
         self,
@@ -402,7 +418,7 @@ class ShapeMixin(TensorDictContract):
                 raise DimError(f"roll: {len(sh)} shifts for {len(ds)} dims; pass one shift per dim")
             out = map_batch(self, lambda t: t.roll(sh, ds), bs)
         if not inplace:
-            return out
+            return remember(self, out, rolled, sh, None if dims is None else ds)
         self.update_(out)
         return self
 

@@ -26,6 +26,14 @@ from td_core._ops.update_plan import (
     plan_update_in_place,
     update_flat,
 )
+from td_core._ops.views import (
+    join_path,
+    keys_flattened,
+    keys_unflattened,
+    remember,
+    same,
+    split_path,
+)
 from td_core._ops.writes import copy_all, plan_copy_dense
 from td_core.errors import BatchSizeError, KeyNotFoundError, LockedError
 
@@ -131,7 +139,8 @@ class StructureMixin(TensorDictContract):
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
         """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
         if is_stack(self):  # lazy stacks select member by member
-            return _members_do(self, "select", *keys, inplace=inplace, strict=strict)
+            stacked = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
+            return remember(self, stacked, same)
         if all(type(k) is str for k in keys):  # fast path: top-level keys only
             get = self._getter()
             out: dict[str, Any] = {}
@@ -149,19 +158,19 @@ class StructureMixin(TensorDictContract):
         else:
             paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
             result = _select(self, paths, strict, ())
-        return assign_result(self, result) if inplace else result
+        return assign_result(self, result) if inplace else remember(self, result, same)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
         """Everything but the given (possibly nested) keys."""
         if is_stack(self):  # lazy stacks exclude member by member
-            return _members_do(self, "exclude", *keys, inplace=inplace)
+            return remember(self, _members_do(self, "exclude", *keys, inplace=inplace), same)
         if set(map(type, keys)) <= {str}:  # top-level keys only: one pass, no paths
             drop = set(keys)
             out = {k: v for k, v in self._items_str() if k not in drop}
             result = self._new(out, self.batch_size)
         else:
             result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])
-        return assign_result(self, result) if inplace else result
+        return assign_result(self, result) if inplace else remember(self, result, same)
 
     def split_keys(
         self,
@@ -205,13 +214,14 @@ class StructureMixin(TensorDictContract):
             >>> list(td.flatten_keys(".").keys())
             ['a.b']
         """
-        lazy = _members_do(self, "flatten_keys", separator, inplace=inplace, is_leaf=is_leaf)
-        if lazy is not NotImplemented:
-            return lazy
-        out: dict[str, Any] = {}
-        _flatten(self, separator, "", out, is_leaf)
-        result = self._new(out, self.batch_size)
-        return assign_result(self, result) if inplace else result
+        result = _members_do(self, "flatten_keys", separator, inplace=inplace, is_leaf=is_leaf)
+        if result is NotImplemented:
+            out: dict[str, Any] = {}
+            _flatten(self, separator, "", out, is_leaf)
+            result = self._new(out, self.batch_size)
+            if inplace:
+                return assign_result(self, result)
+        return remember(self, result, keys_unflattened, separator, key_map=split_path(separator))
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """The inverse of `flatten_keys`: split keys on `separator` into nested TensorDicts."""
@@ -241,12 +251,14 @@ class StructureMixin(TensorDictContract):
             else:
                 raise KeyError(f"unflatten_keys: key {key!r} collides with another entry")
         result = build_from_tree(self, tree)
-        return assign_result(self, result) if inplace else result
+        if inplace:
+            return assign_result(self, result)
+        return remember(self, result, keys_flattened, separator, key_map=join_path(separator))
 
     def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> Self:
         """Move the entry at `old_key` to `new_key` (`safe`: refuse to overwrite)."""
         if self.is_locked:
-            raise LockedError(f"cannot rename {old_key!r}: the TensorDict is locked")
+            raise LockedError(f"Cannot modify locked TensorDict: cannot rename {old_key!r}")
         if old_key not in self.keys(include_nested=True):  # even where get() defaults to None
             raise KeyNotFoundError(
                 f"rename_key_: key {old_key!r} not found in {type(self).__name__} with keys "

@@ -91,6 +91,11 @@ def _transpose(input: TensorDictContract, dim0: int, dim1: int) -> Any:
     return input.transpose(dim0, dim1)
 
 
+@implements(torch.movedim, torch.moveaxis)
+def _movedim(input: TensorDictContract, source: Any, destination: Any) -> Any:
+    return input.movedim(source, destination)
+
+
 @implements(torch.clone)
 def _clone(input: TensorDictContract, *, memory_format: Any = None) -> Any:
     return input.clone()

@@ -114,7 +114,9 @@ def build_from_tree(td: TensorDictContract, tree: dict[str, Any]) -> Any:
 def assign_result(td: TD, result: TensorDictContract) -> TD:
     """Make `td` hold `result`'s entries (for `inplace=True` variants)."""
     if td.is_locked:
-        raise LockedError("cannot restructure a locked TensorDict in place")
+        raise LockedError(
+            "Cannot modify locked TensorDict: it cannot be restructured in place (unlock_() it)"
+        )
     for key in list(td._keys_str()):
         td._del_str(key)
     for key, value in result._items_str():
@@ -150,7 +152,7 @@ def plan_update(
             if target is None:
                 if td.is_locked:
                     raise LockedError(
-                        f"update: cannot create {(*prefix, *key)!r}: the TensorDict is locked"
+                        f"Cannot modify locked TensorDict: update cannot create {(*prefix, *key)!r}"
                     )
                 target = td._parent_for(key, create=True)
             plan_update(
@@ -168,7 +170,9 @@ def plan_update(
                 # a dense sub-TensorDict cannot hold ragged leaves: it becomes a lazy stack of
                 # its slices (views of it) along the value's stack dim, as upstream
                 if td.is_locked:
-                    raise LockedError(f"update: cannot set {full!r}: the TensorDict is locked")
+                    raise LockedError(
+                        f"Cannot modify locked TensorDict: update cannot set {full!r} (use update_())"
+                    )
                 existing = existing.to_lazystack(value.stack_dim)  # type: ignore[union-attr]
                 plan.append((td, key, existing, full))
             plan_update(existing, value, clone, inplace, allowed, full, plan)

@@ -21,6 +21,7 @@ from torch import nn
 
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
+from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy import LazyStackedTensorDict
 from td_core._kinds.params import TensorDictParams
@@ -202,7 +203,11 @@ def _swap(
     swap: dict[str, Any] | None,
     path: tuple[str, ...],
     preserve: bool = True,
+    seen: dict[tuple[int, str], Any] | None = None,
 ) -> None:
+    # a module reachable twice (a shared layer) is swapped twice: each visit must record
+    # what the slot held before the *first* one, or the way back restores the new values
+    seen = {} if seen is None else seen
     for key, value in td._items_str():
         if is_td(value):
             child = module._modules.get(key)
@@ -211,7 +216,15 @@ def _swap(
                     f"to_module: {type(module).__name__} at {path or 'the root'!r} has no sub-module {key!r}"
                 )
             sub: dict[str, Any] | None = {} if swap is not None else None
-            _swap(value, child, inplace=inplace, swap=sub, path=(*path, key), preserve=preserve)
+            _swap(
+                value,
+                child,
+                inplace=inplace,
+                swap=sub,
+                path=(*path, key),
+                preserve=preserve,
+                seen=seen,
+            )
             if swap is not None:
                 swap[key] = TensorDict._new_unsafe(sub, _EMPTY)  # type: ignore[arg-type]
             continue
@@ -232,8 +245,15 @@ def _swap(
         elif isinstance(
             module.__dict__.get(key), Tensor
         ):  # unregistered by preserve_module_state=False
+            first = seen.get((id(module), key), NO_DEFAULT)
+            if first is not NO_DEFAULT:  # unregistered earlier in this call: stays unregistered
+                if swap is not None:
+                    swap[key] = first
+                module.__dict__[key] = value
+                continue
             if swap is not None:
                 swap[key] = module.__dict__[key]
+                seen[(id(module), key)] = swap[key]
             del module.__dict__[key]
             if isinstance(value, nn.Parameter):
                 module._parameters[key] = value
@@ -245,14 +265,18 @@ def _swap(
                 f"to_module: {type(module).__name__} at {path or 'the root'!r} has no parameter or buffer {key!r}"
             )
         old = slots[key]
+        first = seen.get((id(module), key), NO_DEFAULT)
         if inplace and old is not None:
             if swap is not None:
-                swap[key] = old.detach().clone()
+                swap[key] = old.detach().clone() if first is NO_DEFAULT else first
+                seen.setdefault((id(module), key), swap[key])
             with torch.no_grad():
                 old.copy_(value)
             continue
         if swap is not None:
-            swap[key] = NonTensorData(None) if old is None else old
+            saved = NonTensorData(None) if old is None else old
+            swap[key] = saved if first is NO_DEFAULT else first
+            seen.setdefault((id(module), key), swap[key])
         if isinstance(old, nn.Parameter) and not isinstance(value, nn.Parameter):
             if not preserve:  # the historical behaviour: a plain attribute replaces the parameter
                 del slots[key]
@@ -265,6 +289,8 @@ def _swap(
                     # a tensor subclass whose detach() changes its type (a memory-mapped
                     # leaf) cannot be a Parameter: it goes in as it is, sharing its storage
                     pass
+        elif preserve and slots is module._buffers and isinstance(value, nn.Parameter):
+            value = value.detach()  # a buffer slot keeps a buffer (as upstream's `Buffer`)
         slots[key] = value
 
 
