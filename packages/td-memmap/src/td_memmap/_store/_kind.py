@@ -237,8 +237,8 @@ class TensorDictStore(TensorDictBase):
                             pipe.hset(srv.keys_key, field, json.dumps(meta))
                         pipe.execute()
                         return
-                    except redis:
-                        continue
+                    except redis as err:
+                        _retry_or_raise(err)
             raise RuntimeError(f"could not write key {name!r}: the entries kept changing under it")
 
         srv.run("write", name, run)
@@ -339,8 +339,8 @@ class TensorDictStore(TensorDictBase):
                             op(pipe)
                         pipe.execute()
                         return
-                    except redis:
-                        continue
+                    except redis as err:
+                        _retry_or_raise(err)
             raise RuntimeError(f"could not write at index {index!r}: the entries kept changing")
 
         srv.run("write at an index", self._path or index, run)
@@ -489,6 +489,14 @@ class TensorDictStore(TensorDictBase):
                 f"no TensorDictStore with td_id {td_id!r} under prefix {prefix!r} on the server"
             )
         return cls(backend=backend, prefix=prefix, client=client, td_id=td_id, device=device)
+
+
+def _retry_or_raise(err: Exception) -> None:
+    """Retry a transaction whose watched entries changed; a lost connection is an error."""
+    if "Watched variable changed" not in str(err):  # redis-py's WatchError for a dropped link
+        import redis  # noqa: PLC0415
+
+        raise redis.exceptions.ConnectionError(str(err)) from err
 
 
 def _watch_error() -> type[Exception]:

@@ -86,7 +86,7 @@ def index_plan(
             if rel not in leaves:
                 raise KeyNotFoundError(
                     f"cannot write at index {index!r}: key {_name(rel)!r} is not in the store "
-                    f"(keys: {sorted(_name(k) for k in leaves)})"
+                    f"(keys: {sorted(str(_name(k)) for k in leaves)})"
                 )
             pairs.append((rel, item))
     else:
