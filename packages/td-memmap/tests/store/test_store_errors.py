@@ -51,7 +51,7 @@ def test_wrong_dtype_names_the_key(store, redis_server):
         store["q"] = quantized
     with pytest.raises(DTypeError, match="entry 'x'"):
         store[1] = "not a number"
-    with pytest.raises(TypeError, match="'obj'.*JSON"):
+    with pytest.raises(TypeError, match=r"'obj'.*JSON"):
         store["obj"] = TensorDict({"v": object()}, [4]).get("v")
     assert _snapshot(redis_server, store) == before
 
@@ -69,7 +69,7 @@ def test_missing_key_names_the_key(store):
 
 def test_corrupt_entry_names_the_key(store, redis_server):
     redis_server.client().set(f"tensordict:{store.td_id}:data:{json.dumps(['x'])}", b"123")
-    with pytest.raises(ValueError, match="entry 'x'.*3 bytes"):
+    with pytest.raises(ValueError, match=r"entry 'x'.*3 bytes"):
         store["x"]
 
 
@@ -84,9 +84,9 @@ def test_server_gone_gives_a_connection_error_naming_the_key(make_server):
     store = TensorDictStore(port=server.port, batch_size=[2], socket_timeout=5)
     store["x"] = torch.zeros(2)
     server.stop()
-    with pytest.raises(StoreConnectionError, match="'x'.*unreachable"):
+    with pytest.raises(StoreConnectionError, match=r"'x'.*unreachable"):
         store["x"]
-    with pytest.raises(ConnectionError, match="'y'.*nothing was written"):
+    with pytest.raises(ConnectionError, match=r"'y'.*nothing was written"):
         store["y"] = torch.ones(2)
     store.close()
     with pytest.raises(StoreConnectionError, match="closed"):

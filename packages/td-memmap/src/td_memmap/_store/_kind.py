@@ -20,7 +20,7 @@ import torch
 from td_core import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection
 from td_core.errors import BatchSizeError, KeyNotFoundError
 from td_memmap._store import _layout as L
-from td_memmap._store._server import Server, connect
+from td_memmap._store._server import Server, connect, redis_module
 from td_memmap._store._writes import index_plan, subtree_writes
 
 __all__ = ["TensorDictStore", "STORE_BACKENDS"]
@@ -494,12 +494,8 @@ class TensorDictStore(TensorDictBase):
 def _retry_or_raise(err: Exception) -> None:
     """Retry a transaction whose watched entries changed; a lost connection is an error."""
     if "Watched variable changed" not in str(err):  # redis-py's WatchError for a dropped link
-        import redis  # noqa: PLC0415
-
-        raise redis.exceptions.ConnectionError(str(err)) from err
+        raise redis_module().exceptions.ConnectionError(str(err)) from err
 
 
 def _watch_error() -> type[Exception]:
-    import redis
-
-    return redis.exceptions.WatchError
+    return redis_module().exceptions.WatchError  # type: ignore[no-any-return]

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["Server", "StoreConnectionError", "connect"]
+__all__ = ["Server", "StoreConnectionError", "connect", "redis_module"]
 
 T = TypeVar("T")
 
@@ -15,7 +15,8 @@ class StoreConnectionError(ConnectionError):
     """The key-value server could not be reached (or went away) during an operation."""
 
 
-def _redis() -> Any:
+def redis_module() -> Any:
+    """redis-py, or `ImportError` naming the extra that installs it."""
     try:
         import redis  # optional dependency, imported when a store is made
     except ImportError:
@@ -30,7 +31,7 @@ def connect(
     host: str, port: int, db: int, unix_socket_path: str | None, **kwargs: Any
 ) -> tuple[Any, str]:
     """A redis-py client for the given address, and that address in words."""
-    redis = _redis()
+    redis = redis_module()
     if unix_socket_path is not None:
         return redis.Redis(unix_socket_path=unix_socket_path, db=db, **kwargs), (
             f"unix:{unix_socket_path} (db {db})"
@@ -59,7 +60,7 @@ class Server:
     @contextlib.contextmanager
     def guard(self, action: str, key: object) -> Iterator[None]:
         """Turn redis-py's connection errors into `StoreConnectionError` naming `key`."""
-        redis = _redis()
+        redis = redis_module()
         if self.closed:
             raise StoreConnectionError(
                 f"cannot {action} key {key!r}: this TensorDictStore was closed"
