@@ -498,4 +498,4 @@ def _retry_or_raise(err: Exception) -> None:
 
 
 def _watch_error() -> type[Exception]:
-    return redis_module().exceptions.WatchError  # type: ignore[no-any-return]
+    return redis_module().exceptions.WatchError
