@@ -28,9 +28,10 @@ def to_store(
     Args:
         td: the TensorDict to copy to the server.
 
+    `backend`, `host`, `port`, `db`, `unix_socket_path` and `prefix` say
+    where to store it, as for `TensorDictStore`.
+
     Keyword Args:
-        backend, host, port, db, unix_socket_path, prefix: where to store it
-            (see `TensorDictStore`).
         device: the device entries are read to (default: `td.device`).
         **kwargs: passed on to the store's constructor (`client`, `td_id`, ...).
 

@@ -24,9 +24,11 @@ __all__ = ["LazyStackedTensorDictStore"]
 class LazyStackedTensorDictStore(LazyStackedTensorDict):
     """A `LazyStackedTensorDict` of `count` members kept in a Redis-protocol server.
 
+    The connection arguments (`backend`, `host`, `port`, `db`,
+    `unix_socket_path`, `prefix`, `device`, `client`, `td_id`,
+    `cache_metadata` and any `redis.Redis` keyword) are those of `TensorDictStore`.
+
     Keyword Args:
-        backend, host, port, db, unix_socket_path, prefix, device, client,
-            td_id, cache_metadata, redis_kwargs: as for `TensorDictStore`.
         count: the number of stacked members (new stores start with empty members).
         stack_dim: the dim the members are stacked along.
         inner_batch_size: each member's batch size.
@@ -133,7 +135,10 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
         device: Any = None,
         **kwargs: Any,
     ) -> LazyStackedTensorDictStore:
-        """A new stored stack holding copies of `lazy_td`'s members (one transaction each)."""
+        """A new stored stack holding copies of `lazy_td`'s members (one transaction each).
+
+        The keyword arguments say where the server is, as for `TensorDictStore`.
+        """
         members: list[TensorDictBase] = list(lazy_td.tensordicts)
         out = cls(
             backend=backend,
