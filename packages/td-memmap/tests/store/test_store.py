@@ -150,7 +150,7 @@ def test_from_dict_and_from_schema(redis_server):
     )
     assert isinstance(zeros, TensorDictStore) and zeros["x"].dtype == torch.float64
     assert zeros["x"].shape == torch.Size([5, 2])
-    with pytest.raises(KeyError, match="no TensorDictStore"):
+    with pytest.raises(KeyError, match="No TensorDictStore"):
         TensorDictStore.from_store(port=redis_server.port, td_id="not-there")
 
 
@@ -173,3 +173,33 @@ def test_two_processes_share_one_store(store, redis_server):
     )
     assert store["x"].tolist() == [1.0, 20.0, 3.0]
     assert store["from_child"].tolist() == [0, 1, 2]
+
+
+def test_set_at_writes_to_the_server(store, redis_server):
+    store["obs"] = torch.zeros(4, 3)
+    store.set_at_("obs", torch.ones(3), 0)
+    again = TensorDictStore.from_store(port=redis_server.port, td_id=store.td_id)
+    assert again["obs"].sum() == 3 and again["obs"][0].eq(1).all()
+
+
+def test_pickle_gives_a_handle_to_the_same_data(store):
+    import pickle
+
+    store["obs"] = torch.arange(4.0)
+    restored = pickle.loads(pickle.dumps(store))
+    assert restored.td_id == store.td_id and restored["obs"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    restored["obs"] = torch.ones(4)
+    assert store["obs"].eq(1).all()
+    assert "obs" in repr(store) and "backend='redis'" in repr(store)
+
+
+def test_lazy_stack_index_writes_reach_the_members(redis_server):
+    lazy = LazyStackedTensorDict(*[TensorDict({"a": torch.zeros(4, 3)}, [4]) for _ in range(3)])
+    stored = LazyStackedTensorDictStore.from_lazy_stack(lazy, port=redis_server.port)
+    try:
+        stored[0] = TensorDict({"a": torch.ones(4, 3)}, [4])
+        stored[1:3] = TensorDict({"a": torch.full((2, 4, 3), 2.0)}, [2, 4])
+        again = LazyStackedTensorDictStore.from_store(port=redis_server.port, td_id=stored.td_id)
+        assert again["a"][:, 0, 0].tolist() == [1.0, 2.0, 2.0]
+    finally:
+        stored.clear_redis()

@@ -390,10 +390,56 @@ class TensorDictStore(TensorDictBase):
         self._views[self._path] = self
 
     def __repr__(self) -> str:
+        fields = ", ".join(repr(k) for k in self._children())
         return (
-            f"{type(self).__name__}(td_id={self._srv.td_id!r}, server={self._srv.where!r}, "
-            f"path={list(self._path)}, batch_size={self._batch_size}, device={self._device})"
+            f"{type(self).__name__}(fields=[{fields}], batch_size={self._batch_size}, "
+            f"device={self._device}, backend={self._backend!r}, td_id={self._srv.td_id!r}, "
+            f"server={self._srv.where!r}, path={list(self._path)})"
         )
+
+    def set_at_(self, key: Any, value: Any, index: Any, *, non_blocking: bool = False) -> Any:
+        """`store[key][index] = value` on the server (allowed when locked; one transaction)."""
+        local = self.get(key)
+        if not isinstance(local, torch.Tensor):
+            local_td = TensorDict({"v": local}, self._batch_size)
+            local_td.set_at_("v", value, index)
+            return self.set_(key, local_td.get("v"))
+        try:
+            local[index] = value
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise BatchSizeError(
+                f"cannot write the value at index {index!r} of entry {key!r}: {err}"
+            ) from None
+        return self.set_(key, local)
+
+    # ------------------------------------------------------------------ pickling: the handle
+    def __getstate__(self) -> dict[str, Any]:
+        """The connection settings and the id: unpickling reconnects (the data stay on the server)."""
+        pool = self._srv.client.connection_pool
+        return {
+            "connection": _plain_settings(pool.connection_kwargs),
+            "where": self._srv.where,
+            "namespace": self._srv.namespace,
+            "td_id": self._srv.td_id,
+            "path": self._path,
+            "batch_size": list(self._batch_size),
+            "device": None if self._device is None else str(self._device),
+            "backend": self._backend,
+            "locked": self._is_locked,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        client = redis_module().Redis(**state["connection"])
+        srv = Server(client, state["where"], state["namespace"], state["td_id"])
+        self._backend = state["backend"]
+        self._attach(
+            srv, tuple(state["path"]), torch.Size(state["batch_size"]), state["device"], {}
+        )
+        self._is_locked = state["locked"]
+
+    @property
+    def _td_id(self) -> str:
+        return self._srv.td_id
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -486,9 +532,31 @@ class TensorDictStore(TensorDictBase):
         srv = Server(client, "", prefix, td_id)
         if not srv.run("read the metadata of", "<root>", lambda: client.exists(srv.meta_key)):
             raise KeyNotFoundError(
-                f"no TensorDictStore with td_id {td_id!r} under prefix {prefix!r} on the server"
+                f"No TensorDictStore with td_id {td_id!r} under prefix {prefix!r} was found on "
+                "the server"
             )
         return cls(backend=backend, prefix=prefix, client=client, td_id=td_id, device=device)
+
+
+_SETTINGS = (
+    "host",
+    "port",
+    "db",
+    "username",
+    "password",
+    "socket_timeout",
+    "socket_connect_timeout",
+)
+
+
+def _plain_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The connection settings a new `redis.Redis` needs to reach the same server."""
+    out = {k: kwargs[k] for k in _SETTINGS if k in kwargs}
+    if "path" in kwargs:  # a Unix socket connection
+        out["unix_socket_path"] = kwargs["path"]
+        out.pop("host", None)
+        out.pop("port", None)
+    return out
 
 
 def _retry_or_raise(err: Exception) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from td_core import LazyStackedTensorDict, TensorDict, TensorDictBase
-from td_core.errors import KeyNotFoundError
+from td_core.errors import BatchSizeError, KeyNotFoundError
 from td_memmap._store._kind import TensorDictStore
 
 __all__ = ["LazyStackedTensorDictStore"]
@@ -112,6 +112,48 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
             for td in self.tensordicts
         ]
         return LazyStackedTensorDict(*members, stack_dim=self.stack_dim)
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        """`stack[index] = value`: each selected member writes its part to the server."""
+        split = self._split_index(index)
+        if split is None:
+            LazyStackedTensorDict._setitem_index(self, index, value)  # raises, naming the index
+            return
+        stack_item, rest, result_dim = split
+        picked = self._members_for(stack_item)
+        if isinstance(stack_item, int):
+            parts: list[Any] = [value]
+        elif isinstance(value, TensorDictBase) or (
+            isinstance(value, torch.Tensor)
+            and value.ndim > result_dim
+            and value.shape[result_dim] == len(picked)
+        ):
+            parts = list(value.unbind(result_dim))
+        else:
+            parts = [value] * len(picked)
+        if len(parts) != len(picked):
+            raise BatchSizeError(
+                f"lazy stack: {len(parts)} values for {len(picked)} selected members at {index!r}"
+            )
+        for i, part in zip(picked, parts):
+            self.tensordicts[i][rest if rest else ...] = part
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The root store's handle and the stack layout (unpickling reconnects)."""
+        return {"root": self._root, "stack_dim": self.stack_dim, "count": len(self.tensordicts)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        root = state["root"]
+        self._root = root
+        LazyStackedTensorDict.__init__(
+            self,
+            *[root._get_str(str(i)) for i in range(state["count"])],
+            stack_dim=state["stack_dim"],
+        )
+
+    @property
+    def _td_id(self) -> str:
+        return self._root.td_id
 
     def __repr__(self) -> str:
         return (
