@@ -203,3 +203,18 @@ def test_lazy_stack_index_writes_reach_the_members(redis_server):
         assert again["a"][:, 0, 0].tolist() == [1.0, 2.0, 2.0]
     finally:
         stored.clear_redis()
+
+
+def test_index_write_of_non_tensors_and_new_keys(redis_server):
+    td = TensorDict({"obs": torch.zeros(5, 4), "label": "placeholder"}, [5])
+    store = TensorDictStore.from_tensordict(td, port=redis_server.port)
+    try:
+        store[3] = TensorDict({"obs": torch.ones(4), "label": "cat"}, [])
+        assert store[3]["label"] == "cat" and store[0]["label"] == "placeholder"
+        assert store["obs"][3].eq(1).all() and store["obs"][2].eq(0).all()
+        # a key the store lacks is created, zero-filled elsewhere (as upstream)
+        store[1] = TensorDict({"new": {"x": torch.full((2,), 7)}}, [])
+        assert store["new", "x"].tolist() == [[0, 0], [7, 7], [0, 0], [0, 0], [0, 0]]
+        assert store["new"].batch_size == torch.Size([5])
+    finally:
+        store.clear_redis()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from td_core import TensorDict
-from td_core.errors import BatchSizeError, DTypeError, KeyNotFoundError
+from td_core.errors import BatchSizeError, DTypeError
 from td_memmap import StoreConnectionError, TensorDictStore
 
 
@@ -61,8 +61,6 @@ def test_missing_key_names_the_key(store):
         store["nope"]
     with pytest.raises(KeyError, match=r"\('n', 'nope'\)"):
         store["n", "nope"]
-    with pytest.raises(KeyNotFoundError, match="'other'"):
-        store[0] = TensorDict({"other": torch.zeros(())}, [])
     with pytest.raises(KeyError, match="'nope'"):
         del store["nope"]
 

@@ -105,7 +105,7 @@ def non_tensor_meta(value: Any, key: object) -> dict[str, Any]:
             return {
                 "kind": "non_tensor_stack",
                 "shape": list(value.batch_size),
-                "values": [value_to_json(v) for v in flat],
+                "values": [value_to_json(_plain(v)) for v in flat],
             }
         return {"kind": "non_tensor", "value": value_to_json(value.data)}
     except TypeError as err:
@@ -113,6 +113,11 @@ def non_tensor_meta(value: Any, key: object) -> dict[str, Any]:
             f"cannot store the non-tensor entry {key!r} in the key-value store: values are "
             f"kept as JSON, never pickled ({err})"
         ) from None
+
+
+def _plain(value: Any) -> Any:
+    """A stack element as a plain value (a 0-d object array holds one)."""
+    return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
 
 
 def non_tensor_from_meta(

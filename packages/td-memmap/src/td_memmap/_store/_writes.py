@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from td_core import TensorDict, is_non_tensor, is_tensor_collection
-from td_core.errors import BatchSizeError, DTypeError, KeyNotFoundError
+from td_core.errors import BatchSizeError, DTypeError
 from td_memmap._format import dtype_from_name
 from td_memmap._store import _layout as L
 
@@ -59,8 +59,9 @@ def index_plan(
 ) -> list[Op]:
     """The commands that write `value` at batch `index` of `store` (checked before any is sent).
 
+    A key of `value` the store lacks is created, zero-filled outside `index`, as upstream.
+
     Raises:
-        KeyNotFoundError: a key of `value` is not in the store.
         BatchSizeError: a value does not fit the indexed slot of its entry.
         DTypeError: a value cannot be converted to its entry's dtype.
     """
@@ -80,20 +81,20 @@ def index_plan(
     if isinstance(value, dict):
         value = TensorDict(value, sub)
     pairs: list[tuple[tuple[str, ...], Any]] = []
+    ops: list[Op] = []
+    srv = store._srv
     if is_tensor_collection(value) and not is_non_tensor(value):
-        for key, item in value.items(include_nested=True, leaves_only=True):
+        for key, item in value.items(include_nested=True):
             rel = (key,) if isinstance(key, str) else tuple(key)
-            if rel not in leaves:
-                raise KeyNotFoundError(
-                    f"cannot write at index {index!r}: key {_name(rel)!r} is not in the store "
-                    f"(keys: {sorted(str(_name(k)) for k in leaves)})"
-                )
+            if is_tensor_collection(item) and not is_non_tensor(item):
+                continue  # a sub-TensorDict: its leaves come on their own
+            if rel not in leaves:  # a new entry: created zero-filled (empty for non-tensors)
+                ops.extend(_create_at(srv, registry, base, rel, bs, idx, sub, item))
+                continue
             pairs.append((rel, item))
     else:
         # a tensor or number goes to every tensor leaf (non-tensor leaves hold no numbers)
         pairs = [(rel, value) for rel, meta in leaves.items() if meta["kind"] == "tensor"]
-    srv = store._srv
-    ops: list[Op] = []
     for rel, item in pairs:
         meta = leaves[rel]
         full = base + rel
@@ -152,6 +153,36 @@ def _row_writes(
         chunk = L.tensor_bytes(vals[start:stop])
         ops.append(functools.partial(_setrange, data_key, offset, chunk))
     return ops
+
+
+def _create_at(
+    srv: Any,
+    registry: dict[tuple[str, ...], dict[str, Any]],
+    base: tuple[str, ...],
+    rel: tuple[str, ...],
+    bs: torch.Size,
+    idx: tuple[Any, ...],
+    sub: torch.Size,
+    item: Any,
+) -> list[Op]:
+    """The commands creating the new entry `base + rel` with `item` at `idx` (zeros elsewhere)."""
+    local = TensorDict({}, bs)
+    if isinstance(item, torch.Tensor):
+        local.set("v", torch.zeros((*bs, *item.shape[len(sub) :]), dtype=item.dtype))
+    local[idx if len(idx) != 1 else idx[0]] = TensorDict({"v": item}, sub)
+    full = base + rel
+    writes = subtree_writes(full, local.get("v"))
+    for depth in range(len(base) + 1, len(full)):  # sub-TensorDicts on the way, if missing
+        node = full[:depth]
+        if node not in registry:
+            writes.append((L.field(node), {"kind": "td", "batch_size": list(bs)}, None))
+    return [functools.partial(_put, srv, field, meta, data) for field, meta, data in writes]
+
+
+def _put(srv: Any, field: str, meta: dict[str, Any], data: bytes | None, pipe: Any) -> Any:
+    if data is not None:
+        pipe.set(srv.data_key(field), data)
+    return pipe.hset(srv.keys_key, field, json.dumps(meta))
 
 
 def _setrange(data_key: str, offset: int, chunk: bytes, pipe: Any) -> Any:
