@@ -134,8 +134,10 @@ def test_lazy_stack_round_trip(redis_server):
         again = LazyStackedTensorDictStore.from_store(port=redis_server.port, td_id=stored.td_id)
         assert again.stack_dim == 1
         assert again["a"][:, 1].eq(4).all()
-        local = again.to_local()
+        local = again.to_lazy_local()
         assert type(local) is LazyStackedTensorDict and local["a"][:, 0].eq(0).all()
+        dense = again.to_local()
+        assert type(dense) is TensorDict and dense["a"].shape == torch.Size([2, 2, 3])
     finally:
         stored.clear_redis()
 
@@ -218,3 +220,16 @@ def test_index_write_of_non_tensors_and_new_keys(redis_server):
         assert store["new"].batch_size == torch.Size([5])
     finally:
         store.clear_redis()
+
+
+def test_clone_copies_on_the_server(store):
+    store["obs"] = torch.arange(4.0)
+    deep = store.clone()
+    shallow = store.clone(False)
+    try:
+        assert isinstance(deep, TensorDictStore) and deep.td_id != store.td_id
+        assert shallow.td_id == store.td_id
+        store["obs"] = torch.zeros(4)
+        assert deep["obs"].tolist() == [0.0, 1.0, 2.0, 3.0] and shallow["obs"].eq(0).all()
+    finally:
+        deep.clear_redis()

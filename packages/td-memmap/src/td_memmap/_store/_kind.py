@@ -397,6 +397,23 @@ class TensorDictStore(TensorDictBase):
             f"server={self._srv.where!r}, path={list(self._path)})"
         )
 
+    def clone(self, recurse: bool = True) -> Any:
+        """A new stored copy (new `td_id`, same server); `recurse=False`: a handle to the same data."""
+        if not recurse:
+            out = object.__new__(type(self))
+            out._backend = self._backend
+            out._attach(self._srv, self._path, self._batch_size, self._device, {})
+            return out
+        copy = type(self)(
+            backend=self._backend,
+            prefix=self._srv.namespace,
+            batch_size=self._batch_size,
+            device=self._device,
+            client=self._srv.client,
+        )
+        copy.update(self.to_tensordict())
+        return copy
+
     def set_at_(self, key: Any, value: Any, index: Any, *, non_blocking: bool = False) -> Any:
         """`store[key][index] = value` on the server (allowed when locked; one transaction)."""
         local = self.get(key)

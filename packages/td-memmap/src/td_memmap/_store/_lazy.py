@@ -105,8 +105,12 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
         """Delete every Redis key of this stored stack."""
         self._root.clear_redis()
 
-    def to_local(self) -> LazyStackedTensorDict:
-        """A local lazy stack holding copies of the members."""
+    def to_local(self) -> Any:
+        """A local copy: a TensorDict of the stacked entries, as upstream (see `to_lazy_local`)."""
+        return self.to_lazy_local().contiguous()
+
+    def to_lazy_local(self) -> LazyStackedTensorDict:
+        """A local lazy stack holding copies of the members (keys and shapes may differ)."""
         members = [
             td.to_tensordict() if isinstance(td, TensorDictStore) else td.clone()
             for td in self.tensordicts
