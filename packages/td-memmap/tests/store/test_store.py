@@ -233,3 +233,9 @@ def test_clone_copies_on_the_server(store):
         assert deep["obs"].tolist() == [0.0, 1.0, 2.0, 3.0] and shallow["obs"].eq(0).all()
     finally:
         deep.clear_redis()
+
+
+def test_share_memory_is_refused(store):
+    with pytest.raises(NotImplementedError, match="to_tensordict"):
+        store.share_memory_()
+    assert store.view(2, 2).batch_size == torch.Size([2, 2])  # shape ops give local results

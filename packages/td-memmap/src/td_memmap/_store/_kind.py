@@ -414,6 +414,14 @@ class TensorDictStore(TensorDictBase):
         copy.update(self.to_tensordict())
         return copy
 
+    def share_memory_(self) -> Any:
+        """Not possible: the entries live in the server (`to_tensordict().share_memory_()`)."""
+        raise NotImplementedError(
+            f"share_memory_() cannot move the entries of {type(self).__name__} "
+            f"{self._srv.td_id!r} into shared memory: they live in the key-value server; "
+            "use store.to_tensordict().share_memory_()"
+        )
+
     def set_at_(self, key: Any, value: Any, index: Any, *, non_blocking: bool = False) -> Any:
         """`store[key][index] = value` on the server (allowed when locked; one transaction)."""
         local = self.get(key)
@@ -543,6 +551,11 @@ class TensorDictStore(TensorDictBase):
         Raises:
             KeyNotFoundError: (a `KeyError`) when the server holds no TensorDict `td_id`.
         """
+        if kwargs.pop("tensorclass_cls", None) is not None:
+            raise NotImplementedError(
+                "TensorDictStore.from_store(tensorclass_cls=...) is not supported: td stores a "
+                "tensorclass as its fields; read it back and build the class from the entries"
+            )
         client = kwargs.pop("client", None)
         if client is None:
             client, _ = connect(host, port, db, unix_socket_path, **kwargs)
