@@ -189,7 +189,6 @@ def test_from_schema_storages(tmp_path) -> None:
     [
         ("nope", ValueError, "unknown storage 'nope'"),
         ("zarr", ValueError, "no zarr backend"),
-        ("redis", ValueError, "no redis backend"),
     ],
 )
 def test_from_schema_bad_storage(storage, error, match) -> None:

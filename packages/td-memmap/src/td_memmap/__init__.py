@@ -43,6 +43,13 @@ from td_memmap._inplace import (
 )
 from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
+from td_memmap._store import (
+    STORE_BACKENDS,
+    LazyStackedTensorDictStore,
+    StoreConnectionError,
+    TensorDictStore,
+    to_store,
+)
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import default_threads
 from td_memmap._version import __version__
@@ -78,6 +85,12 @@ __all__ = [
     "to_h5",
     "from_h5",
     "PersistentTensorDict",
+    # TensorDicts kept in a Redis-protocol server (needs td-memmap[redis])
+    "TensorDictStore",
+    "LazyStackedTensorDictStore",
+    "STORE_BACKENDS",
+    "StoreConnectionError",
+    "to_store",
     # non-tensor values shared between processes
     "SharedNonTensorData",
     "SharedNonTensorStack",

@@ -352,10 +352,10 @@ def from_schema(
         raise ValueError(
             f"from_schema: unknown storage {storage!r}; expected one of {list(_STORAGES)}"
         )
-    if storage in ("zarr", "redis", "dragonfly"):
+    if storage == "zarr":
         raise ValueError(
             f"from_schema(storage={storage!r}): td has no {storage} backend; use storage=None, "
-            "'memmap', 'h5' or 'shared'"
+            "'memmap', 'h5', 'shared', 'redis' or 'dragonfly'"
         )
     bs = torch.Size(()) if batch_size is None else as_size(batch_size)
     lazy_alloc = storage in ("memmap", "h5")  # the backend writes the zeros: do not allocate them
@@ -379,6 +379,8 @@ def from_schema(
         return td.to_h5(kwargs.pop("filename"), **kwargs)
     if storage == "shared":
         return td.share_memory_()
+    if storage in ("redis", "dragonfly"):  # needs td-memmap[redis]; kwargs say where the server is
+        return td.to_store(backend=storage, device=device, **kwargs)
     return td
 
 

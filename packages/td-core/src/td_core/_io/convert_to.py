@@ -442,8 +442,9 @@ class ConvertMixin(TensorDictContract):
             storage: `None` (ordinary tensors), `"memmap"` (memory-mapped files
                 under `prefix=`; needs td-memmap; the device is ignored),
                 `"h5"` (an HDF5 file `filename=`; needs td-memmap[h5]) or
-                `"shared"` (shared memory). Upstream's `"zarr"`, `"redis"` and
-                `"dragonfly"` raise `ValueError`: td has no such backend.
+                `"shared"` (shared memory), `"redis"` or `"dragonfly"` (a
+                `TensorDictStore`; needs td-memmap[redis]; `host=`, `port=`, ...
+                say where the server is). Upstream's `"zarr"` raises `ValueError`.
             device: the device of the result.
             **kwargs: passed to the backend (`prefix` and the options of
                 `memmap_like`; `filename` and h5py options for `"h5"`).

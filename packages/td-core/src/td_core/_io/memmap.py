@@ -286,6 +286,35 @@ class MemmapMixin(TensorDictContract):
             self, key, storage, shape, dtype=dtype, robust_key=robust_key
         )
 
+    def to_store(
+        self,
+        *,
+        backend: str = "redis",
+        host: str = "localhost",
+        port: int = 6379,
+        db: int = 0,
+        unix_socket_path: str | None = None,
+        prefix: str = "tensordict",
+        device: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A copy of this TensorDict kept in a Redis-protocol server (needs `td-memmap[redis]`).
+
+        Returns a `TensorDictStore` (a `LazyStackedTensorDictStore` for a lazy
+        stack); td-memmap's `to_store` documents every argument.
+        """
+        return _ext_memmap().to_store(
+            self,
+            backend=backend,
+            host=host,
+            port=port,
+            db=db,
+            unix_socket_path=unix_socket_path,
+            prefix=prefix,
+            device=device,
+            **kwargs,
+        )
+
     @property
     def saved_path(self) -> str | None:
         """The folder this TensorDict was last saved to or loaded from by td-memmap, or None."""

@@ -1,0 +1,51 @@
+"""`to_store`: what td-core's `TensorDict.to_store` delegates to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from td_core import LazyStackedTensorDict, TensorDictBase
+from td_memmap._store._kind import TensorDictStore
+from td_memmap._store._lazy import LazyStackedTensorDictStore
+
+__all__ = ["to_store"]
+
+
+def to_store(
+    td: TensorDictBase,
+    *,
+    backend: str = "redis",
+    host: str = "localhost",
+    port: int = 6379,
+    db: int = 0,
+    unix_socket_path: str | None = None,
+    prefix: str = "tensordict",
+    device: Any = None,
+    **kwargs: Any,
+) -> TensorDictStore | LazyStackedTensorDictStore:
+    """Upload `td` to a Redis-protocol server; a lazy stack gives a `LazyStackedTensorDictStore`.
+
+    Args:
+        td: the TensorDict to copy to the server.
+
+    `backend`, `host`, `port`, `db`, `unix_socket_path` and `prefix` say
+    where to store it, as for `TensorDictStore`.
+
+    Keyword Args:
+        device: the device entries are read to (default: `td.device`).
+        **kwargs: passed on to the store's constructor (`client`, `td_id`, ...).
+
+    Returns:
+        The stored copy.
+    """
+    where: dict[str, Any] = dict(
+        backend=backend,
+        host=host,
+        port=port,
+        db=db,
+        unix_socket_path=unix_socket_path,
+        prefix=prefix,
+    )
+    if isinstance(td, LazyStackedTensorDict) and not isinstance(td, LazyStackedTensorDictStore):
+        return LazyStackedTensorDictStore.from_lazy_stack(td, device=device, **where, **kwargs)
+    return TensorDictStore.from_tensordict(td, device=device, **where, **kwargs)

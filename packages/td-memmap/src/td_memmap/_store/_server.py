@@ -1,0 +1,82 @@
+"""The connection a TensorDictStore and its sub-views share, with errors that name the key."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+__all__ = ["Server", "StoreConnectionError", "connect", "redis_module"]
+
+T = TypeVar("T")
+
+
+class StoreConnectionError(ConnectionError):
+    """The key-value server could not be reached (or went away) during an operation."""
+
+
+def redis_module() -> Any:
+    """redis-py, or `ImportError` naming the extra that installs it."""
+    try:
+        import redis  # optional dependency, imported when a store is made
+    except ImportError:
+        raise ImportError(
+            "TensorDictStore needs the 'redis' package, which is not installed: "
+            "pip install 'td-memmap[redis]'"
+        ) from None
+    return redis
+
+
+def connect(
+    host: str, port: int, db: int, unix_socket_path: str | None, **kwargs: Any
+) -> tuple[Any, str]:
+    """A redis-py client for the given address, and that address in words."""
+    redis = redis_module()
+    if unix_socket_path is not None:
+        return redis.Redis(unix_socket_path=unix_socket_path, db=db, **kwargs), (
+            f"unix:{unix_socket_path} (db {db})"
+        )
+    return redis.Redis(host=host, port=port, db=db, **kwargs), f"{host}:{port} (db {db})"
+
+
+class Server:
+    """A client plus the names of one stored TensorDict's Redis keys."""
+
+    def __init__(self, client: Any, where: str, namespace: str, td_id: str) -> None:
+        self.client = client
+        self.where = where
+        self.namespace = namespace
+        self.td_id = td_id
+        base = f"{namespace}:{td_id}"
+        self.meta_key = f"{base}:meta"
+        self.keys_key = f"{base}:keys"
+        self._data_prefix = f"{base}:data:"
+        self.closed = False
+
+    def data_key(self, field: str) -> str:
+        """The Redis key holding the bytes of the entry registered as `field`."""
+        return self._data_prefix + field
+
+    @contextlib.contextmanager
+    def guard(self, action: str, key: object) -> Iterator[None]:
+        """Turn redis-py's connection errors into `StoreConnectionError` naming `key`."""
+        redis = redis_module()
+        if self.closed:
+            raise StoreConnectionError(
+                f"cannot {action} key {key!r}: this TensorDictStore was closed"
+            )
+        try:
+            yield
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
+            raise StoreConnectionError(
+                f"cannot {action} key {key!r}: the key-value server at {self.where} is "
+                f"unreachable ({err}); nothing was written by this operation"
+                if action.startswith("write")
+                else f"cannot {action} key {key!r}: the key-value server at {self.where} is "
+                f"unreachable ({err})"
+            ) from err
+
+    def run(self, action: str, key: object, fn: Callable[[], T]) -> T:
+        """`fn()` under `guard`."""
+        with self.guard(action, key):
+            return fn()

@@ -1,0 +1,148 @@
+"""Bad input and failures of a TensorDictStore: clear errors naming the key, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+
+from td_core import TensorDict
+from td_core.errors import BatchSizeError, DTypeError
+from td_memmap import StoreConnectionError, TensorDictStore
+
+
+@pytest.fixture
+def store(redis_server):
+    out = TensorDictStore(port=redis_server.port, batch_size=[4])
+    out["x"] = torch.arange(12.0).view(4, 3)
+    out["n", "i"] = torch.arange(4)
+    yield out
+    out.clear_redis()
+    out.close()
+
+
+def _snapshot(redis_server, store) -> dict[bytes, bytes]:
+    client = redis_server.client()
+    keys = sorted(client.keys(f"tensordict:{store.td_id}:*"))
+    return {k: client.dump(k) for k in keys}
+
+
+def test_wrong_shape_names_the_key(store, redis_server):
+    before = _snapshot(redis_server, store)
+    with pytest.raises(BatchSizeError, match="'y'"):
+        store["y"] = torch.zeros(3)
+    with pytest.raises(BatchSizeError, match=r"entry \('n', 'i'\)"):
+        # the first entry fits, the second does not: neither is written
+        store[0:2] = TensorDict({"x": torch.zeros(2, 3), "n": {"i": torch.zeros(2, 7)}}, [2])
+    assert _snapshot(redis_server, store) == before
+
+
+def test_wrong_dtype_names_the_key(store, redis_server):
+    before = _snapshot(redis_server, store)
+    with warnings.catch_warnings():  # torch deprecates quantized tensors; any will do here
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.quint8)
+    with pytest.raises(TypeError, match="'q'"):
+        store["q"] = quantized
+    with pytest.raises(DTypeError, match="entry 'x'"):
+        store[1] = "not a number"
+    with pytest.raises(TypeError, match=r"'obj'.*JSON"):
+        store["obj"] = TensorDict({"v": object()}, [4]).get("v")
+    assert _snapshot(redis_server, store) == before
+
+
+def test_missing_key_names_the_key(store):
+    with pytest.raises(KeyError, match="'nope'"):
+        store["nope"]
+    with pytest.raises(KeyError, match=r"\('n', 'nope'\)"):
+        store["n", "nope"]
+    with pytest.raises(KeyError, match="'nope'"):
+        del store["nope"]
+
+
+def test_corrupt_entry_names_the_key(store, redis_server):
+    redis_server.client().set(f"tensordict:{store.td_id}:data:{json.dumps(['x'])}", b"123")
+    with pytest.raises(ValueError, match=r"entry 'x'.*3 bytes"):
+        store["x"]
+
+
+def test_missing_redis_package_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)
+    with pytest.raises(ImportError, match=r"td-memmap\[redis\]"):
+        TensorDictStore(port=1)
+
+
+def test_server_gone_gives_a_connection_error_naming_the_key(make_server):
+    server = make_server()
+    store = TensorDictStore(port=server.port, batch_size=[2], socket_timeout=5)
+    store["x"] = torch.zeros(2)
+    server.stop()
+    with pytest.raises(StoreConnectionError, match=r"'x'.*unreachable"):
+        store["x"]
+    with pytest.raises(ConnectionError, match=r"'y'.*nothing was written"):
+        store["y"] = torch.ones(2)
+    store.close()
+    with pytest.raises(StoreConnectionError, match="closed"):
+        store["x"]
+
+
+class _CuttingProxy:
+    """A TCP proxy to a server that cuts the connection after `limit` bytes from the client."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.limit: int | None = None
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, outgoing: bool) -> None:
+        sent = 0
+        try:
+            while data := src.recv(65536):
+                if outgoing and self.limit is not None and sent + len(data) > self.limit:
+                    dst.sendall(data[: self.limit - sent])
+                    break
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_connection_cut_mid_write_leaves_nothing_half_written(redis_server):
+    proxy = _CuttingProxy(redis_server.port)
+    try:
+        store = TensorDictStore(port=proxy.port, batch_size=[256], socket_timeout=5)
+        store["old"] = torch.ones(256)
+        before = _snapshot(redis_server, store)
+        proxy.limit = 300_000  # the new sub-tree is ~1 MB: the server sees part of the transaction
+        big = TensorDict({"a": torch.randn(256, 512), "b": torch.randn(256, 512)}, [256])
+        with pytest.raises(ConnectionError, match="'new'"):
+            store["new"] = big
+        assert _snapshot(redis_server, store) == before  # no key, no data of the partial write
+    finally:
+        proxy.close()
