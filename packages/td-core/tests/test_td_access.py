@@ -341,6 +341,6 @@ def test_set_sub_tensordict_with_a_shorter_batch_size_takes_the_parents(kind):
     td["inner"] = inner
     assert td["inner"].batch_size == (4, 3) and inner.batch_size == ()  # a copy, widened
     assert torch.equal(td["inner", "x"], inner["x"])
-    with pytest.raises(RuntimeError, match=r"batch_size \[\] does not start with"):
+    with pytest.raises(RuntimeError, match=r"batch_size \[\] must start with"):
         td["bad"] = TensorDict({"x": torch.randn(5, 2)}, [])
     assert "bad" not in td.keys()
