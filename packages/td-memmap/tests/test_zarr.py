@@ -74,12 +74,16 @@ def test_module_function_and_batch_size_options(tmp_path):
         td_core.from_zarr(tmp_path / "s.zarr", batch_size=[4], auto_batch_size=True)
 
 
-def test_store_written_by_zarr_itself_loads_with_auto_batch_size(tmp_path):
+def test_store_written_by_zarr_itself_gets_the_shared_leading_dims(tmp_path):
     root = zarr.open_group(str(tmp_path / "x.zarr"), mode="w")
     root.create_array("obs", data=torch.arange(6.0).view(3, 2).numpy())
-    root.create_group("sub").create_array("r", data=torch.zeros(3).numpy())
-    td = TensorDict.from_zarr(tmp_path / "x.zarr", auto_batch_size=True)
-    assert td.batch_size == torch.Size([3])
+    root.create_group("sub").create_array("r", data=torch.zeros(3, 2, 4).numpy())
+    td = TensorDict.from_zarr(tmp_path / "x.zarr")
+    assert td.batch_size == torch.Size([3, 2])
+    assert td["sub"].batch_size == torch.Size([3, 2, 4])
+    assert TensorDict.from_zarr(
+        tmp_path / "x.zarr", auto_batch_size=True, batch_dims=1
+    ).batch_size == (3,)
     assert torch.equal(td["obs"], torch.arange(6.0).view(3, 2))
 
 

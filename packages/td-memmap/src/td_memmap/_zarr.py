@@ -10,8 +10,8 @@ with its members in sub-groups `"0"`, `"1"`, ....
 
 Safety: nothing is pickled or unpickled; a non-tensor value that JSON cannot
 represent raises `TypeError` before anything is written. Stores written by
-other tools load too (batch size `[]` unless `batch_size`/`auto_batch_size`
-is given).
+other tools load too, each level with the leading dims all its entries share
+as batch size (unless `batch_size` is given).
 """
 
 from __future__ import annotations
@@ -192,7 +192,10 @@ def _read(group: Any, where: str) -> TensorDictBase:
         for key, value in meta.get("non_tensor", {}).items():
             entries[key] = NonTensorData(value)
         out = TensorDict(entries, batch_size=[])
-        out.batch_size = torch.Size(meta.get("batch_size", []))
+        if "batch_size" in meta:
+            out.batch_size = torch.Size(meta["batch_size"])
+        else:  # a store written by another tool: the dims every leaf shares
+            out.auto_batch_size_()
     names = meta.get("names")
     if names is not None:
         out.names = names

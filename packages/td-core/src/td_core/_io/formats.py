@@ -76,7 +76,8 @@ def from_zarr(
         mode: the zarr mode to open it with.
         auto_batch_size: use the leading dims every leaf shares.
         batch_dims: at most this many of those dims.
-        batch_size: the batch size (default: the one `to_zarr` stored, else `[]`).
+        batch_size: the batch size (default: the one `to_zarr` stored, else the
+            leading dims every entry shares).
     """
     return _ext().from_zarr(
         zarr_file,
