@@ -48,7 +48,8 @@ def test_layout_is_groups_arrays_and_json_attributes(tmp_path):
     assert root["a"].shape == (4, 3)
     meta = root.attrs["__tensordict__"]
     assert meta["batch_size"] == [4]
-    assert meta["non_tensor"] == {"note": "hello"}
+    assert root["note"].attrs["__tensordict_non_tensor__"] == {"encoding": "json"}
+    assert root["note"][...].tobytes() == b'"hello"'
     assert root["b"].attrs["__tensordict__"]["batch_size"] == [4]
 
 
@@ -106,3 +107,12 @@ def test_bad_key_refused(tmp_path):
     td = TensorDict({"__x": torch.zeros(2)}, batch_size=[2])
     with pytest.raises(ValueError, match="'__x'"):
         td.to_zarr(tmp_path / "bad.zarr")
+
+
+def test_pickled_non_tensor_is_refused(tmp_path):
+    TensorDict(a=torch.zeros(2), batch_size=[2]).to_zarr(tmp_path / "p.zarr")
+    root = zarr.open_group(str(tmp_path / "p.zarr"), mode="r+")
+    node = root.create_array("obj", shape=(3,), dtype="uint8")
+    node.attrs["__tensordict_non_tensor__"] = {"encoding": "pickle"}
+    with pytest.raises(td_memmap.MemmapFormatError, match=r"'obj'.*pickle"):
+        TensorDict.from_zarr(tmp_path / "p.zarr")

@@ -3,13 +3,15 @@
 Layout: a TensorDict is a zarr group, each tensor leaf an array and each
 sub-TensorDict a sub-group. The group attribute `"__tensordict__"` (the name
 upstream tensordict uses) holds `{"batch_size", "version", "names"}`, plus
-`"non_tensor"` (the JSON-representable non-tensor entries of that level, by
-key), `"dtypes"` (torch dtypes numpy lacks, e.g. bfloat16, stored as raw bits)
+`"dtypes"` (torch dtypes numpy lacks, e.g. bfloat16, stored as raw bits)
 and, for a `LazyStackedTensorDict`, `"lazy_stack": {"stack_dim", "count"}`
-with its members in sub-groups `"0"`, `"1"`, ....
+with its members in sub-groups `"0"`, `"1"`, .... A non-tensor value is, as
+upstream, a uint8 array of its JSON text marked by the array attribute
+`"__tensordict_non_tensor__": {"encoding": "json"}`.
 
 Safety: nothing is pickled or unpickled; a non-tensor value that JSON cannot
-represent raises `TypeError` before anything is written. Stores written by
+represent raises `TypeError` before anything is written, and an entry upstream
+pickled raises `MemmapFormatError` naming it. Stores written by
 other tools load too, each level with the leading dims all its entries share
 as batch size (unless `batch_size` is given).
 """
@@ -35,6 +37,7 @@ from td_memmap._errors import MemmapFormatError
 __all__ = ["to_zarr", "from_zarr"]
 
 _META = "__tensordict__"
+_NON_TENSOR = "__tensordict_non_tensor__"
 _VERSION = 1
 # torch dtypes numpy has no type for: stored as same-width unsigned ints
 _RAW_BITS = {torch.bfloat16: torch.int16}
@@ -113,7 +116,6 @@ def _write(group: Any, td: TensorDictBase, kwargs: dict[str, Any]) -> None:
             _write(group.create_group(str(i)), sub, kwargs)
         group.attrs[_META] = meta
         return
-    non_tensor: dict[str, Any] = {}
     dtypes: dict[str, str] = {}
     for key, value in td._items_str():
         if is_tensor_collection(value) and not isinstance(value, NonTensorData):
@@ -130,9 +132,11 @@ def _write(group: Any, td: TensorDictBase, kwargs: dict[str, Any]) -> None:
             if array.size:
                 node[...] = array
         else:
-            non_tensor[key] = _json_value(value, key)
-    if non_tensor:
-        meta["non_tensor"] = non_tensor
+            text = json.dumps(_json_value(value, key)).encode("utf-8")
+            payload = np.frombuffer(text, dtype=np.uint8)
+            node = group.create_array(key, shape=payload.shape, dtype=np.uint8)
+            node[...] = payload
+            node.attrs[_NON_TENSOR] = {"encoding": "json"}
     if dtypes:
         meta["dtypes"] = dtypes
     group.attrs[_META] = meta
@@ -159,7 +163,7 @@ def to_zarr(data: TensorDictBase, filename: Any, **kwargs: Any) -> TensorDictBas
     store = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else filename
     root = zarr.open_group(store, mode="w")
     _write(root, data, kwargs)
-    return from_zarr(store)
+    return _read(root, "")
 
 
 def _meta_of(group: Any, where: str) -> dict[str, Any]:
@@ -169,6 +173,20 @@ def _meta_of(group: Any, where: str) -> dict[str, Any]:
     if not isinstance(meta, dict) or not isinstance(meta.get("batch_size", []), list):
         raise MemmapFormatError(f"from_zarr: the {_META!r} attribute of {where!r} is malformed")
     return dict(meta)
+
+
+def _read_non_tensor(node: Any, where: str) -> Any:
+    marker = node.attrs.get(_NON_TENSOR)
+    if not isinstance(marker, dict) or marker.get("encoding") != "json":
+        raise MemmapFormatError(
+            f"from_zarr: the non-tensor entry {where!r} is stored with encoding "
+            f"{marker.get('encoding') if isinstance(marker, dict) else marker!r}; td reads "
+            "JSON only and never unpickles"
+        )
+    try:
+        return json.loads(node[...].tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise MemmapFormatError(f"from_zarr: the non-tensor entry {where!r} is not JSON") from err
 
 
 def _read(group: Any, where: str) -> TensorDictBase:
@@ -184,13 +202,13 @@ def _read(group: Any, where: str) -> TensorDictBase:
         for key, node in group.members():
             if isinstance(node, zarr.Group):
                 entries[key] = _read(node, f"{where}{key}/")
+            elif node.attrs.get(_NON_TENSOR) is not None:
+                entries[key] = NonTensorData(_read_non_tensor(node, f"{where}{key}"))
             else:
                 tensor = torch.from_numpy(np.ascontiguousarray(node[...]))
                 if key in dtypes:
                     tensor = tensor.view(getattr(torch, dtypes[key]))
                 entries[key] = tensor
-        for key, value in meta.get("non_tensor", {}).items():
-            entries[key] = NonTensorData(value)
         out = TensorDict(entries, batch_size=[])
         if "batch_size" in meta:
             out.batch_size = torch.Size(meta["batch_size"])
