@@ -216,3 +216,10 @@ def test_a_constant_batch_op_on_a_ragged_stack_raises():
     # new_ones has no member to take the ragged leaf's shape from
     with pytest.raises(RuntimeError, match="mixes the members"):
         _ragged_pair().new_ones(3)
+
+
+def test_lazy_from_list_stacks_ragged_rows_lazily():
+    out = LazyStackedTensorDict.from_list([{"c": torch.zeros(2)}, {"c": torch.ones(3)}])
+    assert isinstance(out, LazyStackedTensorDict)
+    assert out.batch_size == torch.Size([2])
+    assert out.tensordicts[1]["c"].shape == (3,)

@@ -1,6 +1,7 @@
 """Construction of a dense TensorDict: sources, batch sizes, devices, bad leaves."""
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -271,3 +272,14 @@ def test_batch_size_setter_error_says_which_tensor_is_incompatible():
     with pytest.raises(RuntimeError, match=re.escape(message)):
         td.batch_size = [3, 5]
     assert td.batch_size == (3, 4)
+
+
+def test_read_only_numpy_array_is_copied_not_aliased():
+    array = np.arange(3.0)
+    array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        td = TensorDict({"a": array}, batch_size=[3])
+    td["a"] += 1
+    assert array.tolist() == [0.0, 1.0, 2.0]
+    assert td["a"].tolist() == [1.0, 2.0, 3.0]

@@ -53,7 +53,7 @@ from td_core._io.convert_from import (
     from_struct_array,
     from_tuple,
 )
-from td_core._io.formats import from_h5, from_safetensors, to_safetensors
+from td_core._io.formats import from_h5, from_safetensors, from_zarr, to_safetensors
 from td_core._io.pack import PackLayout
 from td_core._io.printoptions import get_printoptions, set_printoptions
 from td_core._io.tables import from_csv, from_pandas, from_parquet
@@ -101,6 +101,7 @@ __all__ = [
     "from_safetensors",
     "to_safetensors",
     "from_h5",
+    "from_zarr",
     "from_pandas",
     "from_csv",
     "from_parquet",

@@ -4,7 +4,8 @@ This module is also what td-core finds through the `td_core.extensions` entry po
 `memmap`: `TensorDict.memmap`, `memmap_`, `memmap_like`, `save`, `is_memmap`,
 `load_memmap_`, `memmap_refresh_`, `make_memmap*`, `saved_path`, the class methods
 `load_memmap`/`load`, and the interchange methods (`to_safetensors`, `from_safetensors`,
-`to_h5`, `from_h5`) delegate to the functions of the same names here.
+`to_h5`, `from_h5`, `to_zarr`, `from_zarr`, `to_mds`) delegate to the functions of the
+same names here.
 """
 
 from td_memmap._api import is_memmap, load, load_memmap, memmap, memmap_, memmap_like, save
@@ -41,6 +42,7 @@ from td_memmap._inplace import (
     memmap_refresh_,
     saved_path,
 )
+from td_memmap._mds import to_mds
 from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
 from td_memmap._store import (
@@ -53,6 +55,7 @@ from td_memmap._store import (
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import default_threads
 from td_memmap._version import __version__
+from td_memmap._zarr import from_zarr, to_zarr
 
 __all__ = [
     "__version__",
@@ -84,6 +87,9 @@ __all__ = [
     "from_safetensors",
     "to_h5",
     "from_h5",
+    "to_zarr",
+    "from_zarr",
+    "to_mds",
     "PersistentTensorDict",
     # TensorDicts kept in a Redis-protocol server (needs td-memmap[redis])
     "TensorDictStore",

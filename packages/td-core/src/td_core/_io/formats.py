@@ -1,9 +1,10 @@
-"""Other file formats: safetensors and HDF5, written and read by td-memmap.
+"""Other file formats: safetensors, HDF5, zarr and MDS, written and read by td-memmap.
 
 td-core never imports td-memmap: these methods and functions find it through
 the `memmap` extension entry point (as `TensorDictBase.memmap` does)
 and raise `ImportError` naming the package when it is missing. The formats
-themselves need optional extras: `td-memmap[safetensors]`, `td-memmap[h5]`.
+themselves need optional extras: `td-memmap[safetensors]`, `td-memmap[h5]`,
+`td-memmap[zarr]`, `td-memmap[mds]`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from td_core._core.extensions import load_extension
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["InterchangeMixin", "from_h5", "from_safetensors", "to_safetensors"]
+__all__ = ["InterchangeMixin", "from_h5", "from_safetensors", "from_zarr", "to_safetensors"]
 
 
 def _ext() -> Any:
@@ -60,8 +61,35 @@ def from_h5(
     )
 
 
+def from_zarr(
+    zarr_file: Any,
+    *,
+    mode: str = "r",
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    batch_size: Any = None,
+) -> Any:
+    """Read a zarr store into a TensorDict (needs `td-memmap[zarr]`).
+
+    Args:
+        zarr_file: a directory path or a `zarr.abc.store.Store`.
+        mode: the zarr mode to open it with.
+        auto_batch_size: use the leading dims every leaf shares.
+        batch_dims: at most this many of those dims.
+        batch_size: the batch size (default: the one `to_zarr` stored, else the
+            leading dims every entry shares).
+    """
+    return _ext().from_zarr(
+        zarr_file,
+        mode=mode,
+        auto_batch_size=auto_batch_size,
+        batch_dims=batch_dims,
+        batch_size=batch_size,
+    )
+
+
 class InterchangeMixin(TensorDictContract):
-    """`to_safetensors`, `from_safetensors`, `to_h5`, `from_h5`."""
+    """`to_safetensors`, `from_safetensors`, `to_h5`, `from_h5`, `to_zarr`, `from_zarr`, `to_mds`."""
 
     __slots__ = ()
 
@@ -105,4 +133,68 @@ class InterchangeMixin(TensorDictContract):
             auto_batch_size=auto_batch_size,
             batch_dims=batch_dims,
             batch_size=batch_size,
+        )
+
+    def to_zarr(self, filename: Any, **kwargs: Any) -> Any:
+        """Write to a zarr store and return it read back (needs `td-memmap[zarr]`).
+
+        Args:
+            filename: a directory path (replaced if it exists) or a `zarr.abc.store.Store`.
+            **kwargs: passed to `zarr.Group.create_array` (`chunks=...`, `compressors=...`).
+        """
+        return _ext().to_zarr(self, filename, **kwargs)
+
+    @classmethod
+    def from_zarr(
+        cls,
+        filename: Any,
+        *,
+        mode: str = "r",
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        batch_size: Any = None,
+    ) -> Any:
+        """Read a zarr store written by `to_zarr` (or another tool) (needs `td-memmap[zarr]`)."""
+        return _ext().from_zarr(
+            filename,
+            mode=mode,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            batch_size=batch_size,
+        )
+
+    def to_mds(
+        self,
+        *,
+        columns: dict[str, str] | None = None,
+        out: str | tuple[str, str],
+        keep_local: bool = False,
+        compression: str | None = None,
+        hashes: list[str] | None = None,
+        size_limit: int | str | None = 1 << 26,
+        writer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write a MosaicML Streaming (MDS) dataset, one sample per row (needs `td-memmap[mds]`).
+
+        Args:
+            columns: column name to MDS encoding; inferred from the first row if omitted.
+            out: the output directory, or `(local, remote)`.
+            keep_local: keep the local copy after uploading to a remote.
+            compression: MDS shard compression (e.g. `"zstd"`).
+            hashes: hash algorithms for the shards.
+            size_limit: shard size limit in bytes (or `"64mb"`).
+            writer: an `MDSWriter` to use instead of making one.
+            **kwargs: passed to `MDSWriter`.
+        """
+        _ext().to_mds(
+            self,
+            columns=columns,
+            out=out,
+            keep_local=keep_local,
+            compression=compression,
+            hashes=hashes,
+            size_limit=size_limit,
+            writer=writer,
+            **kwargs,
         )

@@ -487,6 +487,8 @@ class TensorDictBase(
         if isinstance(value, (np.ndarray, *_SCALARS)):
             if isinstance(value, np.ndarray) and value.dtype.kind in "OUSV":
                 return NonTensorData(value, bs, self.device)
+            if isinstance(value, np.ndarray) and not value.flags.writeable:
+                value = value.copy()  # a tensor over read-only memory would be unsafe to write
             try:
                 tensor = torch.as_tensor(value, device=self.device)
             except (TypeError, ValueError, RuntimeError):

@@ -166,6 +166,29 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         ]
         return cls(*members, stack_dim=stack_dim)
 
+    @classmethod
+    def from_list(
+        cls,
+        input: Sequence[Any],
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Sequence[str | None] | None = None,
+        lazy: bool | None = None,
+    ) -> Any:
+        """A lazy stack of the mappings in `input` (ragged members allowed), as upstream."""
+        return super().from_list(
+            input,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+            lazy=True if lazy is None else lazy,
+        )
+
     @staticmethod
     def from_module(
         module: Any,
