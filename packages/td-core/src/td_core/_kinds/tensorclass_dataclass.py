@@ -41,7 +41,11 @@ def from_dataclass(
         auto_batch_size: give the instance the largest batch size its entries share.
         batch_dims: with `auto_batch_size`, at most this many batch dims.
         batch_size: the batch size of the instance (default `[]`).
-        frozen, autocast, nocast, shadow, tensor_only: the options of `@tensorclass`.
+        frozen: the `@tensorclass` option of that name.
+        autocast: the `@tensorclass` option of that name.
+        nocast: the `@tensorclass` option of that name.
+        shadow: the `@tensorclass` option of that name.
+        tensor_only: the `@tensorclass` option of that name.
         inplace: not supported: td never changes the dataclass given (a new class is built).
         device: the device of the instance.
 
