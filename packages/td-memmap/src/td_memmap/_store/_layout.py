@@ -130,4 +130,4 @@ def non_tensor_from_meta(
     arr = np.empty(shape, dtype=object)
     for i, v in enumerate(meta["values"]):
         arr.flat[i] = value_from_json(v)
-    return NonTensorStack(arr, device)
+    return NonTensorStack(arr, device=device)
