@@ -281,10 +281,6 @@ def _plan_member_write(member: Any, index: Any, part: Any) -> Callable[[], None]
 _FULL = slice(None)
 
 
-def _scalar(value: Any) -> bool:
-    return isinstance(value, Tensor) and value.ndim == 0
-
-
 def _as_batch(value: Any, batch_size: torch.Size, index: Any) -> Any:
     """The TensorDict `value` broadcast to `batch_size` (leading ones dropped), as torch does."""
     own, n = value.batch_size, len(batch_size)

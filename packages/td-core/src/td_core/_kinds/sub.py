@@ -36,7 +36,7 @@ from td_core._ops.index import indexed_shape, normalize_index
 from td_core._ops.names import index_names
 from td_core.errors import BatchSizeError, LockedError
 
-__all__ = ["SubTensorDict", "get_sub_tensordict"]
+__all__ = ["SubTensorDict"]
 
 Tensor = torch.Tensor
 
@@ -336,9 +336,6 @@ class SubTensorDict(TensorDictBase):
         """`copy_at_` on the viewed part of the source."""
         return self._inplace(TensorDictBase.copy_at_, tensordict, idx, non_blocking, fast=fast)
 
-    def _get_sub_tensordict(self, idx: Any) -> SubTensorDict:
-        return SubTensorDict(self, idx)
-
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self._source, "idx": self._idx}
 
@@ -355,11 +352,6 @@ def _names_error() -> RuntimeError:
 
 def _as_tuple(index: Any) -> tuple[Any, ...]:
     return index if type(index) is tuple else (index,)
-
-
-def get_sub_tensordict(td: TensorDictBase, idx: Any) -> SubTensorDict:
-    """A write-through view of `td` at `idx` (upstream's private `_get_sub_tensordict`)."""
-    return SubTensorDict(td, idx)
 
 
 provide("SubTensorDict", SubTensorDict)
