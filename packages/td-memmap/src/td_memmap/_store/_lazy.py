@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from td_core import LazyStackedTensorDict, TensorDict, TensorDictBase
-from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_core.errors import KeyNotFoundError
 from td_memmap._store._kind import TensorDictStore
 
 __all__ = ["LazyStackedTensorDictStore"]
@@ -125,20 +125,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
             return
         stack_item, rest, result_dim = split
         picked = self._members_for(stack_item)
-        if isinstance(stack_item, int):
-            parts: list[Any] = [value]
-        elif isinstance(value, TensorDictBase) or (
-            isinstance(value, torch.Tensor)
-            and value.ndim > result_dim
-            and value.shape[result_dim] == len(picked)
-        ):
-            parts = list(value.unbind(result_dim))
-        else:
-            parts = [value] * len(picked)
-        if len(parts) != len(picked):
-            raise BatchSizeError(
-                f"lazy stack: {len(parts)} values for {len(picked)} selected members at {index!r}"
-            )
+        parts = self._member_parts(index, value, stack_item, result_dim, len(picked))
         for i, part in zip(picked, parts):
             self.tensordicts[i][rest if rest else ...] = part
 
