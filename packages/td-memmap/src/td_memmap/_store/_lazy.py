@@ -17,6 +17,7 @@ import torch
 from td_core import LazyStackedTensorDict, TensorDict, TensorDictBase
 from td_core.errors import KeyNotFoundError
 from td_memmap._store._kind import TensorDictStore
+from td_memmap._store._server import address
 
 __all__ = ["LazyStackedTensorDictStore"]
 
@@ -62,12 +63,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
         if count < 1:
             raise ValueError(f"a LazyStackedTensorDictStore needs count >= 1, got {count}")
         root = TensorDictStore(
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             batch_size=(),
             device=device,
             client=client,
@@ -174,12 +170,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
         """
         members: list[TensorDictBase] = list(lazy_td.tensordicts)
         out = cls(
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             count=len(members),
             stack_dim=lazy_td.stack_dim,
             inner_batch_size=members[0].batch_size,
@@ -211,12 +202,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
             KeyNotFoundError: (a `KeyError`) when the server holds no stack `td_id`.
         """
         probe = TensorDictStore.from_store(
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             td_id=td_id,
             **kwargs,
         )
