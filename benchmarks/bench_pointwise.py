@@ -11,6 +11,7 @@ call (``Suite(check=True)``); ``--list`` prints what each case measures.
 
 from __future__ import annotations
 
+import operator
 import pathlib
 import sys
 
@@ -59,6 +60,15 @@ tree = _pytree.tree_map
 
 suite = Suite("pointwise", check=True)
 
+
+def leafwise(name: str, what: str, method: str, *args: float) -> None:
+    """A case calling `method(*args)` on td, on upstream and on each leaf of the plain tree."""
+    call = operator.methodcaller(method, *args)
+    suite.add(
+        name, lambda: call(ours), lambda: call(theirs), what=what, tree=lambda: tree(call, plain)
+    )
+
+
 # ---------------------------------------------------------------- out of place
 suite.add(
     "add scalar (100 leaves)",
@@ -74,19 +84,13 @@ suite.add(
     what="out of place: the leaf-by-leaf product of two trees with the same keys",
     tree=lambda: tree(lambda a, b: a * b, plain, plain2),
 )
-suite.add(
-    "exp (100 leaves)",
-    lambda: ours.exp(),
-    lambda: theirs.exp(),
-    what="out of place: a unary math function of every leaf",
-    tree=lambda: tree(torch.exp, plain),
-)
-suite.add(
+leafwise("exp (100 leaves)", "out of place: a unary math function of every leaf", "exp")
+leafwise(
     "clamp (100 leaves)",
-    lambda: ours.clamp(-1.0, 1.0),
-    lambda: theirs.clamp(-1.0, 1.0),
-    what="out of place: a math function with scalar arguments on every leaf",
-    tree=lambda: tree(lambda t: t.clamp(-1.0, 1.0), plain),
+    "out of place: a math function with scalar arguments on every leaf",
+    "clamp",
+    -1.0,
+    1.0,
 )
 suite.add(
     "float64 cast (100 leaves)",
@@ -97,12 +101,11 @@ suite.add(
 )
 
 # ---------------------------------------------------------------- in place
-suite.add(
+leafwise(
     "mul_ scalar (100 leaves)",
-    lambda: ours.mul_(1.0),
-    lambda: theirs.mul_(1.0),
-    what="in place: every leaf multiplied by a scalar (1.0, so the values stay put)",
-    tree=lambda: tree(lambda t: t.mul_(1.0), plain),
+    "in place: every leaf multiplied by a scalar (1.0, so the values stay put)",
+    "mul_",
+    1.0,
 )
 suite.add(
     "add_ TensorDict (100 leaves)",
@@ -111,20 +114,13 @@ suite.add(
     what="in place: another tree added with alpha= (the shape of an optimizer step)",
     tree=lambda: tree(lambda a, b: a.add_(b, alpha=0.0), plain, plain2),
 )
-suite.add(
+leafwise(
     "clamp_max_ (100 leaves)",
-    lambda: ours.clamp_max_(3.0),
-    lambda: theirs.clamp_max_(3.0),
-    what="in place: a math function with a scalar argument on every leaf",
-    tree=lambda: tree(lambda t: t.clamp_max_(3.0), plain),
+    "in place: a math function with a scalar argument on every leaf",
+    "clamp_max_",
+    3.0,
 )
-suite.add(
-    "abs_ (100 leaves)",
-    lambda: ours.abs_(),
-    lambda: theirs.abs_(),
-    what="in place: a unary math function of every leaf",
-    tree=lambda: tree(torch.abs_, plain),
-)
+leafwise("abs_ (100 leaves)", "in place: a unary math function of every leaf", "abs_")
 suite.add(
     "lerp_ (100 leaves, soft update)",
     lambda: ours.lerp_(ours2, 0.005),

@@ -223,3 +223,10 @@ def test_lazy_from_list_stacks_ragged_rows_lazily():
     assert isinstance(out, LazyStackedTensorDict)
     assert out.batch_size == torch.Size([2])
     assert out.tensordicts[1]["c"].shape == (3,)
+
+
+def test_lazy_from_list_is_lazy_by_default_and_obeys_lazy_false():
+    rows = [{"c": torch.zeros(2)}, {"c": torch.ones(2)}]
+    assert type(LazyStackedTensorDict.from_list(rows)) is LazyStackedTensorDict
+    assert type(LazyStackedTensorDict.from_list(rows, lazy=False)) is TensorDict
+    assert type(TensorDict.from_list(rows)) is TensorDict

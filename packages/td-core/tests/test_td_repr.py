@@ -11,6 +11,22 @@ def expected(text):
     return textwrap.dedent(text).strip("\n")
 
 
+def one_leaf_repr(
+    shape: str, *, device: str = "cpu", td_device: str = "None", shared: bool = False
+) -> str:
+    """The repr of a TensorDict whose one float32 leaf `x` has the batch shape `[shape]`."""
+    return expected(
+        f"""
+        TensorDict(
+            fields={{
+                x: Tensor(shape=torch.Size([{shape}]), device={device}, dtype=torch.float32, is_shared={shared})}},
+            batch_size=torch.Size([{shape}]),
+            device={td_device},
+            is_shared={shared})
+        """
+    )
+
+
 def test_repr_nested_matches_seed_format():
     td = TensorDict({"a": torch.randn(10, 3), "b": {"c": torch.randn(10, 2)}}, batch_size=[10])
     assert repr(td) == expected(
@@ -56,16 +72,7 @@ def test_repr_dtypes_and_multi_dim_batch():
 
 def test_repr_with_device():
     td = TensorDict({"x": torch.zeros(4)}, [4], device="meta")
-    assert repr(td) == expected(
-        """
-        TensorDict(
-            fields={
-                x: Tensor(shape=torch.Size([4]), device=meta, dtype=torch.float32, is_shared=False)},
-            batch_size=torch.Size([4]),
-            device=meta,
-            is_shared=False)
-        """
-    )
+    assert repr(td) == one_leaf_repr("4", device="meta", td_device="meta")
 
 
 def test_repr_cpu_device():
@@ -76,30 +83,12 @@ def test_repr_cpu_device():
 
 def test_repr_shared():
     td = TensorDict({"x": torch.zeros(4)}, [4]).share_memory_()
-    assert repr(td) == expected(
-        """
-        TensorDict(
-            fields={
-                x: Tensor(shape=torch.Size([4]), device=cpu, dtype=torch.float32, is_shared=True)},
-            batch_size=torch.Size([4]),
-            device=None,
-            is_shared=True)
-        """
-    )
+    assert repr(td) == one_leaf_repr("4", shared=True)
 
 
 def test_repr_scalar_batch():
     td = TensorDict({"x": torch.zeros(())}, [])
-    assert repr(td) == expected(
-        """
-        TensorDict(
-            fields={
-                x: Tensor(shape=torch.Size([]), device=cpu, dtype=torch.float32, is_shared=False)},
-            batch_size=torch.Size([]),
-            device=None,
-            is_shared=False)
-        """
-    )
+    assert repr(td) == one_leaf_repr("")
 
 
 def test_repr_one_line_per_field():

@@ -108,26 +108,36 @@ def _payload_offset(raw: bytes, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + n + m
 
 
-def test_a_bad_crc_in_metadata_is_refused_on_load_and_unpack(tmp_path):
+def _saved_archive(tmp_path) -> tuple[bytearray, zipfile.ZipFile]:
+    """`_td()` saved as the archive `x.tdz`: its bytes (to corrupt) and its (closed) zip."""
     _td().memmap(tmp_path / "x.tdz")
-    raw = bytearray((tmp_path / "x.tdz").read_bytes())
     with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
-        info = zf.getinfo("n/meta.json")
-    at = raw.index(b'"generation"', _payload_offset(raw, info))
+        return bytearray((tmp_path / "x.tdz").read_bytes()), zf
+
+
+def _refused_by_load_and_unpack(archive, error: type[Exception], match: str) -> None:
+    """Both `load_memmap` and `unpack_memmap` refuse `archive`; the unpack leaves no folder."""
+    out = archive.parent / "out"
+    with pytest.raises(error, match=match):
+        load_memmap(archive)
+    with pytest.raises(error, match=match):
+        unpack_memmap(archive, out)
+    assert not os.path.exists(out)
+
+
+def test_a_bad_crc_in_metadata_is_refused_on_load_and_unpack(tmp_path):
+    raw, zf = _saved_archive(tmp_path)
+    at = raw.index(b'"generation"', _payload_offset(raw, zf.getinfo("n/meta.json")))
     raw[at + 1 : at + 2] = b"G"  # same size, different bytes
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
-    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*'n/meta\.json'.*CRC"):
-        load_memmap(tmp_path / "x.tdz")
-    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*'n/meta\.json'.*CRC"):
-        unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
-    assert not os.path.exists(tmp_path / "out")
+    _refused_by_load_and_unpack(
+        tmp_path / "x.tdz", MemmapFormatError, r"x\.tdz.*'n/meta\.json'.*CRC"
+    )
 
 
 def test_a_bad_crc_in_a_leaf_is_refused_on_unpack(tmp_path):
-    _td().memmap(tmp_path / "x.tdz")
-    raw = bytearray((tmp_path / "x.tdz").read_bytes())
-    with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
-        at = _payload_offset(raw, zf.getinfo("a.memmap"))
+    raw, zf = _saved_archive(tmp_path)
+    at = _payload_offset(raw, zf.getinfo("a.memmap"))
     raw[at] ^= 0xFF
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
     with pytest.raises(MemmapFormatError, match=r"'a\.memmap'.*CRC"):
@@ -140,30 +150,24 @@ def test_an_entry_size_that_does_not_match_the_metadata_is_refused(tmp_path):
     with open(tmp_path / "f" / "a.memmap", "r+b") as f:
         f.truncate(20)
     _zip_folder(tmp_path / "f", tmp_path / "short.zip")
-    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.memmap.*20 bytes"):
-        load_memmap(tmp_path / "short.zip")
-    with pytest.raises(LeafSizeError, match=r"short\.zip.*a\.memmap.*20 bytes"):
-        unpack_memmap(tmp_path / "short.zip", tmp_path / "out")
-    assert not os.path.exists(tmp_path / "out")
+    _refused_by_load_and_unpack(
+        tmp_path / "short.zip", LeafSizeError, r"short\.zip.*a\.memmap.*20 bytes"
+    )
 
 
 def test_overlapping_entries_are_refused(tmp_path):
-    _td().memmap(tmp_path / "x.tdz")
-    raw = bytearray((tmp_path / "x.tdz").read_bytes())
-    with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
-        info = zf.getinfo("a.memmap")
-        central = zf.start_dir
+    raw, zf = _saved_archive(tmp_path)
+    info = zf.getinfo("a.memmap")
+    central = zf.start_dir
     # grow the recorded sizes of a.memmap in the central directory: its data now covers the next entry
     at = raw.index(b"PK\x01\x02", central)
     while raw[at + 46 : at + 46 + 8] != b"a.memmap":
         at = raw.index(b"PK\x01\x02", at + 4)
     struct.pack_into("<2I", raw, at + 20, info.file_size + 100, info.file_size + 100)
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
-    with pytest.raises(MemmapFormatError, match=r"x\.tdz.*overlaps entry 'a\.memmap'"):
-        load_memmap(tmp_path / "x.tdz")
-    with pytest.raises(MemmapFormatError, match="overlaps"):
-        unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
-    assert not os.path.exists(tmp_path / "out")
+    _refused_by_load_and_unpack(
+        tmp_path / "x.tdz", MemmapFormatError, r"x\.tdz.*overlaps entry 'a\.memmap'"
+    )
 
 
 def test_duplicate_entries_are_refused(tmp_path):

@@ -356,3 +356,10 @@ def test_anonymous_allocation_is_shared_memory_of_the_right_values(make: str, sh
         t.filename  # noqa: B018
     if make != "empty":  # (fresh shared memory reads as zeros; empty promises nothing)
         assert (t == (1 if make == "ones" else 0)).all()
+
+
+def test_from_storage_applies_index_after_the_shape():
+    storage = torch.arange(6, dtype=torch.int64).untyped_storage()
+    row = MemoryMappedTensor.from_storage(storage, shape=(3, 2), dtype=torch.int64, index=2)
+    assert isinstance(row, MemoryMappedTensor)
+    assert row.tolist() == [4, 5]

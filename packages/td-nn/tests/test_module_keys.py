@@ -98,3 +98,8 @@ def test_select_out_keys_rejects_a_list_and_an_unknown_key() -> None:
     assert isinstance(info.value, KeyError)
     assert "separate arguments" in str(info.value)
     assert module.out_keys == ["d", "e"]  # a failed selection changes nothing
+
+
+def test_an_item_that_is_not_a_key_is_named_with_the_list() -> None:
+    with pytest.raises(TypeError, match=r"in_keys must be .*: 3 in \['a', 3\] is not a key"):
+        TensorDictModule(lambda x: x, in_keys=["a", 3], out_keys=["b"])

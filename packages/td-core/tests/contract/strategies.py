@@ -21,6 +21,7 @@ import tempfile
 from typing import Any
 
 import torch
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 import td_core
@@ -52,6 +53,16 @@ class Pair:
     a: torch.Tensor
     b: torch.Tensor
     nested: Any
+
+
+def quick(max_examples: int) -> settings:
+    """Hypothesis settings of the contract suite: few examples, no deadline, nothing on disk."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
 
 
 def batch_sizes(min_dims: int = 1, max_dims: int = 3) -> st.SearchStrategy[tuple[int, ...]]:

@@ -8,22 +8,17 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import td_core
 
 if str(Path(__file__).parent) not in sys.path:  # the strategies module sits beside this file
     sys.path.insert(0, str(Path(__file__).parent))
-from strategies import KINDS, assert_same_td, containers, ragged
+from strategies import KINDS, assert_same_td, containers, quick, ragged
 
 # few examples each, no example database on disk: the suite stays fast and leaves no files
-SETTINGS = settings(
-    max_examples=15,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = quick(15)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -14,21 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import td_core
 
 if str(Path(__file__).parent) not in sys.path:  # the strategies module sits beside this file
     sys.path.insert(0, str(Path(__file__).parent))
-from strategies import containers
+from strategies import containers, quick
 
-SETTINGS = settings(
-    max_examples=25,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = quick(25)
 
 Tensor = torch.Tensor
 # (view of td, the tensor function that takes a leaf of the view back to td's layout)

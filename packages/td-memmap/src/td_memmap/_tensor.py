@@ -269,10 +269,7 @@ class MemoryMappedTensor(Factories, torch.Tensor):
             )
         tensor = torch.empty(0, dtype=dtype, device="cpu").set_(storage, 0, dims, strides_of(dims))
         file = None if filename is None else os.path.abspath(os.fspath(filename))
-        out = cls._wrap(tensor, file, True, dims)
-        if nested is not None:
-            out = out._nested(nested)
-        return out if index is None else out[index]  # type: ignore[return-value]
+        return cls._wrap(tensor, file, True, dims)._shaped(nested, index)
 
     @classmethod
     def from_handler(
@@ -325,10 +322,7 @@ class MemoryMappedTensor(Factories, torch.Tensor):
         nested = nested_arg((), shape)
         dims = parse_shape((), shape) if nested is None else (nested_numel(nested),)
         tensor, writable = buffer_tensor(handler, dtype, dims)
-        out = cls._wrap(tensor, None, writable, dims)
-        if nested is not None:
-            out = out._nested(nested)
-        return out if index is None else out[index]  # type: ignore[return-value]
+        return cls._wrap(tensor, None, writable, dims)._shaped(nested, index)
 
     @classmethod
     def from_tensor(
@@ -451,9 +445,11 @@ class MemoryMappedTensor(Factories, torch.Tensor):
         writable = mode != "r" and os.access(path, os.W_OK)
         if mode == "r+" and not writable:
             raise PermissionError(f"cannot open {path!r} with mode='r+': the file is not writable")
-        out = cls._map(path, dtype, dims, writable=writable)
-        if nested is not None:
-            out = out._nested(nested)
+        return cls._map(path, dtype, dims, writable=writable)._shaped(nested, index)
+
+    def _shaped(self, nested: torch.Tensor | None, index: Any) -> MemoryMappedTensor:
+        """This flat tensor viewed as nested tensor of shapes `nested` (if any), then `[index]`."""
+        out = self if nested is None else self._nested(nested)
         return out if index is None else out[index]  # type: ignore[return-value]
 
     def _nested(self, shape: torch.Tensor) -> MemoryMappedTensor:

@@ -11,9 +11,9 @@ import warnings
 import pytest
 import torch
 
-from td_core import TensorDict
+from td_core import LazyStackedTensorDict, TensorDict
 from td_core.errors import BatchSizeError, DTypeError
-from td_memmap import StoreConnectionError, TensorDictStore
+from td_memmap import LazyStackedTensorDictStore, StoreConnectionError, TensorDictStore
 
 
 @pytest.fixture
@@ -146,3 +146,14 @@ def test_connection_cut_mid_write_leaves_nothing_half_written(redis_server):
         assert _snapshot(redis_server, store) == before  # no key, no data of the partial write
     finally:
         proxy.close()
+
+
+def test_lazy_stack_write_with_too_few_rows_is_refused_and_changes_nothing(redis_server):
+    lazy = LazyStackedTensorDict(*[TensorDict({"a": torch.zeros(2)}, [2]) for _ in range(3)])
+    stored = LazyStackedTensorDictStore.from_lazy_stack(lazy, port=redis_server.port)
+    try:
+        with pytest.raises(BatchSizeError, match="2 values for 3 selected members"):
+            stored[0:3] = TensorDict({"a": torch.ones(2, 2)}, [2, 2])
+        assert stored["a"].sum().item() == 0.0
+    finally:
+        stored.clear_redis()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -29,7 +29,7 @@ from td_nn._dispatch import call_with_tensors
 from td_nn._errors import KeySpecError, UnknownKeyError
 from td_nn._skip import skips
 
-__all__ = ["TensorDictModuleBase", "format_keys", "indent"]
+__all__ = ["TensorDictModuleBase", "format_keys", "indent", "unravel_each"]
 
 
 def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,6 +58,22 @@ def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 def format_keys(keys: Any) -> str:
     return repr(list(keys))
+
+
+def unravel_each(keys: Iterable[Any], problem: Callable[[Any], str]) -> list[NestedKey]:
+    """Each of `keys` unravelled (`("a", ("b",))` -> `("a", "b")`).
+
+    Raises:
+        KeySpecError: (a `ValueError` and `TypeError`) with the message
+            `problem(key)` for the first item that is not a key.
+    """
+    out = []
+    for key in keys:
+        try:
+            out.append(unravel_key(key))
+        except (TypeError, KeyError):
+            raise KeySpecError(problem(key)) from None
+    return out
 
 
 def indent(text: str, spaces: int = 4) -> str:
@@ -187,15 +203,13 @@ class TensorDictModuleBase(nn.Module, metaclass=_KeyedModuleMeta):
                 list of keys (unpack it: `select_out_keys(*keys)`); (a `KeyError`
                 too) naming the keys that are not among `self.out_keys_source`.
         """
-        keys = []
-        for key in out_keys:
-            try:
-                keys.append(unravel_key(key))
-            except (TypeError, KeyError):
-                raise KeySpecError(
-                    f"select_out_keys: each key should be a str or a tuple of str, got {key!r}; "
-                    "pass several keys as separate arguments: select_out_keys(*keys)"
-                ) from None
+        keys = unravel_each(
+            out_keys,
+            lambda key: (
+                f"select_out_keys: each key should be a str or a tuple of str, got "
+                f"{key!r}; pass several keys as separate arguments: select_out_keys(*keys)"
+            ),
+        )
         every = self.out_keys_source
         unknown = [k for k in keys if k not in every]
         if unknown:

@@ -13,10 +13,9 @@ from td_core import (
     NestedKey,
     TensorDict,
     TensorDictBase,
-    unravel_key,
 )
 from td_core.errors import KeyNotFoundError
-from td_nn._base import TensorDictModuleBase, format_keys, indent
+from td_nn._base import TensorDictModuleBase, format_keys, indent, unravel_each
 from td_nn._dispatch import resolve_or_skip
 from td_nn._errors import KeySpecError, NotCallableError, OutputMismatchError
 from td_nn._skip import _SKIP
@@ -50,16 +49,13 @@ def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:
             f"{owner} {what} must be of type list, str or tuples of str (a key or a list of "
             f"keys), got {keys!r}"
         )
-    out = []
-    for key in keys:
-        try:
-            out.append(unravel_key(key))
-        except (TypeError, KeyError):
-            raise KeySpecError(
-                f"{owner} {what} must be of type list, str or tuples of str: {key!r} in {keys!r} "
-                "is not a key"
-            ) from None
-    return out
+    return unravel_each(
+        keys,
+        lambda key: (
+            f"{owner} {what} must be of type list, str or tuples of str: {key!r} in "
+            f"{keys!r} is not a key"
+        ),
+    )
 
 
 def _dropped_output(out: Any) -> bool:

@@ -137,6 +137,8 @@ class ConvertMixin(TensorDictContract):
     """Conversion methods of `td_core.TensorDictBase`."""
 
     __slots__ = ()
+    # the default of `from_list(lazy=None)`: a lazy stack class builds a lazy stack
+    _from_list_lazy: bool | None = None
 
     def to_dict(
         self,
@@ -409,7 +411,7 @@ class ConvertMixin(TensorDictContract):
         names: Sequence[str | None] | None = None,
         lazy: bool | None = None,
     ) -> Any:
-        """See `td_core.from_list`."""
+        """See `td_core.from_list`; on a lazy stack class, `lazy` defaults to True (ragged rows allowed)."""
         return from_list(
             input,
             auto_batch_size=auto_batch_size,
@@ -417,7 +419,7 @@ class ConvertMixin(TensorDictContract):
             device=device,
             batch_dims=batch_dims,
             names=names,
-            lazy=lazy,
+            lazy=cls._from_list_lazy if lazy is None else lazy,
         )
 
     @classmethod

@@ -64,6 +64,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         "tensordicts",
     )
     _td_dim_name: str | None
+    _from_list_lazy = True  # `from_list` builds a lazy stack (ragged members allowed), as upstream
 
     def __init__(
         self,
@@ -165,29 +166,6 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
             TensorDict.from_dict(item, batch_size, device, batch_dims=batch_dims) for item in items
         ]
         return cls(*members, stack_dim=stack_dim)
-
-    @classmethod
-    def from_list(
-        cls,
-        input: Sequence[Any],
-        *,
-        auto_batch_size: bool | None = None,
-        batch_size: Any = None,
-        device: Any = None,
-        batch_dims: int | None = None,
-        names: Sequence[str | None] | None = None,
-        lazy: bool | None = None,
-    ) -> Any:
-        """A lazy stack of the mappings in `input` (ragged members allowed), as upstream."""
-        return super().from_list(
-            input,
-            auto_batch_size=auto_batch_size,
-            batch_size=batch_size,
-            device=device,
-            batch_dims=batch_dims,
-            names=names,
-            lazy=True if lazy is None else lazy,
-        )
 
     @staticmethod
     def from_module(

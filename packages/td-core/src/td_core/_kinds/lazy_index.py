@@ -111,6 +111,34 @@ class LazyIndexMixin:
             out.append(p % n)
         return out
 
+    def _member_parts(
+        self, index: Any, value: Any, stack_item: Any, result_dim: int, count: int
+    ) -> list[Any]:
+        """The part of `value` each of the `count` members picked by `stack_item` receives.
+
+        One member takes the whole value; several take its slices along
+        `result_dim` (a TensorDict, or a tensor with one row per member) or,
+        for anything else, the same value each.
+
+        Raises:
+            BatchSizeError: when `value` has another number of slices than members.
+        """
+        if isinstance(stack_item, int):
+            parts: list[Any] = [value]
+        elif is_td(value) or (
+            isinstance(value, Tensor)
+            and value.ndim > result_dim
+            and value.shape[result_dim] == count
+        ):
+            parts = list(value.unbind(result_dim))
+        else:
+            parts = [value] * count
+        if len(parts) != count:
+            raise BatchSizeError(
+                f"lazy stack: {len(parts)} values for {count} selected members at {index!r}"
+            )
+        return parts
+
     def _index(self, index: Any) -> TensorDictBase:
         d = self.stack_dim
         at = index if not d else _member_at(index, d)
@@ -170,22 +198,7 @@ class LazyIndexMixin:
             return self._plan_scattered(index, value)
         stack_item, rest, result_dim = split
         picked = self._members_for(stack_item)
-        if isinstance(stack_item, int):
-            parts: list[Any] = [value]
-        elif is_td(value):
-            parts = list(value.unbind(result_dim))
-        elif (
-            isinstance(value, Tensor)
-            and value.ndim > result_dim
-            and value.shape[result_dim] == len(picked)
-        ):
-            parts = list(value.unbind(result_dim))
-        else:
-            parts = [value] * len(picked)
-        if len(parts) != len(picked):
-            raise BatchSizeError(
-                f"lazy stack: {len(parts)} values for {len(picked)} selected members at {index!r}"
-            )
+        parts = self._member_parts(index, value, stack_item, result_dim, len(picked))
         member_bs = self.tensordicts[0].batch_size
         norm = normalize_index(rest, member_bs) if rest else ()
         sub = indexed_shape(member_bs, norm) if norm else member_bs

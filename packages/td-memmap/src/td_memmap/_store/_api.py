@@ -7,6 +7,7 @@ from typing import Any
 from td_core import LazyStackedTensorDict, TensorDictBase
 from td_memmap._store._kind import TensorDictStore
 from td_memmap._store._lazy import LazyStackedTensorDictStore
+from td_memmap._store._server import address
 
 __all__ = ["to_store"]
 
@@ -38,14 +39,7 @@ def to_store(
     Returns:
         The stored copy.
     """
-    where: dict[str, Any] = dict(
-        backend=backend,
-        host=host,
-        port=port,
-        db=db,
-        unix_socket_path=unix_socket_path,
-        prefix=prefix,
-    )
+    where = address(backend, host, port, db, unix_socket_path, prefix)
     if isinstance(td, LazyStackedTensorDict) and not isinstance(td, LazyStackedTensorDictStore):
         return LazyStackedTensorDictStore.from_lazy_stack(td, device=device, **where, **kwargs)
     return TensorDictStore.from_tensordict(td, device=device, **where, **kwargs)

@@ -20,7 +20,7 @@ import torch
 from td_core import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection
 from td_core.errors import BatchSizeError, KeyNotFoundError
 from td_memmap._store import _layout as L
-from td_memmap._store._server import Server, connect, redis_module
+from td_memmap._store._server import Server, address, connect, redis_module
 from td_memmap._store._writes import index_plan, subtree_writes
 
 __all__ = ["TensorDictStore", "STORE_BACKENDS"]
@@ -491,12 +491,7 @@ class TensorDictStore(TensorDictBase):
         if batch_size is None:
             batch_size = input_dict.batch_size
         out = cls(
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             batch_size=batch_size,
             device=device,
             **kwargs,
@@ -521,12 +516,7 @@ class TensorDictStore(TensorDictBase):
         """A new store holding a copy of `td` (same batch size; `device` defaults to td's)."""
         return cls.from_dict(
             td,
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             batch_size=td.batch_size,
             device=td.device if device is None else device,
             **kwargs,

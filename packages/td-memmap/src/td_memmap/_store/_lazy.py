@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 from td_core import LazyStackedTensorDict, TensorDict, TensorDictBase
-from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_core.errors import KeyNotFoundError
 from td_memmap._store._kind import TensorDictStore
+from td_memmap._store._server import address
 
 __all__ = ["LazyStackedTensorDictStore"]
 
@@ -62,12 +63,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
         if count < 1:
             raise ValueError(f"a LazyStackedTensorDictStore needs count >= 1, got {count}")
         root = TensorDictStore(
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             batch_size=(),
             device=device,
             client=client,
@@ -125,20 +121,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
             return
         stack_item, rest, result_dim = split
         picked = self._members_for(stack_item)
-        if isinstance(stack_item, int):
-            parts: list[Any] = [value]
-        elif isinstance(value, TensorDictBase) or (
-            isinstance(value, torch.Tensor)
-            and value.ndim > result_dim
-            and value.shape[result_dim] == len(picked)
-        ):
-            parts = list(value.unbind(result_dim))
-        else:
-            parts = [value] * len(picked)
-        if len(parts) != len(picked):
-            raise BatchSizeError(
-                f"lazy stack: {len(parts)} values for {len(picked)} selected members at {index!r}"
-            )
+        parts = self._member_parts(index, value, stack_item, result_dim, len(picked))
         for i, part in zip(picked, parts):
             self.tensordicts[i][rest if rest else ...] = part
 
@@ -187,12 +170,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
         """
         members: list[TensorDictBase] = list(lazy_td.tensordicts)
         out = cls(
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             count=len(members),
             stack_dim=lazy_td.stack_dim,
             inner_batch_size=members[0].batch_size,
@@ -224,12 +202,7 @@ class LazyStackedTensorDictStore(LazyStackedTensorDict):
             KeyNotFoundError: (a `KeyError`) when the server holds no stack `td_id`.
         """
         probe = TensorDictStore.from_store(
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
+            **address(backend, host, port, db, unix_socket_path, prefix),
             td_id=td_id,
             **kwargs,
         )

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["Server", "StoreConnectionError", "connect", "redis_module"]
+__all__ = ["Server", "StoreConnectionError", "address", "connect", "redis_module"]
 
 T = TypeVar("T")
 
@@ -25,6 +25,20 @@ def redis_module() -> Any:
             "pip install 'td-memmap[redis]'"
         ) from None
     return redis
+
+
+def address(
+    backend: str, host: str, port: int, db: int, unix_socket_path: str | None, prefix: str
+) -> dict[str, Any]:
+    """The arguments that say where a store lives, as keywords to pass on (`**address(...)`)."""
+    return {
+        "backend": backend,
+        "host": host,
+        "port": port,
+        "db": db,
+        "unix_socket_path": unix_socket_path,
+        "prefix": prefix,
+    }
 
 
 def connect(
