@@ -38,33 +38,29 @@ from td_core import (
     TensorDictBase,
     is_leaf_nontensor,
     is_tensor_collection,
+    unravel_key,
 )
-from td_core.errors import LockedError
+from td_memmap._backends import backend_named as _backend
 from td_memmap._errors import NotSupportedOnFileError, UnstorableValueError
-from td_memmap._h5_backend import H5Backend
 from td_memmap._h5_index import h5_rows, indexed_shape
-from td_memmap._h5_stage import forget, is_staged, staged, staged_if_inplace, staged_read
+from td_memmap._h5_life import FileLifecycleMixin
+from td_memmap._h5_stage import (
+    forget,
+    is_staged,
+    staged,
+    staged_if_inplace,
+    staged_read,
+    staging,
+)
 from td_memmap._h5_views import FileViewsMixin
 from td_memmap._persist_backend import StoreBackend
-from td_memmap._zarr_backend import ZarrBackend
 
 __all__ = ["PersistentTensorDict"]
 
 _NO_DEFAULT: Any = object()
-_BACKENDS: dict[str, type[StoreBackend]] = {"h5": H5Backend, "zarr": ZarrBackend}
 
 
-def _backend(name: Any) -> StoreBackend:
-    cls = _BACKENDS.get(name)
-    if cls is None:
-        raise ValueError(
-            f"PersistentTensorDict: unknown backend {name!r}; supported backends are "
-            f"{sorted(_BACKENDS)}"
-        )
-    return cls()
-
-
-class PersistentTensorDict(FileViewsMixin, TensorDictBase):
+class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
     """A TensorDict stored in an HDF5 file or a zarr store, or one of their groups.
 
     Args:
@@ -506,6 +502,23 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         for key, node in nodes.items():
             self._backend.write_at(node, rows, after[key])
 
+    def get_at(self, key: Any, index: Any, default: Any = _NO_DEFAULT) -> Any:
+        """`td.get(key)[index]`; for an array reached through groups, with an index over its
+        first dim that the store addresses (an int, a slice, positions, a mask), only
+        those rows are read (with zarr, only the chunks holding them)."""
+        node = self._walk(unravel_key(key))
+        store = self._backend
+        if node is not None and not staging() and not store.is_group(node):
+            if not store.is_text(node):
+                rows = h5_rows(index, torch.Size(store.shape(node)[:1]))
+                if isinstance(rows, np.ndarray):  # read increasing, unique rows, then reorder
+                    unique, inverse = np.unique(rows, return_inverse=True)
+                    out = store.read(node, unique, self._device)
+                    return out[torch.from_numpy(inverse.reshape(-1))]
+                if rows is not None:
+                    return store.read(node, rows, self._device)
+        return super().get_at(key, index, default)
+
     def _walk(self, key: Any) -> Any:
         """The array at the nested `key`, if reached through groups of this kind only."""
         node, store = self._group, self._backend
@@ -527,113 +540,6 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         """Nothing to do: values read from a file carry no gradient."""
         return self
 
-    # ------------------------------------------------------------ copies
-    def clone(  # upstream's extra keyword
-        self, recurse: bool = True, *, newfile: str | os.PathLike | None = None
-    ) -> Any:
-        """A copy.
-
-        Args:
-            recurse: with False, a new `PersistentTensorDict` on the same file.
-            newfile: copy the file there and open the copy (`"r+"`). Without
-                it, the copy is an in-memory `TensorDict`.
-        """
-        if not recurse:
-            out = PersistentTensorDict._wrap(
-                self._group, self._backend, self._batch_size, self._device, self.kwargs
-            )
-            out._names = self._names
-            return out
-        if newfile is None:
-            return self.to_tensordict()
-        sizes: dict[str, Any] = {"": self._batch_size}
-        _nested_sizes(self, "", sizes)
-        self._backend.copy_to(self._group, newfile, sizes)
-        out = PersistentTensorDict(
-            filename=newfile,
-            mode="r+",
-            batch_size=self._batch_size,
-            device=self._device,
-            backend=self.backend,
-            **self.kwargs,
-        )
-        out._names = self._names
-        return out
-
-    # ------------------------------------------------------------ pickling
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "store": self._backend.getstate(self._group),
-            "batch_size": tuple(self._batch_size),
-            "device": None if self._device is None else str(self._device),
-            "locked": self._is_locked,
-            "names": self._names,
-            "kwargs": self.kwargs,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        store = _backend(state["backend"])
-        group = store.setstate(state["store"])
-        mode = "r" if store.readonly(group) else "r+"
-        self._init(group, store, mode, state["device"], state["kwargs"])
-        self._batch_size = torch.Size(state["batch_size"])
-        self._names = state["names"]
-        if state["locked"]:
-            self.lock_()
-
-    # ------------------------------------------------------------ context
-    def lock_(self) -> PersistentTensorDict:
-        self._lock_called = True
-        return super().lock_()
-
-    def unlock_(self) -> PersistentTensorDict:
-        self._lock_called = True
-        return super().unlock_()
-
-    def __enter__(self) -> PersistentTensorDict:
-        """`with td.lock_():`/`with td.unlock_():` restore the lock on exit; `with td:` closes."""
-        is_lock = self._lock_called
-        self._lock_called = False
-        self._lock_ctx.append(is_lock)
-        return super().__enter__() if is_lock else self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._lock_ctx and self._lock_ctx.pop():
-            super().__exit__(*exc)
-            return
-        self.close()
-
-    # ------------------------------------------------------------ structure
-    def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Any:
-        """Only the given keys: a `TensorDict` of them (sub-TensorDicts stay on file);
-        with `inplace=True` the other entries are deleted from the file."""
-        result = super().select(*keys, strict=strict)
-        if not inplace:
-            return result
-        self._check_restructure()
-        _prune(self, result)
-        return self
-
-    def exclude(self, *keys: Any, inplace: bool = False) -> Any:
-        """All but the given keys: a `TensorDict`; with `inplace=True` they are deleted
-        from the file."""
-        if not inplace:
-            return super().exclude(*keys)
-        self._check_restructure()
-        present = self.keys(include_nested=True)
-        for key in keys:
-            if key in present:
-                self.del_(key)
-        return self
-
-    def _check_restructure(self) -> None:
-        if self._is_locked:
-            raise LockedError(
-                f"cannot restructure a locked PersistentTensorDict ({self.filename!r}) in "
-                "place: unlock_() it first"
-            )
-
 
 def _no_pytree(td: PersistentTensorDict) -> Any:
     raise NotSupportedOnFileError(
@@ -649,25 +555,6 @@ def _no_unflatten(children: Any, context: Any) -> Any:
 # vmap and the other torch.func transforms see a PersistentTensorDict through pytree:
 # refuse there with a clear error rather than as an opaque non-tensor argument
 pytree.register_pytree_node(PersistentTensorDict, _no_pytree, _no_unflatten)
-
-
-def _prune(td: PersistentTensorDict, keep: Any) -> None:
-    """Delete from `td` every entry that `keep` (a selection of it) does not hold."""
-    kept = set(keep._keys_str())
-    for key in td._keys_str():
-        if key not in kept:
-            td._del_str(key)
-            continue
-        sub, wanted = td._get_str(key), keep._get_str(key)
-        if isinstance(sub, PersistentTensorDict) and wanted is not sub:
-            _prune(sub, wanted)
-
-
-def _nested_sizes(td: PersistentTensorDict, prefix: str, out: dict[str, Any]) -> None:
-    for key, (_, sub) in td._nested.items():
-        if isinstance(sub, PersistentTensorDict):
-            out[prefix + key] = sub.batch_size
-            _nested_sizes(sub, prefix + key + "/", out)
 
 
 def _dense_of(sub: Any, index: Any) -> Any:

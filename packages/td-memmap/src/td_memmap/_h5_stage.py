@@ -20,7 +20,15 @@ import torch
 
 from td_memmap._persist_backend import StoreBackend
 
-__all__ = ["staged", "staged_if_inplace", "staged_read", "forget", "run_staged", "is_staged"]
+__all__ = [
+    "staged",
+    "staged_if_inplace",
+    "staged_read",
+    "staging",
+    "forget",
+    "run_staged",
+    "is_staged",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,6 +49,11 @@ def staged_read(backend: StoreBackend, ds: Any, device: torch.device | None) -> 
         stage[key] = (backend, ds, tensor)
         return tensor
     return hit[2]
+
+
+def staging() -> bool:
+    """Whether a staged op is running (reads must then go through `staged_read`)."""
+    return _STAGE.get() is not None
 
 
 def is_staged(tensor: torch.Tensor) -> bool:
