@@ -240,3 +240,19 @@ def test_string_array_from_another_tool_is_refused(tmp_path):
     root.create_array("names", shape=(3,), dtype=str)
     with pytest.raises(td_memmap.MemmapFormatError, match="'names'"):
         td_memmap.from_zarr(tmp_path / "s.zarr")
+
+
+def test_from_schema_zarr_writes_zero_arrays_without_data_chunks(tmp_path):
+    out = TensorDict.from_schema(
+        {"obs": ([4], torch.float32), ("n", "r"): ([], torch.int64)},
+        batch_size=[8],
+        storage="zarr",
+        filename=tmp_path / "s.zarr",
+        chunks=(2,),
+    )
+    assert isinstance(out, td_memmap.PersistentTensorDict)
+    assert not list((tmp_path / "s.zarr" / "obs").glob("c/*"))  # zeros are zarr's fill value
+    out[3] = TensorDict({"obs": torch.ones(4), "n": {"r": torch.tensor(7)}}, [])
+    back = TensorDict.from_zarr(tmp_path / "s.zarr")
+    assert back["obs"].sum() == 4 and back["obs"][3].eq(1).all()
+    assert back["n", "r"].tolist() == [0, 0, 0, 7, 0, 0, 0, 0]
