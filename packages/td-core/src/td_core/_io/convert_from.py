@@ -353,7 +353,8 @@ def from_schema(
             f"from_schema: unknown storage {storage!r}; expected one of {list(_STORAGES)}"
         )
     bs = torch.Size(()) if batch_size is None else as_size(batch_size)
-    lazy_alloc = storage in ("memmap", "h5", "zarr")  # the backend writes the zeros: do not allocate them
+    # the backend writes the zeros: do not allocate them
+    lazy_alloc = storage in ("memmap", "h5", "zarr")
     td = dense(None, bs, None if storage == "memmap" else as_device(device))
     for key, spec in schema.items():
         try:
