@@ -188,7 +188,6 @@ def test_from_schema_storages(tmp_path) -> None:
     ("storage", "error", "match"),
     [
         ("nope", ValueError, "unknown storage 'nope'"),
-        ("zarr", ValueError, "no zarr backend"),
     ],
 )
 def test_from_schema_bad_storage(storage, error, match) -> None:

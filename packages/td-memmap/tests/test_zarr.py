@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 
@@ -118,3 +120,139 @@ def test_pickled_non_tensor_is_refused(tmp_path):
     node.attrs["__tensordict_non_tensor__"] = {"encoding": "pickle"}
     with pytest.raises(td_memmap.MemmapFormatError, match=r"'obj'.*pickle"):
         TensorDict.from_zarr(tmp_path / "p.zarr")
+
+
+# ------------------------------------------------------------------ lazy, file-backed
+class _CountingStore(zarr.storage.WrapperStore):
+    """A store that records every key read through it."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.reads: list[str] = []
+
+    async def get(self, key, prototype, byte_range=None):
+        self.reads.append(key)
+        return await self._store.get(key, prototype, byte_range)
+
+
+def _chunk_reads(store) -> list[str]:
+    """The chunk keys read (zarr v3 names them `<array>/c/<i>/<j>`), not metadata."""
+    return sorted(
+        key for key in store.reads if "/c/" in key and not key.endswith(("zarr.json", ".zattrs"))
+    )
+
+
+@pytest.fixture
+def rows(tmp_path):
+    td = TensorDict(
+        {"a": torch.arange(20.0).view(10, 2), "b": {"c": torch.arange(10)}}, batch_size=[10]
+    )
+    td.to_zarr(tmp_path / "r.zarr", chunks=(2,))
+    return tmp_path / "r.zarr", td
+
+
+def test_from_zarr_is_file_backed_and_reads_nothing_on_open(rows):
+    path, _ = rows
+    store = _CountingStore(zarr.storage.LocalStore(str(path), read_only=True))
+    out = td_memmap.from_zarr(store)
+    assert isinstance(out, td_memmap.PersistentTensorDict)
+    assert out.batch_size == torch.Size([10])
+    assert _chunk_reads(store) == []  # only metadata so far
+
+
+def test_index_reads_only_the_chunks_holding_the_rows(rows):
+    path, td = rows
+    store = _CountingStore(zarr.storage.LocalStore(str(path), read_only=True))
+    out = td_memmap.from_zarr(store)
+    part = out[2:4]
+    assert _chunk_reads(store) == ["a/c/1/0", "b/c/c/1"]  # rows 2-3 are chunk 1 of each
+    assert (part == td[2:4]).all()
+    store.reads.clear()
+    assert torch.equal(out.get_at("a", slice(4, 6)), td["a"][4:6])
+    assert _chunk_reads(store) == ["a/c/2/0"]
+    store.reads.clear()
+    assert torch.equal(out.get_at(("b", "c"), [7, 1]), torch.tensor([7, 1]))
+    assert _chunk_reads(store) == ["b/c/c/0", "b/c/c/3"]
+
+
+def test_writes_go_to_the_store_and_read_only_refuses(rows):
+    path, td = rows
+    with pytest.raises(td_memmap.ReadOnlyMemmapError, match="zarr store"):
+        td_memmap.from_zarr(path).zero_()
+    out = td_memmap.from_zarr(path, mode="r+")
+    out[2:4] = TensorDict({"a": torch.zeros(2, 2), "b": {"c": torch.zeros(2)}}, [2])
+    out["new"] = torch.ones(10)
+    out.apply_(lambda t: t + 1)
+    raw = zarr.open_group(str(path), mode="r")
+    expected = td["a"] + 1
+    expected[2:4] = 1
+    assert torch.equal(torch.from_numpy(raw["a"][...]), expected)
+    assert torch.equal(torch.from_numpy(raw["new"][...]), torch.full((10,), 2.0))
+    # the consolidated metadata other readers use lists the new key
+    consolidated = zarr.open_group(str(path), mode="r", use_consolidated=True)
+    assert "new" in consolidated.metadata.consolidated_metadata.metadata
+
+
+def test_stored_lazy_stack_opens_as_a_stack_of_file_backed_members(tmp_path):
+    stack = LazyStackedTensorDict(
+        TensorDict(a=torch.zeros(2)), TensorDict(a=torch.ones(3)), stack_dim=0
+    )
+    stack.to_zarr(tmp_path / "l.zarr")
+    out = TensorDict.from_zarr(tmp_path / "l.zarr", mode="r+")
+    assert isinstance(out, LazyStackedTensorDict)
+    assert all(isinstance(m, td_memmap.PersistentTensorDict) for m in out.tensordicts)
+    out.tensordicts[1]["a"] = torch.full((3,), 5.0)
+    back = TensorDict.from_zarr(tmp_path / "l.zarr")
+    assert torch.equal(back.tensordicts[1]["a"], torch.full((3,), 5.0))
+    assert torch.equal(back.tensordicts[0]["a"], torch.zeros(2))
+
+
+def test_persistent_tensordict_backend_argument(rows, tmp_path):
+    path, td = rows
+    root = zarr.open_group(str(path), mode="r")
+    sub = td_memmap.PersistentTensorDict(group=root["b"], backend="zarr")
+    assert sub.batch_size == torch.Size([10])
+    assert torch.equal(sub["c"], td["b", "c"])
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        td_memmap.PersistentTensorDict(filename=path, backend="nope")
+    with pytest.raises(FileNotFoundError, match="no such zarr store"):
+        td_memmap.PersistentTensorDict(filename=tmp_path / "missing.zarr", backend="zarr")
+    made = td_memmap.PersistentTensorDict.from_dict(
+        {"x": torch.zeros(3, 2)}, tmp_path / "d.zarr", backend="zarr"
+    )
+    assert made.batch_size == torch.Size([3, 2])
+    assert zarr.open_group(str(tmp_path / "d.zarr"), mode="r")["x"].shape == (3, 2)
+
+
+def test_pickle_reopens_the_store_not_its_data(rows):
+    path, td = rows
+    out = td_memmap.from_zarr(path)
+    blob = pickle.dumps(out)
+    assert len(blob) < 2000
+    back = pickle.loads(blob)
+    assert isinstance(back, td_memmap.PersistentTensorDict)
+    assert (back == td).all()
+
+
+def test_string_array_from_another_tool_is_refused(tmp_path):
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    root.create_array("a", data=torch.zeros(3).numpy())
+    root.create_array("names", shape=(3,), dtype=str)
+    with pytest.raises(td_memmap.MemmapFormatError, match="'names'"):
+        td_memmap.from_zarr(tmp_path / "s.zarr")
+
+
+def test_from_schema_zarr_writes_zero_arrays_without_data_chunks(tmp_path):
+    out = TensorDict.from_schema(
+        {"obs": ([4], torch.float32), ("n", "r"): ([], torch.int64)},
+        batch_size=[8],
+        storage="zarr",
+        filename=tmp_path / "s.zarr",
+        chunks=(2,),
+    )
+    assert isinstance(out, td_memmap.PersistentTensorDict)
+    assert not list((tmp_path / "s.zarr" / "obs").glob("c/*"))  # zeros are zarr's fill value
+    out[3] = TensorDict({"obs": torch.ones(4), "n": {"r": torch.tensor(7)}}, [])
+    back = TensorDict.from_zarr(tmp_path / "s.zarr")
+    assert back["obs"].sum() == 4 and back["obs"][3].eq(1).all()
+    assert back["n", "r"].tolist() == [0, 0, 0, 7, 0, 0, 0, 0]

@@ -1,14 +1,19 @@
-"""`PersistentTensorDict`: a TensorDict whose entries live in an HDF5 file (needs `td-memmap[h5]`).
+"""`PersistentTensorDict`: a TensorDict whose entries live in an HDF5 file or a zarr store.
 
-It is a full `td_core.TensorDictBase` kind: it implements the storage
-primitives over an h5py group (groups are sub-TensorDicts, datasets are
-leaves) and every op comes from the base. Reads return tensors read from the
+HDF5 needs `td-memmap[h5]`, zarr `td-memmap[zarr]`; the format is a backend
+(`backend="h5"` or `"zarr"`, see `td_memmap._persist_backend`), the container
+logic here is shared. It is a full `td_core.TensorDictBase` kind: it
+implements the storage primitives over a group of the store (groups are
+sub-TensorDicts, arrays are leaves) and every op comes from the base. Reads return tensors read from the
 file; ops that make new data (`td + 1`, `td.apply(fn)`, `td[2:5]`) return
 in-memory `td_core.TensorDict`s. Writes go to the file: `set` creates or
 replaces datasets, and in-place ops (`set_`, `update_`, `td[idx] = value`,
 `add_`, `apply_`, `zero_`, ...) write into the existing datasets (see
 `td_memmap._h5_stage`). Indexing the batch dims (`td[2]`, `td[2:5]`,
-`td[[0, 3]]`) reads only the rows asked for.
+`td[[0, 3]]`) reads only the rows asked for (with zarr, only the chunks
+holding them). A zarr group holding a lazy stack (`to_zarr` of a
+`LazyStackedTensorDict`) reads as a `LazyStackedTensorDict` of
+PersistentTensorDicts, one per member group.
 
 Views that would have to write through to the file (`permute`, `transpose`,
 `squeeze`, `unsqueeze`, `view`, `movedim`) raise `NotSupportedOnFileError`, as
@@ -27,60 +32,54 @@ import torch
 import torch.utils._pytree as pytree
 
 from td_core import (
+    LazyStackedTensorDict,
     NonTensorData,
     TensorDict,
     TensorDictBase,
     is_leaf_nontensor,
     is_tensor_collection,
+    unravel_key,
 )
-from td_core.errors import LockedError
-from td_memmap._errors import MemmapFormatError, NotSupportedOnFileError, UnstorableValueError
-from td_memmap._h5_format import (
-    BS_ATTR,
-    auto_batch_size_of,
-    check_key,
-    check_value,
-    check_writable,
-    create,
-    create_text,
-    datasets,
-    fname,
-    h5py,
-    is_group,
-    is_text,
-    meta,
-    read,
-    read_text,
-    stored_batch_size,
-    write_at,
-)
+from td_memmap._backends import backend_named as _backend
+from td_memmap._errors import NotSupportedOnFileError, UnstorableValueError
 from td_memmap._h5_index import h5_rows, indexed_shape
-from td_memmap._h5_stage import forget, is_staged, staged, staged_if_inplace, staged_read
+from td_memmap._h5_life import FileLifecycleMixin
+from td_memmap._h5_stage import (
+    forget,
+    is_staged,
+    staged,
+    staged_if_inplace,
+    staged_read,
+    staging,
+)
 from td_memmap._h5_views import FileViewsMixin
-from td_memmap._h5_write import copy_file, write_file, write_group
+from td_memmap._persist_backend import StoreBackend
 
 __all__ = ["PersistentTensorDict"]
 
 _NO_DEFAULT: Any = object()
 
 
-class PersistentTensorDict(FileViewsMixin, TensorDictBase):
-    """A TensorDict stored in an HDF5 file or group (needs `td-memmap[h5]`).
+class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
+    """A TensorDict stored in an HDF5 file or a zarr store, or one of their groups.
 
     Args:
-        batch_size: the leading dims shared by every dataset; defaults to the
-            one stored by `to_h5`/`from_dict`, else `[]`.
-        filename: an HDF5 file to open (with `mode`).
-        group: an open `h5py.File` or `h5py.Group` to wrap instead.
-        mode: the h5py mode for `filename` (`"r"`, `"r+"`, `"w"`, `"a"`).
+        batch_size: the leading dims shared by every array; defaults to the
+            one stored by `to_h5`/`to_zarr`/`from_dict`, else `[]` (for a zarr
+            store written by another tool: the dims every array shares).
+        filename: the file (HDF5) or store (zarr: a directory path or a
+            `zarr.abc.store.Store`) to open with `mode`.
+        group: an open `h5py.File`/`h5py.Group` or `zarr.Group` to wrap instead.
+        mode: the mode for `filename` (`"r"`, `"r+"`, `"w"`, `"a"`).
         device: where leaves are placed when read.
-        **kwargs: passed to h5py's `create_dataset` when writing new datasets
-            (`compression="gzip"`, ...).
+        backend: `"h5"` (needs `td-memmap[h5]`) or `"zarr"` (needs `td-memmap[zarr]`).
+        **kwargs: passed to h5py's `create_dataset` or zarr's `create_array`
+            when writing new arrays (`compression="gzip"`, `chunks=(16,)`, ...).
 
     Raises:
         FileNotFoundError: `filename` does not exist (modes `"r"`, `"r+"`).
-        MemmapFormatError: the file is not HDF5; the message names it.
-        ValueError: a dataset does not start with `batch_size`.
+        MemmapFormatError: the file is not HDF5 (not zarr); the message names it.
+        ValueError: an array does not start with `batch_size`; an unknown backend.
 
     Examples:
         >>> import tempfile, torch
@@ -104,47 +103,60 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         group: Any = None,
         mode: str = "r",
         device: Any = None,
+        backend: str = "h5",
         **kwargs: Any,
     ) -> None:
-        module = h5py()
+        store = _backend(backend)
         if (filename is None) == (group is None):
             raise ValueError(
                 "PersistentTensorDict needs exactly one of filename= or group=, "
                 f"got filename={filename!r} and group={group!r}"
             )
         if group is None:
-            path = os.fspath(filename)  # type: ignore[arg-type]
-            if mode in ("r", "r+") and not os.path.isfile(path):
-                raise FileNotFoundError(f"{path}: no such HDF5 file")
-            try:
-                group = module.File(path, mode)
-            except OSError as err:
-                raise MemmapFormatError(f"{path}: cannot be opened as HDF5 ({err})") from err
-        self._init(group, mode, device, kwargs)
-        if batch_size is None:  # opening reads the file, never writes it
-            batch_size = stored_batch_size(group) or torch.Size([])
+            group = store.open(filename, mode)
+        self._init(group, store, mode, device, kwargs)
+        if batch_size is None:  # opening reads the store, never writes it
+            batch_size = store.stored_batch_size(group)
+            if batch_size is None:
+                batch_size = store.sub_batch_size(group, torch.Size([]))
         self._set_size(self._checked_size(batch_size))
+        names = store.stored_names(group)
+        if names is not None and len(names) == len(self._batch_size):
+            self._names = tuple(names)
 
-    def _init(self, group: Any, mode: str, device: Any, kwargs: dict[str, Any]) -> None:
+    def _init(
+        self, group: Any, backend: StoreBackend, mode: str, device: Any, kwargs: dict[str, Any]
+    ) -> None:
         self._group = group
-        self.filename = fname(group)
+        self._backend = backend
+        self.backend = backend.name
+        self.filename = backend.filename(group)
         self.mode = mode
         self.kwargs = kwargs
         self._device = torch.device(device) if device is not None else None
         self._batch_size = torch.Size([])
         self._is_locked = False
         self._names: tuple[str | None, ...] | None = None
-        self._nested: dict[str, PersistentTensorDict] = {}
+        # key -> (node id of the group, the sub-TensorDict over it)
+        self._nested: dict[str, tuple[tuple[str, str], Any]] = {}
         self._lock_ctx: list[bool] = []
         self._lock_called = False
 
     @classmethod
     def _wrap(
-        cls, group: Any, batch_size: torch.Size, device: Any, kwargs: dict[str, Any]
+        cls,
+        group: Any,
+        backend: StoreBackend,
+        batch_size: torch.Size,
+        device: Any,
+        kwargs: dict[str, Any],
     ) -> PersistentTensorDict:
         out = cls.__new__(cls)
-        out._init(group, "r" if group.file.mode == "r" else "r+", device, kwargs)
+        out._init(group, backend, "r" if backend.readonly(group) else "r+", device, kwargs)
         out._batch_size = batch_size
+        names = backend.stored_names(group)
+        if names is not None and len(names) == len(batch_size):
+            out._names = tuple(names)
         return out
 
     # ------------------------------------------------------------ constructors
@@ -157,18 +169,25 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         auto_batch_size: bool = False,
         batch_size: Any = None,
         device: Any = None,
+        backend: str = "h5",
         **kwargs: Any,
-    ) -> PersistentTensorDict:
-        """Write a mapping or TensorDict to a new HDF5 file `filename` and open it (`"r+"`).
+    ) -> Any:
+        """Write a mapping or TensorDict to a new HDF5 file (zarr store) and open it (`"r+"`).
 
         Args:
             input_dict: the data: a (nested) mapping of tensors, or a TensorDict.
-            filename: the file to write (replaced if it exists).
+            filename: the file (store) to write (replaced if it exists).
             auto_batch_size: use the longest leading shape every leaf shares.
             batch_size: the batch size; default: the TensorDict's, or for a
                 mapping the longest leading shape every leaf shares.
             device: where leaves are placed when read.
-            **kwargs: passed to h5py's `create_dataset` (`compression="gzip"`, ...).
+            backend: `"h5"` or `"zarr"`.
+            **kwargs: passed to h5py's `create_dataset` (`compression="gzip"`, ...)
+                or zarr's `create_array` (`chunks=...`, `compressors=...`).
+
+        Returns:
+            A `PersistentTensorDict` (with zarr, a `LazyStackedTensorDict` of
+            them for a lazy stack).
 
         Raises:
             UnstorableValueError: (a `TypeError`) a value is not a tensor, or
@@ -181,8 +200,8 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
             td = TensorDict(input_dict.to_dict(), batch_size=None if infer else batch_size)
         else:
             td = input_dict
-        write_file(td, filename, kwargs)
-        return cls(filename=filename, mode="r+", device=device, **kwargs)
+        store = _backend(backend)
+        return cls._over(store.write_new(td, filename, kwargs), store, device=device, kwargs=kwargs)
 
     @classmethod
     def from_h5(  # type: ignore[override]  # upstream's signature
@@ -200,21 +219,54 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         batch_size: Any = None,
         auto_batch_size: bool = False,
         batch_dims: int | None = None,
-    ) -> PersistentTensorDict:
-        """Open an HDF5 file (a path, or an open h5py File/Group); see `td_memmap.from_h5`."""
-        if isinstance(h5_file, (str, os.PathLike)):
-            out = cls(filename=h5_file, mode=mode, batch_size=batch_size)
-        else:
-            out = cls(group=h5_file, batch_size=batch_size)
-        if batch_size is None and stored_batch_size(out._group) is None:
+        backend: str = "h5",
+    ) -> Any:
+        """Open a store (a path, a zarr store, or an open h5py File/Group or zarr Group);
+        see `td_memmap.from_h5`. A zarr group holding a lazy stack opens as a
+        `LazyStackedTensorDict` of PersistentTensorDicts."""
+        store = _backend(backend)
+        group = store.open(h5_file, mode) if not store.is_group(h5_file) else h5_file
+        if store.stack_of(group) is not None:
+            out: Any = cls._over(group, store)
+            if batch_size is not None:
+                out.batch_size = batch_size
+            return out
+        out = cls(group=group, batch_size=batch_size, backend=backend)
+        out.mode = mode
+        if batch_size is None and store.stored_batch_size(group) is None:
             if auto_batch_size or batch_dims is not None:
-                out._set_size(auto_batch_size_of(out._group, batch_dims))
+                out._set_size(store.auto_batch_size(group, batch_dims))
+        return out
+
+    @classmethod
+    def _over(
+        cls,
+        group: Any,
+        backend: StoreBackend,
+        parent: torch.Size = torch.Size([]),  # noqa: B008 - immutable
+        device: Any = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """The TensorDict over `group`: a PersistentTensorDict, or a lazy stack of them."""
+        stack = backend.stack_of(group)
+        if stack is None:
+            size = backend.sub_batch_size(group, parent)
+            return cls._wrap(group, backend, size, device, kwargs or {})
+        dim, count = stack
+        members = [
+            cls._over(backend.child(group, str(i)), backend, parent, device, kwargs)
+            for i in range(count)
+        ]
+        out = LazyStackedTensorDict(*members, stack_dim=dim)
+        names = backend.stored_names(group)
+        if names is not None and len(names) == out.batch_dims:
+            out.names = names
         return out
 
     # -------------------------------------------------------------- metadata
     @property
     def file(self) -> Any:
-        """The h5py group (the `h5py.File` at the root) holding the entries."""
+        """The group holding the entries (`h5py.File`/`zarr.Group` at the root)."""
         return self._group
 
     @property
@@ -225,18 +277,19 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
         size = self._checked_size(value)
-        if self._group.file.mode != "r" and stored_batch_size(self._group) != size:
-            self._group.attrs[BS_ATTR] = list(size)  # so that from_h5 restores it
+        store = self._backend
+        if not store.readonly(self._group) and store.stored_batch_size(self._group) != size:
+            store.store_batch_size(self._group, size)  # so that opening it restores it
         self._set_size(size)
 
     def _checked_size(self, value: Any) -> torch.Size:
         size = torch.Size(value)
         n = len(size)
-        for ds in datasets(self._group):
-            if tuple(ds.shape[:n]) != tuple(size):
+        for path, shape in self._backend.tensor_leaves(self._group):
+            if tuple(shape[:n]) != tuple(size):
                 raise ValueError(
-                    f"{fname(self._group)}: batch size {list(size)} does not match dataset "
-                    f"{ds.name!r} of shape {list(ds.shape)}"
+                    f"{self.filename}: batch size {list(size)} does not match array "
+                    f"{path!r} of shape {list(shape)}"
                 )
         return size
 
@@ -252,93 +305,108 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
 
     def _set_device(self, device: Any) -> None:
         self._device = torch.device(device) if device is not None else None
-        for sub in self._nested.values():
-            sub._set_device(device)
+        for _, sub in self._nested.values():
+            for member in getattr(sub, "tensordicts", [sub]):
+                member._set_device(device)
 
     def close(self) -> None:
-        """Close the HDF5 file (nothing happens if it is closed already)."""
-        if self._group.id.valid:
-            self._group.file.close()
+        """Close the file or store (nothing happens if it is closed already)."""
+        self._backend.close(self._group)
 
     # ------------------------------------------------------------ primitives
     def _node(self, key: str) -> Any:
-        if "/" in key or key in (".", ".."):
-            return None
-        return self._group.get(key)
+        return self._backend.child(self._group, key)
 
-    def _sub(self, key: str, node: Any) -> PersistentTensorDict:
-        sub = self._nested.get(key)
-        if sub is None or sub._group.name != node.name or not sub._group:
-            bs = stored_batch_size(node)
-            sub = PersistentTensorDict._wrap(
-                node, self._batch_size if bs is None else bs, self._device, self.kwargs
-            )
+    def _sub(self, key: str, node: Any) -> Any:
+        """The sub-TensorDict over the group `node` (cached while it is the same group)."""
+        node_id = self._backend.node_id(node)
+        hit = self._nested.get(key)
+        if hit is not None and hit[0] == node_id:
+            return hit[1]
+        sub = PersistentTensorDict._over(
+            node, self._backend, self._batch_size, self._device, self.kwargs
+        )
+        if isinstance(sub, PersistentTensorDict):
             sub._is_locked = self._is_locked
-            self._nested[key] = sub
+        elif self._is_locked:
+            sub.lock_()
+        self._nested[key] = (node_id, sub)
         return sub
 
     def _get_str(self, key: str, default: Any = _NO_DEFAULT) -> Any:
         node = self._node(key)
         if node is None:
             return default
-        if is_group(node):
+        store = self._backend
+        if store.is_group(node):
             return self._sub(key, node)
-        if is_text(node):
-            return NonTensorData(read_text(node), batch_size=self._batch_size, device=self._device)
-        return staged_read(node, self._device)
+        if store.is_text(node):
+            return NonTensorData(
+                store.read_text(node), batch_size=self._batch_size, device=self._device
+            )
+        return staged_read(store, node, self._device)
 
     def _set_str(self, key: str, value: Any) -> None:
-        check_key(key)
-        path = f"{self._group.name.rstrip('/')}/{key}"
+        store, group = self._backend, self._group
+        store.check_key(key)
+        name, where = store.node_id(group)
+        path = f"{where.rstrip('/')}/{key}"
         if isinstance(value, PersistentTensorDict):
-            if value._group.file == self._group.file and value._group.name == path:
+            if value._backend.node_id(value._group) == (name, path):
                 return  # the entry itself, read back
             value = value.to_tensordict()
-        parts = tuple(p for p in self._group.name.split("/") if p)
-        full_key = (*parts, key) if parts else key  # the key from the file's root, for messages
-        check_value(value, full_key)  # nothing is written if any leaf is refused
-        check_writable(self._group, f"write key {full_key!r}")
-        forget(self._group, key)
+        parts = tuple(p for p in where.split("/") if p)
+        full_key = (*parts, key) if parts else key  # the key from the store's root, for messages
+        store.check_value(value, full_key)  # nothing is written if any leaf is refused
+        store.check_writable(group, f"write key {full_key!r}")
+        forget(store, group, key)
         self._nested.pop(key, None)
         if isinstance(value, torch.Tensor):
-            create(self._group, key, value, self.kwargs)
-            return
-        if isinstance(value, NonTensorData):
-            create_text(self._group, key, value.data, full_key)
-            return
-        write_group(self._group, key, value, self.kwargs)
+            store.create(group, key, value, self.kwargs)
+        elif isinstance(value, NonTensorData):
+            store.create_text(group, key, value.data, full_key)
+        else:
+            store.write_group(group, key, value, self.kwargs)
+        store.structure_changed(group)
 
     def _del_str(self, key: str) -> None:
-        check_writable(self._group, f"delete key {key!r}")
-        forget(self._group, key)
+        self._backend.check_writable(self._group, f"delete key {key!r}")
+        forget(self._backend, self._group, key)
         self._nested.pop(key, None)
-        del self._group[key]
+        self._backend.delete(self._group, key)
+        self._backend.structure_changed(self._group)
 
     def _keys_str(self) -> list[str]:
-        return list(self._group.keys())
+        return self._backend.keys(self._group)
 
     def _items_str(self) -> list[tuple[str, Any]]:
-        return [(key, self._get_str(key)) for key in self._group.keys()]
+        return [(key, self._get_str(key)) for key in self._keys_str()]
 
     def _values_str(self) -> list[Any]:
         return [value for _, value in self._items_str()]
 
     def _key_items(self) -> list[tuple[str, Any]]:
-        # walking keys reads no data: a dataset stands in as a meta tensor of its shape
+        # walking keys reads no data: an array stands in as a meta tensor of its shape
+        store = self._backend
         return [
             (
                 key,
                 self._sub(key, node)
-                if is_group(node)
+                if store.is_group(node)
                 else self._get_str(key)
-                if is_text(node)
-                else meta(node),
+                if store.is_text(node)
+                else store.meta(node),
             )
-            for key, node in self._group.items()
+            for key, node in store.children(self._group)
         ]
 
     def _subtrees(self) -> list[TensorDictBase]:
-        return [self._sub(key, node) for key, node in self._group.items() if is_group(node)]
+        store = self._backend
+        return [
+            self._sub(key, node)
+            for key, node in store.children(self._group)
+            if store.is_group(node)
+        ]
 
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
         if isinstance(dest, NonTensorData):  # a value read from the file: write the new one
@@ -347,28 +415,29 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         if not isinstance(dest, torch.Tensor):
             super()._copy_into(key, dest, item, full_key)
             return
-        check_writable(self._group, f"write into key {full_key!r}")
+        self._backend.check_writable(self._group, f"write into key {full_key!r}")
         if isinstance(item, torch.Tensor) and item.requires_grad:
             raise UnstorableValueError(
                 f"Cannot set a tensor that has requires_grad=True into key {full_key!r} of "
-                "an HDF5 file: write value.detach() instead"
+                f"a {self._backend.what}: write value.detach() instead"
             )
         super()._copy_into(key, dest, item, full_key)  # checks the shape, copies into `dest`
         if not is_staged(dest):  # a staged tensor is written when its op returns
-            write_at(self._node(key), (), dest)
+            self._backend.write_at(self._node(key), (), dest)
 
     # ------------------------------------------------------------ reading
     def _dense(self, index: Any = ()) -> TensorDict:
         """The entries (only the rows `index` selects) read into a `TensorDict`."""
         shape = indexed_shape(self._batch_size, index)
         out = TensorDict(batch_size=shape, device=self._device)
-        for key, node in self._group.items():
-            if is_group(node):
-                out._set_str(key, self._sub(key, node)._dense(index))
-            elif is_text(node):
-                out._set_str(key, NonTensorData(read_text(node), shape, self._device))
+        store = self._backend
+        for key, node in store.children(self._group):
+            if store.is_group(node):
+                out._set_str(key, _dense_of(self._sub(key, node), index))
+            elif store.is_text(node):
+                out._set_str(key, NonTensorData(store.read_text(node), shape, self._device))
             else:
-                out._set_str(key, read(node, index, self._device))
+                out._set_str(key, store.read(node, index, self._device))
         if isinstance(index, tuple) and not index:
             out._names = self._names
         return out
@@ -408,7 +477,7 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         if rows is None or (isinstance(rows, np.ndarray) and (np.diff(rows) <= 0).any()):
             self._setitem_staged(index, value)
             return
-        check_writable(self._group, f"write at index {index!r}")
+        self._backend.check_writable(self._group, f"write at index {index!r}")
         part = self._dense(rows)  # those rows, in memory: the write is done there first
         # the non-tensor values as they are (in-place writes may change the leaf objects)
         before = {
@@ -424,10 +493,40 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
         ):  # new entries, or a non-tensor value changed at some rows: the general route
             self._setitem_staged(index, value)
             return
-        for key, leaf in after.items():
-            if isinstance(leaf, torch.Tensor):
-                path = "/".join((key,) if isinstance(key, str) else key)
-                write_at(self._group[path], rows, leaf)
+        nodes = {
+            key: self._walk(key) for key, leaf in after.items() if isinstance(leaf, torch.Tensor)
+        }
+        if any(node is None for node in nodes.values()):  # e.g. a lazy stack: the general route
+            self._setitem_staged(index, value)
+            return
+        for key, node in nodes.items():
+            self._backend.write_at(node, rows, after[key])
+
+    def get_at(self, key: Any, index: Any, default: Any = _NO_DEFAULT) -> Any:
+        """`td.get(key)[index]`; for an array reached through groups, with an index over its
+        first dim that the store addresses (an int, a slice, positions, a mask), only
+        those rows are read (with zarr, only the chunks holding them)."""
+        node = self._walk(unravel_key(key))
+        store = self._backend
+        if node is not None and not staging() and not store.is_group(node):
+            if not store.is_text(node):
+                rows = h5_rows(index, torch.Size(store.shape(node)[:1]))
+                if isinstance(rows, np.ndarray):  # read increasing, unique rows, then reorder
+                    unique, inverse = np.unique(rows, return_inverse=True)
+                    out = store.read(node, unique, self._device)
+                    return out[torch.from_numpy(inverse.reshape(-1))]
+                if rows is not None:
+                    return store.read(node, rows, self._device)
+        return super().get_at(key, index, default)
+
+    def _walk(self, key: Any) -> Any:
+        """The array at the nested `key`, if reached through groups of this kind only."""
+        node, store = self._group, self._backend
+        for part in (key,) if isinstance(key, str) else key:
+            if not store.is_group(node) or store.stack_of(node) is not None:
+                return None
+            node = store.child(node, part)
+        return node
 
     def set_non_tensor(self, key: Any, value: Any) -> PersistentTensorDict:
         """Refused, as upstream; `set(key, value)` stores a JSON-able value."""
@@ -440,112 +539,6 @@ class PersistentTensorDict(FileViewsMixin, TensorDictBase):
     def detach_(self) -> PersistentTensorDict:
         """Nothing to do: values read from a file carry no gradient."""
         return self
-
-    # ------------------------------------------------------------ copies
-    def clone(  # upstream's extra keyword
-        self, recurse: bool = True, *, newfile: str | os.PathLike | None = None
-    ) -> Any:
-        """A copy.
-
-        Args:
-            recurse: with False, a new `PersistentTensorDict` on the same file.
-            newfile: copy the file there and open the copy (`"r+"`). Without
-                it, the copy is an in-memory `TensorDict`.
-        """
-        if not recurse:
-            out = PersistentTensorDict._wrap(
-                self._group, self._batch_size, self._device, self.kwargs
-            )
-            out._names = self._names
-            return out
-        if newfile is None:
-            return self.to_tensordict()
-        sizes: dict[str, Any] = {"": self._batch_size}
-        _nested_sizes(self, "", sizes)
-        copy_file(self._group, newfile, sizes)
-        out = PersistentTensorDict(
-            filename=newfile,
-            mode="r+",
-            batch_size=self._batch_size,
-            device=self._device,
-            **self.kwargs,
-        )
-        out._names = self._names
-        return out
-
-    # ------------------------------------------------------------ pickling
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "filename": self.filename,
-            "group": self._group.name,
-            "mode": "r" if self._group.file.mode == "r" else "r+",
-            "batch_size": tuple(self._batch_size),
-            "device": None if self._device is None else str(self._device),
-            "locked": self._is_locked,
-            "names": self._names,
-            "kwargs": self.kwargs,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        file = PersistentTensorDict(filename=state["filename"], mode=state["mode"]).file
-        group = file if state["group"] == "/" else file[state["group"]]
-        self._init(group, state["mode"], state["device"], state["kwargs"])
-        self._batch_size = torch.Size(state["batch_size"])
-        self._names = state["names"]
-        if state["locked"]:
-            self.lock_()
-
-    # ------------------------------------------------------------ context
-    def lock_(self) -> PersistentTensorDict:
-        self._lock_called = True
-        return super().lock_()
-
-    def unlock_(self) -> PersistentTensorDict:
-        self._lock_called = True
-        return super().unlock_()
-
-    def __enter__(self) -> PersistentTensorDict:
-        """`with td.lock_():`/`with td.unlock_():` restore the lock on exit; `with td:` closes."""
-        is_lock = self._lock_called
-        self._lock_called = False
-        self._lock_ctx.append(is_lock)
-        return super().__enter__() if is_lock else self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._lock_ctx and self._lock_ctx.pop():
-            super().__exit__(*exc)
-            return
-        self.close()
-
-    # ------------------------------------------------------------ structure
-    def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Any:
-        """Only the given keys: a `TensorDict` of them (sub-TensorDicts stay on file);
-        with `inplace=True` the other entries are deleted from the file."""
-        result = super().select(*keys, strict=strict)
-        if not inplace:
-            return result
-        self._check_restructure()
-        _prune(self, result)
-        return self
-
-    def exclude(self, *keys: Any, inplace: bool = False) -> Any:
-        """All but the given keys: a `TensorDict`; with `inplace=True` they are deleted
-        from the file."""
-        if not inplace:
-            return super().exclude(*keys)
-        self._check_restructure()
-        present = self.keys(include_nested=True)
-        for key in keys:
-            if key in present:
-                self.del_(key)
-        return self
-
-    def _check_restructure(self) -> None:
-        if self._is_locked:
-            raise LockedError(
-                f"cannot restructure a locked PersistentTensorDict ({self.filename!r}) in "
-                "place: unlock_() it first"
-            )
 
 
 def _no_pytree(td: PersistentTensorDict) -> Any:
@@ -564,22 +557,15 @@ def _no_unflatten(children: Any, context: Any) -> Any:
 pytree.register_pytree_node(PersistentTensorDict, _no_pytree, _no_unflatten)
 
 
-def _prune(td: PersistentTensorDict, keep: Any) -> None:
-    """Delete from `td` every entry that `keep` (a selection of it) does not hold."""
-    kept = set(keep._keys_str())
-    for key in td._keys_str():
-        if key not in kept:
-            td._del_str(key)
-            continue
-        sub, wanted = td._get_str(key), keep._get_str(key)
-        if isinstance(sub, PersistentTensorDict) and wanted is not sub:
-            _prune(sub, wanted)
-
-
-def _nested_sizes(td: PersistentTensorDict, prefix: str, out: dict[str, Any]) -> None:
-    for key, sub in td._nested.items():
-        out[prefix + key] = sub.batch_size
-        _nested_sizes(sub, prefix + key + "/", out)
+def _dense_of(sub: Any, index: Any) -> Any:
+    """An in-memory copy of the sub-TensorDict `sub` (only the rows `index` selects)."""
+    if isinstance(sub, PersistentTensorDict):
+        return sub._dense(index)
+    members = [_dense_of(m, ()) for m in sub.tensordicts]
+    out = LazyStackedTensorDict(*members, stack_dim=sub.stack_dim)
+    if sub._names is not None:
+        out.names = sub.names
+    return out if isinstance(index, tuple) and not index else out[index]
 
 
 # In-place ops of the base write into the tensors they read: run them staged, so

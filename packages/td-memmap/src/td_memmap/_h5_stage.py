@@ -1,11 +1,11 @@
-"""In-place ops on a `PersistentTensorDict`: run on staged copies, then written to the file.
+"""In-place ops on a `PersistentTensorDict`: run on staged copies, then written to the store.
 
-A read from an HDF5 file is a copy, so an op that writes into the leaves it
+A read from an HDF5 file or a zarr store is a copy, so an op that writes into the leaves it
 reads (`add_`, `apply_`, `zero_`, `td[idx] = value`, `update_`, ...) would
 change only those copies. Such ops run *staged*: while one runs, every dataset
 it reads is read once and handed out as the same tensor, the op writes into
 those tensors, and when it returns each staged tensor is written back to its
-dataset. If the op raises, nothing is written: the file is left as it was.
+array. If the op raises, nothing is written: the store is left as it was.
 Nested staged ops (`zero_` calling `apply_`) share the outermost stage.
 """
 
@@ -18,30 +18,42 @@ from typing import Any, TypeVar
 
 import torch
 
-from td_memmap._h5_format import check_writable, fname, read, write_at
+from td_memmap._persist_backend import StoreBackend
 
-__all__ = ["staged", "staged_if_inplace", "staged_read", "forget", "run_staged", "is_staged"]
+__all__ = [
+    "staged",
+    "staged_if_inplace",
+    "staged_read",
+    "staging",
+    "forget",
+    "run_staged",
+    "is_staged",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# (file name, dataset path) -> (dataset, staged tensor); None outside a staged op
-_STAGE: ContextVar[dict[tuple[str, str], tuple[Any, torch.Tensor]] | None] = ContextVar(
-    "td_h5_stage", default=None
-)
+# (store name, array path) -> (backend, array, staged tensor); None outside a staged op
+_Stage = dict[tuple[str, str], tuple[StoreBackend, Any, torch.Tensor]]
+_STAGE: ContextVar[_Stage | None] = ContextVar("td_h5_stage", default=None)
 
 
-def staged_read(ds: Any, device: torch.device | None) -> torch.Tensor:
-    """The dataset `ds` as a tensor: the staged one inside a staged op, else a fresh read."""
+def staged_read(backend: StoreBackend, ds: Any, device: torch.device | None) -> torch.Tensor:
+    """The array `ds` as a tensor: the staged one inside a staged op, else a fresh read."""
     stage = _STAGE.get()
     if stage is None:
-        return read(ds, device=device)
-    key = (fname(ds), ds.name)
+        return backend.read(ds, device=device)
+    key = backend.node_id(ds)
     hit = stage.get(key)
     if hit is None:
-        tensor = read(ds, device=device)
-        stage[key] = (ds, tensor)
+        tensor = backend.read(ds, device=device)
+        stage[key] = (backend, ds, tensor)
         return tensor
-    return hit[1]
+    return hit[2]
+
+
+def staging() -> bool:
+    """Whether a staged op is running (reads must then go through `staged_read`)."""
+    return _STAGE.get() is not None
 
 
 def is_staged(tensor: torch.Tensor) -> bool:
@@ -49,16 +61,16 @@ def is_staged(tensor: torch.Tensor) -> bool:
     stage = _STAGE.get()
     if not stage:
         return False
-    return any(staged is tensor for _, staged in stage.values())
+    return any(staged is tensor for _, _, staged in stage.values())
 
 
-def forget(group: Any, key: str) -> None:
+def forget(backend: StoreBackend, group: Any, key: str) -> None:
     """Drop staged tensors at or below `group[key]` (it is being replaced or deleted)."""
     stage = _STAGE.get()
     if not stage:
         return
-    path = f"{group.name.rstrip('/')}/{key}"
-    name = fname(group)
+    name, where = backend.node_id(group)
+    path = f"{where.rstrip('/')}/{key}"
     for staged_key in [k for k in stage if k[0] == name]:
         if staged_key[1] == path or staged_key[1].startswith(path + "/"):
             del stage[staged_key]
@@ -68,14 +80,14 @@ def run_staged(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` with reads staged, then the staged tensors written back."""
     if _STAGE.get() is not None:
         return fn(*args, **kwargs)
-    stage: dict[tuple[str, str], tuple[Any, torch.Tensor]] = {}
+    stage: _Stage = {}
     token = _STAGE.set(stage)
     try:
         result = fn(*args, **kwargs)
     finally:
         _STAGE.reset(token)
-    for ds, tensor in stage.values():
-        write_at(ds, (), tensor)
+    for backend, ds, tensor in stage.values():
+        backend.write_at(ds, (), tensor)
     return result
 
 
@@ -84,7 +96,7 @@ def staged(method: F) -> F:
 
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        check_writable(self.file, f"run {method.__name__} (an in-place write)")
+        self._backend.check_writable(self._group, f"run {method.__name__} (an in-place write)")
         result = run_staged(method, self, *args, **kwargs)
         return result
 
@@ -98,7 +110,7 @@ def staged_if_inplace(method: F) -> F:
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not kwargs.get("inplace"):
             return method(self, *args, **kwargs)
-        check_writable(self.file, f"run {method.__name__}(inplace=True)")
+        self._backend.check_writable(self._group, f"run {method.__name__}(inplace=True)")
         return run_staged(method, self, *args, **kwargs)
 
     return run  # type: ignore[return-value]

@@ -352,13 +352,9 @@ def from_schema(
         raise ValueError(
             f"from_schema: unknown storage {storage!r}; expected one of {list(_STORAGES)}"
         )
-    if storage == "zarr":
-        raise ValueError(
-            f"from_schema(storage={storage!r}): td has no {storage} backend; use storage=None, "
-            "'memmap', 'h5', 'shared', 'redis' or 'dragonfly'"
-        )
     bs = torch.Size(()) if batch_size is None else as_size(batch_size)
-    lazy_alloc = storage in ("memmap", "h5")  # the backend writes the zeros: do not allocate them
+    # the backend writes the zeros: do not allocate them
+    lazy_alloc = storage in ("memmap", "h5", "zarr")
     td = dense(None, bs, None if storage == "memmap" else as_device(device))
     for key, spec in schema.items():
         try:
@@ -377,6 +373,8 @@ def from_schema(
         return td.memmap_like(kwargs.pop("prefix", None), **kwargs)
     if storage == "h5":
         return td.to_h5(kwargs.pop("filename"), **kwargs)
+    if storage == "zarr":  # needs td-memmap[zarr]; a PersistentTensorDict over the store
+        return td.to_zarr(kwargs.pop("filename"), **kwargs)
     if storage == "shared":
         return td.share_memory_()
     if storage in ("redis", "dragonfly"):  # needs td-memmap[redis]; kwargs say where the server is

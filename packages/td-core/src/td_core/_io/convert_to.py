@@ -443,13 +443,14 @@ class ConvertMixin(TensorDictContract):
             batch_size: the batch size, prepended to every element shape (default `[]`).
             storage: `None` (ordinary tensors), `"memmap"` (memory-mapped files
                 under `prefix=`; needs td-memmap; the device is ignored),
-                `"h5"` (an HDF5 file `filename=`; needs td-memmap[h5]) or
-                `"shared"` (shared memory), `"redis"` or `"dragonfly"` (a
-                `TensorDictStore`; needs td-memmap[redis]; `host=`, `port=`, ...
-                say where the server is). Upstream's `"zarr"` raises `ValueError`.
+                `"h5"` (an HDF5 file `filename=`; needs td-memmap[h5]), `"zarr"`
+                (a zarr store `filename=`; needs td-memmap[zarr]), `"shared"`
+                (shared memory), `"redis"` or `"dragonfly"` (a `TensorDictStore`;
+                needs td-memmap[redis]; `host=`, `port=`, ... say where the server is).
             device: the device of the result.
             **kwargs: passed to the backend (`prefix` and the options of
-                `memmap_like`; `filename` and h5py options for `"h5"`).
+                `memmap_like`; `filename` and h5py options for `"h5"`, zarr
+                `create_array` options for `"zarr"`).
 
         Raises:
             ValueError: for an unknown `storage`.
