@@ -31,6 +31,15 @@ def test_set__writes_through_at_any_depth(key: object) -> None:
     assert (a[key] == 1).all() and (b[key] == 2).all()
 
 
+def test_set__of_a_missing_key_says_so_in_upstreams_words() -> None:
+    a, b, s = _pair()
+    with pytest.raises(
+        KeyError, match=r"setting a value in-place on a stack of TensorDict.*'nope'.*set\(\)"
+    ):
+        s.set_("nope", torch.zeros(2, 3))
+    assert "nope" not in a.keys() and "nope" not in b.keys()
+
+
 def test_inplace_writes_reach_the_members() -> None:
     a, b, s = _pair()
     s.update_({"n": {"b": torch.full((2, 3), 2.0)}})

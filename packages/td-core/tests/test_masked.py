@@ -86,6 +86,17 @@ def test_where_missing_key_names_it_and_pad_fills_it() -> None:
     assert (out["b"] == -1).all() and (out["a"] == 0).all()
 
 
+def test_where_refuses_keys_only_other_has_without_pad() -> None:
+    mask = torch.zeros(4, 3, dtype=torch.bool)
+    empty = TensorDict(batch_size=[4, 3])
+    with pytest.raises(KeyError, match=r"not found and no pad value provided.*'a'.*pad="):
+        empty.where(mask, make())
+    with pytest.raises(KeyError, match="not found and no pad value provided"):
+        lazy_stack(list(empty.unbind(0))).where(mask, make())
+    out = empty.where(~mask, make(), pad=2)
+    assert (out["a"] == 2).all()  # the mask picks self (empty) everywhere: the pad
+
+
 # ---------------------------------------------------------------- all or nothing
 def test_update_at_validates_every_leaf_before_writing() -> None:
     td = make()

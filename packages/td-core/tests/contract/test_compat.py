@@ -25,6 +25,8 @@ CASES = {
     "has_names_named": lambda td: _named(td)._has_names(),
     "check_batch_size": lambda td: td._check_batch_size(),
     "check_batch_size_quiet": lambda td: td._check_batch_size(raise_exception=False),
+    "check_device": lambda td: td._check_device(),
+    "check_device_quiet": lambda td: td._check_device(raise_exception=False),
     "has_non_tensor": lambda td: td._has_non_tensor,
     "has_non_tensor_set": lambda td: _with_text(td)._has_non_tensor,
 }
@@ -41,6 +43,15 @@ def test_check_batch_size_finds_a_leaf_resized_in_place() -> None:
     assert td._check_batch_size(raise_exception=False) is False
     with pytest.raises(RuntimeError, match=r"batch_size are incongruent.*\('b', 'c'\).*\[2\]"):
         td._check_batch_size()
+
+
+def test_check_device_finds_a_leaf_moved_behind_the_container() -> None:
+    td = td_core.TensorDict({"a": torch.zeros(3), "b": {"c": torch.zeros(3)}}, [3], device="cpu")
+    assert td._check_device() is True
+    td["b"]._tensordict["c"] = torch.zeros(3, device="meta")  # behind the container's back
+    assert td._check_device(raise_exception=False) is False
+    with pytest.raises(RuntimeError, match=r"devices are incongruent.*\('b', 'c'\).*meta"):
+        td._check_device()
 
 
 def test_non_tensor_data_takes_names_per_batch_dim() -> None:

@@ -97,6 +97,9 @@ class TensorDictContract(BatchMeta):
     # True on a kind whose entries are its `_tensordict` dict (new keys under compile in
     # `_pending`), read as stored: two trees of it may be walked without the primitives
     _plain_nodes: ClassVar[bool] = False
+    # True on a kind whose `_is_locked` is its own and whose writes go through its primitives:
+    # results may be cached on it while it is locked (`td_core._ops.lock_cache`)
+    _caches_when_locked: ClassVar[bool] = False
     #: True where reading a leaf gives a copy (a view at an advanced index): in-place ops write back
     _reads_are_copies: bool = False
 

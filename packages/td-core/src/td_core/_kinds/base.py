@@ -18,7 +18,7 @@ import torch
 from td_core._core.contract import TensorDictContract, dense, provided
 from td_core._core.flags import get_defaults_to_none
 from td_core._core.keys import KeysView, NestedKey, unravel_key
-from td_core._core.traverse import is_nt, is_td
+from td_core._core.traverse import is_nt, is_stack, is_td
 from td_core._core.utils import NO_DEFAULT
 from td_core._io.consolidate import ConsolidateMixin
 from td_core._io.convert_to import ConvertMixin
@@ -343,9 +343,14 @@ class TensorDictBase(
         leaf_key = key if type(key) is str else key[-1]
         dest = td._get_str(leaf_key, NO_DEFAULT)
         if dest is NO_DEFAULT:
+            where = (  # upstream's words for a lazy stack
+                "setting a value in-place on a stack of TensorDict needs an existing entry"
+                if is_stack(td)
+                else "set_ needs an existing entry"
+            )
             raise KeyNotFoundError(
-                f"set_ needs an existing entry, but key {key!r} not found in "
-                f"{type(td).__name__} with keys {sorted(td._keys_str())}; use set() to add it"
+                f"{where}, but key {key!r} not found in {type(td).__name__} with keys "
+                f"{sorted(td._keys_str())}; use set() to add it"
             )
         td._copy_into(leaf_key, dest, item, key)
         return self

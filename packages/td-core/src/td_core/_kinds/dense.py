@@ -16,6 +16,7 @@ from td_core._kinds.base import TensorDictBase, defaults_to_none
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.lock_cache import drop
 from td_core.errors import BatchSizeError, LockedError, OptionsConflictError
 
 __all__ = ["TensorDict", "from_dict"]
@@ -54,6 +55,7 @@ class TensorDict(TensorDictBase):
     """
 
     _plain_nodes = True
+    _caches_when_locked = True
     __slots__ = (
         "_tensordict",
         "_batch_size",
@@ -235,6 +237,8 @@ class TensorDict(TensorDictBase):
         return self._get_str if self._pending is not None else self._tensordict.get
 
     def _set_str(self, key: str, value: Any) -> None:
+        if self._is_locked:  # an entry replaced in place (a non-tensor value): see lock_cache
+            drop(self)
         entries = self._tensordict
         if key in entries or not is_compiling():  # only a new key, while compiling, is held back
             if self._pending is not None:
@@ -246,6 +250,8 @@ class TensorDict(TensorDictBase):
         self._pending[key] = value
 
     def _del_str(self, key: str) -> None:
+        if self._is_locked:
+            drop(self)
         if self._pending is not None and key in self._pending:
             del self._pending[key]
         else:
@@ -462,6 +468,8 @@ class TensorDict(TensorDictBase):
         )
 
     def _set_device(self, device: Any) -> None:
+        if self._is_locked:
+            drop(self)
         self._device = as_device(device)
 
     # ---------------------------------------------------------------- pickling

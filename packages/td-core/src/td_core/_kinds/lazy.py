@@ -35,6 +35,7 @@ from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched
+from td_core._ops.lock_cache import drop
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
 from td_core.errors import BatchSizeError, DeviceError, LockedError
@@ -55,6 +56,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         hook_in: deprecated upstream: see `hook_in`.
     """
 
+    _caches_when_locked = True
     __slots__ = (
         "__weakref__",
         "_is_locked",
@@ -336,6 +338,8 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         return _ragged_members(self.tensordicts)
 
     def _store_names(self, names: tuple[str | None, ...] | None) -> None:
+        if self._is_locked:  # results cached while locked carry the old names
+            drop(self)
         d = self.stack_dim
         self._td_dim_name = None if names is None else names[d]
         member = None if names is None else (*names[:d], *names[d + 1 :])

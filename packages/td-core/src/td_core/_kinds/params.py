@@ -54,6 +54,8 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         ['nested.b', 'w']
     """
 
+    _caches_when_locked = True  # what depends on keys only: its leaves are not cached
+
     def __init__(
         self, parameters: Any = None, *, no_convert: bool = False, lock: bool = False
     ) -> None:

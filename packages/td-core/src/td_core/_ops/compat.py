@@ -15,13 +15,13 @@ import torch
 from td_core._core.contract import TensorDictContract
 from td_core._core.traverse import is_nt, is_td, stack_parts
 from td_core._leaves.unbatched import is_unbatched
-from td_core.errors import BatchSizeError
+from td_core.errors import BatchSizeError, DeviceError
 
 __all__ = ["CompatMixin"]
 
 
 class CompatMixin(TensorDictContract):
-    """Upstream's private `_has_names`, `_check_batch_size` and `_has_non_tensor`."""
+    """Upstream's private `_has_names`, `_check_batch_size`, `_check_device` and `_has_non_tensor`."""
 
     __slots__ = ()
 
@@ -68,6 +68,53 @@ class CompatMixin(TensorDictContract):
         if raise_exception:
             raise BatchSizeError(problem)
         return False
+
+    def _check_device(self, *, raise_exception: bool = True) -> bool:
+        """Whether every entry, at any depth, is on the device of its container (if it has one).
+
+        Compatibility shim for upstream's private check; td moves entries to
+        the device on every write, so this only fails after a leaf is moved
+        behind the container's back.
+
+        Args:
+            raise_exception: raise instead of returning `False`.
+
+        Returns:
+            `True` when the devices agree, `False` (with `raise_exception=False`)
+            when they do not.
+
+        Raises:
+            DeviceError: (a `RuntimeError`) an entry on another device, naming its
+                key and both devices.
+        """
+        problem = _device_problem(self, ())
+        if problem is None:
+            return True
+        if raise_exception:
+            raise DeviceError(problem)
+        return False
+
+
+def _device_problem(td: Any, prefix: tuple[str, ...]) -> str | None:
+    """A sentence describing the first entry of `td` on another device than `td`'s, or `None`."""
+    device = td.device
+    parts = stack_parts(td)
+    entries = (
+        [(prefix, member) for member in parts[0]]
+        if parts is not None
+        else [((*prefix, key), value) for key, value in td._key_items()]
+    )
+    for path, value in entries:
+        if device is not None and value.device != device:
+            return (
+                f"devices are incongruent: entry {path!r} is on {value.device}, expected "
+                f"{device} (the device of the TensorDict holding it)"
+            )
+        if is_td(value):
+            problem = _device_problem(value, path)
+            if problem is not None:
+                return problem
+    return None
 
 
 def _batch_size_problem(td: Any, prefix: tuple[str, ...]) -> str | None:

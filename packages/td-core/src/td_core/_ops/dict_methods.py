@@ -16,6 +16,7 @@ from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.nontensor import NonTensorData
+from td_core._ops.lock_cache import cache_view, cached, drop
 from td_core._ops.lock_graph import link, locked_elsewhere, unlink
 from td_core._ops.per_object import PerObject
 from td_core.errors import KeyNotFoundError, LockedError
@@ -155,6 +156,8 @@ class MappingMixin(TensorDictContract):
 
     def _lock_tree(self, locked: bool) -> None:
         self._is_locked = locked
+        if not locked:
+            drop(self)  # results cached while it was locked (`lock_cache`)
         for sub in self._subtrees():
             sub._lock_tree(locked)
 
@@ -214,8 +217,28 @@ class MappingMixin(TensorDictContract):
 
     @property
     def sorted_keys(self) -> list[str]:
-        """The top-level keys, sorted."""
-        return sorted(self._keys_str())
+        """The top-level keys, sorted (computed once while the TensorDict is locked)."""
+        if not self._is_locked:
+            return sorted(self._keys_str())
+        keys = cached(
+            self, "sorted_keys", (), lambda: tuple(sorted(self._keys_str())), holds_leaves=False
+        )
+        return list(keys)
+
+    @property
+    def _cache(self) -> Any:
+        """The results cached while locked, by method name (read-only), or `None`.
+
+        A private attribute of upstream's kept for compatibility (see
+        `td_core._ops.lock_cache`): `None` whenever the TensorDict is unlocked.
+        """
+        return cache_view(self)
+
+    @_cache.setter
+    def _cache(self, value: None) -> None:
+        if value is not None:
+            raise TypeError("_cache can only be reset, with td._cache = None")
+        drop(self)
 
     def create_nested(self, key: NestedKey) -> Self:
         """Write an empty sub-TensorDict with this batch size at `key` (replacing what was there)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from td_core._ops.per_object import PerObject
 
-__all__ = ["link", "unlink", "locked_elsewhere"]
+__all__ = ["holders_of", "link", "locked_elsewhere", "unlink"]
 
 _HOLDERS = PerObject()  # node -> {id(holder): weakref to holder}
 
@@ -68,6 +68,14 @@ def locked_elsewhere(td: Any) -> str | None:
             elif key not in nodes and holder._is_locked:
                 return path
     return None
+
+
+def holders_of(td: Any) -> list[Any]:
+    """The live TensorDicts recorded above `td` (locked when they were recorded)."""
+    holders = _HOLDERS.get(_node(td))
+    if not holders:
+        return []
+    return [holder for ref in list(holders.values()) if (holder := ref()) is not None]
 
 
 def unlink(td: Any) -> None:

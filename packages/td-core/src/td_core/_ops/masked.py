@@ -156,6 +156,15 @@ def _mask_map(
             results = [_mask_map(m, row, mk, o, pad, {}) for m, mk, o in triples]
             return None if row.inplace else td.lazy_stack(results, parts[1])
     paired = is_td(operand)
+    if paired and pad is None:  # keys only `operand` has: nothing to pair them with
+        own = td._keys_str()
+        extra = [key for key in operand._keys_str() if key not in own]
+        if extra:
+            raise KeyNotFoundError(
+                f"{row.name}: key {extra[0]!r} not found and no pad value provided: other has "
+                f"keys {sorted(extra)} that the TensorDict (keys {sorted(own)}) lacks; pass "
+                "pad= to use a value there"
+            )
     leaf = row.leaf
     inplace = row.inplace
     out: dict[str, Any] = {}

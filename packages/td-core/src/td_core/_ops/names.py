@@ -18,6 +18,7 @@ import torch
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.traverse import is_td
+from td_core._ops.lock_cache import drop
 from td_core.errors import TDError
 
 if TYPE_CHECKING:
@@ -151,6 +152,8 @@ class NamesMixin(TensorDictContract):
         """Store `names` (already checked) here and on the sub-TensorDicts' leading dims."""
         if names is not None and all(n is None for n in names):
             names = None
+        if self._is_locked:  # results cached while locked carry the old names
+            drop(self)
         object.__setattr__(self, "_names", names)
         n = len(self.batch_size)
         for sub in self._subtrees():

@@ -17,6 +17,7 @@ from td_core._core.contract import TensorDictContract
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
+from td_core._ops.lock_cache import cache_when_locked
 from td_core._ops.resize_update import update_resized
 from td_core._ops.state_dict import load_state_dict_into, state_dict_of
 from td_core._ops.update_plan import (
@@ -120,6 +121,18 @@ def _flatten(
         out[name] = value
 
 
+def _flatten_args(
+    separator: str = ".", inplace: bool = False, is_leaf: Callable[[type], bool] | None = None
+) -> Any:
+    """The cache key of a `flatten_keys` call (`None`: in place, not cached)."""
+    return None if inplace else (separator, is_leaf)
+
+
+def _unflatten_args(separator: str = ".", inplace: bool = False) -> Any:
+    """The cache key of an `unflatten_keys` call (`None`: in place, not cached)."""
+    return None if inplace else (separator,)
+
+
 def _members_do(td: TensorDictContract, method: str, *args: Any, **kwargs: Any) -> Any:
     """`method` run on each member of a lazy stack (`NotImplemented` for other kinds).
 
@@ -199,6 +212,7 @@ class StructureMixin(TensorDictContract):
             out = tuple(self.empty(recurse=True).update(part) for part in out)
         return out
 
+    @cache_when_locked("flatten_keys", _flatten_args, holds_leaves=True)
     def flatten_keys(
         self,
         separator: str = ".",
@@ -206,6 +220,12 @@ class StructureMixin(TensorDictContract):
         is_leaf: Callable[[type], bool] | None = None,
     ) -> Self:
         """A flat TensorDict whose keys join nested keys with `separator`.
+
+        On a locked TensorDict the result is computed once and handed back
+        (the same object) until it is unlocked; the result is locked too,
+        since every caller shares it (upstream's may be changed), and holds
+        the same leaves, so in-place writes show through. `unflatten_keys`
+        does the same; a lazy stack does both member by member.
 
         Examples:
             >>> import torch
@@ -223,9 +243,13 @@ class StructureMixin(TensorDictContract):
                 return assign_result(self, result)
         return remember(self, result, keys_unflattened, separator, key_map=split_path(separator))
 
+    @cache_when_locked("unflatten_keys", _unflatten_args, holds_leaves=True)
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """The inverse of `flatten_keys`: split keys on `separator` into nested TensorDicts."""
         tree: dict[str, Any] = {}
+        lazy = _members_do(self, "unflatten_keys", separator, inplace=inplace)
+        if lazy is not NotImplemented:  # a lazy stack: member by member, sharing their leaves
+            return remember(self, lazy, keys_flattened, separator, key_map=join_path(separator))
         for key, value in self._items_str():
             if is_td(value):
                 value = value.unflatten_keys(separator)
