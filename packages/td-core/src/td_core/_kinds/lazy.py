@@ -34,7 +34,7 @@ from td_core._kinds.lazy_index import LazyIndexMixin
 from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
-from td_core._leaves.unbatched import is_unbatched
+from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
 from td_core.errors import BatchSizeError, DeviceError, LockedError
@@ -389,7 +389,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
     def _stack_values(self, key: str, values: list[Any]) -> Any:
         first = values[0]
         if type(first) is not Tensor and is_unbatched(first):  # shared by the members
-            return first.with_batch_size(self.batch_size)
+            return shared_unbatched(values, self.batch_size)
         if isinstance(first, Tensor):
             try:
                 return torch.stack(values, self.stack_dim)
