@@ -489,8 +489,18 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         return TensorDict._new_unsafe(source, batch_size, device)
 
     # ---------------------------------------------------------------- structure
-    def contiguous(self) -> TensorDictBase:
-        """A dense TensorDict holding the stacked common entries."""
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> TensorDictBase:
+        """A dense TensorDict holding the stacked common entries (stacking makes them canonical).
+
+        Raises:
+            NotImplementedError: with `inplace=True`: a lazy stack cannot become dense in place.
+        """
+        del canonical  # stacking writes fresh row-major leaves
+        if inplace:
+            raise NotImplementedError(
+                "contiguous(inplace=True) is not supported on a LazyStackedTensorDict: it cannot "
+                "become dense in place; use contiguous(), which returns a dense TensorDict"
+            )
         if self.exclusive_keys() != [[] for _ in self.tensordicts]:
             return stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)
         return stack(self.tensordicts, self.stack_dim)

@@ -171,10 +171,12 @@ class UnbatchedTensor(Tensor):
     # Python looks these up on the type and words its error with the type's name:
     # delegating gives what the plain tensor gives, result or error ("type Tensor ...")
     def __round__(self, *ndigits: Any) -> Any:
-        return round(self._plain(), *ndigits)
+        plain: Any = self._plain()
+        return round(plain, *ndigits)
 
     def __trunc__(self) -> Any:
-        return math.trunc(self._plain())
+        plain: Any = self._plain()
+        return math.trunc(plain)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (_rebuild, (self.as_subclass(Tensor), self.batch_size))
