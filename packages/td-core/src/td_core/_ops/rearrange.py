@@ -269,14 +269,14 @@ class LayoutMixin(NewMixin):
         """Reverse batch dim 1 (needs at least 2 batch dims), as `torch.fliplr`."""
         if self.batch_dims < 2:
             raise DimError(
-                f"fliplr needs at least 2 batch dims, batch_size is {list(self.batch_size)}"
+                f"fliplr requires at least 2 batch dims, batch_size is {list(self.batch_size)}"
             )
         return self.flip(1)
 
     def flipud(self) -> Self:
         """Reverse batch dim 0 (needs at least 1 batch dim), as `torch.flipud`."""
         if self.batch_dims < 1:
-            raise DimError("flipud needs at least 1 batch dim, batch_size is []")
+            raise DimError("flipud requires at least 1 batch dim, batch_size is []")
         return self.flip(0)
 
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
@@ -285,7 +285,7 @@ class LayoutMixin(NewMixin):
         if len(dims) != 2:
             raise DimError(f"rot90 needs exactly 2 dims, got {list(dims)}")
         if len(bs) < 2:
-            raise DimError(f"rot90 needs at least 2 batch dims, batch_size is {list(bs)}")
+            raise DimError(f"rot90 requires at least 2 batch dims, batch_size is {list(bs)}")
         d0, d1 = batch_dim(dims[0], bs), batch_dim(dims[1], bs)
         if d0 == d1:
             raise DimError(f"rot90 needs two different dims, got {list(dims)}")
