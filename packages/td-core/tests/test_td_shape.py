@@ -325,3 +325,12 @@ def test_flip_and_rotate_need_enough_batch_dims():
     for op in (flat.fliplr, flat.rot90):
         with pytest.raises(RuntimeError, match="requires at least 2"):
             op()
+
+
+def test_expand_as_a_tensordict_expands_leaf_by_leaf():
+    small = TensorDict({"a": torch.ones(3, 1, 4), "b": {"c": torch.ones(3, 2, 1, 4)}}, [3])
+    big = TensorDict({"a": torch.zeros(2, 3, 5, 4), "b": {"c": torch.zeros(2, 3, 2, 6, 4)}}, [2, 3])
+    out = small.expand_as(big)
+    assert out.batch_size == (2, 3) and out["a"].shape == (2, 3, 5, 4)
+    assert out["b", "c"].shape == (2, 3, 2, 6, 4) and (out == 1).all()
+    assert small.expand_as(torch.zeros(2, 3)).batch_size == (2, 3)  # a tensor: the batch dims

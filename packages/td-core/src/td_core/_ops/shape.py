@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.contract import TD, TensorDictContract
-from td_core._core.traverse import map_batch, map_batch_multi, map_leaves
+from td_core._core.traverse import is_td, map_batch, map_batch_multi, map_leaves
 from td_core._core.utils import infer_shape, normalize_dim, shape_args
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.names import carry_names, names_after
@@ -346,8 +346,15 @@ class ShapeMixin(TensorDictContract):
         return carry_names(out, names_after(names, insert=range(len(new) - n)))
 
     def expand_as(self, other: Any) -> Self:
-        """Expand to the batch size of `other` (a TensorDict) or the shape of a tensor."""
-        return self.expand(other.batch_size if hasattr(other, "batch_size") else other.shape)
+        """Expand to the shape of a tensor (the batch dims), or leaf by leaf to a TensorDict.
+
+        With a TensorDict (or tensorclass) each leaf is expanded as the leaf of
+        `other` at the same key (`Tensor.expand_as`, feature dims included) and
+        the result has `other`'s batch size, as upstream.
+        """
+        if is_td(other):
+            return self.apply(lambda x, y: x.expand_as(y), other, batch_size=other.batch_size)
+        return self.expand(other.shape)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Self:
         """Merge batch dims `start_dim` to `end_dim` (inclusive) into one."""
