@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -127,15 +127,17 @@ def _merge_into(
 ) -> None:
     """Put `value` at `node[name]` (`path` leads to `node`), merging sub-TensorDicts; a leaf
     may not land on anything."""
-    existing = node.get(name)
+    existing: Any = node.get(name)
     if existing is None:
         node[name] = value
         return
     if is_td(value) and (type(existing) is dict or is_td(existing)):
-        if type(existing) is not dict:
-            existing = node[name] = dict(existing._items_str())
+        target: dict[str, Any] = existing if type(existing) is dict else {}
+        if target is not existing:  # a sub-TensorDict already there: merge into its entries
+            target.update(cast(Any, existing)._items_str())
+        node[name] = target
         for sub, item in value._items_str():
-            _merge_into(existing, sub, item, key, (*path, name))
+            _merge_into(target, sub, item, key, (*path, name))
         return
     raise KeyError(
         f"Unflattening key(s) in tensordict will override an existing for unflattened key: "

@@ -160,32 +160,32 @@ def _flip(input: TensorDictContract, dims: Any) -> Any:
 
 
 @implements(torch.fliplr)
-def _fliplr(input: TensorDictContract) -> Any:
+def _fliplr(input: Any) -> Any:
     return input.fliplr()
 
 
 @implements(torch.flipud)
-def _flipud(input: TensorDictContract) -> Any:
+def _flipud(input: Any) -> Any:
     return input.flipud()
 
 
 @implements(torch.rot90)
-def _rot90(input: TensorDictContract, k: int = 1, dims: Any = (0, 1)) -> Any:
+def _rot90(input: Any, k: int = 1, dims: Any = (0, 1)) -> Any:
     return input.rot90(k, dims)
 
 
 @implements(torch.narrow)
-def _narrow(input: TensorDictContract, dim: int, start: Any, length: int) -> Any:
+def _narrow(input: Any, dim: int, start: Any, length: int) -> Any:
     return input.narrow(dim, start, length)
 
 
 @implements(torch.tile)
-def _tile(input: TensorDictContract, dims: Any) -> Any:
+def _tile(input: Any, dims: Any) -> Any:
     return input.tile(dims)
 
 
 @implements(torch.broadcast_to)
-def _broadcast_to(input: TensorDictContract, size: Any) -> Any:
+def _broadcast_to(input: Any, size: Any) -> Any:
     return input.broadcast_to(size)
 
 
