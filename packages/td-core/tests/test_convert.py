@@ -164,3 +164,17 @@ def test_apply_is_leaf_passes_sub_tensordicts_whole():
         is_leaf=lambda cls: issubclass(cls, (torch.Tensor, td_core.TensorDictBase)),
     )
     assert sorted(seen) == ["Tensor", "TensorDict"]
+
+
+def test_tolist_first_and_the_convert_tensors_rule():
+    td = TensorDict(
+        a=torch.arange(24).view(2, 3, 4),
+        b=TensorDict(c=torch.arange(12).reshape(2, 3, 2), batch_size=(2, 3, 2)),
+        batch_size=(2, 3),
+    )
+    first = td.tolist(tolist_first=True)[0][0]
+    assert isinstance(first["b"], list) and len(first["b"]) == 2
+    assert first["b"][1]["c"].equal(torch.tensor(1))
+    assert isinstance(td.tolist()[0][0]["b"], dict)
+    with pytest.raises(TypeError, match="convert_tensors"):
+        td.tolist(convert_nodes=False, convert_tensors=True)

@@ -271,6 +271,34 @@ def test_dense_stack_tds():
     assert isinstance(out["l", "n"], td.LazyStackedTensorDict)
 
 
+@pytest.mark.parametrize("stack_dim, inner_dim", [(0, 0), (1, 0), (0, 1), (2, 1)])
+def test_dense_stack_tds_keeps_nested_lazy_members(stack_dim, inner_dim):
+    # the nested lazy stacks are stacked member by member, as upstream: member 1's
+    # exclusive key 'b' stays visible and the stack dim is shifted past `stack_dim`
+    for m in (td, up):
+        t0 = m.TensorDict(a=torch.zeros(5, 6, 3), batch_size=[5, 6])
+        t1 = m.TensorDict(a=torch.zeros(5, 6, 4), b=torch.zeros(5, 6, 2), batch_size=[5, 6])
+        inner = m.LazyStackedTensorDict.lazy_stack([t0, t1], dim=inner_dim)
+        box = m.TensorDict(lazy=inner, batch_size=inner.batch_size)
+        out = m.dense_stack_tds(m.LazyStackedTensorDict.lazy_stack([box, box + 1], dim=stack_dim))
+        nested = out["lazy"]
+        assert type(out).__name__ == "TensorDict"
+        assert type(nested).__name__ == "LazyStackedTensorDict"
+        assert nested.stack_dim == (inner_dim + 1 if stack_dim <= inner_dim else inner_dim)
+        assert "b" not in nested.tensordicts[0].keys() and "b" in nested.tensordicts[1].keys()
+        for i in range(2):
+            assert (out[(slice(None),) * stack_dim + (i,)] == i).all()
+
+
+def test_compare_with_number_reads_nested_ragged_stack_per_member():
+    ragged = td.lazy_stack([td.TensorDict(a=torch.zeros(3)), td.TensorDict(a=torch.ones(4))])
+    outer = td.TensorDict(n=ragged, batch_size=[2])
+    eq = outer == 0
+    assert isinstance(eq["n"], td.LazyStackedTensorDict)
+    assert [m["a"].tolist() for m in eq["n"].tensordicts] == [[True] * 3, [False] * 4]
+    assert not eq.all() and (outer >= 0).all()
+
+
 # ----------------------------------------------------------------- group_by
 def test_group_by_tensor_and_rows():
     for m in (td, up):

@@ -1,9 +1,19 @@
 """Non-tensor leaves: building stacks, comparing them, their batch-shape ops."""
 
+import math
+import warnings
+
 import pytest
 import torch
 
-from td_core import MetaData, NonTensorData, NonTensorStack, TensorDict, UnbatchedTensor
+from td_core import (
+    LazyStackedTensorDict,
+    MetaData,
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    UnbatchedTensor,
+)
 
 
 def test_stack_from_elements():
@@ -88,6 +98,35 @@ def test_unbatched_tensor_prints_as_its_data():
     assert str(leaf) == str(data)
     assert repr(leaf) == f"UnbatchedTensor({data!r})"
     assert format(UnbatchedTensor(torch.tensor(1.25)), ".1f") == format(torch.tensor(1.25), ".1f")
+
+
+def _outcome(fn, x):
+    try:
+        return fn(x)
+    except (TypeError, ValueError) as err:
+        return type(err), str(err)
+
+
+@pytest.mark.parametrize("data", [torch.tensor(3), torch.tensor(1.25), torch.tensor([1, 2])])
+def test_unbatched_tensor_round_and_trunc_behave_as_the_tensor(data):
+    # whatever the plain tensor does (result or error, its words naming `Tensor`)
+    for fn in (round, lambda x: round(x, 1), math.trunc, math.floor, int):
+        assert _outcome(fn, UnbatchedTensor(data)) == _outcome(fn, data)
+
+
+def test_stacking_unbatched_tensors_with_different_data_warns():
+    td1 = TensorDict(a=torch.ones(3), ub=UnbatchedTensor(torch.zeros(5)), batch_size=[3])
+    td2 = TensorDict(a=torch.ones(3), ub=UnbatchedTensor(torch.ones(5)), batch_size=[3])
+    with pytest.warns(UserWarning, match="different data storage"):
+        out = torch.stack([td1, td2])
+    assert out["ub"].tolist() == [0.0] * 5  # the first one's data, as upstream
+    with pytest.warns(UserWarning, match="different data storage"):
+        torch.cat([td1, td2])
+    with pytest.warns(UserWarning, match="different data storage"):
+        LazyStackedTensorDict.lazy_stack([td1, td2]).get("ub")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.stack([td1, td1])["ub"].data_ptr() == td1["ub"].data_ptr()
 
 
 def test_typed_metadata_names_the_expected_type():

@@ -64,3 +64,12 @@ def test_legacy_format_and_saved_batch_size() -> None:
     target = TensorDict(a=torch.zeros(4, 2), batch_size=[4])
     target.load_state_dict(sized.state_dict())
     assert target.batch_size == (4, 2) and (target["a"] == 1).all()
+
+
+def test_strict_load_names_the_unexpected_key_in_upstreams_words():
+    td = TensorDict(x=torch.zeros(3))
+    sd = td.state_dict()
+    sd["a"] = torch.ones(3)
+    with pytest.raises(KeyError, match="Key 'a' wasn't expected in the state-dict"):
+        td.load_state_dict(sd)
+    assert (td["x"] == 0).all()

@@ -330,3 +330,12 @@ def test_lazy_setitem_with_a_mask_over_the_stack_dim(kind):
     td[mask] = 0.0
     dense[mask] = 0.0
     assert (td.contiguous() == dense).all()
+
+
+def test_setitem_with_a_mismatched_batch_says_what_the_destination_is():
+    td = TensorDict(a=torch.zeros(3, 4), batch_size=[3, 4])
+    with pytest.raises(
+        RuntimeError, match=r"indexed destination TensorDict batch size is \[3, 2\]"
+    ):
+        td[:, [1, 2]] = td.clone()
+    assert (td["a"] == 0).all()

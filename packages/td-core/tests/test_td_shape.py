@@ -296,3 +296,41 @@ def test_stack_then_unbind_round_trip():
         assert got.batch_size == orig.batch_size
         assert torch.equal(got["a"], orig["a"])
         assert torch.equal(got["nested", "b"], orig["nested", "b"])
+
+
+def test_torch_layout_functions_dispatch_to_the_methods():
+    b = torch.arange(6).view(2, 3)
+    td = TensorDict({"a": torch.arange(24).view(2, 3, 4), "b": b}, batch_size=(2, 3))
+    for fn, args in [
+        (torch.fliplr, ()),
+        (torch.flipud, ()),
+        (torch.rot90, ()),
+        (torch.rot90, (2,)),
+        (torch.narrow, (1, 1, 2)),
+        (torch.tile, ((2, 2),)),
+        (torch.broadcast_to, ((4, 2, 3),)),
+    ]:
+        out = fn(td, *args)
+        assert torch.equal(out["b"], fn(b, *args)), fn
+        assert out.batch_size == fn(b, *args).shape
+    scalar = TensorDict(a=torch.randn(3))
+    assert torch.atleast_1d(scalar).batch_size == (1,)
+    assert torch.atleast_3d(td).batch_size == (1, 2, 3)
+    pair = torch.atleast_2d(scalar, torch.zeros(()))
+    assert pair[0].batch_size == (1, 1) and pair[1].shape == (1, 1)
+
+
+def test_flip_and_rotate_need_enough_batch_dims():
+    flat = TensorDict(a=torch.randn(3), batch_size=[3])
+    for op in (flat.fliplr, flat.rot90):
+        with pytest.raises(RuntimeError, match="requires at least 2"):
+            op()
+
+
+def test_expand_as_a_tensordict_expands_leaf_by_leaf():
+    small = TensorDict({"a": torch.ones(3, 1, 4), "b": {"c": torch.ones(3, 2, 1, 4)}}, [3])
+    big = TensorDict({"a": torch.zeros(2, 3, 5, 4), "b": {"c": torch.zeros(2, 3, 2, 6, 4)}}, [2, 3])
+    out = small.expand_as(big)
+    assert out.batch_size == (2, 3) and out["a"].shape == (2, 3, 5, 4)
+    assert out["b", "c"].shape == (2, 3, 2, 6, 4) and (out == 1).all()
+    assert small.expand_as(torch.zeros(2, 3)).batch_size == (2, 3)  # a tensor: the batch dims

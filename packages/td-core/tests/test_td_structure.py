@@ -2,6 +2,7 @@
 dict and state-dict round trips."""
 
 import re
+from collections.abc import Mapping, MutableMapping
 
 import numpy as np
 import pytest
@@ -469,3 +470,42 @@ def test_nested_keys_list_a_sub_tensordict_after_its_keys_items_before(kind):
         td = TensorDictParams(td)
     assert list(td.keys(True)) == ["a", ("n", "x"), ("n", "m", "y"), ("n", "m"), "n"]  # upstream
     assert [k for k, _ in td.items(True)] == ["a", "n", ("n", "x"), ("n", "m"), ("n", "m", "y")]
+
+
+def test_flatten_keys_leaves_out_empty_sub_tensordicts_so_modules_load_them():
+    td = TensorDict(
+        a=TensorDict(), b=TensorDict(c=TensorDict(), d=torch.zeros(())), e=torch.ones(())
+    )
+    assert sorted(td.flatten_keys(".").keys()) == ["b.d", "e"]
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    params = TensorDict.from_module(net, filter_empty=False)
+    assert params["1"].is_empty()
+    net.load_state_dict(params.apply(torch.zeros_like).flatten_keys("."))  # a Mapping, as upstream
+    assert (net[0].weight == 0).all()
+    assert isinstance(td, MutableMapping) and isinstance(td, Mapping)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"a.b.c": torch.zeros(3), "a": {"b": {"c": torch.zeros(3)}}},
+        {"a": {"b": {"c": torch.zeros(3)}}, "a.b.c": torch.zeros(3)},
+        {"a.b": torch.zeros(3), "a": {"b": torch.zeros(3)}},
+        {"a.b.c.d": torch.zeros(3), "a": {"b": {"c": torch.zeros(3)}}},
+        {"a.b": torch.zeros(3), "a": {"b": {"c": torch.zeros(3)}}},
+    ],
+)
+def test_unflatten_keys_refuses_to_override_an_entry(source):
+    td = TensorDict(source, [])
+    with pytest.raises(KeyError, match=r"will override an existing .*\('a', 'b'"):
+        td.unflatten_keys(".")
+    merged = TensorDict({"a.x": torch.zeros(3), "a": {"b": {"c": torch.zeros(3)}}}, [])
+    assert sorted(merged.unflatten_keys(".").keys(True, True)) == [("a", "b", "c"), ("a", "x")]
+
+
+def test_flatten_keys_collision_names_the_key():
+    td = TensorDict({"a.b": torch.zeros(3), "a": {"b": torch.zeros(3)}}, [])
+    with pytest.raises(
+        KeyError, match=r"Flattening keys in tensordict causes keys to collide.*'a\.b'"
+    ):
+        td.flatten_keys(".")

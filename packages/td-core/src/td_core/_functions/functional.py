@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.keys import unravel_key
-from td_core._core.traverse import is_nt, is_td
+from td_core._core.traverse import is_nt, is_td, stack_parts
 from td_core._core.utils import normalize_dim
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
@@ -108,11 +108,33 @@ def maybe_dense_stack(
     if _stackable(items):
         result = _dense(items, d)
     else:
-        result = LazyStackedTensorDict(*items, stack_dim=d)
+        result = _lazy_alike(items, d)
     if out is not None:
         out.update(result)
         return out
     return result
+
+
+def _lazy_alike(items: list[TensorDictBase], d: int) -> TensorDictBase:
+    """Stack `items` that cannot be stacked densely: a lazy stack.
+
+    Lazy stacks alike (the same stack dim, as many members) keep their
+    structure, as upstream: their members are stacked pairwise (densely where
+    they agree) and lazily stacked along the (shifted) common stack dim, so
+    a member's exclusive keys stay visible in the result's members.
+    """
+    parts = [stack_parts(it) for it in items]
+    first = parts[0]
+    if first is None or any(
+        p is None or p[1] != first[1] or len(p[0]) != len(first[0]) for p in parts
+    ):
+        return LazyStackedTensorDict(*items, stack_dim=d)
+    sd = first[1]
+    inner, outer = (d, sd + 1) if d <= sd else (d - 1, sd)
+    groups = zip(*(p[0] for p in parts if p is not None))
+    return LazyStackedTensorDict(
+        *[maybe_dense_stack(list(g), inner) for g in groups], stack_dim=outer
+    )
 
 
 def _probe(item: TensorDictContract, key: str) -> tuple[str, Any]:

@@ -78,11 +78,8 @@ def pad(
     pads = [(int(pad_size[i]), int(pad_size[i + 1])) for i in range(0, len(pad_size), 2)]
     bs = _padded_size(tensordict.batch_size, pads)
     if inplace:
-        if hasattr(tensordict, "stack_dim"):
-            raise NotImplementedError(
-                "pad(..., inplace=True) on a LazyStackedTensorDict is not supported: pad out of "
-                "place (it returns a dense TensorDict) or pad each member"
-            )
+        if hasattr(tensordict, "stack_dim"):  # members padded, added or dropped in place
+            return tensordict.pad(pad_size, value, inplace=True)
         plan = _pad_plan(tensordict, pads, value)
         _write_plan(tensordict, plan, pads)
         return tensordict
@@ -95,7 +92,8 @@ def _padded_size(size: torch.Size, pads: _Pads) -> torch.Size:
         out[i] = size[i] + before + after
         if out[i] < 0:
             raise RuntimeError(
-                f"pad_size {pads[i]} crops batch dim {i} of size {size[i]} below zero"
+                f"pad_size {pads[i]} crops batch dim {i} of size {size[i]} below zero (negative "
+                f"output size {out[i]})"
             )
     return torch.Size(out)
 

@@ -66,10 +66,10 @@ def _convert_tensor(value: Tensor, convert: bool | str) -> Any:
     return value
 
 
-def _tolist(td: TensorDictContract, convert_nodes: bool, convert: bool | str) -> Any:
+def _tolist(td: TensorDictContract, convert_nodes: bool, convert: bool | str, first: bool) -> Any:
     if not td.batch_size:
-        return _node_to_dict(td, convert, False) if convert_nodes else td
-    return [_tolist(item, convert_nodes, convert) for item in td.unbind(0)]
+        return _node_to_dict(td, convert, first) if convert_nodes else td
+    return [_tolist(item, convert_nodes, convert, first) for item in td.unbind(0)]
 
 
 def _to_namedtuple(td: TensorDictContract, dest_cls: Any) -> Any:
@@ -172,8 +172,13 @@ class ConvertMixin(TensorDictContract):
 
         Args:
             convert_tensors: `True` turns tensors into lists, `"numpy"` into arrays.
-            tolist_first: accepted for upstream compatibility (the result is the same).
+            tolist_first: sub-TensorDicts with batch dims of their own become lists
+                (over those dims) too, instead of dicts of their batched leaves.
             as_linked_list: accepted for upstream compatibility; a plain list is returned.
+
+        Raises:
+            TypeError: `convert_tensors` without `convert_nodes` (the leaves of
+                TensorDict nodes stay tensors).
 
         Examples:
             >>> import torch
@@ -181,7 +186,12 @@ class ConvertMixin(TensorDictContract):
             >>> TensorDict({"a": torch.arange(2)}, [2]).tolist(convert_tensors=True)
             [{'a': 0}, {'a': 1}]
         """
-        return _tolist(self, convert_nodes, convert_tensors)
+        if convert_tensors and not convert_nodes:
+            raise TypeError(
+                "tolist: convert_tensors needs convert_nodes=True (a TensorDict node holds "
+                "tensors); pass convert_nodes=True or drop convert_tensors"
+            )
+        return _tolist(self, convert_nodes, convert_tensors, tolist_first)
 
     def to_namedtuple(self, dest_cls: type | None = None) -> Any:
         """A namedtuple (`GenericDict`, or `dest_cls`) of the entries; sub-TensorDicts nest."""

@@ -9,7 +9,7 @@ delegates to (`_index`, `_shape`, `_apply`, `_structure`, `_stack`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -616,3 +616,8 @@ class TensorDictBase(
 
 def _any_leaf(cls: type) -> bool:
     return not getattr(cls, "_td_collection", False) or getattr(cls, "_is_non_tensor", False)
+
+
+# as upstream (a `MutableMapping` subclass): `isinstance(td, Mapping)` holds, so code that
+# takes any mapping (`nn.Module.load_state_dict(td)`, ...) takes a TensorDict
+MutableMapping.register(TensorDictBase)

@@ -34,7 +34,7 @@ from td_core._kinds.lazy_index import LazyIndexMixin
 from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
-from td_core._leaves.unbatched import is_unbatched
+from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core._ops.lock_cache import drop
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
@@ -371,7 +371,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
     def _stack_values(self, key: str, values: list[Any]) -> Any:
         first = values[0]
         if type(first) is not Tensor and is_unbatched(first):  # shared by the members
-            return first.with_batch_size(self.batch_size)
+            return shared_unbatched(values, self.batch_size)
         if isinstance(first, Tensor):
             try:
                 return torch.stack(values, self.stack_dim)
@@ -471,8 +471,18 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         return TensorDict._new_unsafe(source, batch_size, device)
 
     # ---------------------------------------------------------------- structure
-    def contiguous(self) -> TensorDictBase:
-        """A dense TensorDict holding the stacked common entries."""
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> TensorDictBase:
+        """A dense TensorDict holding the stacked common entries (stacking makes them canonical).
+
+        Raises:
+            NotImplementedError: with `inplace=True`: a lazy stack cannot become dense in place.
+        """
+        del canonical  # stacking writes fresh row-major leaves
+        if inplace:
+            raise NotImplementedError(
+                "contiguous(inplace=True) is not supported on a LazyStackedTensorDict: it cannot "
+                "become dense in place; use contiguous(), which returns a dense TensorDict"
+            )
         if self.exclusive_keys() != [[] for _ in self.tensordicts]:
             return stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)
         return stack(self.tensordicts, self.stack_dim)

@@ -147,9 +147,14 @@ class SubTensorDict(TensorDictBase):
         """Always False: the entries are views of (or copies from) the source."""
         return False
 
-    def contiguous(self) -> Any:
-        """A plain TensorDict holding a copy of the viewed entries."""
-        return self.to_tensordict()
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> Any:
+        """A plain TensorDict holding a copy of the viewed entries (`inplace=True` is refused)."""
+        if inplace:
+            raise NotImplementedError(
+                "contiguous(inplace=True) is not supported on a SubTensorDict (a view of its "
+                "source); use contiguous(), which returns a TensorDict"
+            )
+        return self.to_tensordict().contiguous(canonical=canonical)
 
     def clone(self, recurse: bool = True) -> Any:
         """A TensorDict copy; with `recurse=False`, a view of a structure-only copy of the source."""

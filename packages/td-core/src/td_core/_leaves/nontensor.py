@@ -129,6 +129,11 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
     def clone(self, recurse: bool = True) -> _NonTensorBase:
         return copy.deepcopy(self) if recurse else copy.copy(self)
 
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> _NonTensorBase:
+        """The leaf itself: its values have no memory layout to change."""
+        del inplace, canonical
+        return self
+
     def tolist(self) -> Any:
         return self.as_array().tolist()
 

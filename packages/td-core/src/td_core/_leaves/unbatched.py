@@ -17,12 +17,14 @@ kept up to date by those hooks (and read by nothing in td but users).
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard, cast
 
 import torch
 
-__all__ = ["UnbatchedTensor", "is_unbatched"]
+__all__ = ["UnbatchedTensor", "is_unbatched", "shared_unbatched"]
 
 Tensor = torch.Tensor
 
@@ -30,6 +32,25 @@ Tensor = torch.Tensor
 def is_unbatched(value: Any) -> TypeGuard[UnbatchedTensor]:
     """Whether `value` is an `UnbatchedTensor` (a tensor that batch ops leave alone)."""
     return type(value) is not Tensor and getattr(type(value), "_pass_through", False)
+
+
+def shared_unbatched(values: Sequence[Any], batch_size: torch.Size) -> UnbatchedTensor:
+    """The entry that stacking or concatenating `UnbatchedTensor`s gives: the first one.
+
+    An unbatched entry is shared by the whole batch, so only the first input's
+    data is kept; inputs that hold other data get a `UserWarning` (as upstream).
+    """
+    first = values[0]
+    ptr = first.data_ptr()
+    if any(other.data_ptr() != ptr for other in values[1:]):
+        warnings.warn(
+            "Stacking UnbatchedTensors with different data storage: only the first one's data "
+            "is kept (an UnbatchedTensor is shared by the whole batch; store data that differs "
+            "per element as a regular tensor).",
+            UserWarning,
+            stacklevel=3,
+        )
+    return first.with_batch_size(batch_size)
 
 
 def _first_batch_size(args: Any) -> torch.Size | None:
@@ -146,6 +167,16 @@ class UnbatchedTensor(Tensor):
 
     def __format__(self, format_spec: str) -> str:
         return format(self._plain(), format_spec)
+
+    # Python looks these up on the type and words its error with the type's name:
+    # delegating gives what the plain tensor gives, result or error ("type Tensor ...")
+    def __round__(self, *ndigits: Any) -> Any:
+        plain: Any = self._plain()
+        return round(plain, *ndigits)
+
+    def __trunc__(self) -> Any:
+        plain: Any = self._plain()
+        return math.trunc(plain)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (_rebuild, (self.as_subclass(Tensor), self.batch_size))

@@ -25,6 +25,7 @@ from td_core._core.utils import NO_DEFAULT, as_device, as_size
 from td_core._ops.apply_run import ApplyOptions, run_apply
 from td_core._ops.casts import cast_all
 from td_core._ops.dict_methods import PerObject
+from td_core._ops.shape import assign_reshaped
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -54,6 +55,17 @@ def _replace_leaves(td: TensorDictContract, new: TensorDictContract) -> None:
             td._set_str(key, new._get_str(key))
         elif not value._is_non_tensor:
             _replace_leaves(value, new._get_str(key))
+
+
+def _canonical(t: Tensor) -> Tensor:
+    """`t` with the row-major strides of its shape (a copy only where they differ)."""
+    expected, step = [], 1
+    for size in reversed(t.shape):
+        expected.append(step)
+        step *= size
+    if t.stride() == tuple(reversed(expected)):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 # ----------------------------------------------------------------------- to
@@ -321,9 +333,18 @@ class ApplyMixin(TensorDictContract):
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         return self.clone()
 
-    def contiguous(self) -> Any:
-        """Every tensor leaf made contiguous (expanded leaves are materialised)."""
-        return map_leaves(self, Tensor.contiguous)
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> Any:
+        """Every tensor leaf made contiguous (expanded leaves are materialised).
+
+        Args:
+            inplace: rebind this TensorDict's leaves to their contiguous copies
+                (the sub-TensorDicts stay the same objects) and return it.
+            canonical: also copy the leaves that `is_contiguous()` accepts but
+                whose strides are not the row-major ones of their shape (a
+                size-1 dim with an odd stride).
+        """
+        out = map_leaves(self, _canonical if canonical else Tensor.contiguous)
+        return assign_reshaped(self, out, "contiguous") if inplace else out
 
     def is_contiguous(self) -> bool:
         return all(map(Tensor.is_contiguous, tensor_leaves(self)))

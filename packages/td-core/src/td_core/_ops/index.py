@@ -268,8 +268,9 @@ def _plan_sub(
     if vbs != sub and not batch_fits(vbs, sub):
         raise BatchSizeError(
             f"batch dimension mismatch: cannot write a TensorDict of batch_size {list(vbs)} at "
-            f"index {index!r}, whose batch_size is {list(sub)} (Cannot broadcast the tensordict "
-            "to it: its batch dims must match or be 1, and extra leading dims must be 1)"
+            f"index {index!r}: the indexed destination TensorDict batch size is {list(sub)} "
+            "(Cannot broadcast the tensordict to it: its batch dims must match or be 1, and extra "
+            "leading dims must be 1)"
         )
     n = len(td.batch_size)
     get = td._getter()

@@ -371,7 +371,9 @@ class MaskedMixin(TensorDictContract):
         n = self.batch_dims
         if inplace:
             if out is not None:
-                raise ValueError("gather: out= and inplace=True cannot be used together")
+                raise ValueError(
+                    "gather: out= and inplace=True are mutually exclusive; pass one of them"
+                )
             if lazy_parts(self) is not None:
                 raise NotImplementedError(
                     "gather(inplace=True) is not supported on a lazy stack; use inplace=False "

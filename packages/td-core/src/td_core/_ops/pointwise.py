@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import dense
-from td_core._core.traverse import is_nt, is_td
+from td_core._core.traverse import is_nt, is_td, stack_parts
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops.pointwise_run import Op, _lazy_members, run, split_operands
 from td_core._ops.pointwise_unary import UnaryMixin
@@ -417,18 +417,26 @@ def _compare(td: TensorDictContract, other: Any, op: Callable[[Any, Any], Any]) 
         def fn(t: Tensor) -> Tensor:
             return op(t, other)
 
-    return _map_compare(td, fn)
+    return _map_compare(td, fn, other.ndim if isinstance(other, Tensor) else 0)
 
 
-def _map_compare(td: TensorDictContract, fn: Callable[[Tensor], Tensor]) -> Any:
+def _map_compare(td: TensorDictContract, fn: Callable[[Tensor], Tensor], lead: int) -> Any:
     """`fn` on every tensor leaf; non-tensor leaves are left out (a number or tensor
-    says nothing about them), as upstream."""
+    says nothing about them), as upstream.
+
+    `fn` depends on the first `lead` dims only: a nested lazy stack stacked past
+    them is compared member by member (its members may be ragged), as upstream.
+    """
+    parts = stack_parts(td)
+    if parts is not None and parts[1] >= lead:
+        members, dim = parts
+        return type(td)(*(_map_compare(m, fn, lead) for m in members), stack_dim=dim)  # type: ignore[call-arg]
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):
             out[key] = fn(value)
         elif not value._is_non_tensor:
-            out[key] = _map_compare(value, fn)
+            out[key] = _map_compare(value, fn, lead)
     return td._new(out, td.batch_size)
 
 

@@ -165,7 +165,7 @@ class LayoutMixin(NewMixin):
         if out is None:
             new = torch.Size(s * r for s, r in zip(bs, reps))
             out = map_batch(self, lambda t: t.repeat((*reps, *(1,) * (t.ndim - n))), new)
-        return assign_reshaped(self, out) if inplace else out
+        return assign_reshaped(self, out, "repeat") if inplace else out
 
     def repeat_interleave(
         self,
@@ -182,7 +182,7 @@ class LayoutMixin(NewMixin):
         """
         if dim is None:
             out = self.reshape(-1).repeat_interleave(repeats, 0, output_size=output_size)
-            return assign_reshaped(self, out) if inplace else out
+            return assign_reshaped(self, out, "repeat_interleave") if inplace else out
         bs = self.batch_size
         d = batch_dim(dim, bs)
         _, size = _counts(repeats, bs[d], d)
@@ -192,7 +192,7 @@ class LayoutMixin(NewMixin):
             out = map_batch(
                 self, lambda t: t.repeat_interleave(repeats, d, output_size=output_size), new
             )
-        return assign_reshaped(self, out) if inplace else out
+        return assign_reshaped(self, out, "repeat_interleave") if inplace else out
 
     def tile(self, dims: int | Sequence[int]) -> Self:
         """Repeat the batch as `torch.tile`: missing leading counts are 1, extra ones add batch dims."""
@@ -269,14 +269,14 @@ class LayoutMixin(NewMixin):
         """Reverse batch dim 1 (needs at least 2 batch dims), as `torch.fliplr`."""
         if self.batch_dims < 2:
             raise DimError(
-                f"fliplr needs at least 2 batch dims, batch_size is {list(self.batch_size)}"
+                f"fliplr requires at least 2 batch dims, batch_size is {list(self.batch_size)}"
             )
         return self.flip(1)
 
     def flipud(self) -> Self:
         """Reverse batch dim 0 (needs at least 1 batch dim), as `torch.flipud`."""
         if self.batch_dims < 1:
-            raise DimError("flipud needs at least 1 batch dim, batch_size is []")
+            raise DimError("flipud requires at least 1 batch dim, batch_size is []")
         return self.flip(0)
 
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
@@ -285,7 +285,7 @@ class LayoutMixin(NewMixin):
         if len(dims) != 2:
             raise DimError(f"rot90 needs exactly 2 dims, got {list(dims)}")
         if len(bs) < 2:
-            raise DimError(f"rot90 needs at least 2 batch dims, batch_size is {list(bs)}")
+            raise DimError(f"rot90 requires at least 2 batch dims, batch_size is {list(bs)}")
         d0, d1 = batch_dim(dims[0], bs), batch_dim(dims[1], bs)
         if d0 == d1:
             raise DimError(f"rot90 needs two different dims, got {list(dims)}")
@@ -348,11 +348,14 @@ class LayoutMixin(NewMixin):
         full = pairs + [0] * (2 * len(bs) - len(pairs))
         new = torch.Size(s + full[2 * i] + full[2 * i + 1] for i, s in enumerate(bs))
         if any(s < 0 for s in new):
-            raise BatchSizeError(f"pad: pad_size {pairs} crops batch_size {list(bs)} below zero")
+            raise BatchSizeError(
+                f"pad: pad_size {pairs} crops batch_size {list(bs)} below zero (negative output "
+                f"size {list(new)}); nothing was changed"
+            )
         if inplace and lazy.parts(self) is not None:
             return _pad_stack_(self, full, value)
         out = _pad_tree(self, pairs, value, new)
-        return assign_reshaped(self, out) if inplace else out
+        return assign_reshaped(self, out, "pad") if inplace else out
 
 
 def _pad_stack_(td: TD, full: list[int], value: float) -> TD:
@@ -369,15 +372,30 @@ def _pad_stack_(td: TD, full: list[int], value: float) -> TD:
             m.pad(inner, value, inplace=True)
     template = members[0]
     stack: list[TensorDictContract] = td.tensordicts  # type: ignore[attr-defined]
-    fill = [template.new_full(template.batch_size, value) for _ in range(max(before, 0))]
+    fill = [_filled(template, value) for _ in range(max(before, 0))]
     stack[:0] = fill
     if before < 0:
         del stack[:-before]
     if after > 0:
-        stack.extend(template.new_full(template.batch_size, value) for _ in range(after))
+        stack.extend(_filled(template, value) for _ in range(after))
     elif after < 0:
         del stack[after:]
     return td
+
+
+def _filled(template: TensorDictContract, value: float) -> Any:
+    """A member shaped like `template` holding only padding: `value`, `None` for non-tensors."""
+    bs = template.batch_size
+    entries: dict[str, Any] = {}
+    for key, entry in template._items_str():
+        if isinstance(entry, Tensor):
+            entries[key] = entry.new_full(entry.shape, value)
+        elif entry._is_non_tensor:
+            nones = np.empty(tuple(entry.batch_size), dtype=object)
+            entries[key] = NonTensorStack(nones, device=entry.device)
+        else:
+            entries[key] = _filled(entry, value)
+    return template._new(entries, bs)
 
 
 def _at_least(td: TD, n: int) -> TD:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.contract import TD, TensorDictContract
-from td_core._core.traverse import map_batch, map_batch_multi, map_leaves
+from td_core._core.traverse import is_td, map_batch, map_batch_multi, map_leaves
 from td_core._core.utils import infer_shape, normalize_dim, shape_args
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.names import carry_names, names_after
@@ -67,28 +67,55 @@ def size_arg(args: tuple[Any, ...], size: Any, what: str) -> tuple[int, ...]:
     return shape_args((size,))
 
 
-def assign_reshaped(td: TD, result: TensorDictContract) -> TD:
+def assign_reshaped(td: TD, result: TensorDictContract, what: str = "reshape") -> TD:
     """Make `td` hold `result`'s entries and batch size (the `inplace=True` forms).
 
-    All or nothing: if the batch size of `td` cannot change (a lazy stack,
-    `TensorDictParams`, a locked TensorDict), `td` is left as it was.
+    The leaves are rebound (the old storage is released, as upstream), and the
+    sub-TensorDicts of `td` are kept (the same objects, holding the new
+    leaves). All or nothing: if the batch size of `td` cannot change
+    (`TensorDictParams`, a locked TensorDict), `td` is left as it was; a lazy
+    stack, whose batch size follows its members, refuses with a
+    `NotImplementedError` naming `what`.
     """
+    if lazy.parts(td) is not None:
+        raise NotImplementedError(
+            f"{what}(..., inplace=True) is not supported on a LazyStackedTensorDict: its batch "
+            f"size follows its members; call {what} with inplace=False (or on each member)"
+        )
     if td.is_locked:
         raise LockedError(
             "cannot change the batch_size of a locked TensorDict in place; unlock_() it first"
         )
-    old = list(td._items_str())
-    for key, _ in old:
+    _assign(td, result)
+    return td
+
+
+def _assign(td: Any, result: TensorDictContract) -> None:
+    old = dict(td._items_str())
+    for key in old:
         td._del_str(key)
     try:
         td.batch_size = result.batch_size
     except Exception:
-        for key, value in old:
+        for key, value in old.items():
             td._set_str(key, value)
         raise
     for key, value in result._items_str():
+        prev = old.get(key)
+        if (
+            prev is not None
+            and type(prev) is type(value)
+            and not isinstance(prev, Tensor)
+            and not prev._is_non_tensor
+            and lazy.parts(prev) is None
+            and not prev.is_locked
+        ):
+            try:  # keep the sub-TensorDict itself, holding the new leaves
+                _assign(prev, value)
+                value = prev
+            except Exception:  # its batch size cannot change: it is replaced instead
+                pass
         td._set_str(key, value)
-    return td
 
 
 def expanded_shape(bs: torch.Size, target: Sequence[int], what: str) -> torch.Size:
@@ -218,10 +245,16 @@ class ShapeMixin(TensorDictContract):
             )
         return remember(self, _reshape(self, new, copy=False), reshaped)
 
-    def reshape(self, *shape: Any, size: Sequence[int] | None = None) -> Self:
-        """Like `view`, copying where a view is impossible (`size=` as a keyword)."""
+    def reshape(
+        self, *shape: Any, size: Sequence[int] | None = None, inplace: bool = False
+    ) -> Self:
+        """Like `view`, copying where a view is impossible (`size=` as a keyword).
+
+        With `inplace=True` this TensorDict holds the result (its leaves are
+        rebound, its sub-TensorDicts kept) and is returned.
+        """
         out = _reshape(self, _view_shape(self, shape, size, "reshape"), copy=True)
-        return remember(self, out, reshaped)
+        return assign_reshaped(self, out, "reshape") if inplace else remember(self, out, reshaped)
 
     def squeeze(self, dim: int | None = None) -> Self:
         """Remove batch dims of size 1 (all of them, or `dim` if it has size 1)."""
@@ -313,8 +346,15 @@ class ShapeMixin(TensorDictContract):
         return carry_names(out, names_after(names, insert=range(len(new) - n)))
 
     def expand_as(self, other: Any) -> Self:
-        """Expand to the batch size of `other` (a TensorDict) or the shape of a tensor."""
-        return self.expand(other.batch_size if hasattr(other, "batch_size") else other.shape)
+        """Expand to the shape of a tensor (the batch dims), or leaf by leaf to a TensorDict.
+
+        With a TensorDict (or tensorclass) each leaf is expanded as the leaf of
+        `other` at the same key (`Tensor.expand_as`, feature dims included) and
+        the result has `other`'s batch size, as upstream.
+        """
+        if is_td(other):
+            return self.apply(lambda x, y: x.expand_as(y), other, batch_size=other.batch_size)
+        return self.expand(other.shape)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Self:
         """Merge batch dims `start_dim` to `end_dim` (inclusive) into one."""
@@ -328,7 +368,7 @@ class ShapeMixin(TensorDictContract):
                 raise DimError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
             new = torch.Size((*bs[:s], math.prod(bs[s : e + 1]), *bs[e + 1 :]))
             out = _reshape(self, new, copy=True)
-        return assign_reshaped(self, out) if inplace else remember(self, out, reshaped)
+        return assign_reshaped(self, out, "flatten") if inplace else remember(self, out, reshaped)
 
     def unflatten(
         self,
@@ -342,7 +382,7 @@ class ShapeMixin(TensorDictContract):
         d = batch_dim(dim, bs)
         sizes = infer_shape(tuple(unflattened_size), bs[d], torch.Size([bs[d]]))
         out = _reshape(self, torch.Size((*bs[:d], *sizes, *bs[d + 1 :])), copy=True)
-        return assign_reshaped(self, out) if inplace else remember(self, out, reshaped)
+        return assign_reshaped(self, out, "unflatten") if inplace else remember(self, out, reshaped)
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The slices along batch dim `dim`, as a tuple."""
@@ -419,7 +459,9 @@ class ShapeMixin(TensorDictContract):
             out = map_batch(self, lambda t: t.roll(sh, ds), bs)
         if not inplace:
             return remember(self, out, rolled, sh, None if dims is None else ds)
-        self.update_(out)
+        if lazy.parts(self) is None and not self.is_locked:
+            return assign_reshaped(self, out, "roll")  # rebound: the old storage is released
+        self.update_(out)  # written member by member (or into a locked TensorDict's leaves)
         return self
 
 

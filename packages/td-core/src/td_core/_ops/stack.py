@@ -21,7 +21,7 @@ from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts, tensor_leaves
 from td_core._core.utils import normalize_dim
 from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
-from td_core._leaves.unbatched import is_unbatched
+from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core._ops.names import carry_names, names_after
 from td_core.errors import BatchSizeError, GradLeafWriteError, KeyNotFoundError
 
@@ -167,7 +167,7 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
     for key, values in columns:
         value = values[0]
         if type(value) is not Tensor and is_unbatched(value):  # shared by all: the first one
-            entries[key] = value.with_batch_size(torch.Size(bs))
+            entries[key] = shared_unbatched(values, torch.Size(bs))
             continue
         if isinstance(value, Tensor):
             try:

@@ -93,9 +93,10 @@ def load_state_dict_into(
     if strict and set(leaves) != mine:
         missing = sorted(".".join(k) for k in mine - set(leaves))
         unexpected = sorted(".".join(k) for k in set(leaves) - mine)
+        first = f"Key {unexpected[0]!r} wasn't expected in the state-dict. " if unexpected else ""
         raise MissingEntryError(
-            f"load_state_dict(strict=True): the key sets don't match: missing keys {missing}, "
-            f"unexpected keys {unexpected}; pass strict=False to load the keys that match"
+            f"load_state_dict(strict=True): {first}The key sets don't match: missing keys "
+            f"{missing}, unexpected keys {unexpected}; pass strict=False to load the keys that match"
         )
     root = meta.get((), {})
     device = root.get("device")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -111,12 +111,14 @@ def _flatten(
 ) -> None:
     for key, value in td._items_str():
         name = f"{prefix}{sep}{key}" if prefix else key
-        if is_td(value) and not (is_leaf and is_leaf(type(value))) and not value.is_empty():
+        if is_td(value) and not (is_leaf and is_leaf(type(value))):
+            # an empty sub-TensorDict holds no leaf: it has no flat key, as upstream
             _flatten(value, sep, name, out, is_leaf)
             continue
         if name in out:
             raise KeyError(
-                f"flatten_keys: two entries map to the key {name!r} with separator {sep!r}"
+                f"Flattening keys in tensordict causes keys to collide: two entries map to "
+                f"{name!r} with separator {sep!r}; rename one of them or pick another separator"
             )
         out[name] = value
 
@@ -131,6 +133,29 @@ def _flatten_args(
 def _unflatten_args(separator: str = ".", inplace: bool = False) -> Any:
     """The cache key of an `unflatten_keys` call (`None`: in place, not cached)."""
     return None if inplace else (separator,)
+
+
+def _merge_into(
+    node: dict[str, Any], name: str, value: Any, key: str, path: tuple[str, ...]
+) -> None:
+    """Put `value` at `node[name]` (`path` leads to `node`), merging sub-TensorDicts; a leaf
+    may not land on anything."""
+    existing: Any = node.get(name)
+    if existing is None:
+        node[name] = value
+        return
+    if is_td(value) and (type(existing) is dict or is_td(existing)):
+        target: dict[str, Any] = existing if type(existing) is dict else {}
+        if target is not existing:  # a sub-TensorDict already there: merge into its entries
+            target.update(cast(Any, existing)._items_str())
+        node[name] = target
+        for sub, item in value._items_str():
+            _merge_into(target, sub, item, key, (*path, name))
+        return
+    raise KeyError(
+        f"Unflattening key(s) in tensordict will override an existing for unflattened key: "
+        f"entry {key!r} and another key both fill {(*path, name)!r}; rename one of them"
+    )
 
 
 def _members_do(td: TensorDictContract, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -263,17 +288,13 @@ class StructureMixin(TensorDictContract):
                 elif type(child) is not dict:  # a sub-TensorDict is already there: merge into it
                     if not is_td(child):
                         raise KeyError(
-                            f"unflatten_keys: key {key!r} needs {part!r} to be a TensorDict, but it is a leaf"
+                            f"Unflattening key(s) in tensordict will override an existing for "
+                            f"unflattened key: key {key!r} needs {part!r} to be a TensorDict, "
+                            "but it is a leaf"
                         )
                     child = node[part] = dict(child._items_str())
                 node = child
-            existing = node.get(last)
-            if existing is None:
-                node[last] = value
-            elif type(existing) is dict and is_td(value):
-                existing.update(value._items_str())
-            else:
-                raise KeyError(f"unflatten_keys: key {key!r} collides with another entry")
+            _merge_into(node, last, value, key, tuple(parents))
         result = build_from_tree(self, tree)
         if inplace:
             return assign_result(self, result)

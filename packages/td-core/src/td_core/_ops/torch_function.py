@@ -159,6 +159,57 @@ def _flip(input: TensorDictContract, dims: Any) -> Any:
     return input.flip(dims)
 
 
+@implements(torch.fliplr)
+def _fliplr(input: Any) -> Any:
+    return input.fliplr()
+
+
+@implements(torch.flipud)
+def _flipud(input: Any) -> Any:
+    return input.flipud()
+
+
+@implements(torch.rot90)
+def _rot90(input: Any, k: int = 1, dims: Any = (0, 1)) -> Any:
+    return input.rot90(k, dims)
+
+
+@implements(torch.narrow)
+def _narrow(input: Any, dim: int, start: Any, length: int) -> Any:
+    return input.narrow(dim, start, length)
+
+
+@implements(torch.tile)
+def _tile(input: Any, dims: Any) -> Any:
+    return input.tile(dims)
+
+
+@implements(torch.broadcast_to)
+def _broadcast_to(input: Any, size: Any) -> Any:
+    return input.broadcast_to(size)
+
+
+def _atleast(name: str) -> Callable[..., Any]:
+    """`torch.atleast_<n>d(td, ...)`: one result per input, a tuple for several, as torch."""
+
+    def impl(*inputs: Any) -> Any:
+        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            return tuple(_atleast_one(x, name) for x in inputs[0])
+        out = tuple(_atleast_one(x, name) for x in inputs)
+        return out[0] if len(out) == 1 else out
+
+    return impl
+
+
+def _atleast_one(x: Any, name: str) -> Any:
+    return getattr(x, name)() if is_td(x) else getattr(torch, name)(x)
+
+
+for _name in ("atleast_1d", "atleast_2d", "atleast_3d"):
+    # torch's Python wrapper dispatches one input; several go on to the C function
+    implements(getattr(torch, _name), getattr(torch._C._VariableFunctions, _name))(_atleast(_name))
+
+
 @implements(torch.roll)
 def _roll(input: TensorDictContract, shifts: Any, dims: Any = None) -> Any:
     if dims is None:
