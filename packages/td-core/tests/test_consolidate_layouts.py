@@ -116,10 +116,12 @@ def test_private_consolidated_record_is_the_buffer() -> None:
     assert (c["a"] == 0).all() and (td["a"] == 1).all()
 
 
-def test_equal_tensordicts_give_equal_buffers() -> None:
-    # the alignment padding is zeroed: the buffers compare equal byte for byte
+@pytest.mark.parametrize("length", [1, 70_001], ids=["small", "over-1MiB"])
+def test_equal_tensordicts_give_equal_buffers(length: int) -> None:
+    # the alignment padding is zeroed (small buffers whole, large ones byte by byte):
+    # the buffers compare equal byte for byte
     td = TensorDict(
-        {f"k{i}": torch.full((i % 7 + 1,), i, dtype=torch.float16) for i in range(20)}, []
+        {f"k{i}": torch.full((i % 7 + length,), i, dtype=torch.float16) for i in range(20)}, []
     )
     for _ in range(3):
         a, b = td.consolidate(), td.consolidate()

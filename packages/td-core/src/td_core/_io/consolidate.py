@@ -63,6 +63,7 @@ __all__ = [
 
 Tensor = torch.Tensor
 _HEADER = 16  # reserved bytes before the first leaf: the layout's signature
+_CLEAR_WHOLE = 1 << 20  # buffers up to this size are allocated zeroed (padding included)
 
 
 def _aligned(n: int) -> int:
@@ -243,7 +244,9 @@ def _buffer(
         if path.exists():
             path.unlink()  # from_file maps an existing file as is: start from an empty one
         return torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
-    buffer = torch.empty(total, dtype=torch.uint8, device=device)
+    # a small buffer is cheaper to clear whole than padding byte by padding byte
+    alloc = torch.zeros if total <= _CLEAR_WHOLE else torch.empty
+    buffer = alloc(total, dtype=torch.uint8, device=device)
     if share_memory:
         buffer.share_memory_()
     if pin_memory:
@@ -279,12 +282,15 @@ def consolidate(
     )
     parts = _all_parts(leaves)
     targets = _views_at(buffer, _slots(parts, offsets, contiguous=True))
-    buffer[:_HEADER] = 0
-    _zero_padding(buffer, parts, offsets)
+    jagged = len(parts) != len(leaves)
+    if filename is None and total > _CLEAR_WHOLE:  # a new file and a small buffer start zeroed
+        buffer[:_HEADER] = 0
+        _zero_padding(buffer, parts, offsets)
     if targets:
         with torch.no_grad():
             torch._foreach_copy_(targets, parts, non_blocking=non_blocking)
-    views = _views_at(buffer, _slots(leaves, offsets, contiguous=True))
+    # without nested jagged leaves the parts are the leaves, and their views the result's
+    views = _views_at(buffer, _slots(leaves, offsets, contiguous=True)) if jagged else targets
     if filename is not None:
         description = json.dumps(
             {"total": total, "device": None, "tree": describe_layout(td, iter(offsets))}
@@ -302,15 +308,14 @@ def consolidate(
 
 def _zero_padding(buffer: Tensor, parts: list[Tensor], offsets: list[int]) -> None:
     """Zero the alignment bytes after each part, so equal TensorDicts give equal buffers."""
-    ends = [o + t.numel() * t.element_size() for t, o in zip(parts, offsets)]
-    pads = [_aligned(e) - e for e in ends]
-    count = sum(pads)
-    if count == 0 or buffer.device.type == "meta":
+    if buffer.device.type == "meta":
         return
-    # every padding byte's index, in three vectorised ops rather than one write per part
-    ends_t, pads_t = torch.tensor(ends), torch.tensor(pads)
-    first = torch.repeat_interleave(ends_t - (torch.cumsum(pads_t, 0) - pads_t), pads_t)
-    buffer.index_fill_(0, (first + torch.arange(count)).to(buffer.device), 0)
+    where: list[int] = []
+    for t, o in zip(parts, offsets):
+        end = o + t.numel() * t.element_size()
+        where.extend(range(end, _aligned(end)))
+    if where:  # at most 15 bytes a part: one write for all of them
+        buffer.index_fill_(0, torch.tensor(where, device=buffer.device), 0)
 
 
 class TensorDictFuture(Future):
