@@ -199,3 +199,13 @@ def test_stacking_equal_values_fills_once_and_keeps_the_leaves():
     assert joined.batch_size == (4, 3) and joined.get("s").tolist() == [["x"] * 3] * 4
     mixed = torch.stack([a, TensorDict({"s": "y"}, [2, 3])], 0)
     assert mixed.get("s").tolist() == [[["x"] * 3] * 2, [["y"] * 3] * 2]
+
+
+def test_non_tensor_leaves_report_no_data_address():
+    td = TensorDict({"a": torch.zeros(2), "s": "x", "v": NonTensorStack("p", "q")}, [2])
+    out = TensorDict({"a": torch.ones(2), "s": "y", "v": NonTensorStack("r", "t")}, [2])
+    before = {v.data_ptr() for v in out.values(True, True)}
+    torch.stack([td[0], td[1]], 0, out=out)
+    # storages of the tensors are kept; non-tensor leaves count as holding none
+    assert {v.data_ptr() for v in out.values(True, True)} == before
+    assert td.get("s").data_ptr() == td.get("v").data_ptr() == 0

@@ -78,6 +78,8 @@ VALUES = [
     {"a": 1, "b": [1, 2]},
     {1: "one", (2, 3): "tuple key"},
     {"$td": "not a tag"},
+    1 + 2j,
+    [complex(-0.5, 3.0)],
     [],
     {},
     (),
@@ -98,6 +100,13 @@ class TestNonTensorJSON:
         td["v"] = NonTensorData([math.nan])
         save(td, tmp_path / "s")
         assert math.isnan(load(tmp_path / "s")["v"][0])
+
+    def test_non_finite_complex_round_trips(self, tmp_path):
+        td = TensorDict(batch_size=[])
+        td["v"] = NonTensorData(complex(math.nan, -math.inf))
+        save(td, tmp_path / "s")
+        back = load(tmp_path / "s")["v"]
+        assert type(back) is complex and math.isnan(back.real) and back.imag == -math.inf
 
     def test_metadata_is_strict_json(self, tmp_path):
         td = TensorDict(batch_size=[])

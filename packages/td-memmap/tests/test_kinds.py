@@ -420,22 +420,55 @@ class TestParams:
 
 
 class TestUnbatched:
+    @staticmethod
+    def _td():
+        return TensorDict(
+            a=torch.randn(4, 3), n={"u": UnbatchedTensor(torch.randn(7, 11))}, batch_size=[4]
+        )
+
     @pytest.mark.parametrize(
         "how",
         [
             lambda td, path: td.memmap(),
-            lambda td, path: td.memmap(path),
-            lambda td, path: td.memmap_(path),
-            lambda td, path: td.memmap_like(path),
-            lambda td, path: td.save(path / "x.tdz"),
+            lambda td, path: td.memmap(path, num_threads=2),
+            lambda td, path: td.memmap(path, return_early=True).result(),
+            lambda td, path: td.clone().memmap_(path),
+            lambda td, path: (td.save(path / "x.tdz"), TensorDict.load(path / "x.tdz"))[1],
+            lambda td, path: (td.memmap(path), TensorDict.load_memmap(path))[1],
         ],
     )
-    def test_refused_by_name_before_writing(self, tmp_path, how):
-        # it used to be saved as an ordinary leaf: an invalid TensorDict, a folder that would not load
-        td = TensorDict(
-            a=torch.zeros(4, 3), n={"u": UnbatchedTensor(torch.randn(7, 11))}, batch_size=[4]
-        )
-        with pytest.raises(TypeError, match=r"entry \('n', 'u'\) is an UnbatchedTensor"):
-            how(td, tmp_path)
-        assert not os.listdir(tmp_path)
-        assert type(td.get(("n", "u"))) is UnbatchedTensor and not td.is_locked
+    def test_saved_and_loaded_as_an_unbatched_tensor(self, tmp_path, how):
+        td = self._td()
+        out = how(td, tmp_path)
+        u = out.get(("n", "u"))
+        assert type(u) is UnbatchedTensor and u.shape == (7, 11)
+        assert torch.equal(u, td["n", "u"]) and (out == td).all()
+        assert out.is_memmap()
+
+    def test_folder_marks_the_entry_and_writes_reach_the_file(self, tmp_path):
+        self._td().memmap(tmp_path)
+        meta = json.loads((tmp_path / "n" / "meta.json").read_text())
+        (entry,) = meta["entries"]
+        assert entry["unbatched"] is True and entry["shape"] == [7, 11]
+        loaded = TensorDict.load_memmap(tmp_path)
+        loaded["n", "u"][0, 0] = 5.0
+        assert TensorDict.load_memmap(tmp_path)["n", "u"][0, 0] == 5.0
+
+    @pytest.mark.parametrize("flag", ["yes", 1, None])
+    def test_a_malformed_flag_is_refused(self, tmp_path, flag):
+        self._td().memmap(tmp_path)
+        path = tmp_path / "n" / "meta.json"
+        meta = json.loads(path.read_text())
+        meta["entries"][0]["unbatched"] = flag
+        path.write_text(json.dumps(meta))
+        with pytest.raises(MemmapFormatError, match="unbatched"):
+            TensorDict.load_memmap(tmp_path)
+
+    def test_without_the_flag_the_batch_dims_are_still_checked(self, tmp_path):
+        self._td().memmap(tmp_path)
+        path = tmp_path / "n" / "meta.json"
+        meta = json.loads(path.read_text())
+        del meta["entries"][0]["unbatched"]
+        path.write_text(json.dumps(meta))
+        with pytest.raises(MemmapFormatError, match="does not start with batch_size"):
+            TensorDict.load_memmap(tmp_path)

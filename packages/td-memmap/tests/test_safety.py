@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -266,6 +267,14 @@ class TestPickleOptIn:
         with pytest.raises(PickleNotAllowedError):
             TensorDict.load_memmap(tmp_path / "x")
         assert load(tmp_path / "x", allow_pickle=True)["s"] == {1, 2}
+
+    @pytest.mark.parametrize("flag", [0, 1, "yes", np.bool_(True)], ids=repr)
+    def test_allow_pickle_must_be_a_real_bool(self, tmp_path, flag):
+        td = TensorDict(batch_size=[])
+        td["s"] = NonTensorData({1, 2})
+        save(td, tmp_path / "x", allow_pickle=True)
+        with pytest.raises(TypeError, match="allow_pickle must be a bool or None"):
+            TensorDict.load_memmap(tmp_path / "x", allow_pickle=flag)
 
     def test_no_code_runs_without_opt_in(self, tmp_path):
         marker = tmp_path / "pwned"

@@ -44,7 +44,7 @@ from td_core._functions.padding import pad, pad_sequence, unpad_sequence
 from td_core._functions.parse import parse_tensor_dict_string
 from td_core._functions.testing import assert_allclose_td, assert_close
 from td_core._io.arrow import from_arrow, to_arrow
-from td_core._io.consolidate import from_consolidated
+from td_core._io.consolidate import TensorDictFuture, from_consolidated
 from td_core._io.convert_from import (
     from_any,
     from_json,
@@ -91,6 +91,7 @@ __all__ = [
     # the container
     "TensorDict",
     "TensorDictBase",
+    "TensorDictFuture",
     "is_tensor_collection",
     "NonTensorData",
     "NonTensorStack",

@@ -427,6 +427,7 @@ def load_memmap(
             values and `allow_pickle` is False.
         UnknownClassError: (a `LookupError`, `RuntimeError`) the save holds a tensorclass
             that is not imported, and `cls` does not replace it.
+        TypeError: `allow_pickle` is neither a bool nor None.
 
     Examples:
         >>> import tempfile, torch
@@ -443,6 +444,12 @@ def load_memmap(
         raise ValueError(f"num_threads must be a non-negative int, got {num_threads!r}")
     if mode not in (None, "r", "r+"):
         raise ValueError(f"mode must be None, 'r' or 'r+', got {mode!r}")
+    if allow_pickle is not None and type(allow_pickle) is not bool:
+        # a truthy stand-in (1, np.bool_, "no") must not switch unpickling on by accident
+        raise TypeError(
+            f"load_memmap: allow_pickle must be a bool or None, got {allow_pickle!r} "
+            f"({type(allow_pickle).__module__}.{type(allow_pickle).__qualname__})"
+        )
     tree = load_tree(
         prefix,
         num_threads=num_threads,

@@ -116,6 +116,8 @@ class Builder:
         for entry in meta.entries:
             if type(entry) is TensorEntry:
                 node.entries[entry.key] = None  # type: ignore[assignment]  # keeps the order
+                if entry.unbatched:
+                    node.unbatched.add(entry.key)
                 self.slots.append((node, entry.key))
                 self.leaves.append((entry.path, entry.dtype, entry.shape, entry.nbytes))
             elif type(entry) is DirEntry:

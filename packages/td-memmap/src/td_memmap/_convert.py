@@ -20,6 +20,7 @@ from td_core import (
 from td_memmap._classes import class_name
 from td_memmap._paths import remember
 from td_memmap._shared import make_shared
+from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
 __all__ = ["to_tree", "from_tree", "assign_leaves", "tensor_leaves", "clear_device"]
@@ -47,16 +48,13 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
             "tensorclasses"
         )
     entries: dict[str, Any] = {}
+    unbatched: set[str] = set()
     for key, value in td.items():
         if isinstance(value, torch.Tensor):
-            if isinstance(
-                value, UnbatchedTensor
-            ):  # its shape lacks the batch dims every saved leaf has
-                raise TypeError(
-                    f"entry {(*where, key)!r} is an UnbatchedTensor of shape {list(value.shape)}, "
-                    "which td-memmap cannot save or memory-map yet; take it out first, with "
-                    f"td.exclude({(*where, key) if where else key!r}), and keep it apart"
-                )
+            if isinstance(value, UnbatchedTensor):  # saved as a plain tensor, marked as such
+                unbatched.add(key)
+                source = getattr(value, _SOURCE, None)
+                value = value.as_subclass(torch.Tensor) if source is None else source
             entries[key] = value
         elif is_non_tensor(value):
             if isinstance(value, NonTensorStack):
@@ -71,7 +69,21 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
             raise TypeError(
                 f"entry {(*where, key)!r} of type {type(value).__name__} cannot be saved"
             )
-    return Node(tuple(td.batch_size), device, entries)
+    node = Node(tuple(td.batch_size), device, entries)
+    node.unbatched = unbatched
+    return node
+
+
+# the memory-mapped tensor an `UnbatchedTensor` of a loaded or saved TensorDict views, kept
+# on it so that `is_memmap` and a save into the same folder see a memory-mapped leaf
+_SOURCE = "_td_memmap_source"
+
+
+def _unbatched(value: torch.Tensor, batch_size: tuple[int, ...]) -> UnbatchedTensor:
+    out = UnbatchedTensor(value, batch_size)
+    if isinstance(value, MemoryMappedTensor):
+        setattr(out, _SOURCE, value)
+    return out
 
 
 def _leaf(leaf: NonTensorLeaf) -> Any:
@@ -101,6 +113,8 @@ def from_tree(node: Node) -> Any:
             entries[key] = from_tree(value)
         elif type(value) is NonTensorLeaf:
             entries[key] = _leaf(value)
+        elif key in node.unbatched:
+            entries[key] = _unbatched(cast(torch.Tensor, value), node.batch_size)
         else:
             entries[key] = value
     # _new_unsafe skips td-core's per-entry checks: sound only because the tree
@@ -124,7 +138,9 @@ def assign_leaves(td: Any, node: Node) -> None:
         if isinstance(value, Node):
             assign_leaves(td.get(key), value)
         elif isinstance(value, torch.Tensor):
-            if td.get(key) is not value:
+            if key in node.unbatched:
+                td.set(key, _unbatched(value, node.batch_size))
+            elif td.get(key) is not value:
                 td.set(key, value)
         elif value.shared is not None:
             td.set(key, _leaf(value))

@@ -185,10 +185,10 @@ _FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 def value_to_json(value: Any) -> Any:
     """`value` as JSON-compatible data, reversibly; `TypeError` if it needs pickle.
 
-    Exact types only (`None`, `bool`, `int`, `float`, `str`, `bytes`,
-    `list`, `tuple`, `dict`), so a value loads back as the same type.
-    Tuples, bytes, non-finite floats and dicts with non-string keys are tagged
-    objects `{"$td": kind, "v": ...}`.
+    Exact types only (`None`, `bool`, `int`, `float`, `complex`, `str`,
+    `bytes`, `list`, `tuple`, `dict`), so a value loads back as the same type.
+    Tuples, complex numbers, bytes, non-finite floats and dicts with non-string
+    keys are tagged objects `{"$td": kind, "v": ...}`.
     """
     try:
         return _to_json(value)
@@ -211,6 +211,8 @@ def _to_json(value: Any) -> Any:
         return [_to_json(v) for v in value]
     if t is tuple:
         return {_TAG: "tuple", "v": [_to_json(v) for v in value]}
+    if t is complex:
+        return {_TAG: "complex", "v": [_to_json(value.real), _to_json(value.imag)]}
     if t is bytes:
         return {_TAG: "bytes", "v": base64.b64encode(value).decode("ascii")}
     if t is dict:
@@ -238,6 +240,11 @@ def value_from_json(data: Any) -> Any:
         return _FLOATS[payload]
     if tag == "tuple" and type(payload) is list:
         return tuple(value_from_json(v) for v in payload)
+    if tag == "complex" and type(payload) is list and len(payload) == 2:
+        real, imag = (value_from_json(v) for v in payload)
+        if type(real) is not float or type(imag) is not float:
+            raise ValueError("'complex' value must hold two floats")
+        return complex(real, imag)
     if tag == "bytes" and type(payload) is str:
         return base64.b64decode(payload.encode("ascii"), validate=True)
     if tag == "dict" and type(payload) is dict:

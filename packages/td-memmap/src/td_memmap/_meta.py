@@ -78,6 +78,7 @@ class TensorEntry:
     dtype: torch.dtype
     shape: tuple[int, ...]
     nbytes: int
+    unbatched: bool = False  # an `UnbatchedTensor`: its shape lacks the batch dims
 
 
 @dataclass(slots=True)
@@ -553,7 +554,10 @@ def _parse_tensor(
             f"entry {key!r} (file {raw.get('file')!r}) has {len(shape)} dims; tensors have at "
             f"most {_MAX_DIMS}"
         )
-    if shape[: len(batch_size)] != batch_size:
+    unbatched = raw.get("unbatched", False)
+    if type(unbatched) is not bool:
+        raise ctx.fail(f"entry {key!r} has unbatched={unbatched!r}, expected true or false")
+    if not unbatched and shape[: len(batch_size)] != batch_size:
         raise ctx.fail(
             f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"
         )
@@ -568,7 +572,7 @@ def _parse_tensor(
             "(truncated, or not from this save)",
             LeafSizeError,
         )
-    return TensorEntry(key, path, dtype, shape, nbytes)
+    return TensorEntry(key, path, dtype, shape, nbytes, unbatched)
 
 
 def _parse_non_tensor(

@@ -181,9 +181,13 @@ class _Planner:
             elif isinstance(value, NonTensorLeaf):
                 entries.append(self._nontensor(value, os.path.join(path, stem), out, key, full_key))
             elif isinstance(value, torch.Tensor):
-                entries.append(
-                    self._tensor(value, os.path.join(path, stem + LEAF_SUFFIX), out, key, full_key)
+                entry = self._tensor(
+                    value, os.path.join(path, stem + LEAF_SUFFIX), out, key, full_key
                 )
+                if key in node.unbatched:
+                    entry["unbatched"] = True
+                    out.unbatched.add(key)
+                entries.append(entry)
                 out.entries[key] = value
             elif isinstance(value, Grown):
                 leaf = os.path.join(path, stem + LEAF_SUFFIX)

@@ -51,9 +51,11 @@ class Node:
     class_name: str | None = None
     cls: type | None = None
     path: str | None = None  # the folder it was saved to or loaded from
+    # keys of the tensor entries that are `UnbatchedTensor`s (shapes without the batch dims)
+    unbatched: set[str] = field(default_factory=set)
 
     def empty_like(self) -> Node:
-        """A node of the same kind, batch size, device and class, without entries."""
+        """A node of the same kind, batch size, device, class and unbatched keys, without entries."""
         return Node(
             self.batch_size,
             self.device,
@@ -62,6 +64,7 @@ class Node:
             self.stack_dim,
             self.class_name,
             self.cls,
+            unbatched=set(self.unbatched),
         )
 
 

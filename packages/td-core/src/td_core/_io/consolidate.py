@@ -23,7 +23,6 @@ import functools
 import itertools
 import json
 import os
-import struct
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -32,69 +31,79 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core._core.contract import TensorDictContract, dense
-from td_core._core.traverse import is_nt, is_td, map_leaves, rebuild, stack_parts, tensor_leaves
+from td_core._core.contract import TensorDictContract
+from td_core._core.traverse import is_td, map_leaves, rebuild, stack_parts, tensor_leaves
 from td_core._core.utils import as_device
-from td_core._leaves.nontensor import NonTensorData
+from td_core._io.consolidate_format import (
+    ALIGN,
+    MAGIC,
+    TRAILER,
+    build_from_layout,
+    describe_layout,
+    from_consolidated,
+    jagged_parts,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
     "ConsolidateMixin",
+    "TensorDictFuture",
     "build_from_layout",
     "consolidate",
     "consolidated_layout",
     "describe_layout",
     "from_consolidated",
     "is_consolidated",
+    "leaf_parts",
     "to_consolidated",
     "whole_buffer",
 ]
 
 Tensor = torch.Tensor
-_ALIGN = 16  # covers every dtype's itemsize, so each view starts on its element boundary
 _HEADER = 16  # reserved bytes before the first leaf: the layout's signature
-_MAGIC = b"TDCONS01"
-_TRAILER = struct.Struct("<Q8s")
-_DTYPES = {
-    str(dtype).removeprefix("torch."): dtype
-    for dtype in (
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex32,
-        torch.complex64,
-        torch.complex128,
-    )
-}
+_CLEAR_WHOLE = 1 << 20  # buffers up to this size are allocated zeroed (padding included)
 
 
 def _aligned(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def leaf_parts(t: Tensor) -> list[Tensor]:
+    """The strided tensors a leaf is stored as: itself, or a nested jagged tensor's components.
+
+    Raises:
+        ValueError: for a layout that has no such components (sparse, strided nested).
+    """
+    if t.is_nested and t.layout == torch.jagged:
+        values, offsets, lengths = jagged_parts(t)
+        return [values, offsets] + ([] if lengths is None else [lengths])
+    if t.is_nested or t.layout != torch.strided:
+        raise ValueError(
+            "consolidate needs strided or nested jagged (torch.jagged) tensor leaves; "
+            f"a leaf has layout {t.layout}" + (" (nested)" if t.is_nested else "")
+        )
+    return [t]
+
+
+def _all_parts(leaves: list[Tensor]) -> list[Tensor]:
+    return [p for t in leaves for p in leaf_parts(t)]
 
 
 def _layout(leaves: list[Tensor]) -> tuple[list[int], int]:
-    """Byte offsets of each leaf in the buffer, and the buffer's size."""
+    """Byte offsets of each part of `leaves` (see `leaf_parts`) in the buffer, and its size."""
     offsets, total = [], _HEADER
-    for t in leaves:
+    for t in _all_parts(leaves):
         offsets.append(total)
         total += _aligned(t.numel() * t.element_size())
     return offsets, total
 
 
-# One leaf of a consolidated buffer: dtype, shape, stride (elements), byte offset in the buffer.
-Slot = tuple[torch.dtype, tuple[int, ...], tuple[int, ...], int]
+# One strided tensor of a consolidated buffer: dtype, shape, stride (elements), byte offset.
+Part = tuple[torch.dtype, tuple[int, ...], tuple[int, ...], int]
+# One leaf: a strided part, or ("jagged", ragged dim, (values, offsets, lengths or None)).
+Slot = Part | tuple[str, int, tuple[Part, Part, Part | None]]
 
 
 def _contiguous_stride(shape: torch.Size) -> tuple[int, ...]:
@@ -106,46 +115,76 @@ def _contiguous_stride(shape: torch.Size) -> tuple[int, ...]:
 
 
 def _views_at(buffer: Tensor, slots: list[Slot]) -> list[Tensor]:
-    """Views of `buffer` (`uint8`, a whole storage) at `slots`: one `as_strided` each."""
+    """The leaves at `slots` as views of `buffer` (`uint8`, a whole storage)."""
     typed: dict[torch.dtype, Tensor] = {}
-    out = []
-    for dtype, shape, stride, offset in slots:
+
+    def view(part: Part) -> Tensor:
+        dtype, shape, stride, offset = part
         base = typed.get(dtype)
         if base is None:
             base = typed[dtype] = buffer.view(dtype)
-        out.append(base.as_strided(shape, stride, offset // dtype.itemsize))
+        return base.as_strided(shape, stride, offset // dtype.itemsize)
+
+    out = []
+    for slot in slots:
+        if slot[0] == "jagged":
+            _, ragged, (values, offsets, lengths) = slot
+            out.append(
+                torch.nested.nested_tensor_from_jagged(
+                    view(values),
+                    view(offsets),
+                    lengths=None if lengths is None else view(lengths),
+                    jagged_dim=ragged,
+                )
+            )
+        else:
+            out.append(view(slot))  # type: ignore[arg-type]
     return out
 
 
-def _views(buffer: Tensor, leaves: list[Tensor], offsets: list[int]) -> list[Tensor]:
-    """Contiguous views of `buffer` shaped and typed like `leaves`, at `offsets`."""
-    return _views_at(
-        buffer,
-        [(t.dtype, t.shape, _contiguous_stride(t.shape), o) for t, o in zip(leaves, offsets)],
-    )
+def _slots(leaves: list[Tensor], offsets: list[int], *, contiguous: bool = False) -> list[Slot]:
+    """The slots of `leaves` whose parts lie at `offsets` (`contiguous`: as fresh copies)."""
+    at = iter(offsets)
+
+    def part(t: Tensor) -> Part:
+        stride = _contiguous_stride(t.shape) if contiguous else t.stride()
+        return (t.dtype, tuple(t.shape), stride, next(at))
+
+    slots: list[Slot] = []
+    for t in leaves:
+        if t.is_nested:
+            parts = [part(p) for p in leaf_parts(t)]
+            lengths = parts[2] if len(parts) > 2 else None
+            slots.append(
+                ("jagged", int(getattr(t, "_ragged_idx", 1)), (parts[0], parts[1], lengths))
+            )
+        else:
+            slots.append(part(t))
+    return slots
 
 
-def _first_leaf(td: TensorDictContract) -> Tensor | None:
-    """The first tensor leaf in traversal order, found without listing the others."""
+def _first_part(td: TensorDictContract) -> Tensor | None:
+    """The first stored tensor in traversal order, found without listing the others."""
     parts = stack_parts(td)
     for value in parts[0] if parts is not None else td._values_str():
         if isinstance(value, Tensor):
-            return value
+            return value.values() if value.is_nested else value
         if is_td(value):
-            leaf = _first_leaf(value)
+            leaf = _first_part(value)
             if leaf is not None:
                 return leaf
     return None
 
 
 def consolidated_layout(td: TensorDictContract) -> tuple[list[Tensor], list[int]] | None:
-    """`(leaves, byte offsets)` when `td` is consolidated, else `None`.
+    """`(leaves, byte offsets of their parts)` when `td` is consolidated, else `None`.
 
-    Consolidated: every tensor leaf is a contiguous view of the first leaf's
-    storage at the offset `consolidate` gives it, and the leaves cover that
-    storage exactly. A cheap test on the first leaf rejects ordinary TensorDicts.
+    Consolidated: every stored tensor (a strided leaf, or the values, offsets
+    and lengths of a nested jagged one) is a contiguous view of the first
+    one's storage at the offset `consolidate` gives it, and they cover that
+    storage exactly. A cheap test on the first one rejects ordinary TensorDicts.
     """
-    first = _first_leaf(td)
+    first = _first_part(td)
     if first is None or first.storage_offset() * first.element_size() != _HEADER:
         return None
     leaves = tensor_leaves(td)
@@ -153,11 +192,17 @@ def consolidated_layout(td: TensorDictContract) -> tuple[list[Tensor], list[int]
     # meta tensors have no addresses: their offsets and sizes are all there is to check
     base = None if first.device.type == "meta" else first.data_ptr() - _HEADER
     offsets, total = [], _HEADER
-    for t in leaves:
+    try:
+        parts = _all_parts(leaves)
+    except ValueError:
+        return None
+    for t in parts:
         size = t.element_size()
         if t.storage_offset() * size != total or not t.is_contiguous():
             return None
-        if base is not None and t.data_ptr() != base + total:
+        if base is not None and (
+            t.data_ptr() != base + total or t.untyped_storage().data_ptr() != storage.data_ptr()
+        ):
             return None
         offsets.append(total)
         total += _aligned(t.numel() * size)
@@ -199,44 +244,14 @@ def _buffer(
         if path.exists():
             path.unlink()  # from_file maps an existing file as is: start from an empty one
         return torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
-    buffer = torch.empty(total, dtype=torch.uint8, device=device)
+    # a small buffer is cheaper to clear whole than padding byte by padding byte
+    alloc = torch.zeros if total <= _CLEAR_WHOLE else torch.empty
+    buffer = alloc(total, dtype=torch.uint8, device=device)
     if share_memory:
         buffer.share_memory_()
     if pin_memory:
         buffer = buffer.pin_memory()
     return buffer
-
-
-def describe_layout(td: TensorDictContract, offsets: Iterator[int]) -> dict[str, Any]:
-    """The JSON layout of `td`: its batch size and, per key, a tensor slot, a sub-tree or a value."""
-    entries: dict[str, Any] = {}
-    for key, value in td._items_str():
-        if isinstance(value, Tensor):
-            entries[key] = {
-                "tensor": {
-                    "dtype": str(value.dtype).removeprefix("torch."),
-                    "shape": list(value.shape),
-                    "offset": next(offsets),
-                }
-            }
-        elif is_nt(value):
-            if not isinstance(value, NonTensorData):
-                raise TypeError(
-                    f"consolidate(filename=...) stores one non-tensor value per key; {key!r} "
-                    "holds a stack of values: store them as a list in one NonTensorData"
-                )
-            data = value.data
-            try:
-                json.dumps(data)
-            except TypeError:
-                raise TypeError(
-                    f"consolidate(filename=...) stores non-tensor values as JSON; the value at "
-                    f"{key!r} ({type(data).__name__}) is not JSON-serialisable"
-                ) from None
-            entries[key] = {"non_tensor": data}
-        else:
-            entries[key] = {"tensordict": describe_layout(value, offsets)}
-    return {"batch_size": list(td.batch_size), "entries": entries}
 
 
 def consolidate(
@@ -254,12 +269,6 @@ def consolidate(
     if plain and consolidated_layout(td) is not None:
         return td  # already one buffer (upstream returns the same object too)
     leaves = tensor_leaves(td)
-    for t in leaves:
-        if t.is_nested or t.layout != torch.strided:
-            raise ValueError(
-                f"consolidate needs strided tensor leaves; a leaf has layout {t.layout}"
-                + (" (nested)" if t.is_nested else "")
-            )
     offsets, total = _layout(leaves)
     dev = as_device(device)
     if filename is not None and dev is None:
@@ -271,18 +280,24 @@ def consolidate(
         share_memory=share_memory,
         pin_memory=pin_memory,
     )
-    views = _views(buffer, leaves, offsets)
-    buffer[:_HEADER] = 0
-    if views:
+    parts = _all_parts(leaves)
+    targets = _views_at(buffer, _slots(parts, offsets, contiguous=True))
+    jagged = len(parts) != len(leaves)
+    if filename is None and total > _CLEAR_WHOLE:  # a new file and a small buffer start zeroed
+        buffer[:_HEADER] = 0
+        _zero_padding(buffer, parts, offsets)
+    if targets:
         with torch.no_grad():
-            torch._foreach_copy_(views, leaves, non_blocking=non_blocking)
+            torch._foreach_copy_(targets, parts, non_blocking=non_blocking)
+    # without nested jagged leaves the parts are the leaves, and their views the result's
+    views = _views_at(buffer, _slots(leaves, offsets, contiguous=True)) if jagged else targets
     if filename is not None:
         description = json.dumps(
             {"total": total, "device": None, "tree": describe_layout(td, iter(offsets))}
         ).encode()
         with open(filename, "ab") as f:
             f.write(description)
-            f.write(_TRAILER.pack(len(description), _MAGIC))
+            f.write(TRAILER.pack(len(description), MAGIC))
     if not inplace:
         out = rebuild(td, iter(views))
         # the views are on `dev` already: to() only records the device (no copy)
@@ -291,9 +306,29 @@ def consolidate(
     return td
 
 
-def _in_thread(run: Callable[[], Any]) -> Future[Any]:
+def _zero_padding(buffer: Tensor, parts: list[Tensor], offsets: list[int]) -> None:
+    """Zero the alignment bytes after each part, so equal TensorDicts give equal buffers."""
+    if buffer.device.type == "meta":
+        return
+    where: list[int] = []
+    for t, o in zip(parts, offsets):
+        end = o + t.numel() * t.element_size()
+        where.extend(range(end, _aligned(end)))
+    if where:  # at most 15 bytes a part: one write for all of them
+        buffer.index_fill_(0, torch.tensor(where, device=buffer.device), 0)
+
+
+class TensorDictFuture(Future):
+    """The result of an operation started with `return_early=True` (a `concurrent.futures.Future`).
+
+    `result()` waits for the operation and returns the TensorDict it made (or
+    raises its error).
+    """
+
+
+def _in_thread(run: Callable[[], Any]) -> TensorDictFuture:
     """`run()` in a daemon thread: a future of its result (or of its error)."""
-    future: Future[Any] = Future()
+    future = TensorDictFuture()
 
     def work() -> None:
         try:
@@ -307,7 +342,7 @@ def _in_thread(run: Callable[[], Any]) -> Future[Any]:
 
 def whole_buffer(leaf: Tensor) -> Tensor:
     """The `uint8` tensor over all of `leaf`'s storage (the buffer of a consolidated TensorDict)."""
-    storage = leaf.untyped_storage()
+    storage = (leaf.values() if leaf.is_nested else leaf).untyped_storage()
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
 
@@ -328,11 +363,6 @@ def to_consolidated(
     return map_leaves(
         td, lambda _: next(views), device=device, keep_non_tensor=lambda v: v.to(device)
     )
-
-
-def _slots(leaves: list[Tensor], offsets: list[int]) -> list[Slot]:
-    """The slots of contiguous `leaves` at `offsets`."""
-    return [(t.dtype, tuple(t.shape), t.stride(), o) for t, o in zip(leaves, offsets)]
 
 
 _PLACEHOLDER = torch.empty(0, device="meta")
@@ -365,78 +395,6 @@ def _replace_leaves(td: TensorDictContract, views: Iterator[Tensor]) -> None:
             td._set_str(key, next(views))
         elif is_td(value):
             _replace_leaves(value, views)
-
-
-def from_consolidated(filename: str | os.PathLike[str]) -> Any:
-    """Map a file written by `consolidate(filename=...)` back as a consolidated TensorDict.
-
-    Raises:
-        ValueError: naming the file, if it is not such a file or its layout is invalid.
-    """
-    path = Path(filename)
-    size = path.stat().st_size
-    if size < _TRAILER.size:
-        raise ValueError(f"{path}: too small to be a consolidated TensorDict ({size} bytes)")
-    with open(path, "rb") as f:
-        f.seek(size - _TRAILER.size)
-        length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
-        if magic != _MAGIC or length > size - _TRAILER.size:
-            raise ValueError(f"{path}: not a file written by consolidate(filename=...)")
-        f.seek(size - _TRAILER.size - length)
-        try:
-            description = json.loads(f.read(length))
-        except ValueError as err:
-            raise ValueError(f"{path}: the layout description is not valid JSON: {err}") from None
-    total = description.get("total") if isinstance(description, dict) else None
-    if not isinstance(total, int) or total != size - _TRAILER.size - length:
-        raise ValueError(f"{path}: the layout's size does not match the file")
-    buffer = torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
-    return build_from_layout(description.get("tree"), buffer, total, path)
-
-
-def build_from_layout(tree: Any, buffer: Tensor, total: int, path: object) -> Any:
-    """A TensorDict of views of `buffer` described by `tree` (validated; `path` names the source in errors)."""
-    if not isinstance(tree, dict) or not isinstance(tree.get("entries"), dict):
-        raise ValueError(f"{path}: malformed layout description")
-    batch_size = tree.get("batch_size")
-    if not isinstance(batch_size, list) or not all(
-        isinstance(d, int) and d >= 0 for d in batch_size
-    ):
-        raise ValueError(f"{path}: malformed batch_size {batch_size!r}")
-    out = dense(None, torch.Size(batch_size))
-    for key, entry in tree["entries"].items():
-        if not isinstance(key, str) or not isinstance(entry, dict) or len(entry) != 1:
-            raise ValueError(f"{path}: malformed entry {key!r}")
-        ((kind, spec),) = entry.items()
-        if kind == "tensor":
-            out.set(key, _tensor(spec, buffer, total, path, key))
-        elif kind == "tensordict":
-            out.set(key, build_from_layout(spec, buffer, total, path))
-        elif kind == "non_tensor":
-            out.set(key, NonTensorData(spec, out.batch_size))
-        else:
-            raise ValueError(f"{path}: unknown entry kind {kind!r} at {key!r}")
-    return out
-
-
-def _tensor(spec: Any, buffer: Tensor, total: int, path: object, key: str) -> Tensor:
-    if not isinstance(spec, dict):
-        raise ValueError(f"{path}: malformed tensor entry {key!r}")
-    name = spec.get("dtype")
-    dtype = _DTYPES.get(name) if isinstance(name, str) else None
-    shape, offset = spec.get("shape"), spec.get("offset")
-    if dtype is None:
-        raise ValueError(f"{path}: unknown dtype {spec.get('dtype')!r} at {key!r}")
-    if (
-        not isinstance(shape, list)
-        or len(shape) > 64
-        or not all(isinstance(d, int) and d >= 0 for d in shape)
-    ):
-        raise ValueError(f"{path}: malformed shape {shape!r} at {key!r}")
-    nbytes = torch.Size(shape).numel() * dtype.itemsize
-    if not isinstance(offset, int) or offset < 0 or offset % _ALIGN or offset + nbytes > total:
-        raise ValueError(f"{path}: entry {key!r} lies outside the buffer")
-    return buffer[offset : offset + nbytes].view(dtype).view(shape)
 
 
 class ConsolidateMixin(TensorDictContract):
@@ -475,7 +433,9 @@ class ConsolidateMixin(TensorDictContract):
                 its leaves' one; the CPU with `filename`).
             non_blocking: asynchronous copies into the buffer.
             inplace: replace this TensorDict's leaves with the views (returns `self`).
-            return_early: run in a thread; returns a `concurrent.futures.Future`.
+            return_early: run in a thread; returns a `TensorDictFuture` (a
+                `concurrent.futures.Future`). Not with `use_buffer` or
+                `non_blocking`, whose copies the thread could not wait for.
             use_buffer: build the buffer in shared memory (as `share_memory`).
             share_memory: put the buffer in shared memory (for worker processes).
             pin_memory: put the buffer in page-locked memory (needs an accelerator).
@@ -483,6 +443,11 @@ class ConsolidateMixin(TensorDictContract):
 
         Returns:
             The consolidated TensorDict (or a future of it with `return_early`).
+
+        Raises:
+            NotImplementedError: `return_early` with `use_buffer` or `non_blocking`.
+            ValueError: a leaf that is neither strided nor nested jagged, or
+                leaves on several devices and no `device`.
 
         Examples:
             >>> import torch
@@ -496,6 +461,12 @@ class ConsolidateMixin(TensorDictContract):
         """
         # num_threads, metadata: one copy per leaf (torch threads each copy); layout is implicit
         _ = (num_threads, metadata)
+        if return_early and (use_buffer or non_blocking):
+            which = "use_buffer" if use_buffer else "non_blocking"
+            raise NotImplementedError(
+                f"consolidate(return_early=True) cannot be combined with {which}=True: the "
+                "background thread could not wait for those copies; drop one of the two"
+            )
         run = functools.partial(
             consolidate,
             self,
@@ -507,6 +478,24 @@ class ConsolidateMixin(TensorDictContract):
             pin_memory=pin_memory,
         )
         return _in_thread(run) if return_early else run()
+
+    @property
+    def _consolidated(self) -> dict[str, Tensor]:
+        """Upstream's private record of a consolidated TensorDict, kept for compatibility.
+
+        `{"storage": buffer}`, the `uint8` tensor over the whole buffer the
+        leaves are views of (writes to it show in the leaves). Computed from the
+        leaves, never stored, so it cannot go stale. Raises `AttributeError`
+        when the TensorDict is not consolidated, so `hasattr(td, "_consolidated")`
+        tells whether it is, as upstream.
+        """
+        layout = consolidated_layout(self)
+        if layout is None:
+            raise AttributeError(
+                f"this {type(self).__name__} is not consolidated, so it has no '_consolidated' "
+                "buffer: call consolidate() first"
+            )
+        return {"storage": whole_buffer(layout[0][0])}
 
     def is_consolidated(self) -> bool:
         """Whether the tensor leaves are views of one buffer laid out by `consolidate`."""

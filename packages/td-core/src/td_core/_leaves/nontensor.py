@@ -137,6 +137,15 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
     def tolist(self) -> Any:
         return self.as_array().tolist()
 
+    def data_ptr(self) -> int:
+        """0: a non-tensor leaf holds no tensor data (as a tensor without storage).
+
+        Lets code that collects `v.data_ptr()` over every leaf of a TensorDict
+        (to check that an operation kept the same storages) run over non-tensor
+        leaves too; upstream's non-tensor leaves contribute no address either.
+        """
+        return 0
+
     def __len__(self) -> int:
         if not self.batch_size:
             raise TypeError("len() of a 0-d non-tensor leaf")
