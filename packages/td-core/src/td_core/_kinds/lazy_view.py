@@ -126,10 +126,19 @@ class LazyViewTensorDict(CopyBackMixin):
 
     def _store_names(self, names: Any) -> None:
         if names is not None and tuple(names) != tuple(self.names):
-            raise RuntimeError(
-                "Names of a lazy tensordict cannot be modified: a lazy view's dim names follow "
-                "its source's. Call to_tensordict() first, or name the source's dims."
-            )
+            raise _names_error()
+
+    def refine_names(self, *names: Any) -> LazyViewTensorDict:
+        """Refused: a lazy view's dim names are its source's (a wrong count raises as on a
+        TensorDict)."""
+        given = len(names) - (Ellipsis in names)
+        if given > self.batch_dims or (Ellipsis not in names and given != self.batch_dims):
+            self.to_tensordict().refine_names(*names)  # raises the count error
+        raise _names_error()
+
+    def rename_(self, *names: Any, **rename_map: str) -> LazyViewTensorDict:
+        """Refused: a lazy view's dim names are its source's."""
+        raise _names_error()
 
     def is_shared(self) -> bool:
         """Whether the source lives in shared memory."""
@@ -230,6 +239,13 @@ class LazyViewTensorDict(CopyBackMixin):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["source"], state["op"])  # type: ignore[misc]
+
+
+def _names_error() -> RuntimeError:
+    return RuntimeError(
+        "Names of a lazy tensordict cannot be modified: a lazy view's dim names follow its "
+        "source's. Call to_tensordict() first, or name the source's dims."
+    )
 
 
 def lazy_view(source: Any, op: ViewOp) -> LazyViewTensorDict:
