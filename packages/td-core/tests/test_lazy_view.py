@@ -42,7 +42,7 @@ def test_reads_apply_the_op_and_follow_the_source(name):
 @pytest.mark.parametrize("name", ["permute", "transpose", "unsqueeze", "view"])
 def test_writes_new_keys_and_in_place_values_reach_the_source(name):
     td = _td()
-    make, op = VIEWS[name]
+    make, _ = VIEWS[name]
     with set_lazy_legacy(True):
         view = make(td)
         view["b"] = torch.ones(*view.batch_size, 7)
@@ -145,7 +145,7 @@ def test_shape_ops_on_write_through_views_ask_to_make_it_dense(op, kind):
     else:
         with set_lazy_legacy(True):
             view = td.permute(1, 0)
-    with pytest.raises(td_core.errors.NotDenseError, match="Make it dense|Call `reshape`"):
+    with pytest.raises(td_core.errors.NotDenseError, match=r"Make it dense|Call `reshape`"):
         op(view)
     assert isinstance(td_core.errors.NotDenseError("x"), RuntimeError)
     assert view.reshape(-1).batch_size == (6,)  # a copy: allowed
@@ -164,7 +164,7 @@ def test_shape_ops_on_write_through_views_ask_to_make_it_dense(op, kind):
 def test_in_place_key_restructuring_of_a_view_is_refused(call):
     td = _td()
     for view in (td._get_sub_tensordict(0), td.unsqueeze(0)._get_sub_tensordict(0)):
-        with pytest.raises(RuntimeError, match="Cannot call (select|exclude) inplace"):
+        with pytest.raises(RuntimeError, match=r"Cannot call (select|exclude) inplace"):
             call(view)
         assert set(td.keys()) == {"a", "n"}
 
