@@ -55,8 +55,13 @@ def _is_basic(index: tuple[Any, ...]) -> bool:
 
 
 def reads_copies(td: Any) -> bool:
-    """Whether reading a leaf of `td` gives a copy rather than a view of its memory."""
-    return bool(td._reads_are_copies) or stack_parts(td) is not None
+    """Whether reading a leaf of `td` gives a copy rather than a view of its memory
+    (a view at an advanced index, a lazy stack, a kind whose class says `_file_backed`)."""
+    return (
+        bool(td._reads_are_copies)
+        or stack_parts(td) is not None
+        or bool(getattr(type(td), "_file_backed", False))
+    )
 
 
 class SubTensorDict(CopyBackMixin):
