@@ -13,14 +13,18 @@ with warnings.catch_warnings():
     import tensordict as up
 
 
-def test_lazy_legacy_is_the_lazy_stack_switch():
+def test_lazy_legacy_turns_lazy_stacking_on_and_lazy_stack_alone_does_not_make_views():
     items = [td.TensorDict(a=torch.zeros(2)), td.TensorDict(a=torch.ones(2))]
     assert td.lazy_legacy() is False and td.lazy_stack_enabled() is False
     with td.set_lazy_legacy(True):
         assert td.lazy_legacy() and td.lazy_stack_enabled()
         assert isinstance(torch.stack(items), td.LazyStackedTensorDict)
-    with td.set_lazy_stack(True):
-        assert td.lazy_legacy()
+        with td.set_lazy_legacy(False):  # both switches come back on exit
+            assert not td.lazy_legacy() and not td.lazy_stack_enabled()
+        assert td.lazy_legacy() and td.lazy_stack_enabled()
+    with td.set_lazy_stack(True):  # td's stacking switch: shape ops stay dense
+        assert td.lazy_stack_enabled() and not td.lazy_legacy()
+        assert type(items[0].unsqueeze(0)) is td.TensorDict
     assert type(torch.stack(items)) is td.TensorDict
 
     @td.set_lazy_legacy(True)

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from td_core import TensorDict
+from td_core import TensorDict, lazy_stack
 from td_core.errors import BatchSizeError, LockedError
 
 BASIC = [1, (slice(None), 2), slice(1, 3)]
@@ -133,3 +133,22 @@ def test_memmap_in_place_is_refused_and_copies_are_plain() -> None:
     assert (td["a"][1] == sub["a"]).all()
     back = pickle.loads(pickle.dumps(sub))
     assert (back["a"] == sub["a"]).all()
+
+
+def test_a_sub_view_of_a_lazy_stack_writes_into_the_members() -> None:
+    members = [TensorDict({"a": torch.zeros(3)}, [3]) for _ in range(2)]
+    stack = lazy_stack(members, 0)
+    sub = stack._get_sub_tensordict(0)
+    sub["a"] = torch.ones(3)  # the stack's reads are copies: the write must not land in one
+    sub.apply_(lambda t: t.add_(1))
+    assert bool((members[0]["a"] == 2).all()) and bool((members[1]["a"] == 0).all())
+
+
+def test_an_existing_tensor_is_written_in_place_on_a_locked_source() -> None:
+    td = _td().lock_()
+    sub = td._get_sub_tensordict(1)
+    sub["a"] = torch.full_like(sub["a"], 7.0)
+    assert bool((td["a"][1] == 7).all())
+    with pytest.raises(RuntimeError, match="locked"):
+        sub["new"] = torch.zeros(sub.batch_size)
+    assert "new" not in td.keys()

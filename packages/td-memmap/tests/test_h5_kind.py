@@ -369,3 +369,23 @@ def test_ops_with_out_write_into_the_file(ptd, path):
         assert torch.stack(parts, 0, out=again) is again
         assert torch.cat([source[:2], source[2:]], 0, out=again) is again
     _assert_equal(_on_disk(path), source)
+
+
+def test_legacy_lazy_views_read_and_write_through_the_file(ptd):
+    from td_core import set_lazy_legacy
+
+    with set_lazy_legacy(True):
+        view = ptd.unsqueeze(0)
+        assert view.squeeze(0) is ptd
+    view.set_("a", torch.zeros(1, 4, 3))
+    view["new"] = torch.ones(1, 4)
+    view.apply_(lambda t: t + 1)
+    assert bool((ptd["a"] == 1).all()) and bool((ptd["new"] == 2).all())
+    with pytest.raises(NotSupportedOnFileError):
+        ptd.unsqueeze(0)  # outside legacy mode a view could not write through
+
+
+def test_a_sub_view_of_a_file_writes_into_the_file(ptd):
+    sub = ptd._get_sub_tensordict(1)
+    sub["a"] = torch.full((3,), -1.0)  # a read of the file is a copy: the write must not land in it
+    assert bool((ptd["a"][1] == -1).all()) and bool((ptd["a"][0] != -1).all())

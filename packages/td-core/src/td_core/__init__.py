@@ -57,6 +57,7 @@ from td_core._io.formats import from_h5, from_safetensors, from_zarr, to_safeten
 from td_core._io.pack import PackLayout
 from td_core._io.printoptions import get_printoptions, set_printoptions
 from td_core._io.tables import from_csv, from_pandas, from_parquet
+from td_core._kinds import lazy_view as _lazy_view  # noqa: F401  (registers the lazy view kind)
 from td_core._kinds import sub as _sub  # noqa: F401  (registers the SubTensorDict kind)
 from td_core._kinds.attrs import TensorAttrs
 from td_core._kinds.base import TensorDictBase

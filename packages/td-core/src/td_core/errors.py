@@ -25,6 +25,7 @@ __all__ = [
     "GradLeafWriteError",
     "IndexTypeError",
     "TruthValueError",
+    "NotDenseError",
 ]
 
 
@@ -134,4 +135,16 @@ class TruthValueError(TDError, ValueError, RuntimeError):
     """`bool(td)`: a TensorDict has no single truth value.
 
     Upstream and torch raise `RuntimeError`, numpy `ValueError`; this is both.
+    """
+
+
+class NotDenseError(TDError, RuntimeError):
+    """An op a write-through view cannot do: its result could not write through.
+
+    A sub-TensorDict (`td._get_sub_tensordict(idx)`) or a lazy legacy view
+    (`permute`, `squeeze`, ... under `set_lazy_legacy(True)`) sends its writes
+    to its source. A shape op on it (outside legacy mode) would give a
+    TensorDict whose writes could not reach that source, and an in-place
+    `select`/`exclude` would delete the source's entries: both raise this
+    (a `RuntimeError`, as upstream). Make it dense first with `to_tensordict()`.
     """

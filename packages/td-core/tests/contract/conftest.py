@@ -146,6 +146,14 @@ def sub_view(ns: types.ModuleType) -> Any:
     return ns.TensorDict(_leaves((5, 4, 3)), batch_size=[5, 4, 3])._get_sub_tensordict(1)
 
 
+def lazy_view(ns: types.ModuleType) -> Any:
+    """``dense.transpose(0, 1)`` under ``set_lazy_legacy(True)``: a lazy write-through view."""
+    with warnings.catch_warnings():  # upstream deprecates its legacy mode
+        warnings.simplefilter("ignore")
+        with ns.set_lazy_legacy(True):
+            return ns.TensorDict(_leaves((3, 4)), batch_size=[3, 4]).transpose(0, 1)
+
+
 def view_key(ns: types.ModuleType) -> Any:
     """``td["nested"]``: a sub-TensorDict reached by key."""
     outer = ns.TensorDict({"nested": _leaves((4, 3))}, batch_size=[4, 3])
@@ -193,6 +201,7 @@ KINDS: dict[str, Recipe] = {
     "view_index": view_index,
     "view_key": view_key,
     "sub_view": sub_view,
+    "lazy_view": lazy_view,
 }
 if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optional sibling
     KINDS["memmap"] = memmap

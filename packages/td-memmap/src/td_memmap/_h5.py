@@ -95,6 +95,10 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
         >>> ptd.close()
     """
 
+    # a leaf read is an in-memory copy of the dataset: td-core's write-through views
+    # (sub-TensorDicts, lazy views) write through the file's own primitives
+    _file_backed = True
+
     def __init__(
         self,
         *,

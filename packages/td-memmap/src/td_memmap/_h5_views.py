@@ -5,7 +5,8 @@ writes reach the original. Reads from an HDF5 file are copies, so such a view
 could not write through: as upstream, these ops raise `NotSupportedOnFileError`
 (a `RuntimeError`) unless they leave the batch dims as they are (then they
 return the PersistentTensorDict itself). Their arguments are checked first, so
-a bad dim raises the `IndexError` torch raises.
+a bad dim raises the `IndexError` torch raises. Under `set_lazy_legacy(True)`
+they return td-core's lazy views, whose reads and writes go through the file.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from td_core import TensorDict
+from td_core import TensorDict, TensorDictBase, lazy_legacy
 from td_memmap._errors import NotSupportedOnFileError
 
 __all__ = ["FileViewsMixin"]
@@ -58,6 +59,8 @@ class FileViewsMixin:
         shape view is refused unless it keeps the batch size: call `reshape` instead."""
         if (args and isinstance(args[0], torch.dtype)) or "dtype" in kwargs:
             return self.to_tensordict().view(*args, **kwargs)
+        if lazy_legacy():  # a lazy view: it reads and writes through the file
+            return TensorDictBase.view(self, *args, **kwargs)  # type: ignore[type-var]
         shape = kwargs.get("size", args[0] if len(args) == 1 else args)
         return self._view_or_refuse(
             "view",
@@ -67,6 +70,8 @@ class FileViewsMixin:
 
     def permute(self, *dims: Any, **kwargs: Any) -> Any:
         """Refused unless the order is the identity (a view could not write to the file)."""
+        if lazy_legacy():
+            return TensorDictBase.permute(self, *dims, **kwargs)  # type: ignore[type-var]
         order = kwargs.get(
             "dims", dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims
         )
@@ -74,16 +79,22 @@ class FileViewsMixin:
 
     def transpose(self, dim0: int, dim1: int) -> Any:
         """Refused unless `dim0` and `dim1` are the same dim."""
+        if lazy_legacy():
+            return TensorDictBase.transpose(self, dim0, dim1)  # type: ignore[type-var]
         return self._view_or_refuse("transpose", lambda t: t.transpose(dim0, dim1))
 
     def squeeze(self, dim: int | None = None) -> Any:
         """Refused unless no dim of size 1 would go."""
+        if lazy_legacy():
+            return TensorDictBase.squeeze(self, dim)  # type: ignore[type-var]
         return self._view_or_refuse(
             "squeeze", lambda t: t.squeeze() if dim is None else t.squeeze(dim)
         )
 
     def unsqueeze(self, dim: int) -> Any:
         """Refused: the batch dims would change (a view could not write to the file)."""
+        if lazy_legacy():
+            return TensorDictBase.unsqueeze(self, dim)  # type: ignore[type-var]
         return self._view_or_refuse("unsqueeze", lambda t: t.unsqueeze(dim))
 
     def movedim(self, source: Any, destination: Any) -> Any:

@@ -102,6 +102,9 @@ class TensorDictContract(BatchMeta):
     _caches_when_locked: ClassVar[bool] = False
     #: True where reading a leaf gives a copy (a view at an advanced index): in-place ops write back
     _reads_are_copies: bool = False
+    #: True on a view whose writes go into another TensorDict (a sub-TensorDict, a lazy legacy
+    #: view): shape ops outside legacy mode and in-place select/exclude refuse it
+    _writes_through: ClassVar[bool] = False
 
     if TYPE_CHECKING:
         # properties, so that the slotted mixins may assign them and kinds may

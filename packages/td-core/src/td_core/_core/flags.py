@@ -5,8 +5,10 @@ mode to a block, and `.set()` applies it for the rest of the current
 context (upstream's "for the rest of the program"). No environment variable is
 read or written: a block affects the code it runs, never another thread.
 
-`set_lazy_legacy`/`lazy_legacy` are upstream's spelling of td's
-`set_lazy_stack`/`lazy_stack_enabled`: the same switch. `Switch` is the one
+`set_lazy_legacy(True)` is upstream's legacy mode: `torch.stack` is lazy (as
+under td's `set_lazy_stack(True)`) and `permute`, `transpose`, `squeeze`,
+`unsqueeze` and `view` return lazy write-through views (`lazy_legacy()` tells).
+`set_lazy_stack` switches the stacking alone. `Switch` is the one
 mechanism behind every such switch in td-core, including the ones td-nn and
 td-distributions share (`set_interaction_type`, `set_composite_lp_aggregate`).
 """
@@ -35,6 +37,7 @@ _F = TypeVar("_F")
 
 _V = TypeVar("_V")
 _LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
+_LEGACY_VIEWS: ContextVar[bool] = ContextVar("td_lazy_legacy_views", default=False)
 _LIST_TO_STACK: ContextVar[bool] = ContextVar("td_list_to_stack", default=True)
 _CAPTURE_NON_TENSOR_STACK: ContextVar[bool] = ContextVar("td_capture_non_tensor", default=False)
 # td's `get` raises for a missing key (docs/migration.md): the switch starts off
@@ -109,31 +112,58 @@ class set_lazy_stack(Switch[bool]):
 
 
 class set_lazy_legacy(Switch[bool]):
-    """Make `torch.stack` of TensorDicts lazy (the same switch as `set_lazy_stack`).
+    """Upstream's legacy mode: lazy stacking and lazy write-through shape views.
+
+    Within it, `torch.stack` of TensorDicts is lazy (as under `set_lazy_stack`)
+    and `permute`, `transpose`, `squeeze`, `unsqueeze` and `view` return a
+    lazy view of the TensorDict: reads apply the op to its entries on each
+    access, and writes (new keys included) go into the TensorDict through the
+    inverse op. Applying the inverse op to such a view gives the TensorDict
+    itself (`td.permute(1, 0).permute(1, 0) is td`).
 
     Args:
-        mode: `True` for lazy stacking.
+        mode: `True` for the legacy behaviour.
 
     Examples:
         >>> import torch
         >>> from td_core import TensorDict, set_lazy_legacy
+        >>> td = TensorDict(a=torch.zeros(2, 3), batch_size=[2, 3])
         >>> with set_lazy_legacy(True):
-        ...     out = torch.stack([TensorDict(a=torch.zeros(2)), TensorDict(a=torch.ones(2))])
-        >>> type(out).__name__
-        'LazyStackedTensorDict'
+        ...     tdt = td.transpose(0, 1)
+        ...     tdt["b"] = torch.ones(3, 2)
+        ...     same = tdt.transpose(0, 1) is td
+        >>> td["b"].shape, same
+        (torch.Size([2, 3]), True)
     """
 
-    _var = _LAZY
+    _var = _LEGACY_VIEWS
+
+    def __init__(self, mode: bool = True) -> None:
+        super().__init__(mode)
+        self._stack_tokens: list[Token[bool]] = []
+
+    def set(self) -> None:
+        """Apply the mode (views and stacking) for the rest of the current context."""
+        super().set()
+        _LAZY.set(self.mode)
+
+    def __enter__(self) -> Any:
+        self._stack_tokens.append(_LAZY.set(self.mode))
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        _LAZY.reset(self._stack_tokens.pop())
 
 
 def lazy_legacy(allow_none: bool = False) -> bool:
-    """Whether `torch.stack` of TensorDicts is lazy (see `set_lazy_legacy`).
+    """Whether shape ops return lazy write-through views (see `set_lazy_legacy`).
 
     `allow_none` is accepted for upstream compatibility: the switch always
     has a value.
     """
     del allow_none
-    return _LAZY.get()
+    return _LEGACY_VIEWS.get()
 
 
 class set_list_to_stack(Switch[bool]):

@@ -17,21 +17,30 @@ lists, masks) a read is a copy: in-place ops run on the copies and the
 results are written back at `idx` (pointwise ops, `zero_`, `fill_`,
 `apply_`, `copy_`, `update_` all go through the write primitives).
 
-Shape changes (`view`, `permute`, ...) give ordinary TensorDicts, and the
-lock state is the source's: a view cannot be locked or unlocked alone.
+Where the source's own reads are copies (a lazy stack, an HDF5 file), every
+write goes through the source's indexed write (`source[idx] = ...`) and
+in-place ops run on a copy that is written back, as for an advanced index.
+Writing an existing tensor entry is always an in-place write into the source,
+so it is allowed on a locked source (as `set_` is).
+
+Shape changes (`view`, `permute`, `squeeze`, ...) raise `NotDenseError` (the
+result could not write through), except under `set_lazy_legacy(True)`, where
+they give lazy views of this one. `reshape` gives a dense copy. The lock state
+is the source's: a view cannot be locked or unlocked alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 import torch
 
 from td_core._core.contract import provide
-from td_core._core.traverse import _batched, is_nt, is_td
+from td_core._core.traverse import _batched, is_nt, is_td, stack_parts
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
+from td_core._kinds.write_back import CopyBackMixin
 from td_core._ops.index import indexed_shape, normalize_index
 from td_core._ops.names import index_names
 from td_core.errors import BatchSizeError, LockedError
@@ -45,7 +54,17 @@ def _is_basic(index: tuple[Any, ...]) -> bool:
     return all(item is None or isinstance(item, (int, slice)) for item in index)
 
 
-class SubTensorDict(TensorDictBase):
+def reads_copies(td: Any) -> bool:
+    """Whether reading a leaf of `td` gives a copy rather than a view of its memory
+    (a view at an advanced index, a lazy stack, a kind whose class says `_file_backed`)."""
+    return (
+        bool(td._reads_are_copies)
+        or stack_parts(td) is not None
+        or bool(getattr(type(td), "_file_backed", False))
+    )
+
+
+class SubTensorDict(CopyBackMixin):
     """A view of `source` at the batch index `idx` that reads from and writes into `source`.
 
     Args:
@@ -70,9 +89,13 @@ class SubTensorDict(TensorDictBase):
         index = normalize_index(idx, source.batch_size)
         self._source = source
         self._idx: Any = index[0] if len(index) == 1 else index
-        self._basic = _is_basic(index)
+        # the source's leaves are its memory: `leaf[idx] = value` writes into it
+        self._source_views = not reads_copies(source)
+        self._basic = _is_basic(index) and self._source_views
         self._reads_are_copies = not self._basic
         self._batch_size = indexed_shape(source.batch_size, index)
+
+    _writes_through = True
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -208,6 +231,15 @@ class SubTensorDict(TensorDictBase):
         return []  # nothing is held here: locks and names live on the source
 
     # ---------------------------------------------------------------- writing
+    def _set_leaf(self, key: str, item: Any, inplace: bool, full_key: Any) -> None:
+        current = self._source._get_str(key, NO_DEFAULT)
+        if self._is_locked and isinstance(current, Tensor) and isinstance(item, Tensor):
+            # an existing tensor entry is written in place at the index: allowed when
+            # the source is locked, as set_() is (the source's structure stays as it is)
+            self._write(key, current, self._validate(item, full_key))
+            return
+        TensorDictBase._set_leaf(self, key, item, inplace, full_key)
+
     def _set_str(self, key: str, value: Any) -> None:
         source = self._source
         current = source._get_str(key, NO_DEFAULT)
@@ -249,7 +281,12 @@ class SubTensorDict(TensorDictBase):
                     "prohibited for existing tensors (a view writes into its source in place); "
                     "clone the view with to_tensordict() to change shapes"
                 )
-            current[self._idx] = value
+            if self._source_views:
+                current[self._idx] = value
+            else:  # the leaf read was a copy: the source writes at the index itself
+                self._source._setitem_index(
+                    self._idx, self._source._new({key: value}, self.batch_size)
+                )
         elif is_td(current) and not is_nt(current):
             if not is_td(value):
                 raise ValueError(
@@ -273,73 +310,6 @@ class SubTensorDict(TensorDictBase):
         if isinstance(dest, Tensor) and isinstance(value, Tensor):
             value = value.to(dest.dtype).expand_as(dest) if value.shape != dest.shape else value
         self._set_str(key, value)
-
-    def _setitem_index(self, index: Any, value: Any) -> None:
-        """`view[index] = value`: read, write at `index`, write the result back at `idx`."""
-        if self._basic:
-            TensorDictBase._setitem_index(self, index, value)
-            return
-        copy = self.to_tensordict()
-        copy[index] = value
-        for key, entry in copy._items_str():
-            self._set_str(key, entry)
-
-    # ------------------------------------- in-place ops at an advanced index
-    def _inplace(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> SubTensorDict:
-        """Run the in-place `method`; at an advanced index, on a copy that is written back."""
-        if self._basic:
-            method(self, *args, **kwargs)
-            return self
-        copy = self.to_tensordict()
-        method(copy, *args, **kwargs)
-        for key, entry in copy._items_str():
-            self._set_str(key, entry)
-        return self
-
-    def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> SubTensorDict:
-        """`apply(fn, inplace=True)`, written into the source at the index."""
-        return self._inplace(TensorDictBase.apply_, fn, *others, **kwargs)
-
-    def zero_(self) -> SubTensorDict:
-        """Zero every viewed leaf (in the source)."""
-        return self._inplace(TensorDictBase.zero_)
-
-    def fill_(self, key: Any, value: float | bool) -> SubTensorDict:
-        """Fill the viewed part of the entry at `key` (in the source)."""
-        return self._inplace(TensorDictBase.fill_, key, value)
-
-    def copy_(self, tensordict: Any, non_blocking: bool = False) -> SubTensorDict:
-        """Copy `tensordict` into the viewed part of the source."""
-        return self._inplace(TensorDictBase.copy_, tensordict, non_blocking)
-
-    def update_(
-        self,
-        input_dict_or_td: Any = None,
-        clone: bool = False,
-        *,
-        keys_to_update: Any = None,
-        non_blocking: bool = False,
-        **kwargs: Any,
-    ) -> SubTensorDict:
-        """Copy the input's entries into the viewed part of the existing source leaves."""
-        return self._inplace(
-            TensorDictBase.update_,
-            input_dict_or_td,
-            clone,
-            keys_to_update=keys_to_update,
-            non_blocking=non_blocking,
-            **kwargs,
-        )
-
-    def masked_fill_(self, mask: Tensor, value: float | bool) -> SubTensorDict:
-        """`masked_fill_` on the viewed part of the source."""
-        return self._inplace(TensorDictBase.masked_fill_, mask, value)
-
-    def copy_at_(
-        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool = True
-    ) -> SubTensorDict:
-        """`copy_at_` on the viewed part of the source."""
-        return self._inplace(TensorDictBase.copy_at_, tensordict, idx, non_blocking, fast=fast)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self._source, "idx": self._idx}

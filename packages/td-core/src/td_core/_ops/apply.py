@@ -122,14 +122,15 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
 
 def _to_batch_size(td: Any, batch_size: torch.Size, args: Any, kwargs: Any) -> Any:
     """`to(..., batch_size=...)`: the cast or move, then a copy with that batch size."""
-    if stack_parts(td) is not None:
+    if stack_parts(td) is not None or getattr(td, "_view_op", None) is not None:
+        follows = "its members" if stack_parts(td) is not None else "its source"
         raise TypeError(
             f"Cannot pass batch-size to to() of a {type(td).__name__}: its batch size follows "
-            "its members; call to() and then to_tensordict() and set batch_size"
+            f"{follows}; call to() and then to_tensordict() and set batch_size"
         )
     out = to(td, *args, **kwargs)
-    if out is td:
-        out = td.clone(recurse=False)
+    if out is td:  # a copy of the structure (a dense one for a write-through view)
+        out = map_leaves(td, lambda t: t) if td._writes_through else td.clone(recurse=False)
     out.batch_size = batch_size
     return out
 

@@ -24,8 +24,8 @@ from td_core._core.traverse import map_batch, map_batch_multi
 from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.new_like import NewMixin
-from td_core._ops.shape import assign_reshaped, batch_dim, expanded_shape, permute_order, size_arg
-from td_core._ops.views import permuted, remember, reshaped, rotated
+from td_core._ops.shape import assign_reshaped, batch_dim, expanded_shape, permuted_view, size_arg
+from td_core._ops.views import remember, reshaped, rotated
 from td_core.errors import BatchSizeError, DimError, LockedError
 
 if TYPE_CHECKING:
@@ -251,7 +251,7 @@ class LayoutMixin(NewMixin):
         """Move batch dims `source` to positions `destination`, as `torch.movedim`."""
         bs = self.batch_size
         order = _move_order(source, destination, len(bs), bs)
-        return remember(self, permute_order(self, order), permuted, tuple(order))
+        return permuted_view(self, order, "movedim")
 
     def moveaxis(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Alias of `movedim`."""

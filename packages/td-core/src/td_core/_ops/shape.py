@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.contract import TD, TensorDictContract
+from td_core._core.flags import lazy_legacy
 from td_core._core.traverse import is_td, map_batch, map_batch_multi, map_leaves
 from td_core._core.utils import infer_shape, normalize_dim, shape_args
 from td_core._ops import lazy_shape as lazy
+from td_core._ops.legacy_views import ViewOp, chained_view, legacy_view, refuse_dense_first
 from td_core._ops.names import carry_names, names_after
 from td_core._ops.views import dtype_viewed, flipped, permuted, remember, reshaped, rolled
 from td_core.errors import BatchSizeError, DimError, LockedError
@@ -37,6 +39,7 @@ __all__ = [
     "batch_dim",
     "expanded_shape",
     "permute_order",
+    "permuted_view",
     "size_arg",
     "split_sizes",
 ]
@@ -205,6 +208,35 @@ def permute_order(td: TensorDictContract, order: Sequence[int]) -> Any:
     return map_batch(td, permute, new)
 
 
+def _legacy(td: TensorDictContract) -> bool:
+    """Whether a shape op on `td` gives a lazy view (legacy mode; tensorclasses stay dense)."""
+    return lazy_legacy() and not getattr(td, "_td_tensorclass", False)
+
+
+def permuted_view(td: TensorDictContract, order: Sequence[int], what: str) -> Any:
+    """`td` with its batch dims in the (validated) `order`, as the op `what` gives it.
+
+    A write-through view refuses (`NotDenseError`) outside legacy mode, even
+    the identity `permute` (as upstream; an identity `transpose`/`movedim`
+    gives `td`); else the identity gives `td`, and legacy mode a lazy view.
+    """
+    identity = all(i == d for i, d in enumerate(order))
+    if identity and what != "permute":  # as upstream: only permute refuses the identity
+        return td
+    legacy = _legacy(td)
+    if td._writes_through and not legacy:
+        raise refuse_dense_first(td, what)
+    if identity:
+        return td
+    if legacy:
+        return legacy_view(td, ViewOp.permute(tuple(order), td.batch_size))
+    out = permute_order(td, order)
+    names = td._raw_names()
+    if names is not None:
+        out = carry_names(out, [names[d] for d in order])
+    return remember(td, out, permuted, tuple(order))
+
+
 class ShapeMixin(TensorDictContract):
     """Batch-dim shape operations; every result shares storage with the input when torch's op does."""
 
@@ -243,6 +275,15 @@ class ShapeMixin(TensorDictContract):
             raise BatchSizeError(
                 f"view: batch_size {list(batch_size)} does not match the shape {list(new)}"
             )
+        legacy = _legacy(self)
+        if self._writes_through and not legacy:
+            if size_arg(shape, size, "view") == tuple(self.batch_size):
+                return self  # the batch size itself, spelled out: as upstream, no view at all
+            raise refuse_dense_first(self, "view")
+        if new == self.batch_size:
+            return self
+        if legacy:
+            return legacy_view(self, ViewOp.view(new, self.batch_size))
         return remember(self, _reshape(self, new, copy=False), reshaped)
 
     def reshape(
@@ -264,8 +305,20 @@ class ShapeMixin(TensorDictContract):
         else:
             d = batch_dim(dim, bs)
             dims = (d,) if bs[d] == 1 else ()
+        legacy = _legacy(self)
+        if self._writes_through and not legacy:
+            raise refuse_dense_first(self, "squeeze")
         if not dims:
             return self
+        if legacy and lazy.parts(self) is None:
+            if dim is not None:
+                return legacy_view(self, ViewOp.squeeze(dims[0], bs))
+            viewed: Any = self  # one view per dim, from the first, as upstream
+            while 1 in viewed.batch_size:
+                viewed = chained_view(
+                    viewed, ViewOp.squeeze(viewed.batch_size.index(1), viewed.batch_size)
+                )
+            return viewed
         out = lazy.squeeze(self, dims)
         if out is None:
             new = torch.Size(s for i, s in enumerate(bs) if i not in dims)
@@ -279,6 +332,11 @@ class ShapeMixin(TensorDictContract):
         """Insert a batch dim of size 1 at `dim` (negative dims count from the batch end)."""
         bs = self.batch_size
         d = batch_dim(dim, bs, extra=1)
+        legacy = _legacy(self)
+        if legacy and lazy.parts(self) is None:
+            return legacy_view(self, ViewOp.unsqueeze(d, bs))
+        if self._writes_through and not legacy:
+            raise refuse_dense_first(self, "unsqueeze")
         out = lazy.unsqueeze(self, d)
         if out is None:
             sizes = list(bs)  # slicing a torch.Size costs ~0.5 us a slice
@@ -302,11 +360,7 @@ class ShapeMixin(TensorDictContract):
             raise DimError(
                 f"permute needs a permutation of the {len(bs)} batch dims, got {list(given)}"
             )
-        out = permute_order(self, resolved)
-        names = self._raw_names()
-        if names is not None:
-            out = carry_names(out, [names[d] for d in resolved])
-        return remember(self, out, permuted, tuple(resolved))
+        return permuted_view(self, resolved, "permute")
 
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
@@ -320,11 +374,7 @@ class ShapeMixin(TensorDictContract):
             ) from None
         order = list(range(len(bs)))
         order[d0], order[d1] = order[d1], order[d0]
-        out = permute_order(self, order)
-        names = self._raw_names()
-        if names is not None:
-            out = carry_names(out, [names[d] for d in order])
-        return remember(self, out, permuted, tuple(order))
+        return permuted_view(self, order, "transpose")
 
     def expand(self, *shape: Any, size: Sequence[int] | None = None) -> Self:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim)."""

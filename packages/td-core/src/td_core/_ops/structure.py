@@ -17,6 +17,7 @@ from td_core._core.contract import TensorDictContract
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
+from td_core._ops.legacy_views import refuse_inplace
 from td_core._ops.lock_cache import cache_when_locked
 from td_core._ops.resize_update import update_resized
 from td_core._ops.state_dict import load_state_dict_into, state_dict_of
@@ -176,6 +177,8 @@ class StructureMixin(TensorDictContract):
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
         """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
+        if inplace and self._writes_through:
+            raise refuse_inplace(self, "select")
         if is_stack(self):  # lazy stacks select member by member
             stacked = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
             return remember(self, stacked, same)
@@ -200,6 +203,8 @@ class StructureMixin(TensorDictContract):
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
         """Everything but the given (possibly nested) keys."""
+        if inplace and self._writes_through:
+            raise refuse_inplace(self, "exclude")
         if is_stack(self):  # lazy stacks exclude member by member
             return remember(self, _members_do(self, "exclude", *keys, inplace=inplace), same)
         if set(map(type, keys)) <= {str}:  # top-level keys only: one pass, no paths
@@ -231,7 +236,19 @@ class StructureMixin(TensorDictContract):
         key_sets = tuple(list(keys) for keys in key_sets)
         parts = [self.select(*keys, strict=strict) for keys in key_sets]
         taken = [k for keys in key_sets for k in keys]
-        rest = self.exclude(*taken, inplace=inplace)
+        if inplace and self._writes_through:  # the split keys leave the view's source
+            if self._is_locked:
+                raise LockedError(
+                    "Cannot modify locked TensorDict: split_keys(inplace=True) would delete "
+                    f"keys {taken!r} (unlock_() it first)"
+                )
+            present = self.keys(include_nested=True)
+            for key in taken:
+                if key in present:
+                    self.del_(key)
+            rest = self
+        else:
+            rest = self.exclude(*taken, inplace=inplace)
         out = (*parts, rest)
         if reproduce_struct:
             out = tuple(self.empty(recurse=True).update(part) for part in out)
@@ -259,6 +276,8 @@ class StructureMixin(TensorDictContract):
             >>> list(td.flatten_keys(".").keys())
             ['a.b']
         """
+        if inplace and self._writes_through:
+            raise refuse_inplace(self, "exclude", "flatten_keys")
         result = _members_do(self, "flatten_keys", separator, inplace=inplace, is_leaf=is_leaf)
         if result is NotImplemented:
             out: dict[str, Any] = {}
@@ -271,6 +290,8 @@ class StructureMixin(TensorDictContract):
     @cache_when_locked("unflatten_keys", _unflatten_args, holds_leaves=True)
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """The inverse of `flatten_keys`: split keys on `separator` into nested TensorDicts."""
+        if inplace and self._writes_through:
+            raise refuse_inplace(self, "exclude", "unflatten_keys")
         tree: dict[str, Any] = {}
         lazy = _members_do(self, "unflatten_keys", separator, inplace=inplace)
         if lazy is not NotImplemented:  # a lazy stack: member by member, sharing their leaves

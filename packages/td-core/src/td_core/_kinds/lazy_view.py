@@ -1,0 +1,258 @@
+"""`LazyViewTensorDict`: upstream's legacy lazy shape views, written through to their source.
+
+Under `set_lazy_legacy(True)`, `td.permute(...)`, `transpose`, `squeeze`,
+`unsqueeze` and `view` return one of these (upstream's `_PermutedTensorDict`,
+`_TransposedTensorDict`, `_SqueezedTensorDict`, `_UnsqueezedTensorDict` and
+`_ViewedTensorDict`, here one kind parametrised by its `ViewOp`). It keeps no
+entries of its own:
+
+- a read applies the op to the source's entry on every access, so it never
+  goes stale (a sub-TensorDict entry is read as a lazy view of it);
+- a write applies the inverse op and goes into the source: new keys land in
+  the source in its own layout, an in-place write (`set_`, `update_`,
+  `apply_`, pointwise ops) changes the source's memory;
+- a delete removes the key from the source; the lock is the source's
+  (`lock_()` on the view locks the source, as upstream).
+
+The op undone gives the source back: `td.permute(1, 0).permute(1, 0) is td`.
+Outside legacy mode, shape ops on a view raise `NotDenseError` (a
+`RuntimeError`): make it dense first with `to_tensordict()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import torch
+
+from td_core._core.contract import provide, provided
+from td_core._core.traverse import _batched, is_td, map_batch
+from td_core._core.utils import NO_DEFAULT
+from td_core._io.repr import td_repr
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.pytree import register
+from td_core._kinds.sub import reads_copies
+from td_core._kinds.write_back import CopyBackMixin
+from td_core._ops.legacy_views import ViewOp
+from td_core.errors import BatchSizeError
+
+__all__ = ["LazyViewTensorDict", "lazy_view"]
+
+Tensor = torch.Tensor
+
+
+class LazyViewTensorDict(CopyBackMixin):
+    """A lazy view of `source` through the batch-dim op `op`, reading from and writing into it.
+
+    Built by the shape ops under `set_lazy_legacy(True)`; see the module docs.
+
+    Args:
+        source: the TensorDict viewed.
+        op: the op, over the leading `len(op.before)` batch dims of `source`.
+
+    Examples:
+        >>> import torch
+        >>> from td_core import TensorDict, set_lazy_legacy
+        >>> td = TensorDict({"a": torch.zeros(3, 2)}, [3, 2])
+        >>> with set_lazy_legacy(True):
+        ...     tdp = td.permute(1, 0)
+        >>> tdp["b"] = torch.ones(2, 3)
+        >>> td["b"].shape
+        torch.Size([3, 2])
+    """
+
+    _writes_through = True
+
+    def __init__(self, source: TensorDictBase, op: ViewOp) -> None:
+        if not is_td(source):
+            raise TypeError(f"a lazy view views a TensorDict, got {type(source).__name__}")
+        n = len(op.before)
+        if source.batch_size[:n] != op.before:
+            raise ValueError(
+                f"a lazy {op.kind} view over batch size {list(op.before)} cannot view a "
+                f"TensorDict of batch size {list(source.batch_size)}"
+            )
+        self._source = source
+        self._view_op = op
+        self._batch_size = op.after + source.batch_size[n:]
+        self._reads_are_copies = reads_copies(source)
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def source(self) -> TensorDictBase:
+        """The TensorDict this view reads from and writes into."""
+        return self._source
+
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError(
+            "Modifying the batch size of a lazy representation of a tensordict is not permitted "
+            f"(a lazy {self._view_op.kind} view's batch size follows its source). Consider "
+            "instantiating the tensordict first by calling `td = td.to_tensordict()` before "
+            "resetting the batch size."
+        )
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._source.device
+
+    def _set_device(self, device: Any) -> None:
+        raise RuntimeError("cannot change the device of a lazy view; move its source instead")
+
+    @property
+    def _is_locked(self) -> bool:
+        return self._source._is_locked
+
+    @_is_locked.setter
+    def _is_locked(self, value: bool) -> None:
+        self._source._set_lock(value)
+
+    def _set_lock(self, locked: bool) -> None:
+        """The lock is the source's: locking the view locks the source, as upstream."""
+        self._source._set_lock(locked)
+
+    def _raw_names(self) -> Any:
+        names = self._source._raw_names()
+        if names is None:
+            return None
+        n = len(self._view_op.before)
+        lead = self._view_op.names(list(names[:n]))
+        return None if lead is None else (*lead, *names[n:])
+
+    def _store_names(self, names: Any) -> None:
+        if names is not None and tuple(names) != tuple(self.names):
+            raise _names_error()
+
+    def refine_names(self, *names: Any) -> LazyViewTensorDict:
+        """Refused: a lazy view's dim names are its source's (a wrong count raises as on a
+        TensorDict)."""
+        given = len(names) - (Ellipsis in names)
+        if given > self.batch_dims or (Ellipsis not in names and given != self.batch_dims):
+            self.to_tensordict().refine_names(*names)  # raises the count error
+        raise _names_error()
+
+    def rename_(self, *names: Any, **rename_map: str) -> LazyViewTensorDict:
+        """Refused: a lazy view's dim names are its source's."""
+        raise _names_error()
+
+    def is_shared(self) -> bool:
+        """Whether the source lives in shared memory."""
+        return bool(self._source.is_shared())
+
+    def clone(self, recurse: bool = True) -> Any:
+        """A TensorDict copy; with `recurse=False`, a view of a structure-only copy of the source."""
+        if recurse:
+            return self.to_tensordict()
+        return LazyViewTensorDict(self._source.clone(recurse=False), self._view_op)
+
+    def auto_batch_size_(
+        self, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> LazyViewTensorDict:
+        """Refused: a view's batch size follows its source (see `batch_size`)."""
+        self.batch_size = None  # raises
+        return self
+
+    def __repr__(self) -> str:
+        return td_repr(self, after={"op": self._view_op.describe()})
+
+    # ---------------------------------------------------------------- reading
+    def _view(self, value: Any) -> Any:
+        op = self._view_op
+        if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
+            return op.forward(value)
+        n = len(op.before)
+        if value._is_non_tensor:  # non-tensor data and unbatched tensors
+            return value._map_batch(op.forward, op.after, n)
+        if getattr(value, "_td_tensorclass", False):  # its fields are fixed: a dense view
+            return map_batch(value, op.forward, op.after + value.batch_size[n:])
+        return LazyViewTensorDict(value, op)
+
+    def _back(self, value: Any) -> Any:
+        """`value` (validated against this view) in the source's layout."""
+        op = self._view_op
+        if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
+            return op.backward(value)
+        k = len(op.after)
+        if value._is_non_tensor:
+            return value._map_batch(op.backward, op.before, k)
+        return map_batch(value, op.backward, op.before + value.batch_size[k:])
+
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        value = self._source._get_str(key, NO_DEFAULT)
+        return default if value is NO_DEFAULT else self._view(value)
+
+    def _keys_str(self) -> Collection[str]:
+        return self._source._keys_str()
+
+    def _items_str(self) -> Collection[tuple[str, Any]]:
+        view = self._view
+        return [(key, view(value)) for key, value in self._source._items_str()]
+
+    def _values_str(self) -> Collection[Any]:
+        view = self._view
+        return [view(value) for value in self._source._values_str()]
+
+    def _subtrees(self) -> list[TensorDictBase]:
+        return []  # nothing is held here: locks and names live on the source
+
+    # ---------------------------------------------------------------- writing
+    def _set_str(self, key: str, value: Any) -> None:
+        self._source._set_str(key, self._back(value))
+
+    def _del_str(self, key: str) -> None:
+        self._source._del_str(key)
+
+    def _copy_into(self, key: str, dest: Any, item: Any, full_key: Any) -> None:
+        if not isinstance(dest, Tensor):
+            TensorDictBase._copy_into(self, key, dest, item, full_key)
+            return
+        # the source copies into its own entry (its reads may be copies, its leaves
+        # parameters): the value goes there in the source's layout
+        if not isinstance(item, Tensor):
+            item = torch.as_tensor(item, device=dest.device)
+        bs = self.batch_size
+        try:
+            if item.shape[: len(bs)] != bs and item.ndim >= len(bs):
+                raise RuntimeError("batch dims differ")
+            value = item.expand(dest.shape)
+        except RuntimeError as err:
+            raise BatchSizeError(
+                f"Failed to update {full_key!r}: cannot copy a value of shape "
+                f"{list(item.shape)} into its entry of shape {list(dest.shape)}"
+            ) from err
+        source = self._source
+        source._copy_into(key, source._get_str(key), self._view_op.backward(value), full_key)
+
+    @classmethod
+    def _from_pytree(cls, source: dict[str, Any], batch_size: torch.Size, device: Any) -> Any:
+        """What pytree rebuilds (under `vmap`, `torch.compile`): a dense TensorDict of the
+        view's entries."""
+        return provided("TensorDict")._from_pytree(source, batch_size, device)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self._source, "op": self._view_op}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["source"], state["op"])  # type: ignore[misc]
+
+
+def _names_error() -> RuntimeError:
+    return RuntimeError(
+        "Names of a lazy tensordict cannot be modified: a lazy view's dim names follow its "
+        "source's. Call to_tensordict() first, or name the source's dims."
+    )
+
+
+def lazy_view(source: Any, op: ViewOp) -> LazyViewTensorDict:
+    """A lazy view of `source` through `op` (see `LazyViewTensorDict`)."""
+    return LazyViewTensorDict(source, op)
+
+
+register(LazyViewTensorDict)
+provide("lazy_view", lazy_view)
+provide("LazyViewTensorDict", LazyViewTensorDict)

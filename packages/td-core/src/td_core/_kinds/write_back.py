@@ -1,0 +1,102 @@
+"""In-place ops of a write-through view whose reads may be copies.
+
+A view kind (`SubTensorDict`, `LazyViewTensorDict`) reads its entries from a
+source TensorDict. Where the leaves read are views of the source's memory
+(`_direct`), in-place ops on them reach the source as they are. Where they are
+copies (an advanced index, a lazy stack or a file as the source), an in-place op
+runs on a dense copy of the view and every entry is written back through the
+view's own write primitive (`_set_str`), so no write is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from td_core._kinds.base import TensorDictBase
+
+__all__ = ["CopyBackMixin"]
+
+Tensor = torch.Tensor
+
+
+class CopyBackMixin(TensorDictBase):
+    """`apply_`, `zero_`, `fill_`, `copy_`, `update_`, `masked_fill_`, `copy_at_` and
+    `view[index] = value` that reach the source when the view's reads are copies."""
+
+    __slots__ = ()
+
+    @property
+    def _direct(self) -> bool:
+        """Whether the leaves read are views of the source's memory."""
+        return not self._reads_are_copies
+
+    def _write_back_all(self, copy: Any) -> None:
+        for key, entry in copy._items_str():
+            self._set_str(key, entry)
+
+    def _inplace(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run the in-place `method`; on copies, on a dense copy that is written back."""
+        if self._direct:
+            method(self, *args, **kwargs)
+            return self
+        copy = self.to_tensordict()
+        method(copy, *args, **kwargs)
+        self._write_back_all(copy)
+        return self
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        """`view[index] = value`: on copies, written into a dense copy, then written back."""
+        if self._direct:
+            TensorDictBase._setitem_index(self, index, value)
+            return
+        copy = self.to_tensordict()
+        copy[index] = value
+        self._write_back_all(copy)
+
+    def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
+        """`apply(fn, inplace=True)`, written into the source."""
+        return self._inplace(TensorDictBase.apply_, fn, *others, **kwargs)
+
+    def zero_(self) -> Any:
+        """Zero every viewed leaf (in the source)."""
+        return self._inplace(TensorDictBase.zero_)
+
+    def fill_(self, key: Any, value: float | bool) -> Any:
+        """Fill the viewed entry at `key` (in the source)."""
+        return self._inplace(TensorDictBase.fill_, key, value)
+
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> Any:
+        """Copy `tensordict` into the viewed entries of the source."""
+        return self._inplace(TensorDictBase.copy_, tensordict, non_blocking)
+
+    def update_(
+        self,
+        input_dict_or_td: Any = None,
+        clone: bool = False,
+        *,
+        keys_to_update: Any = None,
+        non_blocking: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Copy the input's entries into the existing viewed entries of the source."""
+        return self._inplace(
+            TensorDictBase.update_,
+            input_dict_or_td,
+            clone,
+            keys_to_update=keys_to_update,
+            non_blocking=non_blocking,
+            **kwargs,
+        )
+
+    def masked_fill_(self, mask: Tensor, value: float | bool) -> Any:
+        """`masked_fill_` on the viewed entries of the source."""
+        return self._inplace(TensorDictBase.masked_fill_, mask, value)
+
+    def copy_at_(
+        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool = True
+    ) -> Any:
+        """`copy_at_` on the viewed entries of the source."""
+        return self._inplace(TensorDictBase.copy_at_, tensordict, idx, non_blocking, fast=fast)
