@@ -389,3 +389,11 @@ def test_a_sub_view_of_a_file_writes_into_the_file(ptd):
     sub = ptd._get_sub_tensordict(1)
     sub["a"] = torch.full((3,), -1.0)  # a read of the file is a copy: the write must not land in it
     assert bool((ptd["a"][1] == -1).all()) and bool((ptd["a"][0] != -1).all())
+
+
+def test_contiguous_copies_and_refuses_inplace(ptd):
+    out = ptd.contiguous(canonical=True)
+    assert type(out) is TensorDict and (out == _dense()).all()
+    with pytest.raises(RuntimeError, match=r"contiguous\(inplace=True\).*in a file"):
+        ptd.contiguous(inplace=True)
+    assert isinstance(ptd, PersistentTensorDict) and (ptd.to_tensordict() == _dense()).all()

@@ -452,8 +452,16 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
 
     to_local = to_tensordict
 
-    def contiguous(self) -> TensorDict:
-        """The entries read into an in-memory `td_core.TensorDict` (as `to_tensordict`)."""
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> TensorDict:
+        """The entries read into an in-memory `td_core.TensorDict` (as `to_tensordict`).
+
+        `inplace=True` is refused: the entries are in a file, not in memory.
+        """
+        if inplace:
+            raise RuntimeError(
+                f"contiguous(inplace=True) on a PersistentTensorDict ({self.filename!r}): its "
+                "entries are in a file, not in memory; call contiguous() for an in-memory copy"
+            )
         return self._dense(())
 
     def is_contiguous(self) -> bool:

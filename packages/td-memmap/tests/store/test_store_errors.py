@@ -157,3 +157,11 @@ def test_lazy_stack_write_with_too_few_rows_is_refused_and_changes_nothing(redis
         assert stored["a"].sum().item() == 0.0
     finally:
         stored.clear_redis()
+
+
+def test_contiguous_copies_and_refuses_inplace(store):
+    out = store.contiguous()
+    assert type(out) is TensorDict and (out["x"] == torch.arange(12.0).view(4, 3)).all()
+    with pytest.raises(RuntimeError, match=r"contiguous\(inplace=True\).*live in the store"):
+        store.contiguous(inplace=True)
+    assert (store["x"] == torch.arange(12.0).view(4, 3)).all()

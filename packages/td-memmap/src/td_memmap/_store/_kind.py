@@ -359,8 +359,13 @@ class TensorDictStore(TensorDictBase):
         """Same as `to_tensordict`."""
         return self.to_tensordict()
 
-    def contiguous(self, *, canonical: bool = False) -> TensorDict:
-        """A local copy (as `to_tensordict`)."""
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> TensorDict:
+        """A local copy (as `to_tensordict`); `inplace=True` is refused (the entries live in the store)."""
+        if inplace:
+            raise RuntimeError(
+                "contiguous(inplace=True) on a TensorDictStore: its entries live in the store, "
+                "not in memory; call contiguous() for an in-memory copy"
+            )
         return self.to_tensordict()
 
     def is_contiguous(self) -> bool:
