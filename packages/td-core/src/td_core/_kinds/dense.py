@@ -54,6 +54,7 @@ class TensorDict(TensorDictBase):
     """
 
     _plain_nodes = True
+    _view_slot = True  # a view op records its source in `_view_record` (see `_ops.views`)
     __slots__ = (
         "_tensordict",
         "_batch_size",
@@ -61,6 +62,7 @@ class TensorDict(TensorDictBase):
         "_is_locked",
         "_names",
         "_pending",
+        "_view_record",
         "__weakref__",
     )
 
