@@ -406,7 +406,7 @@ suite.add(
     lambda: torch.stack([ours_nt10, ours_nt10], 0),
     lambda: torch.stack([theirs_nt10, theirs_nt10], 0),
     what="batch [10, 400, 50] each; upstream collapses the equal strings into one value, "
-    "td keeps one per element (a NonTensorStack, filled once)",
+    "td gives a NonTensorStack (read as a list) that stores the one value and its batch size",
 )
 suite.add(
     "cat 2 with a non-tensor leaf",
