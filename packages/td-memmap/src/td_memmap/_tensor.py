@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ from td_memmap._tensor_args import (
     target_file,
 )
 
-__all__ = ["MemoryMappedTensor"]
+__all__ = ["MemoryMappedTensor", "shared_zeros"]
 
 _PathLike = str | os.PathLike
 _make_subclass = torch.Tensor._make_subclass
@@ -391,12 +392,10 @@ class MemoryMappedTensor(Factories, torch.Tensor):
             return flat._nested(input._nested_tensor_size())
         shape = tuple(input.shape)
         if filename is None:
-            out = torch.empty(shape, dtype=input.dtype, device="cpu")
+            out = shared_zeros(shape, input.dtype)
             if copy_data:
                 out.copy_(input.detach())
-            else:
-                out.zero_()
-            return cls._wrap(out.share_memory_(), None, True)
+            return cls._wrap(out, None, True)
         path = target_file(filename, existsok)
         if copy_data:
             write_leaf(path, input)
@@ -461,6 +460,21 @@ class MemoryMappedTensor(Factories, torch.Tensor):
         return MemoryMappedTensor._wrap(
             nested_view(_make_subclass(torch.Tensor, self), shape), self._mm_file, self._mm_writable
         )
+
+
+def shared_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Zeros of `shape` in a new segment of shared memory (torch's sharing strategy).
+
+    The segment is allocated shared (a new shared-memory file reads as zeros), so
+    the data is written once; `empty(...).share_memory_()` would allocate private
+    memory and copy it into a segment.
+    """
+    nbytes = math.prod(shape) * dtype.itemsize
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:  # pragma: no cover - a torch without it: one more copy
+        return torch.zeros(shape, dtype=dtype, device="cpu").share_memory_()
+    storage = new_shared(nbytes)
+    return torch.empty(0, dtype=dtype, device="cpu").set_(storage, 0, shape, strides_of(shape))
 
 
 def _rebuild_anonymous(
