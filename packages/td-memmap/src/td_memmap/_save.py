@@ -514,16 +514,18 @@ def share_tree(
     """`node` with every tensor leaf in anonymous shared memory (`memmap(prefix=None)`).
 
     Every segment is allocated first (zeros, no data touched), then the leaves are
-    copied in, with `num_threads` threads (None: `default_threads()` when the
-    leaves are large on average, see `LARGE_LEAF`; else none).
+    copied in, with `num_threads` threads (None: `default_threads()`; no file is
+    created, so unlike a save to a folder, threads pay off for small leaves too:
+    on 2 CPUs the Transformer's 184 leaves of ~1 MB were copied 1.5-4x faster with
+    2 threads than in the calling thread; `run_parallel` still keeps a small
+    tree in the calling thread).
     """
     copies: list[tuple[torch.Tensor, torch.Tensor]] = []
     out = _share(node, copy_existing, like, copies)
     if copies:
         weights = [src.numel() * src.element_size() for _, src in copies]
         if num_threads is None:
-            large = sum(weights) >= len(weights) * LARGE_LEAF
-            num_threads = default_threads() if large else 0
+            num_threads = default_threads()
         run_parallel(
             num_threads, lambda pair: pair[0].copy_(pair[1]), copies, weights, min_share=MIN_SHARE
         )
