@@ -7,12 +7,14 @@ parameters, tensorclass fields and dtype views.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
 import torch
 
-from td_core import TensorDict, TensorDictParams, tensorclass
+from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams, tensorclass
 from td_core.errors import LockedError
 
 
@@ -174,3 +176,26 @@ def test_an_identity_rearrangement_is_the_tensordict_itself() -> None:
     assert td.transpose(0, 0) is td
     assert td.permute(0, 1, 2) is td
     assert td.permute(2, 1, 0) is not td
+
+
+@pytest.mark.parametrize("make", [_td, lambda: LazyStackedTensorDict(_td(), _td())])
+def test_a_view_does_not_keep_its_source_alive(make: Any) -> None:
+    source = make()
+    view = source.unsqueeze(0)
+    gone = weakref.ref(source)
+    del source
+    gc.collect()
+    assert gone() is None
+    with view:  # nothing left to write back to: the block is a no-op
+        view["c"] = torch.zeros(view.batch_size)
+    assert "c" in view.keys()
+
+
+def test_a_later_lock_block_on_a_view_drops_its_write_back() -> None:
+    td = _td()
+    view = td.transpose(0, 1)
+    with view.lock_():
+        pass
+    with view:  # the record went with the lock block: this block writes nothing back
+        view["c"] = torch.zeros(4, 3)
+    assert "c" not in td.keys()

@@ -234,7 +234,7 @@ def memmap(
 
     def run() -> Any:
         if prefix is None:
-            out = share_tree(tree, copy_existing=copy_existing)
+            out = share_tree(tree, copy_existing=copy_existing, num_threads=num_threads)
         elif as_archive:
             out = save_archive(
                 tree,

@@ -4,7 +4,10 @@ An op whose result is another layout of the same data (the shape ops,
 `flatten_keys`/`unflatten_keys`, `select`/`exclude`, `view(dtype)`, `to`) calls
 `remember(source, result, undo, *args)`: the result keeps a weak reference to
 its source and how to map it back (`undo(result, source, *args)` returns the
-result in the source's layout).
+result in the source's layout). The record is a plain tuple in the result's
+`_view_record` slot on the kinds that declare one (`_view_slot = True`: the dense
+and lazy-stack classes, where a view op must stay cheap); other kinds keep it in
+a weak side table.
 
 `with result:` notes the result's keys. On a clean exit the result is mapped
 back and every change made through it reaches the source: new and replaced
@@ -60,11 +63,11 @@ Tensor = torch.Tensor
 Path = tuple[str, ...]
 
 
-class _Record(NamedTuple):
-    source: weakref.ref[Any]
-    undo: Callable[..., Any]
-    args: tuple[Any, ...]
-    key_map: Callable[[Path], Path] | None
+# (weak reference to the source, undo, undo's extra args, key_map): a plain tuple,
+# built on every view op (a NamedTuple's constructor costs several times more)
+_Record = tuple[
+    "weakref.ref[Any]", Callable[..., Any], tuple[Any, ...], "Callable[[Path], Path] | None"
+]
 
 
 class _Frame(NamedTuple):
@@ -73,7 +76,7 @@ class _Frame(NamedTuple):
     entered: set[Path] | None
 
 
-_VIEWS = PerObject()  # result of a view op -> _Record
+_VIEWS = PerObject()  # result of a view op -> _Record, for the kinds without the slot
 _FRAMES = PerObject()  # TensorDict -> list of the _Frames of its open `with` blocks
 
 
@@ -87,10 +90,34 @@ def remember(
     """Record that `out` is a view of `source` that `undo(out, source, *args)` maps back; return `out`."""
     if out is not source:
         try:
-            _VIEWS.set(out, _Record(weakref.ref(source), undo, args, key_map))
-        except TypeError:  # not weak-referenceable: nothing to write back to
-            pass
+            record = (weakref.ref(source), undo, args, key_map)
+        except TypeError:  # the source is not weak-referenceable: nothing to write back to
+            return out
+        if getattr(type(out), "_view_slot", False):
+            out._view_record = record
+        else:
+            try:
+                _VIEWS.set(out, record)
+            except TypeError:  # not weak-referenceable: no `with` block can find it
+                pass
     return out
+
+
+def _peek_record(td: Any) -> _Record | None:
+    """`td`'s view record, if it is the result of a view op."""
+    if getattr(type(td), "_view_slot", False):
+        return cast("_Record | None", getattr(td, "_view_record", None))
+    return cast("_Record | None", _VIEWS.get(td))
+
+
+def _take_record(td: Any) -> _Record | None:
+    """`td`'s view record, forgotten: the latest op decides what a `with` block does."""
+    if getattr(type(td), "_view_slot", False):
+        record = getattr(td, "_view_record", None)
+        if record is not None:
+            td._view_record = None
+        return cast("_Record | None", record)
+    return cast("_Record | None", _VIEWS.pop(td, None))
 
 
 # ------------------------------------------------------------------ the inverses
@@ -235,14 +262,15 @@ def _plan(dst: Any, back: Any, path: Path, ops: list[tuple[Any, str, Any, bool, 
 
 
 def _write_back(view: Any, record: _Record, entered: set[Path]) -> None:
-    source = record.source()
+    source_ref, undo, args, key_map = record
+    source = source_ref()
     if source is None:  # nobody can see the source any more
         return
-    back = record.undo(view, source, *record.args)
+    back = undo(view, source, *args)
     gone = entered - _paths(view)
     gone = {p for p in gone if not any(p[:i] in gone for i in range(1, len(p)))}
-    if record.key_map is not None:
-        gone = {record.key_map(p) for p in gone}
+    if key_map is not None:
+        gone = {key_map(p) for p in gone}
     present = _paths(source)
     deletions = sorted(p for p in gone if p in present)
     ops: list[tuple[Any, str, Any, bool, Path]] = []
@@ -274,9 +302,9 @@ class ViewsMixin(TensorDictContract):
         record: _Record | None = None
         if lock_before is NO_DEFAULT:
             lock_before = self._is_locked
-            record = _VIEWS.get(self)
+            record = _peek_record(self)
         else:  # lock_()/unlock_() came last, as in `with view.unlock_():`: restore the lock only
-            _VIEWS.pop(self, None)
+            _take_record(self)
         frame = _Frame(lock_before, record, None if record is None else _paths(self))
         frames = _FRAMES.get(self)
         if frames is None:
