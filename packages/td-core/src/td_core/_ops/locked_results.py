@@ -43,7 +43,7 @@ def locked_like_source(method: Callable[Concatenate[S, P], T]) -> Callable[Conca
     def wrapper(self: S, *args: P.args, **kwargs: P.kwargs) -> T:
         out = method(self, *args, **kwargs)
         if self._is_locked:  # type: ignore[attr-defined]  # every kind has it; usually False
-            if type(out) is tuple:
+            if isinstance(out, tuple):
                 for piece in out:
                     _lock(self, piece)
             else:
