@@ -152,3 +152,18 @@ def test_an_existing_tensor_is_written_in_place_on_a_locked_source() -> None:
     with pytest.raises(RuntimeError, match="locked"):
         sub["new"] = torch.zeros(sub.batch_size)
     assert "new" not in td.keys()
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_vmap_over_a_sub_tensordict_sees_its_current_values(nested: bool) -> None:
+    td = _td()
+    sub = td._get_sub_tensordict((slice(None), 1))
+    arg = TensorDict({"parent": sub}, sub.batch_size) if nested else sub
+    fun = torch.vmap(lambda x: x)
+    out = fun(arg)
+    view = out["parent"] if nested else out
+    assert type(view) is TensorDict and view.batch_size == (3,)
+    assert torch.equal(view["a"], td["a"][:, 1])
+    sub.zero_()
+    again = fun(arg)
+    assert ((again["parent"] if nested else again)["a"] == 0).all()
