@@ -45,8 +45,11 @@ def test_new_key_lands_in_the_source(idx: object) -> None:
         lambda s: s.update_(s.apply(lambda t: t + 1)),
         lambda s: s.copy_(s.apply(lambda t: t + 1)),
         lambda s: s.__setitem__(slice(None), s.apply(lambda t: t + 1)),
+        lambda s: s.apply(lambda t: t + 1, inplace=True),
+        lambda s: s.named_apply(lambda k, t: t + 1, inplace=True),
+        lambda s: s._fast_apply(lambda t: t + 1, inplace=True),
     ],
-    ids=["add_", "apply_", "update_", "copy_", "setitem"],
+    ids=["add_", "apply_", "update_", "copy_", "setitem", "apply", "named_apply", "_fast_apply"],
 )
 def test_in_place_ops_write_through(idx: object, op: object) -> None:
     td = _td()

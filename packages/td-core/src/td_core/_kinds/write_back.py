@@ -23,8 +23,9 @@ Tensor = torch.Tensor
 
 
 class CopyBackMixin(TensorDictBase):
-    """`apply_`, `zero_`, `fill_`, `copy_`, `update_`, `masked_fill_`, `copy_at_` and
-    `view[index] = value` that reach the source when the view's reads are copies."""
+    """`apply_`, `apply`/`named_apply`/`_fast_apply` with `inplace=True`, `zero_`, `fill_`,
+    `copy_`, `update_`, `masked_fill_`, `copy_at_` and `view[index] = value` that reach the
+    source when the view's reads are copies."""
 
     __slots__ = ()
 
@@ -59,6 +60,24 @@ class CopyBackMixin(TensorDictBase):
     def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
         """`apply(fn, inplace=True)`, written into the source."""
         return self._inplace(TensorDictBase.apply_, fn, *others, **kwargs)
+
+    def _inplace_if_asked(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`method` as it is, or through `_inplace` when called with `inplace=True`."""
+        if not kwargs.get("inplace"):
+            return method(self, *args, **kwargs)
+        return self._inplace(method, *args, **kwargs)
+
+    def apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
+        """`apply`; with `inplace=True` the results are written into the source."""
+        return self._inplace_if_asked(TensorDictBase.apply, fn, *others, **kwargs)
+
+    def named_apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
+        """`named_apply`; with `inplace=True` the results are written into the source."""
+        return self._inplace_if_asked(TensorDictBase.named_apply, fn, *others, **kwargs)
+
+    def _fast_apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
+        """Upstream's private `_fast_apply`; with `inplace=True` the results reach the source."""
+        return self._inplace_if_asked(TensorDictBase._fast_apply, fn, *others, **kwargs)
 
     def zero_(self) -> Any:
         """Zero every viewed leaf (in the source)."""
