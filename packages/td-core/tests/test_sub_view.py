@@ -155,3 +155,27 @@ def test_an_existing_tensor_is_written_in_place_on_a_locked_source() -> None:
     with pytest.raises(RuntimeError, match="locked"):
         sub["new"] = torch.zeros(sub.batch_size)
     assert "new" not in td.keys()
+
+
+def test_popitem_deletes_the_key_from_the_source() -> None:
+    td = _td()
+    sub = td._get_sub_tensordict(1)
+    key, value = sub.popitem()
+    assert key == "nested" and value.batch_size == (4,)
+    assert list(td.keys()) == ["a"] and list(sub.keys()) == ["a"]
+
+
+@pytest.mark.parametrize("idx", BASIC + ADVANCED, ids=str)
+def test_lazy_stack_out_a_sub_writes_the_source_rows(idx: object) -> None:
+    td = _td()
+    sub = td._get_sub_tensordict(idx)
+    n, rest = sub.batch_size[0], sub.batch_size[1:]
+    members = [
+        TensorDict({"a": torch.full((*rest, 2), i + 1.0), "nested": {"x": torch.ones(rest)}}, rest)
+        for i in range(n)
+    ]
+    assert lazy_stack(members, 0, out=sub) is sub
+    expected = _td()["a"].clone()
+    expected[idx] = torch.stack([m["a"] for m in members])
+    assert (td["a"] == expected).all()
+    assert (td["nested", "x"][idx] == 1).all()
