@@ -179,3 +179,12 @@ def test_lazy_stack_out_a_sub_writes_the_source_rows(idx: object) -> None:
     expected[idx] = torch.stack([m["a"] for m in members])
     assert (td["a"] == expected).all()
     assert (td["nested", "x"][idx] == 1).all()
+
+
+@pytest.mark.parametrize("idx", BASIC + ADVANCED, ids=str)
+def test_inplace_apply_keeping_no_leaf_returns_none(idx: object) -> None:
+    td = _td()
+    sub = td._get_sub_tensordict(idx)
+    assert sub.apply(lambda t: None, inplace=True, filter_empty=True) is None
+    assert sub._fast_apply(lambda t: None, inplace=True, filter_empty=True) is None
+    assert (td["a"] == _td()["a"]).all()

@@ -62,10 +62,14 @@ class CopyBackMixin(TensorDictBase):
         return self._inplace(TensorDictBase.apply_, fn, *others, **kwargs)
 
     def _inplace_if_asked(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """`method` as it is, or through `_inplace` when called with `inplace=True`."""
-        if not kwargs.get("inplace"):
+        """`method` as it is, or run like `_inplace` when called with `inplace=True` (its
+        `None`, when `fn` kept no leaf and `filter_empty` drops them, is passed on)."""
+        if not kwargs.get("inplace") or self._direct:
             return method(self, *args, **kwargs)
-        return self._inplace(method, *args, **kwargs)
+        copy = self.to_tensordict()
+        result = method(copy, *args, **kwargs)
+        self._write_back_all(copy)
+        return None if result is None else self
 
     def apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
         """`apply`; with `inplace=True` the results are written into the source."""
