@@ -1,4 +1,4 @@
-"""`memmap_()` of a legacy lazy view (`set_lazy_legacy(True)`) memory-maps its source in place."""
+"""Memory-mapping a legacy lazy view (`set_lazy_legacy(True)`) whose source already has files."""
 
 from pathlib import Path
 
@@ -6,41 +6,38 @@ import pytest
 import torch
 
 from td_core import TensorDict, set_lazy_legacy
-from td_memmap import MemoryMappedTensor
 
 
 def _view() -> TensorDict:
+    source = TensorDict({"a": torch.randn(3, 1, 4, 2), "n": {"b": torch.ones(3, 1, 4)}}, [3, 1, 4])
     with set_lazy_legacy(True):
-        return TensorDict(
-            {"a": torch.randn(3, 1, 4, 2), "n": {"b": torch.ones(3, 1, 4)}}, [3, 1, 4]
-        ).permute(2, 0, 1)
+        return source.permute(2, 0, 1)
 
 
-def test_the_source_gets_the_files(tmp_path: Path) -> None:
+def test_the_view_saves_in_its_own_layout(tmp_path: Path) -> None:
     view = _view()
-    expected = view.get("a").clone()
+    expected = view.to_tensordict()
     assert view.memmap_(tmp_path / "one") is view
-    source = view.source
-    assert isinstance(source.get("a"), MemoryMappedTensor)
-    assert isinstance(source.get(("n", "b")), MemoryMappedTensor)
-    assert (view.get("a") == expected).all()
-    assert view.get("a").shape == (4, 3, 1, 2)
+    loaded = TensorDict.load_memmap(tmp_path / "one")
+    assert loaded.batch_size == (4, 3, 1)
+    assert (loaded == expected).all()
+    assert (view.to_tensordict() == expected).all()
 
 
-def test_a_second_prefix_needs_copy_existing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_place", [True, False])
+def test_another_prefix_needs_copy_existing(tmp_path: Path, in_place: bool) -> None:
     view = _view()
     view.memmap_(tmp_path / "one")
+    save = view.memmap_ if in_place else view.memmap
     with pytest.raises(RuntimeError, match="already has a file associated"):
-        view.memmap_(tmp_path / "two")
-    leaves = dict(view.source.items(True, True))
-    assert view.memmap_() is view  # no prefix: nothing moves
-    assert all(view.source.get(k) is v for k, v in leaves.items())
-    view.memmap_(tmp_path / "two", copy_existing=True)
-    assert Path(view.source.get("a").filename).parent == tmp_path / "two"
+        save(tmp_path / "two")
+    assert not (tmp_path / "two").exists()
+    save(tmp_path / "two", copy_existing=True)
+    assert (TensorDict.load_memmap(tmp_path / "two") == view.to_tensordict()).all()
 
 
-def test_return_early_gives_a_future_of_the_view(tmp_path: Path) -> None:
+def test_the_same_prefix_saves_again(tmp_path: Path) -> None:
     view = _view()
-    future = view.memmap_(tmp_path / "one", return_early=True)
-    assert future.result() is view
-    assert isinstance(view.source.get("a"), MemoryMappedTensor)
+    view.memmap_(tmp_path / "one")
+    view.memmap_(tmp_path / "one")
+    assert (TensorDict.load_memmap(tmp_path / "one") == view.to_tensordict()).all()

@@ -21,9 +21,7 @@ Outside legacy mode, shape ops on a view raise `NotDenseError` (a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
-from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -151,53 +149,6 @@ class LazyViewTensorDict(CopyBackMixin):
         if recurse:
             return self.to_tensordict()
         return LazyViewTensorDict(self._source.clone(recurse=False), self._view_op)
-
-    def memmap_(
-        self,
-        prefix: str | os.PathLike[str] | None = None,
-        copy_existing: bool = False,
-        *,
-        num_threads: int | None = None,
-        return_early: bool = False,
-        share_non_tensor: bool = False,
-        existsok: bool = True,
-        robust_key: bool | None = True,
-        atomic: bool = False,
-        allow_pickle: bool = False,
-        durable: bool = False,
-    ) -> Any:
-        """Memory-map the source in place (as upstream): the files under `prefix` hold the
-        source, in its own layout; returns this view (a `Future` of it with `return_early`).
-
-        The view keeps reading the source, so it reads the files; a second call with
-        another `prefix` raises the `RuntimeError` a memory-mapped TensorDict raises
-        unless `copy_existing=True` (see `memmap`).
-        """
-        done = self._source.memmap_(
-            prefix,
-            copy_existing,
-            num_threads=num_threads,
-            return_early=return_early,
-            share_non_tensor=share_non_tensor,
-            existsok=existsok,
-            robust_key=robust_key,
-            atomic=atomic,
-            allow_pickle=allow_pickle,
-            durable=durable,
-        )
-        if not isinstance(done, Future):
-            return self
-        out: Future[LazyViewTensorDict] = Future()
-
-        def finish(f: Future[Any]) -> None:
-            err = f.exception()
-            if err is None:
-                out.set_result(self)
-            else:
-                out.set_exception(err)
-
-        done.add_done_callback(finish)
-        return out
 
     def auto_batch_size_(
         self, batch_dims: int | None = None, keep_compliant_size: bool = False
