@@ -79,11 +79,22 @@ def test_a_locked_source_refuses_new_keys_and_changes_nothing() -> None:
     assert (td["a"] == 0).all()
 
 
-def test_a_locked_source_takes_replaced_leaves_in_place() -> None:
+def test_a_view_of_a_locked_source_is_locked_and_refuses_a_replaced_leaf_at_once() -> None:
+    td = _td().lock_()
+    a = td["a"]
+    with pytest.raises(LockedError, match="'a'"):
+        with td.transpose(0, 1) as tdt:
+            assert tdt.is_locked and tdt["n"].is_locked
+            tdt["a"] = torch.ones(4, 3, 2)
+    assert td["a"] is a
+    assert (a == 0).all()
+
+
+def test_an_in_place_write_through_a_view_of_a_locked_source_reaches_it() -> None:
     td = _td().lock_()
     a = td["a"]
     with td.transpose(0, 1) as tdt:
-        tdt["a"] = torch.ones(4, 3, 2)
+        tdt.set_("a", torch.ones(4, 3, 2))
     assert td["a"] is a
     assert (a == 1).all()
 

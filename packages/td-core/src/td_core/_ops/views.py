@@ -230,26 +230,58 @@ def _same(current: Any, new: Any) -> bool:
     return False
 
 
-def _plan(dst: Any, back: Any, path: Path, ops: list[tuple[Any, str, Any, bool, Path]]) -> None:
-    """The writes that make `dst` hold `back`'s entries; `LockedError` if a locked level must change."""
+def _equal(current: Any, new: Any) -> bool:
+    """Whether the tensor `new` holds exactly what `current` holds (same dtype, device, shape, grad)."""
+    return (
+        isinstance(current, Tensor)
+        and isinstance(new, Tensor)
+        and current.dtype == new.dtype
+        and current.device == new.device
+        and current.shape == new.shape
+        and current.requires_grad == new.requires_grad
+        and bool(torch.equal(current, new))
+    )
+
+
+def _plan(
+    dst: Any,
+    back: Any,
+    path: Path,
+    ops: list[tuple[Any, str, Any, bool, Path]],
+    copied: bool = False,
+) -> None:
+    """The writes that make `dst` hold `back`'s entries; `LockedError` if a locked level must change.
+
+    A lazy stack `dst` is planned member by member, so a ragged leaf is never
+    stacked: `back`'s members when they line up with `dst`'s, else `back`
+    unbound along `dst`'s stack dim. The leaves read that way are copies
+    (`copied`), so a leaf equal to the source's is left alone rather than
+    replaced by its copy.
+    """
     members, back_members = stack_parts(dst), stack_parts(back)
-    if (
-        members is not None
-        and back_members is not None
-        and members[1] == back_members[1]
-        and len(members[0]) == len(back_members[0])
-    ):  # member by member: ragged leaves are never stacked
-        for member, back_member in zip(members[0], back_members[0]):
-            _plan(member, back_member, path, ops)
+    if members is not None:
+        parts, dim = members
+        if (
+            back_members is not None
+            and back_members[1] == dim
+            and len(back_members[0]) == len(parts)
+        ):
+            pieces = back_members[0]  # the view's own members: leaves read as they are
+        else:  # another layout (e.g. `view(-1)` across the stack dim): read each member's slice
+            pieces, copied = list(back.unbind(dim)), True
+        for member, piece in zip(parts, pieces):
+            _plan(member, piece, path, ops, copied)
         return
     locked = dst.is_locked
     for key, value in back._items_str():
         full = (*path, key)
         current = dst._get_str(key, NO_DEFAULT)
         if is_td(value) and current is not NO_DEFAULT and is_td(current):
-            _plan(current, value, full, ops)
+            _plan(current, value, full, ops, copied)
             continue
-        if current is not NO_DEFAULT and _same(current, value):
+        if current is not NO_DEFAULT and (
+            _same(current, value) or (copied and _equal(current, value))
+        ):
             continue
         replace = current is NO_DEFAULT or is_td(current) or is_td(value)
         if locked and replace:
