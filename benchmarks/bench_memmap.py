@@ -24,7 +24,11 @@ Everything is written under one temporary folder, removed at exit. Cases:
 - ``nn.Transformer``'s weights (``TensorDict.from_module``: 184 leaves, 177 MB):
   the anonymous memmap (no prefix, every leaf copied into shared memory) at
   ``num_threads`` 0, 8, 32 and td's default against upstream (upstream's memmap
-  benchmark), and a fresh-folder checkpoint and its load against safetensors.
+  benchmark), a fresh-folder checkpoint and its load (and load then every page
+  read) against safetensors, and the same save with ``num_threads=16`` and the
+  default against ``torch.save(model.state_dict())`` (the seeds' headline).
+- 1,000 leaves of 16 KB saved into a fresh folder against ``save_file`` and
+  ``torch.save``, and loaded then read against ``load_file`` then read.
 - random access: 3 random rows of a memory-mapped 100k-row data set (images
   and labels) against loading the whole data set file with ``torch.load``.
 
@@ -294,12 +298,68 @@ def _few_leaves_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     )
 
 
-def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite) -> None:
+def _touch(tensors: object) -> int:
+    """Read one element of every 4 KB page of every tensor: each page is faulted in.
+
+    A `sum` over the whole leaves would time torch's reduction (and its OpenMP
+    threads, which on a busy 2-CPU machine swing by 3x) more than the load.
+    """
+    total = 0
+    for t in tensors:  # type: ignore[attr-defined]
+        flat = torch.Tensor._make_subclass(torch.Tensor, t).reshape(-1)
+        step = max(4096 // t.element_size(), 1)
+        total += int(flat[::step].count_nonzero())
+    return total
+
+
+def _many_small_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
+    """1,000 leaves of 16 KB (16 MB) in one TensorDict: the many-small-leaves checkpoint.
+
+    td writes 1,000 files (one per leaf) where torch.save and safetensors write
+    one: this is the cost of file creation, not of bytes (see the module doc).
+    """
+    gen = torch.Generator().manual_seed(2)
+    ours_td = TensorDict({f"l{i}": torch.randn(64, 64, generator=gen) for i in range(1000)}, [])
+    flat = ours_td.to_dict()
+    folder, st_file, pt_file = _path("td_small"), _path("small.safetensors"), _path("small.pt")
+    ours_td.memmap(folder)
+    save_file(flat, st_file)
+    torch.save(flat, pt_file)
+
+    def ours_fresh() -> object:
+        shutil.rmtree(folder)
+        return ours_td.memmap(folder)
+
+    def st_fresh() -> None:
+        os.remove(st_file)
+        save_file(flat, st_file)
+
+    def torch_fresh() -> None:
+        os.remove(pt_file)
+        torch.save(flat, pt_file)
+
+    what = (
+        "remove the previous copy, then td.memmap (1,000 files of 16 KB) with the default "
+        "num_threads, against removing the reference's file and saving again"
+    )
+    vs_safetensors.add(
+        "load+read 1000 leaves 16MB",
+        lambda: _touch(TensorDict.load_memmap(folder).values()),
+        lambda: _touch(load_file(st_file).values()),
+        what="load_memmap then every page of every leaf read, against load_file then the same",
+    )
+    vs_safetensors.add("save 1000 leaves 16MB, fresh folder", ours_fresh, st_fresh, what=what)
+    vs_torch.add("save 1000 leaves 16MB, fresh folder", ours_fresh, torch_fresh, what=what)
+
+
+def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite, vs_torch: Suite) -> None:
     """`TensorDict.from_module(nn.Transformer())`: 184 leaves, 177 MB, mostly of 1-4 MB.
 
     Upstream's memmap benchmark: the anonymous memmap (no prefix: every leaf copied
-    into shared memory) at several `num_threads`; and a checkpoint of the same
-    weights into a fresh folder against safetensors' `save_file` of the flat dict.
+    into shared memory) at several `num_threads`; a checkpoint of the same weights
+    into a fresh folder against safetensors' `save_file` of the flat dict, and
+    (the seeds' headline, with `num_threads=16` and the default) against
+    `torch.save(model.state_dict())`; its load, then every page read.
     """
     torch.manual_seed(0)
     with warnings.catch_warnings():
@@ -342,6 +402,34 @@ def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite) -> None:
         lambda: load_file(st_file),
         what="load_memmap of the Transformer checkpoint against load_file",
     )
+    vs_safetensors.add(
+        "load+read Transformer 177MB 184 leaves",
+        lambda: _touch(TensorDict.load_memmap(folder).values(True, True)),
+        lambda: _touch(load_file(st_file).values()),
+        what="load_memmap then every page of every leaf read, against load_file then the same",
+    )
+    state, pt_file = model.state_dict(), _path("transformer.pt")
+    torch.save(state, pt_file)
+
+    def torch_fresh() -> None:
+        os.remove(pt_file)
+        torch.save(state, pt_file)
+
+    for threads in (16, None):
+        label = "default" if threads is None else str(threads)
+
+        def ours(n: int | None = threads) -> object:
+            shutil.rmtree(folder)
+            return ours_td.memmap(folder, num_threads=n)
+
+        vs_torch.add(
+            f"save Transformer 177MB, fresh folder, num_threads={label}",
+            ours,
+            torch_fresh,
+            what="the seeds' headline: remove the previous copy, then TensorDict.from_module("
+            f"nn.Transformer()).memmap(folder, num_threads={label}), against removing the file "
+            "and torch.save(model.state_dict())",
+        )
 
 
 def _dataset_suite(vs_upstream: Suite) -> Suite:
@@ -395,7 +483,8 @@ def _dataset_suite(vs_upstream: Suite) -> Suite:
 def main() -> None:
     vs_torch, vs_safetensors, vs_upstream = _checkpoint_suites()
     _few_leaves_cases(vs_torch, vs_safetensors)
-    _transformer_cases(vs_upstream, vs_safetensors)
+    _many_small_cases(vs_torch, vs_safetensors)
+    _transformer_cases(vs_upstream, vs_safetensors, vs_torch)
     access = _dataset_suite(vs_upstream)
     for suite in (vs_torch, vs_safetensors, vs_upstream, access):
         os.sync()

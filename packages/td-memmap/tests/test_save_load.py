@@ -217,6 +217,13 @@ class TestInPlaceAndShared:
         save(TensorDict({"v": torch.ones(2)}, []), tmp_path / "a")  # a key gone: its files too
         assert sorted(os.listdir(tmp_path / "a")) == ["meta.json", "v.memmap"]
 
+    def test_resaving_without_a_sub_td_removes_its_folder(self, tmp_path):
+        save(TensorDict({"w": torch.zeros(4), "sub": {"b": torch.ones(2)}}, []), tmp_path / "a")
+        save(TensorDict({"w": torch.ones(4)}, []), tmp_path / "a")
+        # no stale sub-folder is left that would load alone, naming files now removed
+        assert not (tmp_path / "a" / "sub").exists()
+        assert load(tmp_path / "a").keys() == {"w"}
+
     def test_resaving_a_memory_mapped_td_keeps_its_files(self, tmp_path):
         td = save(TensorDict({"w": torch.zeros(4), "v": torch.ones(2)}, []), tmp_path / "a")
         td = load(tmp_path / "a")

@@ -29,3 +29,41 @@ def test_memmap_like_files_stay_sparse(tmp_path: os.PathLike) -> None:
     assert like["x"].sum() == 0
     st = os.stat(os.path.join(tmp_path, "x.memmap"))
     assert st.st_blocks * 512 < st.st_size  # no blocks reserved for zeros
+
+
+def test_a_save_into_a_new_folder_creates_each_file_without_looking_first(
+    tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looked: list[str] = []
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        looked.append(os.fspath(path))
+        return real_lstat(path, *args, **kwargs)
+
+    td = TensorDict({"a": torch.arange(3), "sub": {"b": torch.ones(2)}}, [])
+    monkeypatch.setattr(_io.os, "lstat", lstat)
+    td.memmap(os.path.join(tmp_path, "new"))
+    assert not [p for p in looked if p.endswith(".memmap")]  # a syscall a leaf saved
+    looked.clear()
+    td.memmap(os.path.join(tmp_path, "new"))  # a re-save looks: it may rewrite in place
+    assert [p for p in looked if p.endswith(".memmap")]
+    assert TensorDict.load_memmap(os.path.join(tmp_path, "new"))["sub", "b"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "replace"])
+def test_a_file_made_in_a_fresh_folder_meanwhile_is_handled_as_the_mode_says(
+    tmp_path: os.PathLike, mode: str
+) -> None:
+    path = os.path.join(tmp_path, "x.memmap")
+    with open(path, "wb") as f:
+        f.write(b"\0" * 8)
+    inode = os.stat(path).st_ino
+    keep = os.open(path, os.O_RDONLY)  # the old inode stays allocated, so numbers cannot repeat
+    try:
+        _io.write_bytes(path, b"\1" * 8, mode=mode, fresh=True)
+        with open(path, "rb") as f:
+            assert f.read() == b"\1" * 8
+        assert (os.stat(path).st_ino == inode) == (mode == "overwrite")
+    finally:
+        os.close(keep)

@@ -101,12 +101,13 @@ def remove_replaced(previous: Previous, files: dict[str, set[str]]) -> None:
     folder that still holds something else stays.
     """
     for folder, names in previous.files.items():
-        kept = files.get(folder) or set()
+        new_kept = files.get(folder)
+        kept = set() if new_kept is None else new_kept
         for name in names - kept:
             for sibling in _siblings(name):  # the spares of an entry the new save lacks
                 if sibling not in kept:
                     remove_if_exists(os.path.join(folder, sibling))
-        if kept is None:  # a folder the new save does not have
+        if new_kept is None:  # a folder the new save does not have: it must not load alone
             remove_if_exists(os.path.join(folder, META_NAME))
     for folder in reversed(previous.folders):  # deepest first
         if folder not in files:

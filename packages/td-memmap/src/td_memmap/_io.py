@@ -122,8 +122,15 @@ def _create_sized(path: str, nbytes: int, reserve: bool) -> int:
     return fd
 
 
-def _open_for_write(path: str, mode: str, nbytes: int, reserve: bool) -> tuple[int, str]:
+def _open_for_write(
+    path: str, mode: str, nbytes: int, reserve: bool, fresh: bool = False
+) -> tuple[int, str]:
     """An fd to write `nbytes` for `path` and the name it is written under (see `_write_file`)."""
+    if fresh and mode != "atomic":
+        try:
+            return _create_sized(path, nbytes, reserve), path
+        except FileExistsError:
+            pass  # created since its folder was: the mode's own way below
     if mode == "atomic":
         tmp = _tmp_path(path)
         return _create_sized(tmp, nbytes, reserve), tmp
@@ -146,6 +153,7 @@ def _write_file(
     mode: str,
     durable: bool,
     reserve: bool = True,
+    fresh: bool = False,
 ) -> None:
     """Write `nbytes` to `path` through `fill`, in one of three ways.
 
@@ -158,9 +166,12 @@ def _write_file(
       see the new data, as after any write), else `"replace"`.
 
     A new file's blocks are reserved first (`reserve`, see `RESERVE_FROM`).
+    `fresh`: `path`'s folder was just created by the caller, so `path` is
+    created at once (no `lstat` or `unlink` first: a syscall a leaf on a
+    fresh save); should it exist after all, `mode` applies as usual.
     On error the partial file is removed.
     """
-    fd, target = _open_for_write(path, mode, nbytes, reserve)
+    fd, target = _open_for_write(path, mode, nbytes, reserve, fresh)
     try:
         fill(fd)
         if durable:
@@ -184,17 +195,25 @@ def write_bytes(
     *,
     mode: str = "atomic",
     durable: bool = False,
+    fresh: bool = False,
 ) -> None:
-    """Write `data` to `path` in large sequential writes (`mode`: see `_write_file`)."""
+    """Write `data` to `path` in large sequential writes (`mode`, `fresh`: see `_write_file`)."""
     view = memoryview(data).cast("B")  # type: ignore[arg-type]  # numpy stubs give ndarray __buffer__ only on 3.12+
-    _write_file(path, len(view), lambda fd: _write_all(fd, view), mode=mode, durable=durable)
+    _write_file(
+        path, len(view), lambda fd: _write_all(fd, view), mode=mode, durable=durable, fresh=fresh
+    )
 
 
 def write_leaf(
-    path: str, tensor: torch.Tensor, *, mode: str = "atomic", durable: bool = False
+    path: str,
+    tensor: torch.Tensor,
+    *,
+    mode: str = "atomic",
+    durable: bool = False,
+    fresh: bool = False,
 ) -> None:
     """Write the raw bytes of `tensor` (C order, native byte order) to `path`."""
-    write_bytes(path, tensor_bytes(tensor), mode=mode, durable=durable)
+    write_bytes(path, tensor_bytes(tensor), mode=mode, durable=durable, fresh=fresh)
 
 
 def write_grown(

@@ -289,18 +289,20 @@ def _preorder(folder: _Folder) -> list[_Folder]:
     return out
 
 
-def _run(job: _Job, durable: bool) -> None:
+def _run(job: _Job, durable: bool, fresh: frozenset[str]) -> None:
     # No file the previous save uses is written (see _name_files), so no temporary
     # names are needed: a file left by a crashed save, of the same size, is
     # rewritten in place (the fastest); any other is unlinked and created again.
+    # In a folder this save created (`fresh`) the file is created at once.
     if job.action == "reuse":
         return
+    new = os.path.dirname(job.path) in fresh
     if job.action in ("bytes", "shared"):
-        write_bytes(job.path, job.src, mode="replace", durable=durable)
+        write_bytes(job.path, job.src, mode="replace", durable=durable, fresh=new)
         return
     assert job.dtype is not None
     if job.action == "write":
-        write_leaf(job.path, job.src, mode="overwrite", durable=durable)
+        write_leaf(job.path, job.src, mode="overwrite", durable=durable, fresh=new)
     elif job.action == "grow":
         write_grown(job.path, job.src.head, job.src.tail, mode="overwrite", durable=durable)
     else:
@@ -329,6 +331,7 @@ def _name_files(
     used: dict[str, set[str]] = {}
     spares: dict[str, set[str]] = {}
     fresh = []
+    first_save = not previous.files  # nothing to keep intact, no spares to keep
     for job in jobs:
         if job.action == "reuse":  # the file is in the job's folder (see _Planner._tensor)
             folder = os.path.dirname(job.path)
@@ -346,6 +349,12 @@ def _name_files(
     for job in fresh:
         folder = os.path.dirname(job.path)
         taken = used.setdefault(folder, set())
+        if first_save:
+            name = os.path.basename(job.path)
+            if name not in taken:  # the entry's own name (stems are unique per folder)
+                taken.add(name)
+                job.entry[job.name_field] = name
+                continue
         names = candidates(job.path, _SUFFIXES.get(job.action, LEAF_SUFFIX))
         path = first_free(
             names,
@@ -379,15 +388,18 @@ def _stage(folder: _Folder, stamps: dict[str, list[int]], durable: bool) -> str:
     return tmp
 
 
-def _prepare(folder: _Folder, top: bool) -> None:
-    if top:
-        os.makedirs(folder.path, exist_ok=True)
-    else:  # its parent exists by now
-        try:
-            os.mkdir(folder.path)
-        except FileExistsError:
-            pass
-    clean_stale_tmp(folder.path)
+def _prepare(folder: _Folder, top: bool) -> bool:
+    """Make `folder` if needed and clean it of dead saves' temporary files; whether it was made."""
+    if top and not os.path.lexists(folder.path):
+        os.makedirs(os.path.dirname(folder.path), exist_ok=True)
+    try:  # the parent exists by now
+        os.mkdir(folder.path)
+    except FileExistsError:
+        if not os.path.isdir(folder.path):
+            raise  # a file in the way, as os.makedirs(exist_ok=True) says it
+        clean_stale_tmp(folder.path)
+        return False
+    return True  # nothing in it to clean
 
 
 #: What creating a file weighs against writing bytes, when sharing the work between
@@ -468,15 +480,16 @@ def save_tree(
     staged: list[tuple[str, str]] = []
     stamps: dict[str, list[int]] = {}
     try:
-        for folder in folders:  # parents first
-            _prepare(folder, folder is plan)
+        fresh = frozenset(  # parents first
+            folder.path for folder in folders if _prepare(folder, folder is plan)
+        )
         jobs = planner.jobs
         weights = [_weight(job) for job in jobs]
         if num_threads is None:
             num_threads = _default_threads(weights)
         run_parallel(
             num_threads,
-            lambda job: _run(job, durable),
+            lambda job: _run(job, durable, fresh),
             jobs,
             weights,
             min_share=MIN_SHARE,
