@@ -129,6 +129,25 @@ def test_stacking_unbatched_tensors_with_different_data_warns():
         assert torch.stack([td1, td1])["ub"].data_ptr() == td1["ub"].data_ptr()
 
 
+def test_failed_stack_does_not_warn_about_unbatched_tensors():
+    # the unbatched entry comes first; the ragged nested entry makes the stack fail
+    td1 = TensorDict(
+        ub=UnbatchedTensor(torch.zeros(5)), sub={"x": torch.ones(3, 2)}, batch_size=[3]
+    )
+    td2 = TensorDict(ub=UnbatchedTensor(torch.ones(5)), sub={"x": torch.ones(3, 4)}, batch_size=[3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+            torch.stack([td1, td2])
+        with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+            LazyStackedTensorDict.lazy_stack([td1, td2]).contiguous()
+        with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+            LazyStackedTensorDict.lazy_stack([td1, td2]).to_tensordict()
+    dense = LazyStackedTensorDict.lazy_stack([td1, td1]).to_tensordict()
+    assert list(dense.keys()) == ["ub", "sub"]
+    assert type(dense["ub"]) is UnbatchedTensor and dense["ub"].data_ptr() != td1["ub"].data_ptr()
+
+
 def test_typed_metadata_names_the_expected_type():
     with pytest.raises(TypeError, match=r"Expected data of type int, got str \('a string'\)"):
         MetaData[int]("a string")

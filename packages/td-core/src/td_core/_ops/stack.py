@@ -21,7 +21,12 @@ from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts, tensor_leaves
 from td_core._core.utils import normalize_dim
 from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
-from td_core._leaves.unbatched import is_unbatched, shared_unbatched
+from td_core._leaves.unbatched import (
+    is_unbatched,
+    shared_unbatched,
+    unbatched_storage_differs,
+    warn_unbatched_storage,
+)
 from td_core._ops.names import carry_names, names_after
 from td_core.errors import BatchSizeError, GradLeafWriteError, KeyNotFoundError
 
@@ -152,7 +157,27 @@ def stack_onto(out: TD, tds: list[TensorDictContract], d: int) -> TD:
 
 
 def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], stacking: bool) -> Any:
-    """Stack (new dim `d`) or concatenate (along `d`) matching entries, recursively."""
+    """Stack (new dim `d`) or concatenate (along `d`) matching entries, recursively.
+
+    `UnbatchedTensor` entries whose inputs hold different data keep the first
+    one's; the warning saying so comes only once everything combined (a stack
+    that fails on another entry raises without warning).
+    """
+    differing: list[tuple[str, ...]] = []
+    result = _combine_level(tds, d, prefix, stacking, differing)
+    if differing:
+        warn_unbatched_storage(stacklevel=3)
+    return result
+
+
+def _combine_level(
+    tds: list[TensorDictContract],
+    d: int,
+    prefix: tuple[str, ...],
+    stacking: bool,
+    differing: list[tuple[str, ...]],
+) -> Any:
+    """`_combine`'s recursion; the keys of unbatched entries that differ go to `differing`."""
     what = "stack" if stacking else "cat"
     tensor_op = torch.stack if stacking else torch.cat
     non_tensor_op = stack_non_tensors if stacking else cat_non_tensors
@@ -167,7 +192,9 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
     for key, values in columns:
         value = values[0]
         if type(value) is not Tensor and is_unbatched(value):  # shared by all: the first one
-            entries[key] = shared_unbatched(values, torch.Size(bs))
+            if unbatched_storage_differs(values):
+                differing.append((*prefix, key))
+            entries[key] = shared_unbatched(values, torch.Size(bs), warn=False)
             continue
         if isinstance(value, Tensor):
             try:
@@ -197,7 +224,7 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
             if not stacking and _any_stack(values):
                 entries[key] = _cat_lazy(values, d)
                 continue
-            entries[key] = _combine(values, d, (*prefix, key), stacking)
+            entries[key] = _combine_level(values, d, (*prefix, key), stacking, differing)
     return first._new(entries, torch.Size(bs))
 
 
