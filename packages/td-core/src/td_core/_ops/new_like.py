@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.traverse import _map_batch, is_ragged, is_td, map_leaves
+from td_core._core.contract import lazy as lazy_stack_of
+from td_core._core.traverse import _map_batch, is_nt, is_ragged, is_td, map_leaves, stack_parts
 from td_core._core.utils import NO_DEFAULT, as_device, shape_args
 from td_core._ops import lazy_shape as lazy
 from td_core.errors import BatchSizeError
@@ -57,11 +58,50 @@ def _new_like(
     device: Any,
     requires_grad: bool,
     pin_memory: bool | None,
+    empty_lazy: bool = False,
 ) -> Any:
-    method = _NEW[name]
     new = torch.Size(shape_args(size))
     if any(s < 0 for s in new):
         raise BatchSizeError(f"{name}: sizes must be non-negative, got {list(new)}")
+    args = (name, fill, dtype, device, requires_grad, pin_memory)
+    return _emptied_lazy(td, new, *args) if empty_lazy else _new_at(td, new, *args)
+
+
+def _emptied_lazy(td: TensorDictContract, new: torch.Size, *args: Any) -> Any:
+    """`_new_at` with `empty_lazy=True`: lazy stacks become lazy stacks of empty members.
+
+    A lazy stack whose stack dim fits in `new` gives as many copies of its first
+    member, emptied of its leaves, as `new` has along the stack dim (as upstream),
+    so members can be filled with other keys or shapes; sub-TensorDicts are
+    handled the same way.
+    """
+    parts = stack_parts(td)
+    if parts is not None and len(new) > parts[1]:
+        sd = parts[1]
+        sub = list(new)
+        count = sub.pop(sd)
+        template = _emptied_lazy(parts[0][0].empty(recurse=True), torch.Size(sub), *args)
+        return lazy_stack_of([template.copy() for _ in range(count)], sd)
+    n = td.batch_dims
+    subs = {k: v for k, v in td._key_items() if is_td(v) and not is_nt(v)}
+    out = _new_at(td.exclude(*subs) if subs else td, new, *args)
+    for key in subs:
+        value = td._get_str(key)
+        out._set_str(key, _emptied_lazy(value, new + value.batch_size[n:], *args))
+    return out
+
+
+def _new_at(
+    td: TensorDictContract,
+    new: torch.Size,
+    name: str,
+    fill: tuple[Any, ...],
+    dtype: torch.dtype | None,
+    device: Any,
+    requires_grad: bool,
+    pin_memory: bool | None,
+) -> Any:
+    method = _NEW[name]
     n = td.batch_dims
     dev = as_device(device) if device is not NO_DEFAULT else None
 
@@ -106,7 +146,9 @@ class NewMixin(TensorDictContract):
             >>> td.new_zeros(5)["a"].shape
             torch.Size([5, 2])
         """
-        return _new_like(self, "new_zeros", size, (), dtype, device, requires_grad, pin_memory)
+        return _new_like(
+            self, "new_zeros", size, (), dtype, device, requires_grad, pin_memory, empty_lazy
+        )
 
     def new_ones(
         self,
@@ -119,7 +161,9 @@ class NewMixin(TensorDictContract):
         empty_lazy: bool = False,
     ) -> Self:
         """Like `new_zeros`, filled with 1."""
-        return _new_like(self, "new_ones", size, (), dtype, device, requires_grad, pin_memory)
+        return _new_like(
+            self, "new_ones", size, (), dtype, device, requires_grad, pin_memory, empty_lazy
+        )
 
     def new_empty(
         self,
@@ -132,7 +176,9 @@ class NewMixin(TensorDictContract):
         empty_lazy: bool = False,
     ) -> Self:
         """Like `new_zeros`, uninitialised."""
-        return _new_like(self, "new_empty", size, (), dtype, device, requires_grad, pin_memory)
+        return _new_like(
+            self, "new_empty", size, (), dtype, device, requires_grad, pin_memory, empty_lazy
+        )
 
     def new_full(
         self,
@@ -148,7 +194,15 @@ class NewMixin(TensorDictContract):
     ) -> Self:
         """Like `new_zeros`, filled with `fill_value` (cast to each leaf's dtype)."""
         return _new_like(
-            self, "new_full", (size,), (fill_value,), dtype, device, requires_grad, pin_memory
+            self,
+            "new_full",
+            (size,),
+            (fill_value,),
+            dtype,
+            device,
+            requires_grad,
+            pin_memory,
+            empty_lazy,
         )
 
     def new_tensor(

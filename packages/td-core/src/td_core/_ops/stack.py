@@ -27,6 +27,7 @@ from td_core._leaves.unbatched import (
     unbatched_storage_differs,
     warn_unbatched_storage,
 )
+from td_core._ops.best_stack import best_intention_stack
 from td_core._ops.names import carry_names, names_after
 from td_core.errors import BatchSizeError, GradLeafWriteError, KeyNotFoundError
 
@@ -442,6 +443,11 @@ class StackMixin(TensorDictContract):
     ) -> Self:
         """A dense stack when the inputs' keys and shapes agree, else a lazy stack.
 
+        Sub-TensorDicts are handled one level at a time, as upstream's best-intention
+        stack: inputs whose top-level entries agree give a dense TensorDict holding lazy
+        stacks of the sub-TensorDicts that differ, and lazy stacks alike are stacked
+        member by member.
+
         Examples:
             >>> import torch
             >>> from td_core import TensorDict
@@ -452,12 +458,10 @@ class StackMixin(TensorDictContract):
             >>> type(TensorDict.maybe_dense_stack([a, b])).__name__
             'LazyStackedTensorDict'
         """
-        try:
+        if out is not None:  # written in place: the inputs must stack densely
             return stack(input, dim, out=out)
-        except (KeyNotFoundError, BatchSizeError):
-            if out is not None:
-                raise
-            return cls.lazy_stack(input, dim)
+        tds = _check_inputs(input, "maybe_dense_stack")
+        return best_intention_stack(tds, normalize_dim(dim, tds[0].batch_dims + 1), stack)
 
     def to_lazystack(self, dim: int = 0) -> Any:
         """A lazy stack of this TensorDict's slices along batch dim `dim` (views of it).
