@@ -74,3 +74,19 @@ def test_scalar_boolean_indices_add_a_dim() -> None:
     assert stack["a"].tolist() == [0.0, 1.0]
     stack[True] = TensorDict(a=torch.full((1, 2), 5.0), batch_size=[1, 2])
     assert stack["a"].tolist() == [5.0, 5.0]
+
+
+def test_all_and_any_read_a_ragged_stack_of_stacks_member_by_member() -> None:
+    def member(n: int, fill: float) -> TensorDict:
+        return TensorDict({"a": torch.full((2, n, 3), fill), ("b", "c"): torch.zeros(2)}, [2])
+
+    inner = LazyStackedTensorDict(*[member(i + 2, 1.0) for i in range(3)], stack_dim=1)
+    outer = LazyStackedTensorDict(inner, stack_dim=0)
+    assert (outer + 1 == outer.apply(lambda x: x + 1)).all()
+    assert outer.any() and not outer.all()
+    inner.tensordicts[2]["b", "c"] += 1
+    inner.tensordicts[0]["b", "c"] += 1
+    inner.tensordicts[1]["b", "c"] += 1
+    assert outer.all()
+    inner.tensordicts[1]["a"][0, 0, 0] = 0
+    assert not outer.all()
