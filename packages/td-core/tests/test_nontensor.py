@@ -148,6 +148,19 @@ def test_failed_stack_does_not_warn_about_unbatched_tensors():
     assert type(dense["ub"]) is UnbatchedTensor and dense["ub"].data_ptr() != td1["ub"].data_ptr()
 
 
+def test_from_list_stacks_nested_lists_along_new_dims():
+    nd = NonTensorStack.from_list([[True, "b", torch.zeros(())], ["x", 0, NonTensorData("y")]])
+    assert nd.batch_size == (2, 3)
+    assert nd[0, 1].data == "b" and nd[1, 2].data == "y"  # NonTensorData items are unwrapped
+    assert isinstance(nd[0, 2].data, torch.Tensor)
+    assert NonTensorStack.from_list([NonTensorStack("a", "b"), ["c", "d"]]).tolist() == [
+        ["a", "b"],
+        ["c", "d"],
+    ]
+    ragged = NonTensorStack.from_list([[1, 2], [3]])  # lists of other lengths stay values
+    assert ragged.batch_size == (2,) and ragged.tolist() == [[1, 2], [3]]
+
+
 def test_typed_metadata_names_the_expected_type():
     with pytest.raises(TypeError, match=r"Expected data of type int, got str \('a string'\)"):
         MetaData[int]("a string")
