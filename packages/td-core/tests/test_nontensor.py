@@ -161,6 +161,25 @@ def test_from_list_stacks_nested_lists_along_new_dims():
     assert ragged.batch_size == (2,) and ragged.tolist() == [[1, 2], [3]]
 
 
+def test_a_stored_function_is_callable_in_apply():
+    td0, td1 = TensorDict(a=0, b=0), TensorDict(a=1, b=1)
+    funcs = TensorDict(a=lambda x, y: x - y, b=lambda x, y: x + y)
+    out = td0.apply(lambda x, y, fn: fn(x, y), td1, funcs)
+    assert out["a"] == -1 and out["b"] == 1
+    assert NonTensorData(len)([1, 2]) == 2
+
+
+def test_index_writes_of_non_tensor_values():
+    data = TensorDict({}, [1, 4])
+    data[0, 0] = TensorDict({"a": 0, "b": "x"}, [])
+    # a new entry takes the written value everywhere (tensors: zeros elsewhere)
+    assert data["b"] == "x" and data["a"].tolist() == [[0, 0, 0, 0]]
+    data[0, 1] = TensorDict({"a": 0, "b": "y"}, [])
+    assert data.get("b").tolist() == [["x", "y", "x", "x"]]  # values, not 0-d arrays
+    data[0, 2:] = TensorDict({"a": torch.zeros(2, dtype=torch.long), "b": "z"}, [2])
+    assert data.get("b").tolist() == [["x", "y", "z", "z"]]
+
+
 def test_typed_metadata_names_the_expected_type():
     with pytest.raises(TypeError, match=r"Expected data of type int, got str \('a string'\)"):
         MetaData[int]("a string")

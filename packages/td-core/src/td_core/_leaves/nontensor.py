@@ -96,7 +96,10 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
         where = _positions(self.batch_size)[index].numpy()
         if isinstance(value, _NonTensorBase):
             src = value.as_array()
-            flat[where] = np.broadcast_to(src, where.shape) if src.shape != where.shape else src
+            if src.ndim == 0:  # one value: stored as itself, not as a 0-d array
+                flat[where.reshape(-1)] = _full(torch.Size([where.size]), src[()])
+            else:
+                flat[where] = np.broadcast_to(src, where.shape) if src.shape != where.shape else src
         else:
             flat[where.reshape(-1)] = _full(torch.Size([where.size]), value)
         return _from_array(values, self.device)
@@ -216,6 +219,10 @@ class NonTensorData(_NonTensorBase):
 
     def tolist(self) -> Any:
         return self.data if not self.batch_size else super().tolist()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped value (a function stored as an entry, read back by `apply`)."""
+        return self.data(*args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         return {

@@ -414,6 +414,6 @@ def _allocate(td: TensorDictContract, src: Any, nv: int) -> Any:
     bs = td.batch_size
     if isinstance(src, Tensor):
         return torch.zeros(bs + src.shape[nv:], dtype=src.dtype, device=td.device or src.device)
-    if is_nt(src):
-        return NonTensorData(None, bs, td.device)
+    if is_nt(src):  # one value: it fills the new entry (as upstream); several: None
+        return NonTensorData(src.data if isinstance(src, NonTensorData) else None, bs, td.device)
     return td._new({}, bs + src.batch_size[nv:])
