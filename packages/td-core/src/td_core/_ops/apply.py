@@ -15,7 +15,6 @@ import torch
 
 from td_core._core.contract import TD, TensorDictContract, provided
 from td_core._core.traverse import (
-    is_nt,
     is_td,
     map_leaves,
     rebuild,
@@ -86,6 +85,7 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
         out = to(td, *args, **kwargs)
         if out is not td:
             _replace_leaves(td, out)
+            _set_device_tree(td, out.device)
         return td
     if args and is_td(args[0]):
         # as upstream: a TensorDict argument holds a `TensorAttrs` per leaf (see `attrs`)
@@ -136,14 +136,11 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
     )
 
 
-def _replace_leaves(td: Any, new: Any) -> None:
-    """Put the leaves of `new` (same keys) into `td` and its sub-TensorDicts, and its device."""
-    for key, value in new._items_str():
-        if is_td(value) and not is_nt(value):
-            _replace_leaves(td._get_str(key), value)
-        else:
-            td._set_str(key, value)
-    td._set_device(new.device)
+def _set_device_tree(td: Any, device: Any) -> None:
+    """Record `device` as the device of `td` and its sub-TensorDicts."""
+    td._set_device(device)
+    for sub in td._subtrees():
+        _set_device_tree(sub, device)
 
 
 def _to_batch_size(td: Any, batch_size: torch.Size, args: Any, kwargs: Any) -> Any:
