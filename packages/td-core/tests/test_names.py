@@ -88,3 +88,11 @@ def test_batch_size_change_resets_names():
     td = TensorDict({"a": torch.zeros(3, 4)}, [3, 4], names=["a", "b"])
     td.batch_size = [3]
     assert td.names == ["a"]
+
+
+def test_stack_of_differently_named_inputs_is_unnamed():
+    td = TensorDict({"a": torch.zeros(3, 4)}, batch_size=[3, 4], names=["first", "second"])
+    assert torch.stack([td, td], dim=1).names == ["first", None, "second"]
+    other = td.clone()
+    other.names = ["first", "third"]
+    assert torch.stack([td, other], dim=0).names == [None, None, None]

@@ -122,7 +122,8 @@ def stack(
         return lazy(tds, d)
     result = _combine(tds, d, (), stacking=True)
     names = tds[0]._raw_names()
-    if names is not None:
+    if names is not None and all(td._raw_names() == names for td in tds[1:]):
+        # inputs named differently give an unnamed result, as upstream
         carry_names(result, names_after(names, insert=(d,)))
     return result
 
