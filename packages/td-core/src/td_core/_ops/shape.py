@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
@@ -462,7 +462,7 @@ class ShapeMixin(TensorDictContract):
                 )
             sizes = [min(split_size, total - i) for i in range(0, total, split_size)] or [0]
         elif isinstance(split_size, (list, tuple)) and all(_is_int(s) for s in split_size):
-            sizes = list(split_size)
+            sizes = [int(s) for s in split_size]
             if not sizes:
                 raise BatchSizeError(
                     f"split: Insufficient number of elements in split_size: got none for batch "
@@ -546,5 +546,5 @@ def split_sizes(td: TensorDictContract, d: int, sizes: Sequence[int]) -> tuple[A
     return tuple(map_batch_multi(td, lambda t: t.split(list(sizes), d), leads))
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
