@@ -540,15 +540,19 @@ class TensorDictBase(
         """A shallow copy of the TensorDict `value` with this batch size, which its batch size
         starts and all its leaves allow (as upstream); else the batch-size error."""
         bs, own = self.batch_size, value.batch_size
+        reason: Exception | None = None
         if len(own) < len(bs) and bs[: len(own)] == own:
             copy = value.clone(recurse=False)
             try:
                 copy.batch_size = bs
-            except (RuntimeError, ValueError, TypeError):
-                pass
+            except (RuntimeError, ValueError, TypeError) as err:
+                reason = err
             else:
                 return copy
-        raise self._shape_error(key, own, what="batch_size")
+        error = self._shape_error(key, own, what="batch_size")
+        if reason is not None and error.args:  # say which entry kept it from widening
+            error.args = (f"{error.args[0]} It cannot be widened to it: {reason}", *error.args[1:])
+        raise error
 
     def _new_validated(
         self, source: Mapping[str, Any], batch_size: torch.Size, key: NestedKey
