@@ -441,7 +441,7 @@ def test_widening_failure_names_the_entry_in_upstreams_words():
 
 def test_integer_index_of_a_batchless_tensordict():
     td = TensorDict(a=torch.zeros(3))
-    with pytest.raises(RuntimeError, match="td.batch_dims==0 is not permitted"):
+    with pytest.raises(RuntimeError, match=r"td\.batch_dims==0 is not permitted"):
         td[0]
     with pytest.raises(IndexError, match=r"batch_size \[\] by 1"):
         td[1]
