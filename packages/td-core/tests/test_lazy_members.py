@@ -124,23 +124,3 @@ def test_stacking_ragged_lazy_stacks_stays_lazy() -> None:
     assert joined.batch_size == torch.Size([4, 3]) and len(joined.tensordicts) == 4
     wide = torch.cat([ragged, ragged], 1)
     assert wide.batch_size == torch.Size([2, 6])
-
-
-def test_new_empty_with_empty_lazy_gives_lazy_stacks_of_empty_members() -> None:
-    members = [TensorDict(smth=torch.ones(1), batch_size=[1]) for _ in range(10)]
-    td = TensorDict(
-        dense=torch.randn(1, 10),
-        sparse=LazyStackedTensorDict(*members, stack_dim=1),
-        batch_size=[1, 10],
-    )
-    out = td.new_empty((1, 100, 1), empty_lazy=True)
-    assert out["dense"].shape == (1, 100, 1)
-    sparse = out["sparse"]
-    assert isinstance(sparse, LazyStackedTensorDict) and sparse.stack_dim == 1
-    assert sparse.batch_size == (1, 100, 1) and len(sparse.tensordicts) == 100
-    assert sparse.is_empty()
-    sparse.tensordicts[0]["x"] = torch.zeros(1, 1, 3)  # members are independent, to be filled
-    assert "x" not in sparse.tensordicts[1].keys()
-    # without empty_lazy the lazy stack's leaves are kept, densely
-    assert type(td.new_zeros(10, 1)["sparse"]) is TensorDict
-    assert type(td["sparse"].new_zeros(3, 4, empty_lazy=True)) is LazyStackedTensorDict

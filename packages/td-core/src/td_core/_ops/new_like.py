@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.contract import lazy as lazy_stack_of
-from td_core._core.traverse import _map_batch, is_nt, is_ragged, is_td, map_leaves, stack_parts
+from td_core._core.traverse import _map_batch, is_ragged, is_td, map_leaves
 from td_core._core.utils import NO_DEFAULT, as_device, shape_args
 from td_core._ops import lazy_shape as lazy
 from td_core.errors import BatchSizeError
@@ -64,31 +63,8 @@ def _new_like(
     if any(s < 0 for s in new):
         raise BatchSizeError(f"{name}: sizes must be non-negative, got {list(new)}")
     args = (name, fill, dtype, device, requires_grad, pin_memory)
-    return _emptied_lazy(td, new, *args) if empty_lazy else _new_at(td, new, *args)
-
-
-def _emptied_lazy(td: TensorDictContract, new: torch.Size, *args: Any) -> Any:
-    """`_new_at` with `empty_lazy=True`: lazy stacks become lazy stacks of empty members.
-
-    A lazy stack whose stack dim fits in `new` gives as many copies of its first
-    member, emptied of its leaves, as `new` has along the stack dim (as upstream),
-    so members can be filled with other keys or shapes; sub-TensorDicts are
-    handled the same way.
-    """
-    parts = stack_parts(td)
-    if parts is not None and len(new) > parts[1]:
-        sd = parts[1]
-        sub = list(new)
-        count = sub.pop(sd)
-        template = _emptied_lazy(parts[0][0].empty(recurse=True), torch.Size(sub), *args)
-        return lazy_stack_of([template.copy() for _ in range(count)], sd)
-    n = td.batch_dims
-    subs = {k: v for k, v in td._key_items() if is_td(v) and not is_nt(v)}
-    out = _new_at(td.exclude(*subs) if subs else td, new, *args)
-    for key in subs:
-        value = td._get_str(key)
-        out._set_str(key, _emptied_lazy(value, new + value.batch_size[n:], *args))
-    return out
+    del empty_lazy  # accepted for upstream's signature; lazy stacks are not emptied (yet)
+    return _new_at(td, new, *args)
 
 
 def _new_at(
