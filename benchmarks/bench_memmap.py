@@ -21,6 +21,10 @@ Everything is written under one temporary folder, removed at exit. Cases:
 - 256 MB in 8 large leaves (2 nested), saved into a fresh folder with td's default
   ``num_threads`` against safetensors' ``save_file`` and ``torch.save``, and opened
   (``load_memmap`` against ``load_file``).
+- ``nn.Transformer``'s weights (``TensorDict.from_module``: 184 leaves, 177 MB):
+  the anonymous memmap (no prefix, every leaf copied into shared memory) at
+  ``num_threads`` 0, 8, 32 and td's default against upstream (upstream's memmap
+  benchmark), and a fresh-folder checkpoint and its load against safetensors.
 - random access: 3 random rows of a memory-mapped 100k-row data set (images
   and labels) against loading the whole data set file with ``torch.load``.
 
@@ -54,6 +58,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import warnings
 
 import tensordict as upstream
 import torch
@@ -289,6 +294,56 @@ def _few_leaves_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     )
 
 
+def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite) -> None:
+    """`TensorDict.from_module(nn.Transformer())`: 184 leaves, 177 MB, mostly of 1-4 MB.
+
+    Upstream's memmap benchmark: the anonymous memmap (no prefix: every leaf copied
+    into shared memory) at several `num_threads`; and a checkpoint of the same
+    weights into a fresh folder against safetensors' `save_file` of the flat dict.
+    """
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nn.Transformer's note on nested tensors
+        model = torch.nn.Transformer()
+    ours_td = TensorDict.from_module(model)
+    theirs_td = upstream.TensorDict.from_module(model)
+    for threads in (0, 8, 32, None):
+        label = "default" if threads is None else str(threads)
+        vs_upstream.add(
+            f"anonymous memmap Transformer, num_threads={label}",
+            lambda n=threads: ours_td.memmap(num_threads=n),
+            lambda n=threads: theirs_td.memmap(num_threads=n or 0),
+            what="TensorDict.from_module(nn.Transformer()).memmap(num_threads=N) without a "
+            "prefix (184 leaves, 177 MB into shared memory); upstream's default is 0",
+        )
+    flat = {k: v.detach().clone() for k, v in ours_td.flatten_keys(".").items()}
+    folder, st_file = _path("td_transformer"), _path("transformer.safetensors")
+    ours_td.memmap(folder)
+    save_file(flat, st_file)
+
+    def ours_fresh() -> object:
+        shutil.rmtree(folder)
+        return ours_td.memmap(folder)
+
+    def st_fresh() -> None:
+        os.remove(st_file)
+        save_file(flat, st_file)
+
+    vs_safetensors.add(
+        "save Transformer 177MB 184 leaves, fresh folder",
+        ours_fresh,
+        st_fresh,
+        what="remove the previous copy, then TensorDict.from_module(nn.Transformer())"
+        ".memmap(folder) with the default num_threads, against save_file of the flat dict",
+    )
+    vs_safetensors.add(
+        "load Transformer 177MB 184 leaves",
+        lambda: TensorDict.load_memmap(folder),
+        lambda: load_file(st_file),
+        what="load_memmap of the Transformer checkpoint against load_file",
+    )
+
+
 def _dataset_suite(vs_upstream: Suite) -> Suite:
     proto = TensorDict(
         {
@@ -340,6 +395,7 @@ def _dataset_suite(vs_upstream: Suite) -> Suite:
 def main() -> None:
     vs_torch, vs_safetensors, vs_upstream = _checkpoint_suites()
     _few_leaves_cases(vs_torch, vs_safetensors)
+    _transformer_cases(vs_upstream, vs_safetensors)
     access = _dataset_suite(vs_upstream)
     for suite in (vs_torch, vs_safetensors, vs_upstream, access):
         os.sync()

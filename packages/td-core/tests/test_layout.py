@@ -159,6 +159,15 @@ def test_queries() -> None:
     assert ragged().entry_class("r") is torch.Tensor
 
 
+def test_depth_counts_the_levels_of_leaves_not_of_empty_sub_tensordicts() -> None:
+    td = TensorDict({"a": {"b": {"c": {}}, "f": 0}, "g": 0})
+    assert td.depth == 1
+    assert TensorDict({"a": {}, "g": 0}).depth == 0
+    assert TensorDict({"a": {"b": {"s": "text"}}}).depth == 2  # a non-tensor value is a leaf
+    stack = lazy_stack([TensorDict({"a": {"b": {}}}, []), TensorDict({"a": {"x": 1}}, [])])
+    assert stack.depth == 1
+
+
 def test_keyword_spellings() -> None:
     td = make_td()
     assert td.view(size=(12,)).batch_size == (12,)

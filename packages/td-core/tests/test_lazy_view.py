@@ -115,6 +115,23 @@ def test_a_view_of_a_lazy_stack_writes_into_its_members():
     assert all(bool((m["a"] == 1).all()) and bool((m["b"] == 2).all()) for m in members)
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda v: v.apply(lambda t: t + 1, inplace=True),
+        lambda v: v.named_apply(lambda k, t: t + 1, inplace=True),
+        lambda v: v._fast_apply(lambda t: t + 1, inplace=True),
+    ],
+    ids=["apply", "named_apply", "_fast_apply"],
+)
+def test_inplace_apply_through_a_view_of_a_lazy_stack_reaches_its_members(call):
+    members = [TensorDict(a=torch.zeros(3), batch_size=[3]) for _ in range(2)]
+    with set_lazy_legacy(True):
+        view = lazy_stack(members, 0).transpose(0, 1)
+    assert call(view) is view
+    assert all(bool((m["a"] == 1).all()) for m in members)
+
+
 def test_legacy_unsqueeze_of_a_lazy_stack_views_its_members():
     members = [TensorDict(a=torch.zeros(3), batch_size=[3]) for _ in range(2)]
     stack = lazy_stack(members, 0)

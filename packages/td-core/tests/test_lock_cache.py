@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from td_core import TensorDict, TensorDictParams, lazy_stack
+from td_core import TensorDict, TensorDictParams, lazy_stack, set_lazy_legacy
 from td_core.errors import LockedError
 
 
@@ -148,3 +148,43 @@ def test_the_cache_can_only_be_reset() -> None:
     td.flatten_keys()
     with pytest.raises(TypeError):
         td._cache["x"] = {}  # type: ignore[index]  # a read-only view
+
+
+def _lazy_view(td: TensorDict) -> TensorDict:
+    with set_lazy_legacy(True):
+        return td.unsqueeze(0)
+
+
+def test_a_lazy_view_of_a_locked_source_keeps_its_results_as_upstream() -> None:
+    src = _tree()
+    view = _lazy_view(src)
+    assert view._cache is None
+    src.lock_()
+    assert view.sorted_keys == ["a", "n", "x.y"]
+    flat = view.flatten_keys()
+    assert view.flatten_keys() is flat
+    assert flat.is_locked
+    assert set(view._cache) == {"sorted_keys", "flatten_keys"}
+    src["a"].add_(2)  # its leaves view the source's memory
+    assert (flat["a"] == 2).all()
+
+
+def test_unlocking_the_source_of_a_lazy_view_drops_the_view_s_results() -> None:
+    src = _tree().lock_()
+    view = _lazy_view(src)
+    view.flatten_keys()
+    view.sorted_keys  # noqa: B018
+    src.unlock_()
+    assert view._cache is None
+    src["new"] = torch.zeros(3)
+    src.lock_()
+    assert "new" in view.sorted_keys
+    assert "new" in view.flatten_keys().keys()
+
+
+def test_a_value_replaced_in_the_locked_source_drops_the_lazy_view_s_results() -> None:
+    src = _tree().lock_()
+    view = _lazy_view(src["n"])
+    assert view.flatten_keys()["s"] == "hello"
+    src.set_(("n", "s"), "bye")
+    assert view.flatten_keys()["s"] == "bye"

@@ -1,8 +1,10 @@
 """Non-tensor leaves: building stacks, comparing them, their batch-shape ops."""
 
 import math
+import pickle
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -226,12 +228,22 @@ def test_comparing_a_tensor_with_a_non_tensor_leaf_gives_a_tensordict():
     assert not (rebuilt != values).any()
 
 
-def test_shared_value_batch_ops_work_out_shapes_without_the_elements(monkeypatch):
+def _count_position_tensors(monkeypatch) -> list:
+    """Record every index tensor built over a batch's elements (the O(numel) path)."""
     import td_core._leaves.nontensor as nt
+    import td_core._leaves.nontensor_arrays as arrays
 
+    calls: list = []
+    for module in (nt, arrays):
+        monkeypatch.setattr(
+            module, "positions", lambda shape: calls.append(shape) or torch.arange(0)
+        )
+    return calls
+
+
+def test_shared_value_batch_ops_work_out_shapes_without_the_elements(monkeypatch):
     td = TensorDict({"a": torch.zeros(30, 40, 5), "s": "goodbye"}, [30, 40, 5])
-    calls = []
-    monkeypatch.setattr(nt, "_positions", lambda shape: calls.append(shape) or torch.arange(0))
+    calls = _count_position_tensors(monkeypatch)
     parts = torch.split(td, [10, 20], 0)
     assert [p["s"] for p in parts] == ["goodbye", "goodbye"]
     assert [p.batch_size for p in parts] == [(10, 40, 5), (20, 40, 5)]
@@ -260,3 +272,52 @@ def test_non_tensor_leaves_report_no_data_address():
     # storages of the tensors are kept; non-tensor leaves count as holding none
     assert {v.data_ptr() for v in out.values(True, True)} == before
     assert td.get("s").data_ptr() == td.get("v").data_ptr() == 0
+
+
+def test_joining_equal_values_stores_the_value_once(monkeypatch):
+    td = TensorDict({"a": torch.zeros(30, 40, 5), "s": "goodbye"}, [30, 40, 5])
+    calls = _count_position_tensors(monkeypatch)
+    full = np.empty
+    monkeypatch.setattr(np, "empty", lambda *a, **k: calls.append("array") or full(*a, **k))
+    stacked = torch.stack([td, td, td], 0)
+    joined = torch.cat([td, td], 0)
+    again = torch.stack([stacked.get("s"), stacked.get("s")], 1)  # a stack of stacks too
+    assert isinstance(stacked.get("s"), NonTensorStack) and stacked.batch_size == (3, 30, 40, 5)
+    assert joined.get("s").batch_size == (60, 40, 5) and again.batch_size == (3, 2, 30, 40, 5)
+    # splitting, unbinding, reshaping and moving keep it one value
+    assert [p.get("s").batch_size for p in torch.split(stacked, [1, 2], 0)] == [
+        (1, 30, 40, 5),
+        (2, 30, 40, 5),
+    ]
+    assert stacked.unbind(0)[1]["s"] == "goodbye"  # each stacked leaf comes back
+    assert stacked[2].get("s") is td.get("s")
+    assert stacked[:, 3].get("s").batch_size == (3, 40, 5)
+    assert stacked.reshape(-1).get("s").batch_size == (3 * 30 * 40 * 5,)
+    assert stacked.to("cpu").clone().get("s").batch_size == (3, 30, 40, 5)
+    assert joined.unbind(2)[4].get("s").batch_size == (60, 40)
+    assert calls == []  # neither an index tensor nor an object array over the elements
+
+
+def test_a_stack_stored_as_one_value_reads_and_compares_as_every_value():
+    a = NonTensorData("x", [2, 3])
+    stacked = torch.stack([a, a], -1)  # a negative dim counts from the end of the result
+    assert stacked.batch_size == (2, 3, 2) and stacked[..., 1] is a
+    assert stacked.tolist() == [[["x", "x"]] * 3] * 2
+    assert stacked == NonTensorStack(np.full((2, 3, 2), "x", dtype=object))
+    assert stacked != torch.stack([NonTensorData("y", [2, 3])] * 2, -1)
+    back = pickle.loads(pickle.dumps(stacked))
+    assert back == stacked and back.tolist() == stacked.tolist()
+    assert stacked.flip([0]).tolist() == stacked.tolist()
+    changed = TensorDict({"s": stacked}, [2, 3, 2])
+    changed[0, 1, 1] = TensorDict({"s": "y"}, [])
+    assert changed.get("s").tolist()[0][1] == ["x", "y"]
+    assert changed.get("s").tolist()[1][1] == ["x", "x"]
+
+
+def test_writing_one_element_of_a_stack_stores_the_value_not_an_array():
+    td = TensorDict({"a": torch.zeros(3, 4), "s": "hi"}, [3, 4])
+    stacked = torch.stack([td, td.clone()], 0)
+    stacked[0, 0, 0] = TensorDict({"a": torch.ones(()), "s": "changed"}, [])
+    first = stacked.get("s").tolist()[0][0]
+    assert first[:2] == ["changed", "hi"] and type(first[0]) is str  # not a 0-d object array
+    assert type(stacked[0, 0, 0]["s"]) is str

@@ -64,3 +64,13 @@ def test_clone_is_a_tensordictparams_of_new_leaf_parameters():
     shallow = params.clone(recurse=False)
     assert type(shallow) is TensorDictParams and shallow.get("w") is params.get("w")
     assert shallow.get(("n", "b")) is params.get(("n", "b"))
+
+
+def test_zero_of_a_tensordict_holding_params_zeroes_them_under_no_grad() -> None:
+    params = _params()
+    x = torch.ones(3, requires_grad=True) * 2  # not a leaf: its zeroing is recorded
+    td = TensorDict({"parent": params, "x": x}, [3])
+    td.zero_()
+    assert (params["w"] == 0).all() and (params["n", "b"] == 0).all()
+    assert isinstance(params["w"], nn.Parameter) and params["w"].requires_grad
+    assert (td["x"] == 0).all() and td["x"].grad_fn is not None

@@ -45,8 +45,11 @@ def test_new_key_lands_in_the_source(idx: object) -> None:
         lambda s: s.update_(s.apply(lambda t: t + 1)),
         lambda s: s.copy_(s.apply(lambda t: t + 1)),
         lambda s: s.__setitem__(slice(None), s.apply(lambda t: t + 1)),
+        lambda s: s.apply(lambda t: t + 1, inplace=True),
+        lambda s: s.named_apply(lambda k, t: t + 1, inplace=True),
+        lambda s: s._fast_apply(lambda t: t + 1, inplace=True),
     ],
-    ids=["add_", "apply_", "update_", "copy_", "setitem"],
+    ids=["add_", "apply_", "update_", "copy_", "setitem", "apply", "named_apply", "_fast_apply"],
 )
 def test_in_place_ops_write_through(idx: object, op: object) -> None:
     td = _td()
@@ -152,3 +155,51 @@ def test_an_existing_tensor_is_written_in_place_on_a_locked_source() -> None:
     with pytest.raises(RuntimeError, match="locked"):
         sub["new"] = torch.zeros(sub.batch_size)
     assert "new" not in td.keys()
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_vmap_over_a_sub_tensordict_sees_its_current_values(nested: bool) -> None:
+    td = _td()
+    sub = td._get_sub_tensordict((slice(None), 1))
+    arg = TensorDict({"parent": sub}, sub.batch_size) if nested else sub
+    fun = torch.vmap(lambda x: x)
+    out = fun(arg)
+    view = out["parent"] if nested else out
+    assert type(view) is TensorDict and view.batch_size == (3,)
+    assert torch.equal(view["a"], td["a"][:, 1])
+    sub.zero_()
+    again = fun(arg)
+    assert ((again["parent"] if nested else again)["a"] == 0).all()
+
+
+def test_popitem_deletes_the_key_from_the_source() -> None:
+    td = _td()
+    sub = td._get_sub_tensordict(1)
+    key, value = sub.popitem()
+    assert key == "nested" and value.batch_size == (4,)
+    assert list(td.keys()) == ["a"] and list(sub.keys()) == ["a"]
+
+
+@pytest.mark.parametrize("idx", BASIC + ADVANCED, ids=str)
+def test_lazy_stack_out_a_sub_writes_the_source_rows(idx: object) -> None:
+    td = _td()
+    sub = td._get_sub_tensordict(idx)
+    n, rest = sub.batch_size[0], sub.batch_size[1:]
+    members = [
+        TensorDict({"a": torch.full((*rest, 2), i + 1.0), "nested": {"x": torch.ones(rest)}}, rest)
+        for i in range(n)
+    ]
+    assert lazy_stack(members, 0, out=sub) is sub
+    expected = _td()["a"].clone()
+    expected[idx] = torch.stack([m["a"] for m in members])
+    assert (td["a"] == expected).all()
+    assert (td["nested", "x"][idx] == 1).all()
+
+
+@pytest.mark.parametrize("idx", BASIC + ADVANCED, ids=str)
+def test_inplace_apply_keeping_no_leaf_returns_none(idx: object) -> None:
+    td = _td()
+    sub = td._get_sub_tensordict(idx)
+    assert sub.apply(lambda t: None, inplace=True, filter_empty=True) is None
+    assert sub._fast_apply(lambda t: None, inplace=True, filter_empty=True) is None
+    assert (td["a"] == _td()["a"]).all()

@@ -187,7 +187,7 @@ def test_from_schema_storages(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("storage", "error", "match"),
     [
-        ("nope", ValueError, "unknown storage 'nope'"),
+        ("nope", ValueError, "Unknown storage backend 'nope'"),
     ],
 )
 def test_from_schema_bad_storage(storage, error, match) -> None:

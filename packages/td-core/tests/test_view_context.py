@@ -7,12 +7,14 @@ parameters, tensorclass fields and dtype views.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
 import torch
 
-from td_core import TensorDict, TensorDictParams, tensorclass
+from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams, tensorclass
 from td_core.errors import LockedError
 
 
@@ -77,11 +79,22 @@ def test_a_locked_source_refuses_new_keys_and_changes_nothing() -> None:
     assert (td["a"] == 0).all()
 
 
-def test_a_locked_source_takes_replaced_leaves_in_place() -> None:
+def test_a_view_of_a_locked_source_is_locked_and_refuses_a_replaced_leaf_at_once() -> None:
+    td = _td().lock_()
+    a = td["a"]
+    with pytest.raises(LockedError, match="'a'"):
+        with td.transpose(0, 1) as tdt:
+            assert tdt.is_locked and tdt["n"].is_locked
+            tdt["a"] = torch.ones(4, 3, 2)
+    assert td["a"] is a
+    assert (a == 0).all()
+
+
+def test_an_in_place_write_through_a_view_of_a_locked_source_reaches_it() -> None:
     td = _td().lock_()
     a = td["a"]
     with td.transpose(0, 1) as tdt:
-        tdt["a"] = torch.ones(4, 3, 2)
+        tdt.set_("a", torch.ones(4, 3, 2))
     assert td["a"] is a
     assert (a == 1).all()
 
@@ -174,3 +187,26 @@ def test_an_identity_rearrangement_is_the_tensordict_itself() -> None:
     assert td.transpose(0, 0) is td
     assert td.permute(0, 1, 2) is td
     assert td.permute(2, 1, 0) is not td
+
+
+@pytest.mark.parametrize("make", [_td, lambda: LazyStackedTensorDict(_td(), _td())])
+def test_a_view_does_not_keep_its_source_alive(make: Any) -> None:
+    source = make()
+    view = source.unsqueeze(0)
+    gone = weakref.ref(source)
+    del source
+    gc.collect()
+    assert gone() is None
+    with view:  # nothing left to write back to: the block is a no-op
+        view["c"] = torch.zeros(view.batch_size)
+    assert "c" in view.keys()
+
+
+def test_a_later_lock_block_on_a_view_drops_its_write_back() -> None:
+    td = _td()
+    view = td.transpose(0, 1)
+    with view.lock_():
+        pass
+    with view:  # the record went with the lock block: this block writes nothing back
+        view["c"] = torch.zeros(4, 3)
+    assert "c" not in td.keys()

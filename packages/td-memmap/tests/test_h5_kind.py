@@ -125,6 +125,10 @@ def test_setitem_by_index_of_scalars_and_partial_mappings(ptd, path):
         lambda td: td.add_(1),
         lambda td: td.apply_(lambda t: t * 3),
         lambda td: td.apply(lambda t: t - 1, inplace=True),
+        # upstream's private `_fast_apply`, kept as a compatibility shim that code still calls
+        lambda td: td._fast_apply(lambda t: t + 1, inplace=True, num_threads=2),
+        lambda td: td._fast_apply(lambda k, t: t + 1, named=True, nested_keys=True, inplace=True),
+        lambda td: td._fast_apply(lambda t: t + 5, inplace=True),
         lambda td: td.__iadd__(2),
         lambda td: td.update_({"a": torch.ones(4, 3)}),
         lambda td: td.set_(("n", "b"), torch.zeros(4, 2, dtype=torch.long)),

@@ -151,3 +151,21 @@ def test_a_leaf_failing_in_a_thread_fails_the_save_and_keeps_the_previous_one(tm
     # no file of the failed save is left; the previous save's are all there
     names = sorted(n for _, _, files in os.walk(prefix) for n in files)
     assert names == sorted(["meta.json"] * 81 + ["w.memmap", "b.memmap"] * 80 + ["x"])
+
+
+@pytest.mark.parametrize("num_threads", [0, 2, 8, None])
+def test_an_anonymous_memmap_copies_every_leaf_once_with_any_threads(monkeypatch, num_threads):
+    td = _large().update({"p": torch.nn.Parameter(torch.ones(3)), "i": torch.arange(4)})
+    td["sub", "empty"] = torch.zeros(0, 2)
+
+    def refuse(self):
+        raise AssertionError("a private copy moved into shared memory: written twice")
+
+    monkeypatch.setattr(torch.Tensor, "share_memory_", refuse)
+    out = memmap(td, num_threads=num_threads)
+    for key in td.keys(True, True):
+        leaf = out.get(key)
+        assert leaf.is_shared() and not leaf.requires_grad
+        assert torch.equal(leaf, td.get(key).detach())
+    like = memmap_like(td, num_threads=num_threads)
+    assert all(like.get(k).is_shared() and not like.get(k).any() for k in td.keys(True, True))

@@ -119,6 +119,25 @@ def _refuse_params_in_place(td: Any, where: tuple[str, ...] = ()) -> None:
                 _refuse_params_in_place(value, (*where, key))
 
 
+def _refuse_mapped_views(td: Any, prefix: _Prefix) -> None:
+    """A write-through view (a legacy lazy view) of a memory-mapped TensorDict reads views of
+    its source's files: saving it elsewhere needs `copy_existing=True`, as for a mapped leaf."""
+    if prefix is None or not getattr(td, "_writes_through", False):
+        return
+    target = os.path.realpath(os.fspath(prefix))
+    for key, leaf in td.items(include_nested=True, leaves_only=True):
+        base = leaf._base if isinstance(leaf, torch.Tensor) else None
+        if not isinstance(base, MemoryMappedTensor) or base._mm_file is None:
+            continue
+        folder = os.path.realpath(os.path.dirname(base._mm_file))
+        if folder != target and not folder.startswith(target + os.sep):
+            raise RuntimeError(
+                f"entry {key!r} of the view is a view of {base._mm_file!r}. A filename was "
+                "provided but the tensor already has a file associated: pass "
+                f"copy_existing=True to copy it to {os.fspath(prefix)!r}"
+            )
+
+
 def _run(job: Callable[[], Any], return_early: bool) -> Any:
     """`job()`, or with `return_early` a `Future` of it, run by a thread of its own."""
     if not return_early:
@@ -223,6 +242,8 @@ def memmap(
     """
     if inplace:
         _refuse_params_in_place(td)
+    if not copy_existing:
+        _refuse_mapped_views(td, prefix)
     td, as_archive, tree = _prepare(
         td,
         prefix,
@@ -234,7 +255,7 @@ def memmap(
 
     def run() -> Any:
         if prefix is None:
-            out = share_tree(tree, copy_existing=copy_existing)
+            out = share_tree(tree, copy_existing=copy_existing, num_threads=num_threads)
         elif as_archive:
             out = save_archive(
                 tree,

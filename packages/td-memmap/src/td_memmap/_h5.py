@@ -593,6 +593,6 @@ for _name in (
     ).split(),
 ):
     setattr(PersistentTensorDict, _name, staged(getattr(TensorDictBase, _name)))
-for _name in ("apply", "named_apply"):
+for _name in ("apply", "named_apply", "_fast_apply"):
     setattr(PersistentTensorDict, _name, staged_if_inplace(getattr(TensorDictBase, _name)))
 del _name

@@ -173,7 +173,7 @@ class SharedNonTensorStack(_SharedFile, NonTensorStack):
     _stacked = True
 
     @property
-    def _values(self) -> np.ndarray:  # type: ignore[override]  # a read-only view of the file
+    def _values(self) -> np.ndarray:  # a read-only view of the file
         return read_value(self._file, True, tuple(self.batch_size))
 
     @property

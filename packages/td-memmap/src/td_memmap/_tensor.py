@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -29,7 +30,7 @@ from td_memmap._tensor_args import (
     target_file,
 )
 
-__all__ = ["MemoryMappedTensor"]
+__all__ = ["MemoryMappedTensor", "shared_zeros"]
 
 _PathLike = str | os.PathLike
 _make_subclass = torch.Tensor._make_subclass
@@ -385,12 +386,10 @@ class MemoryMappedTensor(Factories, torch.Tensor):
             return flat._nested(input._nested_tensor_size())
         shape = tuple(input.shape)
         if filename is None:
-            out = torch.empty(shape, dtype=input.dtype, device="cpu")
+            out = shared_zeros(shape, input.dtype)
             if copy_data:
                 out.copy_(input.detach())
-            else:
-                out.zero_()
-            return cls._wrap(out.share_memory_(), None, True)
+            return cls._wrap(out, None, True)
         path = target_file(filename, existsok)
         if copy_data:
             write_leaf(path, input)
@@ -457,6 +456,43 @@ class MemoryMappedTensor(Factories, torch.Tensor):
         return MemoryMappedTensor._wrap(
             nested_view(_make_subclass(torch.Tensor, self), shape), self._mm_file, self._mm_writable
         )
+
+
+def shared_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Zeros of `shape` in a new segment of shared memory, for torch's sharing strategy.
+
+    The segment is allocated shared (a new shared-memory file reads as zeros), so
+    the data is written once; `empty(...).share_memory_()` would allocate private
+    memory and copy it into a segment.
+    """
+    storage = _new_shared_storage(math.prod(shape) * dtype.itemsize)
+    return torch.empty(0, dtype=dtype, device="cpu").set_(storage, 0, shape, strides_of(shape))
+
+
+def _new_shared_storage(nbytes: int) -> torch.UntypedStorage:
+    """`nbytes` of zeros that torch shares between processes without copying them.
+
+    Under the `file_descriptor` strategy (Linux's default) the storage maps a
+    `memfd` sized with `ftruncate`: its pages are allocated when first written,
+    by the thread that copies the leaf in (torch's own allocator reserves, and so
+    zeroes, every page in the calling thread first: a third of an anonymous
+    memmap's time). It is the kind of storage torch itself rebuilds in a process
+    it sends one to. Elsewhere (other strategies or systems), torch's allocator.
+    """
+    from_fd = getattr(torch.UntypedStorage, "_new_shared_fd_cpu", None)
+    memfd_create = getattr(os, "memfd_create", None)
+    if (
+        from_fd is not None
+        and memfd_create is not None
+        and torch.multiprocessing.get_sharing_strategy() == "file_descriptor"
+    ):
+        fd = memfd_create("td-memmap", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.ftruncate(fd, nbytes)
+            return cast(torch.UntypedStorage, from_fd(fd, nbytes))  # maps its own copy of fd
+        finally:
+            os.close(fd)
+    return cast(torch.UntypedStorage, torch.UntypedStorage._new_shared(nbytes))
 
 
 def _rebuild_anonymous(

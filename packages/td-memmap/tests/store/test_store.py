@@ -105,6 +105,24 @@ def test_inplace_ops_are_written_to_the_server(store, redis_server):
     assert (store + 1)["x"].eq(6).all() and store["x"].eq(5).all()
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.apply(lambda t: t * 3, inplace=True),
+        lambda s: s.named_apply(lambda k, t: t * 3, inplace=True),
+        lambda s: s._fast_apply(lambda t: t * 3, inplace=True),
+    ],
+    ids=["apply", "named_apply", "_fast_apply"],
+)
+def test_inplace_apply_is_written_to_the_server(store, redis_server, call):
+    store["x"] = torch.ones(4, 2)
+    assert call(store) is store
+    again = TensorDictStore.from_store(port=redis_server.port, td_id=store.td_id)
+    assert again["x"].eq(3).all()
+    assert store.apply(lambda t: None, inplace=True, filter_empty=True) is None
+    assert again["x"].eq(3).all()
+
+
 def test_lock(store):
     store["x"] = torch.ones(4)
     store.lock_()

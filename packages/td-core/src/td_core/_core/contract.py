@@ -97,9 +97,12 @@ class TensorDictContract(BatchMeta):
     # True on a kind whose entries are its `_tensordict` dict (new keys under compile in
     # `_pending`), read as stored: two trees of it may be walked without the primitives
     _plain_nodes: ClassVar[bool] = False
-    # True on a kind whose `_is_locked` is its own and whose writes go through its primitives:
-    # results may be cached on it while it is locked (`td_core._ops.lock_cache`)
+    # True on a kind whose `_is_locked` is its own (or its `_lock_owner`'s) and whose writes go
+    # through its primitives: results may be cached on it while it is locked (`_ops.lock_cache`)
     _caches_when_locked: ClassVar[bool] = False
+    #: the TensorDict whose lock this one shares and whose leaves its reads view (a lazy legacy
+    #: view's source): results cached on it are dropped with that TensorDict's (`lock_cache`)
+    _lock_owner: Any = None
     #: True where reading a leaf gives a copy (a view at an advanced index): in-place ops write back
     _reads_are_copies: bool = False
     #: True on a view whose writes go into another TensorDict (a sub-TensorDict, a lazy legacy

@@ -350,7 +350,7 @@ def from_schema(
     """A zero-filled TensorDict from `{key: (element_shape, dtype)}` (see `TensorDict.from_schema`)."""
     if storage not in _STORAGES:
         raise ValueError(
-            f"from_schema: unknown storage {storage!r}; expected one of {list(_STORAGES)}"
+            f"from_schema: Unknown storage backend {storage!r}; expected one of {list(_STORAGES)}"
         )
     bs = torch.Size(()) if batch_size is None else as_size(batch_size)
     # the backend writes the zeros: do not allocate them

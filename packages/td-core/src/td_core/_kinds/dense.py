@@ -56,6 +56,7 @@ class TensorDict(TensorDictBase):
 
     _plain_nodes = True
     _caches_when_locked = True
+    _view_slot = True  # a view op records its source in `_view_record` (see `_ops.views`)
     __slots__ = (
         "_tensordict",
         "_batch_size",
@@ -63,6 +64,7 @@ class TensorDict(TensorDictBase):
         "_is_locked",
         "_names",
         "_pending",
+        "_view_record",
         "__weakref__",
     )
 

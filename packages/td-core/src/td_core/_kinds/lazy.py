@@ -59,11 +59,13 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
     """
 
     _caches_when_locked = True
+    _view_slot = True  # a view op records its source in `_view_record` (see `_ops.views`)
     __slots__ = (
         "__weakref__",
         "_is_locked",
         "_td_dim_name",
         "_template",
+        "_view_record",
         "stack_dim",
         "tensordicts",
     )

@@ -63,6 +63,7 @@ class LazyViewTensorDict(CopyBackMixin):
     """
 
     _writes_through = True
+    _caches_when_locked = True  # while its source is locked (see `lock_cache`)
 
     def __init__(self, source: TensorDictBase, op: ViewOp) -> None:
         if not is_td(source):
@@ -77,6 +78,7 @@ class LazyViewTensorDict(CopyBackMixin):
         self._view_op = op
         self._batch_size = op.after + source.batch_size[n:]
         self._reads_are_copies = reads_copies(source)
+        self._lock_owner = source  # its lock; results cached on it go with the source's
 
     # ---------------------------------------------------------------- metadata
     @property

@@ -36,10 +36,11 @@ from typing import Any
 
 import torch
 
-from td_core._core.contract import provide
+from td_core._core.contract import provide, provided
 from td_core._core.traverse import _batched, is_nt, is_td, stack_parts
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
+from td_core._kinds.pytree import register
 from td_core._kinds.write_back import CopyBackMixin
 from td_core._ops.index import indexed_shape, normalize_index
 from td_core._ops.names import index_names
@@ -311,6 +312,12 @@ class SubTensorDict(CopyBackMixin):
             value = value.to(dest.dtype).expand_as(dest) if value.shape != dest.shape else value
         self._set_str(key, value)
 
+    @classmethod
+    def _from_pytree(cls, source: dict[str, Any], batch_size: torch.Size, device: Any) -> Any:
+        """What pytree rebuilds (under `vmap`, `torch.compile`, `tree_map`): a dense
+        TensorDict of the view's entries, as for a lazy view."""
+        return provided("TensorDict")._from_pytree(source, batch_size, device)
+
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self._source, "idx": self._idx}
 
@@ -330,3 +337,4 @@ def _as_tuple(index: Any) -> tuple[Any, ...]:
 
 
 provide("SubTensorDict", SubTensorDict)
+register(SubTensorDict)

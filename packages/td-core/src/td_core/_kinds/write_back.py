@@ -23,8 +23,9 @@ Tensor = torch.Tensor
 
 
 class CopyBackMixin(TensorDictBase):
-    """`apply_`, `zero_`, `fill_`, `copy_`, `update_`, `masked_fill_`, `copy_at_` and
-    `view[index] = value` that reach the source when the view's reads are copies."""
+    """`apply_`, `apply`/`named_apply`/`_fast_apply` with `inplace=True`, `zero_`, `fill_`,
+    `copy_`, `update_`, `masked_fill_`, `copy_at_` and `view[index] = value` that reach the
+    source when the view's reads are copies."""
 
     __slots__ = ()
 
@@ -59,6 +60,28 @@ class CopyBackMixin(TensorDictBase):
     def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
         """`apply(fn, inplace=True)`, written into the source."""
         return self._inplace(TensorDictBase.apply_, fn, *others, **kwargs)
+
+    def _inplace_if_asked(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`method` as it is, or run like `_inplace` when called with `inplace=True` (its
+        `None`, when `fn` kept no leaf and `filter_empty` drops them, is passed on)."""
+        if not kwargs.get("inplace") or self._direct:
+            return method(self, *args, **kwargs)
+        copy = self.to_tensordict()
+        result = method(copy, *args, **kwargs)
+        self._write_back_all(copy)
+        return None if result is None else self
+
+    def apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
+        """`apply`; with `inplace=True` the results are written into the source."""
+        return self._inplace_if_asked(TensorDictBase.apply, fn, *others, **kwargs)
+
+    def named_apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
+        """`named_apply`; with `inplace=True` the results are written into the source."""
+        return self._inplace_if_asked(TensorDictBase.named_apply, fn, *others, **kwargs)
+
+    def _fast_apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
+        """Upstream's private `_fast_apply`; with `inplace=True` the results reach the source."""
+        return self._inplace_if_asked(TensorDictBase._fast_apply, fn, *others, **kwargs)
 
     def zero_(self) -> Any:
         """Zero every viewed leaf (in the source)."""

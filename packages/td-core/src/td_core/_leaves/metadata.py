@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from td_core._leaves.nontensor import NonTensorData, result_shapes
+from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.nontensor_arrays import result_shapes
 
 __all__ = ["MetaData"]
 

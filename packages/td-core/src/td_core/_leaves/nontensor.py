@@ -10,6 +10,11 @@ tensors under any shape op, through one mechanism.
 One rule for stacking (upstream collapses equal values, a source of bugs):
 stacking non-tensor leaves always gives a `NonTensorStack`, whether or not
 the values are equal, and reading it gives a (nested) list.
+
+A stack of one value repeated (what stacking or concatenating equal
+`NonTensorData` gives) stores that value once and its batch size: joining,
+splitting, unbinding and reshaping it cost O(1) in the batch's element count.
+The object array is built only when the values are read one by one.
 """
 
 from __future__ import annotations
@@ -24,41 +29,20 @@ import torch
 
 from td_core._core.flags import capture_non_tensor_stack
 from td_core._core.utils import BatchMeta
+from td_core._leaves.nontensor_arrays import (
+    device_name,
+    full,
+    gather,
+    member_parts,
+    positions,
+    result_shapes,
+    same_value,
+)
 from td_core._leaves.nontensor_shape import NonTensorShapeMixin
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor", "stack_of_values"]
 
 _Fn = Callable[[torch.Tensor], torch.Tensor]
-
-
-def _full(shape: torch.Size, value: Any) -> np.ndarray:
-    out = np.empty(tuple(shape), dtype=object)
-    out.fill(value)
-    return out
-
-
-def _positions(shape: torch.Size) -> torch.Tensor:
-    return torch.arange(shape.numel()).view(shape)
-
-
-def result_shapes(
-    fn: Callable[[torch.Tensor], Sequence[torch.Tensor]], shape: torch.Size
-) -> list[torch.Size]:
-    """The shapes `fn` gives on a tensor of `shape`, worked out without its elements.
-
-    A shared value only needs the shapes of the results: `fn` runs on a `meta`
-    tensor (no memory, O(1) in the batch's element count). Where that fails (an
-    op meta tensors refuse), it runs on the positions, as for a stack of values.
-    """
-    try:
-        return [t.shape for t in fn(torch.empty(shape, device="meta"))]
-    except (RuntimeError, NotImplementedError, TypeError, IndexError, ValueError):
-        return [t.shape for t in fn(_positions(shape))]
-
-
-def _gather(flat: np.ndarray, idx: torch.Tensor) -> np.ndarray:
-    """`flat` at positions `idx`, always as an array of `idx`'s shape (0-d included)."""
-    return flat[idx.reshape(-1).numpy()].reshape(tuple(idx.shape))
 
 
 class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
@@ -80,28 +64,30 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
     ) -> list[NonTensorStack | NonTensorData]:
         flat = self.as_array().reshape(-1)
         return [
-            _from_array(_gather(flat, idx), self.device) for idx in fn(_positions(self.batch_size))
+            _from_array(gather(flat, idx), self.device) for idx in fn(positions(self.batch_size))
         ]
 
     def _set_at(self, index: Any, value: Any) -> NonTensorStack | NonTensorData:
         """A leaf equal to this one with `value` written at batch `index`."""
-        if (
-            isinstance(self, NonTensorData)
-            and isinstance(value, NonTensorData)
-            and _same(value.data, self.data)
-        ):
-            return self  # writing the shared value back changes nothing (and needs no numpy)
+        mine = (self.data,) if isinstance(self, NonTensorData) else _uniform(self)
+        theirs = (
+            (value.data,)
+            if isinstance(value, NonTensorData)
+            else _uniform(value)
+            if isinstance(value, _NonTensorBase)
+            else None
+        )
+        if mine is not None and theirs is not None and same_value(theirs[0], mine[0]):
+            return self  # type: ignore[return-value]  # writing the shared value back changes nothing (and needs no numpy)
         values = self.as_array().copy()
         flat = values.reshape(-1)
-        where = _positions(self.batch_size)[index].numpy()
+        where = positions(self.batch_size)[index].numpy()
         if isinstance(value, _NonTensorBase):
-            src = value.as_array()
-            if src.ndim == 0:  # one value: stored as itself, not as a 0-d array
-                flat[where.reshape(-1)] = _full(torch.Size([where.size]), src[()])
-            else:
-                flat[where] = np.broadcast_to(src, where.shape) if src.shape != where.shape else src
+            # element by element (one element included: a 0-d array would be stored whole)
+            src = np.broadcast_to(value.as_array(), where.shape)
+            flat[where.reshape(-1)] = src.reshape(-1)
         else:
-            flat[where.reshape(-1)] = _full(torch.Size([where.size]), value)
+            flat[where.reshape(-1)] = full(torch.Size([where.size]), value)
         return _from_array(values, self.device)
 
     @classmethod
@@ -204,7 +190,7 @@ class NonTensorData(_NonTensorBase):
         self.device = None if device is None else torch.device(device)
 
     def as_array(self) -> np.ndarray:
-        return _full(self.batch_size, self.data)
+        return full(self.batch_size, self.data)
 
     def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorData:
         return NonTensorData(self.data, lead + self.batch_size[n:], self.device)
@@ -228,7 +214,7 @@ class NonTensorData(_NonTensorBase):
         return {
             "data": self.data,
             "batch_size": tuple(self.batch_size),
-            "device": _dev(self.device),
+            "device": device_name(self.device),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -282,7 +268,7 @@ class NonTensorStack(_NonTensorBase):
     leaf back, so a `NonTensorData` survives a stack and an unbind, as upstream.
     """
 
-    __slots__ = ("_member_dim", "_members", "_values")
+    __slots__ = ("_array", "_fill", "_member_dim", "_members")
 
     def __init__(
         self,
@@ -301,11 +287,48 @@ class NonTensorStack(_NonTensorBase):
                 f"{len(values)} element(s) stacked along dim {stack_dim}, which give "
                 f"{list(array.shape)}"
             )
-        self._values = array
+        self._array: np.ndarray | None = array
+        self._fill: tuple[Any] | None = None
         self.batch_size = torch.Size(array.shape)
         self.device = None if device is None else torch.device(device)
         self._members: tuple[_NonTensorBase, ...] | None = None
         self._member_dim = 0
+
+    @classmethod
+    def _filled(cls, value: Any, batch_size: torch.Size, device: torch.device | None) -> Any:
+        """A stack of `batch_size` whose every element is `value`, which is stored once."""
+        out = cls.__new__(cls)
+        out._array, out._fill = None, (value,)
+        out.batch_size, out.device = batch_size, device
+        out._members, out._member_dim = None, 0
+        return out
+
+    @property
+    def _values(self) -> np.ndarray:
+        """The values as an object array of the batch shape (built on first use when filled)."""
+        array = self._array
+        if array is None:
+            assert self._fill is not None  # one of the two is always set
+            array = self._array = full(self.batch_size, self._fill[0])
+        return array
+
+    def _fill_value(self) -> tuple[Any] | None:
+        """`(value,)` when every element is `value` (stored once), else None."""
+        # subclasses that build their own storage (td-memmap's shared stacks) have no fill
+        return getattr(self, "_fill", None)
+
+    def _uniform_parts(
+        self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]
+    ) -> list[tuple[torch.Size, Any]] | None:
+        """The shapes of `fn`'s results on a filled stack, each with the stacked leaf it is.
+
+        See `member_parts`; None when `fn` refuses the expanded index (the caller then
+        gathers the values).
+        """
+        members = getattr(self, "_members", None)
+        if members is None:
+            return [(shape, None) for shape in result_shapes(fn, self.batch_size)]
+        return member_parts(fn, self.batch_size, self._member_dim, members)
 
     def _member_at(self, idx: torch.Tensor) -> _NonTensorBase | None:
         """The stacked leaf whose positions are exactly `idx`, if any."""
@@ -316,20 +339,34 @@ class NonTensorStack(_NonTensorBase):
             return None
         bs = self.batch_size
         i = (int(idx.reshape(-1)[0]) // math.prod(bs[d + 1 :])) % bs[d]
-        return members[i] if torch.equal(idx, _positions(bs).select(d, i)) else None
+        return members[i] if torch.equal(idx, positions(bs).select(d, i)) else None
 
     def _map_batch_multi(
         self, fn: Callable[[torch.Tensor], Sequence[torch.Tensor]]
     ) -> list[NonTensorStack | NonTensorData]:
+        fill = self._fill_value()
+        if fill is not None:
+            parts = self._uniform_parts(fn)
+            if parts is not None:
+                return [
+                    member if member is not None else _filled(fill[0], shape, self.device)
+                    for shape, member in parts
+                ]
         flat = self._values.reshape(-1)
         out: list[Any] = []
-        for idx in fn(_positions(self.batch_size)):
+        for idx in fn(positions(self.batch_size)):
             member = self._member_at(idx)
-            out.append(_from_array(_gather(flat, idx), self.device) if member is None else member)
+            out.append(_from_array(gather(flat, idx), self.device) if member is None else member)
         return out
 
     def to(self, device: torch.device | str | None) -> NonTensorStack:
-        out = NonTensorStack(self._values, device=device)
+        fill = self._fill_value()
+        if fill is not None:
+            out = NonTensorStack._filled(
+                fill[0], self.batch_size, None if device is None else torch.device(device)
+            )
+        else:
+            out = NonTensorStack(self._values, device=device)
         members = getattr(self, "_members", None)
         if members is not None:
             out._members = tuple(m.to(device) for m in members)
@@ -363,16 +400,32 @@ class NonTensorStack(_NonTensorBase):
         return self._values
 
     def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorStack | NonTensorData:
-        idx = fn(_positions(self.batch_size))
+        fill = self._fill_value()
+        if fill is not None:
+            shape = lead + self.batch_size[n:]
+            members = getattr(self, "_members", None)
+            if members is None or shape != members[0].batch_size:
+                return _filled(fill[0], shape, self.device)
+            parts = self._uniform_parts(lambda t: (fn(t),))
+            if parts is not None:
+                member = parts[0][1]
+                return _filled(fill[0], shape, self.device) if member is None else member
+        idx = fn(positions(self.batch_size))
         member = self._member_at(idx)
         if member is not None:
             return member  # type: ignore[return-value]  # a stacked leaf is one of the two
-        return _from_array(_gather(self._values.reshape(-1), idx), self.device)
+        return _from_array(gather(self._values.reshape(-1), idx), self.device)
 
     def clone(self, recurse: bool = True) -> NonTensorStack:
-        out = NonTensorStack(
-            copy.deepcopy(self._values) if recurse else self._values.copy(), device=self.device
-        )
+        fill = self._fill_value()
+        if fill is not None:  # a deep copy of the array would copy its one value once, too
+            value = copy.deepcopy(fill[0]) if recurse else fill[0]
+            out = NonTensorStack._filled(value, self.batch_size, self.device)
+        else:
+            out = NonTensorStack(
+                copy.deepcopy(self._values) if recurse else self._values.copy(),
+                device=self.device,
+            )
         members = getattr(self, "_members", None)
         if members is not None:
             out._members = tuple(m.clone(recurse) for m in members)
@@ -380,24 +433,38 @@ class NonTensorStack(_NonTensorBase):
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        # a flat list and a shape (no numpy object in the pickle: weights_only loads accept it)
+        # a flat list and a shape (no numpy object in the pickle: weights_only loads accept it);
+        # a filled stack, its one value
+        fill = self._fill_value()
+        if fill is not None:
+            return {
+                "fill": fill[0],
+                "shape": tuple(self.batch_size),
+                "device": device_name(self.device),
+            }
         return {
             "flat": list(self._values.flat),
             "shape": tuple(self._values.shape),
-            "device": _dev(self.device),
+            "device": device_name(self.device),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        values = np.empty(len(state["flat"]), dtype=object)
-        for i, v in enumerate(state["flat"]):
-            values[i] = v
-        self._values = values.reshape(state["shape"])
+        if "fill" in state:
+            self._array, self._fill = None, (state["fill"],)
+        else:
+            values = np.empty(len(state["flat"]), dtype=object)
+            for i, v in enumerate(state["flat"]):
+                values[i] = v
+            self._array, self._fill = values.reshape(state["shape"]), None
         self._members, self._member_dim = None, 0
         self.batch_size = torch.Size(state["shape"])
         self.device = None if state["device"] is None else torch.device(state["device"])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorStack):
+            mine, theirs = self._fill_value(), other._fill_value()
+            if mine is not None and theirs is not None and self.batch_size == other.batch_size:
+                return same_value(mine[0], theirs[0]) or not self.batch_size.numel()
             return self.batch_size == other.batch_size and bool(
                 (self._values == other._values).all()
             )
@@ -419,7 +486,7 @@ def _stack_elements(
         shape = (0,) if batch_size is None else tuple(batch_size)
         return np.empty(shape, dtype=object)
     arrays = [
-        v.as_array() if isinstance(v, _NonTensorBase) else _full(torch.Size(), v) for v in values
+        v.as_array() if isinstance(v, _NonTensorBase) else full(torch.Size(), v) for v in values
     ]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
@@ -433,17 +500,11 @@ def _stack_elements(
     return np.stack(arrays, axis=dim)
 
 
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError, RuntimeError):  # e.g. arrays, whose == is element-wise
-        return False
-
-
-def _dev(device: torch.device | None) -> str | None:
-    return None if device is None else str(device)
+def _filled(value: Any, shape: torch.Size, device: torch.device | None) -> Any:
+    """`value` over a batch of `shape`: a filled stack, or the value itself when 0-d."""
+    if not shape:
+        return NonTensorData(value, (), device)
+    return NonTensorStack._filled(value, shape, device)
 
 
 def _from_array(values: np.ndarray, device: torch.device | None) -> NonTensorStack | NonTensorData:
@@ -464,25 +525,41 @@ def stack_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     if special is not None:
         return special
     shared = _shared_value(leaves)
-    if shared is not None:  # one fill of the result, not an array per leaf then a copy
+    if shared is not None:  # the value once, not one per element
         bs = list(leaves[0].batch_size)
+        if not -len(bs) - 1 <= dim <= len(bs):
+            raise IndexError(
+                f"NonTensorStack: stack_dim {dim} is out of range for {len(bs) + 1} dims"
+            )
+        dim = dim % (len(bs) + 1)
         bs.insert(dim, len(leaves))
-        values = _full(torch.Size(bs), shared[0])
+        out = NonTensorStack._filled(shared[0], torch.Size(bs), leaves[0].device)
     else:
         values = np.stack([leaf.as_array() for leaf in leaves], axis=dim)
-    out = NonTensorStack(values, device=leaves[0].device)
+        out = NonTensorStack(values, device=leaves[0].device)
     out._members, out._member_dim = tuple(leaves), dim
     return out
 
 
-def _shared_value(leaves: Sequence[_NonTensorBase]) -> tuple[Any] | None:
-    """`(value,)` when every leaf is a `NonTensorData` of the same value, else None."""
-    first = leaves[0]
-    if type(first) is NonTensorData and all(
-        type(v) is NonTensorData and _same(v.data, first.data) for v in leaves
-    ):
-        return (first.data,)
+def _uniform(leaf: Any) -> tuple[Any] | None:
+    """`(value,)` when every element of `leaf` is `value`, known without reading them."""
+    if type(leaf) is NonTensorData:
+        return (leaf.data,)
+    if type(leaf) is NonTensorStack:
+        return leaf._fill_value()
     return None
+
+
+def _shared_value(leaves: Sequence[_NonTensorBase]) -> tuple[Any] | None:
+    """`(value,)` when every leaf holds only `value` (and says so without reading), else None."""
+    first = _uniform(leaves[0])
+    if first is None:
+        return None
+    for leaf in leaves[1:]:
+        value = _uniform(leaf)
+        if value is None or not same_value(value[0], first[0]):
+            return None
+    return first
 
 
 def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
@@ -495,7 +572,7 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     if (
         capture_non_tensor_stack()
         and isinstance(first, NonTensorData)
-        and all(isinstance(v, NonTensorData) and _same(v.data, first.data) for v in leaves)
+        and all(isinstance(v, NonTensorData) and same_value(v.data, first.data) for v in leaves)
     ):
         bs = list(first.batch_size)
         bs.insert(dim, len(leaves))
@@ -505,11 +582,19 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
 
 def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
     """Concatenate non-tensor leaves into one `NonTensorStack` (the same rule as stacking)."""
+    first = leaves[0].batch_size
+    n = len(first)
     shared = _shared_value(leaves)
-    if shared is not None:
-        bs = list(leaves[0].batch_size)
-        bs[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
-        return NonTensorStack(_full(torch.Size(bs), shared[0]), device=leaves[0].device)
+    if shared is not None and -n <= dim < n:
+        dim %= n
+        rest = first[:dim] + first[dim + 1 :]
+        if all(
+            len(leaf.batch_size) == n and leaf.batch_size[:dim] + leaf.batch_size[dim + 1 :] == rest
+            for leaf in leaves
+        ):  # the value once (mismatched sizes: numpy below names them)
+            bs = list(first)
+            bs[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
+            return NonTensorStack._filled(shared[0], torch.Size(bs), leaves[0].device)
     return NonTensorStack(
         np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device
     )

@@ -31,6 +31,21 @@ def _sizes(args: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(args)
 
 
+def _result_shape(fn: _Fn, shape: torch.Size) -> torch.Size:
+    """The shape `fn` gives on a tensor of `shape`: on a `meta` tensor (no elements), else on
+    the positions (an op meta tensors refuse)."""
+    try:
+        return fn(torch.empty(shape, device="meta")).shape
+    except (RuntimeError, NotImplementedError, TypeError, IndexError, ValueError):
+        return fn(torch.arange(shape.numel()).view(shape)).shape
+
+
+def _plain_index(index: Any) -> bool:
+    """Whether `index` holds only ints, slices, `None` and `...` (checked on a meta tensor)."""
+    parts = index if type(index) is tuple else (index,)
+    return all(p is None or p is Ellipsis or type(p) in (int, slice) for p in parts)
+
+
 class NonTensorShapeMixin:
     """Indexing and shape ops of a non-tensor leaf (see the module docstring)."""
 
@@ -56,15 +71,18 @@ class NonTensorShapeMixin:
 
         device: Any
 
-    def _batch_op(self, fn: _Fn) -> Any:
-        positions = torch.arange(self.batch_size.numel()).view(self.batch_size)
-        return self._map_batch(fn, fn(positions).shape, len(self.batch_size))
+    def _batch_op(self, fn: _Fn, *, on_meta: bool = True) -> Any:
+        if on_meta:
+            lead = _result_shape(fn, self.batch_size)
+        else:  # index tensors: meta tensors do not check their values against the batch
+            lead = fn(torch.arange(self.batch_size.numel()).view(self.batch_size)).shape
+        return self._map_batch(fn, lead, len(self.batch_size))
 
     def __getitem__(self, index: Any) -> Any:
         """The leaf at batch `index` (an int, slice, mask, index tensor or a tuple of them)."""
         if isinstance(index, str):
             raise TypeError(f"a non-tensor leaf has no keys: cannot index it with {index!r}")
-        return self._batch_op(lambda t: t[index])
+        return self._batch_op(lambda t: t[index], on_meta=_plain_index(index))
 
     def reshape(self, *shape: Any) -> Self:
         """The leaf with batch size `shape` (one `-1` is inferred)."""

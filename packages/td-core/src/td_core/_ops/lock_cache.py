@@ -9,18 +9,21 @@ ever answering with stale data:
 
 - It is used only while the TensorDict is locked, never while compiling, and
   only by kinds that set `_caches_when_locked` (dense TensorDicts, lazy stacks,
-  `TensorDictParams`; not a `SubTensorDict`, whose lock is its source's).
+  `TensorDictParams`, lazy legacy views; not a `SubTensorDict`, whose lock is its
+  source's). A lazy view's lock is its source's (`_lock_owner`): what is cached on
+  the view is dropped whenever the source's cache is.
 - A result that holds leaves is cached only when it holds the stored leaf
   objects themselves (`shares_leaves`), so in-place writes to the leaves show
   through it: not when reading an entry gives a copy (a lazy stack below a
   dense TensorDict, a sub-TensorDict view, a `TensorDictParams` whose
-  parameters `nn.Module` may swap). A lazy stack itself is keyed by its
-  members too, so a changed member list is a miss.
+  parameters `nn.Module` may swap). A lazy view's reads are views of its
+  source's leaves (the same memory): it qualifies where its source does. A lazy
+  stack itself is keyed by its members too, so a changed member list is a miss.
 - A cached TensorDict result is handed back locked (it is shared by every
   caller, unlike upstream's, which callers may change). Unlocking it drops the
   cache it sits in.
-- `drop(td)` forgets the cache of `td`, of the locked TensorDicts above it and
-  of the TensorDicts whose cache holds it. It runs when a TensorDict is
+- `drop(td)` forgets the cache of `td`, of the locked TensorDicts above it, of
+  the TensorDicts whose cache holds it and of the lazy views over it. It runs when a TensorDict is
   unlocked, and when a locked one replaces an entry (an in-place write of a
   non-tensor value), changes its dim names or its device.
 """
@@ -60,6 +63,7 @@ class _Cache:
 
 _CACHES = PerObject()  # locked TensorDict -> _Cache
 _ORIGINS = PerObject()  # node of a cached result -> {id(source): weakref to source}
+_VIEWS = PerObject()  # lock owner -> {id(view): weakref to a lazy view over it with a cache}
 
 
 def _node(td: Any) -> Any:
@@ -90,6 +94,9 @@ def shares_leaves(td: Any) -> bool:
     and for a lazy stack of such trees (its structural ops work member by
     member); False where a read gives a new object.
     """
+    owner = getattr(td, "_lock_owner", None)
+    if owner is not None:  # a lazy view: its reads view the owner's leaves
+        return shares_leaves(owner)
     parts = stack_parts(td)
     if parts is not None:
         return all(shares_leaves(member) for member in parts[0])
@@ -126,6 +133,8 @@ def cached(td: Any, name: str, key: Hashable, compute: Callable[[], T], *, holds
     if cache is None or not _same_members(cache.members, members):
         cache = _Cache(members)
         _CACHES.set(td, cache)
+        if td._lock_owner is not None:
+            _note_view(td._lock_owner, td)
     table = cache.entries.get(name)
     if table is not None:
         hit = table.get(key, NO_DEFAULT)
@@ -202,6 +211,15 @@ def _adopt(source: Any, result: Any) -> None:
         origins[id(source)] = weakref.ref(source)
 
 
+def _note_view(owner: Any, view: Any) -> None:
+    """Remember that `view` (whose lock is `owner`'s) caches results: `drop(owner)` drops them."""
+    views = _VIEWS.get(owner)
+    if views is None:
+        views = {}
+        _VIEWS.set(owner, views)
+    views[id(view)] = weakref.ref(view)
+
+
 def drop(td: Any, seen: set[int] | None = None) -> None:
     """Forget the results cached on `td`, above it in a locked tree, and built from it."""
     node = _node(td)
@@ -221,3 +239,9 @@ def drop(td: Any, seen: set[int] | None = None) -> None:
             source = ref()
             if source is not None:
                 drop(source, seen)
+    views = _VIEWS.pop(node, None)
+    if views:
+        for ref in views.values():
+            view = ref()
+            if view is not None:
+                drop(view, seen)

@@ -573,11 +573,18 @@ class MaskedMixin(TensorDictContract):
         return self
 
     def zero_(self) -> Self:
-        """Zero every tensor leaf in place (a lazy stack's members included); returns self."""
-        leaves = storage_leaves(self)
+        """Zero every tensor leaf in place (a lazy stack's members included); returns self.
+
+        Parameters (of this `TensorDictParams`, or of one nested in a TensorDict)
+        are zeroed under `no_grad`, as their own `zero_` does.
+        """
         if no_grad_for(self):
             with torch.no_grad():
-                zero_all(leaves)
-        else:
-            zero_all(leaves)
+                zero_all(storage_leaves(self))
+            return self
+        params: list[Tensor] = []
+        zero_all(storage_leaves(self, [], params))
+        if params:
+            with torch.no_grad():
+                zero_all(params)
         return self

@@ -96,6 +96,22 @@ def _new_at(
     return _retag(out, dev) if dev is not None else out
 
 
+def _leaf_depth(td: Any) -> int:
+    """The nesting level of `td`'s deepest leaf (0: a top-level one), -1 when it holds none."""
+    found = lazy.parts(td)
+    if found is not None:  # from the members: reading a ragged entry would fail
+        return max((_leaf_depth(m) for m in found[0]), default=-1)
+    deepest = -1
+    for value in td._values_str():
+        if not is_td(value):
+            deepest = max(deepest, 0)
+            continue
+        below = _leaf_depth(value)
+        if below >= 0:
+            deepest = max(deepest, below + 1)
+    return deepest
+
+
 class NewMixin(TensorDictContract):
     """`new_*` constructors and layout queries of `td_core.TensorDictBase`."""
 
@@ -332,14 +348,11 @@ class NewMixin(TensorDictContract):
 
     @property
     def depth(self) -> int:
-        """How deeply entries are nested: 0 with only top-level leaves, 1 with `("a", "b")`, ..."""
-        found = lazy.parts(self)
-        if found is not None:  # from the members: reading a ragged entry would fail
-            return max(m.depth for m in found[0])
-        return max(
-            (1 + v.depth for v in self._values_str() if is_td(v)),
-            default=0,
-        )
+        """How deeply leaves are nested: 0 with only top-level leaves, 1 with `("a", "b")`, ...
+
+        Counted over the leaves, as upstream: an empty sub-TensorDict adds no level.
+        """
+        return max(_leaf_depth(self), 0)
 
     def data_ptr(self, *, storage: bool = False) -> Self:
         """A 0-d TensorDict of each tensor leaf's `data_ptr()` (its storage's with `storage=True`)."""

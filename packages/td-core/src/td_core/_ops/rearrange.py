@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from td_core._core.traverse import map_batch, map_batch_multi
 from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops import lazy_shape as lazy
+from td_core._ops.locked_results import locked_like_source
 from td_core._ops.names import carry_names
 from td_core._ops.new_like import NewMixin
 from td_core._ops.shape import assign_reshaped, batch_dim, expanded_shape, permuted_view, size_arg
@@ -135,6 +136,7 @@ class LayoutMixin(NewMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------- repeating
+    @locked_like_source
     def repeat(self, *repeats: Any, inplace: bool = False) -> Self:
         """Tile the batch: batch dim `i` is repeated `repeats[i]` times, as `Tensor.repeat`.
 
@@ -171,6 +173,7 @@ class LayoutMixin(NewMixin):
             carry_names(out, names)
         return assign_reshaped(self, out, "repeat") if inplace else out
 
+    @locked_like_source
     def repeat_interleave(
         self,
         repeats: Tensor | int,
@@ -201,6 +204,7 @@ class LayoutMixin(NewMixin):
             carry_names(out, names)
         return assign_reshaped(self, out, "repeat_interleave") if inplace else out
 
+    @locked_like_source
     def tile(self, dims: int | Sequence[int]) -> Self:
         """Repeat the batch as `torch.tile`: missing leading counts are 1, extra ones add batch dims."""
         reps = (dims,) if isinstance(dims, int) else tuple(int(r) for r in dims)
@@ -218,6 +222,7 @@ class LayoutMixin(NewMixin):
         )
 
     # ------------------------------------------------------------ selecting
+    @locked_like_source
     def narrow(self, dim: int, start: int | Tensor, length: int) -> Self:
         """The elements `start` to `start + length` of batch dim `dim` (a view)."""
         bs = self.batch_size
@@ -237,6 +242,7 @@ class LayoutMixin(NewMixin):
         new = torch.Size((*bs[:d], length, *bs[d + 1 :]))
         return map_batch(self, lambda t: t.narrow(d, first, length), new)
 
+    @locked_like_source
     def tensor_split(
         self, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0
     ) -> tuple[Self, ...]:
@@ -254,6 +260,7 @@ class LayoutMixin(NewMixin):
         return tuple(map_batch_multi(self, lambda t: t.tensor_split(cuts, d), leads))
 
     # ------------------------------------------------------------ reordering
+    @locked_like_source
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Move batch dims `source` to positions `destination`, as `torch.movedim`."""
         bs = self.batch_size
@@ -286,6 +293,7 @@ class LayoutMixin(NewMixin):
             raise DimError("flipud requires at least 1 batch dim, batch_size is []")
         return self.flip(0)
 
+    @locked_like_source
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
         """Rotate by 90 degrees `k` times in the plane of batch dims `dims`, as `torch.rot90`."""
         bs = self.batch_size
@@ -315,6 +323,7 @@ class LayoutMixin(NewMixin):
         """This TensorDict with leading batch dims of size 1 added until it has at least 3."""
         return _at_least(self, 3)
 
+    @locked_like_source
     def broadcast_to(self, shape: Sequence[int]) -> Self:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim), as `torch.broadcast_to`."""
         bs = self.batch_size

@@ -25,6 +25,7 @@ from td_core._core.traverse import is_td, map_batch, map_batch_multi, map_leaves
 from td_core._core.utils import infer_shape, normalize_dim, shape_args
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.legacy_views import ViewOp, chained_view, legacy_view, refuse_dense_first
+from td_core._ops.locked_results import locked_like_source
 from td_core._ops.names import carry_names, names_after
 from td_core._ops.views import dtype_viewed, flipped, permuted, remember, reshaped, rolled
 from td_core.errors import BatchSizeError, DimError, LockedError
@@ -242,6 +243,7 @@ class ShapeMixin(TensorDictContract):
 
     __slots__ = ()
 
+    @locked_like_source
     def view(
         self,
         *shape: Any,
@@ -286,6 +288,7 @@ class ShapeMixin(TensorDictContract):
             return legacy_view(self, ViewOp.view(new, self.batch_size))
         return remember(self, _reshape(self, new, copy=False), reshaped)
 
+    @locked_like_source
     def reshape(
         self, *shape: Any, size: Sequence[int] | None = None, inplace: bool = False
     ) -> Self:
@@ -297,6 +300,7 @@ class ShapeMixin(TensorDictContract):
         out = _reshape(self, _view_shape(self, shape, size, "reshape"), copy=True)
         return assign_reshaped(self, out, "reshape") if inplace else remember(self, out, reshaped)
 
+    @locked_like_source
     def squeeze(self, dim: int | None = None) -> Self:
         """Remove batch dims of size 1 (all of them, or `dim` if it has size 1)."""
         bs = self.batch_size
@@ -328,6 +332,7 @@ class ShapeMixin(TensorDictContract):
                 out = carry_names(out, names_after(names, drop=dims))
         return remember(self, out, reshaped)
 
+    @locked_like_source
     def unsqueeze(self, dim: int) -> Self:
         """Insert a batch dim of size 1 at `dim` (negative dims count from the batch end)."""
         bs = self.batch_size
@@ -347,6 +352,7 @@ class ShapeMixin(TensorDictContract):
                 out = carry_names(out, names_after(names, insert=(d,)))
         return remember(self, out, reshaped)
 
+    @locked_like_source
     def permute(self, *order: Any, dims: Sequence[int] | None = None) -> Self:
         """Reorder the batch dims: `td.permute(1, 0)`, `td.permute([1, 0])` or `td.permute(dims=[1, 0])`."""
         given = size_arg(order, dims, "permute")
@@ -362,6 +368,7 @@ class ShapeMixin(TensorDictContract):
             )
         return permuted_view(self, resolved, "permute")
 
+    @locked_like_source
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         bs = self.batch_size
@@ -376,6 +383,7 @@ class ShapeMixin(TensorDictContract):
         order[d0], order[d1] = order[d1], order[d0]
         return permuted_view(self, order, "transpose")
 
+    @locked_like_source
     def expand(self, *shape: Any, size: Sequence[int] | None = None) -> Self:
         """Broadcast to batch size `shape` without copying (`-1` keeps a dim)."""
         bs = self.batch_size
@@ -406,6 +414,7 @@ class ShapeMixin(TensorDictContract):
             return self.apply(lambda x, y: x.expand_as(y), other, batch_size=other.batch_size)
         return self.expand(other.shape)
 
+    @locked_like_source
     def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Self:
         """Merge batch dims `start_dim` to `end_dim` (inclusive) into one."""
         bs = self.batch_size
@@ -420,6 +429,7 @@ class ShapeMixin(TensorDictContract):
             out = _reshape(self, new, copy=True)
         return assign_reshaped(self, out, "flatten") if inplace else remember(self, out, reshaped)
 
+    @locked_like_source
     def unflatten(
         self,
         dim: int,
@@ -447,6 +457,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, names_after(names, drop=(d,)))
 
+    @locked_like_source
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim `dim` into chunks of `split_size` (or the listed sizes)."""
         bs = self.batch_size
@@ -479,6 +490,7 @@ class ShapeMixin(TensorDictContract):
         names = self._raw_names()
         return out if names is None else carry_names(out, names)
 
+    @locked_like_source
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """Split along `dim` into at most `chunks` pieces, as `torch.chunk` does."""
         if chunks <= 0:
@@ -487,6 +499,7 @@ class ShapeMixin(TensorDictContract):
         size = self.batch_size[d]
         return self.split(max(1, math.ceil(size / chunks)), d)
 
+    @locked_like_source
     def flip(self, *order: Any, dims: Any = None) -> Self:
         """Reverse the order of elements along the given batch dims (ints, a sequence, or `dims=`)."""
         if dims is not None and isinstance(dims, int):
@@ -495,6 +508,7 @@ class ShapeMixin(TensorDictContract):
         ds = tuple(batch_dim(d, bs) for d in size_arg(order, dims, "flip"))
         return remember(self, map_batch(self, lambda t: t.flip(ds), bs), flipped, ds)
 
+    @locked_like_source
     def roll(
         self,
         shifts: int | Sequence[int],

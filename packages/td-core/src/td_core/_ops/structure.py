@@ -207,9 +207,12 @@ class StructureMixin(TensorDictContract):
             raise refuse_inplace(self, "exclude")
         if is_stack(self):  # lazy stacks exclude member by member
             return remember(self, _members_do(self, "exclude", *keys, inplace=inplace), same)
-        if set(map(type, keys)) <= {str}:  # top-level keys only: one pass, no paths
-            drop = set(keys)
-            out = {k: v for k, v in self._items_str() if k not in drop}
+        if set(map(type, keys)) <= {str}:  # top-level keys only: a copy of the entries, less keys
+            items = self._items_str()
+            mapping = getattr(items, "mapping", None)  # a dict's view: copy the dict whole
+            out = mapping.copy() if mapping is not None else dict(items)
+            for k in keys:
+                out.pop(k, None)
             result = self._new(out, self.batch_size)
         else:
             result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])

@@ -4,7 +4,10 @@ An op whose result is another layout of the same data (the shape ops,
 `flatten_keys`/`unflatten_keys`, `select`/`exclude`, `view(dtype)`, `to`) calls
 `remember(source, result, undo, *args)`: the result keeps a weak reference to
 its source and how to map it back (`undo(result, source, *args)` returns the
-result in the source's layout).
+result in the source's layout). The record is a plain tuple in the result's
+`_view_record` slot on the kinds that declare one (`_view_slot = True`: the dense
+and lazy-stack classes, where a view op must stay cheap); other kinds keep it in
+a weak side table.
 
 `with result:` notes the result's keys. On a clean exit the result is mapped
 back and every change made through it reaches the source: new and replaced
@@ -60,11 +63,11 @@ Tensor = torch.Tensor
 Path = tuple[str, ...]
 
 
-class _Record(NamedTuple):
-    source: weakref.ref[Any]
-    undo: Callable[..., Any]
-    args: tuple[Any, ...]
-    key_map: Callable[[Path], Path] | None
+# (weak reference to the source, undo, undo's extra args, key_map): a plain tuple,
+# built on every view op (a NamedTuple's constructor costs several times more)
+_Record = tuple[
+    "weakref.ref[Any]", Callable[..., Any], tuple[Any, ...], "Callable[[Path], Path] | None"
+]
 
 
 class _Frame(NamedTuple):
@@ -73,7 +76,7 @@ class _Frame(NamedTuple):
     entered: set[Path] | None
 
 
-_VIEWS = PerObject()  # result of a view op -> _Record
+_VIEWS = PerObject()  # result of a view op -> _Record, for the kinds without the slot
 _FRAMES = PerObject()  # TensorDict -> list of the _Frames of its open `with` blocks
 
 
@@ -87,10 +90,34 @@ def remember(
     """Record that `out` is a view of `source` that `undo(out, source, *args)` maps back; return `out`."""
     if out is not source:
         try:
-            _VIEWS.set(out, _Record(weakref.ref(source), undo, args, key_map))
-        except TypeError:  # not weak-referenceable: nothing to write back to
-            pass
+            record = (weakref.ref(source), undo, args, key_map)
+        except TypeError:  # the source is not weak-referenceable: nothing to write back to
+            return out
+        if getattr(type(out), "_view_slot", False):
+            out._view_record = record
+        else:
+            try:
+                _VIEWS.set(out, record)
+            except TypeError:  # not weak-referenceable: no `with` block can find it
+                pass
     return out
+
+
+def _peek_record(td: Any) -> _Record | None:
+    """`td`'s view record, if it is the result of a view op."""
+    if getattr(type(td), "_view_slot", False):
+        return cast("_Record | None", getattr(td, "_view_record", None))
+    return cast("_Record | None", _VIEWS.get(td))
+
+
+def _take_record(td: Any) -> _Record | None:
+    """`td`'s view record, forgotten: the latest op decides what a `with` block does."""
+    if getattr(type(td), "_view_slot", False):
+        record = getattr(td, "_view_record", None)
+        if record is not None:
+            td._view_record = None
+        return cast("_Record | None", record)
+    return cast("_Record | None", _VIEWS.pop(td, None))
 
 
 # ------------------------------------------------------------------ the inverses
@@ -203,26 +230,58 @@ def _same(current: Any, new: Any) -> bool:
     return False
 
 
-def _plan(dst: Any, back: Any, path: Path, ops: list[tuple[Any, str, Any, bool, Path]]) -> None:
-    """The writes that make `dst` hold `back`'s entries; `LockedError` if a locked level must change."""
+def _equal(current: Any, new: Any) -> bool:
+    """Whether the tensor `new` holds exactly what `current` holds (same dtype, device, shape, grad)."""
+    return (
+        isinstance(current, Tensor)
+        and isinstance(new, Tensor)
+        and current.dtype == new.dtype
+        and current.device == new.device
+        and current.shape == new.shape
+        and current.requires_grad == new.requires_grad
+        and bool(torch.equal(current, new))
+    )
+
+
+def _plan(
+    dst: Any,
+    back: Any,
+    path: Path,
+    ops: list[tuple[Any, str, Any, bool, Path]],
+    copied: bool = False,
+) -> None:
+    """The writes that make `dst` hold `back`'s entries; `LockedError` if a locked level must change.
+
+    A lazy stack `dst` is planned member by member, so a ragged leaf is never
+    stacked: `back`'s members when they line up with `dst`'s, else `back`
+    unbound along `dst`'s stack dim. The leaves read that way are copies
+    (`copied`), so a leaf equal to the source's is left alone rather than
+    replaced by its copy.
+    """
     members, back_members = stack_parts(dst), stack_parts(back)
-    if (
-        members is not None
-        and back_members is not None
-        and members[1] == back_members[1]
-        and len(members[0]) == len(back_members[0])
-    ):  # member by member: ragged leaves are never stacked
-        for member, back_member in zip(members[0], back_members[0]):
-            _plan(member, back_member, path, ops)
+    if members is not None:
+        parts, dim = members
+        if (
+            back_members is not None
+            and back_members[1] == dim
+            and len(back_members[0]) == len(parts)
+        ):
+            pieces = back_members[0]  # the view's own members: leaves read as they are
+        else:  # another layout (e.g. `view(-1)` across the stack dim): read each member's slice
+            pieces, copied = list(back.unbind(dim)), True
+        for member, piece in zip(parts, pieces):
+            _plan(member, piece, path, ops, copied)
         return
     locked = dst.is_locked
     for key, value in back._items_str():
         full = (*path, key)
         current = dst._get_str(key, NO_DEFAULT)
         if is_td(value) and current is not NO_DEFAULT and is_td(current):
-            _plan(current, value, full, ops)
+            _plan(current, value, full, ops, copied)
             continue
-        if current is not NO_DEFAULT and _same(current, value):
+        if current is not NO_DEFAULT and (
+            _same(current, value) or (copied and _equal(current, value))
+        ):
             continue
         replace = current is NO_DEFAULT or is_td(current) or is_td(value)
         if locked and replace:
@@ -235,14 +294,15 @@ def _plan(dst: Any, back: Any, path: Path, ops: list[tuple[Any, str, Any, bool, 
 
 
 def _write_back(view: Any, record: _Record, entered: set[Path]) -> None:
-    source = record.source()
+    source_ref, undo, args, key_map = record
+    source = source_ref()
     if source is None:  # nobody can see the source any more
         return
-    back = record.undo(view, source, *record.args)
+    back = undo(view, source, *args)
     gone = entered - _paths(view)
     gone = {p for p in gone if not any(p[:i] in gone for i in range(1, len(p)))}
-    if record.key_map is not None:
-        gone = {record.key_map(p) for p in gone}
+    if key_map is not None:
+        gone = {key_map(p) for p in gone}
     present = _paths(source)
     deletions = sorted(p for p in gone if p in present)
     ops: list[tuple[Any, str, Any, bool, Path]] = []
@@ -274,9 +334,9 @@ class ViewsMixin(TensorDictContract):
         record: _Record | None = None
         if lock_before is NO_DEFAULT:
             lock_before = self._is_locked
-            record = _VIEWS.get(self)
+            record = _peek_record(self)
         else:  # lock_()/unlock_() came last, as in `with view.unlock_():`: restore the lock only
-            _VIEWS.pop(self, None)
+            _take_record(self)
         frame = _Frame(lock_before, record, None if record is None else _paths(self))
         frames = _FRAMES.get(self)
         if frames is None:

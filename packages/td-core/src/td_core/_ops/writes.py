@@ -61,20 +61,29 @@ def lazy_parts(td: Any) -> tuple[list[Any], int] | None:
     return (td.tensordicts, td.stack_dim) if is_lazy(type(td)) else None
 
 
-def storage_leaves(td: Any, out: list[Tensor] | None = None) -> list[Tensor]:
-    """The tensors holding `td`'s data (a lazy stack's: its members'); writing them writes `td`."""
+def storage_leaves(
+    td: Any, out: list[Tensor] | None = None, params: list[Tensor] | None = None
+) -> list[Tensor]:
+    """The tensors holding `td`'s data (a lazy stack's: its members'); writing them writes `td`.
+
+    With `params`, the leaves of a nested kind whose writes run under `no_grad`
+    (a `TensorDictParams` inside a TensorDict) go there instead of `out`.
+    """
     if out is None:
         out = []
     parts = lazy_parts(td)
     if parts is not None:
         for member in parts[0]:
-            storage_leaves(member, out)
+            storage_leaves(member, out, params)
         return out
     for value in td._values_str():
         if isinstance(value, Tensor):
             out.append(value)
         elif not value._is_non_tensor:
-            storage_leaves(value, out)
+            if params is not None and no_grad_for(value):
+                storage_leaves(value, params)
+            else:
+                storage_leaves(value, out, params)
     return out
 
 

@@ -267,6 +267,27 @@ class TensorDictStore(TensorDictBase):
         """`apply(fn, inplace=True)`: the results are written to the server in one transaction."""
         return self._inplace(TensorDict.apply_, fn, *others, **kwargs)
 
+    def _apply(self, method: Any, fn: Any, *others: Any, **kwargs: Any) -> Any:
+        """`method` (an apply of the base); with `inplace=True`, on a local copy then stored."""
+        if not kwargs.get("inplace"):
+            return method(self, fn, *others, **kwargs)
+        local = self.to_tensordict()
+        result = method(local, fn, *others, **kwargs)
+        self._write_all(local)
+        return None if result is None else self
+
+    def apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
+        """`apply`; with `inplace=True` the results are written to the server at once."""
+        return self._apply(TensorDictBase.apply, fn, *others, **kwargs)
+
+    def named_apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
+        """`named_apply`; with `inplace=True` the results are written to the server at once."""
+        return self._apply(TensorDictBase.named_apply, fn, *others, **kwargs)
+
+    def _fast_apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
+        """Upstream's private `_fast_apply`; with `inplace=True` the results reach the server."""
+        return self._apply(TensorDictBase._fast_apply, fn, *others, **kwargs)
+
     def zero_(self) -> TensorDictStore:
         """Zero every tensor leaf on the server."""
         return self._inplace(TensorDict.zero_)
