@@ -309,3 +309,16 @@ def test_torch_autograd_grad_of_tensordicts(lazy):
     assert (grads == 3).all()
     with pytest.raises(ValueError, match="grad_outputs must have the leaves of outputs"):
         torch.autograd.grad(inputs * 2, inputs, torch.ones(3))
+
+
+def test_data_and_grad_of_a_locked_tensordict_are_locked():
+    td = TensorDict(
+        {"a": torch.randn(3, requires_grad=True), "b": {"c": torch.randn(3, requires_grad=True)}},
+        [3],
+    )
+    (td["a"].sum() + td["b", "c"].sum()).backward()
+    assert not td.grad.is_locked and not td.data.is_locked
+    assert td.grad is not td.grad
+    td.lock_()
+    assert td.grad.is_locked and td.data.is_locked
+    assert td.data["a"].data_ptr() == td["a"].data_ptr()

@@ -127,6 +127,19 @@ def test_from_any_dispatch():
     assert td_core.from_any(td) is td
 
 
+def test_from_any_of_a_list_is_a_tensor_for_a_grid_of_numbers():
+    grid = torch.arange(24.0).reshape(2, 3, 4).tolist()
+    out = td_core.from_any(grid)
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 3, 4)
+    assert td_core.from_any([True, False]).dtype == torch.bool
+    grid[0][1].append(0.0)  # ragged: the lists below that level are values
+    ragged = td_core.from_any(grid)
+    assert isinstance(ragged, td_core.NonTensorStack) and ragged.batch_size == (2, 3)
+    assert ragged[0, 1].data == [4.0, 5.0, 6.0, 7.0, 0.0]
+    for other in ([1, 2.0], ["a", "b"], [1, [2]]):  # mixed types or non-numbers
+        assert isinstance(td_core.from_any(other), td_core.NonTensorStack)
+
+
 def test_fromkeys_top_level():
     assert td_core.fromkeys(["a"], 1)["a"].item() == 1
 

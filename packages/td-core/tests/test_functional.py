@@ -254,6 +254,27 @@ def test_maybe_dense_stack_keeps_tensorclass_and_dim():
     assert type(out) is Data and out.batch_size == (2, 4)
 
 
+def test_classmethod_maybe_dense_stack_is_the_best_intention_stack():
+    # top-level entries agree, sub-TensorDicts differ: dense, with a lazy sub-stack
+    t0 = td.TensorDict(a=1, b=td.TensorDict(c=2))
+    t1 = td.TensorDict(a=1, b=td.TensorDict(d=2))
+    for cls in (td.TensorDict, td.LazyStackedTensorDict):
+        out = cls.maybe_dense_stack([t0, t1])
+        assert type(out) is td.TensorDict and out["a"].tolist() == [1, 1]
+        assert type(out.get("b")) is td.LazyStackedTensorDict
+    # lazy stacks with the same keys go member by member; other keys keep the inputs whole
+    m0 = td.TensorDict(a=torch.zeros(3), b=torch.zeros(4))
+    m1 = td.TensorDict(a=torch.zeros(3), b=torch.zeros(5))
+    s0 = td.TensorDict.maybe_dense_stack([m0, m1])
+    s1 = s0.clone()
+    out = td.TensorDict.maybe_dense_stack([s0, s1])
+    assert type(out) is td.LazyStackedTensorDict
+    assert [type(m) for m in out.tensordicts] == [td.TensorDict, td.TensorDict]
+    del s1["a"]
+    out = td.TensorDict.maybe_dense_stack([s0, s1])
+    assert out.tensordicts[0] is s0 and out.tensordicts[1] is s1
+
+
 def test_dense_stack_tds():
     a, others = variants(td)
     stack = td.lazy_stack([a, a.clone()])

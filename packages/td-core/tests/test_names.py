@@ -88,3 +88,24 @@ def test_batch_size_change_resets_names():
     td = TensorDict({"a": torch.zeros(3, 4)}, [3, 4], names=["a", "b"])
     td.batch_size = [3]
     assert td.names == ["a"]
+
+
+def test_stack_of_differently_named_inputs_is_unnamed():
+    td = TensorDict({"a": torch.zeros(3, 4)}, batch_size=[3, 4], names=["first", "second"])
+    assert torch.stack([td, td], dim=1).names == ["first", None, "second"]
+    other = td.clone()
+    other.names = ["first", "third"]
+    assert torch.stack([td, other], dim=0).names == [None, None, None]
+
+
+def test_repeat_and_repeat_interleave_keep_the_names():
+    td = TensorDict({"obs": torch.zeros(1, 2, 3, 5)}, batch_size=[1, 2, 3], names=[None, "t", "o"])
+    assert td.repeat_interleave(2, dim=-1).names == [None, "t", "o"]
+    assert td.repeat(1, 1, 2).names == [None, "t", "o"]
+    stack = LazyStackedTensorDict.lazy_stack([td, td], 0)
+    stack.names = ["s", None, "t", "o"]
+    assert stack.repeat(2, 1, 1, 1).names == ["s", None, "t", "o"]
+    assert stack.repeat_interleave(2, dim=2).names == ["s", None, "t", "o"]
+    parent = TensorDict({"agents": td}, batch_size=[1, 2], names=[None, "t"])
+    parent["agents"] = parent["agents"].repeat_interleave(2, dim=-1)
+    assert parent["agents"].names == [None, "t", "o"]

@@ -131,6 +131,57 @@ def test_stacking_unbatched_tensors_with_different_data_warns():
         assert torch.stack([td1, td1])["ub"].data_ptr() == td1["ub"].data_ptr()
 
 
+def test_failed_stack_does_not_warn_about_unbatched_tensors():
+    # the unbatched entry comes first; the ragged nested entry makes the stack fail
+    td1 = TensorDict(
+        ub=UnbatchedTensor(torch.zeros(5)), sub={"x": torch.ones(3, 2)}, batch_size=[3]
+    )
+    td2 = TensorDict(ub=UnbatchedTensor(torch.ones(5)), sub={"x": torch.ones(3, 4)}, batch_size=[3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+            torch.stack([td1, td2])
+        with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+            LazyStackedTensorDict.lazy_stack([td1, td2]).contiguous()
+        with pytest.raises(RuntimeError, match="Failed to stack tensors within a tensordict"):
+            LazyStackedTensorDict.lazy_stack([td1, td2]).to_tensordict()
+    dense = LazyStackedTensorDict.lazy_stack([td1, td1]).to_tensordict()
+    assert list(dense.keys()) == ["ub", "sub"]
+    assert type(dense["ub"]) is UnbatchedTensor and dense["ub"].data_ptr() != td1["ub"].data_ptr()
+
+
+def test_from_list_stacks_nested_lists_along_new_dims():
+    nd = NonTensorStack.from_list([[True, "b", torch.zeros(())], ["x", 0, NonTensorData("y")]])
+    assert nd.batch_size == (2, 3)
+    assert nd[0, 1].data == "b" and nd[1, 2].data == "y"  # NonTensorData items are unwrapped
+    assert isinstance(nd[0, 2].data, torch.Tensor)
+    assert NonTensorStack.from_list([NonTensorStack("a", "b"), ["c", "d"]]).tolist() == [
+        ["a", "b"],
+        ["c", "d"],
+    ]
+    ragged = NonTensorStack.from_list([[1, 2], [3]])  # lists of other lengths stay values
+    assert ragged.batch_size == (2,) and ragged.tolist() == [[1, 2], [3]]
+
+
+def test_a_stored_function_is_callable_in_apply():
+    td0, td1 = TensorDict(a=0, b=0), TensorDict(a=1, b=1)
+    funcs = TensorDict(a=lambda x, y: x - y, b=lambda x, y: x + y)
+    out = td0.apply(lambda x, y, fn: fn(x, y), td1, funcs)
+    assert out["a"] == -1 and out["b"] == 1
+    assert NonTensorData(len)([1, 2]) == 2
+
+
+def test_index_writes_of_non_tensor_values():
+    data = TensorDict({}, [1, 4])
+    data[0, 0] = TensorDict({"a": 0, "b": "x"}, [])
+    # a new entry takes the written value everywhere (tensors: zeros elsewhere)
+    assert data["b"] == "x" and data["a"].tolist() == [[0, 0, 0, 0]]
+    data[0, 1] = TensorDict({"a": 0, "b": "y"}, [])
+    assert data.get("b").tolist() == [["x", "y", "x", "x"]]  # values, not 0-d arrays
+    data[0, 2:] = TensorDict({"a": torch.zeros(2, dtype=torch.long), "b": "z"}, [2])
+    assert data.get("b").tolist() == [["x", "y", "z", "z"]]
+
+
 def test_typed_metadata_names_the_expected_type():
     with pytest.raises(TypeError, match=r"Expected data of type int, got str \('a string'\)"):
         MetaData[int]("a string")

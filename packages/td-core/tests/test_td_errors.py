@@ -430,3 +430,18 @@ def test_key_errors_carry_upstreams_words():
     ):
         bool(td)
     assert sorted(td.keys()) == ["c", "n"] and td.get(("n", "x")) is not None
+
+
+def test_widening_failure_names_the_entry_in_upstreams_words():
+    td = TensorDict({}, [3, 4])
+    with pytest.raises(RuntimeError, match=r"the Tensor smth has shape torch.Size\(\[1\]\) which"):
+        td["z"] = TensorDict({"smth": torch.zeros(1)}, [])
+    assert "z" not in td.keys()
+
+
+def test_integer_index_of_a_batchless_tensordict():
+    td = TensorDict(a=torch.zeros(3))
+    with pytest.raises(RuntimeError, match=r"td\.batch_dims==0 is not permitted"):
+        td[0]
+    with pytest.raises(IndexError, match=r"batch_size \[\] by 1"):
+        td[1]

@@ -334,3 +334,20 @@ def test_expand_as_a_tensordict_expands_leaf_by_leaf():
     assert out.batch_size == (2, 3) and out["a"].shape == (2, 3, 5, 4)
     assert out["b", "c"].shape == (2, 3, 2, 6, 4) and (out == 1).all()
     assert small.expand_as(torch.zeros(2, 3)).batch_size == (2, 3)  # a tensor: the batch dims
+
+
+def test_split_refuses_bad_arguments_with_upstreams_words():
+    td = TensorDict({}, [3, 2])
+    with pytest.raises(IndexError, match="Incompatible dim"):
+        td.split(1, 2)
+    with pytest.raises(TypeError, match="must be int or list of ints"):
+        td.split("1", 0)
+    with pytest.raises(TypeError, match="must be int or list of ints"):
+        td.split(["1", 2], 0)
+    with pytest.raises(RuntimeError, match="Insufficient number of elements in split_size"):
+        td.split([], 0)
+    with pytest.raises(RuntimeError, match="expects split_size to sum exactly to 3"):
+        td.split([1, 1], 0)
+    with pytest.raises(ValueError, match=r"split_size must be positive, got 0\."):
+        td.split(0, -1)
+    assert [t.batch_size[0] for t in td.split([1, 2], 0)] == [1, 2]

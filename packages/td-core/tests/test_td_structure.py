@@ -509,3 +509,33 @@ def test_flatten_keys_collision_names_the_key():
         KeyError, match=r"Flattening keys in tensordict causes keys to collide.*'a\.b'"
     ):
         td.flatten_keys(".")
+
+
+def test_split_keys_drops_the_sub_tensordicts_it_empties():
+    td = TensorDict({"a": 0, "b": {"c": 1}, "d": {"e": "s", "f": 2}, "g": {"h": 3, "i": 4}})
+    rest = td.split_keys([("g", "h")])[-1]
+    assert ("g", "i") in rest and ("g", "h") not in rest  # 'g' still holds a leaf
+    b, d, rest = td.split_keys([("b", "c")], [("d", "e"), ("d", "f")], inplace=True)
+    assert rest is td and sorted(td.keys()) == ["a", "g"]
+    assert ("b", "c") in b and ("d", "e") in d and ("d", "f") in d
+    kept = TensorDict({"d": {"e": 1}}).split_keys([("d", "e")], reproduce_struct=True)[-1]
+    assert "d" in kept  # reproduce_struct keeps the structure
+
+
+def test_rename_key_to_its_parent():
+    td = TensorDict(a={"b": {"c": 0}})
+    td.rename_key_(("a", "b", "c"), ("a", "b"))
+    assert td["a", "b"] == 0 and set(td.keys(include_nested=True)) == {"a", ("a", "b")}
+
+
+def test_to_inplace_keeps_the_container_and_its_sub_tensordicts():
+    td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.zeros(2)}}, [2])
+    sub, old = td["b"], td["a"]
+    assert td.to("cpu", inplace=True) is td and td.device == torch.device("cpu")
+    assert td["b"] is sub and td["b"].device == torch.device("cpu")
+    assert td.to(torch.float64, inplace=True) is td
+    assert td["a"].dtype == torch.float64 and td["b", "c"].dtype == torch.float64
+    assert old.dtype == torch.float32  # the old leaf is replaced, not cast in place
+    with pytest.raises(RuntimeError, match="locked"):
+        td.lock_().to(torch.float32, inplace=True)
+    assert td["a"].dtype == torch.float64

@@ -251,3 +251,13 @@ def test_device_cannot_be_assigned():
     with pytest.raises(RuntimeError, match=r"device cannot be set using tensorclass\.device"):
         ep.device = torch.device("cpu")
     assert ep.to("cpu").device == torch.device("cpu")
+
+
+def test_setting_an_unknown_attribute_says_so_in_upstreams_words():
+    @tensorclass
+    class _Point:
+        x: torch.Tensor
+
+    p = _Point(x=torch.zeros(2), batch_size=[2])
+    with pytest.raises(AttributeError, match="Cannot set the attribute 'newattr'"):
+        p.newattr = 1

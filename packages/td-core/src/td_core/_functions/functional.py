@@ -15,12 +15,12 @@ import torch.nn.functional as F
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.keys import unravel_key
-from td_core._core.traverse import is_nt, is_td, stack_parts
+from td_core._core.traverse import is_td
 from td_core._core.utils import normalize_dim
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
-from td_core._kinds.lazy import LazyStackedTensorDict
-from td_core._leaves.nontensor import stack_non_tensors
+from td_core._ops.best_stack import best_intention_stack
+from td_core._ops.stack import stack
 
 __all__ = ["merge_tensordicts", "maybe_dense_stack", "dense_stack_tds", "group_by", "collate"]
 
@@ -105,73 +105,11 @@ def maybe_dense_stack(
     if not items:
         raise RuntimeError("maybe_dense_stack needs at least one TensorDict")
     d = normalize_dim(dim, items[0].batch_dims + 1)
-    if _stackable(items):
-        result = _dense(items, d)
-    else:
-        result = _lazy_alike(items, d)
+    result = best_intention_stack(items, d, stack)
     if out is not None:
         out.update(result)
         return out
     return result
-
-
-def _lazy_alike(items: list[TensorDictBase], d: int) -> TensorDictBase:
-    """Stack `items` that cannot be stacked densely: a lazy stack.
-
-    Lazy stacks alike (the same stack dim, as many members) keep their
-    structure, as upstream: their members are stacked pairwise (densely where
-    they agree) and lazily stacked along the (shifted) common stack dim, so
-    a member's exclusive keys stay visible in the result's members.
-    """
-    parts = [stack_parts(it) for it in items]
-    first = parts[0]
-    if first is None or any(
-        p is None or p[1] != first[1] or len(p[0]) != len(first[0]) for p in parts
-    ):
-        return LazyStackedTensorDict(*items, stack_dim=d)
-    sd = first[1]
-    inner, outer = (d, sd + 1) if d <= sd else (d - 1, sd)
-    groups = zip(*(p[0] for p in parts if p is not None))
-    return LazyStackedTensorDict(
-        *[maybe_dense_stack(list(g), inner) for g in groups], stack_dim=outer
-    )
-
-
-def _probe(item: TensorDictContract, key: str) -> tuple[str, Any]:
-    """`(kind, shape)` of an entry; in a lazy stack without stacking it (-1: ragged dim)."""
-    members = getattr(item, "tensordicts", None)
-    value = members[0]._get_str(key) if members is not None else item._get_str(key)
-    if isinstance(value, Tensor):
-        shape = item.get_item_shape(key) if members is not None else value.shape
-        return "tensor", tuple(shape)
-    return ("nt" if is_nt(value) else "td"), None
-
-
-def _stackable(items: list[TensorDictBase]) -> bool:
-    bs = items[0].batch_size
-    keys = set(items[0]._keys_str())
-    if any(it.batch_size != bs or set(it._keys_str()) != keys for it in items):
-        return False
-    for key in keys:
-        probes = [_probe(it, key) for it in items]
-        if len(set(probes)) > 1 or (probes[0][1] is not None and -1 in probes[0][1]):
-            return False
-    return True
-
-
-def _dense(items: list[TensorDictBase], d: int) -> TensorDictBase:
-    entries: dict[str, Any] = {}
-    for key in items[0]._keys_str():
-        values = [it._get_str(key) for it in items]
-        if isinstance(values[0], Tensor):
-            entries[key] = torch.stack(values, d)
-        elif is_nt(values[0]):
-            entries[key] = stack_non_tensors(values, d)
-        else:
-            entries[key] = maybe_dense_stack(values, d)
-    bs = list(items[0].batch_size)
-    bs.insert(d, len(items))
-    return items[0]._new(entries, torch.Size(bs))
 
 
 def dense_stack_tds(

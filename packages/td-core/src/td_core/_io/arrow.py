@@ -20,7 +20,7 @@ from td_core._core.contract import dense
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._io.columns import TabularFormatError, require
-from td_core._leaves.nontensor import NonTensorStack
+from td_core._leaves.nontensor import stack_of_values
 from td_core.errors import ExtensionMissingError
 
 __all__ = ["from_arrow", "to_arrow"]
@@ -159,7 +159,7 @@ def _entry(
         return _jagged(pa, arr, copy, nulls, key)
     if nulls == "raise":
         _no_inner_nulls(pa, arr, key)
-    return NonTensorStack.from_list(arr.to_pylist())
+    return stack_of_values(arr.to_pylist())
 
 
 def _mask_key(mask_key: NestedKey | None, nulls: str) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from td_core._core.predicates import is_tensorclass
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import as_size
 from td_core._io.convert_from import ConversionError
-from td_core._leaves.nontensor import NonTensorStack
+from td_core._leaves.nontensor import stack_of_values
 from td_core.errors import ExtensionMissingError, TDError
 
 __all__ = [
@@ -129,7 +129,7 @@ def table_columns(table: Any) -> tuple[dict[str, Any], int]:
 def _entry(values: Any, dtype: torch.dtype | None) -> Any:
     """One column as an entry: a tensor for numbers, else the values as non-tensor data."""
     if isinstance(values, list):
-        return NonTensorStack.from_list(values)
+        return stack_of_values(values)
     kind = values.dtype.kind
     if kind in "iufb":
         tensor = torch.from_numpy(np.array(values, copy=True))

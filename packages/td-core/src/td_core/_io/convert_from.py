@@ -21,7 +21,7 @@ from td_core._core.contract import lazy as lazy_stack_of
 from td_core._core.traverse import is_td
 from td_core._core.utils import as_device, as_size
 from td_core._io.formats import from_h5
-from td_core._leaves.nontensor import NonTensorStack
+from td_core._leaves.nontensor import NonTensorStack, stack_of_values
 from td_core._ops.stack import stack
 from td_core.errors import TDError
 
@@ -329,7 +329,7 @@ def from_json(
         if arr.dtype.kind in "biuf":
             entries[key] = torch.as_tensor(arr, dtype=dtype)
         else:
-            entries[key] = NonTensorStack.from_list(values)
+            entries[key] = stack_of_values(values)
     td = _dense(entries, [len(records)]).unflatten_keys(separator or ".")
     if squeeze:
         td = td[0]
@@ -393,7 +393,8 @@ def from_any(
     """Convert `obj` with the matching `from_*`: mappings, namedtuples, tuples,
     dataclasses, structured arrays, h5py files and groups (a `PersistentTensorDict`,
     with td-memmap[h5]); TensorDicts are returned as they are, as are
-    tensors and other values. A list becomes a non-tensor stack of its items.
+    tensors and other values. A list of numbers of one type (nested lists
+    too, rectangular) becomes a tensor, any other list a non-tensor stack of its items.
     """
     kwargs = {
         "auto_batch_size": auto_batch_size,
@@ -416,5 +417,30 @@ def from_any(
     if isinstance(obj, np.ndarray) and obj.dtype.names is not None:
         return from_struct_array(obj, **kwargs)
     if isinstance(obj, list):
+        if _number_grid(obj) is not None:  # nested lists of numbers of one type: a tensor
+            return torch.tensor(obj, device=as_device(device) if device is not None else None)
         return NonTensorStack.from_list(obj)
     return obj
+
+
+def _number_grid(values: list[Any]) -> tuple[tuple[int, ...], type | None] | None:
+    """`(shape, number type)` of rectangular nested lists of numbers of one Python type;
+    `None` for anything else (as upstream, `[1, 2.0]` is no tensor)."""
+    kinds: set[type] = set()
+    shapes: set[tuple[int, ...]] = set()
+    for v in values:
+        if isinstance(v, list):
+            inner = _number_grid(v)
+            if inner is None:
+                return None
+            shapes.add(inner[0])
+            if inner[1] is not None:
+                kinds.add(inner[1])
+        elif isinstance(v, (bool, int, float, complex)):
+            kinds.add(type(v))
+            shapes.add(())
+        else:
+            return None
+        if len(kinds) > 1 or len(shapes) > 1:
+            return None
+    return (len(values), *(shapes.pop() if shapes else ())), (kinds.pop() if kinds else None)

@@ -125,12 +125,38 @@ class TensorDictBase(
             self.unlock_()
 
     # ------------------------------------------------------------------ reading
-    def get(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
+    def get(
+        self,
+        key: NestedKey,
+        default: Any = NO_DEFAULT,
+        *,
+        as_list: bool = False,
+        as_padded_tensor: bool = False,
+        as_nested_tensor: bool = False,
+        padding_side: str = "right",
+        layout: torch.layout | None = None,
+        padding_value: float | int | bool = 0.0,
+    ) -> Any:
         """The entry at `key` (a tensor, a sub-TensorDict or a non-tensor leaf).
 
         Raises `KeyError` naming the key and the available keys when it is
         missing and no `default` is given.
+
+        The keywords say how to read a ragged leaf of a lazy stack on the path
+        (see `LazyStackedTensorDict.get`); they are passed down to it, and
+        ignored for a leaf no lazy stack holds (as upstream).
         """
+        if as_list or as_padded_tensor or as_nested_tensor:
+            return self._get_ragged(
+                key,
+                default,
+                as_list=as_list,
+                as_padded_tensor=as_padded_tensor,
+                as_nested_tensor=as_nested_tensor,
+                padding_side=padding_side,
+                layout=layout,
+                padding_value=padding_value,
+            )
         if type(key) is not str:
             key = unravel_key(key)
             if isinstance(key, tuple):
@@ -143,6 +169,15 @@ class TensorDictBase(
                 raise self._missing(key)
             return default
         return value
+
+    def _get_ragged(self, key: NestedKey, default: Any, **how: Any) -> Any:
+        """`get` with a ragged-read keyword: handed to the sub-TensorDict on the path."""
+        key = unravel_key(key)
+        if isinstance(key, tuple) and len(key) > 1:
+            child = self._get_str(key[0], NO_DEFAULT)
+            if is_td(child):
+                return child.get(key[1:], default, **how)
+        return self.get(key, default)  # a leaf here, or the missing key's error
 
     def _get_tuple(self, key: tuple[str, ...], default: Any, strict: bool = False) -> Any:
         td = self
@@ -505,15 +540,19 @@ class TensorDictBase(
         """A shallow copy of the TensorDict `value` with this batch size, which its batch size
         starts and all its leaves allow (as upstream); else the batch-size error."""
         bs, own = self.batch_size, value.batch_size
+        reason: Exception | None = None
         if len(own) < len(bs) and bs[: len(own)] == own:
             copy = value.clone(recurse=False)
             try:
                 copy.batch_size = bs
-            except (RuntimeError, ValueError, TypeError):
-                pass
+            except (RuntimeError, ValueError, TypeError) as err:
+                reason = err
             else:
                 return copy
-        raise self._shape_error(key, own, what="batch_size")
+        error = self._shape_error(key, own, what="batch_size")
+        if reason is not None and error.args:  # say which entry kept it from widening
+            error.args = (f"{error.args[0]} It cannot be widened to it: {reason}", *error.args[1:])
+        raise error
 
     def _new_validated(
         self, source: Mapping[str, Any], batch_size: torch.Size, key: NestedKey

@@ -328,7 +328,29 @@ class TensorDict(TensorDictBase):
                 return missing if node._pending is None else NO_DEFAULT
         return value
 
-    def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
+    def get(
+        self,
+        key: Any,
+        default: Any = NO_DEFAULT,
+        *,
+        as_list: bool = False,
+        as_padded_tensor: bool = False,
+        as_nested_tensor: bool = False,
+        padding_side: str = "right",
+        layout: torch.layout | None = None,
+        padding_value: float | int | bool = 0.0,
+    ) -> Any:
+        if as_list or as_padded_tensor or as_nested_tensor:
+            return self._get_ragged(
+                key,
+                default,
+                as_list=as_list,
+                as_padded_tensor=as_padded_tensor,
+                as_nested_tensor=as_nested_tensor,
+                padding_side=padding_side,
+                layout=layout,
+                padding_value=padding_value,
+            )
         if type(key) is str:  # the most frequent key first
             value = self._get_str(key)
             if value is not NO_DEFAULT:

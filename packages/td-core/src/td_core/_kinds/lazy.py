@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._core.contract import provide
+from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
 from td_core._io.consolidate import pack, unpack
@@ -33,6 +34,7 @@ from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._kinds.lazy_index import LazyIndexMixin
 from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.pytree import allow_weights_only, register
+from td_core._leaves.lists import MemberValues, split_list
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core._ops.lock_cache import drop
@@ -392,15 +394,27 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
             out._is_locked = True
         return out
 
+    def _validate(self, value: Any, key: Any) -> Any:
+        entry = super()._validate(value, key)
+        if is_nt(entry) and isinstance(value, list) and list_to_stack() and self.tensordicts:
+            # a list that is no one tensor: one item per member, validated by the member
+            parts = split_list(value, self.stack_dim, len(self.tensordicts))
+            if parts is not None:
+                return MemberValues(td._validate(p, key) for td, p in zip(self.tensordicts, parts))
+        return entry
+
     def _set_str(self, key: str, value: Any) -> None:
         if not self.tensordicts:  # nowhere to keep it: refused rather than dropped
             raise BatchSizeError(
                 f"cannot set key {key!r} in a lazy stack with no member: append members first"
             )
         d = self.stack_dim
-        if type(value) is not Tensor and is_unbatched(value):
+        parts: Sequence[Any]
+        if type(value) is MemberValues:
+            parts = value
+        elif type(value) is not Tensor and is_unbatched(value):
             member_bs = self.tensordicts[0].batch_size
-            parts: Sequence[Any] = [value.with_batch_size(member_bs)] * len(self.tensordicts)
+            parts = [value.with_batch_size(member_bs)] * len(self.tensordicts)
         elif isinstance(value, Tensor):
             parts = value.unbind(d)
         elif is_nt(value):

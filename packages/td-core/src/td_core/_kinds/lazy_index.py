@@ -60,8 +60,10 @@ class LazyIndexMixin:
         norm = normalize_index(index, self.batch_size)
         pos, result_dim, at = 0, 0, None
         for i, item in enumerate(norm):
-            if item is None or (
-                isinstance(item, Tensor) and item.dtype == torch.bool and item.ndim > 1
+            if (
+                item is None
+                or _scalar_bool(item)
+                or (isinstance(item, Tensor) and item.dtype == torch.bool and item.ndim > 1)
             ):
                 return None
             if pos == self.stack_dim:
@@ -146,6 +148,11 @@ class LazyIndexMixin:
             members = self.tensordicts
             if -len(members) <= at < len(members):
                 return members[at]
+        items = index if type(index) is tuple else (index,)
+        if any(_scalar_bool(i) for i in items):  # a new dim of size 1 (True) or 0 (False)
+            if all(bool(i) for i in items if _scalar_bool(i)):
+                return self._index(tuple(None if _scalar_bool(i) else i for i in items))
+            return self.contiguous()._index(index)
         split = self._split_index(index, nd=True)
         if split is None:
             new_dims = _new_dims(index, self.batch_size)
@@ -311,6 +318,13 @@ def _as_batch(value: Any, batch_size: torch.Size, index: Any) -> Any:
     while value.batch_dims > n:  # extra leading ones, as torch drops them
         value = value[0]
     return value.expand(batch_size)
+
+
+def _scalar_bool(item: Any) -> bool:
+    """Whether an index item is a scalar boolean (`True`, `False` or a 0-d bool tensor)."""
+    if isinstance(item, Tensor):
+        return item.dtype == torch.bool and item.ndim == 0
+    return type(item) is bool
 
 
 def _member_at(index: Any, stack_dim: int) -> Any:

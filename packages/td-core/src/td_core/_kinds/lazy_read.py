@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._core.traverse import is_td
 from td_core._core.utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
@@ -75,14 +76,37 @@ class LazyReadMixin:
             return self.get_nestedtensor(key, default, layout=layout)
         if not (as_list or as_padded_tensor):
             return super().get(key, default)  # type: ignore[misc]  # TensorDictBase.get
-        values = [td.get(key, _ABSENT) for td in self.tensordicts]
+        # members read with the same keyword, so stacks of stacks give lists of lists
+        # or padded tensors padded again
+        values = [
+            td.get(
+                key,
+                _ABSENT,
+                as_list=as_list,
+                as_padded_tensor=as_padded_tensor,
+                padding_side=padding_side,
+                padding_value=padding_value,
+            )
+            for td in self.tensordicts
+        ]
         if any(v is _ABSENT for v in values):
             return super().get(key, default)  # type: ignore[misc]  # TensorDictBase.get  # the missing key's error, or default
+        if as_list and all(isinstance(v, (Tensor, list)) for v in values):
+            return values
         if not all(isinstance(v, Tensor) for v in values):
             return super().get(key, default)  # type: ignore[misc]  # TensorDictBase.get  # sub-TensorDicts and non-tensors stack as usual
         if as_list:
             return values
         return pad_tensors(values, padding_value, padding_side)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether `key` is a key of the stack; a TensorDict: whether it is one of the members.
+
+        A member is matched by identity (`td.clone()` is not in the stack).
+        """
+        if is_td(key):
+            return any(key is td for td in self.tensordicts)
+        return super().__contains__(key)  # type: ignore[misc]  # TensorDictBase.__contains__
 
     def get_nestedtensor(
         self, key: Any, default: Any = NO_DEFAULT, *, layout: torch.layout | None = None

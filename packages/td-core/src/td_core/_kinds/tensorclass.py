@@ -165,7 +165,7 @@ class _TensorClassBase(TensorDictBase):
         else:
             # as a dataclass with slots would: a typo must not be stored silently
             raise AttributeError(
-                f"cannot set attribute {name!r}: {cls.__name__} has no such field "
+                f"Cannot set the attribute {name!r}: {cls.__name__} has no such field "
                 f"(fields: {list(cls._fields)})"
             )
 

@@ -9,6 +9,10 @@
   is one non-tensor value.
 
 Under `set_list_to_stack(False)` a list is always one non-tensor value.
+
+A lazy stack given a list that would be one non-tensor value (tensors of different
+shapes, for instance) whose nesting runs along its batch dims down to the stack dim
+gives each member its own item (`split_list`), as upstream.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_td
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 
-__all__ = ["read_list"]
+__all__ = ["MemberValues", "read_list", "split_list"]
 
 
 def read_list(value: Sequence[Any], batch_size: torch.Size, device: Any) -> Any:
@@ -69,3 +73,23 @@ def _lengths_match(value: Any, batch_size: torch.Size) -> bool:
     if not isinstance(value, list) or len(value) != batch_size[0]:
         return False
     return all(_lengths_match(v, batch_size[1:]) for v in value)
+
+
+class MemberValues(list[Any]):
+    """The validated values of an entry for each member of a lazy stack, in member order."""
+
+
+def split_list(value: list[Any], dim: int, count: int) -> list[Any] | None:
+    """The items of the nested lists `value` for each of `count` members stacked along `dim`.
+
+    Level `dim` of the nesting is the members' level; levels above it stay lists
+    around each member's item. `None` when the lengths do not match.
+    """
+    if not isinstance(value, list):
+        return None
+    if dim == 0:
+        return list(value) if len(value) == count else None
+    columns = [split_list(v, dim - 1, count) for v in value]
+    if any(c is None for c in columns):
+        return None
+    return [[c[i] for c in columns if c is not None] for i in range(count)]

@@ -40,7 +40,7 @@ from td_core._leaves.nontensor_arrays import (
 )
 from td_core._leaves.nontensor_shape import NonTensorShapeMixin
 
-__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
+__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor", "stack_of_values"]
 
 _Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -205,6 +205,10 @@ class NonTensorData(_NonTensorBase):
 
     def tolist(self) -> Any:
         return self.data if not self.batch_size else super().tolist()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped value (a function stored as an entry, read back by `apply`)."""
+        return self.data(*args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -373,10 +377,19 @@ class NonTensorStack(_NonTensorBase):
     def from_list(
         cls, values: Sequence[Any], device: torch.device | str | None = None
     ) -> NonTensorStack:
-        """A 1-d stack of the given values."""
-        arr = np.empty((len(values),), dtype=object)
-        for i, v in enumerate(values):
-            arr[i] = v
+        """A stack of the given values; nested lists give one stack dim per level.
+
+        `NonTensorData` values are unwrapped, and a `NonTensorStack` value counts
+        as the nested list of its values, as upstream. Where the lists of a level
+        differ in length, they are values of the stack rather than stack dims.
+        """
+        shape = _nested_shape(values)
+        arr = np.empty(shape, dtype=object)
+        for index in np.ndindex(*shape):
+            item: Any = values
+            for i in index:
+                item = _as_list(item)[i]
+            arr[index] = item.data if isinstance(item, NonTensorData) else item
         return cls(arr, device=device)
 
     @property
@@ -590,3 +603,35 @@ def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStac
 def is_non_tensor(obj: Any) -> bool:
     """Whether `obj` is a non-tensor leaf (`NonTensorData` or `NonTensorStack`)."""
     return getattr(type(obj), "_is_non_tensor", False)
+
+
+def _as_list(value: Any) -> Any:
+    """A `NonTensorStack` as the nested list of its values; anything else as it is."""
+    return value.tolist() if isinstance(value, NonTensorStack) else value
+
+
+def _nested_shape(values: Any) -> tuple[int, ...]:
+    """The shape of the nested lists `values`: as deep as every list of a level has one
+    length (below that, lists are values)."""
+    values = _as_list(values)
+    if not isinstance(values, list):
+        return ()
+    shapes = [_nested_shape(v) for v in values]
+    common: tuple[int, ...] = shapes[0] if shapes else ()
+    for shape in shapes[1:]:
+        n = 0
+        while n < min(len(common), len(shape)) and common[n] == shape[n]:
+            n += 1
+        common = common[:n]
+    return (len(values), *common)
+
+
+def stack_of_values(
+    values: Sequence[Any], device: torch.device | str | None = None
+) -> NonTensorStack:
+    """A 1-d `NonTensorStack` with one element per item of `values`, taken as they are
+    (a list item stays one value: a column of lists read from a file, for instance)."""
+    arr = np.empty((len(values),), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return NonTensorStack(arr, device=device)

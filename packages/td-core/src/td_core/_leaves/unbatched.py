@@ -24,7 +24,13 @@ from typing import Any, TypeGuard, cast
 
 import torch
 
-__all__ = ["UnbatchedTensor", "is_unbatched", "shared_unbatched"]
+__all__ = [
+    "UnbatchedTensor",
+    "is_unbatched",
+    "shared_unbatched",
+    "unbatched_storage_differs",
+    "warn_unbatched_storage",
+]
 
 Tensor = torch.Tensor
 
@@ -34,23 +40,36 @@ def is_unbatched(value: Any) -> TypeGuard[UnbatchedTensor]:
     return type(value) is not Tensor and getattr(type(value), "_pass_through", False)
 
 
-def shared_unbatched(values: Sequence[Any], batch_size: torch.Size) -> UnbatchedTensor:
+def shared_unbatched(
+    values: Sequence[Any], batch_size: torch.Size, *, warn: bool = True
+) -> UnbatchedTensor:
     """The entry that stacking or concatenating `UnbatchedTensor`s gives: the first one.
 
     An unbatched entry is shared by the whole batch, so only the first input's
     data is kept; inputs that hold other data get a `UserWarning` (as upstream).
+    With `warn=False` the caller checks `unbatched_storage_differs` and warns
+    itself, once the whole operation has succeeded (a failed stack warns of nothing).
     """
-    first = values[0]
-    ptr = first.data_ptr()
-    if any(other.data_ptr() != ptr for other in values[1:]):
-        warnings.warn(
-            "Stacking UnbatchedTensors with different data storage: only the first one's data "
-            "is kept (an UnbatchedTensor is shared by the whole batch; store data that differs "
-            "per element as a regular tensor).",
-            UserWarning,
-            stacklevel=3,
-        )
-    return first.with_batch_size(batch_size)
+    if warn and unbatched_storage_differs(values):
+        warn_unbatched_storage(stacklevel=4)
+    return values[0].with_batch_size(batch_size)
+
+
+def unbatched_storage_differs(values: Sequence[Any]) -> bool:
+    """Whether the `UnbatchedTensor`s `values` do not all share the first one's storage."""
+    ptr = values[0].data_ptr()
+    return any(other.data_ptr() != ptr for other in values[1:])
+
+
+def warn_unbatched_storage(stacklevel: int = 3) -> None:
+    """Warn that stacking kept only the first of several different `UnbatchedTensor`s."""
+    warnings.warn(
+        "Stacking UnbatchedTensors with different data storage: only the first one's data "
+        "is kept (an UnbatchedTensor is shared by the whole batch; store data that differs "
+        "per element as a regular tensor).",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def _first_batch_size(args: Any) -> torch.Size | None:

@@ -26,6 +26,7 @@ from td_core._ops.apply_run import ApplyOptions, run_apply
 from td_core._ops.casts import cast_all
 from td_core._ops.dict_methods import PerObject
 from td_core._ops.shape import assign_reshaped
+from td_core.errors import LockedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -70,7 +71,22 @@ def _canonical(t: Tensor) -> Tensor:
 
 # ----------------------------------------------------------------------- to
 def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
-    """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(tensor)`, `td.to(attrs_td)`."""
+    """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(tensor)`, `td.to(attrs_td)`.
+
+    With `inplace=True` the moved or cast leaves replace td's own (its sub-TensorDicts
+    stay the same objects) and td itself is returned, as upstream.
+    """
+    if kwargs.pop("inplace", False):
+        if td.is_locked:
+            raise LockedError(
+                "Cannot modify locked TensorDict: to(..., inplace=True) replaces its leaves "
+                "(unlock_() it first, or call to() without inplace)"
+            )
+        out = to(td, *args, **kwargs)
+        if out is not td:
+            _replace_leaves(td, out)
+            _set_device_tree(td, out.device)
+        return td
     if args and is_td(args[0]):
         # as upstream: a TensorDict argument holds a `TensorAttrs` per leaf (see `attrs`)
         if len(args) > 1:
@@ -118,6 +134,13 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
         device=device,
         keep_non_tensor=lambda v: v.to(device),
     )
+
+
+def _set_device_tree(td: Any, device: Any) -> None:
+    """Record `device` as the device of `td` and its sub-TensorDicts."""
+    td._set_device(device)
+    for sub in td._subtrees():
+        _set_device_tree(sub, device)
 
 
 def _to_batch_size(td: Any, batch_size: torch.Size, args: Any, kwargs: Any) -> Any:

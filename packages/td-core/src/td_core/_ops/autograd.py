@@ -114,7 +114,8 @@ class AutogradMixin(TensorDictContract):
 
         `params.data.clone()` snapshots parameters; writing into the result
         (`target.data.update_(source.data)`) changes the leaves without autograd
-        seeing it. Assigning `td.data = other` rebinds each leaf's `.data`.
+        seeing it. Assigning `td.data = other` rebinds each leaf's `.data`. A locked
+        TensorDict gives a locked result, as upstream.
 
         Examples:
             >>> import torch
@@ -123,7 +124,8 @@ class AutogradMixin(TensorDictContract):
             >>> td.data["w"].requires_grad
             False
         """
-        return lazy.per_member(self, lambda m: m.data, lambda d: map_leaves(d, lambda t: t.data))
+        out = lazy.per_member(self, lambda m: m.data, lambda d: map_leaves(d, lambda t: t.data))
+        return out.lock_() if self.is_locked and not out.is_locked else out  # as upstream
 
     @data.setter
     def data(self, value: TensorDictContract) -> None:
@@ -135,8 +137,10 @@ class AutogradMixin(TensorDictContract):
         """A TensorDict of the leaves' `.grad`; leaves without one are left out, `None` if no leaf has one.
 
         Assigning `td.grad = other` sets each leaf's `.grad` (copying into an existing one).
+        A locked TensorDict gives a locked result, as upstream.
         """
-        return _grads(self)
+        out = _grads(self)
+        return out.lock_() if out is not None and self.is_locked and not out.is_locked else out
 
     @grad.setter
     def grad(self, value: TensorDictContract) -> None:

@@ -16,6 +16,7 @@ from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lock_cache import cache_view, cached, drop
 from td_core._ops.lock_graph import link, locked_elsewhere, unlink
 from td_core._ops.per_object import PerObject
@@ -383,12 +384,33 @@ class MappingMixin(TensorDictContract):
 
 
 def _densify(td: TensorDictContract, dense: Any) -> Any:
-    out = {}
-    for key, value in td._items_str():
-        if isinstance(value, Tensor):
-            out[key] = value.clone()
-        elif is_nt(value):
-            out[key] = value.clone()
-        else:
-            out[key] = _densify(value, dense)
-    return dense._new_unsafe(out, td.batch_size, td.device)
+    # Unbatched entries are read last, once every other entry densified: reading one from
+    # a lazy stack whose members hold different data warns, and a failed conversion warns
+    # of nothing.
+    pending: list[tuple[dict[str, Any], str, TensorDictContract]] = []
+    tree = _collect(td, pending)
+    for out, key, owner in pending:
+        out[key] = owner._get_str(key).clone()
+    return _build(tree, dense)
+
+
+def _collect(
+    td: TensorDictContract, pending: list[tuple[dict[str, Any], str, TensorDictContract]]
+) -> tuple[dict[str, Any], TensorDictContract]:
+    out: dict[str, Any] = {}
+    for key, kind in td._key_items():
+        if type(kind) is not Tensor and is_unbatched(kind):
+            out[key] = None  # filled by `_densify`, keeping the key order
+            pending.append((out, key, td))
+            continue
+        value = td._get_str(key)
+        out[key] = (
+            value.clone() if isinstance(value, Tensor) or is_nt(value) else _collect(value, pending)
+        )
+    return out, td
+
+
+def _build(tree: tuple[dict[str, Any], TensorDictContract], dense: Any) -> Any:
+    out, td = tree
+    entries = {key: _build(v, dense) if isinstance(v, tuple) else v for key, v in out.items()}
+    return dense._new_unsafe(entries, td.batch_size, td.device)

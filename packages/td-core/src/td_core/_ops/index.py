@@ -19,7 +19,7 @@ from td_core._core.traverse import index_batch, is_nt, is_stack, is_td, map_batc
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._leaves.nontensor import NonTensorData
 from td_core._ops.writes import copy_at_dense, plan_copy_dense
-from td_core.errors import BatchSizeError, DTypeError, IndexTypeError, LockedError
+from td_core.errors import BatchSizeError, DimError, DTypeError, IndexTypeError, LockedError
 
 if TYPE_CHECKING:
     pass
@@ -175,7 +175,11 @@ class IndexingMixin(TensorDictContract):
         cls = type(index)
         if cls is int:
             if not bs:
-                raise IndexError(f"cannot index a TensorDict with batch_size [] by {index!r}")
+                raise DimError(
+                    f"cannot index a TensorDict with batch_size [] by {index!r}: indexing a "
+                    "tensordict with td.batch_dims==0 is not permitted (it has no batch dim; "
+                    "read its entries by key)"
+                )
             if not -bs[0] <= index < bs[0]:
                 raise IndexError(f"index {index} is out of range for batch_size {list(bs)}")
             return index_batch(self, index, bs[1:])
@@ -414,6 +418,6 @@ def _allocate(td: TensorDictContract, src: Any, nv: int) -> Any:
     bs = td.batch_size
     if isinstance(src, Tensor):
         return torch.zeros(bs + src.shape[nv:], dtype=src.dtype, device=td.device or src.device)
-    if is_nt(src):
-        return NonTensorData(None, bs, td.device)
+    if is_nt(src):  # one value: it fills the new entry (as upstream); several: None
+        return NonTensorData(src.data if isinstance(src, NonTensorData) else None, bs, td.device)
     return td._new({}, bs + src.batch_size[nv:])

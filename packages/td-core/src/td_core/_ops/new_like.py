@@ -57,11 +57,27 @@ def _new_like(
     device: Any,
     requires_grad: bool,
     pin_memory: bool | None,
+    empty_lazy: bool = False,
 ) -> Any:
-    method = _NEW[name]
     new = torch.Size(shape_args(size))
     if any(s < 0 for s in new):
         raise BatchSizeError(f"{name}: sizes must be non-negative, got {list(new)}")
+    args = (name, fill, dtype, device, requires_grad, pin_memory)
+    del empty_lazy  # accepted for upstream's signature; lazy stacks are not emptied (yet)
+    return _new_at(td, new, *args)
+
+
+def _new_at(
+    td: TensorDictContract,
+    new: torch.Size,
+    name: str,
+    fill: tuple[Any, ...],
+    dtype: torch.dtype | None,
+    device: Any,
+    requires_grad: bool,
+    pin_memory: bool | None,
+) -> Any:
+    method = _NEW[name]
     n = td.batch_dims
     dev = as_device(device) if device is not NO_DEFAULT else None
 
@@ -122,7 +138,9 @@ class NewMixin(TensorDictContract):
             >>> td.new_zeros(5)["a"].shape
             torch.Size([5, 2])
         """
-        return _new_like(self, "new_zeros", size, (), dtype, device, requires_grad, pin_memory)
+        return _new_like(
+            self, "new_zeros", size, (), dtype, device, requires_grad, pin_memory, empty_lazy
+        )
 
     def new_ones(
         self,
@@ -135,7 +153,9 @@ class NewMixin(TensorDictContract):
         empty_lazy: bool = False,
     ) -> Self:
         """Like `new_zeros`, filled with 1."""
-        return _new_like(self, "new_ones", size, (), dtype, device, requires_grad, pin_memory)
+        return _new_like(
+            self, "new_ones", size, (), dtype, device, requires_grad, pin_memory, empty_lazy
+        )
 
     def new_empty(
         self,
@@ -148,7 +168,9 @@ class NewMixin(TensorDictContract):
         empty_lazy: bool = False,
     ) -> Self:
         """Like `new_zeros`, uninitialised."""
-        return _new_like(self, "new_empty", size, (), dtype, device, requires_grad, pin_memory)
+        return _new_like(
+            self, "new_empty", size, (), dtype, device, requires_grad, pin_memory, empty_lazy
+        )
 
     def new_full(
         self,
@@ -164,7 +186,15 @@ class NewMixin(TensorDictContract):
     ) -> Self:
         """Like `new_zeros`, filled with `fill_value` (cast to each leaf's dtype)."""
         return _new_like(
-            self, "new_full", (size,), (fill_value,), dtype, device, requires_grad, pin_memory
+            self,
+            "new_full",
+            (size,),
+            (fill_value,),
+            dtype,
+            device,
+            requires_grad,
+            pin_memory,
+            empty_lazy,
         )
 
     def new_tensor(

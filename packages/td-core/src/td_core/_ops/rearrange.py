@@ -24,6 +24,7 @@ from td_core._core.traverse import map_batch, map_batch_multi
 from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.locked_results import locked_like_source
+from td_core._ops.names import carry_names
 from td_core._ops.new_like import NewMixin
 from td_core._ops.shape import assign_reshaped, batch_dim, expanded_shape, permuted_view, size_arg
 from td_core._ops.views import remember, reshaped, rotated
@@ -167,6 +168,9 @@ class LayoutMixin(NewMixin):
         if out is None:
             new = torch.Size(s * r for s, r in zip(bs, reps))
             out = map_batch(self, lambda t: t.repeat((*reps, *(1,) * (t.ndim - n))), new)
+        names = self._raw_names()
+        if names is not None:  # every batch dim stays where it is: its name too
+            carry_names(out, names)
         return assign_reshaped(self, out, "repeat") if inplace else out
 
     @locked_like_source
@@ -195,6 +199,9 @@ class LayoutMixin(NewMixin):
             out = map_batch(
                 self, lambda t: t.repeat_interleave(repeats, d, output_size=output_size), new
             )
+        names = self._raw_names()
+        if names is not None:  # every batch dim stays where it is: its name too
+            carry_names(out, names)
         return assign_reshaped(self, out, "repeat_interleave") if inplace else out
 
     @locked_like_source

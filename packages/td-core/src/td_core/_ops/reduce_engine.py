@@ -289,14 +289,11 @@ def _find_leaf(td: TensorDictContract, stop: Callable[[Tensor], Any]) -> bool:
             elif not value._is_non_tensor and _find_leaf(value, stop):
                 return True
         return False
-    members: list[TensorDictContract] = cast(Any, td).tensordicts  # a lazy stack's hold the data
-    for key in td._keys_str():
-        first = members[0]._get_str(key)
+    for key, first in td._key_items():  # a lazy stack's: a member's leaf stands for the stack
         if isinstance(first, Tensor):
-            for m in members:
-                if stop(m._get_str(key)):
-                    return True
-        elif not is_nt(first) and _find_leaf(td._get_str(key), stop):
+            if _find_member_leaf(td, key, stop):
+                return True
+        elif not is_nt(first) and _find_leaf(first, stop):
             return True  # (a lazy stack of the members' sub-TensorDicts)
     return False
 
@@ -451,6 +448,15 @@ def _reduce_leaves(
                 f"got {shapes}. Use dim='feature' or reduce=False"
             ) from None
     return _leaf_op(row, "dims", dims, keepdim, n, pair, args, kwargs)(joined)
+
+
+def _find_member_leaf(td: TensorDictContract, key: str, stop: Callable[[Tensor], Any]) -> bool:
+    """`_find_leaf` over the members' leaf `key` of the lazy stack `td` (stacks of stacks too)."""
+    members: list[TensorDictContract] = cast(Any, td).tensordicts  # a lazy stack's hold the data
+    for m in members:
+        if _find_member_leaf(m, key, stop) if is_stack(m) else stop(m._get_str(key)):
+            return True
+    return False
 
 
 #: Up to this many elements in all, the leaves after the first are reduced as one

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
@@ -461,18 +461,31 @@ class ShapeMixin(TensorDictContract):
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim `dim` into chunks of `split_size` (or the listed sizes)."""
         bs = self.batch_size
-        d = batch_dim(dim, bs)
+        try:
+            d = batch_dim(dim, bs)
+        except DimError as err:  # upstream's words first
+            raise DimError(f"split: Incompatible dim: {err}") from None
         total = bs[d]
-        if isinstance(split_size, int):
+        if _is_int(split_size):
             if split_size <= 0:
-                raise ValueError(f"split_size must be positive, got {split_size}")
+                raise ValueError(
+                    f"split_size must be positive, got {split_size}. Give the size of each chunk"
+                )
             sizes = [min(split_size, total - i) for i in range(0, total, split_size)] or [0]
-        else:
-            sizes = list(split_size)
+        elif isinstance(split_size, (list, tuple)) and all(_is_int(s) for s in split_size):
+            sizes = [int(s) for s in split_size]
+            if not sizes:
+                raise BatchSizeError(
+                    f"split: Insufficient number of elements in split_size: got none for batch "
+                    f"dim {d} of size {total}"
+                )
             if sum(sizes) != total:
                 raise BatchSizeError(
-                    f"split sizes {sizes} do not sum to batch dim {d} of size {total}"
+                    f"split expects split_size to sum exactly to {total} (batch dim {d}), got "
+                    f"sizes {sizes} summing to {sum(sizes)}"
                 )
+        else:
+            raise TypeError(f"split: split_size must be int or list of ints, got {split_size!r}")
         out = split_sizes(self, d, sizes)
         names = self._raw_names()
         return out if names is None else carry_names(out, names)
@@ -545,3 +558,7 @@ def split_sizes(td: TensorDictContract, d: int, sizes: Sequence[int]) -> tuple[A
         # the pieces torch.chunk(n) cuts: it takes half the time of split(sizes) a leaf
         return tuple(map_batch_multi(td, lambda t: t.chunk(n, d), leads))
     return tuple(map_batch_multi(td, lambda t: t.split(list(sizes), d), leads))
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -21,7 +21,13 @@ from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts, tensor_leaves
 from td_core._core.utils import normalize_dim
 from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
-from td_core._leaves.unbatched import is_unbatched, shared_unbatched
+from td_core._leaves.unbatched import (
+    is_unbatched,
+    shared_unbatched,
+    unbatched_storage_differs,
+    warn_unbatched_storage,
+)
+from td_core._ops.best_stack import best_intention_stack
 from td_core._ops.names import carry_names, names_after
 from td_core.errors import BatchSizeError, GradLeafWriteError, KeyNotFoundError
 
@@ -116,7 +122,8 @@ def stack(
         return lazy(tds, d)
     result = _combine(tds, d, (), stacking=True)
     names = tds[0]._raw_names()
-    if names is not None:
+    if names is not None and all(td._raw_names() == names for td in tds[1:]):
+        # inputs named differently give an unnamed result, as upstream
         carry_names(result, names_after(names, insert=(d,)))
     return result
 
@@ -152,7 +159,27 @@ def stack_onto(out: TD, tds: list[TensorDictContract], d: int) -> TD:
 
 
 def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], stacking: bool) -> Any:
-    """Stack (new dim `d`) or concatenate (along `d`) matching entries, recursively."""
+    """Stack (new dim `d`) or concatenate (along `d`) matching entries, recursively.
+
+    `UnbatchedTensor` entries whose inputs hold different data keep the first
+    one's; the warning saying so comes only once everything combined (a stack
+    that fails on another entry raises without warning).
+    """
+    differing: list[tuple[str, ...]] = []
+    result = _combine_level(tds, d, prefix, stacking, differing)
+    if differing:
+        warn_unbatched_storage(stacklevel=3)
+    return result
+
+
+def _combine_level(
+    tds: list[TensorDictContract],
+    d: int,
+    prefix: tuple[str, ...],
+    stacking: bool,
+    differing: list[tuple[str, ...]],
+) -> Any:
+    """`_combine`'s recursion; the keys of unbatched entries that differ go to `differing`."""
     what = "stack" if stacking else "cat"
     tensor_op = torch.stack if stacking else torch.cat
     non_tensor_op = stack_non_tensors if stacking else cat_non_tensors
@@ -167,7 +194,9 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
     for key, values in columns:
         value = values[0]
         if type(value) is not Tensor and is_unbatched(value):  # shared by all: the first one
-            entries[key] = shared_unbatched(values, torch.Size(bs))
+            if unbatched_storage_differs(values):
+                differing.append((*prefix, key))
+            entries[key] = shared_unbatched(values, torch.Size(bs), warn=False)
             continue
         if isinstance(value, Tensor):
             try:
@@ -197,7 +226,7 @@ def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], sta
             if not stacking and _any_stack(values):
                 entries[key] = _cat_lazy(values, d)
                 continue
-            entries[key] = _combine(values, d, (*prefix, key), stacking)
+            entries[key] = _combine_level(values, d, (*prefix, key), stacking, differing)
     return first._new(entries, torch.Size(bs))
 
 
@@ -415,6 +444,11 @@ class StackMixin(TensorDictContract):
     ) -> Self:
         """A dense stack when the inputs' keys and shapes agree, else a lazy stack.
 
+        Sub-TensorDicts are handled one level at a time, as upstream's best-intention
+        stack: inputs whose top-level entries agree give a dense TensorDict holding lazy
+        stacks of the sub-TensorDicts that differ, and lazy stacks alike are stacked
+        member by member.
+
         Examples:
             >>> import torch
             >>> from td_core import TensorDict
@@ -425,12 +459,10 @@ class StackMixin(TensorDictContract):
             >>> type(TensorDict.maybe_dense_stack([a, b])).__name__
             'LazyStackedTensorDict'
         """
-        try:
+        if out is not None:  # written in place: the inputs must stack densely
             return stack(input, dim, out=out)
-        except (KeyNotFoundError, BatchSizeError):
-            if out is not None:
-                raise
-            return cls.lazy_stack(input, dim)
+        tds = _check_inputs(input, "maybe_dense_stack")
+        return best_intention_stack(tds, normalize_dim(dim, tds[0].batch_dims + 1), stack)
 
     def to_lazystack(self, dim: int = 0) -> Any:
         """A lazy stack of this TensorDict's slices along batch dim `dim` (views of it).

@@ -15,7 +15,7 @@ import torch
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
-from td_core._core.traverse import is_stack, is_td, per_member
+from td_core._core.traverse import is_nt, is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops.legacy_views import refuse_inplace
 from td_core._ops.lock_cache import cache_when_locked
@@ -252,6 +252,8 @@ class StructureMixin(TensorDictContract):
             rest = self
         else:
             rest = self.exclude(*taken, inplace=inplace)
+        if not reproduce_struct:
+            _prune_emptied(rest, taken)
         out = (*parts, rest)
         if reproduce_struct:
             out = tuple(self.empty(recurse=True).update(part) for part in out)
@@ -340,7 +342,8 @@ class StructureMixin(TensorDictContract):
                 f"to overwrite it with {old_key!r}"
             )
         self.set(new_key, value)
-        if unravel_key(old_key) != unravel_key(new_key):
+        old_t, new_t = as_tuple(unravel_key(old_key)), as_tuple(unravel_key(new_key))
+        if old_t[: len(new_t)] != new_t:  # a key renamed to its parent went with the parent
             self.del_(old_key)
         return self
 
@@ -529,3 +532,15 @@ class StructureMixin(TensorDictContract):
             RuntimeError: if the state dict was saved on another device.
         """
         return load_state_dict_into(self, state_dict, strict, assign)
+
+
+def _prune_emptied(td: Any, taken: list[NestedKey]) -> None:
+    """Drop from `td` the sub-TensorDicts left without leaves by taking the nested keys
+    `taken` out of them (deepest first), as upstream's `split_keys` does."""
+    parents = {
+        path[:i] for path in (as_tuple(unravel_key(k)) for k in taken) for i in range(1, len(path))
+    }
+    for parent in sorted(parents, key=len, reverse=True):
+        sub = td.get(parent, None) if parent in td.keys(include_nested=True) else None
+        if is_td(sub) and not is_nt(sub) and sub.is_empty():
+            td.del_(parent)
