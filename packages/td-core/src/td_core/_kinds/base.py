@@ -396,7 +396,7 @@ class TensorDictBase(
     def pop(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
         """Remove the entry at `key` and return it (or `default` if missing)."""
         try:
-            value = self.get(key)
+            value = self._get_strict(key)
         except KeyError as err:
             if default is NO_DEFAULT:
                 raise KeyNotFoundError(
