@@ -432,8 +432,8 @@ class MaskedMixin(TensorDictContract):
         except BatchSizeError:  # a lazy stack's ragged leaf: index the members first
             return parent._index(index).get(path[-1])
         if value is NO_DEFAULT:
-            if default is NO_DEFAULT:
-                return self.get(key)  # None, or get's KeyError under set_get_defaults_to_none(False)
+            if default is NO_DEFAULT:  # get's rule: None, or its KeyError when switched off
+                return self.get(key)
             return default
         if is_nt(value):  # index it the way the container indexes its leaves
             return parent._new({"_": value}, parent.batch_size)._index(index)._get_str("_")
