@@ -6,7 +6,7 @@ import pytest
 import tensordict
 import torch
 
-from td_core import TensorDict, lazy_stack
+from td_core import TensorDict, lazy_stack, set_get_defaults_to_none
 from td_core._core.traverse import is_td
 from td_core.errors import BatchSizeError, DTypeError
 
@@ -348,8 +348,11 @@ def test_update_with_nested_tuple_keys_is_all_or_nothing() -> None:
 def test_get_of_a_missing_nested_key() -> None:
     td = TensorDict({"n": {"a": torch.zeros(3)}, "x": torch.zeros(3)}, [3])
     assert td.get(("n", "q"), None) is None and td.get(("q", "r"), 7) == 7
-    assert td.get(("x", "q"), 5) == 5  # through a leaf: the default, as upstream
-    with pytest.raises(KeyError, match=r"\('n', 'q'\)"):
+    assert td.get(("x", "q"), 5) == 5  # through a leaf: the default
+    assert td.get(("n", "q")) is None and td.get(("q", "r")) is None  # as upstream
+    with pytest.raises(ValueError, match=r"\('x',\) is a leaf"):  # a leaf on the path: a mistake
+        td.get(("x", "q"))
+    with set_get_defaults_to_none(False), pytest.raises(KeyError, match=r"\('n', 'q'\)"):
         td.get(("n", "q"))
 
 

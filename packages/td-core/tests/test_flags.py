@@ -88,10 +88,12 @@ def test_capture_non_tensor_stack_collapses_equal_values():
 
 
 def test_get_defaults_to_none_switch():
-    assert td.get_defaults_to_none() is False
-    with td.set_get_defaults_to_none(True):
-        assert td.get_defaults_to_none() is True
-    assert td.get_defaults_to_none() is False
+    assert td.get_defaults_to_none() is True  # as upstream since v0.7
+    with td.set_get_defaults_to_none(False):
+        assert td.get_defaults_to_none() is False
+        with td.set_get_defaults_to_none(None):  # None counts as False, as upstream
+            assert td.get_defaults_to_none() is False
+    assert td.get_defaults_to_none() is True
 
 
 # ------------------------------------------------------------- print options
@@ -161,13 +163,18 @@ def test_get_defaults_to_none_makes_get_return_none():
     data = td.TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, [2])
     lazy = td.lazy_stack([data, data.clone()], 0)
     for container in (data, lazy, data[0]):
-        with td.set_get_defaults_to_none(True):
-            assert container.get("missing") is None
-            assert container.get(("n", "missing")) is None
-            assert container.get(("missing", "deeper")) is None
-            assert container.get("missing", 3) == 3  # an explicit default still wins
-        with pytest.raises(KeyError, match="missing"):  # td's default: a missing key raises
-            container.get("missing")
+        assert container.get("missing") is None  # the default, as upstream since v0.7
+        assert container.get(("n", "missing")) is None
+        assert container.get(("missing", "deeper")) is None
+        assert container.get("missing", 3) == 3  # an explicit default still wins
+        with pytest.raises(KeyError, match="missing"):  # td[key] always raises
+            container["missing"]
+        with td.set_get_defaults_to_none(False):
+            with pytest.raises(KeyError, match="missing"):
+                container.get("missing")
+            with pytest.raises(KeyError, match="missing"):
+                container.get(("n", "missing"))
+            assert container.get("missing", 3) == 3
 
 
 def test_strtobool_reads_flag_strings():

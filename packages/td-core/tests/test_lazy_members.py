@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from td_core import LazyStackedTensorDict, TensorDict
+from td_core import LazyStackedTensorDict, TensorDict, set_get_defaults_to_none
 from td_core.errors import LockedError
 
 
@@ -50,8 +50,9 @@ def test_get_nestedtensor_for_ragged_entries() -> None:
     nt = s.get_nestedtensor("r")
     assert nt.is_nested and [t.shape[-1] for t in nt.unbind()] == [1, 2]
     assert s.get_nestedtensor("r", layout=torch.jagged).layout == torch.jagged
-    assert s.get_nestedtensor("nope", None) is None
-    with pytest.raises(KeyError, match="nope"):
+    assert s.get_nestedtensor("nope", 0) == 0
+    assert s.get_nestedtensor("nope") is None and s.get("nope", as_nested_tensor=True) is None
+    with set_get_defaults_to_none(False), pytest.raises(KeyError, match="nope"):
         s.get_nestedtensor("nope")
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams, lazy_stack
+from td_core import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictParams,
+    lazy_stack,
+    set_get_defaults_to_none,
+)
 from td_core.errors import BatchSizeError, MissingEntryError
 
 
@@ -186,7 +192,8 @@ def test_get_at_reads_ragged_lazy_leaves_by_member() -> None:
     members = [TensorDict({"r": torch.ones(2, i + 1)}, [2]) for i in range(3)]
     stack = LazyStackedTensorDict(*members, stack_dim=0)
     assert stack.get_at("r", 2).shape == torch.Size([2, 3])
-    with pytest.raises(KeyError, match="'missing'"):
+    assert stack.get_at("missing", 0) is None  # as get, and upstream
+    with set_get_defaults_to_none(False), pytest.raises(KeyError, match="'missing'"):
         stack.get_at("missing", 0)
     assert stack.get_at("missing", 0, default=1) == 1
 

@@ -261,3 +261,15 @@ def test_setting_an_unknown_attribute_says_so_in_upstreams_words():
     p = _Point(x=torch.zeros(2), batch_size=[2])
     with pytest.raises(AttributeError, match="Cannot set the attribute 'newattr'"):
         p.newattr = 1
+
+
+def test_get_of_missing_fields_and_attributes():
+    ep = Episode(obs=torch.zeros(2, 3), name="run", batch_size=[2])
+    assert ep.get("missing") is None and ep.get(("missing", "deeper")) is None
+    assert ep.get(("obs", "x"), "fallback") == "fallback"
+    with pytest.raises(ValueError, match=r"\('obs',\) is a leaf"):
+        ep.get(("obs", "x"))
+    with pytest.raises(KeyError, match="'missing'"):
+        ep["missing"]
+    assert ep.get("batch_size") == torch.Size([2]) and ep.get("shape") == torch.Size([2])
+    assert ep.get("device") is None and torch.equal(ep.get("obs"), torch.zeros(2, 3))

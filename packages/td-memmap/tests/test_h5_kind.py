@@ -9,7 +9,7 @@ import torch
 
 h5py = pytest.importorskip("h5py")
 
-from td_core import NonTensorData, TensorDict, TensorDictBase  # noqa: E402
+from td_core import NonTensorData, TensorDict, TensorDictBase, set_get_defaults_to_none  # noqa: E402
 from td_core.errors import LockedError  # noqa: E402
 from td_memmap import (  # noqa: E402
     NotSupportedOnFileError,
@@ -401,3 +401,13 @@ def test_contiguous_copies_and_refuses_inplace(ptd):
     with pytest.raises(RuntimeError, match=r"contiguous\(inplace=True\).*in a file"):
         ptd.contiguous(inplace=True)
     assert isinstance(ptd, PersistentTensorDict) and (ptd.to_tensordict() == _dense()).all()
+
+
+def test_get_and_get_at_of_a_missing_key_give_none(ptd):
+    assert ptd.get("missing") is None and ptd.get(("n", "missing")) is None
+    assert ptd.get_at("missing", 0) is None and ptd.get_at(("n", "missing"), 0) is None
+    assert ptd.get_at("missing", 0, 5) == 5
+    with pytest.raises(KeyError, match="'missing'"):
+        ptd["missing"]
+    with set_get_defaults_to_none(False), pytest.raises(KeyError, match="'missing'"):
+        ptd.get_at("missing", 0)

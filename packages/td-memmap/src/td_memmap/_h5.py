@@ -529,6 +529,8 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
                     return out[torch.from_numpy(inverse.reshape(-1))]
                 if rows is not None:
                     return store.read(node, rows, self._device)
+        if default is _NO_DEFAULT:  # this module's sentinel means "no default": get's rule
+            return super().get_at(key, index)
         return super().get_at(key, index, default)
 
     def _walk(self, key: Any) -> Any:

@@ -257,3 +257,14 @@ def test_share_memory_is_refused(store):
     with pytest.raises(NotImplementedError, match="to_tensordict"):
         store.share_memory_()
     assert store.view(2, 2).batch_size == torch.Size([2, 2])  # shape ops give local results
+
+
+def test_get_of_a_missing_key_gives_none_and_set_at_of_one_raises(store):
+    store["obs"] = torch.zeros(4, 3)
+    assert store.get("missing") is None and store.get(("nested", "missing")) is None
+    assert store.get("missing", 3) == 3
+    with pytest.raises(KeyError, match="'missing'"):
+        store["missing"]
+    with pytest.raises(KeyError, match="'missing'"):  # not a None written into the store
+        store.set_at_("missing", torch.ones(3), 0)
+    assert "missing" not in store.keys()

@@ -24,6 +24,7 @@ __all__ = ["TensorDictModule", "as_key_list"]
 
 Tensor = torch.Tensor
 _NOT_FAST = object()  # returned by `_forward_dense` where the general path must run
+_MISSING = object()  # `get`'s default in strict reads: a missing input raises
 
 try:  # the registries `nn.Module.__call__` consults (private: without them, no shortcut)
     from torch.nn.modules.module import (
@@ -363,11 +364,10 @@ class TensorDictModule(TensorDictModuleBase):
             return result
         get = tensordict.get
         keys = self._read_keys
-        if self.strict:
-            try:
-                values = [get(key) for key in keys]
-            except KeyError as err:
-                raise self._missing_error(tensordict) from err
+        if self.strict:  # (get's own default would be None: a sentinel tells missing apart)
+            values = [get(key, _MISSING) for key in keys]
+            if any(v is _MISSING for v in values):
+                raise self._missing_error(tensordict)
         elif len(keys) == 1:
             values = [get(keys[0], None)]
         else:

@@ -271,13 +271,12 @@ class TensorDictMap(nn.Module):
         batch_dims = len(values.batch_size)
         gathered = {}
         for key in out_keys:
-            try:
-                value = values.get(key)
-            except KeyError:
+            value = values.get(key, None)
+            if value is None:
                 raise KeyNotFoundError(
                     f"TensorDictMap out_key {key!r} not found in the values, which have keys "
                     f"{_leaf_keys(values)!r}"
-                ) from None
+                )
             if not isinstance(value, torch.Tensor):
                 raise TypeError(
                     f"TensorDictMap stores tensors; out_key {key!r} holds {type(value).__name__}"

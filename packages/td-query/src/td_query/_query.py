@@ -189,14 +189,13 @@ class QueryModule(nn.Module):
 
     def _rows(self, tensordict: Any, key: Any, n: int, batch_dims: int) -> torch.Tensor:
         """The entry at `key` with its batch dims flattened: `[n, *feature_dims]`."""
-        try:
-            value = tensordict.get(key)
-        except KeyError:
+        value = tensordict.get(key, None)
+        if value is None:
             keys = list(tensordict.keys(include_nested=True, leaves_only=True))
             raise KeyNotFoundError(
                 f"QueryModule in_key {key!r} not found in the input {type(tensordict).__name__} "
                 f"with keys {keys!r}"
-            ) from None
+            )
         if not isinstance(value, torch.Tensor):
             raise TypeError(
                 f"QueryModule in_key {key!r} must hold a tensor, got {type(value).__name__}; "

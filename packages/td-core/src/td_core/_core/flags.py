@@ -40,8 +40,9 @@ _LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
 _LEGACY_VIEWS: ContextVar[bool] = ContextVar("td_lazy_legacy_views", default=False)
 _LIST_TO_STACK: ContextVar[bool] = ContextVar("td_list_to_stack", default=True)
 _CAPTURE_NON_TENSOR_STACK: ContextVar[bool] = ContextVar("td_capture_non_tensor", default=False)
-# td's `get` raises for a missing key (docs/migration.md): the switch starts off
-_GET_DEFAULTS_TO_NONE: ContextVar[bool] = ContextVar("td_get_defaults_to_none", default=False)
+# `get` of a missing key returns None, as upstream since v0.7 and as `dict.get`;
+# `set_get_defaults_to_none(False)` makes it raise `KeyError` instead
+_GET_DEFAULTS_TO_NONE: ContextVar[bool] = ContextVar("td_get_defaults_to_none", default=True)
 
 
 class Switch(Generic[_V]):
@@ -212,22 +213,28 @@ def capture_non_tensor_stack(allow_none: bool = False) -> bool:
 
 
 class set_get_defaults_to_none(Switch[bool]):
-    """Whether `td.get(missing_key)` returns `None` instead of raising `KeyError`.
+    """Whether `td.get(missing_key)` returns `None` (the default) or raises `KeyError`.
 
-    Upstream calls it as a function that changes the mode for good; here the
+    `td[key]` raises `KeyError` for a missing key whatever the mode. Upstream calls it as a function that changes the mode for good; here the
     call applies the mode at once (as upstream) and the object also works as a
     context manager that restores the previous mode on exit.
 
     Args:
-        set_to_none: `True` to return `None` for missing keys.
+        set_to_none: `True` to return `None` for missing keys; `False` to
+            raise `KeyError` naming the key (`None` counts as `False`, as upstream).
 
     Examples:
-        >>> from td_core import get_defaults_to_none, set_get_defaults_to_none
-        >>> with set_get_defaults_to_none(True):
-        ...     get_defaults_to_none()
+        >>> from td_core import TensorDict, get_defaults_to_none, set_get_defaults_to_none
+        >>> td = TensorDict({"a": 0})
+        >>> td.get("b") is None
         True
+        >>> with set_get_defaults_to_none(False):
+        ...     td.get("b")
+        Traceback (most recent call last):
+        ...
+        td_core.errors.KeyNotFoundError: key 'b' not found in TensorDict with keys ['a']
         >>> get_defaults_to_none()
-        False
+        True
     """
 
     _var = _GET_DEFAULTS_TO_NONE
@@ -242,7 +249,7 @@ class set_get_defaults_to_none(Switch[bool]):
 
 
 def get_defaults_to_none(set_to_none: bool = True) -> bool:
-    """Whether `td.get(missing_key)` returns `None` (td's default: `False`, it raises).
+    """Whether `td.get(missing_key)` returns `None` (the default: `True`) or raises `KeyError`.
 
     `set_to_none` is ignored, as upstream.
     """

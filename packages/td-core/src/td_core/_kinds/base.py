@@ -139,12 +139,32 @@ class TensorDictBase(
     ) -> Any:
         """The entry at `key` (a tensor, a sub-TensorDict or a non-tensor leaf).
 
-        Raises `KeyError` naming the key and the available keys when it is
-        missing and no `default` is given.
+        A missing key without a `default` gives `None`, as `dict.get` and
+        upstream (since v0.7); under `set_get_defaults_to_none(False)` it raises
+        `KeyError` naming the key and the available keys. `td[key]` always raises.
 
         The keywords say how to read a ragged leaf of a lazy stack on the path
         (see `LazyStackedTensorDict.get`); they are passed down to it, and
         ignored for a leaf no lazy stack holds (as upstream).
+
+        Args:
+            key: a key or nested key.
+            default: returned when `key` is missing.
+
+        Raises:
+            KeyError: naming the key, if it is missing, no `default` is given and
+                `set_get_defaults_to_none(False)` is in force.
+            ValueError: (also a `KeyError`) if a nested key goes through a leaf,
+                e.g. `get(("a", "b"))` where `td["a"]` is a tensor, and no
+                `default` is given.
+
+        Examples:
+            >>> from td_core import TensorDict
+            >>> td = TensorDict({"a": 0, "b": {"c": 1}})
+            >>> td.get(("b", "c"))
+            tensor(1)
+            >>> td.get("x") is None, td.get(("x", "y")) is None, td.get("x", 0)
+            (True, True, 0)
         """
         if as_list or as_padded_tensor or as_nested_tensor:
             return self._get_ragged(
@@ -174,7 +194,7 @@ class TensorDictBase(
         """`get` with a ragged-read keyword: handed to the sub-TensorDict on the path."""
         key = unravel_key(key)
         if isinstance(key, tuple) and len(key) > 1:
-            child = self._get_str(key[0], NO_DEFAULT)
+            child = self._get_str(key[0], None)
             if is_td(child):
                 return child.get(key[1:], default, **how)
         return self.get(key, default)  # a leaf here, or the missing key's error
@@ -186,8 +206,8 @@ class TensorDictBase(
             if value is NO_DEFAULT:
                 if default is not NO_DEFAULT:
                     return default
-                if not strict and defaults_to_none():
-                    return None
+                if not strict and defaults_to_none() and is_td(td):
+                    return None  # a missing key; a leaf on the path is a mistake: it raises
                 if i and not is_td(td):
                     raise NotATensorDictError(
                         f"key {key!r} not found: {key[:i]!r} is a leaf of type "
@@ -211,9 +231,24 @@ class TensorDictBase(
         )
 
     def get_non_tensor(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
-        """The value of a non-tensor entry (or the entry itself for tensors)."""
-        value = self.get(key, default)
+        """The value of a non-tensor entry (or the entry itself for tensors).
+
+        Unlike `get`, a missing key without a `default` raises `KeyError`, as upstream.
+        """
+        value = self.get(key, _ABSENT_KEY if default is NO_DEFAULT else default)
+        if value is _ABSENT_KEY:
+            value = self._get_strict(key)
         return value.data if is_nt(value) else value
+
+    def _get_strict(self, key: NestedKey) -> Any:
+        """The entry at `key`, or `KeyError` naming it whatever `set_get_defaults_to_none` says."""
+        key = unravel_key(key)
+        if isinstance(key, str):
+            value = self._get_str(key, NO_DEFAULT)
+            if value is NO_DEFAULT:
+                raise self._missing(key)
+            return value
+        return self._get_tuple(key, NO_DEFAULT, strict=True)
 
     def __getitem__(self, index: Any) -> Any:
         if type(index) is str or (
@@ -221,10 +256,7 @@ class TensorDictBase(
         ):
             value = self.get(index, _ABSENT_KEY)
             if value is _ABSENT_KEY:  # td[key] raises whatever set_get_defaults_to_none says
-                key = unravel_key(index)
-                if isinstance(key, str):
-                    raise self._missing(key)
-                value = self._get_tuple(key, NO_DEFAULT, strict=True)
+                value = self._get_strict(index)
             return value.data if is_nt(value) else value
         names = self._raw_names()
         if names is None:
@@ -399,7 +431,7 @@ class TensorDictBase(
     def pop(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
         """Remove the entry at `key` and return it (or `default` if missing)."""
         try:
-            value = self.get(key)
+            value = self._get_strict(key)
         except KeyError as err:
             if default is NO_DEFAULT:
                 raise KeyNotFoundError(

@@ -365,6 +365,8 @@ class TensorDict(TensorDictBase):
             if value is _ABSENT:
                 if default is not NO_DEFAULT:
                     return default
+                if defaults_to_none():
+                    return None
             elif value is not NO_DEFAULT:
                 return value
         return TensorDictBase.get(self, key, default)

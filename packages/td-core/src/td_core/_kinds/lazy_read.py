@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._core.flags import get_defaults_to_none
 from td_core._core.traverse import is_td
 from td_core._core.utils import NO_DEFAULT
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
@@ -125,6 +126,8 @@ class LazyReadMixin:
             )
         values = [td.get(key, _ABSENT) for td in self.tensordicts]
         if any(v is _ABSENT for v in values):
+            if default is NO_DEFAULT and get_defaults_to_none():
+                return None  # as get
             if default is NO_DEFAULT:
                 raise KeyNotFoundError(
                     f"key {key!r} is not in every member of the lazy stack "

@@ -27,7 +27,7 @@ _NO_FIELD: Any = object()
 
 def _field(name: str) -> property:
     def getter(self: TensorDict) -> Any:
-        return self.get(name)
+        return self._get_strict(name)  # a missing field raises KeyError, as upstream
 
     def setter(self: TensorDict, value: Any) -> None:
         self.set(name, value)

@@ -15,9 +15,10 @@ import torch
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.traverse import is_td, map_leaves, tensor_leaves
-from td_core._core.utils import NO_DEFAULT
 from td_core._ops import lazy_shape as lazy
 from td_core.errors import BatchSizeError, KeyNotFoundError
+
+_MISSING: Any = object()
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -91,8 +92,8 @@ def _pairs(td: TensorDictContract, other: Any, what: str) -> list[tuple[Tensor, 
     for key, leaf in td.items(include_nested=True, leaves_only=True):
         if not isinstance(leaf, Tensor):
             continue
-        src = other.get(key, NO_DEFAULT)
-        if src is NO_DEFAULT:
+        src = other.get(key, _MISSING)  # (NO_DEFAULT would mean "no default": None)
+        if src is _MISSING:
             raise KeyNotFoundError(f"{what}: key {key!r} is missing from the TensorDict given")
         if not isinstance(src, Tensor) or src.shape != leaf.shape:
             raise BatchSizeError(

@@ -22,6 +22,8 @@ from td_core._ops.lock_graph import link, locked_elsewhere, unlink
 from td_core._ops.per_object import PerObject
 from td_core.errors import KeyNotFoundError, LockedError
 
+_MISSING: Any = object()  # `get`'s default where the entry must be there
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
@@ -320,7 +322,10 @@ class MappingMixin(TensorDictContract):
 
     def is_non_tensor(self, key: NestedKey) -> bool:
         """Whether the entry at `key` is a non-tensor leaf (`KeyError` if missing)."""
-        return bool(is_nt(self.get(key)))
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            self[key]  # raises the KeyError naming the key, whatever get() defaults to
+        return bool(is_nt(value))
 
     def non_tensor_items(self, include_nested: bool = False) -> Iterator[tuple[NestedKey, Any]]:
         """`(key, leaf)` for every non-tensor leaf (nested ones as tuple keys with `include_nested`)."""

@@ -404,9 +404,13 @@ class MaskedMixin(TensorDictContract):
             index: an index over the entry's leading dims.
             default: returned when the key is missing.
 
+        Returns:
+            The indexed entry; for a missing key, `default`, or `None` when no
+            `default` is given (as `get`).
+
         Raises:
-            KeyError: naming the key, if it is missing and no `default` is given
-                (as `get`; upstream returns `None`).
+            KeyError: naming the key, if it is missing, no `default` is given and
+                `set_get_defaults_to_none(False)` is in force (as `get`).
 
         Examples:
             >>> import torch
@@ -428,8 +432,8 @@ class MaskedMixin(TensorDictContract):
         except BatchSizeError:  # a lazy stack's ragged leaf: index the members first
             return parent._index(index).get(path[-1])
         if value is NO_DEFAULT:
-            if default is NO_DEFAULT:
-                self.get(key)  # raises the KeyError naming the key, as get does
+            if default is NO_DEFAULT:  # get's rule: None, or its KeyError when switched off
+                return self.get(key)
             return default
         if is_nt(value):  # index it the way the container indexes its leaves
             return parent._new({"_": value}, parent.batch_size)._index(index)._get_str("_")

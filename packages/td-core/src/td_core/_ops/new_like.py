@@ -18,10 +18,12 @@ from td_core._core.contract import TensorDictContract
 from td_core._core.traverse import _map_batch, is_ragged, is_td, map_leaves
 from td_core._core.utils import NO_DEFAULT, as_device, shape_args
 from td_core._ops import lazy_shape as lazy
-from td_core.errors import BatchSizeError
+from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+_MISSING: Any = object()  # `get`'s default in queries that need the entry to be there
 
 
 __all__ = ["NewMixin"]
@@ -317,7 +319,12 @@ class NewMixin(TensorDictContract):
     # ------------------------------------------------------------- queries
     def get_item_shape(self, key: Any) -> torch.Size:
         """The shape of the entry at `key`: a tensor's shape, a sub-TensorDict's batch size."""
-        value = self.get(key)
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyNotFoundError(
+                f"get_item_shape: key {key!r} not found in {type(self).__name__} with keys "
+                f"{sorted(self.keys(include_nested=True), key=str)}"
+            )
         return value.shape if isinstance(value, Tensor) else value.batch_size
 
     def entry_class(self, key: Any) -> type:

@@ -356,7 +356,7 @@ def _combine_entries(
     """`td[out_key] = op([td[k] for k in keys], dim)`; the inputs are removed unless kept."""
     if not keys:
         raise ValueError("stack_tensors/cat_tensors need at least one key to combine")
-    values = [td.get(key) for key in keys]
+    values = [td[key] for key in keys]  # a missing key raises KeyError naming it
     for key, value in zip(keys, values):
         if not isinstance(value, Tensor):
             raise TypeError(f"entry {key!r} is a {type(value).__name__}, not a tensor")
@@ -379,7 +379,7 @@ def _leaf_tensors(td: TensorDictContract, sorted_keys: Any) -> list[Tensor]:
         keys = list(sorted_keys)
     if not keys:
         raise ValueError("stack_from_tensordict/cat_from_tensordict: the TensorDict has no tensor")
-    return [td.get(k) for k in keys]
+    return [td[k] for k in keys]  # a missing key in sorted_keys raises KeyError naming it
 
 
 class StackMixin(TensorDictContract):

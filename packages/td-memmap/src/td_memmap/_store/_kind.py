@@ -450,7 +450,7 @@ class TensorDictStore(TensorDictBase):
 
     def set_at_(self, key: Any, value: Any, index: Any, *, non_blocking: bool = False) -> Any:
         """`store[key][index] = value` on the server (allowed when locked; one transaction)."""
-        local = self.get(key)
+        local = self._get_strict(key)  # KeyError naming a missing key, whatever get() defaults to
         if not isinstance(local, torch.Tensor):
             local_td = TensorDict({"v": local}, self._batch_size)
             local_td.set_at_("v", value, index)
