@@ -47,15 +47,16 @@ class _TensorClassBase(TensorDictBase):
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
         return self._tensordict._get_str(key, default)
 
-    def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
+    def get(self, key: Any, default: Any = NO_DEFAULT, **how: Any) -> Any:
         """The field at `key`, as `TensorDict.get` (a missing one gives `None`).
 
         As upstream, `get("batch_size")` (and `"device"`, `"shape"`, `"names"`)
-        reads the attribute of that name.
+        reads the attribute of that name. The ragged-read keywords (`as_list=`,
+        `as_padded_tensor=`, ...) are those of `TensorDict.get`.
         """
         if type(key) is str and key in _RESERVED and key not in self._field_set:
             return getattr(self, key)
-        return super().get(key, default)
+        return super().get(key, default, **how)
 
     def _set_str(self, key: str, value: Any) -> None:
         self._tensordict._set_str(key, value)
