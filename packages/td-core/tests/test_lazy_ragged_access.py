@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, TensorDict, lazy_stack
+from td_core import LazyStackedTensorDict, TensorDict, lazy_stack, set_get_defaults_to_none
 
 
 def _ragged() -> LazyStackedTensorDict:
@@ -21,9 +21,11 @@ def test_get_keywords_reach_a_lazy_stack_inside_a_tensordict() -> None:
     assert [t.tolist() for t in td.get(("inner", "x"), as_list=True)] == [[1.0], [2.0, 2.0]]
     padded = td.get(("inner", "x"), as_padded_tensor=True, padding_side="left", padding_value=9)
     assert padded.tolist() == [[9.0, 1.0], [2.0, 2.0]]
-    # a leaf no lazy stack holds is returned as it is; a missing key still raises
+    # a leaf no lazy stack holds is returned as it is; a missing key gives None, as get
     assert td.get("inner", as_list=True) is not None
-    with pytest.raises(KeyError, match="nope"):
+    assert td.get(("inner", "nope"), as_list=True) is None
+    assert td.get(("inner", "nope"), "fallback", as_list=True) == "fallback"
+    with set_get_defaults_to_none(False), pytest.raises(KeyError, match="nope"):
         td.get(("inner", "nope"), as_list=True)
 
 
