@@ -12,7 +12,8 @@ from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, as_device, as_size
 from td_core._io.consolidate import pack, unpack
-from td_core._kinds.base import TensorDictBase, defaults_to_none
+from td_core._kinds.base import TensorDictBase
+from td_core._kinds.base_read import defaults_to_none
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
