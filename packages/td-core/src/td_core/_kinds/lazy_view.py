@@ -21,14 +21,12 @@ Outside legacy mode, shape ops on a view raise `NotDenseError` (a
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import torch
 
 from td_core._core.contract import provide, provided
 from td_core._core.traverse import _batched, is_td, map_batch
-from td_core._core.utils import NO_DEFAULT
 from td_core._io.repr import td_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.pytree import register
@@ -183,24 +181,6 @@ class LazyViewTensorDict(CopyBackMixin):
         if value._is_non_tensor:
             return value._map_batch(op.backward, op.before, k)
         return map_batch(value, op.backward, op.before + value.batch_size[k:])
-
-    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
-        value = self._source._get_str(key, NO_DEFAULT)
-        return default if value is NO_DEFAULT else self._view(value)
-
-    def _keys_str(self) -> Collection[str]:
-        return self._source._keys_str()
-
-    def _items_str(self) -> Collection[tuple[str, Any]]:
-        view = self._view
-        return [(key, view(value)) for key, value in self._source._items_str()]
-
-    def _values_str(self) -> Collection[Any]:
-        view = self._view
-        return [view(value) for value in self._source._values_str()]
-
-    def _subtrees(self) -> list[TensorDictBase]:
-        return []  # nothing is held here: locks and names live on the source
 
     # ---------------------------------------------------------------- writing
     def _set_str(self, key: str, value: Any) -> None:

@@ -31,7 +31,6 @@ is the source's: a view cannot be locked or unlocked alone.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -212,24 +211,6 @@ class SubTensorDict(CopyBackMixin):
             idx = self._idx
             return value._map_batch(lambda t: t[idx], self._batch_size, self._source.batch_dims)
         return SubTensorDict(value, self._idx)
-
-    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
-        value = self._source._get_str(key, NO_DEFAULT)
-        return default if value is NO_DEFAULT else self._view(value)
-
-    def _keys_str(self) -> Collection[str]:
-        return self._source._keys_str()
-
-    def _items_str(self) -> Collection[tuple[str, Any]]:
-        view = self._view
-        return [(key, view(value)) for key, value in self._source._items_str()]
-
-    def _values_str(self) -> Collection[Any]:
-        view = self._view
-        return [view(value) for value in self._source._values_str()]
-
-    def _subtrees(self) -> list[TensorDictBase]:
-        return []  # nothing is held here: locks and names live on the source
 
     # ---------------------------------------------------------------- writing
     def _set_leaf(self, key: str, item: Any, inplace: bool, full_key: Any) -> None:

@@ -1,7 +1,7 @@
-"""In-place ops of a write-through view whose reads may be copies.
+"""Write-through views: reads from the source, and in-place ops whose reads may be copies.
 
 A view kind (`SubTensorDict`, `LazyViewTensorDict`) reads its entries from a
-source TensorDict. Where the leaves read are views of the source's memory
+source TensorDict (`_source`), each through the view's own `_view`. Where the leaves read are views of the source's memory
 (`_direct`), in-place ops on them reach the source as they are. Where they are
 copies (an advanced index, a lazy stack or a file as the source), an in-place op
 runs on a dense copy of the view and every entry is written back through the
@@ -10,11 +10,12 @@ view's own write primitive (`_set_str`), so no write is lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
 
 __all__ = ["CopyBackMixin"]
@@ -28,7 +29,33 @@ class CopyBackMixin(TensorDictBase):
     source when the view's reads are copies."""
 
     __slots__ = ()
+    _source: TensorDictBase
 
+    if TYPE_CHECKING:
+
+        def _view(self, value: Any) -> Any:
+            """The entry of the view for the source's entry `value` (each kind's own)."""
+
+    # ---------------------------------------------------------------- reading
+    def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
+        value = self._source._get_str(key, NO_DEFAULT)
+        return default if value is NO_DEFAULT else self._view(value)
+
+    def _keys_str(self) -> Collection[str]:
+        return self._source._keys_str()
+
+    def _items_str(self) -> Collection[tuple[str, Any]]:
+        view = self._view
+        return [(key, view(value)) for key, value in self._source._items_str()]
+
+    def _values_str(self) -> Collection[Any]:
+        view = self._view
+        return [view(value) for value in self._source._values_str()]
+
+    def _subtrees(self) -> list[TensorDictBase]:
+        return []  # nothing is held here: locks and names live on the source
+
+    # ------------------------------------------------------------- in place
     @property
     def _direct(self) -> bool:
         """Whether the leaves read are views of the source's memory."""
