@@ -61,6 +61,7 @@ class LazyViewTensorDict(CopyBackMixin):
     """
 
     _writes_through = True
+    _view_name = "a lazy view"
     _caches_when_locked = True  # while its source is locked (see `lock_cache`)
 
     def __init__(self, source: TensorDictBase, op: ViewOp) -> None:
@@ -80,29 +81,8 @@ class LazyViewTensorDict(CopyBackMixin):
 
     # ---------------------------------------------------------------- metadata
     @property
-    def source(self) -> TensorDictBase:
-        """The TensorDict this view reads from and writes into."""
-        return self._source
-
-    @property
-    def batch_size(self) -> torch.Size:
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        raise RuntimeError(
-            "Modifying the batch size of a lazy representation of a tensordict is not permitted "
-            f"(a lazy {self._view_op.kind} view's batch size follows its source). Consider "
-            "instantiating the tensordict first by calling `td = td.to_tensordict()` before "
-            "resetting the batch size."
-        )
-
-    @property
-    def device(self) -> torch.device | None:
-        return self._source.device
-
-    def _set_device(self, device: Any) -> None:
-        raise RuntimeError("cannot change the device of a lazy view; move its source instead")
+    def _batch_rule(self) -> str:
+        return f"a lazy {self._view_op.kind} view's batch size follows its source"
 
     @property
     def _is_locked(self) -> bool:

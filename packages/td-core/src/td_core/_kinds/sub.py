@@ -96,39 +96,17 @@ class SubTensorDict(CopyBackMixin):
         self._batch_size = indexed_shape(source.batch_size, index)
 
     _writes_through = True
+    _view_name = "a sub-TensorDict view"
 
     # ---------------------------------------------------------------- metadata
-    @property
-    def source(self) -> TensorDictBase:
-        """The TensorDict this view reads from and writes into."""
-        return self._source
-
     @property
     def idx(self) -> Any:
         """The index into `source`'s batch dims."""
         return self._idx
 
     @property
-    def batch_size(self) -> torch.Size:
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        raise RuntimeError(
-            "Modifying the batch size of a lazy representation of a tensordict is not permitted "
-            "(a sub-TensorDict's batch size follows its index into the source). Consider "
-            "instantiating the tensordict first by calling `td = td.to_tensordict()` before "
-            "resetting the batch size."
-        )
-
-    @property
-    def device(self) -> torch.device | None:
-        return self._source.device
-
-    def _set_device(self, device: Any) -> None:
-        raise RuntimeError(
-            "cannot change the device of a sub-TensorDict view; move its source instead"
-        )
+    def _batch_rule(self) -> str:
+        return "a sub-TensorDict's batch size follows its index into the source"
 
     @property
     def _is_locked(self) -> bool:

@@ -24,17 +24,52 @@ Tensor = torch.Tensor
 
 
 class CopyBackMixin(TensorDictBase):
-    """`apply_`, `apply`/`named_apply`/`_fast_apply` with `inplace=True`, `zero_`, `fill_`,
-    `copy_`, `update_`, `masked_fill_`, `copy_at_` and `view[index] = value` that reach the
-    source when the view's reads are copies."""
+    """What the write-through view kinds share: `source`, the batch size and device that
+    follow it, reads through `_view`, and `apply_`, `apply`/`named_apply`/`_fast_apply`
+    with `inplace=True`, `zero_`, `fill_`, `copy_`, `update_`, `masked_fill_`, `copy_at_`
+    and `view[index] = value` that reach the source when the view's reads are copies."""
 
     __slots__ = ()
     _source: TensorDictBase
+    _batch_size: torch.Size
 
     if TYPE_CHECKING:
 
+        @property
+        def _batch_rule(self) -> str:
+            """Why the view's batch size cannot be set (in the setter's message)."""
+
         def _view(self, value: Any) -> Any:
             """The entry of the view for the source's entry `value` (each kind's own)."""
+
+    _view_name: str  # in messages: "a sub-TensorDict view", "a lazy view"
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def source(self) -> TensorDictBase:
+        """The TensorDict this view reads from and writes into."""
+        return self._source
+
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError(
+            "Modifying the batch size of a lazy representation of a tensordict is not permitted "
+            f"({self._batch_rule}). Consider instantiating the tensordict first by calling "
+            "`td = td.to_tensordict()` before resetting the batch size."
+        )
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._source.device
+
+    def _set_device(self, device: Any) -> None:
+        raise RuntimeError(
+            f"cannot change the device of {self._view_name}; move its source instead"
+        )
 
     # ---------------------------------------------------------------- reading
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
