@@ -63,6 +63,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 
 import tensordict as upstream
 import torch
@@ -85,6 +86,41 @@ atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
 
 def _path(name: str) -> str:
     return f"{_tmp}/{name}"
+
+
+def _fresh_savers(
+    ours_td: TensorDict,
+    flat: dict[str, torch.Tensor],
+    folder: str,
+    st_file: str,
+    pt_file: str,
+    pt_payload: object = None,
+) -> tuple[Callable[[], object], Callable[[], None], Callable[[], None]]:
+    """The 'fresh folder' savers of one case: td.memmap, save_file and torch.save.
+
+    `ours_td` goes to `folder`, `flat` to `st_file` and `pt_payload` (default:
+    `flat`) to `pt_file`. Each is written once here; each saver then removes its
+    previous copy and writes it again (the removal inside the timing, on every
+    side alike).
+    """
+    payload = flat if pt_payload is None else pt_payload
+    ours_td.memmap(folder)
+    save_file(flat, st_file)
+    torch.save(payload, pt_file)
+
+    def ours_fresh() -> object:
+        shutil.rmtree(folder)
+        return ours_td.memmap(folder)
+
+    def st_fresh() -> None:
+        os.remove(st_file)
+        save_file(flat, st_file)
+
+    def torch_fresh() -> None:
+        os.remove(pt_file)
+        torch.save(payload, pt_file)
+
+    return ours_fresh, st_fresh, torch_fresh
 
 
 def _params() -> dict[str, dict[str, torch.Tensor]]:
@@ -256,23 +292,9 @@ def _few_leaves_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     ours_td = TensorDict(nested, batch_size=[])
     flat = ours_td.flatten_keys(".").to_dict()
     folder, st_file, pt_file = _path("td_8"), _path("s8.safetensors"), _path("s8.pt")
-    ours_td.memmap(folder)
-    save_file(flat, st_file)
-    torch.save(flat, pt_file)
+    ours_fresh, st_fresh, torch_fresh = _fresh_savers(ours_td, flat, folder, st_file, pt_file)
     loaded = TensorDict.load_memmap(folder)
     assert all(torch.equal(loaded.get(tuple(k.split("."))), v) for k, v in flat.items())
-
-    def ours_fresh() -> object:
-        shutil.rmtree(folder)
-        return ours_td.memmap(folder)
-
-    def st_fresh() -> None:
-        os.remove(st_file)
-        save_file(flat, st_file)
-
-    def torch_fresh() -> None:
-        os.remove(pt_file)
-        torch.save(flat, pt_file)
 
     def ours_open() -> object:
         return TensorDict.load_memmap(folder)
@@ -322,21 +344,7 @@ def _many_small_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     ours_td = TensorDict({f"l{i}": torch.randn(64, 64, generator=gen) for i in range(1000)}, [])
     flat = ours_td.to_dict()
     folder, st_file, pt_file = _path("td_small"), _path("small.safetensors"), _path("small.pt")
-    ours_td.memmap(folder)
-    save_file(flat, st_file)
-    torch.save(flat, pt_file)
-
-    def ours_fresh() -> object:
-        shutil.rmtree(folder)
-        return ours_td.memmap(folder)
-
-    def st_fresh() -> None:
-        os.remove(st_file)
-        save_file(flat, st_file)
-
-    def torch_fresh() -> None:
-        os.remove(pt_file)
-        torch.save(flat, pt_file)
+    ours_fresh, st_fresh, torch_fresh = _fresh_savers(ours_td, flat, folder, st_file, pt_file)
 
     what = (
         "remove the previous copy, then td.memmap (1,000 files of 16 KB) with the default "
@@ -378,16 +386,9 @@ def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite, vs_torch: Suit
         )
     flat = {k: v.detach().clone() for k, v in ours_td.flatten_keys(".").items()}
     folder, st_file = _path("td_transformer"), _path("transformer.safetensors")
-    ours_td.memmap(folder)
-    save_file(flat, st_file)
-
-    def ours_fresh() -> object:
-        shutil.rmtree(folder)
-        return ours_td.memmap(folder)
-
-    def st_fresh() -> None:
-        os.remove(st_file)
-        save_file(flat, st_file)
+    ours_fresh, st_fresh, torch_fresh = _fresh_savers(
+        ours_td, flat, folder, st_file, _path("transformer.pt"), model.state_dict()
+    )
 
     vs_safetensors.add(
         "save Transformer 177MB 184 leaves, fresh folder",
@@ -408,13 +409,6 @@ def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite, vs_torch: Suit
         lambda: _touch(load_file(st_file).values()),
         what="load_memmap then every page of every leaf read, against load_file then the same",
     )
-    state, pt_file = model.state_dict(), _path("transformer.pt")
-    torch.save(state, pt_file)
-
-    def torch_fresh() -> None:
-        os.remove(pt_file)
-        torch.save(state, pt_file)
-
     for threads in (16, None):
         label = "default" if threads is None else str(threads)
 
