@@ -228,45 +228,58 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
             f"remove the previous copy, then td.memmap({leaves}) with the default num_threads, "
             "against removing the reference's previous copy and saving again"
         )
-        vs_torch.add(
-            f"load 256MB {layout}",
-            ours_load,
-            torch_load_mmap,
-            torch_load_full=torch_load,
-            what="load_memmap (maps every leaf) against torch.load(mmap=True); plain "
-            "torch.load (reads everything) as a floor",
-        )
-        saves.append((vs_torch, resave, ours_save, torch_save, resave_what))
-        saves.append((vs_torch, fresh, ours_save_fresh, torch_save_fresh, fresh_what))
-        if layout == "flat":
-            vs_safetensors.add(
-                f"load 256MB {layout}",
-                ours_load,
-                st_load,
-                what="load_memmap (maps 256 files) against load_file (maps one)",
+        # per reference: its load, re-save and fresh-folder save, what the load case
+        # measures, and the floors shown beside it
+        Fn = Callable[[], object]
+        references: list[tuple[Suite, Fn, Fn, Fn, str, dict[str, Fn]]] = [
+            (
+                vs_torch,
+                torch_load_mmap,
+                torch_save,
+                torch_save_fresh,
+                "load_memmap (maps every leaf) against torch.load(mmap=True); plain torch.load "
+                "(reads everything) as a floor",
+                {"torch_load_full": torch_load},
             )
-            saves.append((vs_safetensors, resave, ours_save, st_save, resave_what))
-            saves.append((vs_safetensors, fresh, ours_save_fresh, st_save_fresh, fresh_what))
+        ]
+        if layout == "flat":
+            references.append(
+                (
+                    vs_safetensors,
+                    st_load,
+                    st_save,
+                    st_save_fresh,
+                    "load_memmap (maps 256 files) against load_file (maps one)",
+                    {},
+                )
+            )
         else:
             st_save_nested()
-            vs_safetensors.add(
-                f"load 256MB {layout}",
-                ours_load,
-                st_load_nested,
-                load_file_only=st_load,
-                what="load_memmap (128 folders) against load_file then unflatten_keys (the "
-                "same TensorDict); bare load_file as a floor",
+            references.append(
+                (
+                    vs_safetensors,
+                    st_load_nested,
+                    st_save_nested,
+                    st_save_nested_fresh,
+                    "load_memmap (128 folders) against load_file then unflatten_keys (the same "
+                    "TensorDict); bare load_file as a floor",
+                    {"load_file_only": st_load},
+                )
             )
-            saves.append((vs_safetensors, resave, ours_save, st_save_nested, resave_what))
-            saves.append((vs_safetensors, fresh, ours_save_fresh, st_save_nested_fresh, fresh_what))
-        vs_upstream.add(
-            f"load 256MB {layout}",
-            ours_load,
-            theirs_load,
-            what="load_memmap against upstream's load_memmap of its own save",
+        references.append(
+            (
+                vs_upstream,
+                theirs_load,
+                theirs_save,
+                theirs_save_fresh,
+                "load_memmap against upstream's load_memmap of its own save",
+                {},
+            )
         )
-        saves.append((vs_upstream, resave, ours_save, theirs_save, resave_what))
-        saves.append((vs_upstream, fresh, ours_save_fresh, theirs_save_fresh, fresh_what))
+        for suite, load, save, save_fresh, what, floors in references:
+            suite.add(f"load 256MB {layout}", ours_load, load, what=what, **floors)
+            saves.append((suite, resave, ours_save, save, resave_what))
+            saves.append((suite, fresh, ours_save_fresh, save_fresh, fresh_what))
     # Loads first: a save leaves hundreds of MB of dirty pages whose writeback, in
     # the background, slows whatever runs next (measured: loads 25% slower after a
     # save). main() also flushes them (os.sync) before each suite.
