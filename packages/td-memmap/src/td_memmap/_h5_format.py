@@ -21,6 +21,7 @@ import torch
 
 from td_core import NonTensorData, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, ReadOnlyMemmapError, UnstorableValueError
+from td_memmap._format import exact_json
 
 __all__ = [
     "BS_ATTR",
@@ -109,12 +110,8 @@ def json_value(value: Any, path: Any) -> str | None:
     for a `str`, which is stored as a plain HDF5 string (upstream's layout)."""
     if isinstance(value, str):
         return None
-    try:
-        text = json.dumps(value)
-        exact = json.loads(text) == value and type(json.loads(text)) is type(value)
-    except (TypeError, ValueError):
-        exact = False
-    if not exact:
+    text = exact_json(value, same_type=True)
+    if text is None:
         raise UnstorableValueError(
             f"the non-tensor value at key {path!r} ({type(value).__name__}) cannot be stored in "
             "an HDF5 file: td stores strings, and other non-tensor values as JSON (numbers, "

@@ -27,6 +27,7 @@ import torch
 
 from td_core import NonTensorData, TensorDict, TensorDictBase, is_tensor_collection
 from td_memmap._errors import MemmapFormatError
+from td_memmap._format import exact_json
 
 __all__ = ["to_safetensors", "from_safetensors"]
 
@@ -64,11 +65,7 @@ def _encode_node(td: TensorDictBase, prefix: str, tensors: dict[str, torch.Tenso
             keys[key] = {"tensor": name}
         else:
             data = getattr(value, "data", value)
-            try:
-                ok = json.loads(json.dumps(data)) == data
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
+            if exact_json(data) is None:
                 raise TypeError(
                     f"to_safetensors: the non-tensor value at key {name!r} "
                     f"({type(data).__name__}) cannot be stored as JSON; safetensors files "

@@ -26,6 +26,7 @@ import torch
 
 from td_core import LazyStackedTensorDict, NonTensorData, TensorDictBase, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
+from td_memmap._format import exact_json
 
 __all__ = [
     "META",
@@ -81,11 +82,7 @@ def check_key(key: Any, where: str = "") -> str:
 def json_value(value: Any, path: Any) -> Any:
     """The data of the non-tensor `value`, if JSON gives it back exactly."""
     data = value.data if isinstance(value, NonTensorData) else value
-    try:
-        ok = json.loads(json.dumps(data)) == data
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
+    if exact_json(data) is None:
         raise UnstorableValueError(
             f"the non-tensor value at key {path!r} ({type(data).__name__}) cannot be stored "
             "in a zarr store as JSON; zarr stores hold arrays and JSON values only "
