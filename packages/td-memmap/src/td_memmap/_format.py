@@ -25,6 +25,7 @@ __all__ = [
     "PICKLE_SUFFIX",
     "SHARED_SUFFIX",
     "DTYPES",
+    "VIEWED",
     "dtype_name",
     "dtype_from_name",
     "encode_key",
@@ -83,6 +84,15 @@ _DTYPE_NAMES = (
 DTYPES: dict[str, torch.dtype] = {
     name: dt for name in _DTYPE_NAMES if isinstance(dt := getattr(torch, name, None), torch.dtype)
 }
+
+# dtypes numpy has no type for, by name: the torch dtype and the integer dtype of the
+# same width that formats going through numpy (HDF5, zarr) store its bits as
+VIEWED: dict[str, tuple[torch.dtype, torch.dtype]] = {
+    "bfloat16": (torch.bfloat16, torch.int16),
+    "float8_e4m3fn": (torch.float8_e4m3fn, torch.uint8),
+    "float8_e5m2": (torch.float8_e5m2, torch.uint8),
+}
+
 _NAMES: dict[torch.dtype, str] = {dt: name for name, dt in DTYPES.items()}
 
 

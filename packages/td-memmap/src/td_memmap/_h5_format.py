@@ -21,7 +21,7 @@ import torch
 
 from td_core import NonTensorData, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, ReadOnlyMemmapError, UnstorableValueError
-from td_memmap._format import exact_json
+from td_memmap._format import VIEWED, exact_json
 
 __all__ = [
     "BS_ATTR",
@@ -48,12 +48,6 @@ __all__ = [
 BS_ATTR = "td_batch_size"
 _DTYPE_ATTR = "td_dtype"
 _JSON_ATTR = "td_json"
-# dtypes numpy cannot hold, stored as the integer type of the same width
-_VIEWED = {
-    "bfloat16": (torch.bfloat16, torch.int16),
-    "float8_e4m3fn": (torch.float8_e4m3fn, torch.uint8),
-    "float8_e5m2": (torch.float8_e5m2, torch.uint8),
-}
 
 
 def h5py() -> Any:
@@ -135,7 +129,7 @@ def _dtype_name(ds: Any) -> str | None:
     if name is None:
         return None
     name = name.decode() if isinstance(name, bytes) else str(name)
-    if name not in _VIEWED:
+    if name not in VIEWED:
         raise MemmapFormatError(f"{fname(ds)}: dataset {ds.name!r} has unknown td_dtype {name!r}")
     return name
 
@@ -155,7 +149,7 @@ def read(ds: Any, index: Any = (), device: torch.device | None = None) -> torch.
     data = torch.from_numpy(np.ascontiguousarray(arr) if arr.ndim else arr.copy())
     name = _dtype_name(ds)
     if name is not None:
-        data = data.view(_VIEWED[name][0])
+        data = data.view(VIEWED[name][0])
     return data if device is None else data.to(device)
 
 
@@ -163,7 +157,7 @@ def meta(ds: Any) -> torch.Tensor:
     """A `meta` tensor with the shape and dtype of the dataset `ds` (no data read)."""
     _check_readable(ds)
     name = _dtype_name(ds)
-    dtype = _VIEWED[name][0] if name is not None else torch.from_numpy(np.empty(0, ds.dtype)).dtype
+    dtype = VIEWED[name][0] if name is not None else torch.from_numpy(np.empty(0, ds.dtype)).dtype
     return torch.empty(tuple(ds.shape), dtype=dtype, device="meta")
 
 
@@ -171,8 +165,8 @@ def to_array(tensor: torch.Tensor) -> tuple[np.ndarray, str | None]:
     """`tensor` as a numpy array h5py can store, and the `td_dtype` to record (or None)."""
     tensor = tensor.detach().cpu().contiguous()
     name = str(tensor.dtype).removeprefix("torch.")
-    if name in _VIEWED:
-        return tensor.view(_VIEWED[name][1]).numpy(), name
+    if name in VIEWED:
+        return tensor.view(VIEWED[name][1]).numpy(), name
     return tensor.numpy(), None
 
 

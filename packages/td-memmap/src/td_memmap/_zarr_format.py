@@ -26,7 +26,7 @@ import torch
 
 from td_core import LazyStackedTensorDict, NonTensorData, TensorDictBase, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
-from td_memmap._format import exact_json
+from td_memmap._format import VIEWED, exact_json
 
 __all__ = [
     "META",
@@ -50,12 +50,6 @@ META = "__tensordict__"
 NON_TENSOR = "__tensordict_non_tensor__"
 DTYPE = "__tensordict_dtype__"
 VERSION = 1
-# torch dtypes numpy has no type for: stored as same-width unsigned ints
-VIEWED = {
-    "bfloat16": (torch.bfloat16, torch.int16),
-    "float8_e4m3fn": (torch.float8_e4m3fn, torch.uint8),
-    "float8_e5m2": (torch.float8_e5m2, torch.uint8),
-}
 
 
 def zarr_module() -> Any:
