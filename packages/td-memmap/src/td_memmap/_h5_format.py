@@ -22,6 +22,7 @@ import torch
 from td_core import NonTensorData, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, ReadOnlyMemmapError, UnstorableValueError
 from td_memmap._format import VIEWED, exact_json
+from td_memmap._optional import optional_module
 
 __all__ = [
     "BS_ATTR",
@@ -52,13 +53,7 @@ _JSON_ATTR = "td_json"
 
 def h5py() -> Any:
     """The `h5py` module, or an `ImportError` naming the extra to install."""
-    try:
-        import h5py as module  # type: ignore[import-untyped]
-    except ImportError as err:
-        raise ImportError(
-            "HDF5 support needs the 'h5py' package: pip install 'td-memmap[h5]'"
-        ) from err
-    return module
+    return optional_module("h5py", "HDF5 support", "the 'h5py' package", "h5")
 
 
 def fname(node: Any) -> str:

@@ -28,6 +28,7 @@ import torch
 from td_core import NonTensorData, TensorDict, TensorDictBase, is_tensor_collection
 from td_memmap._errors import MemmapFormatError
 from td_memmap._format import exact_json
+from td_memmap._optional import optional_module
 
 __all__ = ["to_safetensors", "from_safetensors"]
 
@@ -36,14 +37,9 @@ _VERSION = 1
 
 
 def _require() -> Any:
-    try:
-        import safetensors.torch as st
-    except ImportError as err:  # pragma: no cover - safetensors is a dev dependency
-        raise ImportError(
-            "safetensors support needs the 'safetensors' package: "
-            "pip install 'td-memmap[safetensors]'"
-        ) from err
-    return st
+    return optional_module(
+        "safetensors.torch", "safetensors support", "the 'safetensors' package", "safetensors"
+    )
 
 
 def _encode_node(td: TensorDictBase, prefix: str, tensors: dict[str, torch.Tensor]) -> dict:

@@ -27,6 +27,7 @@ import torch
 from td_core import LazyStackedTensorDict, NonTensorData, TensorDictBase, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
 from td_memmap._format import VIEWED, exact_json
+from td_memmap._optional import optional_module
 
 __all__ = [
     "META",
@@ -54,13 +55,7 @@ VERSION = 1
 
 def zarr_module() -> Any:
     """The `zarr` module, or an `ImportError` naming the extra to install."""
-    try:
-        import zarr
-    except ImportError as err:  # pragma: no cover - zarr is a dev dependency
-        raise ImportError(
-            "zarr support needs the 'zarr' package (>=3.1): pip install 'td-memmap[zarr]'"
-        ) from err
-    return zarr
+    return optional_module("zarr", "zarr support", "the 'zarr' package (>=3.1)", "zarr")
 
 
 def check_key(key: Any, where: str = "") -> str:

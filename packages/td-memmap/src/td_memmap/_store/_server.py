@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from td_memmap._optional import optional_module
+
 __all__ = [
     "Server",
     "StoreConnectionError",
@@ -34,14 +36,9 @@ class StoreConnectionError(ConnectionError):
 
 def redis_module() -> Any:
     """redis-py, or `ImportError` naming the extra that installs it."""
-    try:
-        import redis  # optional dependency, imported when a store is made
-    except ImportError:
-        raise ImportError(
-            "TensorDictStore needs the 'redis' package, which is not installed: "
-            "pip install 'td-memmap[redis]'"
-        ) from None
-    return redis
+    return optional_module(
+        "redis", "TensorDictStore", "the 'redis' package, which is not installed", "redis"
+    )
 
 
 def address(
