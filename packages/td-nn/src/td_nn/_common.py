@@ -15,7 +15,13 @@ from td_core import (
     TensorDictBase,
 )
 from td_core.errors import KeyNotFoundError
-from td_nn._base import TensorDictModuleBase, format_keys, indent, unravel_each
+from td_nn._base import (
+    TensorDictModuleBase,
+    format_keys,
+    indent,
+    unravel_each,
+    wrapped_attribute,
+)
 from td_nn._dispatch import resolve_or_skip
 from td_nn._errors import KeySpecError, NotCallableError, OutputMismatchError
 from td_nn._skip import _SKIP
@@ -499,16 +505,5 @@ class TensorDictModule(TensorDictModuleBase):
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
-        except AttributeError:
-            if name.startswith("__") or name == "module":
-                raise
-            module = self.__dict__.get("module", self.__dict__["_modules"].get("module"))
-            if module is None:
-                raise
-            try:
-                return getattr(module, name)
-            except AttributeError:
-                raise AttributeError(
-                    f"neither {type(self).__name__} nor its module "
-                    f"({type(module).__name__}) has an attribute {name!r}"
-                ) from None
+        except AttributeError as missing:
+            return wrapped_attribute(self, name, "module", missing)
