@@ -321,3 +321,13 @@ def test_writing_one_element_of_a_stack_stores_the_value_not_an_array():
     first = stacked.get("s").tolist()[0][0]
     assert first[:2] == ["changed", "hi"] and type(first[0]) is str  # not a 0-d object array
     assert type(stacked[0, 0, 0]["s"]) is str
+
+
+def test_non_tensor_data_has_an_instance_dict_without_its_value():
+    # code written for upstream (where the leaf is a dataclass) reads `leaf.__dict__`
+    leaf = NonTensorData("value", batch_size=[2])
+    assert "data" not in leaf.__dict__ and "data" not in vars(leaf)
+    assert leaf.data == "value"
+    leaf.data = "other"
+    assert leaf.data == "other" and "data" not in vars(leaf)
+    assert pickle.loads(pickle.dumps(leaf)) == leaf

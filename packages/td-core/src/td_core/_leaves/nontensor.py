@@ -152,7 +152,9 @@ class NonTensorData(_NonTensorBase):
         ('cartpole', 'cartpole')
     """
 
-    __slots__ = ("data",)
+    # `__dict__` beside the slot: code written for upstream, where a leaf is a dataclass,
+    # inspects `leaf.__dict__` (the value itself stays in its slot, never in the dict)
+    __slots__ = ("__dict__", "data")
 
     data: Any
 
