@@ -331,3 +331,37 @@ def test_non_tensor_data_has_an_instance_dict_without_its_value():
     leaf.data = "other"
     assert leaf.data == "other" and "data" not in vars(leaf)
     assert pickle.loads(pickle.dumps(leaf)) == leaf
+
+
+def test_a_stack_may_have_dims_past_the_batch_size():
+    td = TensorDict(a=NonTensorStack("a", "b").unsqueeze(-1), batch_size=[2])
+    assert td.get("a").batch_size == (2, 1)
+    assert td[1]["a"] == ["b"]
+    assert td.unsqueeze(0).get("a").batch_size == (1, 2, 1)
+    empty = TensorDict()
+    empty["out"] = NonTensorStack(1, 2)
+    assert empty["out"] == [1, 2] and empty.batch_size == ()
+    with pytest.raises(RuntimeError, match="'c'"):
+        td["c"] = NonTensorStack("x", "y", "z")  # must start with the batch size [2]
+    assert "c" not in td
+
+
+@pytest.mark.parametrize("name", ["new_zeros", "new_empty", "new_ones"])
+def test_new_constructors_fill_a_stack_with_its_first_value(name):
+    td = TensorDict(a=NonTensorStack("x", "y", "z").unsqueeze(-1), b=torch.ones(3), batch_size=[3])
+    out = getattr(td, name)(5)
+    assert out.get("a").batch_size == (5, 1)
+    assert out["a"] == [["x"]] * 5
+    none = TensorDict(a=NonTensorStack(batch_size=[0]), batch_size=[0])
+    assert getattr(none, name)(2)["a"] == [None, None]
+
+
+def test_from_dict_infers_the_batch_size_from_a_list_of_values():
+    td = TensorDict.from_dict(
+        {"q": ["s1", "s2", "s3"], "n": {"r": [["a"], ["b"], ["c"]]}}, auto_batch_size=True
+    )
+    assert td.batch_size == (3,) and td["q"] == ["s1", "s2", "s3"]
+    assert td.get(("n", "r")).batch_size == (3, 1)
+    assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_dims=1).batch_size == (2,)
+    # with a batch size given, a list that does not run along it stays one value
+    assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_size=[])["q"] == ["s1", "s2"]

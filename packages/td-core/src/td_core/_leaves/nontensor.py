@@ -402,6 +402,11 @@ class NonTensorStack(_NonTensorBase):
         return self._values
 
     def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorStack | NonTensorData:
+        if getattr(fn, "fills_new", False):
+            # a `new_*` constructor: its values mean nothing as positions; every new
+            # element repeats the first value, as a `NonTensorData` keeps its one value
+            first = self._values.flat[0] if self.batch_size.numel() else None
+            return _filled(first, lead + self.batch_size[n:], self.device)
         fill = self._fill_value()
         if fill is not None:
             shape = lead + self.batch_size[n:]
