@@ -365,3 +365,28 @@ def test_from_dict_infers_the_batch_size_from_a_list_of_values():
     assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_dims=1).batch_size == (2,)
     # with a batch size given, a list that does not run along it stays one value
     assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_size=[])["q"] == ["s1", "s2"]
+
+
+def test_where_writes_into_out():
+    mine, theirs = NonTensorStack("a", "b"), NonTensorStack("x", "y")
+    out = NonTensorStack("-", "-")
+    result = mine.where(torch.tensor([True, False]), theirs, out=out, pad=0)
+    assert result is out and out.tolist() == ["a", "y"]
+    one = NonTensorData("-", batch_size=[2])
+    same = NonTensorStack("a", "a")
+    assert same.where(torch.tensor([True, True]), theirs, out=one) is one
+    assert one.data == "a" and one.batch_size == (2,)
+
+
+def test_where_out_that_cannot_hold_the_result_changes_nothing():
+    mine, theirs = NonTensorStack("a", "b"), NonTensorStack("x", "y")
+    one = NonTensorData("-", batch_size=[2])
+    with pytest.raises(TypeError, match="several values"):
+        mine.where(torch.tensor([True, False]), theirs, out=one)
+    assert one.data == "-"
+    short = NonTensorStack("-", "-", "-")
+    with pytest.raises(ValueError, match=r"batch_size \[3\]"):
+        mine.where(torch.tensor([True, False]), theirs, out=short)
+    assert short.tolist() == ["-"] * 3
+    with pytest.raises(TypeError, match="non-tensor leaf"):
+        mine.where(torch.tensor([True, False]), theirs, out=torch.zeros(2))
