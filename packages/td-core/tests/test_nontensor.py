@@ -390,3 +390,10 @@ def test_where_out_that_cannot_hold_the_result_changes_nothing():
     assert short.tolist() == ["-"] * 3
     with pytest.raises(TypeError, match="non-tensor leaf"):
         mine.where(torch.tensor([True, False]), theirs, out=torch.zeros(2))
+
+
+def test_a_stack_of_one_repeated_value_equals_that_value_leaf():
+    assert NonTensorStack(3, 3) == NonTensorData(3, batch_size=[2])
+    assert NonTensorData(3, batch_size=[2]) == NonTensorStack(3, 3)
+    assert NonTensorStack(3, 4) != NonTensorData(3, batch_size=[2])
+    assert NonTensorStack(3, 3) != NonTensorData(3, batch_size=[1, 2])

@@ -440,6 +440,10 @@ class NonTensorStack(StackValuesMixin, _NonTensorBase):
             return self.batch_size == other.batch_size and bool(
                 (self._values == other._values).all()
             )
+        if isinstance(other, NonTensorData):  # a stack of one repeated value equals it
+            value = other.data
+            same = all(same_value(v, value) for v in self._values.flat)
+            return self.batch_size == other.batch_size and same
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
