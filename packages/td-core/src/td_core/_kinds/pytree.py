@@ -128,7 +128,7 @@ def _gather(child: Any, batch_size: torch.Size) -> Any:
     else:
         with torch._C._DisableFuncTorch():
             out = UnbatchedTensor(child[first], batch_size)
-    out._td_spread = child
+    out.__dict__["_td_spread"] = child  # what `_spread` gives back for it
     return out
 
 
