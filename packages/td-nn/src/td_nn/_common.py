@@ -129,13 +129,17 @@ def _run_plan(
     entries = tensordict._tensordict
     if len(keys) == 1:
         value = entries.get(keys[0])
-        if value is None or _value_of(value) is not value:  # missing, or a non-tensor leaf
+        if type(value) is not Tensor and (value is None or _value_of(value) is not value):
+            # missing, or a non-tensor leaf: the general path
             return _NOT_FAST
         out = fn(value)
     else:
         values = [entries.get(k) for k in keys]
-        if any(v is None or _value_of(v) is not v for v in values):
+        if None in values:
             return _NOT_FAST
+        for v in values:
+            if type(v) is not Tensor and _value_of(v) is not v:  # a non-tensor leaf
+                return _NOT_FAST
         out = fn(*values)
     if key is not None and type(out) is Tensor:
         tensordict[key] = out  # the container's fastest checked write
