@@ -57,6 +57,7 @@ from td_core.errors import (
     KeyNotFoundError,
     LockedError,
     TruthValueError,
+    _locked_new_key,
 )
 
 __all__ = ["TensorDictBase"]
@@ -363,10 +364,7 @@ class TensorDictBase(
                 self._copy_into(key, dest, item, full_key)
                 return
         if self._is_locked:
-            raise LockedError(
-                f"Cannot modify locked TensorDict: cannot set key {full_key!r}; "
-                "use set_() or set(..., inplace=True) for in-place writes, or unlock_() it"
-            )
+            raise _locked_new_key(full_key)
         self._set_str(key, self._validate(item, full_key))
 
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: NestedKey) -> None:

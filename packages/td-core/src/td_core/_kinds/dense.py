@@ -18,7 +18,7 @@ from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lock_cache import drop
-from td_core.errors import BatchSizeError, LockedError, OptionsConflictError
+from td_core.errors import BatchSizeError, LockedError, OptionsConflictError, _locked_new_key
 
 __all__ = ["TensorDict", "from_dict"]
 
@@ -401,10 +401,7 @@ class TensorDict(TensorDictBase):
                 return self
         if type(key) is str and not inplace and type(item) is Tensor and self._device is None:
             if self._is_locked:
-                raise LockedError(
-                    f"Cannot modify locked TensorDict: cannot set key {key!r}; "
-                    "use set_() for in-place writes"
-                )
+                raise _locked_new_key(key)
             bs = self._batch_size
             if bs:  # (a torch.Size slice costs ~110 ns: one batch dim compares an int)
                 shape = item.shape
@@ -417,10 +414,7 @@ class TensorDict(TensorDictBase):
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(index) is str:
             if self._is_locked:
-                raise LockedError(
-                    f"Cannot modify locked TensorDict: cannot set key {index!r}; "
-                    "use set_() for in-place writes"
-                )
+                raise _locked_new_key(index)
             if type(value) is Tensor and self._device is None:
                 bs = self._batch_size
                 if bs:  # as in `set`
