@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import os
 import stat
 import sys
@@ -79,6 +80,7 @@ class TensorEntry:
     shape: tuple[int, ...]
     nbytes: int
     unbatched: bool = False  # an `UnbatchedTensor`: its shape lacks the batch dims
+    nested: list[list[int]] | None = None  # a nested tensor: its components' shapes (flat file)
 
 
 @dataclass(slots=True)
@@ -557,7 +559,10 @@ def _parse_tensor(
     unbatched = raw.get("unbatched", False)
     if type(unbatched) is not bool:
         raise ctx.fail(f"entry {key!r} has unbatched={unbatched!r}, expected true or false")
-    if not unbatched and shape[: len(batch_size)] != batch_size:
+    nested = raw.get("nested")
+    if nested is not None:
+        nested = _parse_nested(nested, key, shape, numel, batch_size, ctx)
+    elif not unbatched and shape[: len(batch_size)] != batch_size:
         raise ctx.fail(
             f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"
         )
@@ -572,7 +577,38 @@ def _parse_tensor(
             "(truncated, or not from this save)",
             LeafSizeError,
         )
-    return TensorEntry(key, path, dtype, shape, nbytes, unbatched)
+    return TensorEntry(key, path, dtype, shape, nbytes, unbatched, nested)
+
+
+def _parse_nested(
+    nested: Any,
+    key: str,
+    shape: tuple[int, ...],
+    numel: int,
+    batch_size: tuple[int, ...],
+    ctx: _Ctx,
+) -> list[list[int]]:
+    """A nested tensor's components' shapes, checked against its flat file's `shape`."""
+    ok = type(nested) is list and all(
+        type(row) is list and all(type(d) is int and d >= 0 for d in row) for row in nested
+    )
+    if not ok or len({len(row) for row in nested}) > 1:
+        raise ctx.fail(
+            f"entry {key!r} has nested={nested!r}, expected one list of non-negative ints per "
+            "component, all of the same length"
+        )
+    total = sum(math.prod(row) for row in nested)
+    if len(shape) != 1 or total != numel:
+        raise ctx.fail(
+            f"entry {key!r}: nested components {nested!r} hold {total} elements, but the flat "
+            f"file's shape is {list(shape)}"
+        )
+    if batch_size and batch_size != (len(nested),):
+        raise ctx.fail(
+            f"entry {key!r} is a nested tensor of {len(nested)} components, which does not match "
+            f"batch_size {list(batch_size)}"
+        )
+    return nested
 
 
 def _parse_non_tensor(

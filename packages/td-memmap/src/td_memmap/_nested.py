@@ -48,7 +48,9 @@ def nested_numel(shape: torch.Tensor) -> int:
 def nested_view(flat: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
     """A nested tensor of `shape` viewing the 1-d contiguous `flat` (no copy)."""
     strides, offsets = torch._nested_compute_contiguous_strides_offsets(shape)
-    return torch._nested_view_from_buffer(flat, shape, strides, offsets)
+    # the offsets count from the start of the storage, which `flat` may not start at
+    # (a leaf of an archive is a view into the mapping of the whole archive)
+    return torch._nested_view_from_buffer(flat, shape, strides, offsets + flat.storage_offset())
 
 
 def nested_values(tensor: torch.Tensor) -> torch.Tensor:
