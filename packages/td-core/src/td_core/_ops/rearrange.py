@@ -104,7 +104,7 @@ def _pad_values(leaf: Any, pairs: list[int], n: int, new: torch.Size) -> Any:
 
 def _pad_tree(td: TensorDictContract, pairs: list[int], value: float, new: torch.Size) -> Any:
     n = len(new)
-    out = {}
+    out: dict[str, Any] = {}
     for key, entry in td._items_str():
         if is_unbatched(entry):  # no batch dims to pad: the same data, at the new batch size
             out[key] = entry.with_batch_size(new)
