@@ -165,3 +165,16 @@ def test_a_nested_entry_whose_components_do_not_match_its_file_is_refused(tmp_pa
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(MemmapFormatError, match="nested"):
         TensorDict.load_memmap(tmp_path / "s")
+
+
+def test_a_nested_leaf_under_batch_dims_round_trips(tmp_path):
+    from td_core import TensorDict
+
+    nt = torch.nested.nested_tensor([torch.arange(12.0).view(3, 4), torch.arange(15.0).view(3, 5)])
+    td = TensorDict({"a": nt}, batch_size=[2, 3])
+    td.memmap(tmp_path / "s")
+    back = TensorDict.load_memmap(tmp_path / "s")
+    assert back.batch_size == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            assert (back[i, j]["a"] == td[i, j]["a"]).all()

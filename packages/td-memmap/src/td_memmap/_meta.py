@@ -603,10 +603,15 @@ def _parse_nested(
             f"entry {key!r}: nested components {nested!r} hold {total} elements, but the flat "
             f"file's shape is {list(shape)}"
         )
-    if batch_size and batch_size != (len(nested),):
+    # its shape: the components' count, then each dim they share (-1 where they differ)
+    dims = [len(nested)] + [
+        row0 if all(row[i] == row0 for row in nested) else -1
+        for i, row0 in enumerate(nested[0] if nested else ())
+    ]
+    if tuple(dims[: len(batch_size)]) != batch_size:
         raise ctx.fail(
-            f"entry {key!r} is a nested tensor of {len(nested)} components, which does not match "
-            f"batch_size {list(batch_size)}"
+            f"entry {key!r} is a nested tensor of shape {dims} (-1: ragged), which does not start "
+            f"with batch_size {list(batch_size)}"
         )
     return nested
 

@@ -18,7 +18,7 @@ import torch
 from td_core._core.contract import TensorDictContract, dense, provided
 from td_core._core.keys import KeysView, NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td
-from td_core._core.utils import NO_DEFAULT
+from td_core._core.utils import NO_DEFAULT, leaf_shape
 from td_core._io.consolidate import ConsolidateMixin
 from td_core._io.convert_to import ConvertMixin
 from td_core._io.formats import InterchangeMixin
@@ -397,6 +397,9 @@ class TensorDictBase(
         if isinstance(value, Tensor):
             if type(value) is not Tensor and is_unbatched(value):  # any shape: no batch dims
                 value = value.with_batch_size(bs)
+            elif value.is_nested:  # a strided nested tensor has no `shape`
+                if leaf_shape(value)[: len(bs)] != bs:
+                    raise self._shape_error(key, leaf_shape(value))
             elif value.shape[: len(bs)] != bs:
                 raise self._shape_error(key, value.shape)
             device = self.device

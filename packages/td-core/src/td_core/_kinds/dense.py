@@ -120,7 +120,11 @@ class TensorDict(TensorDictBase):
                 if not n:  # no batch dims: every tensor fits
                     data[key] = value
                     continue
-                shape = value.shape
+                try:
+                    shape = value.shape
+                except RuntimeError:  # a strided nested tensor has none: `validate` checks it
+                    data[key] = validate(value, key)
+                    continue
                 if (shape and shape[0] == first) if first >= 0 else shape[:n] == bs:
                     data[key] = value
                     continue
@@ -404,7 +408,11 @@ class TensorDict(TensorDictBase):
                 raise _locked_new_key(key)
             bs = self._batch_size
             if bs:  # (a torch.Size slice costs ~110 ns: one batch dim compares an int)
-                shape = item.shape
+                try:
+                    shape = item.shape
+                except RuntimeError:  # a strided nested tensor has none: the general check
+                    self._set_str(key, self._validate(item, key))
+                    return self
                 if shape[0] != bs[0] if len(bs) == 1 and shape else shape[: len(bs)] != bs:
                     raise self._shape_error(key, shape)
             self._set_str(key, item)
@@ -418,7 +426,11 @@ class TensorDict(TensorDictBase):
             if type(value) is Tensor and self._device is None:
                 bs = self._batch_size
                 if bs:  # as in `set`
-                    shape = value.shape
+                    try:
+                        shape = value.shape
+                    except RuntimeError:  # a strided nested tensor has none (as in `set`)
+                        self._set_str(index, self._validate(value, index))
+                        return
                     if shape[0] != bs[0] if len(bs) == 1 and shape else shape[: len(bs)] != bs:
                         raise self._shape_error(index, shape)
                 self._set_str(index, value)
