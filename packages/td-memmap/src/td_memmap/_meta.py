@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import errno
 import functools
-import math
 import os
 import stat
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import torch
 
@@ -39,6 +38,7 @@ from td_memmap._format import (
     check_component,
 )
 from td_memmap._io import read_json
+from td_memmap._nested import nested_summary
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD
 
 __all__ = [
@@ -589,31 +589,24 @@ def _parse_nested(
     ctx: _Ctx,
 ) -> list[list[int]]:
     """A nested tensor's components' shapes, checked against its flat file's `shape`."""
-    ok = type(nested) is list and all(
-        type(row) is list and all(type(d) is int and d >= 0 for d in row) for row in nested
-    )
-    if not ok or len({len(row) for row in nested}) > 1:
+    summary = nested_summary(nested)
+    if summary is None:
         raise ctx.fail(
             f"entry {key!r} has nested={nested!r}, expected one list of non-negative ints per "
             "component, all of the same length"
         )
-    total = sum(math.prod(row) for row in nested)
+    dims, total = summary
     if len(shape) != 1 or total != numel:
         raise ctx.fail(
             f"entry {key!r}: nested components {nested!r} hold {total} elements, but the flat "
             f"file's shape is {list(shape)}"
         )
-    # its shape: the components' count, then each dim they share (-1 where they differ)
-    dims = [len(nested)] + [
-        row0 if all(row[i] == row0 for row in nested) else -1
-        for i, row0 in enumerate(nested[0] if nested else ())
-    ]
     if tuple(dims[: len(batch_size)]) != batch_size:
         raise ctx.fail(
             f"entry {key!r} is a nested tensor of shape {dims} (-1: ragged), which does not start "
             f"with batch_size {list(batch_size)}"
         )
-    return nested
+    return cast(list[list[int]], nested)
 
 
 def _parse_non_tensor(
