@@ -386,3 +386,24 @@ def test_collate_errors_match_upstream(kwargs, error):
         items = [m.TensorDict(ids=torch.ones(n), y=torch.tensor(1.0)) for n in (2, 3)]
         with pytest.raises(error):
             m.collate(items, **kwargs)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("how", ["function", "method"])
+def test_pad_leaves_unbatched_data_alone(how, inplace):
+    # an UnbatchedTensor has no batch dims: padding keeps its data and gives it the new batch size
+    data = torch.randn(3, 4)
+    x = td.TensorDict(
+        {"a": torch.zeros(2, 3, 1), "u": td.UnbatchedTensor(data), "n": {"v": torch.zeros(2, 3)}},
+        [2, 3],
+    )
+    x["n", "w"] = td.UnbatchedTensor(torch.ones(5))
+    out = (
+        td.pad(x, [0, 1, 0, 2], inplace=inplace)
+        if how == "function"
+        else x.pad([0, 1, 0, 2], inplace=inplace)
+    )
+    assert out.batch_size == (3, 5) and out["a"].shape == (3, 5, 1)
+    assert out["u"].shape == (3, 4) and out["u"].data_ptr() == data.data_ptr()
+    assert out["u"].batch_size == (3, 5) and out["n", "w"].batch_size == (3, 5)
+    assert out["n", "w"].shape == (5,)

@@ -86,12 +86,25 @@ def test_stack_out_refuses_a_batch_size_mismatch_unchanged() -> None:
 
 
 def test_stack_out_into_grad_leaves_is_refused() -> None:
-    out = TensorDictParams(TensorDict(a=torch.zeros(2, 3, 2), batch_size=[2, 3]))
+    out = TensorDict(a=torch.zeros(2, 3, 2, requires_grad=True), batch_size=[2, 3])
     with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
         lazy_stack([_row(1.0), _row(2.0)], 0, out=out)
+    assert out["a"].eq(0).all()
     with torch.no_grad():
         lazy_stack([_row(1.0), _row(2.0)], 0, out=out)
     assert out["a"].sum() == 18.0
+
+
+def test_stack_out_into_params_writes_their_data() -> None:
+    # as upstream (and as `TensorDictParams.update_`): the values go into the parameters' data
+    out = TensorDictParams(TensorDict(a=torch.zeros(2, 3, 2), batch_size=[2, 3]))
+    param = out["a"]
+    assert lazy_stack([_row(1.0), _row(2.0)], 0, out=out) is out
+    assert out["a"] is param and param.requires_grad and param.sum() == 18.0
+    grad_row = _row(5.0).apply(lambda t: t.requires_grad_())
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        lazy_stack([grad_row, _row(2.0)], 0, out=out)
+    assert param.sum() == 18.0
 
 
 def test_lazy_stack_strict_shape_and_dim_name() -> None:

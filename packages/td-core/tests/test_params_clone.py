@@ -34,3 +34,12 @@ def test_clone_keeps_tied_leaves_tied_and_shallow_clone_shares() -> None:
     copy = params.clone()
     assert copy["c"] is copy["a", "b"] and copy["c"] is not tied
     assert params.clone(recurse=False)["c"] is tied
+
+
+def test_clone_of_a_locked_params_is_unlocked_like_every_clone() -> None:
+    params = TensorDictParams(TensorDict({"w": torch.zeros(2), "n": {"b": torch.ones(2)}}))
+    params.lock_()
+    for copy in (params.clone(), params.clone(recurse=False)):
+        assert not copy.is_locked and not copy["n"].is_locked
+        copy["new"] = torch.zeros(2)
+    assert params.is_locked and "new" not in params.keys()

@@ -27,6 +27,19 @@ def test_to_dtype_returns_a_new_params_and_leaves_self() -> None:
     assert params["w"].dtype == torch.float32 and params["n", "b"].dtype == torch.float32
 
 
+def test_to_batch_size_returns_a_new_params_of_that_batch_size() -> None:
+    params = _params()
+    out = params.to(batch_size=[])
+    assert isinstance(out, TensorDictParams) and out.batch_size == torch.Size([])
+    assert out["n"].batch_size == torch.Size([])
+    assert out["w"] is params["w"] and params.batch_size == torch.Size([3])
+    cast = params.to(torch.int, batch_size=[])
+    assert cast.batch_size == torch.Size([]) and cast["w"].dtype == torch.int
+    with pytest.raises(RuntimeError, match="batch"):
+        params.to(batch_size=[4])
+    assert params.batch_size == torch.Size([3])
+
+
 def test_a_parent_module_to_still_casts_in_place() -> None:
     holder = nn.Module()
     holder.params = _params()

@@ -283,3 +283,27 @@ def test_read_only_numpy_array_is_copied_not_aliased():
     td["a"] += 1
     assert array.tolist() == [0.0, 1.0, 2.0]
     assert td["a"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_strided_nested_tensor_is_a_leaf_checked_against_the_batch_size():
+    # torch's strided nested tensors have no `shape`: their components' count, then the dims the
+    # components share, are checked against the batch size (a ragged dim cannot be a batch dim)
+    import warnings
+
+    with warnings.catch_warnings():  # torch: "nested tensors are in prototype stage"
+        warnings.simplefilter("ignore", UserWarning)
+        nt = torch.nested.nested_tensor([torch.zeros(3, 4), torch.ones(3, 5)])
+    for bs in ([], [2], [2, 3]):
+        td = TensorDict({"a": nt}, bs)
+        assert td["a"] is nt and "shape=torch.Size([2, 3, -1])" in repr(td)
+        later = TensorDict(batch_size=bs)
+        later["a"] = nt
+        assert later["a"] is nt
+    assert (TensorDict({"a": nt}, [2, 3])[1, 2]["a"] == 1).all()
+    for bs in ([3], [2, 3, 4], [2, 4]):
+        with pytest.raises(RuntimeError, match=r"\[2, 3, -1\] must start with the batch_size"):
+            TensorDict({"a": nt}, bs)
+        empty = TensorDict(batch_size=bs)
+        with pytest.raises(RuntimeError, match=r"\[2, 3, -1\]"):
+            empty["a"] = nt
+        assert "a" not in empty.keys()

@@ -314,6 +314,12 @@ def test_locked_write_names_key():
     td = make_td().lock_()
     with pytest.raises(RuntimeError, match="new"):
         td["new"] = torch.zeros(3)
+    # upstream's words (users grep for them), inside td's sentence naming the fix
+    with pytest.raises(
+        RuntimeError, match=r"Cannot modify locked TensorDict\. For in-place modification .*'new'"
+    ):
+        td.set("new", torch.zeros(3))
+    assert "new" not in td.keys()
 
 
 # ---------------------------------------------------------------- failed operations change nothing

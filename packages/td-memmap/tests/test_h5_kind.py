@@ -424,3 +424,29 @@ def test_get_and_get_at_of_a_missing_key_give_none(ptd):
         ptd["missing"]
     with set_get_defaults_to_none(False), pytest.raises(KeyError, match="'missing'"):
         ptd.get_at("missing", 0)
+
+
+def test_flatten_keys_as_a_context_writes_back_into_the_file(ptd, path):
+    # the flat view is in memory; on exit what changed in it (new keys too) reaches the file
+    with ptd.flatten_keys(",") as flat:
+        assert type(flat) is TensorDict and "n,b" in flat.keys()
+        flat["new,data"] = torch.full((4,), 2.0)
+        flat["a"] += 1
+        with flat.unflatten_keys(",") as nested:
+            nested["x", "y"] = torch.zeros(4)
+    assert (ptd["new", "data"] == 2).all() and (ptd["x", "y"] == 0).all()
+    assert (ptd["a"] == _dense()["a"] + 1).all()
+    ptd.close()
+    assert (_on_disk(path)["a"] == _dense()["a"] + 1).all()
+    with h5py.File(path, "r") as f:
+        assert (f["new/data"][()] == 2).all() and (f["x/y"][()] == 0).all()
+
+
+def test_flatten_keys_of_a_read_only_file_writes_nothing_when_nothing_changed(ptd, path):
+    ptd.close()
+    ro = PersistentTensorDict.from_h5(path, mode="r")
+    with ro.flatten_keys(",") as flat:
+        assert (flat["n,b"] == _dense()["n", "b"]).all()
+    with pytest.raises(ReadOnlyMemmapError), ro.flatten_keys(",") as flat:
+        flat["new"] = torch.zeros(4)  # a change cannot reach a read-only file: loud
+    ro.close()

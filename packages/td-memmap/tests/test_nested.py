@@ -120,3 +120,61 @@ class TestPickleAndRepr:
     def test_repr(self):
         text = repr(MemoryMappedTensor.from_tensor(_source()))
         assert text.startswith("MemoryMappedTensor(nested_tensor(")
+
+
+# ------------------------------------------------ nested tensors as leaves of a saved TensorDict
+@pytest.mark.parametrize("where", ["folder", "archive"])
+def test_a_nested_leaf_saves_and_loads_as_a_nested_memmap(tmp_path, where):
+    from td_core import TensorDict  # the container is td-core's; the save is this package's
+
+    source = _source()
+    td = TensorDict({"nt": source, "x": torch.arange(3.0)}, batch_size=[])
+    path = tmp_path / ("s.tdz" if where == "archive" else "s")
+    td.memmap(path)
+    for mode in (None, "r+"):
+        back = TensorDict.load_memmap(path, mode=mode)
+        nt = back["nt"]
+        assert isinstance(nt, MemoryMappedTensor) and nt.is_nested
+        assert (nt._nested_tensor_size() == SHAPES).all()
+        for got, want in zip(nt.unbind(), source.unbind()):
+            assert (got == want).all()
+    back["nt"].unbind()[2].add_(1)  # mode="r+": the write reaches the file
+    again = TensorDict.load_memmap(path)["nt"].unbind()
+    assert (again[2] == source.unbind()[2] + 1).all() and (again[0] == source.unbind()[0]).all()
+
+
+def test_memmap_like_of_a_nested_leaf_keeps_its_components_shapes(tmp_path):
+    from td_core import TensorDict
+
+    like = TensorDict({"nt": _source()}, batch_size=[]).memmap_like(tmp_path / "s")
+    assert (like["nt"]._nested_tensor_size() == SHAPES).all()
+    assert all((part == 0).all() for part in like["nt"].unbind())
+
+
+def test_a_nested_entry_whose_components_do_not_match_its_file_is_refused(tmp_path):
+    import json
+
+    from td_core import TensorDict
+    from td_memmap import MemmapFormatError
+
+    TensorDict({"nt": _source()}, batch_size=[]).memmap(tmp_path / "s")
+    meta_path = tmp_path / "s" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    (entry,) = [e for e in meta["entries"] if e["key"] == "nt"]
+    entry["nested"] = [[2, 3], [2, 4], [3, 3]]  # one element more than the file holds
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(MemmapFormatError, match="nested"):
+        TensorDict.load_memmap(tmp_path / "s")
+
+
+def test_a_nested_leaf_under_batch_dims_round_trips(tmp_path):
+    from td_core import TensorDict
+
+    nt = torch.nested.nested_tensor([torch.arange(12.0).view(3, 4), torch.arange(15.0).view(3, 5)])
+    td = TensorDict({"a": nt}, batch_size=[2, 3])
+    td.memmap(tmp_path / "s")
+    back = TensorDict.load_memmap(tmp_path / "s")
+    assert back.batch_size == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            assert (back[i, j]["a"] == td[i, j]["a"]).all()

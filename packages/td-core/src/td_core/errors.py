@@ -55,6 +55,17 @@ class LockedError(TDError, RuntimeError):
     """A write was attempted on a locked TensorDict."""
 
 
+def _locked_new_key(key: object) -> LockedError:
+    """The error for setting (not writing in place) `key` on a locked TensorDict.
+
+    It carries upstream's words, which users grep for, and names the two fixes.
+    """
+    return LockedError(
+        f"Cannot modify locked TensorDict. For in-place modification of key {key!r}, use set_() "
+        "or set(..., inplace=True); to add or replace it, unlock_() the TensorDict first"
+    )
+
+
 class DeviceError(TDError, ValueError, RuntimeError):
     """A device could not be parsed (torch raises `RuntimeError` for these)."""
 

@@ -38,6 +38,7 @@ from td_memmap._errors import (
 from td_memmap._format import META_NAME, TMP_PREFIX
 from td_memmap._io import clean_stale_tmp, fsync_dir, remove_if_exists, tensor_bytes
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
+from td_memmap._nested import nested_values
 from td_memmap._save import save_tree
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import Node, NonTensorLeaf
@@ -495,8 +496,8 @@ def save_archive(
         if not like:
             # the staged files' paths, spelled as the pack spells them (both start from
             # the absolute path of `staging`, itself in a folder without links)
-            sources = {
-                mapped._mm_file: source
+            sources = {  # a nested tensor's file holds its components one after another
+                mapped._mm_file: nested_values(source) if source.is_nested else source
                 for source, mapped in zip(tensor_leaves(tree), tensor_leaves(staged))
                 if isinstance(mapped, MemoryMappedTensor) and mapped._mm_file is not None
             }

@@ -176,8 +176,7 @@ def load_archive_tree(
     )
     root = builder.build(meta, cls)
     mapped = _map_leaves(files, builder.leaves, mode)
-    for (node, key), tensor in zip(builder.slots, mapped):
-        node.entries[key] = tensor
+    builder.place(mapped)
     _forget_paths(root)
     root.path = index.path
     return root

@@ -20,7 +20,9 @@ from td_memmap._classes import find_class
 from td_memmap._errors import MemmapFormatError, PickleNotAllowedError, UnknownClassError
 from td_memmap._format import META_NAME, object_array, value_from_json
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry
+from td_memmap._nested import sizes_tensor
 from td_memmap._shared import read_value, shared_value
+from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD, Node, NonTensorLeaf
 
 __all__ = ["Builder", "check_cls", "raw_tree"]
@@ -89,6 +91,7 @@ class Builder:
         self.skip_pickles = skip_pickles  # pickled values become None, unread
         self.slots: list[tuple[Node, str]] = []  # where each leaf goes
         self.leaves: list[tuple[str, Any, tuple[int, ...], int]] = []  # what to map there
+        self.nested: dict[int, list[list[int]]] = {}  # leaf index -> components' shapes
 
     def build(self, meta: FolderMeta, cls: type | None = None) -> Node:
         node = Node(meta.batch_size, meta.device, {}, meta.kind, meta.stack_dim, meta.class_name)
@@ -118,6 +121,8 @@ class Builder:
                 node.entries[entry.key] = None  # type: ignore[assignment]  # keeps the order
                 if entry.unbatched:
                     node.unbatched.add(entry.key)
+                if entry.nested is not None:
+                    self.nested[len(self.leaves)] = entry.nested
                 self.slots.append((node, entry.key))
                 self.leaves.append((entry.path, entry.dtype, entry.shape, entry.nbytes))
             elif type(entry) is DirEntry:
@@ -136,6 +141,20 @@ class Builder:
                     )
                 node.entries[entry.key] = _nontensor(entry, meta_path, self.writable, self.read)
         return node
+
+    def place(self, mapped: list[Any]) -> None:
+        """Put the mapped leaves (one per `leaves` row) in their slots, nested ones as such."""
+        nested = self.nested
+        for i, ((node, key), tensor) in enumerate(zip(self.slots, mapped)):
+            sizes = nested.get(i) if nested else None
+            if sizes is not None:
+                if not isinstance(tensor, MemoryMappedTensor):
+                    raise MemmapFormatError(
+                        f"entry {key!r} of {node.path!r} is a nested tensor, which cannot be "
+                        "read this way (appending to it is not supported)"
+                    )
+                tensor = tensor._nested(sizes_tensor(sizes))
+            node.entries[key] = tensor
 
     @staticmethod
     def _find(meta: FolderMeta) -> type:
@@ -181,6 +200,5 @@ def raw_tree(
         cls=None, writable=False, allow_pickle=allow_pickle, read=read, raw_classes=True
     )
     root = builder.build(meta)
-    for (node, key), (path, dtype, shape, _) in zip(builder.slots, builder.leaves):
-        node.entries[key] = leaf(path, dtype, shape)
+    builder.place([leaf(path, dtype, shape) for path, dtype, shape, _ in builder.leaves])
     return root

@@ -107,13 +107,13 @@ class FileViewsMixin:
         """The entries with flat keys, as an in-memory `TensorDict` (not in place)."""
         if inplace:
             raise self._refuse("flatten_keys in_place with a PersistentTensorDict")
-        return self.to_tensordict().flatten_keys(separator, is_leaf=is_leaf)
+        return super().flatten_keys(separator, is_leaf=is_leaf)  # type: ignore[misc]
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Any:
         """The entries with nested keys, as an in-memory `TensorDict` (not in place)."""
         if inplace:
             raise self._refuse("unflatten_keys in_place with a PersistentTensorDict")
-        return self.to_tensordict().unflatten_keys(separator)
+        return super().unflatten_keys(separator)  # type: ignore[misc]
 
     def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> Any:
         """Refused: `td.to_tensordict().pin_memory()`."""

@@ -112,6 +112,5 @@ def load_tree(
         mapped = _map_all(builder.leaves, threads, mode)
     finally:
         threads.close()
-    for (node, key), tensor in zip(builder.slots, mapped):
-        node.entries[key] = tensor
+    builder.place(mapped)
     return root

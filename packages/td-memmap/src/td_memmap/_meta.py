@@ -16,7 +16,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import torch
 
@@ -38,6 +38,7 @@ from td_memmap._format import (
     check_component,
 )
 from td_memmap._io import read_json
+from td_memmap._nested import nested_summary
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD
 
 __all__ = [
@@ -79,6 +80,7 @@ class TensorEntry:
     shape: tuple[int, ...]
     nbytes: int
     unbatched: bool = False  # an `UnbatchedTensor`: its shape lacks the batch dims
+    nested: list[list[int]] | None = None  # a nested tensor: its components' shapes (flat file)
 
 
 @dataclass(slots=True)
@@ -557,7 +559,10 @@ def _parse_tensor(
     unbatched = raw.get("unbatched", False)
     if type(unbatched) is not bool:
         raise ctx.fail(f"entry {key!r} has unbatched={unbatched!r}, expected true or false")
-    if not unbatched and shape[: len(batch_size)] != batch_size:
+    nested = raw.get("nested")
+    if nested is not None:
+        nested = _parse_nested(nested, key, shape, numel, batch_size, ctx)
+    elif not unbatched and shape[: len(batch_size)] != batch_size:
         raise ctx.fail(
             f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"
         )
@@ -572,7 +577,36 @@ def _parse_tensor(
             "(truncated, or not from this save)",
             LeafSizeError,
         )
-    return TensorEntry(key, path, dtype, shape, nbytes, unbatched)
+    return TensorEntry(key, path, dtype, shape, nbytes, unbatched, nested)
+
+
+def _parse_nested(
+    nested: Any,
+    key: str,
+    shape: tuple[int, ...],
+    numel: int,
+    batch_size: tuple[int, ...],
+    ctx: _Ctx,
+) -> list[list[int]]:
+    """A nested tensor's components' shapes, checked against its flat file's `shape`."""
+    summary = nested_summary(nested)
+    if summary is None:
+        raise ctx.fail(
+            f"entry {key!r} has nested={nested!r}, expected one list of non-negative ints per "
+            "component, all of the same length"
+        )
+    dims, total = summary
+    if len(shape) != 1 or total != numel:
+        raise ctx.fail(
+            f"entry {key!r}: nested components {nested!r} hold {total} elements, but the flat "
+            f"file's shape is {list(shape)}"
+        )
+    if tuple(dims[: len(batch_size)]) != batch_size:
+        raise ctx.fail(
+            f"entry {key!r} is a nested tensor of shape {dims} (-1: ragged), which does not start "
+            f"with batch_size {list(batch_size)}"
+        )
+    return cast(list[list[int]], nested)
 
 
 def _parse_non_tensor(

@@ -9,6 +9,7 @@ wraps the results.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ __all__ = [
     "nested_shape",
     "nested_view",
     "nested_values",
+    "nested_summary",
 ]
 
 
@@ -48,7 +50,9 @@ def nested_numel(shape: torch.Tensor) -> int:
 def nested_view(flat: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
     """A nested tensor of `shape` viewing the 1-d contiguous `flat` (no copy)."""
     strides, offsets = torch._nested_compute_contiguous_strides_offsets(shape)
-    return torch._nested_view_from_buffer(flat, shape, strides, offsets)
+    # the offsets count from the start of the storage, which `flat` may not start at
+    # (a leaf of an archive is a view into the mapping of the whole archive)
+    return torch._nested_view_from_buffer(flat, shape, strides, offsets + flat.storage_offset())
 
 
 def nested_values(tensor: torch.Tensor) -> torch.Tensor:
@@ -78,3 +82,20 @@ def sizes_tensor(nested: list[list[int]]) -> torch.Tensor:
     """The shape tensor of components' shapes given as lists (from a pickle), checked."""
     sizes = torch.tensor(nested, dtype=torch.int64)
     return nested_shape(sizes if sizes.dim() == 2 else sizes.reshape(0, 0))
+
+
+def nested_summary(nested: Any) -> tuple[list[int], int] | None:
+    """For components' shapes read from metadata (`[[2, 3], [4, 3]]`): the nested tensor's
+    shape (the components' count, then each dim they share, -1 where they differ) and its
+    number of elements; None unless it is a list of equally long lists of non-negative ints."""
+    if type(nested) is not list or not all(
+        type(row) is list and all(type(d) is int and d >= 0 for d in row) for row in nested
+    ):
+        return None
+    if len({len(row) for row in nested}) > 1:
+        return None
+    first = nested[0] if nested else []
+    dims = [len(nested)] + [
+        d if all(row[i] == d for row in nested) else -1 for i, d in enumerate(first)
+    ]
+    return dims, sum(math.prod(row) for row in nested)

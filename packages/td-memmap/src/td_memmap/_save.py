@@ -69,6 +69,7 @@ from td_memmap._io import (
     write_leaf,
 )
 from td_memmap._meta import MAX_DEPTH, header, meta_stamp
+from td_memmap._nested import nested_numel, nested_values
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import default_threads, run_parallel
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
@@ -97,6 +98,7 @@ class _Job:
     shape: tuple[int, ...] = ()
     entry: dict[str, Any] = field(default_factory=dict)  # its metadata entry
     name_field: str = "file"  # the entry's field naming the file
+    nested: torch.Tensor | None = None  # a nested tensor's components' shapes (flat file)
 
 
 @dataclass
@@ -214,6 +216,8 @@ class _Planner:
                 f"entry {full_key!r}: only strided tensors can be saved, got layout {t.layout}"
             )
         name = dtype_name(t.dtype, key=full_key)
+        if t.is_nested:  # one flat file: the components one after another
+            return self._nested_tensor(t, path, out, key, name)
         shape = tuple(t.shape)
         action = "alloc" if self.like else "write"
         if isinstance(t, MemoryMappedTensor) and t._mm_file is not None and not self.like:
@@ -234,6 +238,24 @@ class _Planner:
             "shape": list(shape),
         }
         self.jobs.append(_Job(action, t, path, out, key, t.dtype, shape, entry))
+        return entry
+
+    def _nested_tensor(
+        self, t: torch.Tensor, path: str, out: Node, key: str, name: str
+    ) -> dict[str, Any]:
+        sizes = t._nested_tensor_size()
+        flat = torch.empty(0, dtype=t.dtype) if self.like else nested_values(t.detach())
+        shape = (nested_numel(sizes),)
+        entry = {
+            "key": key,
+            "type": "tensor",
+            "file": os.path.basename(path),
+            "dtype": name,
+            "shape": list(shape),
+            "nested": sizes.tolist(),
+        }
+        action = "alloc" if self.like else "write"
+        self.jobs.append(_Job(action, flat, path, out, key, t.dtype, shape, entry, nested=sizes))
         return entry
 
     def _nontensor(
@@ -310,9 +332,8 @@ def _run(job: _Job, durable: bool, fresh: frozenset[str]) -> None:
         for d in job.shape:
             numel *= d
         allocate_leaf(job.path, numel * job.dtype.itemsize, mode="replace", durable=durable)
-    job.out.entries[job.key] = MemoryMappedTensor._map(
-        job.path, job.dtype, job.shape, writable=True
-    )
+    mapped = MemoryMappedTensor._map(job.path, job.dtype, job.shape, writable=True)
+    job.out.entries[job.key] = mapped if job.nested is None else mapped._nested(job.nested)
 
 
 _SUFFIXES = {"bytes": PICKLE_SUFFIX, "shared": SHARED_SUFFIX}

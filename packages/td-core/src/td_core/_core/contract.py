@@ -108,6 +108,9 @@ class TensorDictContract(BatchMeta):
     #: True on a view whose writes go into another TensorDict (a sub-TensorDict, a lazy legacy
     #: view): shape ops outside legacy mode and in-place select/exclude refuse it
     _writes_through: ClassVar[bool] = False
+    #: True on a kind whose in-place value writes (`update_`, `zero_`, `copy_`, ...) run under
+    #: `torch.no_grad()` (`TensorDictParams`: they initialise and load parameters)
+    _writes_values_without_grad: ClassVar[bool] = False
 
     if TYPE_CHECKING:
         # properties, so that the slotted mixins may assign them and kinds may

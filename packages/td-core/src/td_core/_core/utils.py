@@ -20,6 +20,7 @@ __all__ = [
     "normalize_dim",
     "shape_args",
     "infer_shape",
+    "leaf_shape",
     "strtobool",
 ]
 
@@ -112,6 +113,18 @@ def _indexed(device: torch.device) -> torch.device:
     if not torch.cuda.is_available():  # no current device to name: moves will say so
         return device
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def leaf_shape(t: torch.Tensor) -> torch.Size:
+    """`t.shape`, or for a strided nested tensor (which has none) its components' count then
+    each dim they share, -1 where they differ (`[2, 3, -1]` for components `(3, 4)`, `(3, 5)`)."""
+    if not t.is_nested or t.layout != torch.strided:
+        return t.shape
+    sizes = t._nested_tensor_size()
+    if not sizes.numel():
+        return torch.Size((sizes.shape[0],))
+    same = (sizes == sizes[0]).all(0).tolist()
+    return torch.Size((sizes.shape[0], *(d if s else -1 for d, s in zip(sizes[0].tolist(), same))))
 
 
 def normalize_dim(dim: int, ndim: int, what: str = "batch dims") -> int:

@@ -22,6 +22,7 @@ from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy import LazyStackedTensorDict
 from td_core._leaves.nontensor import _from_array, stack_non_tensors
+from td_core._leaves.unbatched import is_unbatched
 
 __all__ = ["pad", "pad_sequence", "unpad_sequence"]
 
@@ -118,7 +119,9 @@ def _pad_non_tensor(leaf: Any, pads: _Pads) -> Any:
     return _from_array(out, leaf.device)
 
 
-def _pad_leaf(value: Any, pads: _Pads, fill: float) -> Any:
+def _pad_leaf(value: Any, pads: _Pads, fill: float, bs: torch.Size) -> Any:
+    if is_unbatched(value):  # no batch dims to pad: the same data, at the new batch size
+        return value.with_batch_size(bs)
     if isinstance(value, Tensor):
         return _pad_tensor(value, pads, fill)
     return _pad_non_tensor(value, pads)
@@ -128,7 +131,7 @@ def _pad_tree(td: TensorDictBase, pads: _Pads, value: float, bs: torch.Size) -> 
     entries = {
         key: _pad_tree(v, pads, value, _padded_size(v.batch_size, pads))
         if is_td(v)
-        else _pad_leaf(v, pads, value)
+        else _pad_leaf(v, pads, value, bs)
         for key, v in td._items_str()
     }
     return td._new(entries, bs)
@@ -136,8 +139,9 @@ def _pad_tree(td: TensorDictBase, pads: _Pads, value: float, bs: torch.Size) -> 
 
 def _pad_plan(td: TensorDictBase, pads: _Pads, value: float) -> dict[str, Any]:
     """The padded leaves of `td`, nested as dicts (nothing written yet)."""
+    bs = _padded_size(td.batch_size, pads)
     return {
-        key: (_pad_plan(v, pads, value), v) if is_td(v) else _pad_leaf(v, pads, value)
+        key: (_pad_plan(v, pads, value), v) if is_td(v) else _pad_leaf(v, pads, value, bs)
         for key, v in td._items_str()
     }
 

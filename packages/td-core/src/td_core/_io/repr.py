@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.traverse import is_td
+from td_core._core.utils import leaf_shape
 from td_core._io.printoptions import get_printoptions
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ _INDENT = "    "
 
 # (print option, label, how to read it): the parts of a tensor's line, in order
 _LEAF_PARTS: list[tuple[str, str, Any]] = [
-    ("show_shape", "shape", lambda t: t.shape),
+    ("show_shape", "shape", leaf_shape),
     ("show_field_device", "device", lambda t: t.device),
     ("show_dtype", "dtype", lambda t: t.dtype),
     ("show_field_is_shared", "is_shared", lambda t: t.is_shared() or t.is_cuda),

@@ -18,7 +18,7 @@ import torch
 from td_core._core.contract import TensorDictContract, dense, provided
 from td_core._core.keys import KeysView, NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td
-from td_core._core.utils import NO_DEFAULT
+from td_core._core.utils import NO_DEFAULT, leaf_shape
 from td_core._io.consolidate import ConsolidateMixin
 from td_core._io.convert_to import ConvertMixin
 from td_core._io.formats import InterchangeMixin
@@ -57,6 +57,7 @@ from td_core.errors import (
     KeyNotFoundError,
     LockedError,
     TruthValueError,
+    _locked_new_key,
 )
 
 __all__ = ["TensorDictBase"]
@@ -363,10 +364,7 @@ class TensorDictBase(
                 self._copy_into(key, dest, item, full_key)
                 return
         if self._is_locked:
-            raise LockedError(
-                f"Cannot modify locked TensorDict: cannot set key {full_key!r}; "
-                "use set_() or set(..., inplace=True) for in-place writes, or unlock_() it"
-            )
+            raise _locked_new_key(full_key)
         self._set_str(key, self._validate(item, full_key))
 
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: NestedKey) -> None:
@@ -399,6 +397,9 @@ class TensorDictBase(
         if isinstance(value, Tensor):
             if type(value) is not Tensor and is_unbatched(value):  # any shape: no batch dims
                 value = value.with_batch_size(bs)
+            elif value.is_nested:  # a strided nested tensor has no `shape`
+                if leaf_shape(value)[: len(bs)] != bs:
+                    raise self._shape_error(key, leaf_shape(value))
             elif value.shape[: len(bs)] != bs:
                 raise self._shape_error(key, value.shape)
             device = self.device

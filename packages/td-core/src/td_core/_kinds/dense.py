@@ -20,7 +20,7 @@ from td_core._leaves.lists import read_list
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lock_cache import drop
-from td_core.errors import BatchSizeError, LockedError, OptionsConflictError
+from td_core.errors import BatchSizeError, LockedError, OptionsConflictError, _locked_new_key
 
 __all__ = ["TensorDict", "from_dict"]
 
@@ -122,7 +122,11 @@ class TensorDict(TensorDictBase):
                 if not n:  # no batch dims: every tensor fits
                     data[key] = value
                     continue
-                shape = value.shape
+                try:
+                    shape = value.shape
+                except RuntimeError:  # a strided nested tensor has none: `validate` checks it
+                    data[key] = validate(value, key)
+                    continue
                 if (shape and shape[0] == first) if first >= 0 else shape[:n] == bs:
                     data[key] = value
                     continue
@@ -403,13 +407,14 @@ class TensorDict(TensorDictBase):
                 return self
         if type(key) is str and not inplace and type(item) is Tensor and self._device is None:
             if self._is_locked:
-                raise LockedError(
-                    f"Cannot modify locked TensorDict: cannot set key {key!r}; "
-                    "use set_() for in-place writes"
-                )
+                raise _locked_new_key(key)
             bs = self._batch_size
             if bs:  # (a torch.Size slice costs ~110 ns: one batch dim compares an int)
-                shape = item.shape
+                try:
+                    shape = item.shape
+                except RuntimeError:  # a strided nested tensor has none: the general check
+                    self._set_str(key, self._validate(item, key))
+                    return self
                 if shape[0] != bs[0] if len(bs) == 1 and shape else shape[: len(bs)] != bs:
                     raise self._shape_error(key, shape)
             self._set_str(key, item)
@@ -419,14 +424,15 @@ class TensorDict(TensorDictBase):
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(index) is str:
             if self._is_locked:
-                raise LockedError(
-                    f"Cannot modify locked TensorDict: cannot set key {index!r}; "
-                    "use set_() for in-place writes"
-                )
+                raise _locked_new_key(index)
             if type(value) is Tensor and self._device is None:
                 bs = self._batch_size
                 if bs:  # as in `set`
-                    shape = value.shape
+                    try:
+                        shape = value.shape
+                    except RuntimeError:  # a strided nested tensor has none (as in `set`)
+                        self._set_str(index, self._validate(value, index))
+                        return
                     if shape[0] != bs[0] if len(bs) == 1 and shape else shape[: len(bs)] != bs:
                         raise self._shape_error(index, shape)
                 self._set_str(index, value)

@@ -55,6 +55,7 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     """
 
     _caches_when_locked = True  # what depends on keys only: its leaves are not cached
+    _writes_values_without_grad = True  # see "value writes under no_grad" below
 
     def __init__(
         self, parameters: Any = None, *, no_convert: bool = False, lock: bool = False
@@ -146,9 +147,14 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         """A new `TensorDictParams` with every leaf moved and/or cast (`self` is unchanged).
 
         A parent module's `module.to(...)` moves and casts these leaves in place.
+        With `batch_size=`, the new `TensorDictParams` has that batch size (its
+        leaves are this one's where nothing is moved or cast).
         """
+        batch_size = kwargs.pop("batch_size", None)
         result = TensorDictBase.to(self, *args, **kwargs)
-        if result is self:
+        if batch_size is not None:  # ours is fixed: build the new one at that size
+            result = TensorDict(result.to_dict(), batch_size=batch_size, device=result.device)
+        elif result is self:
             return self
         out = TensorDictParams(result, no_convert=self._no_convert, lock=self._is_locked)
         for name, param in self._parameters.items():  # a cast keeps requires_grad, as upstream
@@ -210,7 +216,8 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         Parameters stay parameters (with their `requires_grad`), buffers stay
         buffers (`nn.Buffer` included), and a tensor held under several keys
         (tied weights) gives one copy held under the same keys. With
-        `recurse=False` the leaves are shared, not copied.
+        `recurse=False` the leaves are shared, not copied. The clone is
+        unlocked, as every TensorDict's clone is.
         """
         memo: dict[int, Any] = {}
         return _clone_params(self, memo, recurse)
@@ -263,9 +270,7 @@ def _clone_params(
     names = params._raw_names()
     if names is not None:
         out._store_names(names)
-    if params.is_locked:
-        out.lock_()
-    return out
+    return out  # unlocked, like every TensorDict's clone (upstream's too)
 
 
 _BUFFER: Any = getattr(nn, "Buffer", None)  # torch >= 2.5

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from td_core._core.traverse import map_batch, map_batch_multi
 from td_core._leaves.nontensor import NonTensorStack
+from td_core._leaves.unbatched import is_unbatched
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.locked_results import locked_like_source
 from td_core._ops.names import carry_names
@@ -103,9 +104,11 @@ def _pad_values(leaf: Any, pairs: list[int], n: int, new: torch.Size) -> Any:
 
 def _pad_tree(td: TensorDictContract, pairs: list[int], value: float, new: torch.Size) -> Any:
     n = len(new)
-    out = {}
+    out: dict[str, Any] = {}
     for key, entry in td._items_str():
-        if isinstance(entry, Tensor):
+        if is_unbatched(entry):  # no batch dims to pad: the same data, at the new batch size
+            out[key] = entry.with_batch_size(new)
+        elif isinstance(entry, Tensor):
             out[key] = _pad_leaf(entry, pairs, n, value)
         elif entry._is_non_tensor:
             out[key] = _pad_values(entry, pairs, n, new)

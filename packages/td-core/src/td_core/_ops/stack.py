@@ -138,24 +138,44 @@ def stack_onto(out: TD, tds: list[TensorDictContract], d: int) -> TD:
 
     Raises:
         BatchSizeError: if `out.batch_size` is not the stacked batch size.
-        GradLeafWriteError: if a leaf of `out` requires grad (outside `torch.no_grad()`).
+        GradLeafWriteError: if a leaf of `out` requires grad, or an input's does where `out`
+            is a `TensorDictParams` (outside `torch.no_grad()`).
         MissingEntryError: if an input holds a key that `out` lacks.
     """
     bs = list(tds[0].batch_size)
     bs.insert(d, len(tds))
     if out.batch_size != torch.Size(bs):
         raise BatchSizeError(
-            f"stack(..., out=): out.batch_size {list(out.batch_size)} and stacked batch size "
-            f"{bs} must match"
+            f"stack(..., out=): out.batch_size and stacked batch size must match, got "
+            f"out.batch_size {list(out.batch_size)} and stacked batch size {bs}"
         )
-    if torch.is_grad_enabled() and any(t.requires_grad and t.is_leaf for t in tensor_leaves(out)):
+    if torch.is_grad_enabled():
+        _check_grad(out, tds)
+    # ragged inputs stay a lazy stack, which goes member by member into a lazy `out`
+    out.update_(lazy(tds, d) if _any_ragged(tds) else _combine(tds, d, (), stacking=True))
+    return out
+
+
+def _check_grad(out: TensorDictContract, tds: list[TensorDictContract]) -> None:
+    """Refuse `stack(..., out=)` where autograd could not record the write.
+
+    A `TensorDictParams` `out` takes the values into its parameters' data
+    (its in-place value writes run under `no_grad`, as upstream), so inputs
+    that require grad are refused there; any other `out` refuses leaves that
+    require grad.
+    """
+    if out._writes_values_without_grad:
+        if any(t.requires_grad for td in tds for t in tensor_leaves(td)):
+            raise GradLeafWriteError(
+                f"stack(..., out=): inputs require grad, but a {type(out).__name__} out takes the "
+                "values into its data without autograd, and out= arguments don't support "
+                "automatic differentiation; stack the inputs' detach() or stack without out="
+            )
+    elif any(t.requires_grad and t.is_leaf for t in tensor_leaves(out)):
         raise GradLeafWriteError(
             "stack(..., out=): out holds leaves that require grad, and out= arguments don't "
             "support automatic differentiation; stack under torch.no_grad() or stack without out="
         )
-    # ragged inputs stay a lazy stack, which goes member by member into a lazy `out`
-    out.update_(lazy(tds, d) if _any_ragged(tds) else _combine(tds, d, (), stacking=True))
-    return out
 
 
 def _combine(tds: list[TensorDictContract], d: int, prefix: tuple[str, ...], stacking: bool) -> Any:

@@ -273,6 +273,9 @@ def _plan(
             _plan(member, piece, path, ops, copied)
         return
     locked = dst.is_locked
+    # a kind that does not hand back its stored objects (a file's reads are new tensors)
+    # gave the view copies too: a leaf equal to the source's is left alone
+    copied = copied or not dst._plain_nodes
     for key, value in back._items_str():
         full = (*path, key)
         current = dst._get_str(key, NO_DEFAULT)
