@@ -27,6 +27,7 @@ __all__ = ["tensorclass", "TensorClass"]
 
 _T = TypeVar("_T")
 _SCALARS = (int, float, bool, complex)
+_LEGACY_TENSOR_TYPE = type(torch.IntTensor)
 _OPTION_NAMES = (
     "autocast",
     "frozen",
@@ -130,6 +131,53 @@ def _check_shadow(cls: type) -> None:
         )
 
 
+def _tensor_only_allows(hint: Any) -> bool:
+    """Whether `tensor_only` accepts the annotation: tensors, tensor collections, `None`."""
+    if hint is None or hint is type(None):
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return all(_tensor_only_allows(arg) for arg in typing.get_args(hint))
+    if origin is not None:  # a parameterised generic: `TensorDict[str, Tensor]`
+        hint = origin
+    if isinstance(hint, _LEGACY_TENSOR_TYPE):  # `torch.IntTensor`, `torch.LongTensor`, ...
+        return True
+    return isinstance(hint, type) and issubclass(
+        hint, (torch.Tensor, TensorDictBase, NonTensorData)
+    )
+
+
+def _check_tensor_only(cls: type, options: dict[str, Any]) -> None:
+    """Refuse `tensor_only` with casting options or with a field that is not a tensor type."""
+    if options["autocast"] or options["nocast"]:
+        raise TypeError(
+            f"tensorclass {cls.__name__}: tensor_only cannot be combined with autocast or "
+            "nocast (its fields hold tensors, there is nothing to cast)"
+        )
+    hints = _annotations(cls)
+    names = {
+        name
+        for klass in cls.__mro__
+        if not klass.__dict__.get("_tc_template") and not issubclass(klass, TensorDictBase)
+        for name in inspect.get_annotations(klass)
+        if not name.startswith("__")
+    }
+    for name in sorted(names):
+        hint = hints.get(name)
+        if isinstance(hint, str):  # a forward reference: checked when it can be evaluated
+            hint = _resolve(hint, cls, cls)
+            if hint is None:
+                continue
+        if hint is typing.ClassVar or typing.get_origin(hint) is typing.ClassVar:
+            continue
+        if not _tensor_only_allows(hint):
+            raise TypeError(
+                f"tensorclass {cls.__name__}: field {name!r} is annotated {hint!r}, but "
+                "tensor_only requires types to be Tensor, Tensor-subtrypes or None "
+                "(or tensor collections such as TensorDict and tensorclasses)"
+            )
+
+
 def _resolve(hint: Any, cls: type, built: type) -> Any:
     """An annotation given as a string (a forward reference), evaluated when first needed.
 
@@ -189,7 +237,11 @@ def _caster(cls: type, built: type, options: dict[str, Any]) -> Callable[[str, A
 def _make(cls: Any, options: dict[str, Any], body: dict[str, Any] | None = None) -> Any:
     if not options["shadow"]:
         _check_shadow(cls)
-    new_cls: Any = build_tensorclass(cls, body or {})
+    if options["tensor_only"]:
+        _check_tensor_only(cls, options)
+    new_cls: Any = build_tensorclass(
+        cls, body or {}, shadow=bool(options["shadow"]), tensor_only=bool(options["tensor_only"])
+    )
     new_cls._tc_options = dict(options)
     for flag in ("autocast", "nocast", "frozen", "shadow", "tensor_only"):  # upstream's class flags
         setattr(new_cls, f"_{flag}", bool(options[flag]))

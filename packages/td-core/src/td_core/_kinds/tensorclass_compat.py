@@ -1,0 +1,150 @@
+"""What a tensorclass offers beyond `TensorDictBase`, for code written against upstream.
+
+Upstream's tensorclasses keep two stores (`_tensordict` for entries,
+`_non_tensordict` for fields set to `None`) and build instances with a
+private `_from_tensordict`; downstream libraries call both. td keeps every
+field in one `TensorDict`, so these are thin, typed views over it:
+
+- `cls._from_tensordict(td)`: the same as the public `cls.from_tensordict(td)`.
+- `obj._non_tensordict`: a read-only mapping of the fields that are unset (`None`).
+
+The mixin also holds the writes that are particular to a tensorclass: a key
+that is not a field is refused, a mapping given to a field that is not
+annotated as a TensorDict is kept as one value, and an in-place write may not
+change an entry from a tensor to a non-tensor value or back.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from td_core._core.keys import NestedKey
+from td_core._core.traverse import is_nt, is_td
+from td_core._leaves.nontensor import NonTensorData
+from td_core.errors import TDError
+
+if TYPE_CHECKING:
+    from td_core._kinds.dense import TensorDict
+
+__all__ = ["TensorClassCompat", "unknown_field_error"]
+
+_CASTABLE = (torch.Tensor, np.ndarray, int, float, bool, complex, list, tuple)
+
+
+class _InPlaceTypeError(TDError, ValueError):
+    """An in-place write of a tensor into a non-tensor entry (upstream raises `ValueError`)."""
+
+
+def unknown_field_error(cls: type, key: str) -> AttributeError:
+    """The error for a write to `key`, which is not a field of the tensorclass `cls`."""
+    fields = list(getattr(cls, "_fields", ()))
+    return AttributeError(
+        f"Cannot set the attribute {key!r}: {cls.__name__} has no such field "
+        f"(fields: {fields}); a tensorclass only holds its declared fields"
+    )
+
+
+class TensorClassCompat:
+    """Upstream's private tensorclass names, and the tensorclass rules for writes."""
+
+    _fields: tuple[str, ...]
+    _field_set: frozenset[str]
+    _mapping_fields: frozenset[str] = frozenset()
+    _tensordict: TensorDict
+
+    @classmethod
+    def _from_tensordict(
+        cls, tensordict: Any, non_tensordict: dict[str, Any] | None = None, safe: bool = True
+    ) -> Any:
+        """Upstream's private constructor: the same as `from_tensordict`.
+
+        Kept for code written against upstream (its own tests and downstream
+        libraries call it). `safe` is accepted and ignored: the input is
+        always checked.
+        """
+        build: Any = cls
+        return build.from_tensordict(tensordict, non_tensordict)
+
+    @property
+    def _non_tensordict(self) -> Mapping[str, None]:
+        """The fields that are unset (read as `None`), as a read-only mapping.
+
+        Upstream keeps such fields in a second dict of this name; td keeps
+        every field in `_tensordict`, so this is a view for compatibility.
+        """
+        present = self._tensordict._keys_str()
+        return types.MappingProxyType(
+            {name: None for name in type(self)._fields if name not in present}
+        )
+
+    def _field_entry(self, key: str, value: Any) -> Any:
+        """`value` as it is stored in the field `key`.
+
+        A mapping that is not a TensorDict is kept as one non-tensor value,
+        unless the field is annotated as a TensorDict (then it becomes one), as
+        upstream stores it.
+        """
+        if (
+            isinstance(value, Mapping)
+            and not is_td(value)
+            and key not in type(self)._mapping_fields
+        ):
+            td = self._tensordict
+            return NonTensorData(value, td.batch_size, td.device)
+        return value
+
+    def _set_leaf(self, key: str, item: Any, inplace: bool, full_key: NestedKey) -> None:
+        cls = type(self)
+        if key not in cls._field_set:
+            raise unknown_field_error(cls, key)
+        td = self._tensordict
+        item = self._field_entry(key, item)
+        current = td._get_str(key, None) if inplace else None
+        if current is not None:
+            holds_tensor = isinstance(current, torch.Tensor) or (
+                is_td(current) and not is_nt(current)
+            )
+            gives_tensor = isinstance(item, _CASTABLE) or (is_td(item) and not is_nt(item))
+            if holds_tensor and not gives_tensor:
+                raise RuntimeError(
+                    f"Cannot update an existing entry of type {type(current).__name__} at "
+                    f"{full_key!r} with a value of type {type(item).__name__} in place; "
+                    "set it without inplace=True to replace it"
+                )
+            if is_nt(current) and isinstance(item, torch.Tensor):
+                raise _InPlaceTypeError(
+                    f"Failed to update {key!r} in place: it holds a non-tensor value and "
+                    "cannot take a tensor; set it without inplace=True to replace it"
+                )
+        td._set_leaf(key, item, inplace, full_key)
+        deleted = self.__dict__.get("_td_deleted")
+        if deleted:
+            deleted.discard(key)
+
+    def __delattr__(self, name: str) -> None:
+        if name not in type(self)._field_set:
+            object.__delattr__(self, name)
+            return
+        td = self._tensordict
+        if name in td._keys_str():
+            td.del_(name)
+        # the field now reads as missing (`hasattr` is False) until it is set again
+        self.__dict__.setdefault("_td_deleted", set()).add(name)
+
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: bool = False,
+    ) -> Any:
+        """The fields at `keys` (the others unset); a plain `TensorDict` with `as_tensordict`."""
+        if as_tensordict and not inplace:
+            return self._tensordict.select(*keys, strict=strict)
+        parent: Any = super()
+        return parent.select(*keys, inplace=inplace, strict=strict)
