@@ -127,6 +127,32 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
             post_init()
         return obj
 
+    @classmethod
+    def from_dict(  # type: ignore[override]  # builds this class, from TensorDict.from_dict's result
+        cls,
+        input_dict: Any,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool | None = None,
+        names: Any = None,
+    ) -> Any:
+        """An instance whose fields are the keys of the (nested) mapping `input_dict`.
+
+        The arguments are those of `TensorDict.from_dict`; keys that are not
+        fields are refused (`KeyError`).
+        """
+        td = TensorDict.from_dict(
+            input_dict,
+            batch_size,
+            device,
+            batch_dims,
+            auto_batch_size=auto_batch_size,
+            names=names,
+        )
+        return cls.from_tensordict(td)
+
     def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
         """The fields as a plain TensorDict (a shallow copy)."""
         return self._tensordict.copy()

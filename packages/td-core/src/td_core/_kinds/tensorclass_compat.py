@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._core.keys import NestedKey
+from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._leaves.nontensor import NonTensorData
 from td_core.errors import TDError
@@ -135,6 +135,35 @@ class TensorClassCompat:
             td.del_(name)
         # the field now reads as missing (`hasattr` is False) until it is set again
         self.__dict__.setdefault("_td_deleted", set()).add(name)
+
+    def is_non_tensor(self, key: NestedKey) -> bool:
+        """Whether the entry stored at `key` is a non-tensor leaf (`KeyError` if missing).
+
+        `get` reads a non-tensor field as its value, so `is_non_tensor(obj.get(key))`
+        is `False`; this checks what is stored.
+        """
+        path = unravel_key(key)
+        if type(path) is str:
+            return self._tensordict.is_non_tensor(path)
+        child = self._tensordict._get_str(path[0], None)
+        if len(path) > 1 and is_td(child) and not is_nt(child):
+            rest = path[1:]
+            return bool(child.is_non_tensor(rest[0] if len(rest) == 1 else rest))
+        return self._tensordict.is_non_tensor(path)
+
+    def _setitem_index(self, index: Any, value: Any) -> None:
+        fields = type(self)._field_set
+        if is_td(value) and not is_nt(value):
+            foreign = sorted(k for k in value.keys() if k not in fields)
+            if foreign:
+                raise ValueError(
+                    f"{type(self).__name__}[...] = {type(value).__name__}: the value has "
+                    f"keys {foreign} that are not fields of {type(self).__name__} (fields: "
+                    f"{list(type(self)._fields)}); __setitem__ is only allowed for same-class "
+                    "or compatible class (same fields) assignment"
+                )
+        parent: Any = super()
+        parent._setitem_index(index, value)
 
     def select(
         self,

@@ -190,9 +190,11 @@ def _resolve(hint: Any, cls: type, built: type) -> Any:
     module = sys.modules.get(cls.__module__)
     scope = {**(vars(module) if module is not None else {}), cls.__name__: built}
     try:
-        return eval(hint, scope)  # what typing.get_type_hints does with a string annotation
+        out = eval(hint, scope)  # what typing.get_type_hints does with a string annotation
     except Exception:
         return None
+    # `x: "Node"` under `from __future__ import annotations` is stored as "'Node'"
+    return _resolve(out, cls, built) if isinstance(out, str) and out != hint else out
 
 
 def _cast_to(target: Any, value: Any) -> Any:
@@ -249,6 +251,15 @@ def _make(cls: Any, options: dict[str, Any], body: dict[str, Any] | None = None)
         new_cls.__hash__ = object.__hash__  # locked for good: hashable by identity
     if not any(options[k] for k in ("autocast", "nocast", "frozen", "kw_only")):
         return new_cls
+    if options["autocast"]:
+        # as upstream, autocast turns a mapping into a TensorDict (or tensorclass) only for a
+        # field annotated with that one type; under a union the mapping is kept as a value
+        hints = _annotations(cls)
+        new_cls._mapping_fields = frozenset(
+            n
+            for n in new_cls._mapping_fields
+            if isinstance(_resolve(hints.get(n), cls, new_cls), type)
+        )
     convert = _caster(cls, new_cls, options)
     fields = new_cls._fields
     init = new_cls.__init__
