@@ -62,7 +62,7 @@ def tensorclass(
             (`int`, `float`, `bool`, `str`, `torch.Tensor`).
         frozen: fields cannot be assigned after construction
             (`dataclasses.FrozenInstanceError`) and the storage is locked.
-        nocast: keep Python numbers as they are instead of making tensors.
+        nocast: keep Python numbers and numpy arrays as they are instead of making tensors.
         shadow: allow fields named like a TensorDict attribute (`get`, ...);
             the field then hides the attribute.
         tensor_only: accepted for upstream compatibility (a speed hint).
@@ -229,7 +229,7 @@ def _caster(cls: type, built: type, options: dict[str, Any]) -> Callable[[str, A
             if isinstance(target, str):
                 target = hints[name] = _resolve(target, cls, built)
             return _cast_to(target, value)
-        if nocast and isinstance(value, _SCALARS):
+        if nocast and isinstance(value, (*_SCALARS, np.ndarray)):
             return NonTensorData(value)
         return value
 
