@@ -101,8 +101,10 @@ class TensorDictBase(
     __slots__ = ()
     _td_collection = True
     _is_non_tensor = False
-    # `TensorDict[str, Tensor]` in annotations, as upstream allows (a typing alias only)
-    __class_getitem__ = classmethod(types.GenericAlias)
+
+    def __class_getitem__(cls, params: Any) -> types.GenericAlias:
+        """`TensorDict[str, Tensor]` in annotations, as upstream allows (a typing alias only)."""
+        return types.GenericAlias(cls, params)
 
     # ------------------------------------------------------------------ metadata
     def size(self, dim: int | None = None) -> torch.Size | int:

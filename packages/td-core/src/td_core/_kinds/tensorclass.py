@@ -128,7 +128,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         return obj
 
     @classmethod
-    def from_dict(  # type: ignore[override]  # builds this class, from TensorDict.from_dict's result
+    def from_dict(
         cls,
         input_dict: Any,
         batch_size: Any = None,
@@ -400,10 +400,10 @@ def _make_init(
             )
         values = dict(zip(fields, args))
         meta = {"batch_size": batch_size, "device": device, "names": names}
-        for name in shadowed:  # `shadow=True`: the keyword sets the field of that name
-            if meta[name] is not None:
-                kwargs[name] = meta[name]
-                meta[name] = None
+        for meta_name in shadowed:  # `shadow=True`: the keyword sets the field of that name
+            if meta[meta_name] is not None:
+                kwargs[meta_name] = meta[meta_name]
+                meta[meta_name] = None
         batch_size, device, names = meta["batch_size"], meta["device"], meta["names"]
         for name, value in kwargs.items():
             if name not in fields:

@@ -37,7 +37,7 @@ def _meta(td: TensorDictContract) -> dict[str, Any]:
     cls = type(td)
     if getattr(cls, "_td_tensorclass", False):
         meta["_type"] = f"{cls.__module__}.{cls.__qualname__}"
-        meta["_non_tensor"] = {k: v.tolist() for k, v in td._items_str() if is_nt(v)}
+        meta["_non_tensor"] = {k: v.data for k, v in td._items_str() if is_nt(v)}
     return meta
 
 
