@@ -101,6 +101,17 @@ def test_get_reads_a_non_tensor_field_as_its_value_and_is_non_tensor_reads_stora
     assert not obj.is_non_tensor("x") and not obj.is_non_tensor(("y", "x"))
 
 
+def test_items_and_entry_queries_read_the_stored_non_tensor_leaf():
+    # `get` unwraps a non-tensor field; the sorted/filtered iterations and entry queries,
+    # written over `get` for other kinds, still see the stored leaf
+    obj = make_leaf()
+    assert isinstance(dict(obj.items(sort=True))["z"], NonTensorData)
+    assert isinstance(dict(obj.items(is_leaf=lambda c: True))["z"], NonTensorData)
+    assert any(isinstance(v, NonTensorData) for v in obj.values(sort=True))
+    assert obj.entry_class("z") is NonTensorData
+    assert obj.get_item_shape("z") == torch.Size([3])
+
+
 def test_setitem_refuses_a_value_with_keys_that_are_not_fields():
     @tensorclass
     class Other:

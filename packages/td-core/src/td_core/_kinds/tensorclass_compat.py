@@ -17,7 +17,7 @@ change an entry from a tensor to a non-tensor value or back.
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -150,6 +150,38 @@ class TensorClassCompat:
             rest = path[1:]
             return bool(child.is_non_tensor(rest[0] if len(rest) == 1 else rest))
         return self._tensordict.is_non_tensor(path)
+
+    # `get` reads a non-tensor field as its value (as upstream); these read the stored
+    # entries, as upstream's tensorclass does by handing them to its TensorDict
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        *,
+        sort: bool = False,
+    ) -> Iterator[Any]:
+        """The entries, in the order of `keys` with the same arguments."""
+        return self._tensordict.values(include_nested, leaves_only, is_leaf, sort=sort)
+
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        *,
+        sort: bool = False,
+    ) -> Iterator[tuple[Any, Any]]:
+        """`(key, entry)` pairs, in the order of `keys` with the same arguments."""
+        return self._tensordict.items(include_nested, leaves_only, is_leaf, sort=sort)
+
+    def get_item_shape(self, key: NestedKey) -> torch.Size:
+        """The shape of the entry stored at `key` (a non-tensor leaf's batch size)."""
+        return self._tensordict.get_item_shape(key)
+
+    def entry_class(self, key: NestedKey) -> type:
+        """The class of the entry stored at `key` (`NonTensorData` for a non-tensor field)."""
+        return self._tensordict.entry_class(key)
 
     def _setitem_index(self, index: Any, value: Any) -> None:
         fields = type(self)._field_set
