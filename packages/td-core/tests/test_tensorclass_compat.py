@@ -232,6 +232,22 @@ def test_from_dict_builds_the_class():
     assert type(obj) is Holder and obj.batch_size == torch.Size([4])
 
 
+def test_from_list_and_fromkeys_build_the_class():
+    class Row(TensorClass):
+        foo: Any
+        bar: Any
+
+    class Child(Row):
+        pass
+
+    rows = Row.from_list([{"foo": 1, "bar": 2}, {"foo": 3, "bar": 4}])
+    assert type(rows) is Row and rows.foo.tolist() == [1, 3]
+    assert type(Child.from_list([{"foo": 1, "bar": 2}])) is Child
+    assert type(Row.fromkeys(["foo", "bar"], 0)) is Row
+    with pytest.raises(KeyError, match="baz"):
+        Row.fromkeys(["foo", "baz"], 0)
+
+
 def test_select_as_tensordict():
     obj = make_leaf()
     out = obj.select("x", as_tensordict=True)

@@ -153,6 +153,39 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         )
         return cls.from_tensordict(td)
 
+    @classmethod
+    def from_list(
+        cls,
+        input: Any,
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Any = None,
+        lazy: bool | None = None,
+    ) -> Any:
+        """An instance from a list of mappings (one per row), as `TensorDict.from_list`.
+
+        The keys of the mappings must be fields. A tensorclass holds a dense
+        TensorDict, so `lazy=True` rows are stacked (and must share shapes).
+        """
+        td = TensorDict.from_list(
+            input,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+            lazy=lazy,
+        )
+        return cls.from_tensordict(td)
+
+    @classmethod
+    def fromkeys(cls, keys: Any, value: Any = 0) -> Any:
+        """An instance of empty batch size holding `value` in each field named in `keys`."""
+        return cls.from_tensordict(TensorDict.fromkeys(keys, value))
+
     def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
         """The fields as a plain TensorDict (a shallow copy)."""
         return self._tensordict.copy()
