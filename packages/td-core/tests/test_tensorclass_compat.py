@@ -50,6 +50,35 @@ def test_set_of_a_key_that_is_not_a_field_is_refused_and_writes_nothing():
     assert "other" not in obj._tensordict.keys()
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda o: o.set(("other", "x"), torch.zeros(3)),
+        lambda o: o.setdefault("other", torch.zeros(3)),
+        lambda o: o.rename_key_("x", "other"),
+        lambda o: o.set_non_tensor("other", 1),
+        lambda o: o.update({"x": torch.ones(3), "other": torch.zeros(3)}),
+        lambda o: o.update({"x": torch.ones(3), "y": {"x": torch.ones(3), "other": 1}}),
+        lambda o: o.update({("y", "other"): torch.zeros(3)}),
+    ],
+    ids=[
+        "nested_set",
+        "setdefault",
+        "rename",
+        "set_non_tensor",
+        "update",
+        "update_nested",
+        "nested_key",
+    ],
+)
+def test_every_write_of_a_key_that_is_not_a_field_is_refused_before_writing(write):
+    obj = make_leaf()
+    with pytest.raises(AttributeError, match="'other'"):
+        write(obj)
+    assert set(obj._tensordict.keys(True)) == {"x", "z", "y", ("y", "x"), ("y", "z")}
+    assert (obj.x == 0).all() and (obj.y.x == 1).all()
+
+
 def test_a_mapping_is_kept_as_one_value_unless_the_field_is_annotated_as_a_tensordict():
     value = UserDict({"k": "v"})
     obj = Holder(meta=value, inner={"a": torch.zeros(2)}, either={"b": torch.ones(2)})

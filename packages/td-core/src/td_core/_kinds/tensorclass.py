@@ -65,6 +65,8 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         return value.data if is_nt(value) and not how else value
 
     def _set_str(self, key: str, value: Any) -> None:
+        if key not in type(self)._field_set:  # every write of a new key comes through here
+            raise unknown_field_error(type(self), key)
         self._tensordict._set_str(key, value)
 
     def _del_str(self, key: str) -> None:

@@ -17,7 +17,7 @@ change an entry from a tensor to a non-tensor value or back.
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -151,6 +151,34 @@ class TensorClassCompat:
             return bool(child.is_non_tensor(rest[0] if len(rest) == 1 else rest))
         return self._tensordict.is_non_tensor(path)
 
+    def update(
+        self,
+        input_dict_or_td: Any = None,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        keys_to_update: Iterable[NestedKey] | None = None,
+        non_blocking: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
+        update_batch_size: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """`TensorDict.update`, refusing (before anything is written) keys that are not fields."""
+        if keys_to_update is None:
+            _refuse_foreign_keys(self, input_dict_or_td)
+            _refuse_foreign_keys(self, kwargs)
+        parent: Any = super()
+        return parent.update(
+            input_dict_or_td,
+            clone,
+            inplace,
+            keys_to_update=keys_to_update,
+            non_blocking=non_blocking,
+            is_leaf=is_leaf,
+            update_batch_size=update_batch_size,
+            **kwargs,
+        )
+
     # `get` reads a non-tensor field as its value (as upstream); these read the stored
     # entries, as upstream's tensorclass does by handing them to its TensorDict
     def values(
@@ -209,3 +237,23 @@ class TensorClassCompat:
             return self._tensordict.select(*keys, strict=strict)
         parent: Any = super()
         return parent.select(*keys, inplace=inplace, strict=strict)
+
+
+def _refuse_foreign_keys(tc: Any, source: Any) -> None:
+    """Raise the unknown-field error if `source` (a mapping or TensorDict of entries for
+    the tensorclass `tc`) holds a key that is not a field, at any tensorclass level."""
+    if source is None or not (isinstance(source, Mapping) or is_td(source)):
+        return
+    fields = type(tc)._field_set
+    for key, value in source.items():
+        path = unravel_key(key)
+        first, rest = (path, ()) if type(path) is str else (path[0], path[1:])
+        if first not in fields:
+            raise unknown_field_error(type(tc), first)
+        child = tc._tensordict._get_str(first, None)
+        if not getattr(type(child), "_td_tensorclass", False):
+            continue
+        if rest:
+            _refuse_foreign_keys(child, {rest[0] if len(rest) == 1 else rest: value})
+        else:
+            _refuse_foreign_keys(child, value)
