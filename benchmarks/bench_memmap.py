@@ -63,6 +63,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 
 import tensordict as upstream
 import torch
@@ -85,6 +86,41 @@ atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
 
 def _path(name: str) -> str:
     return f"{_tmp}/{name}"
+
+
+def _fresh_savers(
+    ours_td: TensorDict,
+    flat: dict[str, torch.Tensor],
+    folder: str,
+    st_file: str,
+    pt_file: str,
+    pt_payload: object = None,
+) -> tuple[Callable[[], object], Callable[[], None], Callable[[], None]]:
+    """The 'fresh folder' savers of one case: td.memmap, save_file and torch.save.
+
+    `ours_td` goes to `folder`, `flat` to `st_file` and `pt_payload` (default:
+    `flat`) to `pt_file`. Each is written once here; each saver then removes its
+    previous copy and writes it again (the removal inside the timing, on every
+    side alike).
+    """
+    payload = flat if pt_payload is None else pt_payload
+    ours_td.memmap(folder)
+    save_file(flat, st_file)
+    torch.save(payload, pt_file)
+
+    def ours_fresh() -> object:
+        shutil.rmtree(folder)
+        return ours_td.memmap(folder)
+
+    def st_fresh() -> None:
+        os.remove(st_file)
+        save_file(flat, st_file)
+
+    def torch_fresh() -> None:
+        os.remove(pt_file)
+        torch.save(payload, pt_file)
+
+    return ours_fresh, st_fresh, torch_fresh
 
 
 def _params() -> dict[str, dict[str, torch.Tensor]]:
@@ -192,45 +228,58 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
             f"remove the previous copy, then td.memmap({leaves}) with the default num_threads, "
             "against removing the reference's previous copy and saving again"
         )
-        vs_torch.add(
-            f"load 256MB {layout}",
-            ours_load,
-            torch_load_mmap,
-            torch_load_full=torch_load,
-            what="load_memmap (maps every leaf) against torch.load(mmap=True); plain "
-            "torch.load (reads everything) as a floor",
-        )
-        saves.append((vs_torch, resave, ours_save, torch_save, resave_what))
-        saves.append((vs_torch, fresh, ours_save_fresh, torch_save_fresh, fresh_what))
-        if layout == "flat":
-            vs_safetensors.add(
-                f"load 256MB {layout}",
-                ours_load,
-                st_load,
-                what="load_memmap (maps 256 files) against load_file (maps one)",
+        # per reference: its load, re-save and fresh-folder save, what the load case
+        # measures, and the floors shown beside it
+        Fn = Callable[[], object]
+        references: list[tuple[Suite, Fn, Fn, Fn, str, dict[str, Fn]]] = [
+            (
+                vs_torch,
+                torch_load_mmap,
+                torch_save,
+                torch_save_fresh,
+                "load_memmap (maps every leaf) against torch.load(mmap=True); plain torch.load "
+                "(reads everything) as a floor",
+                {"torch_load_full": torch_load},
             )
-            saves.append((vs_safetensors, resave, ours_save, st_save, resave_what))
-            saves.append((vs_safetensors, fresh, ours_save_fresh, st_save_fresh, fresh_what))
+        ]
+        if layout == "flat":
+            references.append(
+                (
+                    vs_safetensors,
+                    st_load,
+                    st_save,
+                    st_save_fresh,
+                    "load_memmap (maps 256 files) against load_file (maps one)",
+                    {},
+                )
+            )
         else:
             st_save_nested()
-            vs_safetensors.add(
-                f"load 256MB {layout}",
-                ours_load,
-                st_load_nested,
-                load_file_only=st_load,
-                what="load_memmap (128 folders) against load_file then unflatten_keys (the "
-                "same TensorDict); bare load_file as a floor",
+            references.append(
+                (
+                    vs_safetensors,
+                    st_load_nested,
+                    st_save_nested,
+                    st_save_nested_fresh,
+                    "load_memmap (128 folders) against load_file then unflatten_keys (the same "
+                    "TensorDict); bare load_file as a floor",
+                    {"load_file_only": st_load},
+                )
             )
-            saves.append((vs_safetensors, resave, ours_save, st_save_nested, resave_what))
-            saves.append((vs_safetensors, fresh, ours_save_fresh, st_save_nested_fresh, fresh_what))
-        vs_upstream.add(
-            f"load 256MB {layout}",
-            ours_load,
-            theirs_load,
-            what="load_memmap against upstream's load_memmap of its own save",
+        references.append(
+            (
+                vs_upstream,
+                theirs_load,
+                theirs_save,
+                theirs_save_fresh,
+                "load_memmap against upstream's load_memmap of its own save",
+                {},
+            )
         )
-        saves.append((vs_upstream, resave, ours_save, theirs_save, resave_what))
-        saves.append((vs_upstream, fresh, ours_save_fresh, theirs_save_fresh, fresh_what))
+        for suite, load, save, save_fresh, what, floors in references:
+            suite.add(f"load 256MB {layout}", ours_load, load, what=what, **floors)
+            saves.append((suite, resave, ours_save, save, resave_what))
+            saves.append((suite, fresh, ours_save_fresh, save_fresh, fresh_what))
     # Loads first: a save leaves hundreds of MB of dirty pages whose writeback, in
     # the background, slows whatever runs next (measured: loads 25% slower after a
     # save). main() also flushes them (os.sync) before each suite.
@@ -256,23 +305,9 @@ def _few_leaves_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     ours_td = TensorDict(nested, batch_size=[])
     flat = ours_td.flatten_keys(".").to_dict()
     folder, st_file, pt_file = _path("td_8"), _path("s8.safetensors"), _path("s8.pt")
-    ours_td.memmap(folder)
-    save_file(flat, st_file)
-    torch.save(flat, pt_file)
+    ours_fresh, st_fresh, torch_fresh = _fresh_savers(ours_td, flat, folder, st_file, pt_file)
     loaded = TensorDict.load_memmap(folder)
     assert all(torch.equal(loaded.get(tuple(k.split("."))), v) for k, v in flat.items())
-
-    def ours_fresh() -> object:
-        shutil.rmtree(folder)
-        return ours_td.memmap(folder)
-
-    def st_fresh() -> None:
-        os.remove(st_file)
-        save_file(flat, st_file)
-
-    def torch_fresh() -> None:
-        os.remove(pt_file)
-        torch.save(flat, pt_file)
 
     def ours_open() -> object:
         return TensorDict.load_memmap(folder)
@@ -322,21 +357,7 @@ def _many_small_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     ours_td = TensorDict({f"l{i}": torch.randn(64, 64, generator=gen) for i in range(1000)}, [])
     flat = ours_td.to_dict()
     folder, st_file, pt_file = _path("td_small"), _path("small.safetensors"), _path("small.pt")
-    ours_td.memmap(folder)
-    save_file(flat, st_file)
-    torch.save(flat, pt_file)
-
-    def ours_fresh() -> object:
-        shutil.rmtree(folder)
-        return ours_td.memmap(folder)
-
-    def st_fresh() -> None:
-        os.remove(st_file)
-        save_file(flat, st_file)
-
-    def torch_fresh() -> None:
-        os.remove(pt_file)
-        torch.save(flat, pt_file)
+    ours_fresh, st_fresh, torch_fresh = _fresh_savers(ours_td, flat, folder, st_file, pt_file)
 
     what = (
         "remove the previous copy, then td.memmap (1,000 files of 16 KB) with the default "
@@ -378,16 +399,9 @@ def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite, vs_torch: Suit
         )
     flat = {k: v.detach().clone() for k, v in ours_td.flatten_keys(".").items()}
     folder, st_file = _path("td_transformer"), _path("transformer.safetensors")
-    ours_td.memmap(folder)
-    save_file(flat, st_file)
-
-    def ours_fresh() -> object:
-        shutil.rmtree(folder)
-        return ours_td.memmap(folder)
-
-    def st_fresh() -> None:
-        os.remove(st_file)
-        save_file(flat, st_file)
+    ours_fresh, st_fresh, torch_fresh = _fresh_savers(
+        ours_td, flat, folder, st_file, _path("transformer.pt"), model.state_dict()
+    )
 
     vs_safetensors.add(
         "save Transformer 177MB 184 leaves, fresh folder",
@@ -408,13 +422,6 @@ def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite, vs_torch: Suit
         lambda: _touch(load_file(st_file).values()),
         what="load_memmap then every page of every leaf read, against load_file then the same",
     )
-    state, pt_file = model.state_dict(), _path("transformer.pt")
-    torch.save(state, pt_file)
-
-    def torch_fresh() -> None:
-        os.remove(pt_file)
-        torch.save(state, pt_file)
-
     for threads in (16, None):
         label = "default" if threads is None else str(threads)
 

@@ -68,16 +68,14 @@ def test_default_distribution_class_is_delta():
         torch.testing.assert_close(module(td.copy())["action"], td["param"])
 
 
-def _composite_module(**kwargs):
-    from td_distributions import CompositeDistribution
-
+def _composite_head(distribution_map, out_keys=None, **distribution_kwargs):
+    """A module reading `"params"` through a CompositeDistribution, writing log-probs."""
     return ProbabilisticTensorDictModule(
         in_keys=["params"],
-        out_keys=["cont", ("nested", "disc")],
-        distribution_class=CompositeDistribution,
-        distribution_kwargs={"distribution_map": {"cont": Normal, ("nested", "disc"): Categorical}},
+        **({} if out_keys is None else {"out_keys": out_keys}),
+        distribution_class=td_distributions.CompositeDistribution,
+        distribution_kwargs={"distribution_map": distribution_map, **distribution_kwargs},
         return_log_prob=True,
-        **kwargs,
     )
 
 
@@ -95,7 +93,9 @@ def _params():
 @pytest.mark.parametrize("aggregate", [False, True])
 def test_composite_distribution(aggregate):
     with set_composite_lp_aggregate(aggregate):
-        module = _composite_module()
+        module = _composite_head(
+            {"cont": Normal, ("nested", "disc"): Categorical}, ["cont", ("nested", "disc")]
+        )
         td = module(_params())
         assert td["cont"].shape == (3, 4) and td["nested", "disc"].shape == (3,)
         if aggregate:
@@ -161,7 +161,7 @@ def test_gru_policy_under_each_interaction_type(kind, interaction):
 
 @pytest.mark.parametrize("interaction", INTERACTIONS, ids=lambda i: i.value)
 def test_composite_over_two_heads_under_each_interaction_type(interaction):
-    from td_distributions import CompositeDistribution, TruncatedNormal
+    from td_distributions import TruncatedNormal
 
     params = TensorDictModule(
         lambda x: (x, x.abs() + 0.5, x.tanh() * 0.5, x.abs() + 0.2),
@@ -173,15 +173,10 @@ def test_composite_over_two_heads_under_each_interaction_type(interaction):
             ("params", "turn", "scale"),
         ],
     )
-    head = ProbabilisticTensorDictModule(
-        in_keys=["params"],
-        out_keys=["move", "turn"],
-        distribution_class=CompositeDistribution,
-        distribution_kwargs={
-            "distribution_map": {"move": Normal, "turn": TruncatedNormal},
-            "extra_kwargs": {"turn": {"a": -1.0, "b": 1.0}},
-        },
-        return_log_prob=True,
+    head = _composite_head(
+        {"move": Normal, "turn": TruncatedNormal},
+        ["move", "turn"],
+        extra_kwargs={"turn": {"a": -1.0, "b": 1.0}},
     )
     policy = ProbabilisticTensorDictSequential(params, head)
     td = TensorDict({"obs": torch.randn(6, 2)}, [6])
@@ -195,8 +190,6 @@ def test_composite_over_two_heads_under_each_interaction_type(interaction):
 
 @pytest.mark.parametrize("interaction", ["mode", "random", "deterministic"])
 def test_composite_with_a_discrete_head(interaction):
-    from td_distributions import CompositeDistribution
-
     params = TensorDictModule(
         lambda x: (x, x.abs() + 0.5, x.sum(-1, keepdim=True).expand(-1, 5)),
         in_keys=["obs"],
@@ -206,13 +199,7 @@ def test_composite_with_a_discrete_head(interaction):
             ("params", "pick", "logits"),
         ],
     )
-    head = ProbabilisticTensorDictModule(
-        in_keys=["params"],
-        out_keys=["move", "pick"],
-        distribution_class=CompositeDistribution,
-        distribution_kwargs={"distribution_map": {"move": Normal, "pick": Categorical}},
-        return_log_prob=True,
-    )
+    head = _composite_head({"move": Normal, "pick": Categorical}, ["move", "pick"])
     with set_interaction_type(interaction):
         out = ProbabilisticTensorDictSequential(params, head)(
             TensorDict({"obs": torch.randn(6, 2)}, [6])
@@ -235,19 +222,12 @@ def _composite_params():
 
 @pytest.mark.parametrize("name_map", [False, True])
 def test_composite_out_keys_come_from_the_distribution_kwargs(name_map):
-    from td_distributions import CompositeDistribution
-
-    kwargs = {"distribution_map": {"cont": Normal, ("nested", "cont"): Normal}}
+    kwargs = {}
     expected = ["cont", ("nested", "cont")]
     if name_map:
         kwargs["name_map"] = {"cont": ("s", "cont"), ("nested", "cont"): ("s", "nested", "cont")}
         expected = [("s", "cont"), ("s", "nested", "cont")]
-    module = ProbabilisticTensorDictModule(
-        in_keys=["params"],
-        distribution_class=CompositeDistribution,
-        distribution_kwargs=kwargs,
-        return_log_prob=True,
-    )
+    module = _composite_head({"cont": Normal, ("nested", "cont"): Normal}, **kwargs)
     assert module.dist_sample_keys == expected
     assert module.log_prob_keys == [
         (*k[:-1], f"{k[-1]}_log_prob") if isinstance(k, tuple) else f"{k}_log_prob"
@@ -258,15 +238,8 @@ def test_composite_out_keys_come_from_the_distribution_kwargs(name_map):
 
 
 def test_composite_aggregated_log_prob_writes_the_leaves_and_their_sum():
-    from td_distributions import CompositeDistribution
-
     with set_composite_lp_aggregate(True):
-        module = ProbabilisticTensorDictModule(
-            in_keys=["params"],
-            distribution_class=CompositeDistribution,
-            distribution_kwargs={"distribution_map": {"cont": Normal, ("nested", "cont"): Normal}},
-            return_log_prob=True,
-        )
+        module = _composite_head({"cont": Normal, ("nested", "cont"): Normal})
         out = module(_composite_params())
         leaves = out["cont_log_prob"].sum(-1) + out["nested", "cont_log_prob"].sum(-1)
         torch.testing.assert_close(out["sample_log_prob"], leaves)

@@ -321,3 +321,79 @@ def test_writing_one_element_of_a_stack_stores_the_value_not_an_array():
     first = stacked.get("s").tolist()[0][0]
     assert first[:2] == ["changed", "hi"] and type(first[0]) is str  # not a 0-d object array
     assert type(stacked[0, 0, 0]["s"]) is str
+
+
+def test_non_tensor_data_has_an_instance_dict_without_its_value():
+    # code written for upstream (where the leaf is a dataclass) reads `leaf.__dict__`
+    leaf = NonTensorData("value", batch_size=[2])
+    assert "data" not in leaf.__dict__ and "data" not in vars(leaf)
+    assert leaf.data == "value"
+    leaf.data = "other"
+    assert leaf.data == "other" and "data" not in vars(leaf)
+    assert pickle.loads(pickle.dumps(leaf)) == leaf
+
+
+def test_a_stack_may_have_dims_past_the_batch_size():
+    td = TensorDict(a=NonTensorStack("a", "b").unsqueeze(-1), batch_size=[2])
+    assert td.get("a").batch_size == (2, 1)
+    assert td[1]["a"] == ["b"]
+    assert td.unsqueeze(0).get("a").batch_size == (1, 2, 1)
+    empty = TensorDict()
+    empty["out"] = NonTensorStack(1, 2)
+    assert empty["out"] == [1, 2] and empty.batch_size == ()
+    with pytest.raises(RuntimeError, match="'c'"):
+        td["c"] = NonTensorStack("x", "y", "z")  # must start with the batch size [2]
+    assert "c" not in td
+
+
+@pytest.mark.parametrize("name", ["new_zeros", "new_empty", "new_ones"])
+def test_new_constructors_fill_a_stack_with_its_first_value(name):
+    td = TensorDict(a=NonTensorStack("x", "y", "z").unsqueeze(-1), b=torch.ones(3), batch_size=[3])
+    out = getattr(td, name)(5)
+    assert out.get("a").batch_size == (5, 1)
+    assert out["a"] == [["x"]] * 5
+    none = TensorDict(a=NonTensorStack(batch_size=[0]), batch_size=[0])
+    assert getattr(none, name)(2)["a"] == [None, None]
+
+
+def test_from_dict_infers_the_batch_size_from_a_list_of_values():
+    td = TensorDict.from_dict(
+        {"q": ["s1", "s2", "s3"], "n": {"r": [["a"], ["b"], ["c"]]}}, auto_batch_size=True
+    )
+    assert td.batch_size == (3,) and td["q"] == ["s1", "s2", "s3"]
+    assert td.get(("n", "r")).batch_size == (3, 1)
+    assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_dims=1).batch_size == (2,)
+    # with a batch size given, a list that does not run along it stays one value
+    assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_size=[])["q"] == ["s1", "s2"]
+
+
+def test_where_writes_into_out():
+    mine, theirs = NonTensorStack("a", "b"), NonTensorStack("x", "y")
+    out = NonTensorStack("-", "-")
+    result = mine.where(torch.tensor([True, False]), theirs, out=out, pad=0)
+    assert result is out and out.tolist() == ["a", "y"]
+    one = NonTensorData("-", batch_size=[2])
+    same = NonTensorStack("a", "a")
+    assert same.where(torch.tensor([True, True]), theirs, out=one) is one
+    assert one.data == "a" and one.batch_size == (2,)
+
+
+def test_where_out_that_cannot_hold_the_result_changes_nothing():
+    mine, theirs = NonTensorStack("a", "b"), NonTensorStack("x", "y")
+    one = NonTensorData("-", batch_size=[2])
+    with pytest.raises(TypeError, match="several values"):
+        mine.where(torch.tensor([True, False]), theirs, out=one)
+    assert one.data == "-"
+    short = NonTensorStack("-", "-", "-")
+    with pytest.raises(ValueError, match=r"batch_size \[3\]"):
+        mine.where(torch.tensor([True, False]), theirs, out=short)
+    assert short.tolist() == ["-"] * 3
+    with pytest.raises(TypeError, match="non-tensor leaf"):
+        mine.where(torch.tensor([True, False]), theirs, out=torch.zeros(2))
+
+
+def test_a_stack_of_one_repeated_value_equals_that_value_leaf():
+    assert NonTensorStack(3, 3) == NonTensorData(3, batch_size=[2])
+    assert NonTensorData(3, batch_size=[2]) == NonTensorStack(3, 3)
+    assert NonTensorStack(3, 4) != NonTensorData(3, batch_size=[2])
+    assert NonTensorStack(3, 3) != NonTensorData(3, batch_size=[1, 2])

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils._pytree import tree_map
 
-from td_core import TensorDict, lazy_stack
+from td_core import TensorDict, UnbatchedTensor, lazy_stack
 
 
 @pytest.mark.parametrize("lazy", [False, True])
@@ -68,3 +68,50 @@ def test_vmap_with_out_dims_past_the_batch_dims_keeps_a_valid_batch_size():
     out = torch.vmap(lambda x: x * 2, out_dims=-1)(td)
     assert out.batch_size == (2,)
     assert out["a"].shape == (2, 4, 3) and out["b"].shape == (2, 5, 3)
+
+
+def _with_table():
+    table = torch.randn(7, 11)
+    td = TensorDict(a=torch.randn(4, 3, 5), table=UnbatchedTensor(table), batch_size=[4, 3])
+    return td, table
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_vmap_passes_an_unbatched_entry_whole(nested):
+    td, table = _with_table()
+    seen = []
+
+    def f(x):
+        seen.append((tuple(x["table"].shape), type(x.get("table"))))
+        return x
+
+    fun = torch.vmap(torch.vmap(f)) if nested else torch.vmap(f)
+    out = fun(td)
+    assert seen == [((7, 11), UnbatchedTensor)]
+    assert out.batch_size == (4, 3) and out["a"].shape == (4, 3, 5)
+    assert isinstance(out.get("table"), UnbatchedTensor)
+    assert out.get("table").shape == (7, 11) and out.get("table").batch_size == (4, 3)
+    assert out.get("table").data_ptr() == table.data_ptr()  # never copied
+
+
+def test_vmap_of_an_op_on_an_unbatched_entry():
+    td, table = _with_table()
+    out = torch.vmap(lambda x: x.apply(lambda t: t * 2))(td)
+    assert isinstance(out.get("table"), UnbatchedTensor)
+    assert torch.equal(out["table"], table * 2)
+    summed = torch.vmap(lambda x: x["a"].sum(-1) + x["table"].sum())(td)
+    assert torch.allclose(summed, td["a"].sum(-1) + table.sum())
+
+
+def test_grad_through_an_unbatched_entry():
+    td, table = _with_table()
+    grads = torch.func.grad(lambda x: (x["table"] ** 2).sum() + x["a"].sum())(td)
+    assert torch.allclose(grads["table"], 2 * table)
+    assert torch.equal(grads["a"], torch.ones(4, 3, 5))
+
+
+def test_tree_map_of_an_unbatched_entry_keeps_its_shape():
+    td, table = _with_table()
+    out = tree_map(lambda t: t + 1, td)
+    assert isinstance(out.get("table"), UnbatchedTensor)
+    assert torch.equal(out["table"], table + 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import pickle
 
 import pytest
@@ -225,6 +226,18 @@ def test_non_tensor_values_are_stored_as_json(ptd, path):
         assert h5py.check_string_dtype(f["s"].dtype) is not None
     with PersistentTensorDict.from_h5(path) as back:
         assert back["s"] == b"new" and back["n", "cfg"]["layers"] == [1, 2]
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+
+
+@pytest.mark.parametrize("value", [(1, 2), float("nan"), {1: "a"}, _Level.LOW])
+def test_value_json_does_not_give_back_as_it_was_is_refused(ptd, path, value):
+    # an IntEnum member equals its int, but would come back as a plain int: refused too
+    with pytest.raises(UnstorableValueError, match="'v'"):
+        ptd["v"] = NonTensorData(value, batch_size=[4])
+    assert "v" not in ptd.keys()
 
 
 def test_foreign_string_datasets_are_read_as_upstream_reads_them(tmp_path):

@@ -100,6 +100,16 @@ def test_non_json_value_refused(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.parametrize("value", [(1, 2), float("nan"), {1: "a"}, b"raw"])
+def test_value_json_does_not_give_back_exactly_is_refused(tmp_path, value):
+    td = TensorDict({"a": torch.zeros(2)}, batch_size=[2])
+    td.set_non_tensor("v", value)
+    path = tmp_path / "t.safetensors"
+    with pytest.raises(TypeError, match="'v'"):
+        td.to_safetensors(path)
+    assert not path.exists()
+
+
 def test_missing_file_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.safetensors"):
         td_memmap.from_safetensors(tmp_path / "nope.safetensors")

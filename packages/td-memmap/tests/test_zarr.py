@@ -107,6 +107,15 @@ def test_unstorable_non_tensor_refused_before_writing(tmp_path):
     assert not (tmp_path / "bad.zarr").exists()
 
 
+@pytest.mark.parametrize("value", [(1, 2), float("nan"), {1: "a"}, b"raw"])
+def test_value_json_does_not_give_back_exactly_is_refused(tmp_path, value):
+    td = TensorDict(a=torch.zeros(2), batch_size=[2])
+    td.set_non_tensor("v", value)
+    with pytest.raises(TypeError, match=r"'v'.*JSON"):
+        td.to_zarr(tmp_path / "bad.zarr")
+    assert not (tmp_path / "bad.zarr").exists()
+
+
 def test_bad_key_refused(tmp_path):
     td = TensorDict({"__x": torch.zeros(2)}, batch_size=[2])
     with pytest.raises(ValueError, match="'__x'"):

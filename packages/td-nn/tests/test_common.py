@@ -322,3 +322,15 @@ def test_reset_parameters_recursive():
         module.weight.zero_()
     module.reset_parameters_recursive()
     assert (module.weight != 0).any()
+
+
+def test_a_non_tensor_input_is_passed_as_its_value():
+    from td_core import NonTensorStack
+
+    module = TensorDictModule(lambda s: s + " is a string!", in_keys=["s"], out_keys=["out"])
+    assert module(TensorDict(s="a string"))["out"] == "a string is a string!"
+    assert module(TensorDict(s="x"))["out"] == "x is a string!"  # the fast path's second call
+    both = TensorDictModule(lambda a, b: f"{a}+{b}", in_keys=["a", "b"], out_keys=["out"])
+    assert both(TensorDict(a="x", b="y"))["out"] == "x+y"
+    column = TensorDictModule(lambda s: torch.tensor([len(s)] * 2), in_keys=["s"], out_keys=["n"])
+    assert column(TensorDict(s=NonTensorStack("p", "q"), batch_size=[2]))["n"].tolist() == [2, 2]

@@ -52,7 +52,10 @@ def test_wrapper_keys_setters_and_errors():
     wrapped.reset_out_keys()
     wrapped.in_keys = ["x"]
     assert inner.in_keys == ["x"]
-    with pytest.raises(AttributeError):
+    with pytest.raises(
+        AttributeError,
+        match=r"TensorDictModuleWrapper nor its td_module \(TensorDictModule\).*'nope'",
+    ):
         _ = wrapped.nope
     with pytest.raises(TypeError, match="in_keys and out_keys"):
         TensorDictModuleWrapper(nn.Linear(2, 2))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "PICKLE_SUFFIX",
     "SHARED_SUFFIX",
     "DTYPES",
+    "VIEWED",
     "dtype_name",
     "dtype_from_name",
     "encode_key",
@@ -31,6 +33,7 @@ __all__ = [
     "check_component",
     "value_to_json",
     "value_from_json",
+    "exact_json",
     "object_array",
 ]
 
@@ -81,6 +84,15 @@ _DTYPE_NAMES = (
 DTYPES: dict[str, torch.dtype] = {
     name: dt for name in _DTYPE_NAMES if isinstance(dt := getattr(torch, name, None), torch.dtype)
 }
+
+# dtypes numpy has no type for, by name: the torch dtype and the integer dtype of the
+# same width that formats going through numpy (HDF5, zarr) store its bits as
+VIEWED: dict[str, tuple[torch.dtype, torch.dtype]] = {
+    "bfloat16": (torch.bfloat16, torch.int16),
+    "float8_e4m3fn": (torch.float8_e4m3fn, torch.uint8),
+    "float8_e5m2": (torch.float8_e5m2, torch.uint8),
+}
+
 _NAMES: dict[torch.dtype, str] = {dt: name for name, dt in DTYPES.items()}
 
 
@@ -221,6 +233,23 @@ def _to_json(value: Any) -> Any:
             return {_TAG: "dict", "v": out} if _TAG in value else out
         return {_TAG: "items", "v": [[_to_json(k), _to_json(v)] for k, v in value.items()]}
     raise TypeError(f"a value of type {t.__module__}.{t.__qualname__} has no JSON form")
+
+
+def exact_json(value: Any, *, same_type: bool = False) -> str | None:
+    """`value` as plain JSON text if reading that text gives `value` back, else None.
+
+    Unlike `value_to_json` nothing is tagged: a tuple, a NaN or bytes give None.
+    With `same_type`, the value read back must also have `value`'s exact type
+    (an `IntEnum` member, equal to its int, then gives None).
+    """
+    try:
+        text = json.dumps(value)
+        back = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if back != value or (same_type and type(back) is not type(value)):
+        return None
+    return text
 
 
 def value_from_json(data: Any) -> Any:

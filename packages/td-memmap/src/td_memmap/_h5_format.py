@@ -21,6 +21,8 @@ import torch
 
 from td_core import NonTensorData, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, ReadOnlyMemmapError, UnstorableValueError
+from td_memmap._format import VIEWED, exact_json
+from td_memmap._optional import optional_module
 
 __all__ = [
     "BS_ATTR",
@@ -47,23 +49,11 @@ __all__ = [
 BS_ATTR = "td_batch_size"
 _DTYPE_ATTR = "td_dtype"
 _JSON_ATTR = "td_json"
-# dtypes numpy cannot hold, stored as the integer type of the same width
-_VIEWED = {
-    "bfloat16": (torch.bfloat16, torch.int16),
-    "float8_e4m3fn": (torch.float8_e4m3fn, torch.uint8),
-    "float8_e5m2": (torch.float8_e5m2, torch.uint8),
-}
 
 
 def h5py() -> Any:
     """The `h5py` module, or an `ImportError` naming the extra to install."""
-    try:
-        import h5py as module  # type: ignore[import-untyped]
-    except ImportError as err:
-        raise ImportError(
-            "HDF5 support needs the 'h5py' package: pip install 'td-memmap[h5]'"
-        ) from err
-    return module
+    return optional_module("h5py", "HDF5 support", "the 'h5py' package", "h5")
 
 
 def fname(node: Any) -> str:
@@ -109,12 +99,8 @@ def json_value(value: Any, path: Any) -> str | None:
     for a `str`, which is stored as a plain HDF5 string (upstream's layout)."""
     if isinstance(value, str):
         return None
-    try:
-        text = json.dumps(value)
-        exact = json.loads(text) == value and type(json.loads(text)) is type(value)
-    except (TypeError, ValueError):
-        exact = False
-    if not exact:
+    text = exact_json(value, same_type=True)
+    if text is None:
         raise UnstorableValueError(
             f"the non-tensor value at key {path!r} ({type(value).__name__}) cannot be stored in "
             "an HDF5 file: td stores strings, and other non-tensor values as JSON (numbers, "
@@ -138,7 +124,7 @@ def _dtype_name(ds: Any) -> str | None:
     if name is None:
         return None
     name = name.decode() if isinstance(name, bytes) else str(name)
-    if name not in _VIEWED:
+    if name not in VIEWED:
         raise MemmapFormatError(f"{fname(ds)}: dataset {ds.name!r} has unknown td_dtype {name!r}")
     return name
 
@@ -158,7 +144,7 @@ def read(ds: Any, index: Any = (), device: torch.device | None = None) -> torch.
     data = torch.from_numpy(np.ascontiguousarray(arr) if arr.ndim else arr.copy())
     name = _dtype_name(ds)
     if name is not None:
-        data = data.view(_VIEWED[name][0])
+        data = data.view(VIEWED[name][0])
     return data if device is None else data.to(device)
 
 
@@ -166,7 +152,7 @@ def meta(ds: Any) -> torch.Tensor:
     """A `meta` tensor with the shape and dtype of the dataset `ds` (no data read)."""
     _check_readable(ds)
     name = _dtype_name(ds)
-    dtype = _VIEWED[name][0] if name is not None else torch.from_numpy(np.empty(0, ds.dtype)).dtype
+    dtype = VIEWED[name][0] if name is not None else torch.from_numpy(np.empty(0, ds.dtype)).dtype
     return torch.empty(tuple(ds.shape), dtype=dtype, device="meta")
 
 
@@ -174,8 +160,8 @@ def to_array(tensor: torch.Tensor) -> tuple[np.ndarray, str | None]:
     """`tensor` as a numpy array h5py can store, and the `td_dtype` to record (or None)."""
     tensor = tensor.detach().cpu().contiguous()
     name = str(tensor.dtype).removeprefix("torch.")
-    if name in _VIEWED:
-        return tensor.view(_VIEWED[name][1]).numpy(), name
+    if name in VIEWED:
+        return tensor.view(VIEWED[name][1]).numpy(), name
     return tensor.numpy(), None
 
 

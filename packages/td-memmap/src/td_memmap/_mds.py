@@ -15,18 +15,14 @@ import numpy as np
 import torch
 
 from td_core import NonTensorData, NonTensorStack, TensorDictBase, is_tensor_collection
+from td_memmap._optional import optional_module
 
 __all__ = ["to_mds"]
 
 
 def _writer_class() -> Any:
-    try:
-        from streaming import MDSWriter
-    except ImportError as err:  # pragma: no cover - mosaicml-streaming is a dev dependency
-        raise ImportError(
-            "to_mds needs the 'mosaicml-streaming' package: pip install 'td-memmap[mds]'"
-        ) from err
-    return MDSWriter
+    streaming = optional_module("streaming", "to_mds", "the 'mosaicml-streaming' package", "mds")
+    return streaming.MDSWriter
 
 
 def _row(td: TensorDictBase) -> dict[str, Any]:

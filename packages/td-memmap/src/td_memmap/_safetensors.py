@@ -27,6 +27,8 @@ import torch
 
 from td_core import NonTensorData, TensorDict, TensorDictBase, is_tensor_collection
 from td_memmap._errors import MemmapFormatError
+from td_memmap._format import exact_json
+from td_memmap._optional import optional_module
 
 __all__ = ["to_safetensors", "from_safetensors"]
 
@@ -35,14 +37,9 @@ _VERSION = 1
 
 
 def _require() -> Any:
-    try:
-        import safetensors.torch as st
-    except ImportError as err:  # pragma: no cover - safetensors is a dev dependency
-        raise ImportError(
-            "safetensors support needs the 'safetensors' package: "
-            "pip install 'td-memmap[safetensors]'"
-        ) from err
-    return st
+    return optional_module(
+        "safetensors.torch", "safetensors support", "the 'safetensors' package", "safetensors"
+    )
 
 
 def _encode_node(td: TensorDictBase, prefix: str, tensors: dict[str, torch.Tensor]) -> dict:
@@ -64,11 +61,7 @@ def _encode_node(td: TensorDictBase, prefix: str, tensors: dict[str, torch.Tenso
             keys[key] = {"tensor": name}
         else:
             data = getattr(value, "data", value)
-            try:
-                ok = json.loads(json.dumps(data)) == data
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
+            if exact_json(data) is None:
                 raise TypeError(
                     f"to_safetensors: the non-tensor value at key {name!r} "
                     f"({type(data).__name__}) cannot be stored as JSON; safetensors files "

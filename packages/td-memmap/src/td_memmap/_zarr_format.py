@@ -26,6 +26,8 @@ import torch
 
 from td_core import LazyStackedTensorDict, NonTensorData, TensorDictBase, is_tensor_collection
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
+from td_memmap._format import VIEWED, exact_json
+from td_memmap._optional import optional_module
 
 __all__ = [
     "META",
@@ -49,23 +51,11 @@ META = "__tensordict__"
 NON_TENSOR = "__tensordict_non_tensor__"
 DTYPE = "__tensordict_dtype__"
 VERSION = 1
-# torch dtypes numpy has no type for: stored as same-width unsigned ints
-VIEWED = {
-    "bfloat16": (torch.bfloat16, torch.int16),
-    "float8_e4m3fn": (torch.float8_e4m3fn, torch.uint8),
-    "float8_e5m2": (torch.float8_e5m2, torch.uint8),
-}
 
 
 def zarr_module() -> Any:
     """The `zarr` module, or an `ImportError` naming the extra to install."""
-    try:
-        import zarr
-    except ImportError as err:  # pragma: no cover - zarr is a dev dependency
-        raise ImportError(
-            "zarr support needs the 'zarr' package (>=3.1): pip install 'td-memmap[zarr]'"
-        ) from err
-    return zarr
+    return optional_module("zarr", "zarr support", "the 'zarr' package (>=3.1)", "zarr")
 
 
 def check_key(key: Any, where: str = "") -> str:
@@ -81,11 +71,7 @@ def check_key(key: Any, where: str = "") -> str:
 def json_value(value: Any, path: Any) -> Any:
     """The data of the non-tensor `value`, if JSON gives it back exactly."""
     data = value.data if isinstance(value, NonTensorData) else value
-    try:
-        ok = json.loads(json.dumps(data)) == data
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
+    if exact_json(data) is None:
         raise UnstorableValueError(
             f"the non-tensor value at key {path!r} ({type(data).__name__}) cannot be stored "
             "in a zarr store as JSON; zarr stores hold arrays and JSON values only "

@@ -165,3 +165,51 @@ def test_contiguous_copies_and_refuses_inplace(store):
     with pytest.raises(RuntimeError, match=r"contiguous\(inplace=True\).*live in the store"):
         store.contiguous(inplace=True)
     assert (store["x"] == torch.arange(12.0).view(4, 3)).all()
+
+
+def _race_after_watch(store, redis_server, times):
+    """Make another client change the watched registry right after the next `times` WATCHes."""
+    other = redis_server.client()
+    keys_key = f"tensordict:{store.td_id}:keys"
+    real = store._srv.client.pipeline
+    left = [times]
+
+    def pipeline(*args, **kwargs):
+        pipe = real(*args, **kwargs)
+        watch = pipe.watch
+
+        def racing_watch(*names):
+            out = watch(*names)
+            if left[0] > 0:
+                left[0] -= 1
+                other.hset(keys_key, "race", b"{}")
+                other.hdel(keys_key, "race")
+            return out
+
+        pipe.watch = racing_watch
+        return pipe
+
+    store._srv.client.pipeline = pipeline
+
+
+def test_a_write_raced_by_another_client_is_retried_then_applied(store, redis_server):
+    _race_after_watch(store, redis_server, times=3)
+    try:
+        store["z"] = torch.ones(4)
+        store[1:3] = TensorDict({"z": torch.zeros(2)}, [2])
+    finally:
+        del store._srv.client.pipeline
+    assert store["z"].tolist() == [1.0, 0.0, 0.0, 1.0]
+
+
+def test_a_write_raced_every_time_gives_up_naming_the_key(store, redis_server):
+    before = _snapshot(redis_server, store)
+    _race_after_watch(store, redis_server, times=10**6)
+    try:
+        with pytest.raises(RuntimeError, match=r"'z'.*kept changing"):
+            store["z"] = torch.ones(4)
+        with pytest.raises(RuntimeError, match=r"index.*kept changing"):
+            store[0] = TensorDict({"x": torch.zeros(3)}, [])
+    finally:
+        del store._srv.client.pipeline
+    assert _snapshot(redis_server, store) == before

@@ -29,7 +29,7 @@ from td_nn._dispatch import call_with_tensors
 from td_nn._errors import KeySpecError, UnknownKeyError
 from td_nn._skip import skips
 
-__all__ = ["TensorDictModuleBase", "format_keys", "indent", "unravel_each"]
+__all__ = ["TensorDictModuleBase", "format_keys", "indent", "unravel_each", "wrapped_attribute"]
 
 
 def _tensordict_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,6 +79,31 @@ def unravel_each(keys: Iterable[Any], problem: Callable[[Any], str]) -> list[Nes
 def indent(text: str, spaces: int = 4) -> str:
     pad = " " * spaces
     return text.replace("\n", "\n" + pad)
+
+
+def wrapped_attribute(owner: Any, name: str, field: str, missing: AttributeError) -> Any:
+    """Attribute `name` of the module `owner` wraps in its `field`, once `owner`'s own lookup failed.
+
+    A module that wraps another (`TensorDictModule` its `module`,
+    `TensorDictModuleWrapper` its `td_module`) forwards the attributes it lacks.
+
+    Raises:
+        AttributeError: `missing` again for dunder names, for `field` itself and
+            before `field` is set; else one naming `owner`, the wrapped module's
+            type and `name`.
+    """
+    if name.startswith("__") or name == field:
+        raise missing
+    inner = owner.__dict__.get(field, owner.__dict__["_modules"].get(field))
+    if inner is None:
+        raise missing
+    try:
+        return getattr(inner, name)
+    except AttributeError:
+        raise AttributeError(
+            f"neither {type(owner).__name__} nor its {field} ({type(inner).__name__}) has an "
+            f"attribute {name!r}"
+        ) from None
 
 
 class _KeyedModuleMeta(abc.ABCMeta):

@@ -13,9 +13,16 @@ from td_core import (
     NestedKey,
     TensorDict,
     TensorDictBase,
+    is_non_tensor,
 )
 from td_core.errors import KeyNotFoundError
-from td_nn._base import TensorDictModuleBase, format_keys, indent, unravel_each
+from td_nn._base import (
+    TensorDictModuleBase,
+    format_keys,
+    indent,
+    unravel_each,
+    wrapped_attribute,
+)
 from td_nn._dispatch import resolve_or_skip
 from td_nn._errors import KeySpecError, NotCallableError, OutputMismatchError
 from td_nn._skip import _SKIP
@@ -128,18 +135,29 @@ def _run_plan(
     entries = tensordict._tensordict
     if len(keys) == 1:
         value = entries.get(keys[0])
-        if value is None:
+        if type(value) is not Tensor and (value is None or _value_of(value) is not value):
+            # missing, or a non-tensor leaf: the general path
             return _NOT_FAST
         out = fn(value)
     else:
         values = [entries.get(k) for k in keys]
         if None in values:
             return _NOT_FAST
+        for v in values:
+            if type(v) is not Tensor and _value_of(v) is not v:  # a non-tensor leaf
+                return _NOT_FAST
         out = fn(*values)
     if key is not None and type(out) is Tensor:
         tensordict[key] = out  # the container's fastest checked write
         return tensordict
     return module._write_outputs(out, tensordict)
+
+
+def _value_of(entry: Any) -> Any:
+    """What a module is given for `entry`: a non-tensor leaf's value, else the entry."""
+    if type(entry) is Tensor or isinstance(entry, Tensor) or not is_non_tensor(entry):
+        return entry
+    return entry.data
 
 
 class TensorDictModule(TensorDictModuleBase):
@@ -372,6 +390,8 @@ class TensorDictModule(TensorDictModuleBase):
             values = [get(keys[0], None)]
         else:
             values = [get(key, None) for key in keys]
+        # a non-tensor entry is passed as its value (a stack as its list), as upstream
+        values = [_value_of(v) for v in values]
         fn = self._function()
         if self.method_kwargs:
             kwargs = {**self.method_kwargs, **kwargs}
@@ -419,6 +439,8 @@ class TensorDictModule(TensorDictModuleBase):
         self._fast_write: str | None = write[0][1] if only else None  # type: ignore[assignment]
 
     def _call_module(self, values: list[Any], kwargs: dict[str, Any]) -> Any:
+        # a non-tensor entry is passed as its value (a stack as its list), as upstream
+        values = [_value_of(v) for v in values]
         fn = self._function()
         if self.method_kwargs:
             kwargs = {**self.method_kwargs, **kwargs}
@@ -499,16 +521,5 @@ class TensorDictModule(TensorDictModuleBase):
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
-        except AttributeError:
-            if name.startswith("__") or name == "module":
-                raise
-            module = self.__dict__.get("module", self.__dict__["_modules"].get("module"))
-            if module is None:
-                raise
-            try:
-                return getattr(module, name)
-            except AttributeError:
-                raise AttributeError(
-                    f"neither {type(self).__name__} nor its module "
-                    f"({type(module).__name__}) has an attribute {name!r}"
-                ) from None
+        except AttributeError as missing:
+            return wrapped_attribute(self, name, "module", missing)

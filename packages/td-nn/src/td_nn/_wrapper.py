@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from td_core import NestedKey
-from td_nn._base import TensorDictModuleBase, indent
+from td_nn._base import TensorDictModuleBase, indent, wrapped_attribute
 
 __all__ = ["TensorDictModuleWrapper"]
 
@@ -74,13 +74,8 @@ class TensorDictModuleWrapper(TensorDictModuleBase):
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
-        except AttributeError:
-            if name.startswith("__") or name == "td_module":
-                raise
-            inner = self.__dict__["_modules"].get("td_module")
-            if inner is None:
-                raise
-            return getattr(inner, name)
+        except AttributeError as missing:
+            return wrapped_attribute(self, name, "td_module", missing)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(\n    td_module={indent(repr(self.td_module))})"

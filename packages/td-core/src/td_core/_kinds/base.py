@@ -417,6 +417,8 @@ class TensorDictBase(
                     return value
                 if isinstance(value, NonTensorData):
                     return NonTensorData(value.data, bs, value.device)
+                if value.batch_size[: len(bs)] == bs:
+                    return value  # a stack with dims past the batch, as a tensor has
                 raise self._shape_error(key, value.batch_size)
             if value.batch_size[: len(bs)] != bs:
                 value = self._widened(value, key)

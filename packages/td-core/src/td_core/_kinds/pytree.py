@@ -8,6 +8,12 @@ of batch dims changes by the same amount as that child's dims. So inside
 `vmap` a TensorDict has its per-sample batch size, and outside again the
 full one.
 
+An `UnbatchedTensor` entry (data shared by the whole batch, of any shape) goes
+to `vmap` as a zero-copy view with the batch dims in front (stride 0), so vmap
+maps it as the other children and the function receives the entry whole; the
+rebuilt TensorDict takes the data back out of that view. Under `grad`-like
+transforms, which differentiate the children themselves, it goes as it is.
+
 A locked TensorDict stays locked inside a `torch.func` transform (its
 children come back wrapped by functorch), so a function under `vmap` cannot
 add or replace its entries either; elsewhere (`tree_map`) the rebuilt
@@ -22,6 +28,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from td_core._core.traverse import is_nt
+from td_core._leaves.unbatched import UnbatchedTensor, is_unbatched
 
 __all__ = ["register", "allow_weights_only"]
 
@@ -35,12 +42,17 @@ def _flatten(td: Any) -> tuple[list[Any], Any]:
     keys: list[str] = []
     children: list[Any] = []
     static: list[tuple[str, Any]] = []
+    spread: list[str] = []
     for key, value in td._items_str():
-        if type(value) is not Tensor and is_nt(value):
-            static.append((key, value))
-        else:
-            keys.append(key)
-            children.append(value)
+        if type(value) is not Tensor:
+            if is_nt(value):
+                static.append((key, value))
+                continue
+            if is_unbatched(value) and _spreading():
+                spread.append(key)
+                value = _spread(value, td.batch_size)
+        keys.append(key)
+        children.append(value)
     ref = None
     ref_is_leaf = True
     if children:
@@ -59,8 +71,65 @@ def _flatten(td: Any) -> tuple[list[Any], Any]:
         ref,
         ref_is_leaf,
         td.is_locked,
+        tuple(spread),
     )
     return children, context
+
+
+def _spreading() -> bool:
+    """Whether an `UnbatchedTensor` child is spread over the batch dims (see `_spread`).
+
+    Yes outside any functorch transform (where `vmap` flattens its inputs, and
+    `tree_map`) and directly under `vmap` (its outputs); not under `grad`, `vjp` or
+    `jvp`, which track their children by identity and differentiate them: there the
+    entry goes as it is, and a gradient for it comes back as a plain tensor.
+    """
+    top = torch._C._functorch.peek_interpreter_stack()
+    return top is None or top.key() == torch._C._functorch.TransformType.Vmap
+
+
+def _spread(value: Any, batch_size: torch.Size) -> Tensor:
+    """An `UnbatchedTensor` as a pytree child: its data seen through the batch dims.
+
+    A zero-copy view (stride 0 over `batch_size`) whose leading dims are the batch
+    dims, as every other child's: `vmap` maps them like the others, so the entry
+    reaches the function whole, and the data is never copied. `_gather` takes the
+    data back out.
+    """
+    cached = value.__dict__.get("_td_spread")
+    if cached is not None and cached.shape == batch_size + value.shape:
+        return cached  # the child it was gathered from: each flattening gives the same one
+    if torch._C._functorch.is_functorch_wrapped_tensor(value):
+        return _expanded(value, batch_size)
+    # a transform flattens its plain inputs with its level on: the view must stay a
+    # plain tensor for the transform to wrap it
+    with torch._C._DisableFuncTorch():
+        return _expanded(value, batch_size)
+
+
+def _expanded(value: Any, batch_size: torch.Size) -> Tensor:
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = Tensor.as_subclass(value, Tensor)
+        return plain.expand(*batch_size, *plain.shape)
+
+
+def _gather(child: Any, batch_size: torch.Size) -> Any:
+    """The `UnbatchedTensor` a child made by `_spread` stands for, with `batch_size`.
+
+    Every position along the batch dims holds the same data (the entry is shared
+    by the whole batch), so the first one is taken: a view, so the data (and its
+    `data_ptr`) is the child's own.
+    """
+    if not isinstance(child, Tensor) or child.shape[: len(batch_size)] != batch_size:
+        return child  # a placeholder (vmap's in_dims), or a leaf a transform reshaped
+    first = (0,) * len(batch_size)
+    if torch._C._functorch.is_functorch_wrapped_tensor(child):
+        out = UnbatchedTensor(child[first], batch_size)
+    else:
+        with torch._C._DisableFuncTorch():
+            out = UnbatchedTensor(child[first], batch_size)
+    out.__dict__["_td_spread"] = child  # what `_spread` gives back for it
+    return out
 
 
 def _under_transform(children: Any) -> bool:
@@ -110,7 +179,7 @@ def _common_batch(children: Any, bs: torch.Size) -> torch.Size:
 
 
 def _unflatten(children: Any, context: Any) -> Any:
-    cls, keys, batch_size, device, static, ref, ref_is_leaf, locked = context
+    cls, keys, batch_size, device, static, ref, ref_is_leaf, locked, spread = context
     bs = batch_size if type(batch_size) is torch.Size else torch.Size(batch_size)
     # pytree also unflattens placeholder leaves (vmap's in_dims ints): keep the batch size then
     if ref is not None and children:
@@ -129,6 +198,8 @@ def _unflatten(children: Any, context: Any) -> Any:
                     children, first.batch_size[: len(bs) + first.batch_dims - ref], bs
                 )
     entries = dict(zip(keys, children))
+    for key in spread:
+        entries[key] = _gather(entries[key], bs)
     for key, value in static:
         entries[key] = (
             value if value.batch_size == bs else value._map_batch(lambda t: t, bs, value.batch_dims)

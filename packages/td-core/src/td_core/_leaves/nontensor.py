@@ -39,6 +39,7 @@ from td_core._leaves.nontensor_arrays import (
     same_value,
 )
 from td_core._leaves.nontensor_shape import NonTensorShapeMixin
+from td_core._leaves.nontensor_values import StackValuesMixin
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor", "stack_of_values"]
 
@@ -152,7 +153,9 @@ class NonTensorData(_NonTensorBase):
         ('cartpole', 'cartpole')
     """
 
-    __slots__ = ("data",)
+    # `__dict__` beside the slot: code written for upstream, where a leaf is a dataclass,
+    # inspects `leaf.__dict__` (the value itself stays in its slot, never in the dict)
+    __slots__ = ("__dict__", "data")
 
     data: Any
 
@@ -235,7 +238,7 @@ class NonTensorData(_NonTensorBase):
         )
 
 
-class NonTensorStack(_NonTensorBase):
+class NonTensorStack(StackValuesMixin, _NonTensorBase):
     """One Python value per element of a batch; reading gives a (nested) list.
 
     Built from its elements, as upstream: `NonTensorStack("a", "b")` or
@@ -269,6 +272,7 @@ class NonTensorStack(_NonTensorBase):
     """
 
     __slots__ = ("_array", "_fill", "_member_dim", "_members")
+    _is_stack = True
 
     def __init__(
         self,
@@ -298,10 +302,20 @@ class NonTensorStack(_NonTensorBase):
     def _filled(cls, value: Any, batch_size: torch.Size, device: torch.device | None) -> Any:
         """A stack of `batch_size` whose every element is `value`, which is stored once."""
         out = cls.__new__(cls)
-        out._array, out._fill = None, (value,)
-        out.batch_size, out.device = batch_size, device
-        out._members, out._member_dim = None, 0
+        out._restore(None, (value,), batch_size, device)
         return out
+
+    def _restore(
+        self,
+        array: np.ndarray | None,
+        fill: tuple[Any] | None,
+        shape: torch.Size,
+        device: torch.device | None,
+    ) -> None:
+        """Set the whole state: the values (or the one repeated value), shape and device."""
+        self._array, self._fill = array, fill
+        self.batch_size, self.device = shape, device
+        self._members, self._member_dim = None, 0
 
     @property
     def _values(self) -> np.ndarray:
@@ -373,25 +387,6 @@ class NonTensorStack(_NonTensorBase):
             out._member_dim = self._member_dim
         return out
 
-    @classmethod
-    def from_list(
-        cls, values: Sequence[Any], device: torch.device | str | None = None
-    ) -> NonTensorStack:
-        """A stack of the given values; nested lists give one stack dim per level.
-
-        `NonTensorData` values are unwrapped, and a `NonTensorStack` value counts
-        as the nested list of its values, as upstream. Where the lists of a level
-        differ in length, they are values of the stack rather than stack dims.
-        """
-        shape = _nested_shape(values)
-        arr = np.empty(shape, dtype=object)
-        for index in np.ndindex(*shape):
-            item: Any = values
-            for i in index:
-                item = _as_list(item)[i]
-            arr[index] = item.data if isinstance(item, NonTensorData) else item
-        return cls(arr, device=device)
-
     @property
     def data(self) -> list[Any]:
         return self.tolist()
@@ -400,6 +395,11 @@ class NonTensorStack(_NonTensorBase):
         return self._values
 
     def _map_batch(self, fn: _Fn, lead: torch.Size, n: int) -> NonTensorStack | NonTensorData:
+        if getattr(fn, "fills_new", False):
+            # a `new_*` constructor: its values mean nothing as positions; every new
+            # element repeats the first value, as a `NonTensorData` keeps its one value
+            first = self._values.flat[0] if self.batch_size.numel() else None
+            return _filled(first, lead + self.batch_size[n:], self.device)
         fill = self._fill_value()
         if fill is not None:
             shape = lead + self.batch_size[n:]
@@ -432,34 +432,6 @@ class NonTensorStack(_NonTensorBase):
             out._member_dim = self._member_dim
         return out
 
-    def __getstate__(self) -> dict[str, Any]:
-        # a flat list and a shape (no numpy object in the pickle: weights_only loads accept it);
-        # a filled stack, its one value
-        fill = self._fill_value()
-        if fill is not None:
-            return {
-                "fill": fill[0],
-                "shape": tuple(self.batch_size),
-                "device": device_name(self.device),
-            }
-        return {
-            "flat": list(self._values.flat),
-            "shape": tuple(self._values.shape),
-            "device": device_name(self.device),
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "fill" in state:
-            self._array, self._fill = None, (state["fill"],)
-        else:
-            values = np.empty(len(state["flat"]), dtype=object)
-            for i, v in enumerate(state["flat"]):
-                values[i] = v
-            self._array, self._fill = values.reshape(state["shape"]), None
-        self._members, self._member_dim = None, 0
-        self.batch_size = torch.Size(state["shape"])
-        self.device = None if state["device"] is None else torch.device(state["device"])
-
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorStack):
             mine, theirs = self._fill_value(), other._fill_value()
@@ -468,6 +440,10 @@ class NonTensorStack(_NonTensorBase):
             return self.batch_size == other.batch_size and bool(
                 (self._values == other._values).all()
             )
+        if isinstance(other, NonTensorData):  # a stack of one repeated value equals it
+            value = other.data
+            same = all(same_value(v, value) for v in self._values.flat)
+            return self.batch_size == other.batch_size and same
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -603,27 +579,6 @@ def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStac
 def is_non_tensor(obj: Any) -> bool:
     """Whether `obj` is a non-tensor leaf (`NonTensorData` or `NonTensorStack`)."""
     return getattr(type(obj), "_is_non_tensor", False)
-
-
-def _as_list(value: Any) -> Any:
-    """A `NonTensorStack` as the nested list of its values; anything else as it is."""
-    return value.tolist() if isinstance(value, NonTensorStack) else value
-
-
-def _nested_shape(values: Any) -> tuple[int, ...]:
-    """The shape of the nested lists `values`: as deep as every list of a level has one
-    length (below that, lists are values)."""
-    values = _as_list(values)
-    if not isinstance(values, list):
-        return ()
-    shapes = [_nested_shape(v) for v in values]
-    common: tuple[int, ...] = shapes[0] if shapes else ()
-    for shape in shapes[1:]:
-        n = 0
-        while n < min(len(common), len(shape)) and common[n] == shape[n]:
-            n += 1
-        common = common[:n]
-    return (len(values), *common)
 
 
 def stack_of_values(

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from td_core._leaves.nontensor_arrays import same_value
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
@@ -138,7 +140,9 @@ class NonTensorShapeMixin:
         """The values reversed along batch dims `dims`."""
         return self._batch_op(lambda t: t.flip(tuple(dims)))
 
-    def where(self, condition: torch.Tensor, other: Any) -> Any:
+    def where(
+        self, condition: torch.Tensor, other: Any, *, out: Any = None, pad: Any = None
+    ) -> Any:
         """This leaf's values where `condition` is True, `other`'s elsewhere.
 
         Args:
@@ -146,7 +150,18 @@ class NonTensorShapeMixin:
                 over the others).
             other: a non-tensor leaf of a batch size that broadcasts to this one,
                 or one plain value.
+            out: a non-tensor leaf of the result's batch size that takes the result's
+                values, in place, and is returned: a `NonTensorStack`, or a
+                `NonTensorData` when the result is one value repeated.
+            pad: accepted for `TensorDict.where`'s signature: a leaf has no keys that
+                one side could lack.
+
+        Raises:
+            TypeError: `out` is not a non-tensor leaf, or is a `NonTensorData` and the
+                result holds several values (nothing is written).
+            ValueError: `out`'s batch size is not the result's (nothing is written).
         """
+        del pad
         n = len(self.batch_size)
         if condition.dtype != torch.bool or condition.ndim > n:
             raise RuntimeError(
@@ -164,6 +179,8 @@ class NonTensorShapeMixin:
         picked = np.empty(mine.shape, dtype=object)
         picked[...] = mine
         picked[~mask] = theirs[~mask]
+        if out is not None:
+            return _write_into(out, picked)
         return type(self)._of_array(picked, self.device)
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
@@ -194,6 +211,30 @@ class NonTensorShapeMixin:
         if method is None or not args or not isinstance(args[0], cls):
             return NotImplemented
         return getattr(args[0], method)(*args[1:], **kwargs)
+
+
+def _write_into(out: Any, values: np.ndarray) -> Any:
+    """`out` (a non-tensor leaf) holding `values` in place; see `where`."""
+    if not getattr(type(out), "_is_non_tensor", False) or isinstance(out, torch.Tensor):
+        raise TypeError(f"where(out=): out must be a non-tensor leaf, got {type(out).__name__}")
+    if tuple(out.batch_size) != values.shape:
+        raise ValueError(
+            f"where(out=): out has batch_size {list(out.batch_size)}, the result "
+            f"{list(values.shape)}; give an out of the result's batch size"
+        )
+    if getattr(type(out), "_is_stack", False):
+        if not out._write_(values):  # leaves backed by a file write there
+            out._restore(values, None, out.batch_size, out.device)
+        return out
+    first = values.flat[0] if values.size else None
+    if any(not same_value(v, first) for v in values.flat):
+        raise TypeError(
+            "where(out=): the result holds several values and out is a NonTensorData, "
+            "which holds one; pass a NonTensorStack as out"
+        )
+    if not out._write_(first):
+        out.data = first
+    return out
 
 
 def _stack(leaves: list[Any], dim: int) -> Any:

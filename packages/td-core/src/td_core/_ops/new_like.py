@@ -82,20 +82,45 @@ def _new_at(
     method = _NEW[name]
     n = td.batch_dims
     dev = as_device(device) if device is not NO_DEFAULT else None
-
-    def build(t: Tensor) -> Tensor:
-        out = method(
-            t,
-            (*new, *t.shape[n:]),
-            *fill,
-            dtype=dtype if dtype is not None else t.dtype,
-            device=dev if dev is not None else t.device,
-            requires_grad=requires_grad,
-        )
-        return out.pin_memory() if pin_memory else out
-
+    build = _Build(method, new, n, fill, dtype, dev, requires_grad, pin_memory)
     out = _map_batch(td, build, new, n)
     return _retag(out, dev) if dev is not None else out
+
+
+class _Build:
+    """The `new_*` op on one tensor leaf: a tensor of the new batch size, leaf dims kept.
+
+    `fills_new` tells a non-tensor leaf that the result's values are no batch
+    positions to gather at (it fills the new elements with its first value).
+    """
+
+    fills_new = True
+
+    def __init__(
+        self,
+        method: Callable[..., Tensor],
+        new: torch.Size,
+        n: int,
+        fill: tuple[Any, ...],
+        dtype: torch.dtype | None,
+        device: torch.device | None,
+        requires_grad: bool,
+        pin_memory: bool | None,
+    ) -> None:
+        self.method, self.new, self.n, self.fill = method, new, n, fill
+        self.dtype, self.device = dtype, device
+        self.requires_grad, self.pin_memory = requires_grad, pin_memory
+
+    def __call__(self, t: Tensor) -> Tensor:
+        out = self.method(
+            t,
+            (*self.new, *t.shape[self.n :]),
+            *self.fill,
+            dtype=self.dtype if self.dtype is not None else t.dtype,
+            device=self.device if self.device is not None else t.device,
+            requires_grad=self.requires_grad,
+        )
+        return out.pin_memory() if self.pin_memory else out
 
 
 def _leaf_depth(td: Any) -> int:

@@ -20,14 +20,19 @@ import torch
 from td_core import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection
 from td_core.errors import BatchSizeError, KeyNotFoundError
 from td_memmap._store import _layout as L
-from td_memmap._store._server import Server, address, connect, redis_module
+from td_memmap._store._server import (
+    Server,
+    address,
+    connect,
+    reconnect_settings,
+    redis_module,
+)
 from td_memmap._store._writes import index_plan, subtree_writes
 
 __all__ = ["TensorDictStore", "STORE_BACKENDS"]
 
 STORE_BACKENDS = ("redis", "dragonfly", "keydb")
 _NO_DEFAULT: Any = object()
-_RETRIES = 16  # optimistic transactions retried when another client changed the entries
 
 
 class TensorDictStore(TensorDictBase):
@@ -215,31 +220,20 @@ class TensorDictStore(TensorDictBase):
         n = len(path)
         new_fields = {field for field, _, _ in writes}
 
+        def body(pipe: Any) -> None:
+            old = [f.decode() for f in pipe.hkeys(srv.keys_key) if L.path_of(f)[:n] == path]
+            pipe.multi()
+            for f in old:
+                if f not in new_fields:  # a rewritten field keeps its place in the order
+                    pipe.hdel(srv.keys_key, f)
+                pipe.delete(srv.data_key(f))
+            for field, meta, data in writes:
+                if data is not None:
+                    pipe.set(srv.data_key(field), data)
+                pipe.hset(srv.keys_key, field, json.dumps(meta))
+
         def run() -> None:
-            redis = _watch_error()
-            for _ in range(_RETRIES):
-                with srv.client.pipeline(transaction=True) as pipe:
-                    try:
-                        pipe.watch(srv.keys_key)
-                        old = [
-                            f.decode() for f in pipe.hkeys(srv.keys_key) if L.path_of(f)[:n] == path
-                        ]
-                        pipe.multi()
-                        for f in old:
-                            if (
-                                f not in new_fields
-                            ):  # a rewritten field keeps its place in the order
-                                pipe.hdel(srv.keys_key, f)
-                            pipe.delete(srv.data_key(f))
-                        for field, meta, data in writes:
-                            if data is not None:
-                                pipe.set(srv.data_key(field), data)
-                            pipe.hset(srv.keys_key, field, json.dumps(meta))
-                        pipe.execute()
-                        return
-                    except redis as err:
-                        _retry_or_raise(err)
-            raise RuntimeError(f"could not write key {name!r}: the entries kept changing under it")
+            srv.transact(body, f"could not write key {name!r}: the entries kept changing under it")
 
         srv.run("write", name, run)
         for p in [p for p in self._views if p[:n] == path and p != self._path]:
@@ -346,23 +340,16 @@ class TensorDictStore(TensorDictBase):
         """Write `value` at batch `index`: only the affected bytes of each leaf change."""
         srv = self._srv
 
+        def body(pipe: Any) -> None:
+            raw = pipe.hgetall(srv.keys_key)
+            registry = {L.path_of(k): json.loads(v) for k, v in raw.items()}
+            ops = index_plan(self, registry, index, value)
+            pipe.multi()
+            for op in ops:
+                op(pipe)
+
         def run() -> None:
-            redis = _watch_error()
-            for _ in range(_RETRIES):
-                with srv.client.pipeline(transaction=True) as pipe:
-                    try:
-                        pipe.watch(srv.keys_key)
-                        raw = pipe.hgetall(srv.keys_key)
-                        registry = {L.path_of(k): json.loads(v) for k, v in raw.items()}
-                        ops = index_plan(self, registry, index, value)
-                        pipe.multi()
-                        for op in ops:
-                            op(pipe)
-                        pipe.execute()
-                        return
-                    except redis as err:
-                        _retry_or_raise(err)
-            raise RuntimeError(f"could not write at index {index!r}: the entries kept changing")
+            srv.transact(body, f"could not write at index {index!r}: the entries kept changing")
 
         srv.run("write at an index", self._path or index, run)
 
@@ -466,9 +453,8 @@ class TensorDictStore(TensorDictBase):
     # ------------------------------------------------------------------ pickling: the handle
     def __getstate__(self) -> dict[str, Any]:
         """The connection settings and the id: unpickling reconnects (the data stay on the server)."""
-        pool = self._srv.client.connection_pool
         return {
-            "connection": _plain_settings(pool.connection_kwargs),
+            "connection": reconnect_settings(self._srv.client),
             "where": self._srv.where,
             "namespace": self._srv.namespace,
             "td_id": self._srv.td_id,
@@ -582,34 +568,3 @@ class TensorDictStore(TensorDictBase):
                 "the server"
             )
         return cls(backend=backend, prefix=prefix, client=client, td_id=td_id, device=device)
-
-
-_SETTINGS = (
-    "host",
-    "port",
-    "db",
-    "username",
-    "password",
-    "socket_timeout",
-    "socket_connect_timeout",
-)
-
-
-def _plain_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The connection settings a new `redis.Redis` needs to reach the same server."""
-    out = {k: kwargs[k] for k in _SETTINGS if k in kwargs}
-    if "path" in kwargs:  # a Unix socket connection
-        out["unix_socket_path"] = kwargs["path"]
-        out.pop("host", None)
-        out.pop("port", None)
-    return out
-
-
-def _retry_or_raise(err: Exception) -> None:
-    """Retry a transaction whose watched entries changed; a lost connection is an error."""
-    if "Watched variable changed" not in str(err):  # redis-py's WatchError for a dropped link
-        raise redis_module().exceptions.ConnectionError(str(err)) from err
-
-
-def _watch_error() -> type[Exception]:
-    return redis_module().exceptions.WatchError

@@ -6,9 +6,28 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["Server", "StoreConnectionError", "address", "connect", "redis_module"]
+from td_memmap._optional import optional_module
+
+__all__ = [
+    "Server",
+    "StoreConnectionError",
+    "address",
+    "connect",
+    "reconnect_settings",
+    "redis_module",
+]
 
 T = TypeVar("T")
+_RETRIES = 16  # optimistic transactions retried when another client changed the entries
+_SETTINGS = (
+    "host",
+    "port",
+    "db",
+    "username",
+    "password",
+    "socket_timeout",
+    "socket_connect_timeout",
+)
 
 
 class StoreConnectionError(ConnectionError):
@@ -17,14 +36,9 @@ class StoreConnectionError(ConnectionError):
 
 def redis_module() -> Any:
     """redis-py, or `ImportError` naming the extra that installs it."""
-    try:
-        import redis  # optional dependency, imported when a store is made
-    except ImportError:
-        raise ImportError(
-            "TensorDictStore needs the 'redis' package, which is not installed: "
-            "pip install 'td-memmap[redis]'"
-        ) from None
-    return redis
+    return optional_module(
+        "redis", "TensorDictStore", "the 'redis' package, which is not installed", "redis"
+    )
 
 
 def address(
@@ -51,6 +65,17 @@ def connect(
             f"unix:{unix_socket_path} (db {db})"
         )
     return redis.Redis(host=host, port=port, db=db, **kwargs), f"{host}:{port} (db {db})"
+
+
+def reconnect_settings(client: Any) -> dict[str, Any]:
+    """The settings a new `redis.Redis` needs to reach the same server as `client`."""
+    kwargs = client.connection_pool.connection_kwargs
+    out = {k: kwargs[k] for k in _SETTINGS if k in kwargs}
+    if "path" in kwargs:  # a Unix socket connection
+        out["unix_socket_path"] = kwargs["path"]
+        out.pop("host", None)
+        out.pop("port", None)
+    return out
 
 
 class Server:
@@ -94,3 +119,26 @@ class Server:
         """`fn()` under `guard`."""
         with self.guard(action, key):
             return fn()
+
+    def transact(self, body: Callable[[Any], None], failure: str) -> None:
+        """Run `body(pipe)` as one optimistic transaction on this TensorDict's keys.
+
+        `pipe` watches the registry of keys: `body` reads what it needs, calls
+        `pipe.multi()` and queues its writes, which run together. When another
+        client changed the registry meanwhile, the whole `body` runs again (at
+        most `_RETRIES` times, then `RuntimeError(failure)`); a connection lost
+        during the transaction raises redis-py's `ConnectionError`.
+        """
+        redis = redis_module()
+        for _ in range(_RETRIES):
+            with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(self.keys_key)
+                    body(pipe)
+                    pipe.execute()
+                    return
+                except redis.exceptions.WatchError as err:
+                    # redis-py also raises WatchError for a link that dropped mid-transaction
+                    if "Watched variable changed" not in str(err):
+                        raise redis.exceptions.ConnectionError(str(err)) from err
+        raise RuntimeError(failure)
