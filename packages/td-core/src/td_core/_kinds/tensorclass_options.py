@@ -63,9 +63,13 @@ def tensorclass(
         frozen: fields cannot be assigned after construction
             (`dataclasses.FrozenInstanceError`) and the storage is locked.
         nocast: keep Python numbers and numpy arrays as they are instead of making tensors.
-        shadow: allow fields named like a TensorDict attribute (`get`, ...);
-            the field then hides the attribute.
-        tensor_only: accepted for upstream compatibility (a speed hint).
+        shadow: allow fields named like a TensorDict attribute (`get`,
+            `batch_size`, `device`, `names`, ...); the field then hides the
+            attribute, for the TensorDict methods too: with a `batch_size` field,
+            index or stack `obj.to_tensordict()` instead of `obj`.
+        tensor_only: fields must be annotated with tensor types (tensors,
+            TensorDicts, tensorclasses, `None`); a mapping given to a TensorDict
+            field becomes one, and a field annotated `NonTensorData` reads as the leaf.
         skip_post_init_on_rebuild: accepted for upstream compatibility.
         cast_filter: with `autocast`, `cast_filter(name, value)` picks the
             fields to cast (all when `None`).
