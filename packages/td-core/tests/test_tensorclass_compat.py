@@ -141,6 +141,17 @@ def test_items_and_entry_queries_read_the_stored_non_tensor_leaf():
     assert obj.get_item_shape("z") == torch.Size([3])
 
 
+def test_cat_of_one_repeated_value_keeps_one_value():
+    obj = make_leaf()
+    joined = torch.cat([obj, obj], 0)
+    assert joined.z == "outer" and joined.y.z == "inner"  # the field reads as the value
+    assert type(joined.get("z")) is str
+    td = TensorDict(s="x", batch_size=[2])
+    assert type(torch.cat([td, td]).get("s")) is NonTensorData
+    mixed = torch.cat([td, TensorDict(s="y", batch_size=[2])]).get("s")
+    assert not isinstance(mixed, NonTensorData) and mixed.tolist() == ["x", "x", "y", "y"]
+
+
 def test_setitem_refuses_a_value_with_keys_that_are_not_fields():
     @tensorclass
     class Other:
