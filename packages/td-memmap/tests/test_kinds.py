@@ -18,6 +18,7 @@ from td_core import (
     UnbatchedTensor,
     is_non_tensor,
     is_tensor_collection,
+    is_tensorclass,
     lazy_stack,
     tensorclass,
 )
@@ -87,8 +88,11 @@ def _structure(td, values: bool = True):
         members = [_structure(m, values) for m in td.tensordicts]
         return ("lazy", td.stack_dim, tuple(td.batch_size), members)
     out = {}
-    for key in td.keys():
-        value = td.get(key)
+    # a tensorclass's get() reads a non-tensor field as its value (as upstream): read the leaves
+    # from its TensorDict
+    source = td.to_tensordict() if is_tensorclass(td) else td
+    for key in source.keys():
+        value = source.get(key)
         if isinstance(value, torch.Tensor):
             out[key] = (value.dtype, value.tolist() if values else tuple(value.shape))
         elif is_non_tensor(value):

@@ -53,6 +53,7 @@ from td_core._io.convert_from import (
     from_struct_array,
     from_tuple,
 )
+from td_core._io.directory import print_directory_tree
 from td_core._io.formats import from_h5, from_safetensors, from_zarr, to_safetensors
 from td_core._io.pack import PackLayout
 from td_core._io.printoptions import get_printoptions, set_printoptions
@@ -88,6 +89,7 @@ from td_core._version import __version__
 
 __all__ = [
     "__version__",
+    "print_directory_tree",
     "errors",
     # the container
     "TensorDict",

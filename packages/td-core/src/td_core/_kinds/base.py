@@ -9,6 +9,7 @@ delegates to (`_index`, `_shape`, `_apply`, `_structure`, `_stack`).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -101,6 +102,10 @@ class TensorDictBase(
     __slots__ = ()
     _td_collection = True
     _is_non_tensor = False
+
+    def __class_getitem__(cls, params: Any) -> types.GenericAlias:
+        """`TensorDict[str, Tensor]` in annotations, as upstream allows (a typing alias only)."""
+        return types.GenericAlias(cls, params)
 
     # ------------------------------------------------------------------ metadata
     def size(self, dim: int | None = None) -> torch.Size | int:

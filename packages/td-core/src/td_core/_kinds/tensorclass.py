@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,6 +28,8 @@ from td_core._io.repr import leaf_repr, td_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
+from td_core._kinds.tensorclass_compat import TensorClassCompat, unknown_field_error
+from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._ops.names import inherit_names
 
 __all__ = ["build_tensorclass", "tensorclass"]
@@ -34,7 +38,7 @@ _T = TypeVar("_T")
 _RESERVED = {"batch_size", "device", "shape", "names"}
 
 
-class _TensorClassBase(TensorDictBase):
+class _TensorClassBase(TensorClassCompat, TensorDictBase):
     """What every generated tensorclass shares."""
 
     _td_tensorclass = True  # not upstream's `_is_tensorclass`, which its vmap patch reads
@@ -56,9 +60,13 @@ class _TensorClassBase(TensorDictBase):
         """
         if type(key) is str and key in _RESERVED and key not in self._field_set:
             return getattr(self, key)
-        return super().get(key, default, **how)
+        value = super().get(key, default, **how)
+        # as upstream, a tensorclass reads a non-tensor entry as its value, not as the leaf
+        return value.data if is_nt(value) and not how else value
 
     def _set_str(self, key: str, value: Any) -> None:
+        if key not in type(self)._field_set:  # every write of a new key comes through here
+            raise unknown_field_error(type(self), key)
         self._tensordict._set_str(key, value)
 
     def _del_str(self, key: str) -> None:
@@ -121,6 +129,65 @@ class _TensorClassBase(TensorDictBase):
             post_init()
         return obj
 
+    @classmethod
+    def from_dict(
+        cls,
+        input_dict: Any,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool | None = None,
+        names: Any = None,
+    ) -> Any:
+        """An instance whose fields are the keys of the (nested) mapping `input_dict`.
+
+        The arguments are those of `TensorDict.from_dict`; keys that are not
+        fields are refused (`KeyError`).
+        """
+        td = TensorDict.from_dict(
+            input_dict,
+            batch_size,
+            device,
+            batch_dims,
+            auto_batch_size=auto_batch_size,
+            names=names,
+        )
+        return cls.from_tensordict(td)
+
+    @classmethod
+    def from_list(
+        cls,
+        input: Any,
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Any = None,
+        lazy: bool | None = None,
+    ) -> Any:
+        """An instance from a list of mappings (one per row), as `TensorDict.from_list`.
+
+        The keys of the mappings must be fields. A tensorclass holds a dense
+        TensorDict, so `lazy=True` rows are stacked (and must share shapes).
+        """
+        td = TensorDict.from_list(
+            input,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+            lazy=lazy,
+        )
+        return cls.from_tensordict(td)
+
+    @classmethod
+    def fromkeys(cls, keys: Any, value: Any = 0) -> Any:
+        """An instance of empty batch size holding `value` in each field named in `keys`."""
+        return cls.from_tensordict(TensorDict.fromkeys(keys, value))
+
     def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
         """The fields as a plain TensorDict (a shallow copy)."""
         return self._tensordict.copy()
@@ -170,15 +237,12 @@ class _TensorClassBase(TensorDictBase):
                 if name in self._tensordict._keys_str():
                     self._tensordict._del_str(name)
             else:
-                self._tensordict.set(name, value)
+                self.set(name, value)
         elif _is_data_descriptor(cls, name):  # a property with a setter (batch_size, names, ...)
             object.__setattr__(self, name, value)
         else:
             # as a dataclass with slots would: a typo must not be stored silently
-            raise AttributeError(
-                f"Cannot set the attribute {name!r}: {cls.__name__} has no such field "
-                f"(fields: {list(cls._fields)})"
-            )
+            raise unknown_field_error(cls, name)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_tensordict": self._tensordict}
@@ -196,11 +260,15 @@ class _TensorClassBase(TensorDictBase):
                 else leaf_repr(value)
             )
             lines.append(f"{key}={text}")
-        lines += [
-            f"batch_size={self.batch_size}",
-            f"device={self.device}",
-            f"is_shared={self.is_shared()}",
-        ]
+        # a field named like the metadata (`shadow=True`) replaces its line, as upstream
+        td, fields = self._tensordict, type(self)._field_set
+        if "batch_size" not in fields:
+            lines.append(f"batch_size={td.batch_size}")
+        elif "shape" not in fields:
+            lines.append(f"shape={td.batch_size}")
+        if "device" not in fields:
+            lines.append(f"device={td.device}")
+        lines.append(f"is_shared={td.is_shared()}")
         body = ",\n".join("\n".join("    " + ln for ln in line.splitlines()) for line in lines)
         return f"{type(self).__name__}(\n{body})"
 
@@ -258,17 +326,61 @@ def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any],
     return probe.__dataclass_fields__, probe.__dataclass_params__
 
 
-def _field_property(name: str) -> property:
+def _field_property(name: str, keep_leaf: bool = False) -> property:
     def getter(self: _TensorClassBase) -> Any:
         value = self._tensordict._get_str(name, None)
         if value is None:
+            deleted = self.__dict__.get("_td_deleted")
+            if deleted and name in deleted:
+                raise AttributeError(f"{type(self).__name__} field {name!r} was deleted")
             return type(self)._defaults.get(name)
-        return value.data if is_nt(value) else value
+        return value.data if is_nt(value) and not keep_leaf else value
 
     def setter(self: _TensorClassBase, value: Any) -> None:
         _TensorClassBase.__setattr__(self, name, value)
 
     return property(getter, setter, doc=f"The `{name}` field.")
+
+
+def _is_tensordict_hint(hint: Any) -> bool:
+    """Whether an annotation names a TensorDict type (alone, in a union or parameterised)."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or (origin is not None and origin is types.UnionType):
+        return any(_is_tensordict_hint(arg) for arg in typing.get_args(hint))
+    if origin is not None:
+        hint = origin
+    return isinstance(hint, type) and issubclass(hint, TensorDictBase)
+
+
+def _field_hints(cls: type, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The annotation of each field, string annotations evaluated where possible.
+
+    A string is evaluated in the class's module, where the class's own name
+    stands for the tensorclass (`y: "Node"` inside `Node`); one that cannot be
+    evaluated is left out.
+    """
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        module = sys.modules.get(klass.__module__)  # where the annotation was written
+        scope = vars(module) if module is not None else {}
+        for name, hint in inspect.get_annotations(klass).items():
+            if name not in fields:
+                continue
+            if isinstance(hint, str):
+                if hint.strip("'\" ") == cls.__name__:
+                    out[name] = TensorDictBase  # the class itself, a tensorclass
+                    continue
+                try:
+                    hint = eval(hint, scope)  # what typing.get_type_hints does with a string
+                except Exception:
+                    continue
+            out[name] = hint
+    return out
+
+
+def _is_leaf_hint(hint: Any) -> bool:
+    """Whether a field is annotated as a non-tensor leaf class (read as the leaf itself)."""
+    return isinstance(hint, type) and issubclass(hint, (NonTensorData, NonTensorStack))
 
 
 def _is_classvar(hint: Any) -> bool:
@@ -277,7 +389,7 @@ def _is_classvar(hint: Any) -> bool:
     return hint is typing.ClassVar or typing.get_origin(hint) is typing.ClassVar
 
 
-def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
+def _fields_of(cls: type, shadow: bool = False) -> tuple[tuple[str, ...], dict[str, Any]]:
     names: list[str] = []
     defaults: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
@@ -287,7 +399,7 @@ def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
         for name, hint in annotations.items():
             if name.startswith("__") or _is_classvar(hint):
                 continue  # as dataclasses: `_private: Any = None` is a field, a ClassVar is not
-            if name in _RESERVED:
+            if name in _RESERVED and not shadow:
                 raise AttributeError(f"tensorclass {cls.__name__}: field name {name!r} is reserved")
             if name not in names:
                 names.append(name)
@@ -306,6 +418,8 @@ def _fields_of(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
 def _make_init(
     cls_name: str, fields: tuple[str, ...], defaults: dict[str, Any]
 ) -> Callable[..., None]:
+    shadowed = [n for n in ("batch_size", "device", "names") if n in fields]
+
     def __init__(
         self: _TensorClassBase,
         *args: Any,
@@ -320,6 +434,12 @@ def _make_init(
                 f"{len(args) + 1} were given (self and the fields {list(fields)})"
             )
         values = dict(zip(fields, args))
+        meta = {"batch_size": batch_size, "device": device, "names": names}
+        for meta_name in shadowed:  # `shadow=True`: the keyword sets the field of that name
+            if meta[meta_name] is not None:
+                kwargs[meta_name] = meta[meta_name]
+                meta[meta_name] = None
+        batch_size, device, names = meta["batch_size"], meta["device"], meta["names"]
         for name, value in kwargs.items():
             if name not in fields:
                 raise TypeError(
@@ -345,7 +465,7 @@ def _make_init(
             if value is None:
                 continue
             if custom is None:
-                td.set(name, value)
+                self.set(name, value)
             else:  # the class's own __setattr__ sees the fields, as a dataclass's __init__ does
                 custom(self, name, value)
         if names is not None:
@@ -367,6 +487,7 @@ def _make_init(
     params += [
         inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
         for n in ("batch_size", "device", "names")
+        if n not in shadowed
     ]
     __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return __init__
@@ -397,16 +518,28 @@ def tensorclass(cls: type[_T]) -> type[_T]:
     return build_tensorclass(cls, {})
 
 
-def build_tensorclass(cls: type[_T], body: dict[str, Any]) -> type[_T]:
+def build_tensorclass(
+    cls: type[_T], body: dict[str, Any], *, shadow: bool = False, tensor_only: bool = False
+) -> type[_T]:
     """`tensorclass(cls)`, with `body` (methods, `__classcell__`) set on the built class itself.
 
     The class form (`class Foo(TensorClass)`) passes its methods here rather than
     leaving them on `cls`: a method calling `super()` then names the class that
-    is returned, as Python requires of a metaclass.
+    is returned, as Python requires of a metaclass. With `shadow`, fields may be
+    named like the metadata (`batch_size`, `device`, `names`, `shape`): the field
+    hides the attribute, and the constructor's keyword of that name sets the field.
+    With `tensor_only`, a field annotated as a non-tensor leaf class reads as the
+    leaf itself rather than its value.
     """
-    fields, defaults = _fields_of(cls)
+    fields, defaults = _fields_of(cls, shadow)
+    hints = _field_hints(cls, fields)
     namespace: dict[str, Any] = dict(body)
-    namespace.update({name: _field_property(name) for name in fields})
+    namespace.update(
+        {
+            name: _field_property(name, tensor_only and _is_leaf_hint(hints.get(name)))
+            for name in fields
+        }
+    )
     dc_fields, dc_params = _dataclass_spec(cls, fields)
     namespace.update(
         __dataclass_fields__=dc_fields,
@@ -416,6 +549,7 @@ def build_tensorclass(cls: type[_T], body: dict[str, Any]) -> type[_T]:
         _field_set=frozenset(fields),
         __expected_keys__=set(fields),
         _defaults=defaults,
+        _mapping_fields=frozenset(n for n, h in hints.items() if _is_tensordict_hint(h)),
         __init__=_make_init(cls.__name__, fields, defaults),
         # a mutable dataclass with `==` is unhashable; `frozen=True` makes it hashable again
         __hash__=None,

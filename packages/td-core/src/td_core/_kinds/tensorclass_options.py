@@ -27,6 +27,7 @@ __all__ = ["tensorclass", "TensorClass"]
 
 _T = TypeVar("_T")
 _SCALARS = (int, float, bool, complex)
+_LEGACY_TENSOR_TYPE = type(torch.IntTensor)
 _OPTION_NAMES = (
     "autocast",
     "frozen",
@@ -61,10 +62,14 @@ def tensorclass(
             (`int`, `float`, `bool`, `str`, `torch.Tensor`).
         frozen: fields cannot be assigned after construction
             (`dataclasses.FrozenInstanceError`) and the storage is locked.
-        nocast: keep Python numbers as they are instead of making tensors.
-        shadow: allow fields named like a TensorDict attribute (`get`, ...);
-            the field then hides the attribute.
-        tensor_only: accepted for upstream compatibility (a speed hint).
+        nocast: keep Python numbers and numpy arrays as they are instead of making tensors.
+        shadow: allow fields named like a TensorDict attribute (`get`,
+            `batch_size`, `device`, `names`, ...); the field then hides the
+            attribute, for the TensorDict methods too: with a `batch_size` field,
+            index or stack `obj.to_tensordict()` instead of `obj`.
+        tensor_only: fields must be annotated with tensor types (tensors,
+            TensorDicts, tensorclasses, `None`); a mapping given to a TensorDict
+            field becomes one, and a field annotated `NonTensorData` reads as the leaf.
         skip_post_init_on_rebuild: accepted for upstream compatibility.
         cast_filter: with `autocast`, `cast_filter(name, value)` picks the
             fields to cast (all when `None`).
@@ -130,6 +135,53 @@ def _check_shadow(cls: type) -> None:
         )
 
 
+def _tensor_only_allows(hint: Any) -> bool:
+    """Whether `tensor_only` accepts the annotation: tensors, tensor collections, `None`."""
+    if hint is None or hint is type(None):
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return all(_tensor_only_allows(arg) for arg in typing.get_args(hint))
+    if origin is not None:  # a parameterised generic: `TensorDict[str, Tensor]`
+        hint = origin
+    if isinstance(hint, _LEGACY_TENSOR_TYPE):  # `torch.IntTensor`, `torch.LongTensor`, ...
+        return True
+    return isinstance(hint, type) and issubclass(
+        hint, (torch.Tensor, TensorDictBase, NonTensorData)
+    )
+
+
+def _check_tensor_only(cls: type, options: dict[str, Any]) -> None:
+    """Refuse `tensor_only` with casting options or with a field that is not a tensor type."""
+    if options["autocast"] or options["nocast"]:
+        raise TypeError(
+            f"tensorclass {cls.__name__}: tensor_only cannot be combined with autocast or "
+            "nocast (its fields hold tensors, there is nothing to cast)"
+        )
+    hints = _annotations(cls)
+    names = {
+        name
+        for klass in cls.__mro__
+        if not klass.__dict__.get("_tc_template") and not issubclass(klass, TensorDictBase)
+        for name in inspect.get_annotations(klass)
+        if not name.startswith("__")
+    }
+    for name in sorted(names):
+        hint = hints.get(name)
+        if isinstance(hint, str):  # a forward reference: checked when it can be evaluated
+            hint = _resolve(hint, cls, cls)
+            if hint is None:
+                continue
+        if hint is typing.ClassVar or typing.get_origin(hint) is typing.ClassVar:
+            continue
+        if not _tensor_only_allows(hint):
+            raise TypeError(
+                f"tensorclass {cls.__name__}: field {name!r} is annotated {hint!r}, but "
+                "tensor_only requires types to be Tensor, Tensor-subtrypes or None "
+                "(or tensor collections such as TensorDict and tensorclasses)"
+            )
+
+
 def _resolve(hint: Any, cls: type, built: type) -> Any:
     """An annotation given as a string (a forward reference), evaluated when first needed.
 
@@ -142,9 +194,11 @@ def _resolve(hint: Any, cls: type, built: type) -> Any:
     module = sys.modules.get(cls.__module__)
     scope = {**(vars(module) if module is not None else {}), cls.__name__: built}
     try:
-        return eval(hint, scope)  # what typing.get_type_hints does with a string annotation
+        out = eval(hint, scope)  # what typing.get_type_hints does with a string annotation
     except Exception:
         return None
+    # `x: "Node"` under `from __future__ import annotations` is stored as "'Node'"
+    return _resolve(out, cls, built) if isinstance(out, str) and out != hint else out
 
 
 def _cast_to(target: Any, value: Any) -> Any:
@@ -179,7 +233,7 @@ def _caster(cls: type, built: type, options: dict[str, Any]) -> Callable[[str, A
             if isinstance(target, str):
                 target = hints[name] = _resolve(target, cls, built)
             return _cast_to(target, value)
-        if nocast and isinstance(value, _SCALARS):
+        if nocast and isinstance(value, (*_SCALARS, np.ndarray)):
             return NonTensorData(value)
         return value
 
@@ -189,7 +243,11 @@ def _caster(cls: type, built: type, options: dict[str, Any]) -> Callable[[str, A
 def _make(cls: Any, options: dict[str, Any], body: dict[str, Any] | None = None) -> Any:
     if not options["shadow"]:
         _check_shadow(cls)
-    new_cls: Any = build_tensorclass(cls, body or {})
+    if options["tensor_only"]:
+        _check_tensor_only(cls, options)
+    new_cls: Any = build_tensorclass(
+        cls, body or {}, shadow=bool(options["shadow"]), tensor_only=bool(options["tensor_only"])
+    )
     new_cls._tc_options = dict(options)
     for flag in ("autocast", "nocast", "frozen", "shadow", "tensor_only"):  # upstream's class flags
         setattr(new_cls, f"_{flag}", bool(options[flag]))
@@ -197,6 +255,15 @@ def _make(cls: Any, options: dict[str, Any], body: dict[str, Any] | None = None)
         new_cls.__hash__ = object.__hash__  # locked for good: hashable by identity
     if not any(options[k] for k in ("autocast", "nocast", "frozen", "kw_only")):
         return new_cls
+    if options["autocast"]:
+        # as upstream, autocast turns a mapping into a TensorDict (or tensorclass) only for a
+        # field annotated with that one type; under a union the mapping is kept as a value
+        hints = _annotations(cls)
+        new_cls._mapping_fields = frozenset(
+            n
+            for n in new_cls._mapping_fields
+            if isinstance(_resolve(hints.get(n), cls, new_cls), type)
+        )
     convert = _caster(cls, new_cls, options)
     fields = new_cls._fields
     init = new_cls.__init__

@@ -556,8 +556,9 @@ def _collapse(leaves: Sequence[_NonTensorBase], dim: int) -> Any:
     return None
 
 
-def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStack:
-    """Concatenate non-tensor leaves into one `NonTensorStack` (the same rule as stacking)."""
+def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> _NonTensorBase:
+    """Concatenate non-tensor leaves: one `NonTensorData` when they are `NonTensorData` of one
+    value (as upstream), else a `NonTensorStack`."""
     first = leaves[0].batch_size
     n = len(first)
     shared = _shared_value(leaves)
@@ -570,6 +571,8 @@ def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> NonTensorStac
         ):  # the value once (mismatched sizes: numpy below names them)
             bs = list(first)
             bs[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
+            if all(type(leaf) is NonTensorData for leaf in leaves):
+                return NonTensorData(shared[0], torch.Size(bs), leaves[0].device)
             return NonTensorStack._filled(shared[0], torch.Size(bs), leaves[0].device)
     return NonTensorStack(
         np.concatenate([leaf.as_array() for leaf in leaves], axis=dim), device=leaves[0].device

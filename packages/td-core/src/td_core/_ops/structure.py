@@ -175,8 +175,18 @@ class StructureMixin(TensorDictContract):
 
     __slots__ = ()
 
-    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
-        """Only the given (possibly nested) keys; with `inplace` the others are removed from self."""
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: bool = False,
+    ) -> Self:
+        """Only the given (possibly nested) keys; with `inplace` the others are removed from self.
+
+        `as_tensordict=True` makes a tensorclass return a plain `TensorDict`; every
+        other kind is a TensorDict already and ignores it.
+        """
         if inplace and self._writes_through:
             raise refuse_inplace(self, "select")
         if is_stack(self):  # lazy stacks select member by member
