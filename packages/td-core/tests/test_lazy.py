@@ -230,3 +230,10 @@ def test_lazy_from_list_is_lazy_by_default_and_obeys_lazy_false():
     assert type(LazyStackedTensorDict.from_list(rows)) is LazyStackedTensorDict
     assert type(LazyStackedTensorDict.from_list(rows, lazy=False)) is TensorDict
     assert type(TensorDict.from_list(rows)) is TensorDict
+
+
+def test_setting_a_lazy_stacks_batch_size_names_the_fix():
+    stack = lazy_stack([TensorDict({"a": torch.zeros(3)}, [3]) for _ in range(2)])
+    with pytest.raises(RuntimeError, match=r"not permitted\. Consider .*to_tensordict\(\)"):
+        stack.batch_size = [2]
+    assert stack.batch_size == (2, 3)

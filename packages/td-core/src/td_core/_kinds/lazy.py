@@ -17,7 +17,7 @@ give a dense result.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -27,12 +27,13 @@ from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
 from td_core._io.consolidate import pack, unpack
-from td_core._io.repr import fields_repr, leaf_repr, td_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
+from td_core._kinds.lazy_constructors import LazyConstructorsMixin
 from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._kinds.lazy_index import LazyIndexMixin
 from td_core._kinds.lazy_read import LazyReadMixin
+from td_core._kinds.lazy_repr import LazyReprMixin
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.lists import MemberValues, split_list
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
@@ -48,7 +49,14 @@ Tensor = torch.Tensor
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, TensorDictBase):
+class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mapping per member, as upstream
+    LazyConstructorsMixin,
+    LazyHooksMixin,
+    LazyIndexMixin,
+    LazyReadMixin,
+    LazyReprMixin,
+    TensorDictBase,
+):
     """A lazy stack of TensorDicts along batch dim `stack_dim`.
 
     Args:
@@ -143,68 +151,6 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
             strict_shape=strict_shape,
         )
 
-    @classmethod
-    def from_dict(  # type: ignore[override]  # one mapping per member, as upstream's lazy from_dict
-        cls,
-        input_dict: Sequence[Any] | Mapping[str, Any],
-        batch_size: Any = None,
-        device: Any = None,
-        *,
-        batch_dims: int | None = None,
-        stack_dim: int = 0,
-    ) -> LazyStackedTensorDict:
-        """A lazy stack with one member per mapping (`TensorDict.from_dict` of each).
-
-        `input_dict` is a list of mappings, or a mapping `{"0": ..., "1": ...}`
-        as `to_dict()` of a lazy stack gives. `batch_size` and `batch_dims`
-        are the members' (without the stack dim).
-        """
-        if isinstance(input_dict, Mapping):
-            if not all(str(i) in input_dict for i in range(len(input_dict))):
-                raise KeyError(
-                    f"LazyStackedTensorDict.from_dict: a mapping input needs the keys '0' to "
-                    f"'{len(input_dict) - 1}' (one per member), got {sorted(input_dict)}"
-                )
-            items = [input_dict[str(i)] for i in range(len(input_dict))]
-        else:
-            items = list(input_dict)
-        members = [
-            TensorDict.from_dict(item, batch_size, device, batch_dims=batch_dims) for item in items
-        ]
-        return cls(*members, stack_dim=stack_dim)
-
-    @staticmethod
-    def from_module(
-        module: Any,
-        as_module: bool = False,
-        lock: bool = True,
-        use_state_dict: bool = False,
-        *,
-        filter_empty: bool = True,
-    ) -> Any:
-        """The parameters and buffers of `module`: a TensorDict, as upstream (see `from_module`)."""
-        return TensorDict.from_module(
-            module,
-            as_module=as_module,
-            lock=lock,
-            use_state_dict=use_state_dict,
-            filter_empty=filter_empty,
-        )
-
-    @staticmethod
-    def from_modules(*modules: Any, **kwargs: Any) -> Any:
-        """The stacked parameters of several modules (see `td_core.from_modules`)."""
-        return TensorDict.from_modules(*modules, **kwargs)
-
-    @staticmethod
-    def from_remote_init(
-        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
-    ) -> TensorDict:
-        """Receive a TensorDict sent with `init_remote` (see `TensorDict.from_remote_init`)."""
-        return TensorDict.from_remote_init(
-            src, group=group, device=device, use_broadcast=use_broadcast
-        )
-
     # ---------------------------------------------------------------- members
     def append(self, tensordict: TensorDictBase) -> None:
         """Add a member at the end of the stack (its batch size must be the members')."""
@@ -294,7 +240,10 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
         raise RuntimeError(
-            "the batch_size of a LazyStackedTensorDict follows its members; set theirs"
+            "Modifying the batch size of a lazy representation of a tensordict is not permitted. "
+            "Consider instantiating the tensordict first by calling `td = td.to_tensordict()` "
+            "before resetting the batch size. (A LazyStackedTensorDict's batch size follows its "
+            "members: set theirs, or change it with a shape op.)"
         )
 
     @property
@@ -336,6 +285,18 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         if name is not None and named:
             out._td_dim_name = name
         return out
+
+    def _pytree_members(self) -> tuple[list[TensorDictBase], int] | None:
+        """The members and stack dim when pytree must walk the members (see `_kinds.pytree`).
+
+        That is when the entries cannot be stacked: the members' keys or entry
+        shapes differ. Otherwise `None`: the node's children are the stacked entries.
+        """
+        if not self.tensordicts:
+            return None
+        if any(self.exclusive_keys()) or self._is_ragged():
+            return self.tensordicts, self.stack_dim
+        return None
 
     def _is_ragged(self) -> bool:
         """Whether a common entry has different shapes in the members (at any depth)."""
@@ -532,32 +493,6 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         self.stack_dim = state["stack_dim"]
         self._is_locked = state["locked"]
 
-    def __repr__(self) -> str:
-        fields = [(k, self._render(k)) for k in self._keys_str()]
-        exclusive = [
-            fields_repr(str(i), [(k, self._member_render(td.get(k))) for k in keys])
-            for i, (td, keys) in enumerate(zip(self.tensordicts, self.exclusive_keys()))
-            if keys
-        ]
-        extra = {
-            "exclusive_fields": fields_repr("exclusive_fields", [])
-            if not exclusive
-            else "exclusive_fields={\n" + ",\n".join(_indent(e) for e in exclusive) + "}"
-        }
-        return td_repr(self, extra=extra, fields=fields, after={"stack_dim": self.stack_dim})
-
-    def _render(self, key: str) -> str:
-        first = self.tensordicts[0]._get_str(key)
-        if is_td(first):
-            return repr(self._get_str(key))
-        shape = self.get_item_shape(key)
-        if isinstance(first, Tensor):  # a stacked read is a plain tensor, whatever the members hold
-            return f"Tensor(shape={shape}, device={first.device}, dtype={first.dtype}, is_shared={first.is_shared()})"
-        return leaf_repr(self._get_str(key))
-
-    def _member_render(self, value: Any) -> str:
-        return repr(value) if is_td(value) else leaf_repr(value)
-
 
 def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
     if len(tds) < 2:
@@ -582,10 +517,6 @@ def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
             if _ragged_members(values):
                 return True
     return False
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
 
 
 def lazy_stack(
