@@ -134,9 +134,11 @@ def test_exclusive_keys_and_ragged_leaves():
     )
 
 
-def test_members_must_share_batch_size():
-    with pytest.raises(RuntimeError, match=r"\[3\].*\[4\]"):
-        lazy_stack([TensorDict({}, [4]), TensorDict({}, [3])])
+def test_members_must_share_their_number_of_batch_dims():
+    with pytest.raises(RuntimeError, match=r"\[3, 1\].*\[4\]"):
+        lazy_stack([TensorDict({}, [4]), TensorDict({}, [3, 1])])
+    # one rank, other sizes: the dim reads -1, as upstream
+    assert lazy_stack([TensorDict({}, [4]), TensorDict({}, [3])]).batch_size == (2, -1)
 
 
 def test_stack_of_lazy_stacks_and_unbind():

@@ -32,6 +32,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy_constructors import LazyConstructorsMixin
 from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._kinds.lazy_index import LazyIndexMixin
+from td_core._kinds.lazy_members import LazyMembersMixin
 from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.lazy_repr import LazyReprMixin
 from td_core._kinds.pytree import allow_weights_only, register
@@ -41,7 +42,7 @@ from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core._ops.lock_cache import drop
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
-from td_core.errors import BatchSizeError, DeviceError, LockedError
+from td_core.errors import BatchSizeError, DimError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
@@ -53,6 +54,7 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
     LazyConstructorsMixin,
     LazyHooksMixin,
     LazyIndexMixin,
+    LazyMembersMixin,
     LazyReadMixin,
     LazyReprMixin,
     TensorDictBase,
@@ -71,6 +73,7 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
     __slots__ = (
         "__weakref__",
         "_is_locked",
+        "_ragged_batch",
         "_td_dim_name",
         "_template",
         "_view_record",
@@ -103,15 +106,31 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
                 f"lazy stack: batch_size {list(batch_size)} is the members' batch size and "
                 f"must match theirs, {list(bs)} (it only matters for a stack with no member)"
             )
+        ragged_batch = False
         for i, td in enumerate(tensordicts):
             if not is_td(td):
                 raise TypeError(f"lazy stack: item {i} is a {type(td).__name__}, not a TensorDict")
             if td.batch_size != bs:
-                raise BatchSizeError(
-                    f"lazy stack: the batch sizes in tensordicts differs: TensorDict {i} has "
-                    f"batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
-                )
+                # members of one rank may differ in size: those dims read -1, as upstream
+                if strict_shape or len(td.batch_size) != len(bs):
+                    raise BatchSizeError(
+                        f"lazy stack: the batch sizes in tensordicts differs: TensorDict {i} has "
+                        f"batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
+                        + (
+                            " (strict_shape=True needs one batch size)"
+                            if strict_shape and len(td.batch_size) == len(bs)
+                            else "; members must have as many batch dims"
+                        )
+                    )
+                ragged_batch = True
+        self._ragged_batch = ragged_batch
         self.tensordicts: list[TensorDictBase] = list(tensordicts)
+        if not isinstance(stack_dim, bool) and isinstance(stack_dim, int):
+            if not -len(bs) - 1 <= stack_dim <= len(bs):
+                raise DimError(
+                    f"lazy stack: stack_dim {stack_dim} is out of range for members with "
+                    f"{len(bs)} batch dims (it must be in [{-len(bs) - 1}, {len(bs)}])"
+                )
         self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
         self._is_locked = False
         if stack_dim_name is not None:
@@ -152,88 +171,24 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
         )
 
     # ---------------------------------------------------------------- members
-    def append(self, tensordict: TensorDictBase) -> None:
-        """Add a member at the end of the stack (its batch size must be the members')."""
-        self.insert(len(self.tensordicts), tensordict)
+    def _replace_members(self, members: list[TensorDictBase], member_bs: torch.Size) -> None:
+        """Hold `members` instead (`update(update_batch_size=True)`; they share a rank).
 
-    def insert(self, index: int, tensordict: TensorDictBase) -> None:
-        """Add a member before position `index` of the stack dim."""
-        self._check_members([tensordict])
-        self.tensordicts.insert(index, tensordict)
-
-    def extend(self, tensordict: Sequence[TensorDictBase] | TensorDictBase) -> None:
-        """Add members at the end: a list of TensorDicts, or a TensorDict unbound along the stack dim."""
-        items = list(tensordict.unbind(self.stack_dim) if is_td(tensordict) else tensordict)
-        self._check_members(items)  # all checked before any is added
-        self.tensordicts.extend(items)
+        `member_bs` is the members' batch size, kept for a stack left with no member.
+        """
+        self.tensordicts = members
+        self._template = None if members else TensorDict(batch_size=member_bs)
+        self._ragged_batch = len({td.batch_size for td in members}) > 1
 
     @property
     def _first(self) -> TensorDictBase:
         """The first member, or an empty stand-in with the members' batch size if there is none."""
         return self.tensordicts[0] if self.tensordicts else self._template  # type: ignore[return-value]
 
-    def _check_members(self, items: Sequence[Any]) -> None:
-        if self._is_locked:
-            raise LockedError("cannot add members to a locked LazyStackedTensorDict; unlock_() it")
-        bs = self._first.batch_size
-        for item in items:
-            if not is_td(item):
-                raise TypeError(
-                    f"cannot add a {type(item).__name__} to a lazy stack: Expected new value to "
-                    "be TensorDictBase instance (a TensorDict, a lazy stack or a tensorclass)"
-                )
-            if item.batch_size != bs:
-                raise BatchSizeError(
-                    f"Batch sizes in tensordicts differs: cannot add a TensorDict of batch_size "
-                    f"{list(item.batch_size)} to a lazy stack whose members have batch_size {list(bs)}"
-                )
-            device = self.device
-            if self.tensordicts and device is not None and item.device != device:
-                raise DeviceError(
-                    f"Devices differ: cannot add a TensorDict on device {item.device} to a lazy "
-                    f"stack on device {device}; move it first with .to({str(device)!r})"
-                )
-
-    def valid_keys(
-        self,
-        include_nested: bool = False,
-        leaves_only: bool = False,
-        is_leaf: Callable[[type], bool] | None = None,
-        *,
-        sort: bool = False,
-    ) -> Any:
-        """The keys every member holds (the same as `keys`)."""
-        return self.keys(include_nested, leaves_only, is_leaf, sort=sort)
-
-    def auto_batch_size_(
-        self, batch_dims: int | None = None, keep_compliant_size: bool = False
-    ) -> LazyStackedTensorDict:
-        """Grow the members' batch size to the longest leading shape they all share.
-
-        `batch_dims` caps the number of dims of the stack's batch size. A lazy
-        stack's batch size is always compliant, so `keep_compliant_size=True`
-        leaves it as it is.
-        """
-        if keep_compliant_size:
-            return self
-        member_dims = None if batch_dims is None else max(batch_dims - 1, self.batch_dims - 1)
-        for td in self.tensordicts:
-            td.auto_batch_size_(member_dims)
-        common = list(self.tensordicts[0].batch_size)
-        for td in self.tensordicts[1:]:
-            i = 0
-            while i < len(common) and i < len(td.batch_size) and common[i] == td.batch_size[i]:
-                i += 1
-            del common[i:]
-        for td in self.tensordicts:
-            if list(td.batch_size) != common:
-                td.batch_size = torch.Size(common)
-        return self
-
     # ---------------------------------------------------------------- metadata
     @property
     def batch_size(self) -> torch.Size:
-        bs = self._first.batch_size
+        bs = self._member_batch()
         d = self.stack_dim
         return torch.Size((*bs[:d], len(self.tensordicts), *bs[d:]))
 
@@ -245,6 +200,18 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
             "before resetting the batch size. (A LazyStackedTensorDict's batch size follows its "
             "members: set theirs, or change it with a shape op.)"
         )
+
+    def _member_batch(self) -> torch.Size:
+        """The members' batch size; a dim where members differ reads -1, as upstream."""
+        bs = self._first.batch_size
+        if not self._ragged_batch:
+            return bs
+        sizes = list(bs)
+        for td in self.tensordicts[1:]:
+            for i, n in enumerate(td.batch_size):
+                if sizes[i] != n:
+                    sizes[i] = -1
+        return torch.Size(sizes)
 
     @property
     def device(self) -> torch.device | None:
@@ -492,6 +459,8 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
         self._template = None if self.tensordicts else TensorDict(batch_size=state.get("bs", ()))
         self.stack_dim = state["stack_dim"]
         self._is_locked = state["locked"]
+        sizes = {td.batch_size for td in self.tensordicts}
+        self._ragged_batch = len(sizes) > 1
 
 
 def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:

@@ -45,6 +45,8 @@ class LazyIndexMixin:
 
         @property
         def batch_size(self) -> torch.Size: ...
+        @property
+        def batch_dims(self) -> int: ...
         def contiguous(self, *, inplace: bool = ..., canonical: bool = ...) -> TensorDictBase: ...
         def _restack(self, members: list[TensorDictBase], dim: int) -> TensorDictBase: ...
         def _is_ragged(self) -> bool: ...
@@ -95,8 +97,14 @@ class LazyIndexMixin:
     def _sliced_stack_dim(self, norm: tuple[Any, ...], at: int) -> int:
         """Where the stack dim, indexed by the slice `norm[at]`, lands in the result."""
         shapes = []
+        # members of different sizes: each such dim (-1) probed at the largest member's size
+        sizes = list(self.batch_size)
+        for i, n in enumerate(sizes):
+            if n == -1:
+                m = i if i < self.stack_dim else i - 1
+                sizes[i] = max(td.batch_size[m] for td in self.tensordicts)
         for size in (2, 3):  # only the stack dim's size differs between the two probes
-            probe = list(self.batch_size)
+            probe = list(sizes)
             probe[self.stack_dim] = size
             shapes.append(indexed_shape(torch.Size(probe), (*norm[:at], _FULL, *norm[at + 1 :])))
         return next(d for d, (a, b) in enumerate(zip(*shapes)) if a != b)
