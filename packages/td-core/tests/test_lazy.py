@@ -239,3 +239,22 @@ def test_setting_a_lazy_stacks_batch_size_names_the_fix():
     with pytest.raises(RuntimeError, match=r"not permitted\. Consider .*to_tensordict\(\)"):
         stack.batch_size = [2]
     assert stack.batch_size == (2, 3)
+
+
+def test_new_empty_with_empty_lazy_gives_lazy_stacks_without_leaves():
+    members = [
+        TensorDict(x=torch.ones(1), n={"y": torch.ones(1, 2)}, batch_size=[1]) for _ in range(4)
+    ]
+    td = TensorDict(
+        dense=torch.randn(1, 4),
+        sparse=LazyStackedTensorDict(*members, stack_dim=1),
+        batch_size=[1, 4],
+    )
+    out = td.new_empty((2, 7, 3), empty_lazy=True)
+    sparse = out["sparse"]
+    assert isinstance(sparse, LazyStackedTensorDict) and sparse.stack_dim == 1
+    assert sparse.batch_size == (2, 7, 3) and len(sparse.tensordicts) == 7
+    assert sparse.is_empty() and ("n",) in [(k,) for k in sparse.keys()]  # structure kept
+    assert out["dense"].shape == (2, 7, 3)
+    assert type(td.new_empty((2, 7, 3))["sparse"]) is TensorDict  # without it: dense
+    assert (members[0]["x"] == 1).all()  # the source is untouched
