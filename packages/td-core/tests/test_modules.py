@@ -316,3 +316,23 @@ def test_ops_on_what_to_module_swapped_out_give_plain_tensordicts():
     module = nn.Linear(2, 2)
     with TensorDict.from_module(module).apply(torch.zeros_like).to_module(module) as old:
         assert type(old.clone()) is TensorDict and type(old + 1) is TensorDict
+
+
+def test_from_module_use_state_dict_reads_what_the_hooks_saved():
+    net = nn.Linear(2, 2)
+
+    def add(module, *args, **kwargs):
+        for p in module.parameters(recurse=False):
+            p.data += 1
+
+    def restore(module, *args, **kwargs):
+        for p in module.parameters(recurse=False):
+            p.data = p.data - 1
+
+    net.register_state_dict_pre_hook(add)
+    net._register_state_dict_hook(restore)
+    before = net.weight.detach().clone()
+    saved = TensorDict.from_module(net, use_state_dict=True)
+    assert torch.allclose(saved["weight"], before + 1)  # what state_dict() gives
+    assert torch.allclose(net.weight, before)
+    assert not isinstance(saved["weight"], nn.Parameter)

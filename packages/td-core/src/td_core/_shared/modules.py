@@ -88,7 +88,8 @@ def from_module(
     Args:
         as_module: return a `TensorDictParams` (an `nn.Module`) instead.
         lock: lock the result.
-        use_state_dict: build from `module.state_dict()` (so state-dict hooks apply).
+        use_state_dict: build from `module.state_dict()` (so state-dict hooks apply;
+            the leaves are the detached tensors it gives, not the parameters).
         filter_empty: leave out sub-modules without parameters or buffers
             (`False` keeps an empty TensorDict for each, so the result has
             the whole module tree).
@@ -107,7 +108,8 @@ def from_module(
     if isinstance(module, TensorDictParams):  # it is already the TensorDict, as upstream
         return module.lock_() if lock else module
     if use_state_dict:
-        td = TensorDict(dict(module.state_dict(keep_vars=True))).unflatten_keys(".")
+        # detached, as `state_dict()` gives them: the values its hooks saw, as upstream
+        td = TensorDict(dict(module.state_dict())).unflatten_keys(".")
     else:
         td = TensorDict._new_unsafe(_collect(module, filter_empty), _EMPTY)
     if as_module:
