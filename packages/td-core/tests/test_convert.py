@@ -191,3 +191,32 @@ def test_tolist_first_and_the_convert_tensors_rule():
     assert isinstance(td.tolist()[0][0]["b"], dict)
     with pytest.raises(TypeError, match="convert_tensors"):
         td.tolist(convert_nodes=False, convert_tensors=True)
+
+
+def test_pytree_round_trip_keeps_tensordicts_and_non_string_keys():
+    key = object()
+    inner = TensorDict({"one": 1})
+    tree = {"td": inner, key: torch.zeros(2), 3: torch.ones(1), "od": collections.OrderedDict(a=1)}
+    back = TensorDict.from_pytree(tree).to_pytree()
+    assert back["td"] is inner
+    assert set(back) == {"td", key, 3, "od"}
+    assert torch.equal(back[key], torch.zeros(2)) and torch.equal(back[3], torch.ones(1))
+    assert type(back["od"]) is collections.OrderedDict
+    with pytest.raises(ValueError, match="distinct"):
+        TensorDict.from_pytree({1: torch.zeros(1), "1": torch.zeros(1)})
+
+
+def test_from_dict_instance_rebuilds_the_tensorclasses_of_the_template():
+    @td_core.tensorclass(autocast=True)
+    class Leafy:
+        x: torch.Tensor = None  # type: ignore[assignment]
+        y: int = None  # type: ignore[assignment]
+        z: Leafy = None  # type: ignore[assignment]
+
+    td = TensorDict(a=torch.zeros(()), b=Leafy(x=torch.zeros(()), y=1, z=Leafy(y=2)))
+    back = td.from_dict_instance(td.to_dict(), auto_batch_size=True)
+    assert type(back) is TensorDict and type(back["b"]) is Leafy and type(back["b"].z) is Leafy
+    assert back["b"].y == 1 and type(back["b"].y) is int
+    assert type(back["b"].x) is torch.Tensor
+    plain = TensorDict(n={"m": torch.zeros(())}).from_dict_instance({"n": {"m": torch.ones(())}})
+    assert type(plain["n"]) is TensorDict and plain["n", "m"] == 1

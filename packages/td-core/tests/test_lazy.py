@@ -134,9 +134,11 @@ def test_exclusive_keys_and_ragged_leaves():
     )
 
 
-def test_members_must_share_batch_size():
-    with pytest.raises(RuntimeError, match=r"\[3\].*\[4\]"):
-        lazy_stack([TensorDict({}, [4]), TensorDict({}, [3])])
+def test_members_must_share_their_number_of_batch_dims():
+    with pytest.raises(RuntimeError, match=r"\[3, 1\].*\[4\]"):
+        lazy_stack([TensorDict({}, [4]), TensorDict({}, [3, 1])])
+    # one rank, other sizes: the dim reads -1, as upstream
+    assert lazy_stack([TensorDict({}, [4]), TensorDict({}, [3])]).batch_size == (2, -1)
 
 
 def test_stack_of_lazy_stacks_and_unbind():
@@ -230,3 +232,29 @@ def test_lazy_from_list_is_lazy_by_default_and_obeys_lazy_false():
     assert type(LazyStackedTensorDict.from_list(rows)) is LazyStackedTensorDict
     assert type(LazyStackedTensorDict.from_list(rows, lazy=False)) is TensorDict
     assert type(TensorDict.from_list(rows)) is TensorDict
+
+
+def test_setting_a_lazy_stacks_batch_size_names_the_fix():
+    stack = lazy_stack([TensorDict({"a": torch.zeros(3)}, [3]) for _ in range(2)])
+    with pytest.raises(RuntimeError, match=r"not permitted\. Consider .*to_tensordict\(\)"):
+        stack.batch_size = [2]
+    assert stack.batch_size == (2, 3)
+
+
+def test_new_empty_with_empty_lazy_gives_lazy_stacks_without_leaves():
+    members = [
+        TensorDict(x=torch.ones(1), n={"y": torch.ones(1, 2)}, batch_size=[1]) for _ in range(4)
+    ]
+    td = TensorDict(
+        dense=torch.randn(1, 4),
+        sparse=LazyStackedTensorDict(*members, stack_dim=1),
+        batch_size=[1, 4],
+    )
+    out = td.new_empty((2, 7, 3), empty_lazy=True)
+    sparse = out["sparse"]
+    assert isinstance(sparse, LazyStackedTensorDict) and sparse.stack_dim == 1
+    assert sparse.batch_size == (2, 7, 3) and len(sparse.tensordicts) == 7
+    assert sparse.is_empty() and ("n",) in [(k,) for k in sparse.keys()]  # structure kept
+    assert out["dense"].shape == (2, 7, 3)
+    assert type(td.new_empty((2, 7, 3))["sparse"]) is TensorDict  # without it: dense
+    assert (members[0]["x"] == 1).all()  # the source is untouched

@@ -15,7 +15,7 @@ from td_core import (
     lazy_stack,
     set_lazy_stack,
 )
-from td_core.errors import BatchSizeError
+from td_core.errors import BatchSizeError, DimError
 
 
 def _row(value: float) -> TensorDict:
@@ -297,3 +297,39 @@ def test_ragged_reads_name_the_failure_in_upstream_words() -> None:
             read()
     with pytest.raises(RuntimeError, match="can only be called when the stack_dim is 0"):
         stack.get_nestedtensor("a")
+
+
+def test_members_of_different_sizes_give_minus_one_in_the_batch_size() -> None:
+    short = TensorDict(a=torch.zeros(3, 4), batch_size=[3, 4])
+    long = TensorDict(a=torch.ones(3, 5), batch_size=[3, 5])
+    stack = LazyStackedTensorDict(short, long, stack_dim=1)
+    assert stack.batch_size == (3, 2, -1)
+    assert lazy_stack([short, long], -1).batch_size == (3, -1, 2)
+    assert stack[0].batch_size == (2, -1)
+    assert stack[:, 1] is long
+    assert stack[:, :, 0].batch_size == (3, 2)
+    assert stack[:, :, -2:].batch_size == (3, 2, 2)
+    assert [m.batch_size for m in stack.unbind(1)] == [(3, 4), (3, 5)]
+    with pytest.raises(BatchSizeError, match="different shapes"):  # no one tensor holds it
+        stack.get("a")
+    assert [t.shape for t in stack.get("a", as_list=True)] == [(3, 4), (3, 5)]
+    assert (stack + 1 == stack.apply(lambda t: t + 1)).all()
+
+
+def test_members_of_another_rank_or_a_bad_stack_dim_are_refused() -> None:
+    td0, td1 = TensorDict(batch_size=(3, 5)), TensorDict(batch_size=(4, 5))
+    with pytest.raises(BatchSizeError, match="as many batch dims"):
+        lazy_stack([td0, td1, TensorDict()])
+    with pytest.raises(DimError, match="stack_dim -4 is out of range"):
+        lazy_stack([td0, td1], -4)
+    with pytest.raises(RuntimeError, match="batch sizes in tensordicts differs"):
+        LazyStackedTensorDict(td0, td1, strict_shape=True)
+
+
+def test_comparing_tensordicts_holding_ragged_lazy_stacks_goes_member_by_member() -> None:
+    ragged = lazy_stack([TensorDict(r=torch.ones(n), batch_size=[n]) for n in (3, 4)], -1)
+    td = TensorDict(x=ragged)
+    other = td.clone()
+    assert (td == other).all()
+    other["x"].tensordicts[1]["r"][0] = 0
+    assert not (td == other).all()

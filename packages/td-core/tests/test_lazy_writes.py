@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, TensorDict
+from td_core import LazyStackedTensorDict, NonTensorStack, TensorDict
+from td_core.errors import LockedError
 
 
 def _pair() -> tuple[TensorDict, TensorDict, LazyStackedTensorDict]:
@@ -164,3 +165,21 @@ def test_reductions_over_a_ragged_stack_dim_raise_instead_of_picking_a_member() 
     with pytest.raises(ValueError, match="different shapes"):
         s.all(dim=0)
     assert s.all() is False or s.all() is True  # over every element: no stacking needed
+
+
+def test_an_index_write_of_new_keys_fills_the_members_left_out_as_dense_does():
+    mask = torch.tensor([False, False, True])
+    value = TensorDict(
+        s=NonTensorStack("new"), x=torch.ones(1, 2), n={"y": torch.ones(1)}, batch_size=[1]
+    )
+    stack = LazyStackedTensorDict(*[TensorDict() for _ in range(3)])
+    stack[mask] = value
+    dense = TensorDict(batch_size=[3])
+    dense[mask] = value
+    assert stack["s"] == dense["s"] == [None, None, "new"]
+    assert torch.equal(stack["x"], dense["x"]) and torch.equal(stack["n", "y"], dense["n", "y"])
+    locked = LazyStackedTensorDict(*[TensorDict() for _ in range(3)])
+    locked.tensordicts[0].lock_()
+    with pytest.raises(LockedError, match="new key"):
+        locked[mask] = value
+    assert [list(m.keys()) for m in locked.tensordicts] == [[], [], []]  # nothing written

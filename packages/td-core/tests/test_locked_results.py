@@ -105,3 +105,24 @@ def test_parameters_and_tensorclasses_give_locked_results() -> None:
     viewed = data.view(-1)
     assert isinstance(viewed, _Data)
     assert viewed.is_locked
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t, o: t + o,
+        lambda t, o: t * 2,
+        lambda t, o: t.pow(2),
+        lambda t, o: t.abs(),
+        lambda t, o: t.clamp(0, 1),
+    ],
+)
+def test_pointwise_math_of_a_locked_td_gives_a_locked_result(op: Any) -> None:
+    td = TensorDict(a=torch.ones(3), b={"c": torch.ones(3)}, batch_size=[3]).lock_()
+    other = TensorDict(a=torch.ones(3), b={"c": torch.ones(3)}, batch_size=[3])
+    out = op(td, other)
+    assert out.is_locked and out["b"].is_locked
+    with pytest.raises(LockedError):
+        out["new"] = torch.zeros(3)
+    assert not op(other, other).is_locked  # an unlocked source gives an unlocked result
+    assert td.add_(1) is td  # in place: the source itself

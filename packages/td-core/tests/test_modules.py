@@ -257,3 +257,82 @@ def test_make_tensordict_auto_batch_size_is_an_option_not_an_entry():
         2,
         3,
     )
+
+
+def test_from_module_keeps_a_tensordictparams_child_itself():
+    params = TensorDict.from_module(mlp(), as_module=True)
+    holder = nn.Module()
+    holder.params = params
+    assert TensorDict.from_module(holder)["params"] is params
+    assert TensorDict.from_module(holder, as_module=True)["params"] is params
+    assert TensorDict.from_module(params) is params
+    zeros = TensorDict.from_module(holder).apply(lambda x: x.data * 0)
+    with zeros.to_module(holder):  # the swap reaches what from_module returned
+        assert (TensorDict.from_module(holder)["params"] == 0).all()
+
+
+@pytest.mark.parametrize("as_module", [False, True])
+def test_from_modules_lazy_stack_refuses_lazy_modules(as_module):
+    with pytest.raises(RuntimeError, match=r"not compatible with lazy modules\..*Module 0"):
+        from_modules(nn.LazyLinear(4), nn.LazyLinear(4), lazy_stack=True, as_module=as_module)
+
+
+def test_tensordictparams_buffers_are_nn_buffers():
+    module = nn.Module()
+    module.register_buffer("buf", torch.randn(3))
+    module.register_buffer("count", torch.zeros((), dtype=torch.long))
+    converted = TensorDictParams(TensorDict.from_module(module))
+    assert isinstance(converted["buf"], nn.Parameter)
+    assert isinstance(converted["count"], nn.Buffer)
+    kept = TensorDictParams(TensorDict.from_module(module), no_convert=True)
+    assert isinstance(kept["buf"], nn.Buffer) and isinstance(kept["count"], nn.Buffer)
+    assert kept["buf"].data_ptr() == module.buf.data_ptr()  # an alias, not a copy
+    assert not hasattr(module.buf, "_is_buffer")  # the module's own tensor is not marked
+
+
+def test_tensordictparams_takes_its_entries_as_keywords():
+    params = TensorDictParams(a=0, b=1.0)
+    assert isinstance(params["a"], nn.Buffer) and isinstance(params["b"], nn.Parameter)
+    with pytest.raises(TypeError, match="not both"):
+        TensorDictParams({"a": 0}, b=1.0)
+
+
+def test_tensordictparams_get_post_hook_rewrites_every_leaf_read():
+    td = TensorDict({"a": {"b": torch.zeros((), requires_grad=True)}, "e": torch.zeros(())})
+    params = TensorDictParams(td)
+    params.register_get_post_hook(lambda self, x: x.data)
+    assert params["e"].requires_grad is False
+    assert params.get(("a", "b")).requires_grad is False
+    assert params["a", "b"].requires_grad is False
+    assert not any(v.requires_grad for v in params.values(True, True))
+    assert not any(v.requires_grad for _, v in params.items(True, True))
+    assert all(p.requires_grad for p in params.parameters())  # the storage is unchanged
+    assert params.get("missing", "default") == "default"
+    with pytest.raises(ValueError, match="callable"):
+        params.register_get_post_hook(3)
+
+
+def test_ops_on_what_to_module_swapped_out_give_plain_tensordicts():
+    module = nn.Linear(2, 2)
+    with TensorDict.from_module(module).apply(torch.zeros_like).to_module(module) as old:
+        assert type(old.clone()) is TensorDict and type(old + 1) is TensorDict
+
+
+def test_from_module_use_state_dict_reads_what_the_hooks_saved():
+    net = nn.Linear(2, 2)
+
+    def add(module, *args, **kwargs):
+        for p in module.parameters(recurse=False):
+            p.data += 1
+
+    def restore(module, *args, **kwargs):
+        for p in module.parameters(recurse=False):
+            p.data = p.data - 1
+
+    net.register_state_dict_pre_hook(add)
+    net._register_state_dict_hook(restore)
+    before = net.weight.detach().clone()
+    saved = TensorDict.from_module(net, use_state_dict=True)
+    assert torch.allclose(saved["weight"], before + 1)  # what state_dict() gives
+    assert torch.allclose(net.weight, before)
+    assert not isinstance(saved["weight"], nn.Parameter)

@@ -115,3 +115,38 @@ def test_tree_map_of_an_unbatched_entry_keeps_its_shape():
     out = tree_map(lambda t: t + 1, td)
     assert isinstance(out.get("table"), UnbatchedTensor)
     assert torch.equal(out["table"], table + 1)
+
+
+def test_vmap_keeps_the_names_of_the_dims_it_does_not_map() -> None:
+    b = TensorDict({"b": torch.randn(3, 5, 4)}, [3, 5], names=["A", "B"])
+    seen = []
+
+    def fn(t: TensorDict) -> TensorDict:
+        seen.append(t.names)
+        return t
+
+    out = torch.vmap(fn, 1)(b)
+    assert seen == [["A"]]  # the mapped dim loses its name inside
+    assert out.names == [None, "A"]  # the new dim of the output has none
+    assert torch.vmap(fn, 0)(b).names == [None, "B"]
+
+
+def test_tree_map_over_a_ragged_lazy_stack_runs_per_member() -> None:
+    td0 = TensorDict({"a": torch.zeros(3), "b": torch.zeros(4), "s": "x"})
+    td1 = TensorDict({"a": torch.zeros(3), "b": torch.zeros(5), "s": "y"})
+    stack = lazy_stack([td0, td1])
+    out = tree_map(lambda x: x + 1, stack)
+    assert type(out) is type(stack)
+    assert [t["b"].tolist() for t in out.tensordicts] == [[1.0] * 4, [1.0] * 5]
+    assert out.tensordicts[1]["s"] == "y"
+    del td0["a"]  # exclusive keys survive too
+    out = tree_map(lambda x: x * 0, stack)
+    assert "a" in out.tensordicts[1].keys() and "a" not in out.tensordicts[0].keys()
+
+
+def test_a_ragged_lazy_stack_cannot_enter_vmap() -> None:
+    ragged = lazy_stack(
+        [TensorDict({"b": torch.zeros(2, 4)}, [2]), TensorDict({"b": torch.zeros(2, 5)}, [2])]
+    )
+    with pytest.raises(NotImplementedError, match="different keys or entry shapes"):
+        torch.vmap(lambda t: t)(ragged)

@@ -407,7 +407,8 @@ def test_update_of_a_different_batch_size_needs_update_batch_size():
     sub = td0["n"]
     td0.update(td1, update_batch_size=True)
     assert td0.batch_size == (4,) and td0["n"].batch_size == (4, 5)
-    assert (td0["n", "b"] == 1).all() and sub.batch_size == (3, 2)
+    # the sub-TensorDict is resized in place, so references to it stay valid (as upstream)
+    assert (td0["n", "b"] == 1).all() and td0["n"] is sub and sub.batch_size == (4, 5)
     with pytest.raises(RuntimeError, match="lock"):
         TensorDict(batch_size=(3,), lock=True).update(td1, update_batch_size=True)
 
@@ -424,6 +425,29 @@ def test_update_batch_size_with_is_leaf_replaces_sub_tensordicts_whole():
     with pytest.raises(RuntimeError):
         td0.update(TensorDict(b=new_b[:1], batch_size=(1,)), update_batch_size=True)
     assert td0.batch_size == (2,) and td0["b"] is new_b
+
+
+def test_update_batch_size_resizes_lazy_stacks_and_sub_tensordicts_in_place():
+    members = [TensorDict(r=torch.ones(n), batch_size=[n]) for n in (3, 4)]
+    ragged = lazy_stack(members, -1)
+    td = TensorDict(stack=ragged, n=TensorDict(x=torch.zeros(2), batch_size=[2]), keep=1.0)
+    new = lazy_stack([TensorDict(r=torch.zeros(n), batch_size=[n]) for n in (5, 6, 7)], -1)
+    source = TensorDict(stack=new, n=TensorDict(x=torch.ones(3), batch_size=[3]))
+    sub = td["n"]
+    td.update(source, update_batch_size=True)
+    assert td["stack"] is ragged and td["n"] is sub  # kept, resized in place
+    assert ragged.batch_size == (-1, 3)
+    assert all(a is b for a, b in zip(ragged.tensordicts, members))
+    assert [m["r"].shape[0] for m in ragged.tensordicts] == [5, 6, 7]
+    assert ragged.tensordicts[2] is not new.tensordicts[2]  # a new member is a shallow copy
+    assert (sub["x"] == 1).all() and td["keep"] == 1.0
+    dense = TensorDict(a=torch.zeros(3, 4), batch_size=[3, 4]).to_lazystack(0)
+    dense.update(TensorDict(a=torch.ones(2, 4), batch_size=[2, 4]), update_batch_size=True)
+    assert dense.batch_size == (2, 4) and (dense["a"] == 1).all()
+    # an entry the source lacks must fit the new batch size: nothing is written otherwise
+    with pytest.raises(RuntimeError):
+        dense.update(TensorDict(b=torch.ones(5, 3), batch_size=[5, 3]), update_batch_size=True)
+    assert dense.batch_size == (2, 4) and len(dense.tensordicts) == 2
 
 
 @pytest.mark.parametrize("lazy", [False, True])

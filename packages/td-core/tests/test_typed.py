@@ -89,3 +89,27 @@ def test_field_hiding_an_attribute_is_refused():
 
         class Bad(td.TypedTensorDict):
             keys: torch.Tensor
+
+
+def test_a_plain_subclass_of_tensordict_survives_every_op():
+    class Sub(td.TensorDict):
+        pass
+
+    t = Sub(a=torch.randn(3))
+    stacked = torch.stack([t, t])
+    results = [
+        t + t,
+        2 / t,
+        t.to(torch.float64),
+        torch.zeros_like(t),
+        t.clone(),
+        t.select(),
+        t.exclude("a"),
+        t.flatten_keys(),
+        stacked,
+        stacked[0],
+        stacked.unbind(0)[0],
+        stacked.unsqueeze(0).permute(1, 0),
+        stacked.reshape(-1),
+    ]
+    assert all(type(r) is Sub for r in results)

@@ -40,6 +40,7 @@ __all__ = [
 
 Tensor = torch.Tensor
 PYTREE_TYPE = "_pytree_type"
+PYTREE_KEYS = "_pytree_keys"  # a dict node's keys that are not strings, by their str()
 
 
 class ConversionError(TDError, TypeError, AttributeError):
@@ -128,8 +129,18 @@ def _pytree_node(obj: Any) -> Any:
         return obj
     if isinstance(obj, (bool, int, float)):
         return torch.as_tensor(obj)
+    if is_td(obj):
+        return obj  # a TensorDict in the tree stays one: `to_pytree` gives it back
+    keys = None
     if isinstance(obj, Mapping):
         items = {str(k): _pytree_node(v) for k, v in obj.items()}
+        if not all(type(k) is str for k in obj):
+            keys = {str(k): k for k in obj}
+            if len(keys) != len(obj):
+                raise ValueError(
+                    f"from_pytree: the keys {list(obj)!r} of a dict node do not have distinct "
+                    "str() forms, which the TensorDict keys need"
+                )
     elif _is_namedtuple(obj):
         items = {k: _pytree_node(v) for k, v in obj._asdict().items()}
     elif isinstance(obj, (tuple, list)):
@@ -141,6 +152,8 @@ def _pytree_node(obj: Any) -> Any:
         )
     td = _dense(items)
     td.set_non_tensor(PYTREE_TYPE, type(obj))
+    if keys is not None:
+        td.set_non_tensor(PYTREE_KEYS, keys)
     return td
 
 
@@ -153,8 +166,10 @@ def from_pytree(
 ) -> Any:
     """A TensorDict from a tree of dicts, lists, tuples and namedtuples (see `to_pytree`).
 
-    Each node records its type under `"_pytree_type"` so `to_pytree` can
-    rebuild the tree. A tensor passed alone is returned as it is.
+    Each node records its type under `"_pytree_type"` (and the keys of a dict
+    whose keys are not all strings under `"_pytree_keys"`) so `to_pytree` can
+    rebuild the tree; a TensorDict in the tree is kept as it is. A tensor
+    passed alone is returned as it is.
 
     Raises:
         NotImplementedError: (a `RuntimeError`) for a leaf that is not a tensor or a number.

@@ -18,6 +18,7 @@ import torch
 from td_core._core.contract import TensorDictContract, provided
 from td_core._core.traverse import is_nt, is_td
 from td_core._io.convert_from import (
+    PYTREE_KEYS,
     PYTREE_TYPE,
     from_any,
     from_dataclass,
@@ -97,10 +98,13 @@ def _to_pytree(td: TensorDictContract) -> Any:
     children = {
         key: _to_pytree(value) if is_td(value) else (value.data if is_nt(value) else value)
         for key, value in td._items_str()
-        if key != PYTREE_TYPE
+        if key != PYTREE_TYPE and key != PYTREE_KEYS
     }
-    if kind is dict:
-        return children
+    if issubclass(kind, Mapping):
+        keys = td._get_str(PYTREE_KEYS, None)
+        if keys is not None:  # keys that were not strings
+            children = {keys.data.get(k, k): v for k, v in children.items()}
+        return children if kind is dict else kind(children)
     if kind in (tuple, list):
         return kind(children[str(i)] for i in range(len(children)))
     if issubclass(kind, tuple) and hasattr(kind, "_fields"):
@@ -286,15 +290,33 @@ class ConvertMixin(TensorDictContract):
         batch_dims: int | None = None,
         names: Sequence[str | None] | None = None,
     ) -> Any:
-        """`from_dict` as an instance method (the result is a new dense TensorDict)."""
-        return type(self).from_dict(
-            input_dict,
+        """`from_dict` as an instance method, taking this one's structure as the template.
+
+        An entry of `input_dict` that is a mapping where this TensorDict holds a
+        tensor collection (a sub-TensorDict, a tensorclass) is rebuilt as that
+        collection's type (through its own `from_dict_instance`), as upstream.
+        """
+        entries = {}
+        for key, value in input_dict.items():
+            current = self._get_str(key, None) if type(key) is str else None
+            if isinstance(value, Mapping) and current is not None and is_td(current):
+                value = current.from_dict_instance(
+                    value, auto_batch_size=auto_batch_size, batch_size=batch_size, device=device
+                )
+            entries[key] = value
+        out = type(self).from_dict(
+            entries,
             batch_size=batch_size,
             device=device,
             batch_dims=batch_dims,
             auto_batch_size=auto_batch_size,
             names=names,
         )
+        if getattr(type(self), "_fields", None) is not None and type(out) is not type(self):
+            # a tensorclass: built by its constructor (which casts fields, with autocast)
+            cls: Any = type(self)
+            out = cls(**entries, batch_size=out.batch_size, device=out.device)
+        return out
 
     @classmethod
     def from_any(

@@ -58,6 +58,7 @@ class TensorDict(TensorDictBase):
     """
 
     _plain_nodes = True
+    _plain_results = False  # True: ops give a plain TensorDict, not this class (see `_new`)
     _caches_when_locked = True
     _view_slot = True  # a view op records its source in `_view_record` (see `_ops.views`)
     __slots__ = (
@@ -161,7 +162,10 @@ class TensorDict(TensorDictBase):
     def _new(
         self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT
     ) -> TensorDict:
-        td = TensorDict.__new__(TensorDict)
+        # a user's subclass survives every op, as upstream; internal subclasses that
+        # carry extra state (`_plain_results`) give plain TensorDicts
+        cls = TensorDict if type(self)._plain_results else type(self)
+        td = cls.__new__(cls)
         td._tensordict = source
         td._batch_size = batch_size
         td._device = self._device if device is NO_DEFAULT else device

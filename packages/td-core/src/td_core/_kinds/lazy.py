@@ -17,7 +17,7 @@ give a dense result.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -27,12 +27,14 @@ from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
 from td_core._io.consolidate import pack, unpack
-from td_core._io.repr import fields_repr, leaf_repr, td_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
+from td_core._kinds.lazy_constructors import LazyConstructorsMixin
 from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._kinds.lazy_index import LazyIndexMixin
+from td_core._kinds.lazy_members import LazyMembersMixin
 from td_core._kinds.lazy_read import LazyReadMixin
+from td_core._kinds.lazy_repr import LazyReprMixin
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.lists import MemberValues, split_list
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
@@ -40,7 +42,7 @@ from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core._ops.lock_cache import drop
 from td_core._ops.names import inherit_names
 from td_core._ops.stack import stack
-from td_core.errors import BatchSizeError, DeviceError, LockedError
+from td_core.errors import BatchSizeError, DimError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
@@ -48,7 +50,15 @@ Tensor = torch.Tensor
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, TensorDictBase):
+class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mapping per member, as upstream
+    LazyConstructorsMixin,
+    LazyHooksMixin,
+    LazyIndexMixin,
+    LazyMembersMixin,
+    LazyReadMixin,
+    LazyReprMixin,
+    TensorDictBase,
+):
     """A lazy stack of TensorDicts along batch dim `stack_dim`.
 
     Args:
@@ -63,6 +73,7 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
     __slots__ = (
         "__weakref__",
         "_is_locked",
+        "_ragged_batch",
         "_td_dim_name",
         "_template",
         "_view_record",
@@ -95,15 +106,31 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
                 f"lazy stack: batch_size {list(batch_size)} is the members' batch size and "
                 f"must match theirs, {list(bs)} (it only matters for a stack with no member)"
             )
+        ragged_batch = False
         for i, td in enumerate(tensordicts):
             if not is_td(td):
                 raise TypeError(f"lazy stack: item {i} is a {type(td).__name__}, not a TensorDict")
             if td.batch_size != bs:
-                raise BatchSizeError(
-                    f"lazy stack: the batch sizes in tensordicts differs: TensorDict {i} has "
-                    f"batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
-                )
+                # members of one rank may differ in size: those dims read -1, as upstream
+                if strict_shape or len(td.batch_size) != len(bs):
+                    raise BatchSizeError(
+                        f"lazy stack: the batch sizes in tensordicts differs: TensorDict {i} has "
+                        f"batch_size {list(td.batch_size)}, TensorDict 0 has {list(bs)}"
+                        + (
+                            " (strict_shape=True needs one batch size)"
+                            if strict_shape and len(td.batch_size) == len(bs)
+                            else "; members must have as many batch dims"
+                        )
+                    )
+                ragged_batch = True
+        self._ragged_batch = ragged_batch
         self.tensordicts: list[TensorDictBase] = list(tensordicts)
+        if not isinstance(stack_dim, bool) and isinstance(stack_dim, int):
+            if not -len(bs) - 1 <= stack_dim <= len(bs):
+                raise DimError(
+                    f"lazy stack: stack_dim {stack_dim} is out of range for members with "
+                    f"{len(bs)} batch dims (it must be in [{-len(bs) - 1}, {len(bs)}])"
+                )
         self.stack_dim = normalize_dim(stack_dim, len(bs) + 1)
         self._is_locked = False
         if stack_dim_name is not None:
@@ -143,159 +170,48 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
             strict_shape=strict_shape,
         )
 
-    @classmethod
-    def from_dict(  # type: ignore[override]  # one mapping per member, as upstream's lazy from_dict
-        cls,
-        input_dict: Sequence[Any] | Mapping[str, Any],
-        batch_size: Any = None,
-        device: Any = None,
-        *,
-        batch_dims: int | None = None,
-        stack_dim: int = 0,
-    ) -> LazyStackedTensorDict:
-        """A lazy stack with one member per mapping (`TensorDict.from_dict` of each).
-
-        `input_dict` is a list of mappings, or a mapping `{"0": ..., "1": ...}`
-        as `to_dict()` of a lazy stack gives. `batch_size` and `batch_dims`
-        are the members' (without the stack dim).
-        """
-        if isinstance(input_dict, Mapping):
-            if not all(str(i) in input_dict for i in range(len(input_dict))):
-                raise KeyError(
-                    f"LazyStackedTensorDict.from_dict: a mapping input needs the keys '0' to "
-                    f"'{len(input_dict) - 1}' (one per member), got {sorted(input_dict)}"
-                )
-            items = [input_dict[str(i)] for i in range(len(input_dict))]
-        else:
-            items = list(input_dict)
-        members = [
-            TensorDict.from_dict(item, batch_size, device, batch_dims=batch_dims) for item in items
-        ]
-        return cls(*members, stack_dim=stack_dim)
-
-    @staticmethod
-    def from_module(
-        module: Any,
-        as_module: bool = False,
-        lock: bool = True,
-        use_state_dict: bool = False,
-        *,
-        filter_empty: bool = True,
-    ) -> Any:
-        """The parameters and buffers of `module`: a TensorDict, as upstream (see `from_module`)."""
-        return TensorDict.from_module(
-            module,
-            as_module=as_module,
-            lock=lock,
-            use_state_dict=use_state_dict,
-            filter_empty=filter_empty,
-        )
-
-    @staticmethod
-    def from_modules(*modules: Any, **kwargs: Any) -> Any:
-        """The stacked parameters of several modules (see `td_core.from_modules`)."""
-        return TensorDict.from_modules(*modules, **kwargs)
-
-    @staticmethod
-    def from_remote_init(
-        src: int, group: Any = None, device: Any = None, use_broadcast: bool = False
-    ) -> TensorDict:
-        """Receive a TensorDict sent with `init_remote` (see `TensorDict.from_remote_init`)."""
-        return TensorDict.from_remote_init(
-            src, group=group, device=device, use_broadcast=use_broadcast
-        )
-
     # ---------------------------------------------------------------- members
-    def append(self, tensordict: TensorDictBase) -> None:
-        """Add a member at the end of the stack (its batch size must be the members')."""
-        self.insert(len(self.tensordicts), tensordict)
+    def _replace_members(self, members: list[TensorDictBase], member_bs: torch.Size) -> None:
+        """Hold `members` instead (`update(update_batch_size=True)`; they share a rank).
 
-    def insert(self, index: int, tensordict: TensorDictBase) -> None:
-        """Add a member before position `index` of the stack dim."""
-        self._check_members([tensordict])
-        self.tensordicts.insert(index, tensordict)
-
-    def extend(self, tensordict: Sequence[TensorDictBase] | TensorDictBase) -> None:
-        """Add members at the end: a list of TensorDicts, or a TensorDict unbound along the stack dim."""
-        items = list(tensordict.unbind(self.stack_dim) if is_td(tensordict) else tensordict)
-        self._check_members(items)  # all checked before any is added
-        self.tensordicts.extend(items)
+        `member_bs` is the members' batch size, kept for a stack left with no member.
+        """
+        self.tensordicts = members
+        self._template = None if members else TensorDict(batch_size=member_bs)
+        self._ragged_batch = len({td.batch_size for td in members}) > 1
 
     @property
     def _first(self) -> TensorDictBase:
         """The first member, or an empty stand-in with the members' batch size if there is none."""
         return self.tensordicts[0] if self.tensordicts else self._template  # type: ignore[return-value]
 
-    def _check_members(self, items: Sequence[Any]) -> None:
-        if self._is_locked:
-            raise LockedError("cannot add members to a locked LazyStackedTensorDict; unlock_() it")
-        bs = self._first.batch_size
-        for item in items:
-            if not is_td(item):
-                raise TypeError(
-                    f"cannot add a {type(item).__name__} to a lazy stack: Expected new value to "
-                    "be TensorDictBase instance (a TensorDict, a lazy stack or a tensorclass)"
-                )
-            if item.batch_size != bs:
-                raise BatchSizeError(
-                    f"Batch sizes in tensordicts differs: cannot add a TensorDict of batch_size "
-                    f"{list(item.batch_size)} to a lazy stack whose members have batch_size {list(bs)}"
-                )
-            device = self.device
-            if self.tensordicts and device is not None and item.device != device:
-                raise DeviceError(
-                    f"Devices differ: cannot add a TensorDict on device {item.device} to a lazy "
-                    f"stack on device {device}; move it first with .to({str(device)!r})"
-                )
-
-    def valid_keys(
-        self,
-        include_nested: bool = False,
-        leaves_only: bool = False,
-        is_leaf: Callable[[type], bool] | None = None,
-        *,
-        sort: bool = False,
-    ) -> Any:
-        """The keys every member holds (the same as `keys`)."""
-        return self.keys(include_nested, leaves_only, is_leaf, sort=sort)
-
-    def auto_batch_size_(
-        self, batch_dims: int | None = None, keep_compliant_size: bool = False
-    ) -> LazyStackedTensorDict:
-        """Grow the members' batch size to the longest leading shape they all share.
-
-        `batch_dims` caps the number of dims of the stack's batch size. A lazy
-        stack's batch size is always compliant, so `keep_compliant_size=True`
-        leaves it as it is.
-        """
-        if keep_compliant_size:
-            return self
-        member_dims = None if batch_dims is None else max(batch_dims - 1, self.batch_dims - 1)
-        for td in self.tensordicts:
-            td.auto_batch_size_(member_dims)
-        common = list(self.tensordicts[0].batch_size)
-        for td in self.tensordicts[1:]:
-            i = 0
-            while i < len(common) and i < len(td.batch_size) and common[i] == td.batch_size[i]:
-                i += 1
-            del common[i:]
-        for td in self.tensordicts:
-            if list(td.batch_size) != common:
-                td.batch_size = torch.Size(common)
-        return self
-
     # ---------------------------------------------------------------- metadata
     @property
     def batch_size(self) -> torch.Size:
-        bs = self._first.batch_size
+        bs = self._member_batch()
         d = self.stack_dim
         return torch.Size((*bs[:d], len(self.tensordicts), *bs[d:]))
 
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
         raise RuntimeError(
-            "the batch_size of a LazyStackedTensorDict follows its members; set theirs"
+            "Modifying the batch size of a lazy representation of a tensordict is not permitted. "
+            "Consider instantiating the tensordict first by calling `td = td.to_tensordict()` "
+            "before resetting the batch size. (A LazyStackedTensorDict's batch size follows its "
+            "members: set theirs, or change it with a shape op.)"
         )
+
+    def _member_batch(self) -> torch.Size:
+        """The members' batch size; a dim where members differ reads -1, as upstream."""
+        bs = self._first.batch_size
+        if not self._ragged_batch:
+            return bs
+        sizes = list(bs)
+        for td in self.tensordicts[1:]:
+            for i, n in enumerate(td.batch_size):
+                if sizes[i] != n:
+                    sizes[i] = -1
+        return torch.Size(sizes)
 
     @property
     def device(self) -> torch.device | None:
@@ -336,6 +252,18 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         if name is not None and named:
             out._td_dim_name = name
         return out
+
+    def _pytree_members(self) -> tuple[list[TensorDictBase], int] | None:
+        """The members and stack dim when pytree must walk the members (see `_kinds.pytree`).
+
+        That is when the entries cannot be stacked: the members' keys or entry
+        shapes differ. Otherwise `None`: the node's children are the stacked entries.
+        """
+        if not self.tensordicts:
+            return None
+        if any(self.exclusive_keys()) or self._is_ragged():
+            return self.tensordicts, self.stack_dim
+        return None
 
     def _is_ragged(self) -> bool:
         """Whether a common entry has different shapes in the members (at any depth)."""
@@ -531,32 +459,8 @@ class LazyStackedTensorDict(LazyHooksMixin, LazyIndexMixin, LazyReadMixin, Tenso
         self._template = None if self.tensordicts else TensorDict(batch_size=state.get("bs", ()))
         self.stack_dim = state["stack_dim"]
         self._is_locked = state["locked"]
-
-    def __repr__(self) -> str:
-        fields = [(k, self._render(k)) for k in self._keys_str()]
-        exclusive = [
-            fields_repr(str(i), [(k, self._member_render(td.get(k))) for k in keys])
-            for i, (td, keys) in enumerate(zip(self.tensordicts, self.exclusive_keys()))
-            if keys
-        ]
-        extra = {
-            "exclusive_fields": fields_repr("exclusive_fields", [])
-            if not exclusive
-            else "exclusive_fields={\n" + ",\n".join(_indent(e) for e in exclusive) + "}"
-        }
-        return td_repr(self, extra=extra, fields=fields, after={"stack_dim": self.stack_dim})
-
-    def _render(self, key: str) -> str:
-        first = self.tensordicts[0]._get_str(key)
-        if is_td(first):
-            return repr(self._get_str(key))
-        shape = self.get_item_shape(key)
-        if isinstance(first, Tensor):  # a stacked read is a plain tensor, whatever the members hold
-            return f"Tensor(shape={shape}, device={first.device}, dtype={first.dtype}, is_shared={first.is_shared()})"
-        return leaf_repr(self._get_str(key))
-
-    def _member_render(self, value: Any) -> str:
-        return repr(value) if is_td(value) else leaf_repr(value)
+        sizes = {td.batch_size for td in self.tensordicts}
+        self._ragged_batch = len(sizes) > 1
 
 
 def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
@@ -582,10 +486,6 @@ def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:
             if _ragged_members(values):
                 return True
     return False
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
 
 
 def lazy_stack(

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from td_core._core.contract import TensorDictContract, dense
+from td_core._core.keys import is_leaf_nontensor
 from td_core._core.traverse import is_stack, is_td
 from td_core._core.utils import broadcast_shape
+from td_core._leaves.nontensor import NonTensorData
 from td_core._ops.index import (
     _apply_plan,
     _plan_sub,
@@ -24,7 +26,7 @@ from td_core._ops.index import (
     indexed_shape,
     normalize_index,
 )
-from td_core.errors import BatchSizeError
+from td_core.errors import BatchSizeError, LockedError
 
 if TYPE_CHECKING:
     from td_core._kinds.base import TensorDictBase
@@ -45,6 +47,8 @@ class LazyIndexMixin:
 
         @property
         def batch_size(self) -> torch.Size: ...
+        @property
+        def batch_dims(self) -> int: ...
         def contiguous(self, *, inplace: bool = ..., canonical: bool = ...) -> TensorDictBase: ...
         def _restack(self, members: list[TensorDictBase], dim: int) -> TensorDictBase: ...
         def _is_ragged(self) -> bool: ...
@@ -95,8 +99,14 @@ class LazyIndexMixin:
     def _sliced_stack_dim(self, norm: tuple[Any, ...], at: int) -> int:
         """Where the stack dim, indexed by the slice `norm[at]`, lands in the result."""
         shapes = []
+        # members of different sizes: each such dim (-1) probed at the largest member's size
+        sizes = list(self.batch_size)
+        for i, n in enumerate(sizes):
+            if n == -1:
+                m = i if i < self.stack_dim else i - 1
+                sizes[i] = max(td.batch_size[m] for td in self.tensordicts)
         for size in (2, 3):  # only the stack dim's size differs between the two probes
-            probe = list(self.batch_size)
+            probe = list(sizes)
             probe[self.stack_dim] = size
             shapes.append(indexed_shape(torch.Size(probe), (*norm[:at], _FULL, *norm[at + 1 :])))
         return next(d for d, (a, b) in enumerate(zip(*shapes)) if a != b)
@@ -220,13 +230,54 @@ class LazyIndexMixin:
                 _plan_sub(member, part, sub, norm, (), writes, later)
             else:
                 plain.append((member, part))
+        fills = self._fills(value, picked, len(full)) if is_td(value) else []
 
         def commit() -> None:
             for member, part in plain:
                 member[norm] = part
             _apply_plan(writes, later, norm, sub)
+            for member, key, fill in fills:
+                member.set(key, fill)
 
         return commit
+
+    def _fills(self, value: Any, picked: list[int], lead: int) -> list[tuple[Any, Any, Any]]:
+        """What the members left out of an index write get for the keys it adds.
+
+        As a dense TensorDict fills a new key outside the rows written, each
+        member that was not written and lacks a leaf of `value` gets it filled:
+        zeros for a tensor (of the leaf's dtype and feature shape), `None` for a
+        non-tensor value. `lead` is the number of batch dims of `value`.
+
+        Raises:
+            LockedError: when a member that would gain a key is locked.
+        """
+        chosen = set(picked)
+        others = [td for i, td in enumerate(self.tensordicts) if i not in chosen]
+        if not others:
+            return []
+        try:
+            leaves = list(value.items(True, True, is_leaf=is_leaf_nontensor))
+        except BatchSizeError:  # a ragged value: no one shape to fill with
+            return []
+        fills = []
+        for member in others:
+            have = member.keys(True, True, is_leaf=is_leaf_nontensor)
+            for key, leaf in leaves:
+                if key in have:
+                    continue
+                if member.is_locked:
+                    raise LockedError(
+                        f"cannot write the new key {key!r} into a lazy stack whose member is "
+                        "locked: the members left out of the write would gain it too"
+                    )
+                bs = member.batch_size
+                if isinstance(leaf, Tensor):
+                    fill: Any = leaf.new_zeros((*bs, *leaf.shape[lead:]))
+                else:
+                    fill = NonTensorData(None, batch_size=bs, device=member.device)
+                fills.append((member, key, fill))
+        return fills
 
     def _plan_scattered(self, index: Any, value: Any) -> Callable[[], None]:
         """Plan `self[index] = value` for an index that mixes the stack dim with others.

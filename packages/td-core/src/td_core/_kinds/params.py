@@ -19,6 +19,7 @@ they are how parameters are initialised and loaded. In-place arithmetic
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -45,6 +46,8 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         no_convert: keep tensors that are not `nn.Parameter` as buffers
             instead of converting floating-point ones to parameters.
         lock: lock the result.
+        **kwargs: the entries, when `parameters` is not given
+            (`TensorDictParams(w=torch.zeros(3))`).
 
     Examples:
         >>> import torch
@@ -58,11 +61,21 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     _writes_values_without_grad = True  # see "value writes under no_grad" below
 
     def __init__(
-        self, parameters: Any = None, *, no_convert: bool = False, lock: bool = False
+        self,
+        parameters: Any = None,
+        *,
+        no_convert: bool = False,
+        lock: bool = False,
+        **kwargs: Any,
     ) -> None:
         nn.Module.__init__(self)
         if parameters is None:
-            parameters = TensorDict()
+            parameters = TensorDict(kwargs)
+        elif kwargs:
+            raise TypeError(
+                "TensorDictParams: pass the entries either as a TensorDict or mapping, or as "
+                f"keyword arguments, not both (got parameters and {sorted(kwargs)})"
+            )
         elif not is_td(parameters):
             parameters = TensorDict(parameters)
         self._batch_size = parameters.batch_size
@@ -71,6 +84,7 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         self._no_convert = no_convert
         self._order: dict[str, None] = {}
         self._non_tensor: dict[str, Any] = {}
+        self._get_post_hooks: list[Callable[[TensorDictParams, Any], Any]] = []
         for key, value in parameters._items_str():
             self._set_str(key, value)
         if lock:
@@ -85,7 +99,7 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
             if not self._no_convert and (value.is_floating_point() or value.is_complex()):
                 self._parameters[key] = nn.Parameter(value)
             else:
-                self._buffers[key] = value
+                self._buffers[key] = _as_buffer(value)
         elif is_nt(value):
             self._non_tensor[key] = value
         elif isinstance(value, TensorDictParams):
@@ -125,6 +139,52 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     def _entries(self) -> dict[str, Any]:
         """Every entry by key (a key lives in one registry: `_drop` clears the others)."""
         return {**self._non_tensor, **self._modules, **self._buffers, **self._parameters}
+
+    # ------------------------------------------------------------- read hooks
+    def register_get_post_hook(self, hook: Callable[[TensorDictParams, Any], Any]) -> None:
+        """Call `hook(self, value)` on every leaf read from here (`get`, `[key]`, `values`, `items`).
+
+        A hook's non-`None` result replaces the value read (`lambda self, x: x.data`
+        reads detached tensors). Sub-TensorDicts are returned as they are; reads
+        of nested keys through this one are hooked.
+
+        Raises:
+            ValueError: if `hook` is not callable.
+        """
+        if not callable(hook):
+            raise ValueError(f"Hooks must be callables: got a {type(hook).__name__}")
+        self._get_post_hooks.append(hook)
+
+    def _post_get(self, value: Any) -> Any:
+        if is_td(value):
+            return value
+        for hook in self._get_post_hooks:
+            new = hook(self, value)
+            if new is not None:
+                value = new
+        return value
+
+    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        """The entry at `key` (see `TensorDict.get`), through the read hooks if any."""
+        out = TensorDictBase.get(self, key, *args, **kwargs)
+        if not getattr(self, "_get_post_hooks", None):
+            return out
+        default = args[0] if args else kwargs.get("default", NO_DEFAULT)
+        return out if out is default else self._post_get(out)
+
+    def values(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        """The entries (see `TensorDict.values`), through the read hooks if any."""
+        out = TensorDictBase.values(self, *args, **kwargs)
+        if not getattr(self, "_get_post_hooks", None):
+            return out
+        return (self._post_get(value) for value in out)
+
+    def items(self, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+        """`(key, entry)` pairs (see `TensorDict.items`), through the read hooks if any."""
+        out = TensorDictBase.items(self, *args, **kwargs)
+        if not getattr(self, "_get_post_hooks", None):
+            return out
+        return ((key, self._post_get(value)) for key, value in out)
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -236,6 +296,22 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     ) -> TensorDict:
         # inside torch.vmap/func transforms the leaves are transformed tensors: a plain TensorDict
         return TensorDict._new_unsafe(source, batch_size, device)
+
+
+def _as_buffer(value: Tensor) -> Tensor:
+    """`value` as an `nn.Buffer` (an alias of the same storage), as upstream stores buffers.
+
+    A tensor that carries a graph (`requires_grad`) or is transformed by
+    `torch.func` is kept as it is: `nn.Buffer` would detach it.
+    """
+    if (
+        _BUFFER is None
+        or isinstance(value, _BUFFER)
+        or value.requires_grad
+        or torch._C._functorch.is_functorch_wrapped_tensor(value)
+    ):
+        return value
+    return _BUFFER(value)
 
 
 def _copy_leaf(value: Any, memo: dict[int, Any]) -> Any:

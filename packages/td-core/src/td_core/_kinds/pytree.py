@@ -14,6 +14,11 @@ maps it as the other children and the function receives the entry whole; the
 rebuilt TensorDict takes the data back out of that view. Under `grad`-like
 transforms, which differentiate the children themselves, it goes as it is.
 
+A lazy stack whose members have different keys or entry shapes (whose
+entries cannot be stacked) is a node whose children are its members, rebuilt
+as a lazy stack of the results (`tree_map` runs per member); such a stack
+cannot enter a `torch.func` transform.
+
 A locked TensorDict stays locked inside a `torch.func` transform (its
 children come back wrapped by functorch), so a function under `vmap` cannot
 add or replace its entries either; elsewhere (`tree_map`) the rebuilt
@@ -35,7 +40,15 @@ __all__ = ["register", "allow_weights_only"]
 Tensor = torch.Tensor
 
 
+_MEMBERS = "members"  # the context tag of a lazy stack flattened into its members
+
+
 def _flatten(td: Any) -> tuple[list[Any], Any]:
+    members_of = getattr(type(td), "_pytree_members", None)  # lazy stacks define it
+    parts = None if members_of is None else members_of(td)
+    if parts is not None:  # a ragged lazy stack: its entries cannot be stacked
+        members, stack_dim = parts
+        return list(members), (_MEMBERS, type(td), stack_dim)
     # vmap flattens its inputs up to 3 times and unflattens twice per call: every
     # step here counts (a plain tensor skips the non-tensor test, the batch size
     # stays a torch.Size, which compares equal to the tuple it used to be)
@@ -72,6 +85,7 @@ def _flatten(td: Any) -> tuple[list[Any], Any]:
         ref_is_leaf,
         td.is_locked,
         tuple(spread),
+        td._raw_names(),
     )
     return children, context
 
@@ -132,6 +146,20 @@ def _gather(child: Any, batch_size: torch.Size) -> Any:
     return out
 
 
+def _tensor_leaves(children: Any) -> bool:
+    # whether the first leaf found (through sub-TensorDicts) is a tensor (not a placeholder)
+    for child in children:
+        if isinstance(child, Tensor):
+            return True
+        values = getattr(child, "_values_str", None)
+        if values is None:
+            return is_nt(child)
+        found = values()
+        if found:
+            return _tensor_leaves(found)
+    return True
+
+
 def _under_transform(children: Any) -> bool:
     # the children of an input rebuilt inside vmap/grad/jvp are functorch wrappers
     # (looked for through sub-TensorDicts, which were rebuilt first)
@@ -178,8 +206,36 @@ def _common_batch(children: Any, bs: torch.Size) -> torch.Size:
     return torch.Size(shapes[0][:n]) if shapes else bs
 
 
+def _shifted_names(
+    names: tuple[str | None, ...], children: Any, n: int
+) -> tuple[str | None, ...] | None:
+    # the batch size lost or gained dims under vmap: a dim vmap maps over (an input's
+    # batched dim, read off the first child) loses its name; a dim vmap adds (in front,
+    # where out_dims=0 puts it) has none. Anything else: the names are dropped
+    if len(names) < n:
+        return (*(None,) * (n - len(names)), *names)
+    first = children[0] if children else None
+    if len(names) == n + 1 and isinstance(first, Tensor):
+        bdim = torch._C._functorch.maybe_get_bdim(first)
+        if 0 <= bdim < len(names):
+            return (*names[:bdim], *names[bdim + 1 :])
+    return None
+
+
 def _unflatten(children: Any, context: Any) -> Any:
-    cls, keys, batch_size, device, static, ref, ref_is_leaf, locked, spread = context
+    if context[0] == _MEMBERS:
+        _, cls, stack_dim = context
+        if not _tensor_leaves(children) or _under_transform(children):
+            # vmap rebuilds its inputs from placeholders (in_dims ints) or batched tensors
+            raise NotImplementedError(
+                f"a {cls.__name__} whose members have different keys or entry shapes cannot "
+                "go through a torch.func transform (vmap, grad, ...): its entries cannot be "
+                "stacked into batched tensors (and its members are only rebuilt from tensor "
+                "leaves); densify it first (contiguous(), or select the common keys) or pass "
+                "its members separately"
+            )
+        return cls(*children, stack_dim=stack_dim)
+    cls, keys, batch_size, device, static, ref, ref_is_leaf, locked, spread, names = context
     bs = batch_size if type(batch_size) is torch.Size else torch.Size(batch_size)
     # pytree also unflattens placeholder leaves (vmap's in_dims ints): keep the batch size then
     if ref is not None and children:
@@ -205,6 +261,10 @@ def _unflatten(children: Any, context: Any) -> Any:
             value if value.batch_size == bs else value._map_batch(lambda t: t, bs, value.batch_dims)
         )
     td = cls._from_pytree(entries, bs, device)
+    if names is not None:
+        names = names if bs == batch_size else _shifted_names(names, children, len(bs))
+        if names is not None:
+            td._store_names(names)
     if locked and _under_transform(children):
         td._lock_tree(True)
     return td
@@ -212,6 +272,8 @@ def _unflatten(children: Any, context: Any) -> Any:
 
 def _flatten_with_keys(td: Any) -> tuple[list[tuple[Any, Any]], Any]:
     children, context = _flatten(td)
+    if context[0] == _MEMBERS:
+        return [(pytree.SequenceKey(i), c) for i, c in enumerate(children)], context
     return [(pytree.MappingKey(k), c) for k, c in zip(context[1], children)], context
 
 

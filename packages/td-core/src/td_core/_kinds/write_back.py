@@ -57,9 +57,9 @@ class CopyBackMixin(TensorDictBase):
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
         raise RuntimeError(
-            "Modifying the batch size of a lazy representation of a tensordict is not permitted "
-            f"({self._batch_rule}). Consider instantiating the tensordict first by calling "
-            "`td = td.to_tensordict()` before resetting the batch size."
+            "Modifying the batch size of a lazy representation of a tensordict is not permitted. "
+            "Consider instantiating the tensordict first by calling `td = td.to_tensordict()` "
+            f"before resetting the batch size. ({self._batch_rule[0].upper()}{self._batch_rule[1:]}.)"
         )
 
     @property

@@ -65,8 +65,33 @@ def _new_like(
     if any(s < 0 for s in new):
         raise BatchSizeError(f"{name}: sizes must be non-negative, got {list(new)}")
     args = (name, fill, dtype, device, requires_grad, pin_memory)
-    del empty_lazy  # accepted for upstream's signature; lazy stacks are not emptied (yet)
+    if empty_lazy:
+        return _emptied_lazy(td, new, args)
     return _new_at(td, new, *args)
+
+
+def _emptied_lazy(td: Any, new: torch.Size, args: tuple[Any, ...]) -> Any:
+    """`_new_at`, with every lazy stack emptied: a lazy stack of members without leaves.
+
+    A lazy stack keeps its stack dim when `new` reaches it (`empty_lazy=True`,
+    as upstream): its members are copies of its first member's structure
+    (sub-TensorDicts kept, leaves dropped) at `new` without the stack dim.
+    """
+    found = lazy.parts(td)
+    if found is not None:
+        members, dim = found
+        if len(new) > dim and members:
+            sub = torch.Size((*new[:dim], *new[dim + 1 :]))
+            member = _emptied_lazy(members[0].empty(recurse=True), sub, args)
+            return lazy.restack(td, [member.copy() for _ in range(new[dim])], dim)
+        return _new_at(td, new, *args)
+    out = _new_at(td, new, *args)
+    n = td.batch_dims
+    for key, value in td._items_str():
+        if is_td(value) and not value._is_non_tensor:
+            size = torch.Size((*new, *value.batch_size[n:]))
+            out._set_str(key, _emptied_lazy(value, size, args))
+    return out
 
 
 def _new_at(

@@ -480,6 +480,8 @@ def _zip_compare(
             out[key] = dense({}, td.batch_size) if is_nt(item) else op(value, item)
         elif value._is_non_tensor:
             out[key] = _nt_compare(value, item, op)
+        elif stack_parts(value) is not None and is_td(item):  # member by member: may be ragged
+            out[key] = _compare(value, item, op)
         else:
             out[key] = _zip_compare(value, item, op, (*prefix, key))
     return td._new(out, td.batch_size)

@@ -19,7 +19,8 @@ rule) and when `_foreach` refuses the arguments. In-place ops check every
 leaf's dtype against the op (once per dtype combination, cached) and every
 shape before writing, so a failed op leaves the TensorDict unchanged. Lazy
 stacks run per member and are re-stacked lazily; non-tensor leaves are
-carried along unchanged.
+carried along unchanged. Out of place, the result of a locked TensorDict is
+locked too, as upstream.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import torch
 
 from td_core._core.traverse import is_td, rebuild, stack_parts
 from td_core._core.utils import NO_DEFAULT
+from td_core._ops.locked_results import locked_like_source
 from td_core.errors import BatchSizeError, KeyNotFoundError
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ class Op:
     foreach_: Callable[..., Any] | None = None
 
 
+@locked_like_source  # the result of a locked TensorDict's op is locked, as upstream
 def run(
     td: TensorDictContract,
     op: Op,

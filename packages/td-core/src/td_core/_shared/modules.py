@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
@@ -41,6 +42,7 @@ class ModuleSwap(TensorDict):
     """What `to_module` replaced; as a context manager it puts it back on exit."""
 
     __slots__ = ("_inplace", "_module")
+    _plain_results = True  # ops on what was swapped out give plain TensorDicts
     _inplace: bool
     _module: nn.Module
 
@@ -61,6 +63,9 @@ def _collect(module: nn.Module, filter_empty: bool = True) -> dict[str, Any]:
             entries[name] = buffer
     for name, child in module._modules.items():
         if child is None:
+            continue
+        if isinstance(child, TensorDictParams):  # it is already the TensorDict: kept, as upstream
+            entries[name] = child
             continue
         sub = _collect(child, filter_empty)
         if sub or not filter_empty:
@@ -83,7 +88,8 @@ def from_module(
     Args:
         as_module: return a `TensorDictParams` (an `nn.Module`) instead.
         lock: lock the result.
-        use_state_dict: build from `module.state_dict()` (so state-dict hooks apply).
+        use_state_dict: build from `module.state_dict()` (so state-dict hooks apply;
+            the leaves are the detached tensors it gives, not the parameters).
         filter_empty: leave out sub-modules without parameters or buffers
             (`False` keeps an empty TensorDict for each, so the result has
             the whole module tree).
@@ -99,8 +105,11 @@ def from_module(
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_module expects an nn.Module, got {type(module).__name__}")
+    if isinstance(module, TensorDictParams):  # it is already the TensorDict, as upstream
+        return module.lock_() if lock else module
     if use_state_dict:
-        td = TensorDict(dict(module.state_dict(keep_vars=True))).unflatten_keys(".")
+        # detached, as `state_dict()` gives them: the values its hooks saw, as upstream
+        td = TensorDict(dict(module.state_dict())).unflatten_keys(".")
     else:
         td = TensorDict._new_unsafe(_collect(module, filter_empty), _EMPTY)
     if as_module:
@@ -179,6 +188,15 @@ def from_modules(
     """
     if not modules:
         raise ValueError("from_modules needs at least one module")
+    if lazy_stack:
+        for i, module in enumerate(modules):
+            if any(is_lazy(t) for t in (*module.parameters(), *module.buffers())):
+                raise RuntimeError(
+                    f"from_modules: lasy_stack=True is not compatible with lazy modules. Module "
+                    f"{i} has uninitialized parameters (a lazy module such as nn.LazyLinear), "
+                    "which a lazy stack cannot read; use lazy_stack=False, or run the modules "
+                    "once to initialize them"
+                )
     if lazy_stack and as_module:
         raise OptionsConflictError(
             "from_modules: lazy_stack=True cannot be combined with as_module=True: a lazy "
