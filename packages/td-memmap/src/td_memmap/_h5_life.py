@@ -121,9 +121,12 @@ class FileLifecycleMixin:
         self.close()
 
     # ------------------------------------------------------------ structure
-    def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Any:
+    def select(
+        self, *keys: Any, inplace: bool = False, strict: bool = True, as_tensordict: bool = False
+    ) -> Any:
         """Only the given keys: a `TensorDict` of them (sub-TensorDicts stay on file);
-        with `inplace=True` the other entries are deleted from the file."""
+        with `inplace=True` the other entries are deleted from the file. `as_tensordict`
+        is accepted for tensorclasses' sake: the result is a TensorDict already."""
         result = super().select(*keys, strict=strict)  # type: ignore[misc]
         if not inplace:
             return result
