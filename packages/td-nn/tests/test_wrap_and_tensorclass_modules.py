@@ -113,6 +113,25 @@ def test_tensorclass_module_matches_upstream():
     assert results[0] == results[1]
 
 
+def test_tensorclass_module_keys_of_nested_tensorclass_fields():
+    # the out keys come from the output class's fields, nested through tensorclass fields
+    keys = []
+    for core, nn_ in SIDES:
+        In, Out, _ = _classes(core, nn_)
+
+        class Both(core.TensorClass):
+            inp: In
+            out: Out
+
+        class Wrap(nn_.TensorClassModuleBase[In, Both]):
+            def forward(self, data):
+                return Both(inp=data, out=Out(y=data.x, batch_size=[]), batch_size=[])
+
+        wrapper = Wrap().as_td_module()
+        keys.append((sorted(wrapper.in_keys), sorted(wrapper.out_keys)))
+    assert keys[0] == keys[1] == (["x"], [("inp", "x"), ("out", "y")])
+
+
 def test_tensorclass_module_errors():
     class Untyped(td_nn.TensorClassModuleBase[torch.Tensor, torch.Tensor]):
         def forward(self, x):

@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
+from td_core._kinds.dense import TensorDict  # at run time: user classes' type hints see it
 from td_core._leaves.nontensor import NonTensorData
 from td_core.errors import TDError
-
-if TYPE_CHECKING:
-    from td_core._kinds.dense import TensorDict
 
 __all__ = ["TensorClassCompat", "unknown_field_error"]
 
