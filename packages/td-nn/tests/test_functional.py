@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from td_core import TensorDict
+from td_core import TensorDict, TensorDictParams
 from td_nn import (
     TensorDictModule,
     TensorDictSequential,
@@ -38,6 +38,25 @@ def test_params_mirror_the_module_tree_and_module_is_stateless():
     assert is_functional(model) and is_functional(model[1])
     with pytest.raises((NotImplementedError, RuntimeError)):
         model(torch.randn(5, 3))
+
+
+def test_params_held_in_a_tensordict_params_child_survive():
+    # from_module keeps a TensorDictParams child as that object: emptying the module's
+    # slots must not empty the returned parameters
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = TensorDictParams(TensorDict(w=torch.ones(2, 3)))
+
+        def forward(self, x):
+            return x * self.table["w"]
+
+    model = Holder()
+    weight = model.table["w"]
+    params = make_functional(model)
+    assert params["table", "w"] is weight and params["table", "w"].device.type == "cpu"
+    assert model.table["w"].device.type == "meta"
+    torch.testing.assert_close(model(torch.full((2, 3), 2.0), params), torch.full((2, 3), 2.0))
 
 
 def test_call_restores_the_stateless_module_and_gradients_reach_params():

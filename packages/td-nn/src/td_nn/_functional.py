@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from td_core import TensorDict, TensorDictBase, is_tensor_collection
+from td_core import TensorDict, TensorDictBase, TensorDictParams, is_tensor_collection
 
 __all__ = ["make_functional", "get_functional", "is_functional", "repopulate_module"]
 
@@ -76,6 +76,33 @@ def _to_meta(module: nn.Module) -> None:
                 sub._buffers[name] = torch.empty_like(buffer, device="meta")
 
 
+def _unshared(params: TensorDictBase) -> TensorDictBase:
+    """`params` with every `TensorDictParams` inside it rebuilt as a plain TensorDict.
+
+    `from_module` keeps a `TensorDictParams` child of the module as that very object
+    (as upstream), so emptying the module's slots (`_to_meta`) would empty it too; the
+    plain TensorDict holds the same parameter tensors (no copy).
+    """
+    if not any(isinstance(v, TensorDictParams) for v in _collections(params)):
+        return params
+    return _plain(params)
+
+
+def _collections(td: TensorDictBase) -> list[Any]:
+    found = [td]
+    for value in td.values():
+        if is_tensor_collection(value):
+            found += _collections(value)
+    return found
+
+
+def _plain(td: TensorDictBase) -> TensorDict:
+    entries = {
+        key: _plain(value) if is_tensor_collection(value) else value for key, value in td.items()
+    }
+    return TensorDict(entries, batch_size=td.batch_size, device=td.device)
+
+
 def make_functional(
     module: nn.Module,
     funs_to_decorate: Sequence[str] | None = None,
@@ -119,6 +146,8 @@ def make_functional(
                 f"make_functional: {type(module).__name__} has no method {name!r} to decorate"
             )
     params = TensorDict.from_module(module) if return_params else None
+    if params is not None and not keep_params:
+        params = _unshared(params)
     for sub in module.modules():
         for name in names:
             if callable(getattr(type(sub), name, None)):
