@@ -77,7 +77,7 @@ def _batched(value: Tensor) -> bool:
     `UnbatchedTensor` says `_is_non_tensor`, so batch ops take the
     non-tensor branch for it; leaf-wise traversals treat it as a tensor.
     """
-    return not getattr(type(value), "_pass_through", False)
+    return not getattr(type(value), "_td_pass_through", False)
 
 
 # class -> whether it is a lazy stack; cached because a class attribute that is

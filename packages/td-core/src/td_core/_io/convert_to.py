@@ -312,8 +312,9 @@ class ConvertMixin(TensorDictContract):
             auto_batch_size=auto_batch_size,
             names=names,
         )
-        if getattr(type(self), "_fields", None) is not None and type(out) is not type(self):
-            # a tensorclass: built by its constructor (which casts fields, with autocast)
+        if getattr(type(self), "_fields", None) is not None:
+            # a tensorclass: built by its constructor (which casts fields, with autocast),
+            # where its `from_dict` would keep what `TensorDict.from_dict` made of them
             cls: Any = type(self)
             out = cls(**entries, batch_size=out.batch_size, device=out.device)
         return out

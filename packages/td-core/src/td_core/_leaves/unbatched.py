@@ -37,7 +37,7 @@ Tensor = torch.Tensor
 
 def is_unbatched(value: Any) -> TypeGuard[UnbatchedTensor]:
     """Whether `value` is an `UnbatchedTensor` (a tensor that batch ops leave alone)."""
-    return type(value) is not Tensor and getattr(type(value), "_pass_through", False)
+    return type(value) is not Tensor and getattr(type(value), "_td_pass_through", False)
 
 
 def shared_unbatched(
@@ -110,7 +110,7 @@ class UnbatchedTensor(Tensor):
         ```
     """
 
-    _pass_through = True
+    _td_pass_through = True
     # the batch traversals send it down their non-tensor branch (see the module docstring)
     _is_non_tensor = True
     _batch_size: torch.Size
