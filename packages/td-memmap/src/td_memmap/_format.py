@@ -17,6 +17,11 @@ import torch
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "FILES_VERSION",
+    "PACKED_VERSION",
+    "PACK_SUFFIX",
+    "PACK_NAME",
+    "PACK_ALIGN",
     "META_NAME",
     "TMP_PREFIX",
     "MAX_DIMS",
@@ -35,7 +40,12 @@ __all__ = [
 ]
 
 FORMAT_NAME = "td-memmap"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest version this reads
+FILES_VERSION = 1  # one file per leaf, one folder per sub-TensorDict
+PACKED_VERSION = 2  # one data file and one metadata file for the whole tree
+PACK_SUFFIX = ".pack"  # the data file of a packed save; stems have no ".": never a leaf's name
+PACK_NAME = "data" + PACK_SUFFIX
+PACK_ALIGN = 64  # every leaf of a packed data file starts at a multiple of this
 META_NAME = "meta.json"
 TMP_PREFIX = ".td-tmp-"  # every temporary file starts with this; encoded keys never start with "."
 LEAF_SUFFIX = ".memmap"  # as upstream names its leaf files

@@ -32,6 +32,7 @@ class Previous:
     files: dict[str, set[str]] = field(default_factory=dict)  # folder -> names in it
     folders: list[str] = field(default_factory=list)  # top folder first
     generation: int = 0
+    pack: str | None = None  # a packed save's data file
 
     def uses(self, path: str) -> bool:
         folder, name = os.path.split(path)
@@ -65,6 +66,9 @@ def previous_save(root: str) -> Previous:
         return out  # not loadable: nothing to keep intact
     out.generation = meta.generation
     _collect(meta, out)
+    if meta.pack is not None:
+        out.pack = meta.pack.path
+        out.files[root].add(os.path.basename(meta.pack.path))
     return out
 
 

@@ -16,9 +16,12 @@ import torch
 
 from td_core import TensorDict, TensorDictBase, is_tensor_collection
 from td_memmap._api import load_memmap, memmap
+from td_memmap._errors import MemmapError
 from td_memmap._format import LEAF_SUFFIX, encode_key
 from td_memmap._generation import candidates, first_free
 from td_memmap._io import remove_if_exists
+from td_memmap._meta import parse_folder
+from td_memmap._packed import packed_parent
 from td_memmap._paths import remember, saved_path
 from td_memmap._tensor import MemoryMappedTensor
 
@@ -122,6 +125,17 @@ def _folder_of(
     return parent, folder, parts[depth:], parts
 
 
+def _packed_root(folder: str) -> str | None:
+    """The packed save (format version 2) that `folder` is or is part of, if any."""
+    found = packed_parent(folder)
+    top = found[0] if found is not None else folder
+    try:
+        meta = parse_folder(top)
+    except (MemmapError, OSError):
+        return None
+    return top if meta.pack is not None else None
+
+
 def _flat(key: Any) -> list[Any]:
     if isinstance(key, tuple):
         return [p for k in key for p in _flat(k)]
@@ -138,6 +152,13 @@ def _add(
     size of the one above) and the leaf `fallback()` is written by the save.
     """
     parent, folder, below, parts = _folder_of(td, key)
+    packed = _packed_root(folder)
+    if packed is not None and saved_path(td) != packed:
+        raise RuntimeError(
+            f"cannot add {key!r}: the TensorDict holding it is part of the packed save in "
+            f"{packed!r}, which is written whole: add it through the TensorDict saved to or "
+            f"loaded from {packed!r}"
+        )
     name = below[-1]
     if len(below) == 1 and name in parent.keys():
         if not existsok:
@@ -155,7 +176,7 @@ def _add(
         before = parent.get(name, None) if len(below) == 1 else None
         try:
             parent.unlock_()
-            if len(below) == 1:
+            if len(below) == 1 and packed is None:
                 stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
                 path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
                 parent.set(name, make(path))
@@ -165,7 +186,13 @@ def _add(
                     holder.set(part, TensorDict({}, batch_size=holder.batch_size))
                     holder = holder.get(part)
                 holder.set(name, fallback())
-            memmap(parent, folder, inplace=True)  # every other leaf keeps its file
+            if packed is None:
+                memmap(parent, folder, inplace=True)  # every other leaf keeps its file
+            else:  # the whole save is written again, with the new leaf
+                memmap(td, packed, inplace=True)  # locks td: back to the locks found
+                td.unlock_()
+                if was_locked:
+                    parent.lock_()
             if not was_locked:
                 parent.unlock_()
         except BaseException:
