@@ -201,7 +201,10 @@ def memmap(
             at most 4, and 0 where it may run on one CPU only (see
             `td_memmap.default_threads`); 0 for other saves, whose time goes
             to creating files rather than copying bytes. Upstream's default
-            is 0.
+            is 0. A packed save (the default layout) writes its one data file
+            from the calling thread whatever `num_threads` says: the kernel
+            serializes buffered writes to one file, and threads measured
+            slower.
         return_early: return a `concurrent.futures.Future` of the result at once.
         share_non_tensor: share the non-tensor values between processes: each
             is also written to its own file, and the result's non-tensor leaves
@@ -429,7 +432,9 @@ def load_memmap(
     says what to build.
 
     Args:
-        prefix: the saved folder, or one of its sub-folders.
+        prefix: the saved folder, or one of its sub-folders (in a packed save,
+            which has no sub-folders: the path one would have, e.g.
+            `folder / "encoder"`, is found in the save above it).
         device: move the result there (a copy, no longer memory-mapped).
         non_blocking: passed to `.to(device)`.
         out: copy the loaded values into this TensorDict (in place) and return it.

@@ -45,6 +45,7 @@ __all__ = [
     "strides_of",
     "create_sized",
     "view_at",
+    "map_storage",
 ]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -342,6 +343,11 @@ def map_leaves(
             storage = _from_file(path, writable, nbytes)
             append(_empty(0, dtype=dtype, device="cpu").set_(storage, 0, shape, strides_of(shape)))
     return out
+
+
+def map_storage(path: str, writable: bool, nbytes: int) -> torch.UntypedStorage:
+    """The first `nbytes` of file `path` mapped as one storage (shared when `writable`)."""
+    return _from_file(path, writable, nbytes)
 
 
 def view_at(

@@ -19,7 +19,7 @@ import torch
 
 from td_memmap._archive_load import load_archive_tree
 from td_memmap._build import Builder, check_cls
-from td_memmap._io import view_at
+from td_memmap._io import map_storage, view_at
 from td_memmap._meta import parse_folder
 from td_memmap._meta_types import Pack
 from td_memmap._tensor import MemoryMappedTensor
@@ -90,7 +90,7 @@ def _map_packed(pack: Pack, builder: Builder, mode: str | None) -> list[MemoryMa
         writable = False  # the default mode on a file this process may not write
     storage = None
     if pack.size:
-        storage = torch.UntypedStorage.from_file(pack.path, writable, pack.size)  # type: ignore[call-arg]  # torch stubs lack from_file's arguments
+        storage = map_storage(pack.path, writable, pack.size)
     wrap = MemoryMappedTensor._wrap
     path = pack.path
     out = []

@@ -190,16 +190,14 @@ class _Planner:
             elif isinstance(value, NonTensorLeaf):
                 entries.append(self._nontensor(value, os.path.join(path, stem), out, key, full_key))
             elif isinstance(value, torch.Tensor):
-                entry = self._tensor(
-                    value, os.path.join(path, stem + LEAF_SUFFIX), out, key, full_key
-                )
+                entry = self._tensor(value, path + os.sep + stem + LEAF_SUFFIX, out, key, full_key)
                 if key in node.unbatched:
                     entry["unbatched"] = True
                     out.unbatched.add(key)
                 entries.append(entry)
                 out.entries[key] = value
             elif isinstance(value, Grown):
-                leaf = os.path.join(path, stem + LEAF_SUFFIX)
+                leaf = path + os.sep + stem + LEAF_SUFFIX
                 entry = {
                     "key": key,
                     "type": "tensor",
@@ -510,7 +508,7 @@ def save_tree(
         and (not previous.files or previous.pack is not None)
     ):
         _prepare(plan, True)
-        save_packed(plan, planner.jobs, previous, num_threads=num_threads, durable=durable)
+        save_packed(plan, planner.jobs, previous, durable=durable)  # one thread: see there
         return plan.out
     used, spares = _name_files(planner.jobs, previous)
     staged: list[tuple[str, str]] = []
