@@ -105,8 +105,14 @@ class TestLayout:
 
     def test_lazy_stacks_and_like(self, tmp_path):
         stack = lazy_stack([TensorDict({"x": torch.ones(2)}), TensorDict({"x": torch.ones(5)})])
-        save(stack, tmp_path / "s")
+        save(stack, tmp_path / "files")  # by default members are sub-folders, as upstream's
+        assert sorted(os.listdir(tmp_path / "files")) == ["0", "1", "meta.json"]
+        save(TensorDict({"st": stack}), tmp_path / "nested")
+        assert (tmp_path / "nested" / "st" / "1" / "meta.json").exists()
+        save(stack, tmp_path / "s", layout="packed")
         assert sorted(os.listdir(tmp_path / "s")) == ["data.pack", "meta.json"]
+        save(stack, tmp_path / "s")  # a re-save keeps the layout
+        assert _meta(tmp_path / "s")["version"] == 2
         assert load_memmap(tmp_path / "s" / "1")["x"].shape == (5,)
         like = td_memmap.memmap_like(_td(), tmp_path / "like")
         assert like["a"].sum() == 0 and load_memmap(tmp_path / "like")["enc", "w"].shape == (3, 4)
@@ -159,6 +165,12 @@ class TestSubtree:
         os.mkdir(saved / "enc")  # a real folder without a save: nothing to walk up from
         with pytest.raises(IncompleteSaveError):
             load_memmap(saved / "enc" / "deep")
+
+    def test_saving_a_sub_tensordict_alone_into_its_path_is_refused(self, saved):
+        before = _files(saved)
+        with pytest.raises(ValueError, match="written whole"):
+            save(load_memmap(saved / "enc").clone(), saved / "enc")
+        assert _files(saved) == before and not (saved / "enc").exists()
 
     def test_a_files_layout_save_above_is_not_used(self, tmp_path):
         save(_td(), tmp_path / "f", layout="files")

@@ -170,8 +170,8 @@ def memmap(
 ) -> Any:
     """Write `td` to memory-mapped files under `prefix`; a locked copy of `td` on them.
 
-    By default (`layout=None`, into a folder holding no save or a packed
-    one) the save is packed: every tensor leaf goes into one data file, at a
+    By default (`layout=None`, into a new folder, for a tree without lazy
+    stacks; or over a packed save) the save is packed: every tensor leaf goes into one data file, at a
     64-byte aligned offset, written sequentially (in parallel with
     `num_threads > 0`), and the whole tree (sub-TensorDicts, lazy stacks,
     tensorclasses, non-tensor values as JSON) into one `meta.json`, written
@@ -232,10 +232,11 @@ def memmap(
         layout: `"packed"`: one data file holding every leaf and one
             `meta.json` holding the whole tree (format version 2, the fastest
             to write and load); `"files"`: one file per leaf and one folder per
-            sub-TensorDict (version 1). None (the default): packed into a folder
-            that holds no save or a packed one, unless the save has pickled or
-            shared non-tensor values (those need files of their own); the layout
-            of the save already there otherwise. See docs/memmap-format.md.
+            sub-TensorDict (version 1). None (the default): the layout of the
+            save already in the folder; in a new folder packed, unless the tree
+            holds a lazy stack (whose members are the sub-folders `0`, `1`, ...,
+            as upstream's) or pickled or shared non-tensor values (which need
+            files of their own). See docs/memmap-format.md.
 
     Raises:
         PickleNotAllowedError: (a `ValueError`) a non-tensor value has no

@@ -16,12 +16,9 @@ import torch
 
 from td_core import TensorDict, TensorDictBase, is_tensor_collection
 from td_memmap._api import load_memmap, memmap
-from td_memmap._errors import MemmapError
 from td_memmap._format import LEAF_SUFFIX, encode_key
-from td_memmap._generation import candidates, first_free
+from td_memmap._generation import candidates, first_free, packed_root_of
 from td_memmap._io import remove_if_exists
-from td_memmap._meta import parse_folder
-from td_memmap._packed import packed_parent
 from td_memmap._paths import remember, saved_path
 from td_memmap._tensor import MemoryMappedTensor
 
@@ -125,17 +122,6 @@ def _folder_of(
     return parent, folder, parts[depth:], parts
 
 
-def _packed_root(folder: str) -> str | None:
-    """The packed save (format version 2) that `folder` is or is part of, if any."""
-    found = packed_parent(folder)
-    top = found[0] if found is not None else folder
-    try:
-        meta = parse_folder(top)
-    except (MemmapError, OSError):
-        return None
-    return top if meta.pack is not None else None
-
-
 def _flat(key: Any) -> list[Any]:
     if isinstance(key, tuple):
         return [p for k in key for p in _flat(k)]
@@ -152,7 +138,7 @@ def _add(
     size of the one above) and the leaf `fallback()` is written by the save.
     """
     parent, folder, below, parts = _folder_of(td, key)
-    packed = _packed_root(folder)
+    packed = packed_root_of(folder)
     if packed is not None and saved_path(td) != packed:
         raise RuntimeError(
             f"cannot add {key!r}: the TensorDict holding it is part of the packed save in "

@@ -55,6 +55,7 @@ from td_memmap._generation import (
     Previous,
     candidates,
     first_free,
+    packed_root_of,
     previous_save,
     remove_replaced,
 )
@@ -470,13 +471,20 @@ def save_tree(
             the returned tree's shared leaves read and write (see `_shared`).
         layout: `"packed"`: one data file and one metadata file (format version
             2, see `_pack_save`); `"files"`: one file per leaf and one folder per
-            sub-TensorDict (version 1). None: packed when the folder holds no
-            save or a packed one, and the save has no pickled or shared values
-            (they need files of their own); else the layout of the save there.
+            sub-TensorDict (version 1). None: the layout of the save already in
+            the folder; in a new folder packed, unless the tree holds a lazy
+            stack. Pickled and shared values need the files layout.
     """
     if layout not in (None, "packed", "files"):
         raise ValueError(f"layout must be None, 'packed' or 'files', got {layout!r}")
     root = os.path.abspath(os.fspath(prefix))
+    if not os.path.lexists(root):
+        above = packed_root_of(root)
+        if above is not None:  # its own save there would never be seen by a load of `above`
+            raise ValueError(
+                f"{root!r} is a sub-TensorDict of the packed save in {above!r}, which is written "
+                f"whole: save the whole TensorDict to {above!r} instead"
+            )
     planner = _Planner(
         copy_existing=copy_existing,
         like=like,
@@ -502,10 +510,14 @@ def save_tree(
             f"cannot save {root!r} packed: pickled, shared or appended values need files of "
             "their own (pass layout='files')"
         )
+    # a new folder is packed unless it holds a lazy stack, whose members are the
+    # sub-folders 0, 1, ... as upstream's (tools and tests look there); a save
+    # over an existing save keeps its layout
+    stacks = any(folder.meta["kind"] == KIND_LAZY for folder in folders)
     if layout == "packed" or (
         layout is None
         and packable(planner.jobs)
-        and (not previous.files or previous.pack is not None)
+        and (previous.pack is not None or not (previous.files or stacks))
     ):
         _prepare(plan, True)
         save_packed(plan, planner.jobs, previous, durable=durable)  # one thread: see there
