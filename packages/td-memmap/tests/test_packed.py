@@ -289,6 +289,17 @@ class TestResave:
         assert outside.read_bytes() == b"keep" and not os.path.islink(saved / "data.b.pack")
         assert (load_memmap(saved) == td).all()
 
+    def test_a_resave_leaves_folders_at_sub_tensordict_paths_alone(self, saved):
+        other = saved / "enc"  # not part of the packed save: someone else's folder
+        other.mkdir()
+        (other / "meta.json").write_text("{}")
+        (other / "data.pack").write_bytes(b"theirs")
+        td = _td()
+        td["a"] += 1
+        save(td, saved)
+        assert (other / "meta.json").read_text() == "{}"
+        assert (other / "data.pack").read_bytes() == b"theirs"
+
     def test_a_files_layout_save_is_resaved_as_files(self, tmp_path):
         save(_td(), tmp_path / "f", layout="files")
         save(_td(), tmp_path / "f")

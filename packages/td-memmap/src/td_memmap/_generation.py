@@ -73,10 +73,12 @@ def previous_save(root: str) -> Previous:
     except (MemmapError, OSError, ValueError):
         return out  # not loadable: nothing to keep intact
     out.generation = meta.generation
-    _collect(meta, out)
-    if meta.pack is not None:
+    if meta.pack is None:
+        _collect(meta, out)
+    else:  # one data file; its sub-TensorDicts' paths are no folders of the save
         out.pack = meta.pack.path
-        out.files[root].add(os.path.basename(meta.pack.path))
+        out.files[root] = {os.path.basename(meta.pack.path)}
+        out.folders.append(root)
     return out
 
 
