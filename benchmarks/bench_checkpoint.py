@@ -13,8 +13,8 @@ the median over the rounds; ratios are td / reference medians. Cases:
 
 - ``8 leaves``: 8 leaves of 32 MB (256 MB) ``td.memmap(new_folder)`` with the
   default ``num_threads`` against safetensors' ``save_file`` of the same dict;
-- ``transformer``: ``TensorDict.from_module(nn.Transformer())`` (184 leaves in
-  109 folders, 177 MB) ``memmap(new_folder)`` with ``num_threads=16`` (the
+- ``transformer``: ``TensorDict.from_module(nn.Transformer())`` (184 leaves,
+  177 MB) ``memmap(new_folder)`` with ``num_threads=16`` (the
   seeds' example) and the default, against ``save_file`` of the flat dict and
   ``torch.save(model.state_dict())``;
 - ``small``: 1,000 leaves of 16 KB (16 MB) against ``save_file`` and ``torch.save``;
@@ -25,8 +25,10 @@ It also measures the disk's floor: one file of the same size written from
 memory (into the page cache, which is what every side's save measures: none
 of them calls ``fsync``), and the same plus ``fsync`` (the disk itself).
 
-The cost that dominates td's save of many leaves on an ext4 file system without
-a journal (the machine the docs' numbers come from) is creating files: ext4 skips
+td's fresh saves are packed (one data file, one ``meta.json``: format version 2).
+With one file per leaf (``layout="files"``, version 1), the cost that dominated
+td's save of many leaves on an ext4 file system without a journal (the machine
+the docs' numbers come from) was creating files: ext4 skips
 the inodes freed in the last ``dirty_expire`` seconds (``recently_deleted`` in
 ``find_inode_bit``), so every file created scans past the files deleted lately,
 by this script's own rounds or any other process on the disk. One create costs

@@ -10,7 +10,8 @@ Everything is written under one temporary folder, removed at exit. Cases:
 - save and load of a 256 MB parameter TensorDict (fp32), in two layouts:
   ``flat``, one TensorDict of 256 leaves with dotted keys (a ``state_dict``), and
   ``nested``, 128 sub-TensorDicts of ``weight`` and ``bias`` (what
-  ``TensorDict.from_module`` gives: one folder per module on disk). ``torch.save``
+  ``TensorDict.from_module`` gives; packed into one data file, as every fresh save
+  here is: see docs/memmap-format.md). ``torch.save``
   saves the same tensors as a flat dict; upstream saves the same TensorDict.
   safetensors only takes flat dicts, so for the nested layout its reference is
   what gives the same TensorDict back (``flatten_keys`` then ``save_file``;
@@ -35,8 +36,8 @@ Everything is written under one temporary folder, removed at exit. Cases:
 Two kinds of save, labelled in each case's name:
 
 - ``re-save``: into the same folder every time (a checkpoint overwritten), for
-  every side; td writes the new generation beside the old one, then removes
-  the old files. td and upstream use 4 threads; torch.save and safetensors
+  every side; td writes a new data file beside the old one, then removes
+  the old one. td and upstream use 4 threads; torch.save and safetensors
   have none to use.
 - ``fresh folder``: the previous copy (td's folder, upstream's, torch's or
   safetensors' file) is removed before each save, inside the timing on every
@@ -190,7 +191,8 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
         ours_dir, theirs_dir = _path(f"td_{layout}"), _path(f"up_{layout}")
         ours_td.memmap(ours_dir, num_threads=THREADS)
         theirs_td.memmap(theirs_dir, num_threads=THREADS)
-        leaves = "256 files" if layout == "flat" else "128 folders of 2 files"
+        leaves = "256 leaves" if layout == "flat" else "128 sub-TensorDicts of 2 leaves"
+        leaves += ", packed into one data file"
 
         def ours_save(td: TensorDict = ours_td, prefix: str = ours_dir) -> object:
             return td.memmap(prefix, num_threads=THREADS)
@@ -249,7 +251,7 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
                     st_load,
                     st_save,
                     st_save_fresh,
-                    "load_memmap (maps 256 files) against load_file (maps one)",
+                    "load_memmap (maps the packed data file) against load_file (maps one)",
                     {},
                 )
             )
@@ -261,8 +263,8 @@ def _checkpoint_suites() -> tuple[Suite, Suite, Suite]:
                     st_load_nested,
                     st_save_nested,
                     st_save_nested_fresh,
-                    "load_memmap (128 folders) against load_file then unflatten_keys (the same "
-                    "TensorDict); bare load_file as a floor",
+                    "load_memmap (one packed save of 128 sub-TensorDicts) against load_file then "
+                    "unflatten_keys (the same TensorDict); bare load_file as a floor",
                     {"load_file_only": st_load},
                 )
             )
@@ -316,7 +318,7 @@ def _few_leaves_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
         return load_file(st_file)
 
     what = (
-        "remove the previous copy, then td.memmap (8 files in 2 folders) with the default "
+        "remove the previous copy, then td.memmap (8 leaves, 2 nested, packed) with the default "
         "num_threads, against removing the reference's file and saving again"
     )
     vs_safetensors.add(
@@ -360,7 +362,7 @@ def _many_small_cases(vs_torch: Suite, vs_safetensors: Suite) -> None:
     ours_fresh, st_fresh, torch_fresh = _fresh_savers(ours_td, flat, folder, st_file, pt_file)
 
     what = (
-        "remove the previous copy, then td.memmap (1,000 files of 16 KB) with the default "
+        "remove the previous copy, then td.memmap (1,000 leaves of 16 KB, packed) with the default "
         "num_threads, against removing the reference's file and saving again"
     )
     vs_safetensors.add(

@@ -140,7 +140,7 @@ def test_pickled_values_need_allow_pickle(tmp_path):
 
 
 def test_a_failure_part_way_leaves_the_previous_save(tmp_path, monkeypatch):
-    _td().memmap(tmp_path / "f")
+    td_memmap.save(_td(), tmp_path / "f", layout="files")  # packed: test_packed.py
     before = _files(tmp_path / "f")
     real = td_memmap._io.write_grown
     calls = []

@@ -22,6 +22,7 @@ from td_memmap import (
     load_memmap,
     pack_memmap,
     refresh_archive_checksums,
+    save,
     unpack_memmap,
 )
 
@@ -114,7 +115,7 @@ def test_archive_load_matches_folder_load(tmp_path, kind):
 
 
 def test_archive_entries_mirror_the_folder_and_payloads_are_aligned(tmp_path):
-    _nested().memmap(tmp_path / "f")
+    save(_nested(), tmp_path / "f", layout="files")  # an archive mirrors the files layout
     pack_memmap(tmp_path / "f", tmp_path / "f.tdz")
     on_disk = sorted(
         os.path.relpath(os.path.join(r, n), tmp_path / "f").replace(os.sep, "/")
@@ -145,7 +146,7 @@ def test_load_maps_the_archive_without_copies(tmp_path):
 
 def test_unaligned_zip_of_a_folder_loads_read_only(tmp_path):
     td = _nested()
-    td.memmap(tmp_path / "f")
+    save(td, tmp_path / "f", layout="files")  # archives hold the files layout
     with zipfile.ZipFile(tmp_path / "plain.zip", "w") as zf:  # like `zip -r`: not aligned
         for root, _, names in os.walk(tmp_path / "f"):
             for name in names:

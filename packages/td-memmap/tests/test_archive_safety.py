@@ -34,7 +34,7 @@ def _zip_folder(folder, archive) -> None:
 
 def _evil(tmp_path, name: str, *, link: bool = False):
     """A valid archive of `_td()` plus one entry named `name` (a link if `link`)."""
-    _td().memmap(tmp_path / "good")
+    save(_td(), tmp_path / "good", layout="files")  # archives hold the files layout
     archive = tmp_path / "evil.zip"
     _zip_folder(tmp_path / "good", archive)
     with zipfile.ZipFile(archive, "a") as zf:
@@ -146,7 +146,7 @@ def test_a_bad_crc_in_a_leaf_is_refused_on_unpack(tmp_path):
 
 
 def test_an_entry_size_that_does_not_match_the_metadata_is_refused(tmp_path):
-    _td().memmap(tmp_path / "f")
+    save(_td(), tmp_path / "f", layout="files")  # archives hold the files layout
     with open(tmp_path / "f" / "a.memmap", "r+b") as f:
         f.truncate(20)
     _zip_folder(tmp_path / "f", tmp_path / "short.zip")

@@ -178,15 +178,26 @@ def _values(td) -> set[float]:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-@pytest.mark.parametrize("layout", ["flat", "nested", "lazy", "large"])
-def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, run_killed, layout):
+@pytest.mark.parametrize(
+    "layout, fmt",
+    [
+        ("flat", "files"),
+        ("nested", "files"),
+        ("lazy", "files"),
+        ("large", "files"),
+        ("nested", "packed"),
+        ("lazy", "packed"),
+        ("large", "packed"),
+    ],
+)
+def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, run_killed, layout, fmt):
     rng = random.Random(14)
     prefix = tmp_path / "save"
-    save(_layouts(0.0)[layout], prefix)
+    save(_layouts(0.0)[layout], prefix, layout=fmt)  # later saves keep the folder's layout
     durations = []
     for _ in range(3):
         start = time.perf_counter()
-        save(_layouts(0.0)[layout], tmp_path / "timing")
+        save(_layouts(0.0)[layout], tmp_path / "timing", layout=fmt)
         durations.append(time.perf_counter() - start)
     scale = min(durations)  # kill at uniform times over a range adapted to the machine's speed
     current, interrupted, switched = 0.0, 0, 0
@@ -211,6 +222,9 @@ def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, run_ki
     save(_layouts(99.0)[layout], prefix)
     assert _values(load(prefix)) == {99.0}
     names = [n for _, _, files in os.walk(prefix) for n in files]
+    if fmt == "packed":  # one data file: a killed save's is replaced by the next save
+        assert sorted(names) in (["data.b.pack", "meta.json"], ["data.pack", "meta.json"])
+        return
     leaves = len(list(_layouts(0.0)[layout].values(True, True))) if layout != "lazy" else 8
     assert leaves <= len([n for n in names if n.endswith(".memmap")]) <= 2 * leaves
     assert not [n for n in names if n.startswith(".")]
@@ -220,7 +234,13 @@ def test_a_save_killed_at_random_points_keeps_the_previous_save(tmp_path, run_ki
 
 
 def test_a_shape_of_more_than_64_dims_is_refused_naming_the_file(tmp_path):
-    save(TensorDict({"a": torch.ones(1)}, []), tmp_path / "s")
+    save(TensorDict({"a": torch.ones(1)}, []), tmp_path / "p")  # packed: one data file
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    meta["entries"][0]["shape"] = [1] * 300
+    (tmp_path / "p" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(MemmapFormatError, match=r"data\.pack.*300 dims.*64"):
+        load(tmp_path / "p")
+    save(TensorDict({"a": torch.ones(1)}, []), tmp_path / "s", layout="files")
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
     meta["entries"][0]["shape"] = [1] * 300  # the same element count as the file holds
     (tmp_path / "s" / "meta.json").write_text(json.dumps(meta))

@@ -52,7 +52,7 @@ class TestKeyEncoding:
         td["A"] = torch.zeros(2)
         # differs from "A" only by case: distinct files on case-insensitive systems too
         td["a"] = torch.ones(2)
-        save(td, prefix)
+        save(td, prefix, layout="files")  # the file names of the files layout (version 1)
         assert sorted(os.listdir(tmp_path)) == ["save"]
         names = os.listdir(prefix)
         assert len({n.lower() for n in names}) == len(names) == len(KEYS) + 3
@@ -126,11 +126,11 @@ class TestShapeField:
         from td_core import lazy_stack
 
         td = TensorDict(a=torch.zeros(3, 2), n={"b": torch.ones(3, 2, 4)}, batch_size=[3, 2])
-        save(td, tmp_path / "td")
+        save(td, tmp_path / "td", layout="files")  # a meta.json per folder (version 1)
         for folder, batch in [("td", [3, 2]), ("td/n", [3, 2])]:
             meta = json.loads((tmp_path / folder / "meta.json").read_text())
             assert meta["shape"] == meta["batch_size"] == batch
-        save(lazy_stack([td[0], td[1]]), tmp_path / "stack")
+        save(lazy_stack([td[0], td[1]]), tmp_path / "stack", layout="files")
         member = json.loads((tmp_path / "stack" / "0" / "meta.json").read_text())
         assert member["shape"] == [2]
 

@@ -11,7 +11,13 @@ import torch
 
 import td_memmap._meta as meta_module
 from td_core import TensorDict
-from td_memmap import IncompleteSaveError, MemmapFormatError, UnsafePathError, load, save
+from td_memmap import IncompleteSaveError, MemmapFormatError, UnsafePathError, load
+from td_memmap import save as _save
+
+
+def save(td, prefix, **kwargs):
+    """The index is part of the files layout (version 1): a packed save has one meta.json."""
+    return _save(td, prefix, layout="files", **kwargs)
 
 
 def _tree() -> TensorDict:

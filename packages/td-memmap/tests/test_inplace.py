@@ -6,11 +6,14 @@ import pytest
 import torch
 
 from td_core import TensorDict
-from td_memmap import MemoryMappedTensor, load
+from td_memmap import MemoryMappedTensor, load, save
 
 
 def _saved(tmp_path) -> TensorDict:
-    return TensorDict({"a": torch.zeros(3), "n": {"b": torch.ones(3)}}, [3]).memmap(tmp_path / "s")
+    # the files layout (version 1), whose file names these tests check; test_packed.py
+    # checks the same operations on a packed save
+    td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.ones(3)}}, [3])
+    return save(td, tmp_path / "s", layout="files")
 
 
 def test_saved_path_of_saved_loaded_and_plain_tds(tmp_path):

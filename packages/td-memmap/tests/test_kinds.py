@@ -176,7 +176,7 @@ class TestLazyStacks:
         assert back["common", "c"].tolist() == [[0.0, 1.0], [0.0, 1.0]]
 
     def test_layout_and_metadata(self, tmp_path):
-        memmap(_ragged_stack(stack_dim=1), tmp_path / "s")
+        memmap(_ragged_stack(stack_dim=1), tmp_path / "s", layout="files")
         meta = json.loads((tmp_path / "s" / "meta.json").read_text())
         assert meta["kind"] == "LazyStackedTensorDict"
         assert (meta["stack_dim"], meta["members"], meta["batch_size"]) == (1, 2, [2, 2])
@@ -228,13 +228,13 @@ class TestLazyStackValidation:
         assert str(tmp_path / "s" / "meta.json") in str(info.value)
 
     def test_missing_member_folder(self, tmp_path):
-        memmap(_ragged_stack(), tmp_path / "s")
+        memmap(_ragged_stack(), tmp_path / "s", layout="files")
         (tmp_path / "s" / "1").rename(tmp_path / "elsewhere")
         with pytest.raises(MissingLeafError, match="member folder"):
             load_memmap(tmp_path / "s")
 
     def test_member_folder_that_is_a_link_out(self, tmp_path):
-        memmap(_ragged_stack(), tmp_path / "s")
+        memmap(_ragged_stack(), tmp_path / "s", layout="files")
         (tmp_path / "s" / "1").rename(tmp_path / "elsewhere")
         (tmp_path / "s" / "1").symlink_to(tmp_path / "elsewhere")
         with pytest.raises(UnsafePathError, match="leaves the saved folder"):
@@ -242,7 +242,7 @@ class TestLazyStackValidation:
 
     @pytest.mark.parametrize("num_threads", [0, 3])
     def test_error_in_a_member_names_its_file(self, tmp_path, num_threads):
-        memmap(_ragged_stack(), tmp_path / "s")
+        memmap(_ragged_stack(), tmp_path / "s", layout="files")
         _edit(tmp_path / "s" / "1" / "meta.json", lambda m: m.update(batch_size=[5]))
         with pytest.raises(MemmapFormatError, match=r"s/1/meta\.json.*stacked member"):
             load_memmap(tmp_path / "s", num_threads=num_threads)
@@ -397,6 +397,7 @@ class TestClassLookupRunsNoCode:
         memmap(
             TensorDict({"ok": torch.zeros(2), "p": Pair(torch.zeros(2), "x", batch_size=[2])}, [2]),
             tmp_path / "t",
+            layout="files",  # a meta.json per folder; the packed one: test_packed.py
         )
         _edit(tmp_path / "t" / "p" / "meta.json", lambda m: m.update({"class": "nowhere:Pair"}))
         with pytest.raises(UnknownClassError, match=r"t/p/meta\.json"):
@@ -450,7 +451,7 @@ class TestUnbatched:
         assert out.is_memmap()
 
     def test_folder_marks_the_entry_and_writes_reach_the_file(self, tmp_path):
-        self._td().memmap(tmp_path)
+        memmap(self._td(), tmp_path, layout="files")
         meta = json.loads((tmp_path / "n" / "meta.json").read_text())
         (entry,) = meta["entries"]
         assert entry["unbatched"] is True and entry["shape"] == [7, 11]
@@ -460,7 +461,7 @@ class TestUnbatched:
 
     @pytest.mark.parametrize("flag", ["yes", 1, None])
     def test_a_malformed_flag_is_refused(self, tmp_path, flag):
-        self._td().memmap(tmp_path)
+        memmap(self._td(), tmp_path, layout="files")
         path = tmp_path / "n" / "meta.json"
         meta = json.loads(path.read_text())
         meta["entries"][0]["unbatched"] = flag
@@ -469,7 +470,7 @@ class TestUnbatched:
             TensorDict.load_memmap(tmp_path)
 
     def test_without_the_flag_the_batch_dims_are_still_checked(self, tmp_path):
-        self._td().memmap(tmp_path)
+        memmap(self._td(), tmp_path, layout="files")
         path = tmp_path / "n" / "meta.json"
         meta = json.loads(path.read_text())
         del meta["entries"][0]["unbatched"]

@@ -20,8 +20,13 @@ from td_memmap import (
     PickleNotAllowedError,
     UnsafePathError,
     load,
-    save,
 )
+from td_memmap import save as _save
+
+
+def save(td, prefix, **kwargs):
+    """This file checks the files layout (version 1); test_packed.py checks the packed one."""
+    return _save(td, prefix, layout="files", **kwargs)
 
 
 def _td() -> TensorDict:

@@ -64,7 +64,7 @@ def _threads_writing(
                 time.sleep(0.001)  # a slow disk: every thread gets some leaves
             return real_open(path, flags, *args, **kwargs)
         os.open = spy
-        save({tree}(), {str(tmp_path / "s")!r}, num_threads={num_threads})
+        save({tree}(), {str(tmp_path / "s")!r}, num_threads={num_threads}, layout="files")
         print(default_threads(), len(writers))
         """
     )
@@ -128,7 +128,7 @@ def test_a_small_save_uses_no_thread(tmp_path):
 @pytest.mark.parametrize("num_threads", [0, 2, 4])
 def test_a_threaded_save_is_the_same_save(tmp_path, num_threads):
     td = _wide()
-    out = save(td, tmp_path / "s", num_threads=num_threads)
+    out = save(td, tmp_path / "s", num_threads=num_threads, layout="files")  # packed: test_packed
     back = load(tmp_path / "s")
     for key in td.keys(True, True):
         assert torch.equal(out.get(key), td.get(key)) and torch.equal(back.get(key), td.get(key))
@@ -140,7 +140,7 @@ def test_a_threaded_save_is_the_same_save(tmp_path, num_threads):
 
 def test_a_leaf_failing_in_a_thread_fails_the_save_and_keeps_the_previous_one(tmp_path):
     prefix = tmp_path / "s"
-    save(_wide(1.0), prefix, num_threads=2)
+    save(_wide(1.0), prefix, num_threads=2, layout="files")  # packed: test_packed.py
     # the next save writes m70's leaf as w.b.memmap (w.memmap is the previous save's): block it
     os.mkdir(prefix / "m70" / "w.b.memmap")
     (prefix / "m70" / "w.b.memmap" / "x").write_text("not empty")

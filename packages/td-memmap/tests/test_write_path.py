@@ -7,14 +7,17 @@ import os
 import pytest
 import torch
 
+import td_memmap
 from td_core import TensorDict
-from td_memmap import _io
+from td_memmap import _io, save
+
+# these tests check the files layout's write path (version 1); test_packed.py the packed one
 
 
 def test_large_leaves_are_written_whole(tmp_path: os.PathLike) -> None:
     big = torch.arange(_io.RESERVE_FROM // 4 + 7, dtype=torch.float32)
     td = TensorDict({"big": big, "sub": {"small": torch.arange(3)}}, [])
-    td.memmap(tmp_path)
+    save(td, tmp_path, layout="files")
     loaded = TensorDict.load_memmap(tmp_path)
     assert torch.equal(loaded["big"], big)
     assert os.path.getsize(os.path.join(tmp_path, "big.memmap")) == big.numel() * 4
@@ -25,7 +28,7 @@ def test_large_leaves_are_written_whole(tmp_path: os.PathLike) -> None:
 @pytest.mark.skipif(_io._fallocate is None, reason="fallocate(2) is Linux only")
 def test_memmap_like_files_stay_sparse(tmp_path: os.PathLike) -> None:
     proto = TensorDict({"x": torch.zeros(4 << 20, dtype=torch.uint8)}, [])
-    like = proto.memmap_like(tmp_path)
+    like = td_memmap.memmap_like(proto, tmp_path, layout="files")
     assert like["x"].sum() == 0
     st = os.stat(os.path.join(tmp_path, "x.memmap"))
     assert st.st_blocks * 512 < st.st_size  # no blocks reserved for zeros
@@ -43,7 +46,7 @@ def test_a_save_into_a_new_folder_creates_each_file_without_looking_first(
 
     td = TensorDict({"a": torch.arange(3), "sub": {"b": torch.ones(2)}}, [])
     monkeypatch.setattr(_io.os, "lstat", lstat)
-    td.memmap(os.path.join(tmp_path, "new"))
+    save(td, os.path.join(tmp_path, "new"), layout="files")
     assert not [p for p in looked if p.endswith(".memmap")]  # a syscall a leaf saved
     looked.clear()
     td.memmap(os.path.join(tmp_path, "new"))  # a re-save looks: it may rewrite in place

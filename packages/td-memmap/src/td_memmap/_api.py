@@ -18,10 +18,11 @@ from td_core import (
     is_tensorclass,
     unravel_key_to_tuple,
 )
+from td_memmap._anon import share_tree
 from td_memmap._archive import ARCHIVE_SUFFIX, save_archive
 from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_leaves, to_tree
 from td_memmap._load import load_tree
-from td_memmap._save import save_tree, share_tree
+from td_memmap._save import save_tree
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import resolve_threads
 from td_memmap._tree import Node, NonTensorLeaf
@@ -165,22 +166,28 @@ def memmap(
     inplace: bool = False,
     allow_pickle: bool = False,
     durable: bool = False,
+    layout: str | None = None,
 ) -> Any:
     """Write `td` to memory-mapped files under `prefix`; a locked copy of `td` on them.
 
-    Each tensor leaf becomes one raw file written sequentially (in parallel
-    with `num_threads > 0`); each (sub-)TensorDict a folder with a
-    `meta.json` written last and atomically. A lazy stack becomes a folder
-    with one sub-folder per member, a tensorclass instance a folder recording
-    its class. Without `prefix` the leaves move to anonymous shared memory
-    instead. Non-tensor values are stored as JSON in the metadata.
+    By default (`layout=None`, into a new folder, for a tree without lazy
+    stacks; or over a packed save) the save is packed: every tensor leaf goes into one data file, at a
+    64-byte aligned offset, written sequentially (in parallel with
+    `num_threads > 0`), and the whole tree (sub-TensorDicts, lazy stacks,
+    tensorclasses, non-tensor values as JSON) into one `meta.json`, written
+    last and atomically. `load_memmap(folder / "sub")` still loads a
+    sub-TensorDict. With `layout="files"` (and over a save of that layout)
+    each leaf is a raw file and each sub-TensorDict a folder. Without `prefix`
+    the leaves move to anonymous shared memory instead.
 
-    Saving over an earlier save is atomic: the new files are written beside
-    the earlier save's, which stays loadable and intact until the new
-    metadata is committed (one rename); its files are then kept as spares
-    that the next save rewrites in place (a folder saved twice holds two sets
-    of leaf files). A leaf already memory-mapped from a whole file of the
-    folder keeps that file.
+    Saving over an earlier save is atomic: the earlier save stays loadable
+    and intact until the new metadata is committed (one rename). A packed
+    save whose leaves all still are the folder's own leaves rewrites only
+    its metadata; otherwise it writes a new data file and removes the old one
+    once committed (processes that mapped it keep its data, no longer the
+    folder's). In the files layout the earlier save's files are kept as
+    spares that the next save rewrites in place, and a leaf already
+    memory-mapped from a whole file of the folder keeps that file.
 
     Args:
         td: a TensorDict, lazy stack or tensorclass instance (a plain mapping is
@@ -194,7 +201,10 @@ def memmap(
             at most 4, and 0 where it may run on one CPU only (see
             `td_memmap.default_threads`); 0 for other saves, whose time goes
             to creating files rather than copying bytes. Upstream's default
-            is 0.
+            is 0. A packed save (the default layout) writes its one data file
+            from the calling thread whatever `num_threads` says: the kernel
+            serializes buffered writes to one file, and threads measured
+            slower.
         return_early: return a `concurrent.futures.Future` of the result at once.
         share_non_tensor: share the non-tensor values between processes: each
             is also written to its own file, and the result's non-tensor leaves
@@ -219,6 +229,14 @@ def memmap(
         allow_pickle: store values that have no JSON form with pickle (the
             folder then only loads with `allow_pickle=True`).
         durable: also fsync every data file, so the save survives power loss.
+        layout: `"packed"`: one data file holding every leaf and one
+            `meta.json` holding the whole tree (format version 2, the fastest
+            to write and load); `"files"`: one file per leaf and one folder per
+            sub-TensorDict (version 1). None (the default): the layout of the
+            save already in the folder; in a new folder packed, unless the tree
+            holds a lazy stack (whose members are the sub-folders `0`, `1`, ...,
+            as upstream's) or pickled or shared non-tensor values (which need
+            files of their own). See docs/memmap-format.md.
 
     Raises:
         PickleNotAllowedError: (a `ValueError`) a non-tensor value has no
@@ -275,6 +293,7 @@ def memmap(
                 existsok=existsok,
                 durable=durable,
                 share_non_tensor=share_non_tensor,
+                layout=layout,
             )
         if inplace:
             if td.device is not None and td.device.type != "cpu":
@@ -300,6 +319,7 @@ def memmap_(
     atomic: bool = False,
     allow_pickle: bool = False,
     durable: bool = False,
+    layout: str | None = None,
 ) -> Any:
     """`memmap` in place: `td`'s leaves become memory-mapped tensors; returns `td`."""
     return memmap(
@@ -315,6 +335,7 @@ def memmap_(
         inplace=True,
         allow_pickle=allow_pickle,
         durable=durable,
+        layout=layout,
     )
 
 
@@ -330,6 +351,7 @@ def memmap_like(
     robust_key: bool | None = True,
     archive: bool | None = None,
     durable: bool = False,
+    layout: str | None = None,
 ) -> Any:
     """Allocate zero-filled memory-mapped files shaped like `td`'s leaves, without copying data.
 
@@ -337,7 +359,7 @@ def memmap_like(
     disk space until it is filled (expanded leaves allocate the expanded size).
     Non-tensor values are copied into the metadata. `num_threads`,
     `return_early`, `existsok`, `robust_key`, `share_non_tensor`,
-    `archive` and `durable` are as for `memmap` (an archive is written with
+    `archive`, `durable` and `layout` are as for `memmap` (an archive is written with
     its zeros, and the result's leaves write into it); `copy_existing` is
     accepted for upstream compatibility (nothing is copied).
 
@@ -372,6 +394,7 @@ def memmap_like(
                 existsok=existsok,
                 durable=durable,
                 share_non_tensor=share_non_tensor,
+                layout=layout,
             )
         return from_tree(out).lock_()
 
@@ -410,7 +433,9 @@ def load_memmap(
     says what to build.
 
     Args:
-        prefix: the saved folder, or one of its sub-folders.
+        prefix: the saved folder, or one of its sub-folders (in a packed save,
+            which has no sub-folders: the path one would have, e.g.
+            `folder / "encoder"`, is found in the save above it).
         device: move the result there (a copy, no longer memory-mapped).
         non_blocking: passed to `.to(device)`.
         out: copy the loaded values into this TensorDict (in place) and return it.

@@ -22,6 +22,7 @@ import torch
 from td_core import is_tensor_collection
 from td_memmap._build import raw_tree
 from td_memmap._convert import to_tree
+from td_memmap._load import load_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, parse_folder
 from td_memmap._save import Grown, save_tree
 from td_memmap._tree import KIND_LAZY, Node, NonTensorLeaf
@@ -132,6 +133,20 @@ def _grow(saved: Node, rows: Node, where: tuple[str, ...], n: int) -> Node:
     return out
 
 
+def _joined(grown: Node, loaded: Node) -> Node:
+    """`grown` with each `Grown` leaf made whole: the loaded rows, then the new ones."""
+    out = grown.empty_like()
+    for key, value in grown.entries.items():
+        if isinstance(value, Grown):
+            old = loaded.entries[key]
+            assert isinstance(old, torch.Tensor)
+            value = torch.cat([torch.Tensor._make_subclass(torch.Tensor, old), value.tail])
+        elif isinstance(value, Node):
+            value = _joined(value, loaded.entries[key])  # type: ignore[arg-type]  # the same tree
+        out.entries[key] = value
+    return out
+
+
 def _shares(meta: FolderMeta) -> bool:
     """Whether the save keeps its non-tensor values in shared files (`share_non_tensor=True`)."""
     for entry in meta.entries:
@@ -156,7 +171,8 @@ def append_memmap(
     rows. Each leaf's new rows go into a new file that starts with a copy of
     the old one (copied by the kernel), so an append costs a copy of the
     saved data. Processes that had loaded the save keep the old rows. Use one
-    writer at a time.
+    writer at a time. A packed save (format version 2, one data file) gets a
+    new data file holding the old rows and the new, built in memory.
 
     Args:
         prefix: a folder written by `memmap`/`save` (an archive cannot grow:
@@ -209,5 +225,8 @@ def append_memmap(
             f"{list(saved.batch_size)}) and the rows (batch size {list(given.batch_size)}) must "
             "both have"
         )
-    grown = _grow(saved, given, (), given.batch_size[0])
+    grown = _grow(saved, given, (), given.batch_size[0])  # checks the rows first
+    if meta.pack is not None:  # a packed save: a new data file with the grown leaves
+        save_tree(_joined(grown, load_tree(root)), root, layout="packed")
+        return
     save_tree(grown, root, allow_pickle=bool(allow_pickle), share_non_tensor=_shares(meta))

@@ -37,6 +37,7 @@ from td_memmap._errors import (
 )
 from td_memmap._format import META_NAME, TMP_PREFIX
 from td_memmap._io import clean_stale_tmp, fsync_dir, remove_if_exists, tensor_bytes
+from td_memmap._load import load_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
 from td_memmap._nested import nested_values
 from td_memmap._save import save_tree
@@ -210,6 +211,16 @@ def _pack(
 ) -> None:
     root = os.path.abspath(prefix)
     meta = parse_folder(root)  # a complete, valid save, or an error naming what is wrong
+    if meta.pack is not None:  # a packed save: archived as one file per leaf, staged beside
+        staging = tempfile.mkdtemp(
+            prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=os.path.dirname(target)
+        )
+        try:
+            save_tree(load_tree(root), staging, copy_existing=True, layout="files")
+            _pack(staging, target, method, level, sources, durable)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return
     items: list[tuple[str, str | None, bool]] = []
     _tree_files(meta, root, items)
     _write(target, items, method=method, level=level, sources=sources, durable=durable)
@@ -306,7 +317,7 @@ def _move_into(staging: str, prefix: str) -> None:
             "folder saves the archive's content again, which would unpickle them. Unpack into "
             "a new or empty folder"
         ) from None
-    save_tree(tree, prefix, copy_existing=True)
+    save_tree(tree, prefix, copy_existing=True, layout="files")
 
 
 def _raw_tree(folder: str) -> Node:
@@ -491,7 +502,7 @@ def save_archive(
     clean_stale_tmp(parent)  # what saves killed before us left beside their archive
     staging = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=parent)
     try:
-        staged = save_tree(tree, staging, like=True, allow_pickle=allow_pickle)
+        staged = save_tree(tree, staging, like=True, allow_pickle=allow_pickle, layout="files")
         sources = None
         if not like:
             # the staged files' paths, spelled as the pack spells them (both start from

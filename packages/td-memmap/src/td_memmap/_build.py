@@ -28,10 +28,19 @@ from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD, Node, NonTensorLeaf
 __all__ = ["Builder", "check_cls", "raw_tree"]
 
 
+def _meta_file(meta: FolderMeta) -> str:
+    """The metadata file describing `meta`, quoted, for errors (a packed save has one)."""
+    if meta.pack is None:
+        return repr(meta.path + os.sep + META_NAME)
+    sub = os.path.relpath(meta.path, meta.pack.root).replace(os.sep, "/")
+    top = repr(meta.pack.root + os.sep + META_NAME)
+    return top if sub == "." else f"{top} (sub-TensorDict {sub!r})"
+
+
 def _nontensor(
     entry: NonTensorEntry, meta_path: str, writable: bool, read: Callable[[str], bytes] | None
 ) -> NonTensorLeaf:
-    where = f"{meta_path!r}, entry {entry.key!r}"
+    where = f"{meta_path}, entry {entry.key!r}"
     if entry.encoding == "pickle":
         assert entry.path is not None
         if read is not None:
@@ -92,6 +101,7 @@ class Builder:
         self.slots: list[tuple[Node, str]] = []  # where each leaf goes
         self.leaves: list[tuple[str, Any, tuple[int, ...], int]] = []  # what to map there
         self.nested: dict[int, list[list[int]]] = {}  # leaf index -> components' shapes
+        self.offsets: list[int] = []  # where each leaf starts in a packed data file (-1: a file)
 
     def build(self, meta: FolderMeta, cls: type | None = None) -> Node:
         node = Node(meta.batch_size, meta.device, {}, meta.kind, meta.stack_dim, meta.class_name)
@@ -112,10 +122,10 @@ class Builder:
             unknown = [e.key for e in meta.entries if e.key not in fields]
             if unknown:
                 raise MemmapFormatError(
-                    f"{meta.path + os.sep + META_NAME!r}: entries {unknown} are not fields of "
+                    f"{_meta_file(meta)}: entries {unknown} are not fields of "
                     f"tensorclass {node.cls.__qualname__} (fields: {list(fields)})"
                 )
-        meta_path = meta.path + os.sep + META_NAME
+        meta_path = _meta_file(meta)
         for entry in meta.entries:
             if type(entry) is TensorEntry:
                 node.entries[entry.key] = None  # type: ignore[assignment]  # keeps the order
@@ -125,6 +135,7 @@ class Builder:
                     self.nested[len(self.leaves)] = entry.nested
                 self.slots.append((node, entry.key))
                 self.leaves.append((entry.path, entry.dtype, entry.shape, entry.nbytes))
+                self.offsets.append(entry.offset)
             elif type(entry) is DirEntry:
                 assert entry.folder is not None
                 node.entries[entry.key] = self.build(entry.folder)
@@ -164,7 +175,7 @@ class Builder:
         if found is None:
             module = name.partition(":")[0]
             raise UnknownClassError(
-                f"{meta.path + os.sep + META_NAME!r} holds an instance of tensorclass {name!r}, "
+                f"{_meta_file(meta)} holds an instance of tensorclass {name!r}, "
                 f"which is not imported: td-memmap never imports a module named by a file. Import "
                 f"{module!r} before loading, pass cls=<the class> (for the folder loaded), or "
                 "cls=TensorDict to load every tensorclass as a plain TensorDict of its fields"

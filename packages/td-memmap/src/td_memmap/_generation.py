@@ -17,8 +17,16 @@ from td_memmap._errors import MemmapError
 from td_memmap._format import LEAF_SUFFIX, META_NAME, PICKLE_SUFFIX, SHARED_SUFFIX
 from td_memmap._io import remove_if_exists
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
+from td_memmap._packed import packed_parent
 
-__all__ = ["Previous", "previous_save", "candidates", "first_free", "remove_replaced"]
+__all__ = [
+    "Previous",
+    "previous_save",
+    "packed_root_of",
+    "candidates",
+    "first_free",
+    "remove_replaced",
+]
 
 #: The infixes tried, in order, to name a file beside the one the previous save uses.
 _INFIXES = ("", ".b", ".c", ".d")
@@ -32,6 +40,7 @@ class Previous:
     files: dict[str, set[str]] = field(default_factory=dict)  # folder -> names in it
     folders: list[str] = field(default_factory=list)  # top folder first
     generation: int = 0
+    pack: str | None = None  # a packed save's data file
 
     def uses(self, path: str) -> bool:
         folder, name = os.path.split(path)
@@ -64,8 +73,30 @@ def previous_save(root: str) -> Previous:
     except (MemmapError, OSError, ValueError):
         return out  # not loadable: nothing to keep intact
     out.generation = meta.generation
-    _collect(meta, out)
+    if meta.pack is None:
+        _collect(meta, out)
+    else:  # one data file; its sub-TensorDicts' paths are no folders of the save
+        out.pack = meta.pack.path
+        out.files[root] = {os.path.basename(meta.pack.path)}
+        out.folders.append(root)
     return out
+
+
+def packed_root_of(folder: str) -> str | None:
+    """The packed save (format version 2) that `folder` is, or is a sub-TensorDict of; None if none.
+
+    A path that does not exist is looked up in the nearest existing folder
+    above it (see `_packed.packed_parent`).
+    """
+    found = packed_parent(folder)
+    top = found[0] if found is not None else folder
+    if not os.path.isfile(os.path.join(top, META_NAME)):
+        return None
+    try:
+        meta = parse_folder(top)
+    except (MemmapError, OSError, ValueError):
+        return None
+    return top if meta.pack is not None else None
 
 
 def candidates(path: str, suffix: str) -> list[str]:

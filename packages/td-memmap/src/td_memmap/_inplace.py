@@ -17,7 +17,7 @@ import torch
 from td_core import TensorDict, TensorDictBase, is_tensor_collection
 from td_memmap._api import load_memmap, memmap
 from td_memmap._format import LEAF_SUFFIX, encode_key
-from td_memmap._generation import candidates, first_free
+from td_memmap._generation import candidates, first_free, packed_root_of
 from td_memmap._io import remove_if_exists
 from td_memmap._paths import remember, saved_path
 from td_memmap._tensor import MemoryMappedTensor
@@ -138,6 +138,13 @@ def _add(
     size of the one above) and the leaf `fallback()` is written by the save.
     """
     parent, folder, below, parts = _folder_of(td, key)
+    packed = packed_root_of(folder)
+    if packed is not None and saved_path(td) != packed:
+        raise RuntimeError(
+            f"cannot add {key!r}: the TensorDict holding it is part of the packed save in "
+            f"{packed!r}, which is written whole: add it through the TensorDict saved to or "
+            f"loaded from {packed!r}"
+        )
     name = below[-1]
     if len(below) == 1 and name in parent.keys():
         if not existsok:
@@ -155,7 +162,7 @@ def _add(
         before = parent.get(name, None) if len(below) == 1 else None
         try:
             parent.unlock_()
-            if len(below) == 1:
+            if len(below) == 1 and packed is None:
                 stem = os.path.join(folder, encode_key(name) + LEAF_SUFFIX)
                 path = first_free(candidates(stem, LEAF_SUFFIX), os.path.lexists)
                 parent.set(name, make(path))
@@ -165,7 +172,13 @@ def _add(
                     holder.set(part, TensorDict({}, batch_size=holder.batch_size))
                     holder = holder.get(part)
                 holder.set(name, fallback())
-            memmap(parent, folder, inplace=True)  # every other leaf keeps its file
+            if packed is None:
+                memmap(parent, folder, inplace=True)  # every other leaf keeps its file
+            else:  # the whole save is written again, with the new leaf
+                memmap(td, packed, inplace=True)  # locks td: back to the locks found
+                td.unlock_()
+                if was_locked:
+                    parent.lock_()
             if not was_locked:
                 parent.unlock_()
         except BaseException:

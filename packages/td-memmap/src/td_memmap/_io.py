@@ -43,6 +43,9 @@ __all__ = [
     "remove_if_exists",
     "clean_stale_tmp",
     "strides_of",
+    "create_sized",
+    "view_at",
+    "map_storage",
 ]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -115,7 +118,9 @@ _fallocate = _libc_fallocate()
 RESERVE_FROM = 1 << 20
 
 
-def _create_sized(path: str, nbytes: int, reserve: bool) -> int:
+def create_sized(path: str, nbytes: int, reserve: bool) -> int:
+    """A new file `path` (refused if it exists) open for writing, its `nbytes` blocks reserved
+    when `reserve` and worth it (see `RESERVE_FROM`)."""
     fd = _create(path)
     if reserve and nbytes >= RESERVE_FROM and _fallocate is not None:
         _fallocate(fd, nbytes)
@@ -128,21 +133,21 @@ def _open_for_write(
     """An fd to write `nbytes` for `path` and the name it is written under (see `_write_file`)."""
     if fresh and mode != "atomic":
         try:
-            return _create_sized(path, nbytes, reserve), path
+            return create_sized(path, nbytes, reserve), path
         except FileExistsError:
             pass  # created since its folder was: the mode's own way below
     if mode == "atomic":
         tmp = _tmp_path(path)
-        return _create_sized(tmp, nbytes, reserve), tmp
+        return create_sized(tmp, nbytes, reserve), tmp
     if mode == "overwrite":
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            return _create_sized(path, nbytes, reserve), path
+            return create_sized(path, nbytes, reserve), path
         if stat.S_ISREG(st.st_mode) and st.st_size == nbytes:
             return os.open(path, os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY), path
     remove_if_exists(path)  # a link is removed, never followed; a folder raises
-    return _create_sized(path, nbytes, reserve), path
+    return create_sized(path, nbytes, reserve), path
 
 
 def _write_file(
@@ -338,6 +343,26 @@ def map_leaves(
             storage = _from_file(path, writable, nbytes)
             append(_empty(0, dtype=dtype, device="cpu").set_(storage, 0, shape, strides_of(shape)))
     return out
+
+
+def map_storage(path: str, writable: bool, nbytes: int) -> torch.UntypedStorage:
+    """The first `nbytes` of file `path` mapped as one storage (shared when `writable`)."""
+    return _from_file(path, writable, nbytes)
+
+
+def view_at(
+    storage: torch.UntypedStorage, offset: int, dtype: torch.dtype, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """The contiguous tensor of `dtype` and `shape` whose bytes start at `offset` of `storage`."""
+    if dtype in _EXPERIMENTAL:  # creating an empty one warns; a view of bytes does not
+        nbytes = dtype.itemsize
+        for d in shape:
+            nbytes *= d
+        raw = _empty(0, dtype=torch.uint8, device="cpu").set_(storage, offset, (nbytes,), (1,))
+        return raw.view(dtype).view(shape)
+    return _empty(0, dtype=dtype, device="cpu").set_(
+        storage, offset // dtype.itemsize, shape, strides_of(shape)
+    )
 
 
 def _read_small(path: str, dtype: torch.dtype, nbytes: int) -> torch.Tensor:

@@ -15,9 +15,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import torch
+
 from td_memmap._archive_load import load_archive_tree
 from td_memmap._build import Builder, check_cls
+from td_memmap._io import map_storage, view_at
 from td_memmap._meta import parse_folder
+from td_memmap._meta_types import Pack
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import Node
 
@@ -77,6 +81,28 @@ def _map_all(
     ]
 
 
+def _map_packed(pack: Pack, builder: Builder, mode: str | None) -> list[MemoryMappedTensor]:
+    """Every leaf as a view of one mapping of the packed data file (checked by `_meta`)."""
+    writable = mode != "r"
+    if writable and not os.access(pack.path, os.W_OK):
+        if mode == "r+":
+            raise PermissionError(f"mode='r+': cannot map {pack.path!r} for writing")
+        writable = False  # the default mode on a file this process may not write
+    storage = None
+    if pack.size:
+        storage = map_storage(pack.path, writable, pack.size)
+    wrap = MemoryMappedTensor._wrap
+    path = pack.path
+    out = []
+    for (_, dtype, shape, nbytes), offset in zip(builder.leaves, builder.offsets):
+        if nbytes and storage is not None:
+            view = view_at(storage, offset, dtype, shape)
+        else:
+            view = torch.empty(shape, dtype=dtype)
+        out.append(wrap(view, path, writable, shape))
+    return out
+
+
 def load_tree(
     prefix: str | os.PathLike,
     *,
@@ -109,7 +135,10 @@ def load_tree(
         check_cls(cls, meta)
         builder = Builder(cls=cls, writable=mode != "r", allow_pickle=allow_pickle)
         root = builder.build(meta, cls)
-        mapped = _map_all(builder.leaves, threads, mode)
+        if meta.pack is not None:
+            mapped = _map_packed(meta.pack, builder, mode)
+        else:
+            mapped = _map_all(builder.leaves, threads, mode)
     finally:
         threads.close()
     builder.place(mapped)

@@ -15,10 +15,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Union, cast
-
-import torch
+from typing import Any, cast
 
 from td_memmap._classes import check_class_name
 from td_memmap._errors import (
@@ -31,14 +28,32 @@ from td_memmap._errors import (
 from td_memmap._files import Files
 from td_memmap._format import (
     DTYPES,
+    FILES_VERSION,
     FORMAT_NAME,
     FORMAT_VERSION,
     MAX_DIMS,
     META_NAME,
+    PACKED_VERSION,
     check_component,
 )
+from td_memmap._index import Index, generation_of, meta_stamp
 from td_memmap._io import read_json
+from td_memmap._meta_types import (
+    DirEntry,
+    FolderMeta,
+    MetaEntry,
+    NonTensorEntry,
+    Pack,
+    TensorEntry,
+)
 from td_memmap._nested import nested_summary
+from td_memmap._packed import (
+    check_spans,
+    leaf_offset,
+    open_pack,
+    packed_parent,
+    subtree,
+)
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD
 
 __all__ = [
@@ -72,123 +87,19 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO planted as meta.jso
 _META_FLAGS = os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | getattr(os, "O_BINARY", 0)
 
 
-@dataclass(slots=True)
-class TensorEntry:
-    key: str
-    path: str
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    nbytes: int
-    unbatched: bool = False  # an `UnbatchedTensor`: its shape lacks the batch dims
-    nested: list[list[int]] | None = None  # a nested tensor: its components' shapes (flat file)
-
-
-@dataclass(slots=True)
-class DirEntry:
-    key: str
-    folder: FolderMeta | None = None  # set once the sub-folder is parsed
-
-
-@dataclass(slots=True)
-class NonTensorEntry:
-    key: str
-    batch_size: tuple[int, ...]
-    stacked: bool
-    encoding: str  # "json" or "pickle"
-    value: Any  # the JSON payload, for "json"
-    path: str | None  # the pickle file, for "pickle"
-    shared: str | None = None  # the file holding the live value, for shared values
-
-
-MetaEntry = Union[TensorEntry, DirEntry, NonTensorEntry]  # noqa: UP007 (runtime alias, 3.10)
-
-
-@dataclass(slots=True)
-class FolderMeta:
-    path: str
-    kind: str
-    batch_size: tuple[int, ...]
-    device: str | None
-    entries: tuple[MetaEntry, ...] = ()
-    stack_dim: int = 0
-    members: list[FolderMeta] = field(default_factory=list)  # lazy stacks: the members, in order
-    class_name: str | None = None  # tensorclasses: "module:qualname"
-    generation: int = 0  # the save that wrote it (see `_save`): larger is newer
-
-
-def header(kind: str, batch_size: tuple[int, ...], device: str | None) -> dict[str, Any]:
-    """The fields every metadata file starts with."""
+def header(
+    kind: str, batch_size: tuple[int, ...], device: str | None, version: int = FILES_VERSION
+) -> dict[str, Any]:
+    """The fields every metadata file (and every inline metadata of a packed save) starts with."""
     return {
         "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
+        "version": version,
         "kind": kind,
         "byteorder": sys.byteorder,
         "batch_size": list(batch_size),
         "shape": list(batch_size),  # the same, under the name upstream's metadata uses
         "device": device,
     }
-
-
-def meta_stamp(st: os.stat_result) -> list[int]:
-    """What identifies one version of a metadata file, from its `lstat`.
-
-    Inode, size and mtime: a save publishes a metadata file by renaming it
-    into place (which keeps all three); another save, an edit or a touch
-    changes at least one.
-    """
-    return [st.st_ino, st.st_size, st.st_mtime_ns]
-
-
-def generation_of(data: Any) -> int:
-    """The `generation` of parsed metadata (0 when absent or malformed; checked when parsed)."""
-    gen = data.get("generation", 0) if type(data) is dict else 0
-    return gen if type(gen) is int else 0
-
-
-class Index:
-    """A folder's `index`: sub-folder path -> `[stamp, metadata]` of every folder below it.
-
-    Written by the save that wrote the folder's own metadata, it is that
-    save's view of the whole tree: a loader takes a sub-folder's record
-    rather than its `meta.json` (which a save publishes only after the
-    top folder's, so it may be older or missing after a crash), unless that
-    file is newer: another stamp and a `generation` at least the record's
-    (the sub-folder was saved again on its own since). Records are validated
-    exactly as files would be.
-    """
-
-    __slots__ = ("records", "path", "base", "files")
-
-    def __init__(
-        self, records: dict[str, Any], path: str, base: str, files: Files | None = None
-    ) -> None:
-        self.records = records
-        self.path = path  # the metadata file holding it, for errors
-        self.base = base  # where that file's folder is, from the folder loaded ("" for itself)
-        self.files = files  # None: the OS's
-
-    def lookup(self, rel: str, meta_path: str) -> tuple[Any, bool]:
-        """The record of sub-folder `rel` (None if absent), and whether it is current.
-
-        Current: the sub-folder's `meta.json` is missing (not yet published)
-        or has the recorded stamp; otherwise the caller compares generations.
-        """
-        if self.base:
-            rel = rel[len(self.base) + 1 :]
-        record = self.records.get(rel)
-        if record is None:
-            return None, False
-        if type(record) is not list or len(record) != 2 or type(record[0]) is not list:
-            raise MemmapFormatError(
-                f"{self.path!r}: 'index' record {rel!r} is not [stamp, metadata]"
-            )
-        try:
-            st = _lstat(meta_path) if self.files is None else self.files.lstat(meta_path)
-        except FileNotFoundError:
-            return record[1], True
-        except OSError:
-            return None, False  # reading the file gives the precise error
-        return record[1], _S_ISREG(st.st_mode) and record[0] == meta_stamp(st)
 
 
 class _Ctx:
@@ -206,6 +117,8 @@ class _Ctx:
         "exact_batch",
         "target",
         "files",
+        "inline",
+        "pack",
     )
 
     def __init__(
@@ -220,7 +133,11 @@ class _Ctx:
         rel: str = "",  # the path from the top folder, "/"-separated
         index: Index | None = None,
         files: Files | None = None,  # None: the OS's
+        inline: Any = None,  # a packed save's sub-folder: its metadata, from the parent's
+        pack: Pack | None = None,  # the packed save this folder belongs to
     ) -> None:
+        self.inline = inline
+        self.pack = pack
         self.folder = folder
         self.rel = rel
         self.index = index
@@ -252,6 +169,9 @@ class _Ctx:
             members[index] = meta
 
     def fail(self, message: str, cls: type[Exception] = MemmapFormatError) -> Exception:
+        if self.pack is not None and self.rel:  # inline in the packed save's one meta.json
+            where = os.path.join(self.pack.root, META_NAME)
+            return cls(f"{where!r} (sub-TensorDict {self.rel!r}): {message}")
         return cls(f"{self.meta_path!r}: {message}")
 
     def inside(
@@ -293,9 +213,21 @@ class _Ctx:
         batch: tuple[int, ...],
         exact_batch: bool,
         target: DirEntry | tuple[list[FolderMeta], int],
+        inline: Any = None,
     ) -> _Ctx:
-        """The context of sub-folder `name`, after checking it (see `subfolder`)."""
-        path, real = self.subfolder(name, key, label)
+        """The context of sub-folder `name`, after checking it (see `subfolder`).
+
+        In a packed save (`inline`: the sub-folder's metadata) nothing is on
+        disk: `name` is only checked to be a plain name.
+        """
+        if self.pack is not None:
+            why = _component(name) if type(name) is str else check_component(name)
+            if why is not None:
+                what = _what(key, label)
+                raise self.fail(f"{what} {name!r} is not a plain name ({why})", UnsafePathError)
+            path, real = self.folder + _SEP + name, None
+        else:
+            path, real = self.subfolder(name, key, label)
         rel = name if not self.rel else self.rel + "/" + name
         return _Ctx(
             path,
@@ -308,6 +240,8 @@ class _Ctx:
             rel,
             self.index,
             self.files,
+            inline,
+            self.pack,
         )
 
     def subfolder(self, name: object, key: str, label: str) -> tuple[str, str | None]:
@@ -363,6 +297,11 @@ def parse_folder(
     if files is None:
         folder = os.path.abspath(folder)
         if not os.path.isdir(folder):
+            found = packed_parent(folder)
+            if found is not None and os.path.isfile(os.path.join(found[0], META_NAME)):
+                top = parse_folder(found[0], map_fn=map_fn)
+                if top.pack is not None:  # a sub-TensorDict of a packed save
+                    return subtree(top, found[1], folder)
             raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
         # the folder asked for may be or hold a link: anything goes (see _Ctx.root_real)
     elif not files.is_dir(folder):
@@ -375,7 +314,10 @@ def parse_folder(
         for ctx, (meta, children) in zip(done, parsed):
             ctx.attach(meta)
             level.extend(children)
-    return root[0]
+    top = root[0]
+    if top.pack is not None:
+        check_spans(top.pack, os.path.join(folder, META_NAME))
+    return top
 
 
 def _open_meta(ctx: _Ctx) -> Any:
@@ -410,14 +352,16 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     if ctx.depth > MAX_DEPTH:
         raise ctx.fail(f"sub-folders are nested more than {MAX_DEPTH} deep", UnsafePathError)
     data, own = None, True  # own: the folder's own file, not a record of an index above
-    if ctx.index is not None:
+    if ctx.pack is not None:  # a packed save's sub-folder: inline in its parent's metadata
+        data, own = ctx.inline, False
+    elif ctx.index is not None:
         data, current = ctx.index.lookup(ctx.rel, ctx.meta_path)
         own = data is None
         if data is not None and not current:
             disk = _open_meta(ctx)
             if generation_of(disk) >= generation_of(data):  # saved again on its own since
                 data, own = disk, True
-    if data is None:
+    if data is None and ctx.pack is None:
         data = _open_meta(ctx)
     if type(data) is not dict:
         raise ctx.fail(f"expected a JSON object, got {type(data).__name__}")
@@ -436,6 +380,21 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     if version > FORMAT_VERSION:
         raise ctx.fail(
             f"format version {version} is newer than this td-memmap reads ({FORMAT_VERSION}): upgrade td-memmap"
+        )
+    if version == PACKED_VERSION and ctx.pack is None:
+        if not own or ctx.files is not None:
+            raise ctx.fail(
+                "a packed save (version 2) is read from a folder's own meta.json only, not from "
+                "an index record or an archive (archives hold the files layout: pack_memmap)"
+            )
+        ctx.pack = open_pack(data, ctx.folder, ctx.inside, ctx.fail)
+    elif (version == PACKED_VERSION) != (ctx.pack is not None) or (
+        ctx.inline is not None and "data" in data
+    ):
+        raise ctx.fail(
+            f"version {version} metadata cannot be part of a version {PACKED_VERSION} (packed) save"
+            if ctx.pack is not None
+            else f"version {version} metadata cannot be part of a version 1 save"
         )
     kind = data.get("kind")
     if kind not in KINDS:
@@ -467,7 +426,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     device = data.get("device")
     if device not in (None, "cpu"):  # memory-mapped data lives on the CPU
         raise ctx.fail(f"'device' is {device!r}, expected null or 'cpu'")
-    meta = FolderMeta(ctx.folder, kind, batch_size, device, generation=generation)
+    meta = FolderMeta(ctx.folder, kind, batch_size, device, generation=generation, pack=ctx.pack)
     children: list[_Ctx] = []
     if kind == KIND_LAZY:
         _parse_members(data, meta, ctx, children)
@@ -490,7 +449,10 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         seen.add(entry.key)
         entries.append(entry)
         if type(entry) is DirEntry:
-            children.append(ctx.child(raw["dir"], entry.key, "folder", batch_size, False, entry))
+            inline = raw.get("meta") if ctx.pack is not None else None
+            children.append(
+                ctx.child(raw["dir"], entry.key, "folder", batch_size, False, entry, inline)
+            )
     meta.entries = tuple(entries)
     return meta, children
 
@@ -510,10 +472,21 @@ def _parse_members(data: dict[str, Any], meta: FolderMeta, ctx: _Ctx, children: 
     meta.stack_dim = stack_dim
     member_batch = batch_size[:stack_dim] + batch_size[stack_dim + 1 :]
     meta.members = [None] * count  # type: ignore[list-item]  # filled as the members are parsed
+    inline = data.get("member_meta") if ctx.pack is not None else None
+    if ctx.pack is not None and (type(inline) is not list or len(inline) != count):
+        raise ctx.fail(f"'member_meta' is not a list of the {count} members' metadata")
     for i in range(count):
         name = str(i)
         children.append(
-            ctx.child(name, name, "member folder", member_batch, True, (meta.members, i))
+            ctx.child(
+                name,
+                name,
+                "member folder",
+                member_batch,
+                True,
+                (meta.members, i),
+                None if inline is None else inline[i],
+            )
         )
 
 
@@ -553,8 +526,9 @@ def _parse_tensor(
         raise ctx.fail(f"entry {key!r} has shape {shape!r}, expected a list of non-negative ints")
     if len(shape) > _MAX_DIMS:
         raise ctx.fail(
-            f"entry {key!r} (file {raw.get('file')!r}) has {len(shape)} dims; tensors have at "
-            f"most {_MAX_DIMS}"
+            f"entry {key!r} ({'file' if ctx.pack is None else 'data file'} "
+            f"{raw.get('file', ctx.pack and ctx.pack.path)!r}) has {len(shape)} dims; tensors "
+            f"have at most {_MAX_DIMS}"
         )
     unbatched = raw.get("unbatched", False)
     if type(unbatched) is not bool:
@@ -566,10 +540,14 @@ def _parse_tensor(
         raise ctx.fail(
             f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"
         )
+    nbytes = numel * dtype.itemsize
+    pack = ctx.pack
+    if pack is not None:
+        offset = leaf_offset(raw.get("offset"), key, nbytes, pack, ctx.fail)
+        return TensorEntry(key, pack.path, dtype, shape, nbytes, unbatched, offset, nested)
     path, st, _ = ctx.inside(raw.get("file"), key, "file")
     if not _S_ISREG(st.st_mode):
         raise ctx.fail(f"entry {key!r}: {path!r} is not a regular file")
-    nbytes = numel * dtype.itemsize
     if st.st_size != nbytes:
         raise ctx.fail(
             f"entry {key!r}: data file {path!r} has {st.st_size} bytes, but shape {list(shape)} of "
@@ -577,7 +555,7 @@ def _parse_tensor(
             "(truncated, or not from this save)",
             LeafSizeError,
         )
-    return TensorEntry(key, path, dtype, shape, nbytes, unbatched, nested)
+    return TensorEntry(key, path, dtype, shape, nbytes, unbatched, nested=nested)
 
 
 def _parse_nested(
@@ -621,6 +599,11 @@ def _parse_non_tensor(
     if type(stacked) is not bool:
         raise ctx.fail(f"entry {key!r} has 'stacked' {stacked!r}, expected a boolean")
     encoding = raw.get("encoding")
+    if ctx.pack is not None and (encoding != "json" or "shared" in raw):
+        raise ctx.fail(
+            f"entry {key!r}: a packed save holds non-tensor values as plain JSON only (pickled "
+            "and shared values are saved with layout='files')"
+        )
     if encoding == "json":
         if "value" not in raw:
             raise ctx.fail(f"entry {key!r} has no 'value'")

@@ -43,6 +43,7 @@ from td_memmap._errors import MemmapExistsError, PickleNotAllowedError, SymlinkT
 from td_memmap._format import (
     LEAF_SUFFIX,
     META_NAME,
+    PACK_SUFFIX,
     PICKLE_SUFFIX,
     SHARED_SUFFIX,
     TMP_PREFIX,
@@ -54,6 +55,7 @@ from td_memmap._generation import (
     Previous,
     candidates,
     first_free,
+    packed_root_of,
     previous_save,
     remove_replaced,
 )
@@ -70,11 +72,12 @@ from td_memmap._io import (
 )
 from td_memmap._meta import MAX_DEPTH, header, meta_stamp
 from td_memmap._nested import nested_numel, nested_values
+from td_memmap._pack_save import packable, save_packed
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import default_threads, run_parallel
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
-__all__ = ["save_tree", "share_tree", "nontensor_json", "Grown"]
+__all__ = ["save_tree", "nontensor_json", "Grown", "MIN_SHARE"]
 
 
 @dataclass
@@ -135,8 +138,15 @@ def _whole_file(mmt: MemoryMappedTensor) -> bool:
 
 class _Planner:
     def __init__(
-        self, *, copy_existing: bool, like: bool, allow_pickle: bool, share: bool = False
+        self,
+        *,
+        copy_existing: bool,
+        like: bool,
+        allow_pickle: bool,
+        share: bool = False,
+        root: str = "",
     ) -> None:
+        self.root = os.path.realpath(root) if root else ""
         self.copy_existing = copy_existing
         self.like = like
         self.allow_pickle = allow_pickle
@@ -183,16 +193,14 @@ class _Planner:
             elif isinstance(value, NonTensorLeaf):
                 entries.append(self._nontensor(value, os.path.join(path, stem), out, key, full_key))
             elif isinstance(value, torch.Tensor):
-                entry = self._tensor(
-                    value, os.path.join(path, stem + LEAF_SUFFIX), out, key, full_key
-                )
+                entry = self._tensor(value, path + os.sep + stem + LEAF_SUFFIX, out, key, full_key)
                 if key in node.unbatched:
                     entry["unbatched"] = True
                     out.unbatched.add(key)
                 entries.append(entry)
                 out.entries[key] = value
             elif isinstance(value, Grown):
-                leaf = os.path.join(path, stem + LEAF_SUFFIX)
+                leaf = path + os.sep + stem + LEAF_SUFFIX
                 entry = {
                     "key": key,
                     "type": "tensor",
@@ -221,10 +229,12 @@ class _Planner:
         shape = tuple(t.shape)
         action = "alloc" if self.like else "write"
         if isinstance(t, MemoryMappedTensor) and t._mm_file is not None and not self.like:
-            if _folder_of(t) == os.path.realpath(os.path.dirname(path)):
-                if t._mm_writable and _whole_file(t):
+            folder = _folder_of(t)
+            packed = t._mm_file.endswith(PACK_SUFFIX)  # a leaf of a packed save: never reused
+            if folder == os.path.realpath(os.path.dirname(path)):
+                if t._mm_writable and not packed and _whole_file(t):
                     action = "reuse"  # if no other entry keeps that file (see _name_files)
-            elif not self.copy_existing:
+            elif not self.copy_existing and not (packed and folder == self.root):
                 raise RuntimeError(
                     f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}. A filename "
                     "was provided but the tensor already has a file associated: pass "
@@ -468,6 +478,7 @@ def save_tree(
     existsok: bool = True,
     durable: bool = False,
     share_non_tensor: bool = False,
+    layout: str | None = None,
 ) -> Node:
     """Save `node` under `prefix`; the same tree with memory-mapped leaves.
 
@@ -479,10 +490,28 @@ def save_tree(
         durable: also fsync every data file (survive power loss, not only a crash).
         share_non_tensor: also write each non-tensor value to its own file, which
             the returned tree's shared leaves read and write (see `_shared`).
+        layout: `"packed"`: one data file and one metadata file (format version
+            2, see `_pack_save`); `"files"`: one file per leaf and one folder per
+            sub-TensorDict (version 1). None: the layout of the save already in
+            the folder; in a new folder packed, unless the tree holds a lazy
+            stack. Pickled and shared values need the files layout.
     """
+    if layout not in (None, "packed", "files"):
+        raise ValueError(f"layout must be None, 'packed' or 'files', got {layout!r}")
     root = os.path.abspath(os.fspath(prefix))
+    if not os.path.lexists(root):
+        above = packed_root_of(root)
+        if above is not None:  # its own save there would never be seen by a load of `above`
+            raise ValueError(
+                f"{root!r} is a sub-TensorDict of the packed save in {above!r}, which is written "
+                f"whole: save the whole TensorDict to {above!r} instead"
+            )
     planner = _Planner(
-        copy_existing=copy_existing, like=like, allow_pickle=allow_pickle, share=share_non_tensor
+        copy_existing=copy_existing,
+        like=like,
+        allow_pickle=allow_pickle,
+        share=share_non_tensor,
+        root=root,
     )
     plan = planner.folder(node, root)
     folders = _preorder(plan)
@@ -497,6 +526,23 @@ def save_tree(
     generation = max(time.time_ns(), previous.generation + 1)
     for folder in folders:
         folder.meta["generation"] = generation
+    if layout == "packed" and not packable(planner.jobs):
+        raise ValueError(
+            f"cannot save {root!r} packed: pickled, shared or appended values need files of "
+            "their own (pass layout='files')"
+        )
+    # a new folder is packed unless it holds a lazy stack, whose members are the
+    # sub-folders 0, 1, ... as upstream's (tools and tests look there); a save
+    # over an existing save keeps its layout
+    stacks = any(folder.meta["kind"] == KIND_LAZY for folder in folders)
+    if layout == "packed" or (
+        layout is None
+        and packable(planner.jobs)
+        and (previous.pack is not None or not (previous.files or stacks))
+    ):
+        _prepare(plan, True)
+        save_packed(plan, planner.jobs, previous, durable=durable)  # one thread: see there
+        return plan.out
     used, spares = _name_files(planner.jobs, previous)
     staged: list[tuple[str, str]] = []
     stamps: dict[str, list[int]] = {}
@@ -540,54 +586,3 @@ def save_tree(
         for folder in folders:
             fsync_dir(folder.path)
     return plan.out
-
-
-def share_tree(
-    node: Node,
-    *,
-    copy_existing: bool = False,
-    like: bool = False,
-    num_threads: int | None = 0,
-) -> Node:
-    """`node` with every tensor leaf in anonymous shared memory (`memmap(prefix=None)`).
-
-    Every segment is allocated first (zeros, no data touched), then the leaves are
-    copied in, with `num_threads` threads (None: `default_threads()`; no file is
-    created, so unlike a save to a folder, threads pay off for small leaves too:
-    on 2 CPUs the Transformer's 184 leaves of ~1 MB were copied 1.5-4x faster with
-    2 threads than in the calling thread; `run_parallel` still keeps a small
-    tree in the calling thread).
-    """
-    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
-    out = _share(node, copy_existing, like, copies)
-    if copies:
-        weights = [src.numel() * src.element_size() for _, src in copies]
-        if num_threads is None:
-            num_threads = default_threads()
-        run_parallel(
-            num_threads, lambda pair: pair[0].copy_(pair[1]), copies, weights, min_share=MIN_SHARE
-        )
-    return out
-
-
-def _share(
-    node: Node,
-    copy_existing: bool,
-    like: bool,
-    copies: list[tuple[torch.Tensor, torch.Tensor]],
-) -> Node:
-    out = node.empty_like()
-    for key, value in node.entries.items():
-        if isinstance(value, Node):
-            out.entries[key] = _share(value, copy_existing, like, copies)
-        elif isinstance(value, MemoryMappedTensor) and not (copy_existing or like):
-            out.entries[key] = value
-        elif isinstance(value, torch.Tensor):
-            copy_later = not like and not value.is_nested  # nested: copied whole, here
-            shared = MemoryMappedTensor._copy_of(value, None, False, not like and not copy_later)
-            if copy_later:
-                copies.append((torch.Tensor._make_subclass(torch.Tensor, shared), value.detach()))
-            out.entries[key] = shared
-        else:
-            out.entries[key] = value
-    return out
