@@ -158,6 +158,22 @@ def test_unaligned_zip_of_a_folder_loads_read_only(tmp_path):
         loaded["a"].add_(1)
 
 
+@pytest.mark.parametrize("compress_type", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_zip_of_a_packed_folder_loads(tmp_path, compress_type):
+    # a fresh save is packed (one data file); zipping that folder gives an archive
+    # whose leaves lie inside the data file's member
+    td = _nested()
+    save(td, tmp_path / "f")
+    assert "data.pack" in os.listdir(tmp_path / "f")
+    with zipfile.ZipFile(tmp_path / "p.zip", "w", compression=compress_type) as zf:
+        for name in os.listdir(tmp_path / "f"):
+            zf.write(tmp_path / "f" / name, name)
+    loaded = load_memmap(tmp_path / "p.zip")
+    _same(loaded, td)
+    with pytest.raises(ReadOnlyMemmapError):
+        loaded["a"].add_(1)
+
+
 @pytest.mark.parametrize("compression", ["deflate", "bzip2", "lzma", zipfile.ZIP_DEFLATED])
 def test_compressed_archives_load_read_only(tmp_path, compression):
     td = _flat()

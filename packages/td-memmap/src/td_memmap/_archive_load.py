@@ -108,13 +108,24 @@ def _whole(index: ZipIndex, writable: bool) -> torch.UntypedStorage:
 
 
 def _map_leaves(
-    files: ArchiveFiles, leaves: list[tuple[str, Any, tuple[int, ...], int]], mode: str | None
+    files: ArchiveFiles,
+    leaves: list[tuple[str, Any, tuple[int, ...], int]],
+    offsets: list[int],
+    mode: str | None,
 ) -> list[MemoryMappedTensor]:
+    """The leaves as tensors over the archive's bytes: views where a member is stored
+    uncompressed and aligned, else read into memory (read-only).
+
+    A leaf of a packed save (`offset >= 0`) lies at that offset inside its data file's
+    member; other leaves are whole members.
+    """
     writable = mode == "r+"
     storage: torch.UntypedStorage | None = None
+    read: dict[str, bytes] = {}  # members read into memory, once each
     out = []
-    for path, dtype, shape, nbytes in leaves:
+    for (path, dtype, shape, nbytes), within in zip(leaves, offsets):
         entry = files.entry(path)
+        start = entry.offset + max(within, 0)
         if not nbytes:
             out.append(
                 MemoryMappedTensor._wrap(
@@ -122,11 +133,11 @@ def _map_leaves(
                 )
             )
             continue
-        if entry.method == 0 and entry.offset % dtype.itemsize == 0:
+        if entry.method == 0 and start % dtype.itemsize == 0:
             if storage is None:
                 storage = _whole(files.index, writable)
             view = torch.empty(0, dtype=dtype, device="cpu").set_(
-                storage, entry.offset // dtype.itemsize, shape, strides_of(shape)
+                storage, start // dtype.itemsize, shape, strides_of(shape)
             )
             out.append(MemoryMappedTensor._wrap(view, files.root, writable, shape))
             continue
@@ -137,7 +148,12 @@ def _map_leaves(
                 "is read into memory, where writes could not reach the archive. Load with "
                 "mode=None or 'r', or pack the archive again without compression"
             )
-        data = bytearray(files.read(path))
+        if within < 0:
+            data = bytearray(files.read(path))
+        else:
+            if path not in read:
+                read[path] = files.read(path)
+            data = bytearray(read[path][within : within + nbytes])
         tensor = torch.frombuffer(data, dtype=dtype).view(shape)
         out.append(MemoryMappedTensor._wrap(tensor, None, False, shape))
     return out
@@ -175,7 +191,7 @@ def load_archive_tree(
         skip_pickles=skip_pickles,
     )
     root = builder.build(meta, cls)
-    mapped = _map_leaves(files, builder.leaves, mode)
+    mapped = _map_leaves(files, builder.leaves, builder.offsets, mode)
     builder.place(mapped)
     _forget_paths(root)
     root.path = index.path

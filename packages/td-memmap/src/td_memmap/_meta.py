@@ -15,7 +15,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 from td_memmap._classes import check_class_name
 from td_memmap._errors import (
@@ -46,7 +46,7 @@ from td_memmap._meta_types import (
     Pack,
     TensorEntry,
 )
-from td_memmap._nested import nested_summary
+from td_memmap._nested import parse_nested
 from td_memmap._packed import (
     check_spans,
     leaf_offset,
@@ -382,10 +382,10 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
             f"format version {version} is newer than this td-memmap reads ({FORMAT_VERSION}): upgrade td-memmap"
         )
     if version == PACKED_VERSION and ctx.pack is None:
-        if not own or ctx.files is not None:
+        if not own:
             raise ctx.fail(
                 "a packed save (version 2) is read from a folder's own meta.json only, not from "
-                "an index record or an archive (archives hold the files layout: pack_memmap)"
+                "an index record"
             )
         ctx.pack = open_pack(data, ctx.folder, ctx.inside, ctx.fail)
     elif (version == PACKED_VERSION) != (ctx.pack is not None) or (
@@ -535,7 +535,7 @@ def _parse_tensor(
         raise ctx.fail(f"entry {key!r} has unbatched={unbatched!r}, expected true or false")
     nested = raw.get("nested")
     if nested is not None:
-        nested = _parse_nested(nested, key, shape, numel, batch_size, ctx)
+        nested = parse_nested(nested, key, shape, numel, batch_size, ctx.fail)
     elif not unbatched and shape[: len(batch_size)] != batch_size:
         raise ctx.fail(
             f"entry {key!r} has shape {list(shape)}, which does not start with batch_size {list(batch_size)}"
@@ -556,35 +556,6 @@ def _parse_tensor(
             LeafSizeError,
         )
     return TensorEntry(key, path, dtype, shape, nbytes, unbatched, nested=nested)
-
-
-def _parse_nested(
-    nested: Any,
-    key: str,
-    shape: tuple[int, ...],
-    numel: int,
-    batch_size: tuple[int, ...],
-    ctx: _Ctx,
-) -> list[list[int]]:
-    """A nested tensor's components' shapes, checked against its flat file's `shape`."""
-    summary = nested_summary(nested)
-    if summary is None:
-        raise ctx.fail(
-            f"entry {key!r} has nested={nested!r}, expected one list of non-negative ints per "
-            "component, all of the same length"
-        )
-    dims, total = summary
-    if len(shape) != 1 or total != numel:
-        raise ctx.fail(
-            f"entry {key!r}: nested components {nested!r} hold {total} elements, but the flat "
-            f"file's shape is {list(shape)}"
-        )
-    if tuple(dims[: len(batch_size)]) != batch_size:
-        raise ctx.fail(
-            f"entry {key!r} is a nested tensor of shape {dims} (-1: ragged), which does not start "
-            f"with batch_size {list(batch_size)}"
-        )
-    return cast(list[list[int]], nested)
 
 
 def _parse_non_tensor(

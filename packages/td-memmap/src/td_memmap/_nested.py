@@ -10,11 +10,13 @@ wraps the results.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
 __all__ = [
+    "parse_nested",
     "nested_arg",
     "shape_of",
     "sizes_tensor",
@@ -99,3 +101,33 @@ def nested_summary(nested: Any) -> tuple[list[int], int] | None:
         d if all(row[i] == d for row in nested) else -1 for i, d in enumerate(first)
     ]
     return dims, sum(math.prod(row) for row in nested)
+
+
+def parse_nested(
+    nested: Any,
+    key: str,
+    shape: tuple[int, ...],
+    numel: int,
+    batch_size: tuple[int, ...],
+    fail: Callable[[str], Exception],
+) -> list[list[int]]:
+    """A saved nested tensor's components' shapes (`nested`), checked against its flat
+    file's `shape` and the folder's batch size; `fail(message)` makes the error to raise."""
+    summary = nested_summary(nested)
+    if summary is None:
+        raise fail(
+            f"entry {key!r} has nested={nested!r}, expected one list of non-negative ints per "
+            "component, all of the same length"
+        )
+    dims, total = summary
+    if len(shape) != 1 or total != numel:
+        raise fail(
+            f"entry {key!r}: nested components {nested!r} hold {total} elements, but the flat "
+            f"file's shape is {list(shape)}"
+        )
+    if tuple(dims[: len(batch_size)]) != batch_size:
+        raise fail(
+            f"entry {key!r} is a nested tensor of shape {dims} (-1: ragged), which does not start "
+            f"with batch_size {list(batch_size)}"
+        )
+    return cast(list[list[int]], nested)
