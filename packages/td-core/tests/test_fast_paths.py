@@ -34,16 +34,19 @@ def test_empty_and_unbatched_construction() -> None:
         TensorDict({}, [-1])
 
 
-def test_items_and_values_are_iterators() -> None:
+def test_items_and_values_are_live_views_as_upstream() -> None:
     td = TensorDict(_nested(), [3])
-    items = td.items()
-    assert next(items)[0] == "a"
+    items, values = td.items(), td.values()
+    assert len(items) == len(values) == 2  # upstream returns its dict's views
+    assert next(iter(items))[0] == "a"
+    td["z"] = torch.ones(3)
+    assert [k for k, _ in items] == ["a", "n", "z"] and len(values) == 3
     assert [k for k, _ in td.items(include_nested=True, leaves_only=True)] == [
         "a",
         ("n", "b"),
         ("n", "m", "c"),
+        "z",
     ]
-    assert len(list(td.values())) == 2
 
 
 def test_update_nested_merges_and_is_all_or_nothing() -> None:
