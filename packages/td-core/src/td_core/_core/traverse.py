@@ -208,19 +208,24 @@ def _map_batch_multi(
         ragged = _ragged(td)
         if ragged is not None:
             return _lazy_batch(td, ragged, fn, leads, n)
-    outs: list[dict[str, Any]] = [{} for _ in leads]
+    keys: list[str] = []
+    columns: list[Sequence[Any]] = []  # one row of parts per entry, turned into columns below
     for key, value in td._items_str():
-        parts: Sequence[Any]
+        keys.append(key)
         if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
-            parts = fn(value)
+            columns.append(fn(value))
         elif value._is_non_tensor:
-            parts = value._map_batch_multi(fn)
+            columns.append(value._map_batch_multi(fn))
         else:
-            parts = _map_batch_multi(value, fn, leads, n)
-        for out, part in zip(outs, parts):
-            out[key] = part
+            columns.append(_map_batch_multi(value, fn, leads, n))
     extra = td.batch_size[n:]
-    return [td._new(out, lead + extra if extra else lead) for out, lead in zip(outs, leads)]
+    # one dict per piece, built in C from the transposed parts (every entry is cut into
+    # len(leads) parts: strict, so a miscount raises instead of dropping entries)
+    rows = zip(*columns, strict=True) if columns else [()] * len(leads)
+    return [
+        td._new(dict(zip(keys, row)), lead + extra if extra else lead)
+        for row, lead in zip(rows, leads, strict=True)
+    ]
 
 
 def map_leaves(
