@@ -279,6 +279,15 @@ def test_all_and_any_over_leaves(leaves: list[bool], all_: bool, any_: bool) -> 
     assert td.all() is all_ and td.any() is any_
 
 
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("last", [True, False])
+def test_all_and_any_read_the_first_leaf_once_wherever_it_is(first: bool, last: bool) -> None:
+    flat = TensorDict({"a": torch.full((2,), first), "b": torch.full((2,), last)}, [2])
+    node_first = TensorDict({"n": {"a": torch.full((2,), first)}, "b": torch.full((2,), last)}, [2])
+    for td in (flat, node_first):
+        assert td.all() is (first and last) and td.any() is (first or last)
+
+
 def test_is_empty_counts_leaves_not_nodes() -> None:
     assert TensorDict({}, []).is_empty()
     assert TensorDict({"n": {"m": {}}}, []).is_empty()
