@@ -375,3 +375,21 @@ def test_to_namedtuple_reuses_its_class_per_field_set() -> None:
     assert torch.equal(second.n.m.c, td["n", "m", "c"])
     with pytest.raises(ValueError):
         TensorDict({"not an identifier": torch.zeros(3)}, [3]).to_namedtuple()
+
+
+@pytest.mark.parametrize("op", [torch.stack, torch.cat])
+def test_dense_stack_and_cat_read_the_columns_in_the_first_inputs_key_order(op) -> None:
+    a = TensorDict({"x": torch.zeros(2), "y": torch.ones(2), "z": torch.full((2,), 2.0)}, [2])
+    b = TensorDict(
+        {"z": torch.full((2,), 5.0), "x": torch.full((2,), 3.0), "y": torch.ones(2)}, [2]
+    )
+    out = op([a, b], 0)
+    assert list(out.keys()) == ["x", "y", "z"]
+    assert out["x"].reshape(-1).tolist() == [0.0, 0.0, 3.0, 3.0]
+    assert out["z"].reshape(-1).tolist() == [2.0, 2.0, 5.0, 5.0]
+    one = op([TensorDict({"x": torch.zeros(2)}, [2])] * 3, 0)
+    assert list(one.keys()) == ["x"] and one["x"].numel() == 6
+    assert list(op([TensorDict({}, [2])] * 3, 0).keys()) == []
+    other = TensorDict({"x": torch.zeros(2), "y": torch.ones(2), "w": torch.ones(2)}, [2])
+    with pytest.raises(KeyError, match="different keys"):  # as many keys, not the same ones
+        op([a, other], 0)
