@@ -393,3 +393,15 @@ def test_dense_stack_and_cat_read_the_columns_in_the_first_inputs_key_order(op) 
     other = TensorDict({"x": torch.zeros(2), "y": torch.ones(2), "w": torch.ones(2)}, [2])
     with pytest.raises(KeyError, match="different keys"):  # as many keys, not the same ones
         op([a, other], 0)
+
+
+def test_a_lazy_stacks_nested_read_restacks_the_members_sub_tensordicts() -> None:
+    m0 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 3)}, [2, 3])}, [2])
+    stack = lazy_stack([m0, m0.clone()], 1)
+    node = stack["n"]
+    assert node.batch_size == torch.Size([2, 2, 3]) and node.stack_dim == 1
+    assert node.tensordicts[0] is m0["n"] and not node.is_locked
+    assert list(stack.keys(True, True)) == [("n", "a")]
+    m1 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 4)}, [2, 4])}, [2])
+    with pytest.raises(BatchSizeError, match=r"TensorDict 1 has batch_size \[2, 4\]"):
+        lazy_stack([m0, m1], 1)["n"]  # sub-TensorDicts of other batch sizes: no stack of them
