@@ -71,6 +71,11 @@ def test_to_same_device_returns_self_as_upstream() -> None:
     assert moved is not plain and moved.device == torch.device("cpu")
     assert moved["n", "m"].device == torch.device("cpu")
     assert moved["a"] is plain["a"]
+    with_text = TensorDict({**_nested(), "s": "text"}, [3]).to("cpu")
+    assert with_text.get("s").device == torch.device("cpu") and with_text["s"] == "text"
+    meta = TensorDict({"a": torch.zeros(3), "m": torch.zeros(3, device="meta")}, [3])
+    with pytest.raises(NotImplementedError, match="meta"):  # a leaf elsewhere is still moved:
+        meta.to("cpu")  # (torch cannot copy a meta tensor's absent data)
 
 
 def test_select_order_follows_the_arguments_as_upstream() -> None:
