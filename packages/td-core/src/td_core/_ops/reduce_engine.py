@@ -472,8 +472,9 @@ def _bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
     fn = Tensor.any if any_ else Tensor.all
     rest: list[Tensor] = []
     checked = False  # whether the first leaf was reduced (and did not decide) already
-    if type(td)._plain_nodes and td._pending is None:  # dense: a first tensor entry at once
-        for value in td._tensordict.values():
+    dense: Any = td  # (a dense TensorDict's entry dict is read directly: a hot path)
+    if type(td)._plain_nodes and dense._pending is None:  # dense: a first tensor entry at once
+        for value in dense._tensordict.values():
             if type(value) is Tensor:  # (it is the first leaf the walk below meets)
                 if fn(value).item() is any_:
                     return any_
