@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -219,13 +220,20 @@ def _map_batch_multi(
         else:
             columns.append(_map_batch_multi(value, fn, leads, n))
     extra = td.batch_size[n:]
-    # one dict per piece, built in C from the transposed parts (every entry is cut into
-    # len(leads) parts: strict, so a miscount raises instead of dropping entries)
-    rows = zip(*columns, strict=True) if columns else [()] * len(leads)
+    outs: Any  # every entry is cut into len(leads) parts: strict, a miscount raises
+    if columns and len(leads) <= _FEW_PIECES:  # (chunk(2), split in two): dicts built in C
+        outs = map(dict, map(zip, repeat(keys), zip(*columns, strict=True)))
+    else:  # many pieces: a dict built from a zip costs more per piece than a few stores
+        outs = [{} for _ in leads]
+        for key, parts in zip(keys, columns):
+            for out, part in zip(outs, parts, strict=True):
+                out[key] = part
     return [
-        td._new(dict(zip(keys, row)), lead + extra if extra else lead)
-        for row, lead in zip(rows, leads, strict=True)
+        td._new(out, lead + extra if extra else lead) for out, lead in zip(outs, leads, strict=True)
     ]
+
+
+_FEW_PIECES = 4  # `_map_batch_multi` transposes the parts up to this many pieces
 
 
 def map_leaves(
