@@ -408,5 +408,8 @@ def test_a_lazy_stacks_nested_read_restacks_the_members_sub_tensordicts() -> Non
     assert node.tensordicts[0] is m0["n"] and not node.is_locked
     assert list(stack.keys(True, True)) == [("n", "a")]
     m1 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 4)}, [2, 4])}, [2])
-    with pytest.raises(BatchSizeError, match=r"TensorDict 1 has batch_size \[2, 4\]"):
-        lazy_stack([m0, m1], 1)["n"]  # sub-TensorDicts of other batch sizes: no stack of them
+    ragged = lazy_stack([m0, m1], 1)["n"]  # sub-TensorDicts of other sizes: the constructor's
+    assert ragged.batch_size == torch.Size([2, 2, -1])  # ragged batch, as upstream
+    m2 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 3)}, [2])}, [2])
+    with pytest.raises(BatchSizeError, match="as many batch dims"):
+        lazy_stack([m0, m2], 1)["n"]  # another rank: no stack of them

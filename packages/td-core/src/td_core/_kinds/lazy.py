@@ -254,6 +254,7 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
             # valid dim): per-member results are restacked often (every nested read)
             out = LazyStackedTensorDict.__new__(LazyStackedTensorDict)
             out._template = None
+            out._ragged_batch = False
             out.tensordicts = members
             out.stack_dim = dim
             out._is_locked = False
