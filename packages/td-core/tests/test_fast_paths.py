@@ -34,16 +34,19 @@ def test_empty_and_unbatched_construction() -> None:
         TensorDict({}, [-1])
 
 
-def test_items_and_values_are_iterators() -> None:
+def test_items_and_values_are_live_views_as_upstream() -> None:
     td = TensorDict(_nested(), [3])
-    items = td.items()
-    assert next(items)[0] == "a"
+    items, values = td.items(), td.values()
+    assert len(items) == len(values) == 2  # upstream returns its dict's views
+    assert next(iter(items))[0] == "a"
+    td["z"] = torch.ones(3)
+    assert [k for k, _ in items] == ["a", "n", "z"] and len(values) == 3
     assert [k for k, _ in td.items(include_nested=True, leaves_only=True)] == [
         "a",
         ("n", "b"),
         ("n", "m", "c"),
+        "z",
     ]
-    assert len(list(td.values())) == 2
 
 
 def test_update_nested_merges_and_is_all_or_nothing() -> None:
@@ -68,6 +71,11 @@ def test_to_same_device_returns_self_as_upstream() -> None:
     assert moved is not plain and moved.device == torch.device("cpu")
     assert moved["n", "m"].device == torch.device("cpu")
     assert moved["a"] is plain["a"]
+    with_text = TensorDict({**_nested(), "s": "text"}, [3]).to("cpu")
+    assert with_text.get("s").device == torch.device("cpu") and with_text["s"] == "text"
+    meta = TensorDict({"a": torch.zeros(3), "m": torch.zeros(3, device="meta")}, [3])
+    with pytest.raises(NotImplementedError, match="meta"):  # a leaf elsewhere is still moved:
+        meta.to("cpu")  # (torch cannot copy a meta tensor's absent data)
 
 
 def test_select_order_follows_the_arguments_as_upstream() -> None:
@@ -276,6 +284,15 @@ def test_all_and_any_over_leaves(leaves: list[bool], all_: bool, any_: bool) -> 
     assert td.all() is all_ and td.any() is any_
 
 
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("last", [True, False])
+def test_all_and_any_read_the_first_leaf_once_wherever_it_is(first: bool, last: bool) -> None:
+    flat = TensorDict({"a": torch.full((2,), first), "b": torch.full((2,), last)}, [2])
+    node_first = TensorDict({"n": {"a": torch.full((2,), first)}, "b": torch.full((2,), last)}, [2])
+    for td in (flat, node_first):
+        assert td.all() is (first and last) and td.any() is (first or last)
+
+
 def test_is_empty_counts_leaves_not_nodes() -> None:
     assert TensorDict({}, []).is_empty()
     assert TensorDict({"n": {"m": {}}}, []).is_empty()
@@ -363,3 +380,36 @@ def test_to_namedtuple_reuses_its_class_per_field_set() -> None:
     assert torch.equal(second.n.m.c, td["n", "m", "c"])
     with pytest.raises(ValueError):
         TensorDict({"not an identifier": torch.zeros(3)}, [3]).to_namedtuple()
+
+
+@pytest.mark.parametrize("op", [torch.stack, torch.cat])
+def test_dense_stack_and_cat_read_the_columns_in_the_first_inputs_key_order(op) -> None:
+    a = TensorDict({"x": torch.zeros(2), "y": torch.ones(2), "z": torch.full((2,), 2.0)}, [2])
+    b = TensorDict(
+        {"z": torch.full((2,), 5.0), "x": torch.full((2,), 3.0), "y": torch.ones(2)}, [2]
+    )
+    out = op([a, b], 0)
+    assert list(out.keys()) == ["x", "y", "z"]
+    assert out["x"].reshape(-1).tolist() == [0.0, 0.0, 3.0, 3.0]
+    assert out["z"].reshape(-1).tolist() == [2.0, 2.0, 5.0, 5.0]
+    one = op([TensorDict({"x": torch.zeros(2)}, [2])] * 3, 0)
+    assert list(one.keys()) == ["x"] and one["x"].numel() == 6
+    assert list(op([TensorDict({}, [2])] * 3, 0).keys()) == []
+    other = TensorDict({"x": torch.zeros(2), "y": torch.ones(2), "w": torch.ones(2)}, [2])
+    with pytest.raises(KeyError, match="different keys"):  # as many keys, not the same ones
+        op([a, other], 0)
+
+
+def test_a_lazy_stacks_nested_read_restacks_the_members_sub_tensordicts() -> None:
+    m0 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 3)}, [2, 3])}, [2])
+    stack = lazy_stack([m0, m0.clone()], 1)
+    node = stack["n"]
+    assert node.batch_size == torch.Size([2, 2, 3]) and node.stack_dim == 1
+    assert node.tensordicts[0] is m0["n"] and not node.is_locked
+    assert list(stack.keys(True, True)) == [("n", "a")]
+    m1 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 4)}, [2, 4])}, [2])
+    ragged = lazy_stack([m0, m1], 1)["n"]  # sub-TensorDicts of other sizes: the constructor's
+    assert ragged.batch_size == torch.Size([2, 2, -1])  # ragged batch, as upstream
+    m2 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 3)}, [2])}, [2])
+    with pytest.raises(BatchSizeError, match="as many batch dims"):
+        lazy_stack([m0, m2], 1)["n"]  # another rank: no stack of them

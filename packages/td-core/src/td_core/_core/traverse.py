@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -208,19 +209,31 @@ def _map_batch_multi(
         ragged = _ragged(td)
         if ragged is not None:
             return _lazy_batch(td, ragged, fn, leads, n)
-    outs: list[dict[str, Any]] = [{} for _ in leads]
+    keys: list[str] = []
+    columns: list[Sequence[Any]] = []  # one row of parts per entry, turned into columns below
     for key, value in td._items_str():
-        parts: Sequence[Any]
+        keys.append(key)
         if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
-            parts = fn(value)
+            columns.append(fn(value))
         elif value._is_non_tensor:
-            parts = value._map_batch_multi(fn)
+            columns.append(value._map_batch_multi(fn))
         else:
-            parts = _map_batch_multi(value, fn, leads, n)
-        for out, part in zip(outs, parts):
-            out[key] = part
+            columns.append(_map_batch_multi(value, fn, leads, n))
     extra = td.batch_size[n:]
-    return [td._new(out, lead + extra if extra else lead) for out, lead in zip(outs, leads)]
+    outs: Any  # every entry is cut into len(leads) parts: strict, a miscount raises
+    if columns and len(leads) <= _FEW_PIECES:  # (chunk(2), split in two): dicts built in C
+        outs = map(dict, map(zip, repeat(keys), zip(*columns, strict=True)))
+    else:  # many pieces: a dict built from a zip costs more per piece than a few stores
+        outs = [{} for _ in leads]
+        for key, parts in zip(keys, columns):
+            for out, part in zip(outs, parts, strict=True):
+                out[key] = part
+    return [
+        td._new(out, lead + extra if extra else lead) for out, lead in zip(outs, leads, strict=True)
+    ]
+
+
+_FEW_PIECES = 4  # `_map_batch_multi` transposes the parts up to this many pieces
 
 
 def map_leaves(

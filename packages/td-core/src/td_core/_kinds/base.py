@@ -19,7 +19,7 @@ import torch
 from td_core._core.contract import TensorDictContract, dense, provided
 from td_core._core.keys import KeysView, NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td
-from td_core._core.utils import NO_DEFAULT, leaf_shape
+from td_core._core.utils import NO_DEFAULT, as_device, leaf_shape
 from td_core._io.consolidate import ConsolidateMixin
 from td_core._io.convert_to import ConvertMixin
 from td_core._io.formats import InterchangeMixin
@@ -494,6 +494,9 @@ class TensorDictBase(
         `non_blocking`, or a TensorDict from `attrs()`: each leaf then moves to
         the device and dtype recorded at its key (the result has no device).
         """
+        if len(args) == 1 and not kwargs and type(args[0]) is str:  # `td.to("cuda:0")`
+            if as_device(args[0]) == self.device:  # already there: itself, as upstream
+                return self
         return remember(
             self, to_(self, *args, **kwargs), moved_back
         )  # `with td.to(d):` writes back

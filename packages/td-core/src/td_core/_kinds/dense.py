@@ -301,7 +301,7 @@ class TensorDict(TensorDictBase):
         sort: bool = False,
     ) -> Any:
         if self._pending is None and not (include_nested or leaves_only or sort):
-            return iter(self._tensordict.items())  # no _items_str frame
+            return self._tensordict.items()  # upstream's live view: len(), no iterator to build
         return TensorDictBase.items(self, include_nested, leaves_only, is_leaf, sort=sort)
 
     def values(
@@ -313,7 +313,7 @@ class TensorDict(TensorDictBase):
         sort: bool = False,
     ) -> Any:
         if self._pending is None and not (include_nested or leaves_only or sort):
-            return iter(self._tensordict.values())
+            return self._tensordict.values()  # as items
         return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
 
     def __contains__(self, key: object) -> bool:

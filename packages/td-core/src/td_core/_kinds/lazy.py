@@ -247,7 +247,19 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
         `dim` is where this stack's own dim went, so its name (if any) goes there too,
         unless `named` is false.
         """
-        out = LazyStackedTensorDict(*members, stack_dim=dim)
+        members = list(members)
+        bs = members[0].batch_size if members else None
+        if bs is not None and 0 <= dim <= len(bs) and all(_fits(m, bs) for m in members):
+            # what the constructor checks holds already (members of one batch size, a
+            # valid dim): per-member results are restacked often (every nested read)
+            out = LazyStackedTensorDict.__new__(LazyStackedTensorDict)
+            out._template = None
+            out._ragged_batch = False
+            out.tensordicts = members
+            out.stack_dim = dim
+            out._is_locked = False
+        else:  # the constructor says what is wrong
+            out = LazyStackedTensorDict(*members, stack_dim=dim)
         name = getattr(self, "_td_dim_name", None)
         if name is not None and named:
             out._td_dim_name = name
@@ -461,6 +473,11 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
         self._is_locked = state["locked"]
         sizes = {td.batch_size for td in self.tensordicts}
         self._ragged_batch = len(sizes) > 1
+
+
+def _fits(member: Any, batch_size: torch.Size) -> bool:
+    """Whether `member` can join a lazy stack of members of `batch_size` (its constructor's check)."""
+    return is_td(member) and member.batch_size == batch_size
 
 
 def _ragged_members(tds: Sequence[TensorDictBase]) -> bool:

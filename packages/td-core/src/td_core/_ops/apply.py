@@ -125,6 +125,10 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
         moved = td._to_consolidated(device, non_blocking)
         if moved is not None:  # one transfer of the whole buffer
             return moved
+        if device.type == "cpu":  # leaves already there are not moved: not even a call each
+            relabelled = _on_cpu(td, device)
+            if relabelled is not None:
+                return relabelled
         return map_leaves(
             td, _mover(device, non_blocking), device=device, keep_non_tensor=lambda v: v.to(device)
         )
@@ -134,6 +138,27 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
         device=device,
         keep_non_tensor=lambda v: v.to(device),
     )
+
+
+def _on_cpu(td: Any, device: torch.device) -> Any:
+    """`td`'s tensors, unmoved, in containers on (cpu) `device`; None, having built
+    nothing that matters, at the first leaf that is not on cpu (or for a lazy stack)."""
+    if stack_parts(td) is not None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in td._items_str():
+        if isinstance(value, Tensor):
+            if not value.is_cpu:
+                return None
+            out[key] = value
+        elif value._is_non_tensor:
+            out[key] = value.to(device)
+        else:
+            sub = _on_cpu(value, device)
+            if sub is None:
+                return None
+            out[key] = sub
+    return td._new(out, td.batch_size, device)
 
 
 def _set_device_tree(td: Any, device: Any) -> None:

@@ -279,11 +279,12 @@ def _plan_sub(
     n = len(td.batch_size)
     get = td._getter()
     append = writes.append
-    if _advanced(index):  # torch's index_put refuses a cast: check every leaf before writing
-        _check_dtypes(td, value, prefix)
+    advanced = _advanced(index)  # torch's index_put refuses a cast: dtypes are checked too
     for key, src in value._items_str():
         dest = get(key, NO_DEFAULT)
         if type(dest) is Tensor and type(src) is Tensor:  # the common case, checked tightly
+            if advanced and dest.dtype != src.dtype:
+                raise _dtype_error((*prefix, key), src, dest)
             # same feature shape; 0 or 1 feature dims (most leaves) need no slicing
             ds, ss = dest.shape, src.shape
             k = len(ds) - n
@@ -297,6 +298,8 @@ def _plan_sub(
                 raise TypeError(
                     f"cannot write a {type(src).__name__} into tensor entry {(*prefix, key)!r}"
                 )
+            if advanced and dest.dtype != src.dtype:
+                raise _dtype_error((*prefix, key), src, dest)
             feat = dest.shape[n:]
             if feat != src.shape[nv:] and src.ndim > nv and not fits(src.shape, sub + feat):
                 raise BatchSizeError(
@@ -356,18 +359,12 @@ def _advanced(index: Any) -> bool:
     return type(index) is tuple and any(isinstance(i, Tensor) for i in index)
 
 
-def _check_dtypes(
-    td: TensorDictContract, value: TensorDictContract, prefix: tuple[str, ...]
-) -> None:
-    get = td._getter()
-    for key, src in value._items_str():
-        dest = get(key, NO_DEFAULT)
-        if isinstance(dest, Tensor) and isinstance(src, Tensor) and dest.dtype != src.dtype:
-            raise DTypeError(
-                f"cannot write entry {(*prefix, key) if prefix else key!r} of dtype {src.dtype} "
-                f"into dtype {dest.dtype} through an index tensor (torch's index_put does not "
-                f"cast): convert the value first, e.g. value.to({dest.dtype})"
-            )
+def _dtype_error(key: tuple[str, ...], src: Tensor, dest: Tensor) -> DTypeError:
+    return DTypeError(
+        f"cannot write entry {key if len(key) > 1 else key[0]!r} of dtype {src.dtype} "
+        f"into dtype {dest.dtype} through an index tensor (torch's index_put does not "
+        f"cast): convert the value first, e.g. value.to({dest.dtype})"
+    )
 
 
 # `later`'s marker for a write a nested lazy stack planned itself: `(commit, key, src, COMMIT)`

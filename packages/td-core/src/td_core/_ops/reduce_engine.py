@@ -471,9 +471,18 @@ def _bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
     small, else leaf by leaf until one decides."""
     fn = Tensor.any if any_ else Tensor.all
     rest: list[Tensor] = []
+    checked = False  # whether the first leaf was reduced (and did not decide) already
+    dense: Any = td  # (a dense TensorDict's entry dict is read directly: a hot path)
+    if type(td)._plain_nodes and dense._pending is None:  # dense: a first tensor entry at once
+        for value in dense._tensordict.values():
+            if type(value) is Tensor:  # (it is the first leaf the walk below meets)
+                if fn(value).item() is any_:
+                    return any_
+                checked = True
+            break
 
     def first_decides(t: Tensor) -> bool:
-        if rest or fn(t).item() is not any_:
+        if checked or rest or fn(t).item() is not any_:
             rest.append(t)  # (the first leaf, which did not decide, is kept as a marker)
             return False
         return True

@@ -495,9 +495,14 @@ class ShapeMixin(TensorDictContract):
         """Split along `dim` into at most `chunks` pieces, as `torch.chunk` does."""
         if chunks <= 0:
             raise ValueError(f"chunks must be positive, got {chunks}")
-        d = batch_dim(dim, self.batch_size)
-        size = self.batch_size[d]
-        return self.split(max(1, math.ceil(size / chunks)), d)
+        bs = self.batch_size
+        d = batch_dim(dim, bs)
+        size = bs[d]
+        step = max(1, -(size // -chunks))  # torch.chunk's piece size (an int ceil, no float)
+        # split's int case, without its second check of the arguments and lock wrapper
+        out = split_sizes(self, d, [min(step, size - i) for i in range(0, size, step)] or [0])
+        names = self._raw_names()
+        return out if names is None else carry_names(out, names)
 
     @locked_like_source
     def flip(self, *order: Any, dims: Any = None) -> Self:

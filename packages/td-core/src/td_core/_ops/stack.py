@@ -11,6 +11,7 @@ Non-tensor leaves stack into a `NonTensorStack` (one rule, equal values or not).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["stack", "stack_onto", "cat", "StackMixin"]
 
 Tensor = torch.Tensor
+_pending, _entries = attrgetter("_pending"), attrgetter("_tensordict")  # read in C per input
 _FAILED_STACK = " (Failed to stack tensors within a tensordict)"  # upstream's words
 
 
@@ -46,7 +48,7 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
     if not tds:
         raise ValueError(f"{what} needs at least one TensorDict")
     # one check per class, not per input: 100 inputs of one class cost one `is_td`
-    classes = {type(td): td for td in tds}
+    classes = dict(zip(map(type, tds), tds))  # (built in C)
     if not all(is_td(td) for td in classes.values()):
         i = next(i for i, td in enumerate(tds) if not is_td(td))
         raise TypeError(f"{what}: item {i} is a {type(tds[i]).__name__}, not a TensorDict")
@@ -61,7 +63,7 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
 
 def _any_ragged(tds: list[TensorDictContract]) -> bool:
     """Whether an input is a lazy stack of ragged members (only lazy stack classes are asked)."""
-    if not any(is_stack(td) for td in {type(td): td for td in tds}.values()):
+    if not any(is_stack(td) for td in dict(zip(map(type, tds), tds)).values()):
         return False  # no lazy stack among the inputs: the usual case, one look per class
     return any(is_ragged(td) for td in tds)
 
@@ -87,15 +89,22 @@ def _columns(
     """
     dicts: list[Any]
     try:  # dense TensorDicts (nothing held back by torch.compile): read their entry dicts
-        dicts = [td._tensordict if td._pending is None else None for td in tds]  # type: ignore[attr-defined]
+        if set(map(_pending, tds)) == {None}:
+            dicts = list(map(_entries, tds))
+        else:
+            dicts = [None]
     except AttributeError:
         dicts = [None]
     if set(map(type, dicts)) == {dict}:
         first = dicts[0]
         # as many keys as the first, and each of its keys: the same keys
         if set(map(len, dicts)) == {len(first)}:
+            keys = list(first)
             try:
-                return [(key, [entries[key] for entries in dicts]) for key in first]
+                if len(keys) > 1:  # one C call per input reads its entries; zip makes columns
+                    rows = list(map(itemgetter(*keys), dicts))
+                    return [(key, list(column)) for key, column in zip(keys, zip(*rows))]
+                return [(key, [entries[key] for entries in dicts]) for key in keys]
             except KeyError:
                 pass
     _same_keys(tds, prefix, what)

@@ -385,6 +385,14 @@ class StructureMixin(TensorDictContract):
                 TensorDict), and of its sub-TensorDicts for the ones self has too.
             **kwargs: more entries by name; they win over `input_dict_or_td`'s.
         """
+        # the usual call, a plain dict and no option: straight to the validated fast path
+        tried = (
+            type(input_dict_or_td) is dict
+            and not (kwargs or clone or inplace)
+            and keys_to_update is None
+        )
+        if tried and update_flat(self, input_dict_or_td):
+            return self
         if input_dict_or_td is None:
             input_dict_or_td = {}
         if kwargs:
@@ -413,7 +421,8 @@ class StructureMixin(TensorDictContract):
             update_resized(self, input_dict_or_td, inplace, keys_to_update, is_leaf)
             return self
         if (
-            keys_to_update is None
+            not tried
+            and keys_to_update is None
             and not clone
             and not inplace
             and update_flat(self, input_dict_or_td)
