@@ -124,8 +124,8 @@ def test_tensorclass_module_keys_of_nested_tensorclass_fields():
             out: Out
 
         class Wrap(nn_.TensorClassModuleBase[In, Both]):
-            def forward(self, data):
-                return Both(inp=data, out=Out(y=data.x, batch_size=[]), batch_size=[])
+            def forward(self, data, out_cls=Out, both_cls=Both):
+                return both_cls(inp=data, out=out_cls(y=data.x, batch_size=[]), batch_size=[])
 
         wrapper = Wrap().as_td_module()
         keys.append((sorted(wrapper.in_keys), sorted(wrapper.out_keys)))
