@@ -8,6 +8,8 @@ sides do the same work. Cases:
 
 - ``consolidate``: copy the 200 leaves of a nested TensorDict (20 sub-TensorDicts
   of 10 leaves: float32, int64, bool; 64 rows) into one buffer.
+- ``consolidate 8 leaves of 8 MB``: the case of upstream's own benchmark file
+  (few large leaves: the copy dominates), at ``num_threads`` 0 and 8.
 - ``pickle``: ``pickle.dumps`` then ``pickle.loads`` of the consolidated one
   (one buffer plus the layout), and of the same TensorDict not consolidated as
   a floor-like reference row of its own.
@@ -86,6 +88,16 @@ source = nested_source()
 ours_td, theirs_td = TensorDict(source, [ROWS]), Upstream(source, [ROWS])
 assert len(list(ours_td.keys(True, True))) == SUBS * LEAVES
 add(suite, "consolidate 200 leaves (nested)", ours_td.consolidate, theirs_td.consolidate)
+
+big = {f"leaf{i}": torch.randn(2 << 20, generator=torch.Generator().manual_seed(i)) for i in range(8)}
+ours_big, theirs_big = TensorDict(big), Upstream(big)
+for threads in (0, 8):
+    add(
+        suite,
+        f"consolidate 8 leaves of 8 MB, num_threads={threads}",
+        lambda n=threads: ours_big.consolidate(num_threads=n),
+        lambda n=threads: theirs_big.consolidate(num_threads=n),
+    )
 
 ours_c, theirs_c = ours_td.consolidate(), theirs_td.consolidate()
 assert ours_c.is_consolidated() and theirs_c.is_consolidated()
