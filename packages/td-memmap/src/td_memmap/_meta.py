@@ -55,7 +55,7 @@ from td_memmap._packed import (
     subtree,
 )
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD
-from td_memmap._upstream_format import is_upstream, translate
+from td_memmap._upstream_format import from_upstream
 
 __all__ = [
     "KINDS",
@@ -370,15 +370,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         data = _open_meta(ctx)
     if type(data) is not dict:
         raise ctx.fail(f"expected a JSON object, got {type(data).__name__}")
-    upstream = own and ctx.pack is None and is_upstream(data)
-    if ctx.depth and upstream != ctx.upstream:  # one writer per save: never a mix
-        raise ctx.fail(
-            "saved by upstream tensordict inside a td-memmap save"
-            if upstream
-            else "a td-memmap folder inside a folder saved by upstream tensordict"
-        )
-    if upstream:
-        data = _from_upstream(data, ctx)
+    data = from_upstream(data, ctx, own and ctx.pack is None, _open_meta)
     if own:  # its own index (or none) for the folders below; an index in a record is ignored
         ctx.index = None
         if "index" in data:
@@ -470,26 +462,6 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
             )
     meta.entries = tuple(entries)
     return meta, children
-
-
-def _from_upstream(data: dict[str, Any], ctx: _Ctx) -> dict[str, Any]:
-    """Upstream tensordict's metadata of the folder as td's (see `_upstream_format`)."""
-
-    def exists(name: str) -> bool:
-        path = ctx.folder + _SEP + name
-        try:
-            _ = _lstat(path) if ctx.files is None else ctx.files.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        return True
-
-    def read_sub(name: str, key: str) -> Any:
-        sub = ctx.child(name, key, "folder", ctx.parent_batch, False, DirEntry(key))
-        return _open_meta(sub)
-
-    ctx.upstream = True
-    ctx.index = None
-    return translate(data, fail=ctx.fail, exists=exists, read_sub=read_sub)
 
 
 def _parse_members(data: dict[str, Any], meta: FolderMeta, ctx: _Ctx, children: list[_Ctx]) -> None:

@@ -17,15 +17,18 @@ clear error.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+from td_memmap._files import Files
 from td_memmap._format import DTYPES, check_component, value_to_json
+from td_memmap._meta_types import DirEntry
 from td_memmap._tree import KIND_TD
 
-__all__ = ["is_upstream", "translate", "upstream_file_names"]
+__all__ = ["from_upstream", "is_upstream", "translate", "upstream_file_names"]
 
 # the classes a folder or a value of upstream's may be, by the `str` of the class
 _TD_TYPES = frozenset(
@@ -45,6 +48,66 @@ _UNSAFE = set('/<>:"|?*\\ \0%') | {chr(i) for i in range(32)} | {chr(127)}
 _ENCODE = str.maketrans({c: f"%{ord(c):02X}" for c in _UNSAFE})
 
 Fail = Callable[[str], Exception]
+
+
+class Folder(Protocol):
+    """What `from_upstream` uses of the folder being parsed (`_meta`'s parsing context)."""
+
+    folder: str
+    files: Files | None
+    depth: int
+    upstream: bool  # its parent's writer, then its own
+    index: Any
+    parent_batch: tuple[int, ...]
+
+    def fail(self, message: str) -> Exception: ...
+
+    def child(
+        self,
+        name: str,
+        key: str,
+        label: str,
+        batch: tuple[int, ...],
+        exact_batch: bool,
+        target: DirEntry,
+    ) -> Folder: ...
+
+
+def from_upstream(
+    data: dict[str, Any], ctx: Folder, own: bool, open_meta: Callable[[Any], Any]
+) -> dict[str, Any]:
+    """`data`, the metadata of `ctx`'s folder, as td's metadata; unchanged if it is td's.
+
+    Args:
+        own: `data` is the folder's own file (not an index record or inline).
+        open_meta: the parsed `meta.json` of a parsing context (`_meta._open_meta`).
+
+    Marks `ctx` as upstream's and refuses a save that mixes the two writers.
+    """
+    upstream = own and is_upstream(data)
+    if ctx.depth and upstream != ctx.upstream:  # one writer per save: never a mix
+        raise ctx.fail(
+            "saved by upstream tensordict inside a td-memmap save"
+            if upstream
+            else "a td-memmap folder inside a folder saved by upstream tensordict"
+        )
+    if not upstream:
+        return data
+
+    def exists(name: str) -> bool:
+        path = ctx.folder + os.sep + name
+        try:
+            _ = os.lstat(path) if ctx.files is None else ctx.files.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
+
+    def read_sub(name: str, key: str) -> Any:
+        return open_meta(ctx.child(name, key, "folder", ctx.parent_batch, False, DirEntry(key)))
+
+    ctx.upstream = True
+    ctx.index = None
+    return translate(data, fail=ctx.fail, exists=exists, read_sub=read_sub)
 
 
 def is_upstream(data: dict[str, Any]) -> bool:
