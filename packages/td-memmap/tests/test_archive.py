@@ -368,9 +368,12 @@ def test_behaviour_matches_upstream_on_the_same_data(tmp_path):
     assert is_memmap_archive(tmp_path / "ours.tdz") and upstream.is_memmap_archive(
         tmp_path / "theirs.tdz"
     )
-    # both refuse the other's folder and archive formats the same way: a ValueError
-    with pytest.raises(ValueError):
-        load_memmap(tmp_path / "theirs.tdz")
+    # td reads upstream's archive too (its folder layout, see test_upstream_format), read-only
+    mine = load_memmap(tmp_path / "theirs.tdz")
+    for key in (("a",), ("n", "x")):
+        assert torch.equal(mine[key], b[key])
+    with pytest.raises(ReadOnlyMemmapError):
+        mine["a"][0, 0] = 1.0
     for fn in (upstream.unpack_memmap, unpack_memmap):
         with pytest.raises(ValueError):
             fn(tmp_path / "missing.tdz", tmp_path / "out")

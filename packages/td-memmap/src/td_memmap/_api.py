@@ -504,7 +504,7 @@ def load_memmap(
         cls=cls,
     )
     td = from_tree(tree if subpath is None else _subtree(tree, subpath, prefix))
-    if mode == "r":
+    if mode == "r" or tree.read_only:  # or a folder saved by upstream tensordict loaded by default
         td = td.lock_()
     if device is not None:
         td = td.to(device, non_blocking=non_blocking)

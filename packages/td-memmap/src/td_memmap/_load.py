@@ -120,7 +120,8 @@ def load_tree(
         mode: `"r+"`: leaves are mapped shared (in-place writes reach the
             files, seen by every process mapping them); `"r"`: read-only
             leaves that refuse writes; None: `"r+"` where this process may
-            write the file, else `"r"`.
+            write the file, else `"r"`, and `"r"` for a folder saved by
+            upstream tensordict (see `_upstream_format`).
         allow_pickle: unpickle non-tensor values saved with pickle (runs code
             from the folder: only for trusted data).
         cls: the top folder's tensorclass, or `TensorDict` to restore no class.
@@ -133,6 +134,8 @@ def load_tree(
     try:
         meta = parse_folder(os.fspath(prefix), map_fn=threads.map)
         check_cls(cls, meta)
+        if mode is None and meta.upstream:  # a folder td did not write: read-only by default
+            mode = "r"
         builder = Builder(cls=cls, writable=mode != "r", allow_pickle=allow_pickle)
         root = builder.build(meta, cls)
         if meta.pack is not None:
@@ -142,4 +145,5 @@ def load_tree(
     finally:
         threads.close()
     builder.place(mapped)
+    root.read_only = mode == "r"
     return root

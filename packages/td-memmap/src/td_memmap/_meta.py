@@ -55,6 +55,7 @@ from td_memmap._packed import (
     subtree,
 )
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, KIND_TD
+from td_memmap._upstream_format import from_upstream
 
 __all__ = [
     "KINDS",
@@ -119,6 +120,7 @@ class _Ctx:
         "files",
         "inline",
         "pack",
+        "upstream",
     )
 
     def __init__(
@@ -149,6 +151,7 @@ class _Ctx:
         self.exact_batch = exact_batch
         self.target = target
         self.files = files
+        self.upstream = False  # saved by upstream tensordict (see `_upstream_format`)
 
     # Real paths are only needed where a link is met (rare): resolving them for every
     # load cost a system call per component of the path (10% of opening 8 leaves).
@@ -229,7 +232,7 @@ class _Ctx:
         else:
             path, real = self.subfolder(name, key, label)
         rel = name if not self.rel else self.rel + "/" + name
-        return _Ctx(
+        child = _Ctx(
             path,
             real,
             self.root,
@@ -243,6 +246,8 @@ class _Ctx:
             inline,
             self.pack,
         )
+        child.upstream = self.upstream  # what its metadata must be (see `_parse_one`)
+        return child
 
     def subfolder(self, name: object, key: str, label: str) -> tuple[str, str | None]:
         """`folder/name` and its real path if it is a link, after checking it is a folder strictly inside this one."""
@@ -365,6 +370,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         data = _open_meta(ctx)
     if type(data) is not dict:
         raise ctx.fail(f"expected a JSON object, got {type(data).__name__}")
+    data = from_upstream(data, ctx, own and ctx.pack is None, _open_meta)
     if own:  # its own index (or none) for the folders below; an index in a record is ignored
         ctx.index = None
         if "index" in data:
@@ -427,6 +433,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     if device not in (None, "cpu"):  # memory-mapped data lives on the CPU
         raise ctx.fail(f"'device' is {device!r}, expected null or 'cpu'")
     meta = FolderMeta(ctx.folder, kind, batch_size, device, generation=generation, pack=ctx.pack)
+    meta.upstream = ctx.upstream
     children: list[_Ctx] = []
     if kind == KIND_LAZY:
         _parse_members(data, meta, ctx, children)
@@ -548,7 +555,8 @@ def _parse_tensor(
     path, st, _ = ctx.inside(raw.get("file"), key, "file")
     if not _S_ISREG(st.st_mode):
         raise ctx.fail(f"entry {key!r}: {path!r} is not a regular file")
-    if st.st_size != nbytes:
+    if st.st_size != nbytes and not (ctx.upstream and st.st_size > nbytes):
+        # upstream's loader maps the first bytes of a larger file: so does td, for its folders
         raise ctx.fail(
             f"entry {key!r}: data file {path!r} has {st.st_size} bytes, but shape {list(shape)} of "
             f"{str(dtype).removeprefix('torch.')} needs {nbytes} "

@@ -95,7 +95,7 @@ def guarded_call(
         raise ReadOnlyMemmapError(
             f"{name} would write into a MemoryMappedTensor opened read-only (mode='r') from "
             f"{where!r}: the file cannot change and a private copy would silently drop the "
-            "write. Load with mode='r+' (or the default) to write to the file, or .clone() it "
+            "write. Load with mode='r+' to write to the file, or .clone() it "
             "for a writable copy in memory"
         )
     with _disabled():

@@ -53,6 +53,7 @@ class Node:
     path: str | None = None  # the folder it was saved to or loaded from
     # keys of the tensor entries that are `UnbatchedTensor`s (shapes without the batch dims)
     unbatched: set[str] = field(default_factory=set)
+    read_only: bool = False  # its leaves were mapped read-only (mode "r", asked or by default)
 
     def empty_like(self) -> Node:
         """A node of the same kind, batch size, device, class and unbatched keys, without entries."""
