@@ -125,7 +125,7 @@ class Builder:
                     f"{_meta_file(meta)}: entries {unknown} are not fields of "
                     f"tensorclass {node.cls.__qualname__} (fields: {list(fields)})"
                 )
-        meta_path = _meta_file(meta)
+        meta_path: str | None = None  # for non-tensor entries' errors: built once, when needed
         for entry in meta.entries:
             if type(entry) is TensorEntry:
                 node.entries[entry.key] = None  # type: ignore[assignment]  # keeps the order
@@ -150,6 +150,8 @@ class Builder:
                         f"({entry.path!r}), which can run arbitrary code: pass allow_pickle=True "
                         "only if you trust this folder"
                     )
+                if meta_path is None:
+                    meta_path = _meta_file(meta)
                 node.entries[entry.key] = _nontensor(entry, meta_path, self.writable, self.read)
         return node
 
