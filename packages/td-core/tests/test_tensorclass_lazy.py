@@ -43,16 +43,24 @@ def test_ragged_reads_go_to_the_members() -> None:
         obj.get("x")  # no one shape to stack to: the error names the entry
 
 
-def test_index_unbind_and_lazy_stack_give_instances() -> None:
+def test_index_and_unbind_give_instances_and_assert_close_goes_member_by_member() -> None:
     obj = Row.from_tensordict(_ragged())
     first = obj[1]
     assert type(first) is Row and first.x.tolist() == [2.0, 2.0]
     rows = obj.unbind(0)
     assert [type(r) for r in rows] == [Row, Row]
-    back = lazy_stack(list(rows))
-    assert type(back) is Row
-    assert [t.shape[0] for t in back.get("x", as_list=True)] == [3, 2]
-    assert_close(back, obj)  # member by member: the ragged entry never stacks
+    assert [r.x.shape[0] for r in rows] == [3, 2]
+    assert_close(obj, Row.from_tensordict(_ragged()))  # the ragged entry never stacks
+    other = _ragged()
+    other.tensordicts[1]["x"] += 1
+    with pytest.raises(AssertionError):
+        assert_close(obj, Row.from_tensordict(other))
+
+
+def test_from_tensordict_of_a_stack_that_stacks_is_dense_as_before() -> None:
+    even = lazy_stack([TensorDict(x=torch.ones(2), y=torch.zeros(()))] * 2)
+    assert Row.from_tensordict(even).x.shape == torch.Size([2, 2])
+    assert type(Row.from_tensordict(even).to_tensordict()) is TensorDict
 
 
 def test_from_list_of_ragged_rows_stacks_lazily_unless_told_dense() -> None:

@@ -556,15 +556,6 @@ def lazy_stack(
                     f"have congruent batch sizes; TensorDict {i} has {list(td.batch_size)}, "
                     f"TensorDict 0 has {list(bs)}"
                 )
-    cls = type(items[0])
-    if getattr(cls, "_td_tensorclass", False) and all(type(td) is cls for td in items):
-        # instances of one tensorclass: an instance over a lazy stack of their TensorDicts
-        inner = [td._tensordict for td in items]  # type: ignore[attr-defined]
-        return cls._wrap(  # type: ignore[attr-defined]
-            LazyStackedTensorDict(
-                *inner, stack_dim=dim, stack_dim_name=stack_dim_name, strict_shape=strict_shape
-            )
-        )
     return LazyStackedTensorDict(
         *items, stack_dim=dim, stack_dim_name=stack_dim_name, strict_shape=strict_shape
     )

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._core.contract import provide
-from td_core._core.traverse import is_nt, is_stack
+from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
 from td_core._io.repr import leaf_repr, td_repr
 from td_core._kinds.base import TensorDictBase
@@ -86,6 +86,9 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
             return tuple(type(self)._wrap(part) for part in self._tensordict.unbind(dim))
         return super().unbind(dim)
 
+    def _subtrees(self) -> list[TensorDictBase]:
+        return self._tensordict._subtrees()  # a lazy stack: its members (locks walk these)
+
     def _key_items(self) -> Any:
         return self._tensordict._key_items()  # a lazy stack's ragged leaves are never stacked
 
@@ -135,7 +138,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
             )
         td = (
             tensordict
-            if type(tensordict) is TensorDict or is_stack(tensordict)
+            if type(tensordict) is TensorDict or is_ragged(tensordict)  # ragged: kept, as upstream
             else TensorDict(dict(tensordict.items()), tensordict.batch_size, tensordict.device)
         )
         obj = cls._wrap(td)
