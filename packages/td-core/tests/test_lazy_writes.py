@@ -183,3 +183,20 @@ def test_an_index_write_of_new_keys_fills_the_members_left_out_as_dense_does():
     with pytest.raises(LockedError, match="new key"):
         locked[mask] = value
     assert [list(m.keys()) for m in locked.tensordicts] == [[], [], []]  # nothing written
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_mask_write_of_non_tensor_stack_with_dims_past_the_batch(lazy: bool) -> None:
+    # a new non-tensor key whose values carry a dim past the batch: the rows written get
+    # their values, the row left out gets None with the same trailing dim
+    src = TensorDict(
+        a=TensorDict(b=NonTensorStack("a", "b", "c").unsqueeze(-1), batch_size=(3,)),
+        batch_size=(3,),
+    )
+    if lazy:
+        src = src.to_lazystack()
+        dest = src.new_zeros((4,), empty_lazy=True)
+    else:
+        dest = TensorDict(a=TensorDict(batch_size=4), batch_size=4)
+    dest[torch.tensor([True, True, False, True])] = src
+    assert dest.get(("a", "b")).tolist() == [["a"], ["b"], [None], ["c"]]

@@ -37,6 +37,12 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
         for i, member in enumerate(td.tensordicts):
             node.entries[str(i)] = to_tree(member, (*where, f"<member {i}>"))
         return node
+    if is_tensorclass(td) and isinstance(td._tensordict, LazyStackedTensorDict):
+        # a tensorclass over a (ragged) lazy stack: saved as a lazy stack of instances
+        held = td._tensordict
+        return to_tree(
+            LazyStackedTensorDict(*td.unbind(held.stack_dim), stack_dim=held.stack_dim), where
+        )
     if is_tensorclass(td):
         node = to_tree(td._tensordict, where)
         node.kind, node.class_name, node.cls = KIND_CLASS, class_name(type(td)), type(td)
@@ -131,7 +137,8 @@ def assign_leaves(td: Any, node: Node) -> None:
     """Replace `td`'s tensor leaves (and shared values), in place, by the tree's (same structure)."""
     remember(td, node.path)
     if node.kind == KIND_LAZY:
-        for member, sub in zip(td.tensordicts, node.entries.values()):
+        held = td._tensordict if is_tensorclass(td) else td  # a tensorclass over a lazy stack
+        for member, sub in zip(held.tensordicts, node.entries.values()):
             assign_leaves(member, sub)  # type: ignore[arg-type]
         return
     for key, value in node.entries.items():

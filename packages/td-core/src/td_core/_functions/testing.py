@@ -69,6 +69,8 @@ def assert_close(
         "equal_nan": equal_nan,
         "intersection": intersection,
     }
+    # a tensorclass compares as the TensorDict it holds (a lazy stack, member by member)
+    actual, expected = _held(actual), _held(expected)
     members = _members(actual, expected)
     if members is not None:  # two lazy stacks: member by member (ragged members cannot stack)
         for sub1, sub2 in members:
@@ -95,6 +97,10 @@ def assert_close(
             continue
         _compare(value1, value2, full, rtol, atol, equal_nan, msg)
     return True
+
+
+def _held(td: Any) -> Any:
+    return td._tensordict if getattr(type(td), "_td_tensorclass", False) else td
 
 
 def _members(actual: Any, expected: Any) -> list[tuple[Any, Any]] | None:

@@ -23,7 +23,7 @@ from td_core._core.utils import as_device, as_size
 from td_core._io.formats import from_h5
 from td_core._leaves.nontensor import NonTensorStack, stack_of_values
 from td_core._ops.stack import stack
-from td_core.errors import TDError
+from td_core.errors import BatchSizeError, TDError
 
 __all__ = [
     "ConversionError",
@@ -284,7 +284,8 @@ def from_list(
 ) -> Any:
     """Stack a list of mappings or TensorDicts along a new dim 0.
 
-    Members with different keys give a lazy stack (also with `lazy=True`).
+    Members with different keys give a lazy stack (also with `lazy=True`); so do members
+    whose entries differ in shape, unless `lazy=False` (then the dense stack's error is raised).
     """
     if not isinstance(input, (list, tuple)):
         raise TypeError(f"from_list expects a list, got {type(input).__name__}")
@@ -299,7 +300,15 @@ def from_list(
         else:
             raise TypeError(f"from_list: item {i} is a {type(item).__name__}, not a mapping")
     same = all(set(t.keys(True, True)) == set(items[0].keys(True, True)) for t in items)
-    out = lazy_stack_of(items, 0) if lazy or not same else stack(items, 0)
+    if lazy or not same:
+        out = lazy_stack_of(items, 0)
+    elif lazy is None:  # dense where the rows' entries share shapes, else lazy (as upstream)
+        try:
+            out = stack(items, 0)
+        except BatchSizeError:
+            out = lazy_stack_of(items, 0)
+    else:
+        out = stack(items, 0)
     return _finish(out, batch_size, auto_batch_size, batch_dims, device, names)
 
 

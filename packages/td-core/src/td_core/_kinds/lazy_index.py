@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, dense
 from td_core._core.keys import is_leaf_nontensor
 from td_core._core.traverse import is_stack, is_td
 from td_core._core.utils import broadcast_shape
-from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._ops.index import (
     _apply_plan,
     _plan_sub,
@@ -275,7 +276,7 @@ class LazyIndexMixin:
                 if isinstance(leaf, Tensor):
                     fill: Any = leaf.new_zeros((*bs, *leaf.shape[lead:]))
                 else:
-                    fill = NonTensorData(None, batch_size=bs, device=member.device)
+                    fill = _none_fill(bs, leaf.batch_size[lead:], member.device)
                 fills.append((member, key, fill))
         return fills
 
@@ -316,6 +317,13 @@ class LazyIndexMixin:
                 write()
 
         return commit
+
+
+def _none_fill(bs: torch.Size, feature: torch.Size, device: Any) -> Any:
+    """`None` for every element of `bs`, and of the leaf's dims past the batch when it has some."""
+    if not feature:
+        return NonTensorData(None, batch_size=bs, device=device)
+    return NonTensorStack(np.full((*bs, *feature), None, dtype=object), device=device)
 
 
 def _rows(value: Any, sub: torch.Size, index: Any) -> Any:

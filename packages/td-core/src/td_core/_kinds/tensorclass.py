@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._core.contract import provide
-from td_core._core.traverse import is_nt
+from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
 from td_core._io.repr import leaf_repr, td_repr
 from td_core._kinds.base import TensorDictBase
@@ -36,6 +36,7 @@ __all__ = ["build_tensorclass", "tensorclass"]
 
 _T = TypeVar("_T")
 _RESERVED = {"batch_size", "device", "shape", "names"}
+_RAGGED_READS = ("as_list", "as_padded_tensor", "as_nested_tensor")
 
 
 class _TensorClassBase(TensorClassCompat, TensorDictBase):
@@ -45,7 +46,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
     _fields: tuple[str, ...] = ()
     _field_set: frozenset[str] = frozenset()
     _defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per class
-    _tensordict: TensorDict
+    _tensordict: TensorDict  # or a LazyStackedTensorDict (from_tensordict, lazy_stack)
 
     # ---------------------------------------------------------------- primitives
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
@@ -60,6 +61,8 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         """
         if type(key) is str and key in _RESERVED and key not in self._field_set:
             return getattr(self, key)
+        if how and any(how.get(k) for k in _RAGGED_READS) and is_stack(self._tensordict):
+            return self._tensordict.get(key, default, **how)  # the stack reads its members
         value = super().get(key, default, **how)
         # as upstream, a tensorclass reads a non-tensor entry as its value, not as the leaf
         return value.data if is_nt(value) and not how else value
@@ -71,6 +74,23 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
 
     def _del_str(self, key: str) -> None:
         self._tensordict._del_str(key)
+
+    def _index(self, index: Any) -> Any:
+        if is_stack(self._tensordict):  # a lazy stack indexes its members, ragged ones included
+            return type(self)._wrap(self._tensordict._index(index))
+        return super()._index(index)
+
+    def unbind(self, dim: int = 0) -> tuple[Any, ...]:
+        """The slices along batch dim `dim`, each an instance of this class."""
+        if is_stack(self._tensordict):  # a lazy stack unbinds through its members
+            return tuple(type(self)._wrap(part) for part in self._tensordict.unbind(dim))
+        return super().unbind(dim)
+
+    def _subtrees(self) -> list[TensorDictBase]:
+        return self._tensordict._subtrees()  # a lazy stack: its members (locks walk these)
+
+    def _key_items(self) -> Any:
+        return self._tensordict._key_items()  # a lazy stack's ragged leaves are never stacked
 
     def _keys_str(self) -> Any:
         return self._tensordict._keys_str()
@@ -89,12 +109,12 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
                 f"(fields: {list(type(self)._fields)}); convert with to_tensordict() first"
             )
         td = TensorDict._new_unsafe(
-            source, batch_size, self._tensordict._device if device is NO_DEFAULT else device
+            source, batch_size, self._tensordict.device if device is NO_DEFAULT else device
         )
         return inherit_names(self, type(self)._wrap(td))
 
     @classmethod
-    def _wrap(cls, td: TensorDict) -> Any:
+    def _wrap(cls, td: TensorDictBase) -> Any:
         obj = object.__new__(cls)
         object.__setattr__(obj, "_tensordict", td)
         return obj
@@ -118,7 +138,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
             )
         td = (
             tensordict
-            if type(tensordict) is TensorDict
+            if type(tensordict) is TensorDict or is_ragged(tensordict)  # ragged: kept, as upstream
             else TensorDict(dict(tensordict.items()), tensordict.batch_size, tensordict.device)
         )
         obj = cls._wrap(td)
@@ -169,8 +189,8 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
     ) -> Any:
         """An instance from a list of mappings (one per row), as `TensorDict.from_list`.
 
-        The keys of the mappings must be fields. A tensorclass holds a dense
-        TensorDict, so `lazy=True` rows are stacked (and must share shapes).
+        The keys of the mappings must be fields. Rows whose entries differ in
+        shape (or `lazy=True`) give an instance over a lazy stack of the rows.
         """
         td = TensorDict.from_list(
             input,
@@ -195,7 +215,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
     # ---------------------------------------------------------------- metadata
     @property
     def batch_size(self) -> torch.Size:
-        return self._tensordict._batch_size
+        return self._tensordict.batch_size
 
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
@@ -203,7 +223,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
 
     @property
     def device(self) -> torch.device | None:
-        return self._tensordict._device
+        return self._tensordict.device
 
     @device.setter
     def device(self, value: Any) -> None:
@@ -252,7 +272,11 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
 
     def __repr__(self) -> str:
         lines = []
+        stacked = is_stack(self._tensordict)
         for key in sorted(self._keys_str()):
+            if stacked:  # a lazy stack renders its entries without stacking ragged ones
+                lines.append(f"{key}={self._tensordict._render(key)}")  # type: ignore[attr-defined]
+                continue
             value = self._get_str(key)
             text = (
                 td_repr(value)

@@ -416,5 +416,6 @@ def _allocate(td: TensorDictContract, src: Any, nv: int) -> Any:
     if isinstance(src, Tensor):
         return torch.zeros(bs + src.shape[nv:], dtype=src.dtype, device=td.device or src.device)
     if is_nt(src):  # one value: it fills the new entry (as upstream); several: None
-        return NonTensorData(src.data if isinstance(src, NonTensorData) else None, bs, td.device)
+        shape = bs + src.batch_size[nv:]  # feature dims past the batch are kept, as for tensors
+        return NonTensorData(src.data if isinstance(src, NonTensorData) else None, shape, td.device)
     return td._new({}, bs + src.batch_size[nv:])
