@@ -89,7 +89,9 @@ ours_td, theirs_td = TensorDict(source, [ROWS]), Upstream(source, [ROWS])
 assert len(list(ours_td.keys(True, True))) == SUBS * LEAVES
 add(suite, "consolidate 200 leaves (nested)", ours_td.consolidate, theirs_td.consolidate)
 
-big = {f"leaf{i}": torch.randn(2 << 20, generator=torch.Generator().manual_seed(i)) for i in range(8)}
+big = {
+    f"leaf{i}": torch.randn(2 << 20, generator=torch.Generator().manual_seed(i)) for i in range(8)
+}
 ours_big, theirs_big = TensorDict(big), Upstream(big)
 for threads in (0, 8):
     add(
