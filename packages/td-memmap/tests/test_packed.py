@@ -4,10 +4,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 import pytest
 import torch
@@ -431,43 +427,10 @@ def test_a_short_write_is_completed(tmp_path, monkeypatch):
     assert (load_memmap(tmp_path / "s") == td).all()
 
 
-_KILLED_SAVE = textwrap.dedent(
-    """
-    import sys, torch
-    from td_core import TensorDict
-    from td_memmap import save
-    td = TensorDict({f"leaf{i}": torch.full((1 << 18,), float(i)) for i in range(200)}, batch_size=[])
-    print("ready", flush=True)
-    sys.stdin.readline()
-    save(td, sys.argv[1])
-    print("done", flush=True)
-    """
-)
-
-
-def test_sigkill_during_a_packed_save_keeps_the_previous_save(tmp_path):
+def test_sigkill_during_a_packed_save_keeps_the_previous_save(tmp_path, kill_mid_save):
     root = tmp_path / "save"
     save(_td(), root)
-    for _attempt in range(5):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _KILLED_SAVE, str(root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert proc.stdout.readline() == b"ready\n"
-        proc.stdin.write(b"go\n")
-        proc.stdin.flush()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not os.path.exists(root / "data.b.pack"):
-            time.sleep(0.0005)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        proc.stdin.close()
-        proc.stdout.close()
-        if "leaf0" not in load_memmap(root).keys():
-            break  # killed part-way, as wanted
-    else:
-        pytest.fail("the child save finished before SIGKILL five times: the test proves nothing")
+    assert kill_mid_save(root, "data.b.pack") == -signal.SIGKILL
     assert (load_memmap(root) == _td()).all()  # the previous save, intact
     td = TensorDict({f"leaf{i}": torch.full((4,), float(i)) for i in range(20)}, batch_size=[])
     save(td, root)  # the dead save's data file is replaced

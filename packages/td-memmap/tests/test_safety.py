@@ -2,10 +2,7 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import sys
-import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -307,47 +304,11 @@ class TestKeysStayInside:
         assert back[key].tolist() == [1.0, 1.0] and back["sub", key].tolist() == [0.0, 0.0]
 
 
-_KILLED_SAVE = textwrap.dedent(
-    """
-    import sys, torch
-    from td_core import TensorDict
-    from td_memmap import save
-    td = TensorDict({f"leaf{i}": torch.full((1 << 18,), float(i)) for i in range(200)}, batch_size=[])
-    print("ready", flush=True)
-    sys.stdin.readline()
-    save(td, sys.argv[1])
-    print("done", flush=True)
-    """
-)
-
-
 class TestCrash:
-    def test_sigkill_during_save_keeps_the_previous_save(self, tmp_path):
+    def test_sigkill_during_save_keeps_the_previous_save(self, tmp_path, kill_mid_save):
         prefix = tmp_path / "save"
         save(_td(), prefix)  # a complete earlier save, overwritten by the killed one
-        for _attempt in range(5):
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _KILLED_SAVE, str(prefix)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-            )
-            assert proc.stdout.readline() == b"ready\n"
-            proc.stdin.write(b"go\n")
-            proc.stdin.flush()
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not os.path.exists(prefix / "leaf0.memmap"):
-                time.sleep(0.0005)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=60)
-            proc.stdin.close()
-            proc.stdout.close()
-            if "leaf0" not in load(prefix).keys():
-                break  # killed part-way, as wanted
-        else:
-            pytest.fail(
-                "the child save finished before SIGKILL five times: the test proves nothing"
-            )
-        assert proc.returncode == -signal.SIGKILL
+        assert kill_mid_save(prefix, "leaf0.memmap") == -signal.SIGKILL
         assert (load(prefix) == _td()).all()  # the previous save, intact
         td = TensorDict(
             {f"leaf{i}": torch.full((1 << 10,), float(i)) for i in range(20)}, batch_size=[]

@@ -120,6 +120,17 @@ def nontensor_json(leaf: NonTensorLeaf) -> Any:
     return value_to_json(leaf.value)
 
 
+def _tensor_entry(key: str, path: str, dtype: str, shape: Any) -> dict[str, Any]:
+    """The metadata entry of a tensor leaf saved in the file `path`."""
+    return {
+        "key": key,
+        "type": "tensor",
+        "file": os.path.basename(path),
+        "dtype": dtype,
+        "shape": list(shape),
+    }
+
+
 def _folder_of(mmt: MemoryMappedTensor) -> str | None:
     """The real path of the folder holding `mmt`'s file."""
     if mmt._mm_file is None:
@@ -201,13 +212,7 @@ class _Planner:
                 out.entries[key] = value
             elif isinstance(value, Grown):
                 leaf = path + os.sep + stem + LEAF_SUFFIX
-                entry = {
-                    "key": key,
-                    "type": "tensor",
-                    "file": os.path.basename(leaf),
-                    "dtype": dtype_name(value.dtype, key=full_key),
-                    "shape": list(value.shape),
-                }
+                entry = _tensor_entry(key, leaf, dtype_name(value.dtype, key=full_key), value.shape)
                 self.jobs.append(
                     _Job("grow", value, leaf, out, key, value.dtype, value.shape, entry)
                 )
@@ -240,13 +245,7 @@ class _Planner:
                     "was provided but the tensor already has a file associated: pass "
                     f"copy_existing=True to copy it to {path!r}"
                 )
-        entry = {
-            "key": key,
-            "type": "tensor",
-            "file": os.path.basename(path),
-            "dtype": name,
-            "shape": list(shape),
-        }
+        entry = _tensor_entry(key, path, name, shape)
         self.jobs.append(_Job(action, t, path, out, key, t.dtype, shape, entry))
         return entry
 
@@ -256,14 +255,7 @@ class _Planner:
         sizes = t._nested_tensor_size()
         flat = torch.empty(0, dtype=t.dtype) if self.like else nested_values(t.detach())
         shape = (nested_numel(sizes),)
-        entry = {
-            "key": key,
-            "type": "tensor",
-            "file": os.path.basename(path),
-            "dtype": name,
-            "shape": list(shape),
-            "nested": sizes.tolist(),
-        }
+        entry = {**_tensor_entry(key, path, name, shape), "nested": sizes.tolist()}
         action = "alloc" if self.like else "write"
         self.jobs.append(_Job(action, flat, path, out, key, t.dtype, shape, entry, nested=sizes))
         return entry
