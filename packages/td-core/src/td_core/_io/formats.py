@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.extensions import load_extension
+from td_core._core.extensions import delegate, load_extension
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -52,13 +52,7 @@ def from_h5(
         batch_dims: at most this many of those dims.
         batch_size: the batch size (default: the one `to_h5` stored, else `[]`).
     """
-    return _ext().from_h5(
-        h5_file,
-        mode=mode,
-        auto_batch_size=auto_batch_size,
-        batch_dims=batch_dims,
-        batch_size=batch_size,
-    )
+    return delegate(_ext().from_h5, locals())
 
 
 def from_zarr(
@@ -79,6 +73,7 @@ def from_zarr(
         batch_size: the batch size (default: the one `to_zarr` stored, else the
             leading dims every entry shares).
     """
+    # not `delegate`: td-memmap names the store `filename`
     return _ext().from_zarr(
         zarr_file,
         mode=mode,
@@ -127,6 +122,7 @@ class InterchangeMixin(TensorDictContract):
         batch_size: Any = None,
     ) -> Self:
         """Open an HDF5 file as a `PersistentTensorDict` (needs `td-memmap[h5]`)."""
+        # not `delegate`: td-memmap names the file `h5_file`
         return _ext().from_h5(
             filename,
             mode=mode,
@@ -155,13 +151,7 @@ class InterchangeMixin(TensorDictContract):
         batch_size: Any = None,
     ) -> Any:
         """Read a zarr store written by `to_zarr` (or another tool) (needs `td-memmap[zarr]`)."""
-        return _ext().from_zarr(
-            filename,
-            mode=mode,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            batch_size=batch_size,
-        )
+        return delegate(_ext().from_zarr, locals())
 
     def to_mds(
         self,
@@ -187,14 +177,4 @@ class InterchangeMixin(TensorDictContract):
             writer: an `MDSWriter` to use instead of making one.
             **kwargs: passed to `MDSWriter`.
         """
-        _ext().to_mds(
-            self,
-            columns=columns,
-            out=out,
-            keep_local=keep_local,
-            compression=compression,
-            hashes=hashes,
-            size_limit=size_limit,
-            writer=writer,
-            **kwargs,
-        )
+        delegate(_ext().to_mds, locals(), self)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.extensions import has_extension, load_extension
+from td_core._core.extensions import delegate, has_extension, load_extension
 from td_core._core.keys import NestedKey
 
 __all__ = ["MemmapMixin"]
@@ -26,7 +26,8 @@ class MemmapMixin(TensorDictContract):
     __slots__ = ()
 
     # The memmap methods live in td-memmap (found through the `memmap` extension);
-    # td-memmap's functions document every argument.
+    # td-memmap's functions document every argument. Each method hands its own
+    # arguments on with `delegate`: td-memmap's functions use the same names.
     def memmap(
         self,
         prefix: str | os.PathLike[str] | None = None,
@@ -49,21 +50,7 @@ class MemmapMixin(TensorDictContract):
         until the new one is complete. Without `prefix`, leaves move to
         shared memory. See `td_memmap.memmap` for every argument.
         """
-        return _ext_memmap().memmap(
-            self,
-            prefix,
-            copy_existing,
-            num_threads=num_threads,
-            return_early=return_early,
-            share_non_tensor=share_non_tensor,
-            existsok=existsok,
-            robust_key=robust_key,
-            archive=archive,
-            compression=compression,
-            atomic=atomic,
-            allow_pickle=allow_pickle,
-            durable=durable,
-        )
+        return delegate(_ext_memmap().memmap, locals(), self)
 
     def memmap_(
         self,
@@ -80,20 +67,7 @@ class MemmapMixin(TensorDictContract):
         durable: bool = False,
     ) -> Any:
         """Like `memmap`, replacing this TensorDict's leaves in place (needs td-memmap)."""
-        return _ext_memmap().memmap(
-            self,
-            prefix,
-            copy_existing,
-            num_threads=num_threads,
-            return_early=return_early,
-            share_non_tensor=share_non_tensor,
-            existsok=existsok,
-            robust_key=robust_key,
-            atomic=atomic,
-            inplace=True,
-            allow_pickle=allow_pickle,
-            durable=durable,
-        )
+        return delegate(_ext_memmap().memmap, locals(), self, inplace=True)
 
     def memmap_like(
         self,
@@ -109,18 +83,7 @@ class MemmapMixin(TensorDictContract):
         durable: bool = False,
     ) -> Any:
         """Allocate memory-mapped files shaped like this TensorDict, without copying (needs td-memmap)."""
-        return _ext_memmap().memmap_like(
-            self,
-            prefix,
-            copy_existing,
-            existsok=existsok,
-            num_threads=num_threads,
-            return_early=return_early,
-            share_non_tensor=share_non_tensor,
-            robust_key=robust_key,
-            archive=archive,
-            durable=durable,
-        )
+        return delegate(_ext_memmap().memmap_like, locals(), self)
 
     def save(
         self,
@@ -136,17 +99,7 @@ class MemmapMixin(TensorDictContract):
         atomic: bool = False,
     ) -> Any:
         """Save to `prefix`: the same as `memmap` (needs td-memmap)."""
-        return self.memmap(
-            prefix,
-            copy_existing,
-            num_threads=num_threads,
-            return_early=return_early,
-            share_non_tensor=share_non_tensor,
-            robust_key=robust_key,
-            archive=archive,
-            compression=compression,
-            atomic=atomic,
-        )
+        return delegate(self.memmap, locals())
 
     dumps = save
 
@@ -173,17 +126,7 @@ class MemmapMixin(TensorDictContract):
         Leaves are mapped read-write and shared by default (writes reach the
         files); `mode="r"` gives a locked TensorDict whose leaves refuse writes.
         """
-        return _ext_memmap().load_memmap(
-            prefix,
-            device,
-            non_blocking,
-            out=out,
-            robust_key=robust_key,
-            subpath=subpath,
-            mode=mode,
-            num_threads=num_threads,
-            allow_pickle=allow_pickle,
-        )
+        return delegate(_ext_memmap().load_memmap, locals())
 
     @classmethod
     def load(
@@ -200,17 +143,7 @@ class MemmapMixin(TensorDictContract):
         allow_pickle: bool | None = None,
     ) -> Any:
         """Load a saved TensorDict: the same as `load_memmap` (needs td-memmap)."""
-        return cls.load_memmap(
-            prefix,
-            device,
-            non_blocking,
-            out=out,
-            robust_key=robust_key,
-            subpath=subpath,
-            mode=mode,
-            num_threads=num_threads,
-            allow_pickle=allow_pickle,
-        )
+        return delegate(cls.load_memmap, locals())
 
     def load_memmap_(
         self,
@@ -221,9 +154,7 @@ class MemmapMixin(TensorDictContract):
         mode: str | None = None,
     ) -> Any:
         """Replace this TensorDict's content, in place, by the save in `prefix` (needs td-memmap)."""
-        return _ext_memmap().load_memmap_(
-            self, prefix, robust_key, allow_pickle=allow_pickle, mode=mode
-        )
+        return delegate(_ext_memmap().load_memmap_, locals(), self)
 
     def load_(
         self,
@@ -234,11 +165,11 @@ class MemmapMixin(TensorDictContract):
         mode: str | None = None,
     ) -> Any:
         """The same as `load_memmap_` (needs td-memmap)."""
-        return self.load_memmap_(prefix, robust_key, allow_pickle=allow_pickle, mode=mode)
+        return delegate(self.load_memmap_, locals())
 
     def memmap_refresh_(self, *, allow_pickle: bool | None = None) -> Any:
         """Reload in place from the folder this TensorDict was saved to or loaded from (needs td-memmap)."""
-        return _ext_memmap().memmap_refresh_(self, allow_pickle=allow_pickle)
+        return delegate(_ext_memmap().memmap_refresh_, locals(), self)
 
     def make_memmap(
         self,
@@ -252,7 +183,7 @@ class MemmapMixin(TensorDictContract):
 
         Missing sub-TensorDicts on the way are created; an existing `key` is refused.
         """
-        return _ext_memmap().make_memmap(self, key, shape, dtype=dtype, robust_key=robust_key)
+        return delegate(_ext_memmap().make_memmap, locals(), self)
 
     def make_memmap_from_tensor(
         self,
@@ -268,9 +199,7 @@ class MemmapMixin(TensorDictContract):
         Missing sub-TensorDicts on the way are created; an existing `key` is
         refused unless `existsok`.
         """
-        return _ext_memmap().make_memmap_from_tensor(
-            self, key, tensor, copy_data=copy_data, existsok=existsok, robust_key=robust_key
-        )
+        return delegate(_ext_memmap().make_memmap_from_tensor, locals(), self)
 
     def make_memmap_from_storage(
         self,
@@ -282,9 +211,7 @@ class MemmapMixin(TensorDictContract):
         robust_key: bool | None = True,
     ) -> Any:
         """Add a memory-mapped copy of `storage` viewed as `shape` as `key` (needs td-memmap)."""
-        return _ext_memmap().make_memmap_from_storage(
-            self, key, storage, shape, dtype=dtype, robust_key=robust_key
-        )
+        return delegate(_ext_memmap().make_memmap_from_storage, locals(), self)
 
     def to_store(
         self,
@@ -303,17 +230,7 @@ class MemmapMixin(TensorDictContract):
         Returns a `TensorDictStore` (a `LazyStackedTensorDictStore` for a lazy
         stack); td-memmap's `to_store` documents every argument.
         """
-        return _ext_memmap().to_store(
-            self,
-            backend=backend,
-            host=host,
-            port=port,
-            db=db,
-            unix_socket_path=unix_socket_path,
-            prefix=prefix,
-            device=device,
-            **kwargs,
-        )
+        return delegate(_ext_memmap().to_store, locals(), self)
 
     @property
     def saved_path(self) -> str | None:
