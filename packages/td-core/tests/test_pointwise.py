@@ -194,3 +194,50 @@ def test_comparing_non_tensor_leaves_of_different_batch_sizes_broadcasts():
     other = flat.clone()
     other.set_non_tensor(("data", "text"), "other text")
     assert (td != other)["data", "text"].all() and (other == td)["data", "text"].shape == (4, 3)
+
+
+_FLOAT_MIXES = [
+    [torch.float32],
+    [torch.float64],
+    [torch.float16],
+    [torch.bfloat16],
+    [torch.float32, torch.float64, torch.bfloat16, torch.float16],
+    [torch.float32, torch.int64],
+]
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("dtypes", _FLOAT_MIXES, ids=lambda d: "-".join(str(t)[6:] for t in d))
+def test_number_operand_matches_torch_bit_for_bit(op, dtypes) -> None:
+    # On CPU a Python number may reach `_foreach` as a 0-dim tensor (a faster overload): the
+    # results must be those of torch with the number itself, dtype and bits, in and out of place.
+    numbers = [0.1, 1 / 3, 7.77, -2.5, 1e30, 2**40 + 1, -7, 0, float("inf")]
+    gen = torch.Generator().manual_seed(0)
+    base = {
+        f"k{i}": (torch.randn(4, 3, generator=gen) * 100).to(dtypes[i % len(dtypes)])
+        for i in range(6)
+    }
+    td = TensorDict({**base, "sub": {"x": base["k0"].clone()}}, [4])
+    for number in numbers:
+        out = getattr(td, op)(number)
+        in_place_ok = all(dtype.is_floating_point for dtype in dtypes)  # else refused, no write
+        written = td.clone()
+        if in_place_ok:
+            getattr(written, f"{op}_")(number)
+        for key, leaf in base.items():
+            expected = getattr(torch, op)(leaf, number)
+            assert out[key].dtype == expected.dtype, (key, number)
+            torch.testing.assert_close(out[key], expected, rtol=0, atol=0, equal_nan=True)
+            if in_place_ok:
+                in_place = getattr(leaf.clone(), f"{op}_")(number)
+                torch.testing.assert_close(written[key], in_place, rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(
+            out["sub", "x"], getattr(torch, op)(base["k0"], number), rtol=0, atol=0, equal_nan=True
+        )
+
+
+def test_number_operand_keeps_autograd() -> None:
+    x = torch.randn(4, 3, requires_grad=True)
+    td = TensorDict({"a": x, "b": {"c": x * 2}}, [4])
+    ((td * 2.5 + 1.0) / 4.0 - 3)["a"].sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4, 3), 2.5 / 4.0))
