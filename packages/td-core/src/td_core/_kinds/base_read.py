@@ -50,17 +50,29 @@ class ReadMixin(TensorDictContract):
         upstream (since v0.7); under `set_get_defaults_to_none(False)` it raises
         `KeyError` naming the key and the available keys. `td[key]` always raises.
 
-        The keywords say how to read a ragged leaf of a lazy stack on the path
-        (see `LazyStackedTensorDict.get`); they are passed down to it, and
-        ignored for a leaf no lazy stack holds (as upstream).
+        The keywords say how to read a ragged leaf of a lazy stack (one whose
+        shape differs between the members) without stacking it; on a TensorDict
+        they are passed down to the lazy stack on the path, and ignored for a
+        leaf no lazy stack holds (as upstream).
 
         Args:
             key: a key or nested key.
-            default: returned when `key` is missing.
+            default: returned when `key` is missing (on a lazy stack: when a
+                member lacks it).
+            as_list: the members' tensors as a list.
+            as_padded_tensor: the members' tensors padded to a common shape
+                with `padding_value` (on `padding_side`, `"right"` or
+                `"left"`) and stacked along a new first dim.
+            as_nested_tensor: the members' tensors as one nested tensor (of `layout`).
+            padding_side: see `as_padded_tensor`.
+            layout: see `as_nested_tensor`.
+            padding_value: see `as_padded_tensor`.
 
         Raises:
             KeyError: naming the key, if it is missing, no `default` is given and
                 `set_get_defaults_to_none(False)` is in force.
+            TypeError: on a lazy stack, if more than one of `as_list`,
+                `as_padded_tensor` and `as_nested_tensor` is set.
             ValueError: (also a `KeyError`) if a nested key goes through a leaf,
                 e.g. `get(("a", "b"))` where `td["a"]` is a tensor, and no
                 `default` is given.
@@ -98,7 +110,8 @@ class ReadMixin(TensorDictContract):
         return value
 
     def _get_ragged(self, key: NestedKey, default: Any, **how: Any) -> Any:
-        """`get` with a ragged-read keyword: handed to the sub-TensorDict on the path."""
+        """`get` with a ragged-read keyword: handed to the sub-TensorDict on the path (a lazy
+        stack reads it: `LazyReadMixin._get_ragged`)."""
         key = unravel_key(key)
         if isinstance(key, tuple) and len(key) > 1:
             child = self._get_str(key[0], None)

@@ -29,7 +29,7 @@ _ABSENT = object()
 
 
 class LazyReadMixin:
-    """`get` with the ragged-leaf keywords, `get_nestedtensor` and `get_item_shape`."""
+    """The ragged-leaf reads of `get` (its keywords), `get_nestedtensor` and `get_item_shape`."""
 
     __slots__ = ()
 
@@ -39,44 +39,26 @@ class LazyReadMixin:
 
         def exclusive_keys(self) -> list[list[str]]: ...
 
-    def get(
+    def _get_ragged(
         self,
         key: Any,
-        default: Any = NO_DEFAULT,
+        default: Any,
         *,
-        as_list: bool = False,
-        as_padded_tensor: bool = False,
-        as_nested_tensor: bool = False,
-        padding_side: str = "right",
-        layout: torch.layout | None = None,
-        padding_value: float | int | bool = 0.0,
+        as_list: bool,
+        as_padded_tensor: bool,
+        as_nested_tensor: bool,
+        padding_side: str,
+        layout: torch.layout | None,
+        padding_value: float | int | bool,
     ) -> Any:
-        """The entry at `key`, stacked; the keywords read ragged leaves without stacking them.
-
-        Args:
-            key: a key or nested key.
-            default: returned when a member lacks `key`.
-            as_list: the members' tensors as a list.
-            as_padded_tensor: the members' tensors padded to a common shape
-                with `padding_value` (on `padding_side`, `"right"` or
-                `"left"`) and stacked along a new first dim.
-            as_nested_tensor: the members' tensors as one nested tensor (of `layout`).
-            padding_side: see `as_padded_tensor`.
-            layout: see `as_nested_tensor`.
-            padding_value: see `as_padded_tensor`.
-
-        Raises:
-            TypeError: if more than one of `as_list`, `as_padded_tensor` and
-                `as_nested_tensor` is set.
-        """
+        """`get` with a ragged-read keyword (see `TensorDictBase.get`): the members' entries
+        as a list, a padded tensor or a nested tensor, without stacking them."""
         if as_list + as_padded_tensor + as_nested_tensor > 1:
             raise TypeError(
                 "get: as_list, as_padded_tensor and as_nested_tensor are exclusive; pass one of them"
             )
         if as_nested_tensor:
             return self.get_nestedtensor(key, default, layout=layout)
-        if not (as_list or as_padded_tensor):
-            return super().get(key, default)  # type: ignore[misc]  # TensorDictBase.get
         # members read with the same keyword, so stacks of stacks give lists of lists
         # or padded tensors padded again
         values = [

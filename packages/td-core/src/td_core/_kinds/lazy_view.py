@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from td_core._core.contract import provide, provided
+from td_core._core.contract import provide
 from td_core._core.traverse import _batched, is_td, map_batch
 from td_core._io.repr import td_repr
 from td_core._kinds.base import TensorDictBase
@@ -62,6 +62,11 @@ class LazyViewTensorDict(CopyBackMixin):
 
     _writes_through = True
     _view_name = "a lazy view"
+    _view_arg_key = "op"
+    _names_refusal = (
+        "Names of a lazy tensordict cannot be modified: a lazy view's dim names follow its "
+        "source's. Call to_tensordict() first, or name the source's dims."
+    )
     _caches_when_locked = True  # while its source is locked (see `lock_cache`)
 
     def __init__(self, source: TensorDictBase, op: ViewOp) -> None:
@@ -80,6 +85,10 @@ class LazyViewTensorDict(CopyBackMixin):
         self._lock_owner = source  # its lock; results cached on it go with the source's
 
     # ---------------------------------------------------------------- metadata
+    @property
+    def _view_arg(self) -> ViewOp:
+        return self._view_op
+
     @property
     def _batch_rule(self) -> str:
         return f"a lazy {self._view_op.kind} view's batch size follows its source"
@@ -106,36 +115,7 @@ class LazyViewTensorDict(CopyBackMixin):
 
     def _store_names(self, names: Any) -> None:
         if names is not None and tuple(names) != tuple(self.names):
-            raise _names_error()
-
-    def refine_names(self, *names: Any) -> LazyViewTensorDict:
-        """Refused: a lazy view's dim names are its source's (a wrong count raises as on a
-        TensorDict)."""
-        given = len(names) - (Ellipsis in names)
-        if given > self.batch_dims or (Ellipsis not in names and given != self.batch_dims):
-            self.to_tensordict().refine_names(*names)  # raises the count error
-        raise _names_error()
-
-    def rename_(self, *names: Any, **rename_map: str) -> LazyViewTensorDict:
-        """Refused: a lazy view's dim names are its source's."""
-        raise _names_error()
-
-    def is_shared(self) -> bool:
-        """Whether the source lives in shared memory."""
-        return bool(self._source.is_shared())
-
-    def clone(self, recurse: bool = True) -> Any:
-        """A TensorDict copy; with `recurse=False`, a view of a structure-only copy of the source."""
-        if recurse:
-            return self.to_tensordict()
-        return LazyViewTensorDict(self._source.clone(recurse=False), self._view_op)
-
-    def auto_batch_size_(
-        self, batch_dims: int | None = None, keep_compliant_size: bool = False
-    ) -> LazyViewTensorDict:
-        """Refused: a view's batch size follows its source (see `batch_size`)."""
-        self.batch_size = None  # raises
-        return self
+            raise self._names_error()
 
     def __repr__(self) -> str:
         return td_repr(self, after={"op": self._view_op.describe()})
@@ -189,25 +169,6 @@ class LazyViewTensorDict(CopyBackMixin):
             ) from err
         source = self._source
         source._copy_into(key, source._get_str(key), self._view_op.backward(value), full_key)
-
-    @classmethod
-    def _from_pytree(cls, source: dict[str, Any], batch_size: torch.Size, device: Any) -> Any:
-        """What pytree rebuilds (under `vmap`, `torch.compile`): a dense TensorDict of the
-        view's entries."""
-        return provided("TensorDict")._from_pytree(source, batch_size, device)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"source": self._source, "op": self._view_op}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["source"], state["op"])  # type: ignore[misc]
-
-
-def _names_error() -> RuntimeError:
-    return RuntimeError(
-        "Names of a lazy tensordict cannot be modified: a lazy view's dim names follow its "
-        "source's. Call to_tensordict() first, or name the source's dims."
-    )
 
 
 def lazy_view(source: Any, op: ViewOp) -> LazyViewTensorDict:

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from td_core._core.contract import provide, provided
+from td_core._core.contract import provide
 from td_core._core.traverse import _batched, is_nt, is_td, stack_parts
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
@@ -97,11 +97,20 @@ class SubTensorDict(CopyBackMixin):
 
     _writes_through = True
     _view_name = "a sub-TensorDict view"
+    _view_arg_key = "idx"
+    _names_refusal = (
+        "Names of a subtensordict cannot be modified: a sub-TensorDict view's dim names are its "
+        "source's. Instantiate it as a TensorDict first (to_tensordict()), or name the source's dims."
+    )
 
     # ---------------------------------------------------------------- metadata
     @property
     def idx(self) -> Any:
         """The index into `source`'s batch dims."""
+        return self._idx
+
+    @property
+    def _view_arg(self) -> Any:
         return self._idx
 
     @property
@@ -127,22 +136,7 @@ class SubTensorDict(CopyBackMixin):
 
     def _store_names(self, names: Any) -> None:
         if names is not None and any(n is not None for n in names):
-            raise _names_error()
-
-    def refine_names(self, *names: Any) -> SubTensorDict:
-        """Refused: a view's dim names are its source's (a wrong count raises as on a TensorDict)."""
-        given = len(names) - (Ellipsis in names)
-        if given > self.batch_dims or (Ellipsis not in names and given != self.batch_dims):
-            self.to_tensordict().refine_names(*names)  # raises the count error
-        raise _names_error()
-
-    def rename_(self, *names: Any, **rename_map: str) -> SubTensorDict:
-        """Refused: a view's dim names are its source's."""
-        raise _names_error()
-
-    def is_shared(self) -> bool:
-        """Whether the source lives in shared memory."""
-        return bool(self._source.is_shared())
+            raise self._names_error()
 
     def is_contiguous(self) -> bool:
         """Always False: the entries are views of (or copies from) the source."""
@@ -157,25 +151,12 @@ class SubTensorDict(CopyBackMixin):
             )
         return self.to_tensordict().contiguous(canonical=canonical)
 
-    def clone(self, recurse: bool = True) -> Any:
-        """A TensorDict copy; with `recurse=False`, a view of a structure-only copy of the source."""
-        if recurse:
-            return self.to_tensordict()
-        return SubTensorDict(self._source.clone(recurse=False), self._idx)
-
     def memmap_(self, *args: Any, **kwargs: Any) -> Any:
         """Refused: the leaves are views into the source, which would have to move."""
         raise RuntimeError(
             "Converting a sub-tensordict values to memmap cannot be done in place: its leaves "
             "are views of the source; call memmap_() on the source, or memmap() for a copy"
         )
-
-    def auto_batch_size_(
-        self, batch_dims: int | None = None, keep_compliant_size: bool = False
-    ) -> SubTensorDict:
-        """Refused: a view's batch size follows its index (see `batch_size`)."""
-        self.batch_size = None  # raises
-        return self
 
     def get_parent_tensordict(self) -> TensorDictBase:
         """The source TensorDict (upstream's name for `source`)."""
@@ -270,25 +251,6 @@ class SubTensorDict(CopyBackMixin):
         if isinstance(dest, Tensor) and isinstance(value, Tensor):
             value = value.to(dest.dtype).expand_as(dest) if value.shape != dest.shape else value
         self._set_str(key, value)
-
-    @classmethod
-    def _from_pytree(cls, source: dict[str, Any], batch_size: torch.Size, device: Any) -> Any:
-        """What pytree rebuilds (under `vmap`, `torch.compile`, `tree_map`): a dense
-        TensorDict of the view's entries, as for a lazy view."""
-        return provided("TensorDict")._from_pytree(source, batch_size, device)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"source": self._source, "idx": self._idx}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["source"], state["idx"])  # type: ignore[misc]
-
-
-def _names_error() -> RuntimeError:
-    return RuntimeError(
-        "Names of a subtensordict cannot be modified: a sub-TensorDict view's dim names are its "
-        "source's. Instantiate it as a TensorDict first (to_tensordict()), or name the source's dims."
-    )
 
 
 def _as_tuple(index: Any) -> tuple[Any, ...]:

@@ -11,12 +11,16 @@ view's own write primitive (`_set_str`), so no write is lost.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from td_core._core.contract import provided
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["CopyBackMixin"]
 
@@ -24,10 +28,11 @@ Tensor = torch.Tensor
 
 
 class CopyBackMixin(TensorDictBase):
-    """What the write-through view kinds share: `source`, the batch size and device that
-    follow it, reads through `_view`, and `apply_`, `apply`/`named_apply`/`_fast_apply`
-    with `inplace=True`, `zero_`, `fill_`, `copy_`, `update_`, `masked_fill_`, `copy_at_`
-    and `view[index] = value` that reach the source when the view's reads are copies."""
+    """What the write-through view kinds share: `source`, the batch size, device and dim
+    names that follow it, reads through `_view`, copies and pickles of the view, and
+    `apply_`, `apply`/`named_apply`/`_fast_apply` with `inplace=True`, `zero_`, `fill_`,
+    `copy_`, `update_`, `masked_fill_`, `copy_at_` and `view[index] = value` that reach
+    the source when the view's reads are copies."""
 
     __slots__ = ()
     _source: TensorDictBase
@@ -42,7 +47,13 @@ class CopyBackMixin(TensorDictBase):
         def _view(self, value: Any) -> Any:
             """The entry of the view for the source's entry `value` (each kind's own)."""
 
+        @property
+        def _view_arg(self) -> Any:
+            """What the view is built with besides its source (its index, its op)."""
+
     _view_name: str  # in messages: "a sub-TensorDict view", "a lazy view"
+    _view_arg_key: ClassVar[str]  # `_view_arg`'s key in the pickled state: "idx", "op"
+    _names_refusal: ClassVar[str]  # the message of the error for a write of dim names
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -70,6 +81,50 @@ class CopyBackMixin(TensorDictBase):
         raise RuntimeError(
             f"cannot change the device of {self._view_name}; move its source instead"
         )
+
+    def auto_batch_size_(
+        self, batch_dims: int | None = None, keep_compliant_size: bool = False
+    ) -> Self:
+        """Refused: a view's batch size follows its source (see `batch_size`)."""
+        self.batch_size = None  # raises
+        return self
+
+    def _names_error(self) -> RuntimeError:
+        return RuntimeError(self._names_refusal)
+
+    def refine_names(self, *names: Any) -> Self:
+        """Refused: a view's dim names are its source's (a wrong count raises as on a TensorDict)."""
+        given = len(names) - (Ellipsis in names)
+        if given > self.batch_dims or (Ellipsis not in names and given != self.batch_dims):
+            self.to_tensordict().refine_names(*names)  # raises the count error
+        raise self._names_error()
+
+    def rename_(self, *names: Any, **rename_map: str) -> Self:
+        """Refused: a view's dim names are its source's."""
+        raise self._names_error()
+
+    def is_shared(self) -> bool:
+        """Whether the source lives in shared memory."""
+        return bool(self._source.is_shared())
+
+    # ------------------------------------------------------- copies and pickles
+    def clone(self, recurse: bool = True) -> Any:
+        """A TensorDict copy; with `recurse=False`, a view of a structure-only copy of the source."""
+        if recurse:
+            return self.to_tensordict()
+        return type(self)(self._source.clone(recurse=False), self._view_arg)  # type: ignore[call-arg]
+
+    @classmethod
+    def _from_pytree(cls, source: dict[str, Any], batch_size: torch.Size, device: Any) -> Any:
+        """What pytree rebuilds (under `vmap`, `torch.compile`, `tree_map`): a dense
+        TensorDict of the view's entries."""
+        return provided("TensorDict")._from_pytree(source, batch_size, device)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self._source, self._view_arg_key: self._view_arg}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["source"], state[self._view_arg_key])  # type: ignore[misc]
 
     # ---------------------------------------------------------------- reading
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
