@@ -2,7 +2,7 @@
 
 Every `from_*` builds a dense `td_core.TensorDict` (a tensorclass
 with `from_dataclass(..., as_tensorclass=True)`) and ends in one tail,
-`_finish`: an explicit `batch_size` wins, else `auto_batch_size` /
+`finish`: an explicit `batch_size` wins, else `auto_batch_size` /
 `batch_dims` infer one, else it stays empty.
 """
 
@@ -27,6 +27,7 @@ from td_core.errors import BatchSizeError, TDError
 
 __all__ = [
     "ConversionError",
+    "finish",
     "from_any",
     "from_dataclass",
     "from_json",
@@ -51,7 +52,7 @@ def _dense(source: Mapping[str, Any] | None = None, batch_size: Any = ()) -> Any
     return dense(source, batch_size)
 
 
-def _finish(
+def finish(
     td: Any,
     batch_size: Any = None,
     auto_batch_size: bool | None = False,
@@ -59,6 +60,7 @@ def _finish(
     device: Any = None,
     names: Sequence[str | None] | None = None,
 ) -> Any:
+    """The tail every `from_*` shares: `td` given its batch size, device and dim names."""
     if batch_size is not None:
         td.batch_size = as_size(batch_size)
     elif auto_batch_size or batch_dims is not None:
@@ -176,7 +178,7 @@ def from_pytree(
     """
     if isinstance(pytree, Tensor):
         return pytree
-    return _finish(_pytree_node(pytree), batch_size, auto_batch_size, batch_dims)
+    return finish(_pytree_node(pytree), batch_size, auto_batch_size, batch_dims)
 
 
 def from_namedtuple(
@@ -193,7 +195,7 @@ def from_namedtuple(
             f"from_namedtuple expects a namedtuple instance, got {type(named_tuple).__name__}"
         )
     td = _dense({k: _value(v) for k, v in named_tuple._asdict().items()})
-    return _finish(td, batch_size, auto_batch_size, batch_dims, device)
+    return finish(td, batch_size, auto_batch_size, batch_dims, device)
 
 
 def from_tuple(
@@ -207,7 +209,7 @@ def from_tuple(
     """A TensorDict with keys `"0"`, `"1"`, ... for the items of `obj` (nested tuples nest)."""
     if not isinstance(obj, (tuple, list)):
         raise TypeError(f"from_tuple expects a tuple, got {type(obj).__name__}")
-    return _finish(_dense(_tuple_entries(obj)), batch_size, auto_batch_size, batch_dims, device)
+    return finish(_dense(_tuple_entries(obj)), batch_size, auto_batch_size, batch_dims, device)
 
 
 def from_dataclass(
@@ -238,7 +240,7 @@ def from_dataclass(
             )
         raise TypeError(f"from_dataclass expects a dataclass instance, got {type(dataclass)!r}")
     fields = {f.name: _value(getattr(dataclass, f.name)) for f in dataclasses.fields(dataclass)}
-    td = _finish(_dense(fields), batch_size, auto_batch_size, batch_dims, device)
+    td = finish(_dense(fields), batch_size, auto_batch_size, batch_dims, device)
     if as_tensorclass:
         dest_cls = from_dataclass(type(dataclass), as_tensorclass=True)
     if dest_cls is not None:
@@ -269,24 +271,11 @@ def from_struct_array(
     td = _dense(_from_struct(struct_array), struct_array.shape)
     if batch_size is None and (auto_batch_size or batch_dims is not None):
         td.batch_size = torch.Size()
-    return _finish(td, batch_size, auto_batch_size, batch_dims, device)
+    return finish(td, batch_size, auto_batch_size, batch_dims, device)
 
 
-def from_list(
-    input: Sequence[Any],
-    *,
-    auto_batch_size: bool | None = None,
-    batch_size: Any = None,
-    device: Any = None,
-    batch_dims: int | None = None,
-    names: Sequence[str | None] | None = None,
-    lazy: bool | None = None,
-) -> Any:
-    """Stack a list of mappings or TensorDicts along a new dim 0.
-
-    Members with different keys give a lazy stack (also with `lazy=True`); so do members
-    whose entries differ in shape, unless `lazy=False` (then the dense stack's error is raised).
-    """
+def from_list(input: Sequence[Any], lazy: bool | None) -> Any:
+    """The rows of `TensorDict.from_list` stacked (see there); `finish` then sizes them."""
     if not isinstance(input, (list, tuple)):
         raise TypeError(f"from_list expects a list, got {type(input).__name__}")
     if not input:
@@ -301,15 +290,13 @@ def from_list(
             raise TypeError(f"from_list: item {i} is a {type(item).__name__}, not a mapping")
     same = all(set(t.keys(True, True)) == set(items[0].keys(True, True)) for t in items)
     if lazy or not same:
-        out = lazy_stack_of(items, 0)
-    elif lazy is None:  # dense where the rows' entries share shapes, else lazy (as upstream)
+        return lazy_stack_of(items, 0)
+    if lazy is None:  # dense where the rows' entries share shapes, else lazy (as upstream)
         try:
-            out = stack(items, 0)
+            return stack(items, 0)
         except BatchSizeError:
-            out = lazy_stack_of(items, 0)
-    else:
-        out = stack(items, 0)
-    return _finish(out, batch_size, auto_batch_size, batch_dims, device, names)
+            return lazy_stack_of(items, 0)
+    return stack(items, 0)
 
 
 def from_json(
@@ -357,7 +344,7 @@ def from_json(
     td = _dense(entries, [len(records)]).unflatten_keys(separator or ".")
     if squeeze:
         td = td[0]
-    return _finish(td, batch_size, auto_batch_size, batch_dims, device)
+    return finish(td, batch_size, auto_batch_size, batch_dims, device)
 
 
 _STORAGES = (None, "memmap", "h5", "zarr", "shared", "redis", "dragonfly")
@@ -431,7 +418,7 @@ def from_any(
     if _is_h5_group(obj):
         return from_h5(obj, auto_batch_size=True, batch_dims=batch_dims, batch_size=batch_size)
     if isinstance(obj, Mapping):
-        return _finish(_dense({k: _value(v) for k, v in obj.items()}), **kwargs)
+        return finish(_dense({k: _value(v) for k, v in obj.items()}), **kwargs)
     if _is_namedtuple(obj):
         return from_namedtuple(obj, **kwargs)
     if isinstance(obj, tuple):

@@ -20,6 +20,7 @@ from td_core._core.traverse import is_nt, is_td
 from td_core._io.convert_from import (
     PYTREE_KEYS,
     PYTREE_TYPE,
+    finish,
     from_any,
     from_dataclass,
     from_json,
@@ -444,16 +445,14 @@ class ConvertMixin(TensorDictContract):
         names: Sequence[str | None] | None = None,
         lazy: bool | None = None,
     ) -> Any:
-        """See `td_core.from_list`; on a lazy stack class, `lazy` defaults to True (ragged rows allowed)."""
-        return from_list(
-            input,
-            auto_batch_size=auto_batch_size,
-            batch_size=batch_size,
-            device=device,
-            batch_dims=batch_dims,
-            names=names,
-            lazy=cls._from_list_lazy if lazy is None else lazy,
-        )
+        """Stack a list of mappings or TensorDicts along a new dim 0.
+
+        Members with different keys give a lazy stack (also with `lazy=True`); so do
+        members whose entries differ in shape, unless `lazy=False` (then the dense
+        stack's error is raised). On a lazy stack class, `lazy` defaults to True.
+        """
+        out = from_list(input, cls._from_list_lazy if lazy is None else lazy)
+        return finish(out, batch_size, auto_batch_size, batch_dims, device, names)
 
     @classmethod
     def from_schema(

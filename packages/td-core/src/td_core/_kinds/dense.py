@@ -14,7 +14,7 @@ from td_core._core.utils import NO_DEFAULT, as_device, as_size
 from td_core._io.consolidate import pack, unpack
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.base_read import defaults_to_none
-from td_core._kinds.dense_from_dict import from_mapping as _from_dict
+from td_core._kinds.dense_from_dict import lists_as_stacks
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
@@ -205,15 +205,28 @@ class TensorDict(TensorDictBase):
             >>> TensorDict.from_dict({"a": torch.zeros(3, 4)}, auto_batch_size=True).batch_size
             torch.Size([3, 4])
         """
-        return _from_dict(
-            cls,
-            input_dict,
-            batch_size=batch_size,
-            device=device,
-            batch_dims=batch_dims,
-            auto_batch_size=auto_batch_size,
-            names=names,
-        )
+        if is_td(input_dict):
+            if batch_size is None and not auto_batch_size and batch_dims is None:
+                batch_size = input_dict.batch_size
+            input_dict = input_dict.to_dict()
+        if not isinstance(input_dict, Mapping):
+            raise TypeError(f"from_dict expects a mapping, got {type(input_dict).__name__}")
+        if batch_size is not None and batch_dims is not None:
+            raise OptionsConflictError(
+                f"from_dict: pass either batch_size ({batch_size!r}) or batch_dims "
+                f"({batch_dims!r}), not both"
+            )
+        if auto_batch_size is None:
+            auto_batch_size = batch_dims is not None
+        if batch_size is not None:
+            out = cls(input_dict, batch_size=batch_size, device=device)
+        else:
+            out = cls(lists_as_stacks(input_dict) if auto_batch_size else input_dict, device=device)
+            if auto_batch_size:
+                out.auto_batch_size_(batch_dims)
+        if names is not None:
+            out._set_names(names)
+        return out
 
     # ---------------------------------------------------------------- primitives
     # Keys added inside a torch.compile'd function go to `_pending` (None otherwise):
@@ -546,14 +559,8 @@ def from_dict(
     names: Sequence[str | None] | None = None,
 ) -> TensorDict:
     """A TensorDict from a (nested) mapping; see `TensorDict.from_dict`."""
-    return _from_dict(
-        TensorDict,
-        input_dict,
-        batch_size=batch_size,
-        device=device,
-        batch_dims=batch_dims,
-        auto_batch_size=auto_batch_size,
-        names=names,
+    return TensorDict.from_dict(
+        input_dict, batch_size, device, batch_dims, auto_batch_size=auto_batch_size, names=names
     )
 
 
