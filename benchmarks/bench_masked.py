@@ -73,24 +73,33 @@ suite.add(
     what="the same through torch.where and __torch_function__",
     tree_map=lambda: _pytree.tree_map(lambda t: torch.where(leaf_mask, t, 0.0), plain),
 )
-suite.add(
-    "masked_fill(mask, 0.) 100 leaves",
-    lambda: ours.masked_fill(mask, 0.0),
-    lambda: theirs.masked_fill(mask, 0.0),
-    what="out of place: a copy of each leaf with the masked batch rows set to 0",
-    tree_map=lambda: _pytree.tree_map(lambda t: t.masked_fill(leaf_mask, 0.0), plain),
-)
 
 w_plain = source()
 w_ours = TensorDict(_pytree.tree_map(torch.clone, w_plain), batch_size=[B])
 w_theirs = Upstream(_pytree.tree_map(torch.clone, w_plain), batch_size=[B])
-suite.add(
-    "masked_fill_(mask, 0.) 100 leaves",
-    lambda: w_ours.masked_fill_(mask, 0.0),
-    lambda: w_theirs.masked_fill_(mask, 0.0),
-    what="in place: the masked batch rows of every leaf set to 0",
-    tree_map=lambda: _pytree.tree_map_(lambda t: t.masked_fill_(leaf_mask, 0.0), w_plain),
-)
+for method, trees, floor, what in (
+    (
+        "masked_fill",
+        (ours, theirs, plain),
+        _pytree.tree_map,
+        "out of place: a copy of each leaf with the masked batch rows set to 0",
+    ),
+    (
+        "masked_fill_",
+        (w_ours, w_theirs, w_plain),
+        _pytree.tree_map_,
+        "in place: the masked batch rows of every leaf set to 0",
+    ),
+):
+    ours_fill, theirs_fill = getattr(trees[0], method), getattr(trees[1], method)
+    leaf_fill = getattr(torch.Tensor, method)
+    suite.add(
+        f"{method}(mask, 0.) 100 leaves",
+        lambda f=ours_fill: f(mask, 0.0),
+        lambda f=theirs_fill: f(mask, 0.0),
+        what=what,
+        tree_map=lambda tm=floor, f=leaf_fill, d=trees[2]: tm(lambda t: f(t, leaf_mask, 0.0), d),
+    )
 
 keys = list(plain)
 INDICES = {"int": 3, "slice": slice(2, 7), "tensor": torch.tensor([1, 4, 8])}

@@ -6,17 +6,8 @@ the interaction-type and log-prob aggregation switches live in td-core and are
 re-exported here.
 """
 
-from td_core import (
-    InteractionType,
-    biased_softplus,
-    composite_lp_aggregate,
-    expln,
-    interaction_type,
-    inv_softplus,
-    mappings,
-    set_composite_lp_aggregate,
-    set_interaction_type,
-)
+from td_core._shared import vocabulary as _vocabulary
+from td_core._shared.vocabulary import *  # noqa: F403  (its __all__ is added to ours below)
 from td_distributions._composite import CompositeDistribution
 from td_distributions._continuous import (
     AddStateIndependentNormalScale,
@@ -40,14 +31,6 @@ __all__ = [
     "AddStateIndependentNormalScale",
     "NormalParamExtractor",
     "NormalParamWrapper",
-    # shared with td-nn, defined in td-core
-    "InteractionType",
-    "interaction_type",
-    "set_interaction_type",
-    "composite_lp_aggregate",
-    "set_composite_lp_aggregate",
-    "biased_softplus",
-    "expln",
-    "inv_softplus",
-    "mappings",
 ]
+# shared with td-nn, defined in td-core: interaction type, log-prob aggregation, scale mappings
+__all__ += _vocabulary.__all__

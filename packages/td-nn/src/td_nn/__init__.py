@@ -4,19 +4,9 @@ The interaction-type switch, the positive mappings and `TensorDictParams`
 live in td-core (they are shared with td-distributions) and are re-exported here.
 """
 
-from td_core import (
-    InteractionType,
-    TensorDictParams,
-    add_custom_mapping,
-    biased_softplus,
-    composite_lp_aggregate,
-    interaction_type,
-    inv_softplus,
-    make_tensordict,
-    mappings,
-    set_composite_lp_aggregate,
-    set_interaction_type,
-)
+from td_core import TensorDictParams, make_tensordict
+from td_core._shared import vocabulary as _vocabulary
+from td_core._shared.vocabulary import *  # noqa: F403  (its __all__ is added to ours below)
 from td_nn._base import TensorDictModuleBase
 from td_nn._common import TensorDictModule
 from td_nn._cudagraphs import CudaGraphModule
@@ -59,16 +49,10 @@ __all__ = [
     "dispatch",
     "set_skip_existing",
     "skip_existing",
-    # shared with td-distributions, defined in td-core
-    "InteractionType",
-    "interaction_type",
-    "set_interaction_type",
-    "composite_lp_aggregate",
-    "set_composite_lp_aggregate",
-    "biased_softplus",
-    "inv_softplus",
-    "mappings",
-    "add_custom_mapping",
+    # defined in td-core
     "TensorDictParams",
     "make_tensordict",
 ]
+# shared with td-distributions, defined in td-core: interaction type, log-prob aggregation,
+# scale mappings
+__all__ += _vocabulary.__all__

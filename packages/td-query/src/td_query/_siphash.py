@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -118,21 +119,29 @@ COMPILE_AFTER_SECONDS = 2.0
 _NUMPY_SECONDS: dict[tuple[int, int, int], float] = {}
 
 
-def siphash_rows(
-    rows: torch.Tensor,
-    key: tuple[int, int],
-    rounds: tuple[int, int],
-    compiled: bool | None,
-    compile_after: float = COMPILE_AFTER_SECONDS,
-) -> torch.Tensor:
+class RowHash(NamedTuple):
+    """How `SipHash` hashes rows: what `hash_rows` and `siphash_rows` pass down unchanged.
+
+    `key`: the SipHash key as two little-endian 64-bit words; `rounds`: `(c, d)`;
+    `compiled` and `compile_after`: as the `SipHash` arguments of the same names.
+    """
+
+    key: tuple[int, int]
+    rounds: tuple[int, int]
+    compiled: bool | None
+    compile_after: float = COMPILE_AFTER_SECONDS
+
+
+def siphash_rows(rows: torch.Tensor, how: RowHash) -> torch.Tensor:
     """SipHash-c-d of each row of a `[n, length]` uint8 tensor, as `[n]` int64.
 
     The loop runs over the 8-byte words of a row (`length // 8 + 1` steps), never
-    over rows. Where it runs: on CPU, through the compiled kernel if `compiled`
+    over rows. Where it runs: on CPU, through the compiled kernel if `how.compiled`
     asks for it (`None`: for large batches, when one can be built), else with
     numpy; on other devices (or while a caller's `torch.compile` traces this),
     with torch ops on the rows' device. All three give the same bits.
     """
+    key, rounds, compiled = how.key, how.rounds, how.compiled
     n, length = rows.shape
     if rows.device.type != "cpu" or torch.compiler.is_compiling():
         words_t, last_t = _blocks_torch(rows)
@@ -141,7 +150,8 @@ def siphash_rows(
     words, last = _blocks_host(rows.numpy())
     large = n >= COMPILE_MIN_ROWS and length // 8 <= COMPILE_MAX_WORDS
     shape = (length, *rounds)
-    if compiled or (compiled is None and large and _NUMPY_SECONDS.get(shape, 0.0) >= compile_after):
+    spent = _NUMPY_SECONDS.get(shape, 0.0)
+    if compiled or (compiled is None and large and spent >= how.compile_after):
         hashes = compiled_kernel(words, last, key, rounds, required=bool(compiled))
         if hashes is not None:
             return hashes
@@ -152,13 +162,7 @@ def siphash_rows(
     return out
 
 
-def hash_rows(
-    rows: torch.Tensor,
-    key: tuple[int, int],
-    rounds: tuple[int, int],
-    compiled: bool | None,
-    compile_after: float = COMPILE_AFTER_SECONDS,
-) -> torch.Tensor:
+def hash_rows(rows: torch.Tensor, how: RowHash) -> torch.Tensor:
     """The hash of each row of a `[n, length]` uint8 tensor, as `[n]` int64.
 
     Rows of up to `TREE_THRESHOLD` bytes get SipHash-c-d of their bytes. Longer
@@ -169,17 +173,17 @@ def hash_rows(
     """
     n, length = rows.shape
     if length <= TREE_THRESHOLD:
-        return siphash_rows(rows, key, rounds, compiled, compile_after)
+        return siphash_rows(rows, how)
     chunks = -(-length // CHUNK)
     if chunks * CHUNK != length:
         padded = torch.zeros((n, chunks * CHUNK), dtype=torch.uint8, device=rows.device)
         padded[:, :length] = rows
         rows = padded
-    digests = siphash_rows(rows.reshape(n * chunks, CHUNK), key, rounds, compiled, compile_after)
+    digests = siphash_rows(rows.reshape(n * chunks, CHUNK), how)
     digests = digests.reshape(n, chunks)
     size = torch.full((n, 1), length, dtype=torch.int64, device=rows.device)
     message = torch.cat([digests, size], dim=1).view(torch.uint8)
-    return hash_rows(message, key, rounds, compiled, compile_after)
+    return hash_rows(message, how)
 
 
 def row_bytes(x: torch.Tensor, batch_dims: int) -> torch.Tensor:
@@ -348,5 +352,5 @@ class SipHash(nn.Module):
             data = rows.cpu().numpy().tobytes()
             width = rows.shape[1]
             return [data[i * width : (i + 1) * width] for i in range(rows.shape[0])]
-        hashes = hash_rows(rows, self._k, self.rounds, self.compiled, self.compile_after)
+        hashes = hash_rows(rows, RowHash(self._k, self.rounds, self.compiled, self.compile_after))
         return hashes.reshape(x.shape[: self.batch_dims])

@@ -141,7 +141,7 @@ def reduce_leaves(
         def call(t: Tensor) -> Any:
             return dist.all_reduce(t, op=op, group=group, async_op=async_op)
     else:
-        write_back = (dist.get_rank(group) if group is not None else dist.get_rank()) == dst
+        write_back = dist.get_rank(group) == dst
 
         def call(t: Tensor) -> Any:
             return dist.reduce(t, dst, op=op, group=group, async_op=async_op)
@@ -181,6 +181,34 @@ def _as_bytes(t: Tensor, n: int) -> bytes:
     return bytes(t[:n].cpu().numpy().tobytes())
 
 
+def _as_tensor(raw: bytes) -> Tensor:
+    """The bytes of a layout description as a `uint8` tensor, ready to send."""
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+
+def _sizes(raw: bytes, buffer: Tensor) -> Tensor:
+    """The first message of a whole-TensorDict transfer: the description's and the buffer's sizes."""
+    return torch.tensor([len(raw), buffer.numel()], dtype=torch.int64)
+
+
+def _padded(data: bytes | Tensor, size: int, device: Any = None) -> Tensor:
+    """`size` zero bytes on `device` (default: the CPU) that start with `data`.
+
+    Collectives move tensors of one size on every rank: each rank's layout
+    description and buffer are padded to the largest, and `_unpack` reads back
+    only the sizes sent first.
+    """
+    data = _as_tensor(data) if isinstance(data, bytes) else data
+    out = torch.zeros(size, dtype=torch.uint8, device=device)
+    out[: data.numel()] = data
+    return out
+
+
+def _zeros(world: int, size: int, device: Any = None) -> list[Tensor]:
+    """One receiving tensor of `size` bytes per rank."""
+    return [torch.zeros(size, dtype=torch.uint8, device=device) for _ in range(world)]
+
+
 def broadcast(
     td: TensorDictContract, src: int, *, group: Any = None, device: Any = None
 ) -> TensorDictContract:
@@ -189,13 +217,13 @@ def broadcast(
     me = dist.get_rank()
     if me == src:
         c, buffer, raw = _pack(td, device)
-        sizes = torch.tensor([len(raw), buffer.numel()], dtype=torch.int64)
+        sizes = _sizes(raw, buffer)
     else:
         sizes = torch.zeros(2, dtype=torch.int64)
     dist.broadcast(sizes, src, group=group)
     n_raw, n_buf = (int(x) for x in sizes)
     if me == src:
-        dist.broadcast(torch.frombuffer(bytearray(raw), dtype=torch.uint8), src, group=group)
+        dist.broadcast(_as_tensor(raw), src, group=group)
         dist.broadcast(buffer, src, group=group)
         return c
     raw_t = torch.empty(n_raw, dtype=torch.uint8)
@@ -209,21 +237,16 @@ def broadcast(
 def all_gather(td: TensorDictContract, *, group: Any = None) -> list[Any]:
     """See `CollectivesMixin.all_gather`."""
     dist = _dist()
-    world = dist.get_world_size(group) if group is not None else dist.get_world_size()
+    world = dist.get_world_size(group)
     _, buffer, raw = _pack(td)
-    sizes = torch.tensor([len(raw), buffer.numel()], dtype=torch.int64)
     all_sizes = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(all_sizes, sizes, group=group)
+    dist.all_gather(all_sizes, _sizes(raw, buffer), group=group)
     max_raw = max(int(s[0]) for s in all_sizes)
     max_buf = max(int(s[1]) for s in all_sizes)
-    raws = [torch.zeros(max_raw, dtype=torch.uint8) for _ in range(world)]
-    mine = torch.zeros(max_raw, dtype=torch.uint8)
-    mine[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-    dist.all_gather(raws, mine, group=group)
-    buffers = [torch.zeros(max_buf, dtype=torch.uint8, device=buffer.device) for _ in range(world)]
-    padded = torch.zeros(max_buf, dtype=torch.uint8, device=buffer.device)
-    padded[: buffer.numel()] = buffer
-    dist.all_gather(buffers, padded, group=group)
+    raws = _zeros(world, max_raw)
+    dist.all_gather(raws, _padded(raw, max_raw), group=group)
+    buffers = _zeros(world, max_buf, buffer.device)
+    dist.all_gather(buffers, _padded(buffer, max_buf, buffer.device), group=group)
     return [
         _unpack(_as_bytes(r, int(s[0])), b, f"all_gather from rank {i}")
         for i, (r, b, s) in enumerate(zip(raws, buffers, all_sizes))
@@ -240,8 +263,8 @@ def scatter(
 ) -> Any:
     """See `CollectivesMixin.scatter`."""
     dist = _dist()
-    me = dist.get_rank(group) if group is not None else dist.get_rank()
-    world = dist.get_world_size(group) if group is not None else dist.get_world_size()
+    me = dist.get_rank(group)
+    world = dist.get_world_size(group)
     target = torch.device("cpu") if device is None else torch.device(device)
     # round 1: each rank's sizes and the largest, so every rank can allocate the padded buffers
     sizes = torch.zeros(4, dtype=torch.int64)
@@ -271,14 +294,8 @@ def scatter(
     raw_t = torch.zeros(max_raw, dtype=torch.uint8)
     buf_t = torch.zeros(max_buf, dtype=torch.uint8, device=target)
     if me == src:
-        padded_raws, padded_bufs = [], []
-        for raw, buffer in zip(raws, buffers):
-            r = torch.zeros(max_raw, dtype=torch.uint8)
-            r[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-            b = torch.zeros(max_buf, dtype=torch.uint8, device=target)
-            b[: buffer.numel()] = buffer.to(target)
-            padded_raws.append(r)
-            padded_bufs.append(b)
+        padded_raws = [_padded(raw, max_raw) for raw in raws]
+        padded_bufs = [_padded(buffer, max_buf, target) for buffer in buffers]
         dist.scatter(raw_t, padded_raws, src=src, group=group)
         dist.scatter(buf_t, padded_bufs, src=src, group=group)
     else:
@@ -293,7 +310,7 @@ def gather_and_stack(
     """See `CollectivesMixin.gather_and_stack`."""
     dist = _dist()
     me = dist.get_rank()
-    world = dist.get_world_size(group) if group is not None else dist.get_world_size()
+    world = dist.get_world_size(group)
     if me == dst:
         if not td.batch_size or td.batch_size[0] != world - 1:
             raise ValueError(
@@ -304,9 +321,7 @@ def gather_and_stack(
         dist.gather(torch.zeros(2, dtype=torch.int64), sizes, dst=dst, group=group)
     else:
         _, buffer, raw = _pack(td)
-        dist.gather(
-            torch.tensor([len(raw), buffer.numel()], dtype=torch.int64), dst=dst, group=group
-        )
+        dist.gather(_sizes(raw, buffer), dst=dst, group=group)
     # second round: descriptions and buffers, padded to the largest
     max_sizes = torch.zeros(2, dtype=torch.int64)
     if me == dst:
@@ -314,15 +329,11 @@ def gather_and_stack(
     dist.broadcast(max_sizes, dst, group=group)
     max_raw, max_buf = (int(x) for x in max_sizes)
     if me != dst:
-        raw_t = torch.zeros(max_raw, dtype=torch.uint8)
-        raw_t[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        buf_t = torch.zeros(max_buf, dtype=torch.uint8)
-        buf_t[: buffer.numel()] = buffer.cpu()
-        dist.gather(raw_t, dst=dst, group=group)
-        dist.gather(buf_t, dst=dst, group=group)
+        dist.gather(_padded(raw, max_raw), dst=dst, group=group)
+        dist.gather(_padded(buffer, max_buf), dst=dst, group=group)
         return None
-    raws = [torch.zeros(max_raw, dtype=torch.uint8) for _ in range(world)]
-    bufs = [torch.zeros(max_buf, dtype=torch.uint8) for _ in range(world)]
+    raws = _zeros(world, max_raw)
+    bufs = _zeros(world, max_buf)
     dist.gather(torch.zeros(max_raw, dtype=torch.uint8), raws, dst=dst, group=group)
     dist.gather(torch.zeros(max_buf, dtype=torch.uint8), bufs, dst=dst, group=group)
     row = 0
