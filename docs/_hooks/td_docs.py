@@ -216,51 +216,15 @@ def ratios_svg(found: list[dict[str, Any]]) -> str:
 
 
 # -------------------------------------------------------------- API completeness
-def _module_file(module: str) -> pathlib.Path:
-    """The source file of a dotted module name of one of the packages (``td_core._shared.x``)."""
-    parts = module.split(".")
-    src = ROOT / "packages" / parts[0].replace("_", "-") / "src"
-    package = src.joinpath(*parts) / "__init__.py"
-    return package if package.exists() else src.joinpath(*parts[:-1]) / f"{parts[-1]}.py"
-
-
 def public_names(module: str) -> list[str]:
-    """``__all__`` of a module of the packages, read from its source without importing it.
-
-    Follows ``__all__ += other.__all__`` where ``other`` is a module imported with
-    ``from package import other [as alias]`` (how td-nn and td-distributions add
-    td-core's shared vocabulary to their own names).
-    """
-    path = _module_file(module)
-    imported: dict[str, str] = {}
-    names: list[str] | None = None
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-        elif isinstance(node, ast.Assign) and any(
+    """``__all__`` of a package, read from its ``__init__.py`` without importing it."""
+    init = ROOT / "packages" / module.replace("_", "-") / "src" / module / "__init__.py"
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
         ):
-            names = list(ast.literal_eval(node.value))
-        elif (
-            isinstance(node, ast.AugAssign)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == "__all__"
-            and names is not None
-        ):
-            value = node.value
-            if (
-                isinstance(value, ast.Attribute)
-                and value.attr == "__all__"
-                and isinstance(value.value, ast.Name)
-                and value.value.id in imported
-            ):
-                names += public_names(imported[value.value.id])
-            else:
-                names += list(ast.literal_eval(value))
-    if names is None:
-        raise ValueError(f"{path} has no __all__")
-    return names
+            return list(ast.literal_eval(node.value))
+    raise ValueError(f"{init} has no __all__")
 
 
 # ------------------------------------------------------------------ MkDocs hooks

@@ -75,9 +75,16 @@ from td_core._leaves.unbatched import UnbatchedTensor
 from td_core._ops.dict_methods import fromkeys
 from td_core._ops.stack import cat, stack
 from td_core._parallel.dataloader import register_collate
-from td_core._shared import vocabulary as _vocabulary
+from td_core._shared.interaction import InteractionType, interaction_type, set_interaction_type
+from td_core._shared.lp_aggregate import composite_lp_aggregate, set_composite_lp_aggregate
 from td_core._shared.modules import from_module, from_modules, make_tensordict, to_module
-from td_core._shared.vocabulary import *  # noqa: F403  (its __all__ is added to ours below)
+from td_core._shared.scale_maps import (
+    add_custom_mapping,
+    biased_softplus,
+    expln,
+    inv_softplus,
+    mappings,
+)
 from td_core._version import __version__
 
 __all__ = [
@@ -172,12 +179,20 @@ __all__ = [
     "KEY_SEPARATOR",
     "default_is_leaf",
     "is_leaf_nontensor",
+    # shared vocabulary of the siblings
+    "InteractionType",
+    "interaction_type",
+    "set_interaction_type",
+    "composite_lp_aggregate",
+    "set_composite_lp_aggregate",
+    "biased_softplus",
+    "expln",
+    "inv_softplus",
+    "mappings",
+    "add_custom_mapping",
     # extension lookup
     "has_extension",
     "load_extension",
 ]
-# the vocabulary td-nn and td-distributions re-export: interaction type, log-prob aggregation,
-# positive-scale mappings
-__all__ += _vocabulary.__all__
 
 register_collate(TensorDictBase)

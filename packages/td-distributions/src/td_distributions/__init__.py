@@ -6,8 +6,18 @@ the interaction-type and log-prob aggregation switches live in td-core and are
 re-exported here.
 """
 
-from td_core._shared import vocabulary as _vocabulary
-from td_core._shared.vocabulary import *  # noqa: F403  (its __all__ is added to ours below)
+from td_core import (
+    InteractionType,
+    add_custom_mapping,
+    biased_softplus,
+    composite_lp_aggregate,
+    expln,
+    interaction_type,
+    inv_softplus,
+    mappings,
+    set_composite_lp_aggregate,
+    set_interaction_type,
+)
 from td_distributions._composite import CompositeDistribution
 from td_distributions._continuous import (
     AddStateIndependentNormalScale,
@@ -31,6 +41,16 @@ __all__ = [
     "AddStateIndependentNormalScale",
     "NormalParamExtractor",
     "NormalParamWrapper",
+    # shared with td-nn, defined in td-core (its public names; tests-integration checks that the
+    # siblings re-export the same ones): interaction type, log-prob aggregation, scale mappings
+    "InteractionType",
+    "interaction_type",
+    "set_interaction_type",
+    "composite_lp_aggregate",
+    "set_composite_lp_aggregate",
+    "biased_softplus",
+    "expln",
+    "inv_softplus",
+    "mappings",
+    "add_custom_mapping",
 ]
-# shared with td-nn, defined in td-core: interaction type, log-prob aggregation, scale mappings
-__all__ += _vocabulary.__all__

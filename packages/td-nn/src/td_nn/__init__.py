@@ -4,9 +4,20 @@ The interaction-type switch, the positive mappings and `TensorDictParams`
 live in td-core (they are shared with td-distributions) and are re-exported here.
 """
 
-from td_core import TensorDictParams, make_tensordict
-from td_core._shared import vocabulary as _vocabulary
-from td_core._shared.vocabulary import *  # noqa: F403  (its __all__ is added to ours below)
+from td_core import (
+    InteractionType,
+    TensorDictParams,
+    add_custom_mapping,
+    biased_softplus,
+    composite_lp_aggregate,
+    expln,
+    interaction_type,
+    inv_softplus,
+    make_tensordict,
+    mappings,
+    set_composite_lp_aggregate,
+    set_interaction_type,
+)
 from td_nn._base import TensorDictModuleBase
 from td_nn._common import TensorDictModule
 from td_nn._cudagraphs import CudaGraphModule
@@ -52,7 +63,17 @@ __all__ = [
     # defined in td-core
     "TensorDictParams",
     "make_tensordict",
+    # shared with td-distributions, defined in td-core (its public names; tests-integration
+    # checks that the siblings re-export the same ones): interaction type, log-prob
+    # aggregation, scale mappings
+    "InteractionType",
+    "interaction_type",
+    "set_interaction_type",
+    "composite_lp_aggregate",
+    "set_composite_lp_aggregate",
+    "biased_softplus",
+    "expln",
+    "inv_softplus",
+    "mappings",
+    "add_custom_mapping",
 ]
-# shared with td-distributions, defined in td-core: interaction type, log-prob aggregation,
-# scale mappings
-__all__ += _vocabulary.__all__
