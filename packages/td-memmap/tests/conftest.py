@@ -13,6 +13,10 @@ import pytest
 
 from td_memmap import load_memmap
 
+# the test modules import the helpers module beside this file (`saved_files`)
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
 
 def _run_killed(job: Callable[[], object], delay: float) -> bool:
     """Run `job()` in a forked child killed after `delay` s; whether it finished first."""

@@ -7,6 +7,7 @@ from functools import partial
 
 import pytest
 import torch
+from saved_files import file_contents
 
 import td_memmap._io
 from td_core import TensorDict, lazy_stack, tensorclass
@@ -35,16 +36,6 @@ def _td(n: int = 3, value: float = 0.0) -> TensorDict:
     )
 
 
-def _files(folder) -> dict[str, bytes]:
-    out = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, folder)] = f.read()
-    return out
-
-
 def test_append_grows_the_first_dim_and_keeps_old_rows(tmp_path):
     old = TensorDict(
         {"a": torch.arange(6.0).view(3, 2), "n": {"b": torch.ones(3, 4, dtype=torch.int32)}},
@@ -59,7 +50,7 @@ def test_append_grows_the_first_dim_and_keeps_old_rows(tmp_path):
     append_memmap(tmp_path / "f", _td(1, 7.0).exclude("name"))
     assert load_memmap(tmp_path / "f")["a"][5].eq(7).all()
     # two generations of files at most: the save's and the spares
-    assert len([n for n in _files(tmp_path / "f") if n.endswith(".memmap")]) <= 4
+    assert len([n for n in file_contents(tmp_path / "f") if n.endswith(".memmap")]) <= 4
 
 
 def test_append_keeps_non_tensor_values_and_nested_batch_dims(tmp_path):
@@ -104,10 +95,10 @@ def test_append_to_a_tensorclass_save(tmp_path):
 )
 def test_bad_rows_are_refused_naming_the_key_and_nothing_changes(tmp_path, rows, match):
     _td().memmap(tmp_path / "f")
-    before = _files(tmp_path / "f")
+    before = file_contents(tmp_path / "f")
     with pytest.raises(ValueError, match=match):
         append_memmap(tmp_path / "f", rows)
-    assert _files(tmp_path / "f") == before
+    assert file_contents(tmp_path / "f") == before
 
 
 def test_what_cannot_grow(tmp_path):
@@ -141,7 +132,7 @@ def test_pickled_values_need_allow_pickle(tmp_path):
 
 def test_a_failure_part_way_leaves_the_previous_save(tmp_path, monkeypatch):
     td_memmap.save(_td(), tmp_path / "f", layout="files")  # packed: test_packed.py
-    before = _files(tmp_path / "f")
+    before = file_contents(tmp_path / "f")
     real = td_memmap._io.write_grown
     calls = []
 
@@ -154,7 +145,7 @@ def test_a_failure_part_way_leaves_the_previous_save(tmp_path, monkeypatch):
     monkeypatch.setattr("td_memmap._save.write_grown", failing)
     with pytest.raises(OSError, match="disk full"):
         append_memmap(tmp_path / "f", _td(2, 5.0))
-    assert _files(tmp_path / "f") == before  # what was written is removed again
+    assert file_contents(tmp_path / "f") == before  # what was written is removed again
     assert load_memmap(tmp_path / "f").batch_size == (3,)
 
 

@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from saved_files import edit_meta, read_meta
 
 import td_memmap._meta as meta_module
 from td_core import TensorDict
@@ -51,19 +52,8 @@ def meta_reads(monkeypatch):
     return read
 
 
-def _top(prefix) -> dict:
-    return json.loads((prefix / "meta.json").read_text())
-
-
-def _rewrite_top(prefix, fn) -> None:
-    """Edit the top meta.json only (the sub-folders' files, and so their stamps, stay)."""
-    data = _top(prefix)
-    fn(data)
-    (prefix / "meta.json").write_text(json.dumps(data))
-
-
 def test_save_indexes_every_sub_folder_with_its_file_content(saved):
-    index = _top(saved)["index"]
+    index = read_meta(saved)["index"]
     assert sorted(index) == ["layer", "layer/deep"]
     for rel, (stamp, meta) in index.items():
         path = saved / rel / "meta.json"
@@ -72,12 +62,12 @@ def test_save_indexes_every_sub_folder_with_its_file_content(saved):
         assert meta == own
         st = os.lstat(path)
         assert stamp == [st.st_ino, st.st_size, st.st_mtime_ns]
-    assert sorted(_top(saved / "layer")["index"]) == ["deep"]
+    assert sorted(read_meta(saved / "layer")["index"]) == ["deep"]
 
 
 def test_a_flat_save_has_no_index(tmp_path):
     save(TensorDict({"a": torch.ones(2)}, [2]), tmp_path / "flat")
-    assert "index" not in _top(tmp_path / "flat")
+    assert "index" not in read_meta(tmp_path / "flat")
 
 
 def test_load_reads_only_the_top_file_while_the_index_is_current(saved, meta_reads):
@@ -130,7 +120,7 @@ def test_an_older_sub_folder_file_loses_to_the_index(saved, meta_reads):
     ids=["not-an-object", "record-a-string", "stamp-not-a-list", "three-items"],
 )
 def test_a_malformed_index_is_refused_naming_the_top_file(saved, bad_index):
-    _rewrite_top(saved, lambda d: d.__setitem__("index", bad_index))
+    edit_meta(saved, lambda d: d.__setitem__("index", bad_index))
     with pytest.raises(MemmapFormatError, match="index") as info:
         load(saved)
     assert str(saved / "meta.json") in str(info.value)
@@ -140,7 +130,7 @@ def test_a_current_record_is_validated_like_the_file(saved):
     def corrupt(d):
         d["index"]["layer"][1]["entries"][0]["dtype"] = "float128"
 
-    _rewrite_top(saved, corrupt)
+    edit_meta(saved, corrupt)
     with pytest.raises(MemmapFormatError, match="float128") as info:
         load(saved)
     assert str(saved / "layer" / "meta.json") in str(info.value)
@@ -152,7 +142,7 @@ def test_a_current_record_cannot_name_a_file_outside_the_save(saved, tmp_path):
     def escape(d):
         d["index"]["layer"][1]["entries"][0]["file"] = "../../secret.memmap"
 
-    _rewrite_top(saved, escape)
+    edit_meta(saved, escape)
     with pytest.raises(UnsafePathError, match="secret"):
         load(saved)
 
@@ -161,7 +151,7 @@ def test_an_index_inside_a_sub_folder_record_is_ignored(saved, meta_reads):
     def plant(d):
         d["index"]["layer"][1]["index"] = {"deep": [[0, 0, 0, 0], {"bogus": True}]}
 
-    _rewrite_top(saved, plant)
+    edit_meta(saved, plant)
     assert (load(saved) == _tree()).all()
     assert meta_reads == ["."]
 
@@ -174,7 +164,7 @@ def test_lazy_stack_members_are_indexed(tmp_path, meta_reads):
         TensorDict({"a": torch.ones(2), "b": torch.ones(2, 3)}, [2]),
     )
     save(stack, tmp_path / "stack")
-    assert sorted(_top(tmp_path / "stack")["index"]) == ["0", "1"]
+    assert sorted(read_meta(tmp_path / "stack")["index"]) == ["0", "1"]
     back = load(tmp_path / "stack")
     assert meta_reads == ["."]
     assert isinstance(back, LazyStackedTensorDict)

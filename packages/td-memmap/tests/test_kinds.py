@@ -9,6 +9,7 @@ import types
 
 import pytest
 import torch
+from saved_files import edit_meta
 
 from td_core import (
     LazyStackedTensorDict,
@@ -204,12 +205,6 @@ class TestLazyStacks:
         assert load_memmap(tmp_path / "s")["v"] == [[1, 2], [3, 4]]
 
 
-def _edit(path, fn) -> None:
-    meta = json.loads(path.read_text())
-    fn(meta)
-    path.write_text(json.dumps(meta))
-
-
 class TestLazyStackValidation:
     @pytest.mark.parametrize(
         ("edit", "message"),
@@ -222,7 +217,7 @@ class TestLazyStackValidation:
     )
     def test_bad_fields(self, tmp_path, edit, message):
         memmap(_ragged_stack(), tmp_path / "s")
-        _edit(tmp_path / "s" / "meta.json", edit)
+        edit_meta(tmp_path / "s", edit)
         with pytest.raises(MemmapFormatError, match=message) as info:
             load_memmap(tmp_path / "s")
         assert str(tmp_path / "s" / "meta.json") in str(info.value)
@@ -243,7 +238,7 @@ class TestLazyStackValidation:
     @pytest.mark.parametrize("num_threads", [0, 3])
     def test_error_in_a_member_names_its_file(self, tmp_path, num_threads):
         memmap(_ragged_stack(), tmp_path / "s", layout="files")
-        _edit(tmp_path / "s" / "1" / "meta.json", lambda m: m.update(batch_size=[5]))
+        edit_meta(tmp_path / "s" / "1", lambda m: m.update(batch_size=[5]))
         with pytest.raises(MemmapFormatError, match=r"s/1/meta\.json.*stacked member"):
             load_memmap(tmp_path / "s", num_threads=num_threads)
 
@@ -322,8 +317,8 @@ class TestTensorclasses:
 
     def test_fields_that_the_class_lacks(self, tmp_path):
         memmap(_pair(), tmp_path / "p")
-        _edit(
-            tmp_path / "p" / "meta.json",
+        edit_meta(
+            tmp_path / "p",
             lambda m: m["entries"].append(
                 {
                     "key": "extra",
@@ -345,7 +340,7 @@ class TestTensorclasses:
     )
     def test_malformed_class_names(self, tmp_path, name):
         memmap(_pair(), tmp_path / "p")
-        _edit(tmp_path / "p" / "meta.json", lambda m: m.update({"class": name}))
+        edit_meta(tmp_path / "p", lambda m: m.update({"class": name}))
         with pytest.raises(MemmapFormatError, match="'class'"):
             load_memmap(tmp_path / "p")
 
@@ -353,7 +348,7 @@ class TestTensorclasses:
 class TestClassLookupRunsNoCode:
     def _save_naming(self, tmp_path, name):
         memmap(_pair(), tmp_path / "p")
-        _edit(tmp_path / "p" / "meta.json", lambda m: m.update({"class": name}))
+        edit_meta(tmp_path / "p", lambda m: m.update({"class": name}))
         return tmp_path / "p"
 
     def test_a_module_that_is_not_imported_is_never_imported(self, tmp_path, monkeypatch):
@@ -399,7 +394,7 @@ class TestClassLookupRunsNoCode:
             tmp_path / "t",
             layout="files",  # a meta.json per folder; the packed one: test_packed.py
         )
-        _edit(tmp_path / "t" / "p" / "meta.json", lambda m: m.update({"class": "nowhere:Pair"}))
+        edit_meta(tmp_path / "t" / "p", lambda m: m.update({"class": "nowhere:Pair"}))
         with pytest.raises(UnknownClassError, match=r"t/p/meta\.json"):
             load_memmap(tmp_path / "t")
 

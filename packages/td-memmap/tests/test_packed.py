@@ -1,12 +1,11 @@
 """The packed layout (format version 2): one data file and one meta.json for the whole tree."""
 
-import hashlib
-import json
 import os
 import signal
 
 import pytest
 import torch
+from saved_files import edit_meta, file_contents, meta_entry, read_meta
 
 import td_memmap
 from td_core import TensorDict, UnbatchedTensor, lazy_stack
@@ -37,30 +36,6 @@ def _td() -> TensorDict:
     return td
 
 
-def _files(root) -> dict[str, str]:
-    out = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
-def _meta(root) -> dict:
-    return json.loads((root / "meta.json").read_text())
-
-
-def _edit(root, fn) -> None:
-    meta = _meta(root)
-    fn(meta)
-    (root / "meta.json").write_text(json.dumps(meta))
-
-
-def _entry(meta, key):
-    return next(e for e in meta["entries"] if e["key"] == key)
-
-
 @pytest.fixture
 def saved(tmp_path):
     root = tmp_path / "save"
@@ -71,11 +46,11 @@ def saved(tmp_path):
 class TestLayout:
     def test_a_fresh_save_is_one_data_file_and_one_meta_json(self, saved):
         assert sorted(os.listdir(saved)) == ["data.pack", "meta.json"]
-        meta = _meta(saved)
+        meta = read_meta(saved)
         assert meta["version"] == 2 and meta["data"] == "data.pack"
         assert meta["data_size"] == os.path.getsize(saved / "data.pack")
-        a = _entry(meta, "a")
-        w = _entry(_entry(meta, "enc")["meta"], "w")
+        a = meta_entry(meta, "a")
+        w = meta_entry(meta_entry(meta, "enc")["meta"], "w")
         assert "file" not in a and a["offset"] % 64 == 0 and w["offset"] % 64 == 0
         raw = (saved / "data.pack").read_bytes()
         assert raw[a["offset"] : a["offset"] + 24] == _td()["a"].numpy().tobytes()
@@ -94,10 +69,10 @@ class TestLayout:
         assert back["a"][0, 0] == 41.0 and back["enc", "w"][1].tolist() == [7] * 4
 
     def test_read_only_load_refuses_writes(self, saved):
-        before = _files(saved)
+        before = file_contents(saved)
         with pytest.raises(ReadOnlyMemmapError):
             load_memmap(saved, mode="r")["a"].add_(1)
-        assert _files(saved) == before
+        assert file_contents(saved) == before
 
     def test_lazy_stacks_and_like(self, tmp_path):
         stack = lazy_stack([TensorDict({"x": torch.ones(2)}), TensorDict({"x": torch.ones(5)})])
@@ -108,7 +83,7 @@ class TestLayout:
         save(stack, tmp_path / "s", layout="packed")
         assert sorted(os.listdir(tmp_path / "s")) == ["data.pack", "meta.json"]
         save(stack, tmp_path / "s")  # a re-save keeps the layout
-        assert _meta(tmp_path / "s")["version"] == 2
+        assert read_meta(tmp_path / "s")["version"] == 2
         assert load_memmap(tmp_path / "s" / "1")["x"].shape == (5,)
         like = td_memmap.memmap_like(_td(), tmp_path / "like")
         assert like["a"].sum() == 0 and load_memmap(tmp_path / "like")["enc", "w"].shape == (3, 4)
@@ -125,7 +100,7 @@ class TestLayout:
         td["c"] = torch.ones(3, 4, dtype=torch.float16).view(torch.complex32)  # no warning
         td["b"] = torch.tensor([True, False, True])
         save(td, tmp_path / "u")
-        entry = _entry(_entry(_meta(tmp_path / "u"), "n")["meta"], "u")
+        entry = meta_entry(meta_entry(read_meta(tmp_path / "u"), "n")["meta"], "u")
         assert entry["unbatched"] is True and entry["shape"] == [7, 11]
         back = load_memmap(tmp_path / "u")
         assert type(back.get(("n", "u"))) is UnbatchedTensor
@@ -133,11 +108,11 @@ class TestLayout:
 
     def test_files_layout_on_request_and_for_pickles(self, tmp_path):
         save(_td(), tmp_path / "f", layout="files")
-        assert _meta(tmp_path / "f")["version"] == 1 and (tmp_path / "f" / "enc").is_dir()
+        assert read_meta(tmp_path / "f")["version"] == 1 and (tmp_path / "f" / "enc").is_dir()
         td = _td()
         td["o"] = {1, 2}  # no JSON form: a pickle, which needs a file of its own
         save(td, tmp_path / "p", allow_pickle=True)
-        assert _meta(tmp_path / "p")["version"] == 1
+        assert read_meta(tmp_path / "p")["version"] == 1
         with pytest.raises(ValueError, match="layout='files'"):
             save(td, tmp_path / "q", allow_pickle=True, layout="packed")
         with pytest.raises(ValueError, match="layout must be"):
@@ -163,10 +138,10 @@ class TestSubtree:
             load_memmap(saved / "enc" / "deep")
 
     def test_saving_a_sub_tensordict_alone_into_its_path_is_refused(self, saved):
-        before = _files(saved)
+        before = file_contents(saved)
         with pytest.raises(ValueError, match="written whole"):
             save(load_memmap(saved / "enc").clone(), saved / "enc")
-        assert _files(saved) == before and not (saved / "enc").exists()
+        assert file_contents(saved) == before and not (saved / "enc").exists()
 
     def test_a_files_layout_save_above_is_not_used(self, tmp_path):
         save(_td(), tmp_path / "f", layout="files")
@@ -185,49 +160,57 @@ class TestTamper:
     @pytest.mark.parametrize(
         "edit, error, match",
         [
-            (lambda m: _entry(m, "a").update(offset=1 << 20), LeafSizeError, "outside"),
-            (lambda m: _entry(m, "a").update(offset=8), MemmapFormatError, "multiple of 64"),
-            (lambda m: _entry(m, "a").update(offset=-64), MemmapFormatError, "offset"),
-            (lambda m: _entry(m, "a").update(offset="0"), MemmapFormatError, "offset"),
+            (lambda m: meta_entry(m, "a").update(offset=1 << 20), LeafSizeError, "outside"),
+            (lambda m: meta_entry(m, "a").update(offset=8), MemmapFormatError, "multiple of 64"),
+            (lambda m: meta_entry(m, "a").update(offset=-64), MemmapFormatError, "offset"),
+            (lambda m: meta_entry(m, "a").update(offset="0"), MemmapFormatError, "offset"),
             (
-                lambda m: _entry(_entry(m, "enc")["meta"], "w").update(offset=0),
+                lambda m: meta_entry(meta_entry(m, "enc")["meta"], "w").update(offset=0),
                 MemmapFormatError,
                 "overlap",
             ),
-            (lambda m: _entry(m, "a").update(dtype="evil"), MemmapFormatError, "dtype"),
-            (lambda m: _entry(m, "a").update(shape=[3, 1 << 40]), LeafSizeError, "outside"),
-            (lambda m: _entry(m, "a").update(shape=[3, -2]), MemmapFormatError, "shape"),
+            (lambda m: meta_entry(m, "a").update(dtype="evil"), MemmapFormatError, "dtype"),
+            (lambda m: meta_entry(m, "a").update(shape=[3, 1 << 40]), LeafSizeError, "outside"),
+            (lambda m: meta_entry(m, "a").update(shape=[3, -2]), MemmapFormatError, "shape"),
             (lambda m: m.update(data="../data.pack"), UnsafePathError, "plain name"),
             (lambda m: m.update(data="meta.json"), MemmapFormatError, "data file"),
             (lambda m: m.update(data_size=None), MemmapFormatError, "data_size"),
             (lambda m: m.update(version=3), MemmapFormatError, "newer"),
-            (lambda m: _entry(m, "enc")["meta"].update(version=1), MemmapFormatError, "version"),
             (
-                lambda m: _entry(m, "enc")["meta"].update(data="data.pack"),
+                lambda m: meta_entry(m, "enc")["meta"].update(version=1),
                 MemmapFormatError,
                 "version",
             ),
-            (lambda m: _entry(m, "enc").update(dir="../x"), UnsafePathError, "plain name"),
-            (lambda m: _entry(m, "enc").update(meta=None), MemmapFormatError, "JSON object"),
             (
-                lambda m: _entry(m, "s").update(encoding="pickle", file="data.pack"),
+                lambda m: meta_entry(m, "enc")["meta"].update(data="data.pack"),
+                MemmapFormatError,
+                "version",
+            ),
+            (lambda m: meta_entry(m, "enc").update(dir="../x"), UnsafePathError, "plain name"),
+            (lambda m: meta_entry(m, "enc").update(meta=None), MemmapFormatError, "JSON object"),
+            (
+                lambda m: meta_entry(m, "s").update(encoding="pickle", file="data.pack"),
                 MemmapFormatError,
                 "plain JSON only",
             ),
-            (lambda m: _entry(m, "s").update(shared="data.pack"), MemmapFormatError, "JSON only"),
             (
-                lambda m: _entry(_entry(m, "enc")["meta"], "w").update(dtype="float64"),
+                lambda m: meta_entry(m, "s").update(shared="data.pack"),
+                MemmapFormatError,
+                "JSON only",
+            ),
+            (
+                lambda m: meta_entry(meta_entry(m, "enc")["meta"], "w").update(dtype="float64"),
                 MemmapFormatError,
                 "overlap",
             ),
         ],
     )
     def test_bad_metadata_is_refused_before_anything_is_mapped(self, saved, edit, error, match):
-        _edit(saved, edit)
-        before = _files(saved)
+        edit_meta(saved, edit)
+        before = file_contents(saved)
         with pytest.raises(error, match=match):
             load_memmap(saved)
-        assert _files(saved) == before
+        assert file_contents(saved) == before
 
     def test_a_data_file_linked_outside_is_refused(self, saved, tmp_path):
         os.replace(saved / "data.pack", tmp_path / "outside.pack")
@@ -263,7 +246,7 @@ class TestResave:
         assert sorted(os.listdir(saved)) == ["data.pack", "meta.json"]
 
     def test_a_failed_save_leaves_the_previous_save_and_its_files(self, saved, monkeypatch):
-        before = _files(saved)
+        before = file_contents(saved)
 
         def fail(fd, batch):
             raise OSError("disk full")
@@ -273,7 +256,7 @@ class TestResave:
         td["a"] += 1
         with pytest.raises(OSError, match="disk full"):
             save(td, saved)
-        assert _files(saved) == before and (load_memmap(saved) == _td()).all()
+        assert file_contents(saved) == before and (load_memmap(saved) == _td()).all()
 
     def test_a_planted_link_is_replaced_not_followed(self, saved, tmp_path):
         outside = tmp_path / "outside"
@@ -299,11 +282,11 @@ class TestResave:
     def test_a_files_layout_save_is_resaved_as_files(self, tmp_path):
         save(_td(), tmp_path / "f", layout="files")
         save(_td(), tmp_path / "f")
-        assert _meta(tmp_path / "f")["version"] == 1
+        assert read_meta(tmp_path / "f")["version"] == 1
 
     def test_converting_between_layouts(self, saved):
         save(load_memmap(saved), saved, layout="files")
-        assert _meta(saved)["version"] == 1 and not (saved / "data.pack").exists()
+        assert read_meta(saved)["version"] == 1 and not (saved / "data.pack").exists()
         assert (load_memmap(saved) == _td()).all()
         save(load_memmap(saved), saved, layout="packed")
         assert sorted(os.listdir(saved)) == ["data.pack", "meta.json"]
@@ -312,18 +295,18 @@ class TestResave:
 
 class TestOtherOperations:
     def test_append(self, saved):
-        before = _files(saved)
+        before = file_contents(saved)
         with pytest.raises(ValueError):
             append_memmap(saved, TensorDict({"a": torch.zeros(1, 2)}, [1]))
-        assert _files(saved) == before  # refused rows change nothing
+        assert file_contents(saved) == before  # refused rows change nothing
         rows = _td()[:1].clone()
         append_memmap(saved, rows)
         back = load_memmap(saved)
-        assert back.batch_size == (4,) and _meta(saved)["version"] == 2
+        assert back.batch_size == (4,) and read_meta(saved)["version"] == 2
         assert back["enc", "deep", "b"].tolist() == [0, 1, 2, 0]
 
     def test_an_append_failing_part_way_leaves_the_previous_save(self, saved, monkeypatch):
-        before = _files(saved)
+        before = file_contents(saved)
 
         def fail(fd, batch):
             raise OSError("disk full")
@@ -331,7 +314,7 @@ class TestOtherOperations:
         monkeypatch.setattr("td_memmap._pack_save._write_batch", fail)
         with pytest.raises(OSError, match="disk full"):
             append_memmap(saved, _td()[:1].clone())
-        assert _files(saved) == before and load_memmap(saved).batch_size == (3,)
+        assert file_contents(saved) == before and load_memmap(saved).batch_size == (3,)
 
     def test_make_memmap_on_the_whole_save(self, saved):
         td = load_memmap(saved)
@@ -354,9 +337,9 @@ class TestOtherOperations:
         assert not unlocked.is_locked
 
     def test_an_unknown_class_error_names_the_sub_tensordict(self, saved):
-        _edit(
+        edit_meta(
             saved,
-            lambda m: _entry(m, "enc")["meta"].update(
+            lambda m: meta_entry(m, "enc")["meta"].update(
                 {"kind": "tensorclass", "class": "nowhere:C"}
             ),
         )
@@ -399,7 +382,7 @@ class TestLargeLeaves:
         self, tmp_path, monkeypatch
     ):
         save(_large(1.0), tmp_path / "s")
-        before = _files(tmp_path / "s")
+        before = file_contents(tmp_path / "s")
         real, calls = td_memmap._pack_save._write_batch, []
 
         def flaky(fd, batch):
@@ -411,7 +394,7 @@ class TestLargeLeaves:
         monkeypatch.setattr("td_memmap._pack_save._write_batch", flaky)
         with pytest.raises(OSError, match="disk full"):
             save(_large(5.0), tmp_path / "s", num_threads=2)
-        assert _files(tmp_path / "s") == before
+        assert file_contents(tmp_path / "s") == before
         assert (load_memmap(tmp_path / "s") == _large(1.0)).all()
 
 

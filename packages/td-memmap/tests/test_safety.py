@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from saved_files import edit_meta, meta_entry
 
 from td_core import NonTensorData, TensorDict
 from td_memmap import (
@@ -45,17 +46,6 @@ def _snapshot(root) -> dict[str, tuple[int, int, str]]:
                 digest = hashlib.sha256(f.read()).hexdigest()
             out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns, digest)
     return out
-
-
-def _edit_meta(folder, fn) -> None:
-    path = folder / "meta.json"
-    meta = json.loads(path.read_text())
-    fn(meta)
-    path.write_text(json.dumps(meta))
-
-
-def _entry(meta, key):
-    return next(e for e in meta["entries"] if e["key"] == key)
 
 
 @pytest.fixture
@@ -169,20 +159,23 @@ class TestBrokenMetadata:
             (lambda m: m.update(device="warp-drive"), "device"),
             (lambda m: m.update(device="cuda:0"), "expected null or 'cpu'"),
             (lambda m: m.update(entries={"a": 1}), "entries"),
-            (lambda m: _entry(m, "a").update(dtype="float128"), "unknown dtype 'float128'"),
-            (lambda m: _entry(m, "a").update(dtype="torch.float32"), "unknown dtype"),
-            (lambda m: _entry(m, "a").update(shape=[3, 3]), r"a\.memmap.*24 bytes.*needs 36"),
-            (lambda m: _entry(m, "a").update(shape=[3, "2"]), "shape"),
-            (lambda m: _entry(m, "a").update(shape=[2, 3]), "does not start with batch_size"),
-            (lambda m: _entry(m, "a").update(type="mystery"), "unknown type"),
-            (lambda m: _entry(m, "s").update(encoding="yaml"), "unknown encoding"),
-            (lambda m: _entry(m, "s").update(value={"$td": "exec", "v": "rm -rf"}), "bad value"),
+            (lambda m: meta_entry(m, "a").update(dtype="float128"), "unknown dtype 'float128'"),
+            (lambda m: meta_entry(m, "a").update(dtype="torch.float32"), "unknown dtype"),
+            (lambda m: meta_entry(m, "a").update(shape=[3, 3]), r"a\.memmap.*24 bytes.*needs 36"),
+            (lambda m: meta_entry(m, "a").update(shape=[3, "2"]), "shape"),
+            (lambda m: meta_entry(m, "a").update(shape=[2, 3]), "does not start with batch_size"),
+            (lambda m: meta_entry(m, "a").update(type="mystery"), "unknown type"),
+            (lambda m: meta_entry(m, "s").update(encoding="yaml"), "unknown encoding"),
+            (
+                lambda m: meta_entry(m, "s").update(value={"$td": "exec", "v": "rm -rf"}),
+                "bad value",
+            ),
             (lambda m: m["entries"].append(dict(m["entries"][0])), "twice"),
             (lambda m: m["entries"].append({"key": 3, "type": "tensor"}), "not a string"),
         ],
     )
     def test_invalid_fields(self, saved, edit, message):
-        _edit_meta(saved, edit)
+        edit_meta(saved, edit)
         with pytest.raises(MemmapFormatError, match=message) as info:
             load(saved)
         assert str(saved / "meta.json") in str(info.value)
@@ -192,13 +185,13 @@ class TestBrokenMetadata:
         ["../a.memmap", "/etc/passwd", "n/b.memmap", "..", ".", "", "a\x00.memmap", ".hidden"],
     )
     def test_file_outside_the_folder(self, saved, name):
-        _edit_meta(saved, lambda m: _entry(m, "a").update(file=name))
+        edit_meta(saved, lambda m: meta_entry(m, "a").update(file=name))
         with pytest.raises(UnsafePathError, match="not a plain name"):
             load(saved)
 
     @pytest.mark.parametrize("name", ["..", ".", "/tmp", "../save", "n/.."])
     def test_folder_outside_the_folder(self, saved, name):
-        _edit_meta(saved, lambda m: _entry(m, "n").update(dir=name))
+        edit_meta(saved, lambda m: meta_entry(m, "n").update(dir=name))
         with pytest.raises(UnsafePathError):
             load(saved)
 
@@ -212,7 +205,7 @@ class TestBrokenMetadata:
 
     def test_symlinked_folder_cycle(self, saved):
         os.symlink(saved, saved / "loop")
-        _edit_meta(saved, lambda m: _entry(m, "n").update(dir="loop"))
+        edit_meta(saved, lambda m: meta_entry(m, "n").update(dir="loop"))
         with pytest.raises(UnsafePathError, match="strictly inside"):
             load(saved)
 
@@ -237,7 +230,7 @@ class TestBrokenMetadata:
             load(root)
 
     def test_nested_error_names_the_nested_file(self, saved):
-        _edit_meta(saved / "n", lambda m: _entry(m, "b").update(dtype="int13"))
+        edit_meta(saved / "n", lambda m: meta_entry(m, "b").update(dtype="int13"))
         with pytest.raises(MemmapFormatError, match=r"n/meta\.json.*int13"):
             load(saved)
 

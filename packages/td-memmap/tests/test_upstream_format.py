@@ -51,6 +51,11 @@ _TD = "<class 'tensordict._td.TensorDict'>"
 _NT = "<class 'tensordict.tensorclass.NonTensorData'>"
 
 
+def _td_meta(shape, entries=None):
+    """The meta.json of an upstream TensorDict folder of batch size `shape` holding `entries`."""
+    return {**(entries or {}), "shape": shape, "device": "cpu", "_type": _TD}
+
+
 def _leaf(shape, dtype="torch.float32"):
     return {"device": "cpu", "shape": shape, "dtype": dtype, "is_nested": False}
 
@@ -117,16 +122,12 @@ def test_upstream_format_version_0_and_longer_files(tmp_path):
     # the layout of upstream's 0.x releases before "_format_version": no version, no "_class";
     # its leaf files may run past the data (upstream maps their first bytes)
     top = str(tmp_path / "old")
-    _write(top, {"nested": {"type": "TensorDict"}, "shape": [2, 1], "device": "cpu", "_type": _TD})
+    _write(top, _td_meta([2, 1], {"nested": {"type": "TensorDict"}}))
     nested = _write(
         os.path.join(top, "nested"),
-        {
-            "int64": _leaf([2, 1], "torch.int64"),
-            "string": {"type": "NonTensorData"},
-            "shape": [2, 1],
-            "device": "cpu",
-            "_type": _TD,
-        },
+        _td_meta(
+            [2, 1], {"int64": _leaf([2, 1], "torch.int64"), "string": {"type": "NonTensorData"}}
+        ),
         [("int64.memmap", torch.tensor([1, 2]).numpy().tobytes() + b"\x00")],
     )
     _write(
@@ -144,7 +145,7 @@ def test_legacy_raw_key_file_name(tmp_path):
     # versions before key encoding named the file by the key itself
     folder = _write(
         str(tmp_path / "raw"),
-        {"a b": _leaf([2]), "shape": [2], "device": "cpu", "_type": _TD},
+        _td_meta([2], {"a b": _leaf([2])}),
         [("a b.memmap", torch.ones(2).numpy().tobytes())],
     )
     assert load_memmap(folder)["a b"].tolist() == [1.0, 1.0]
@@ -162,7 +163,7 @@ def test_td_format_is_not_taken_for_upstream(tmp_path):
 
 
 def _one_leaf(tmp_path, entry, data=None, **meta):
-    body = {"a": entry, "shape": [2], "device": "cpu", "_type": _TD, **meta}
+    body = {**_td_meta([2], {"a": entry}), **meta}
     data = torch.zeros(2).numpy().tobytes() if data is None else data
     return _write(str(tmp_path / "f"), body, [("a.memmap", data)])
 
@@ -211,10 +212,7 @@ def test_upstream_tensorclass_and_lazy_stack_are_refused(tmp_path):
 
 
 def test_pickled_value_is_refused(tmp_path):
-    folder = _write(
-        str(tmp_path / "p"),
-        {"v": {"type": "NonTensorData"}, "shape": [], "device": "cpu", "_type": _TD},
-    )
+    folder = _write(str(tmp_path / "p"), _td_meta([], {"v": {"type": "NonTensorData"}}))
     _write(os.path.join(folder, "v"), {"_type": _NT}, [("other.pickle", b"cos\nsystem\n.")])
     with pytest.raises(MemmapFormatError, match=r"'v'.*pickle"):
         load_memmap(folder, allow_pickle=True)
@@ -223,25 +221,18 @@ def test_pickled_value_is_refused(tmp_path):
 def test_key_leaving_the_folder_is_refused(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
-    _write(str(outside), {"shape": [], "device": "cpu", "_type": _TD})
-    folder = _write(
-        str(tmp_path / "f"),
-        {"..": {"type": "TensorDict"}, "shape": [], "device": "cpu", "_type": _TD},
-    )
+    _write(str(outside), _td_meta([]))
+    folder = _write(str(tmp_path / "f"), _td_meta([], {"..": {"type": "TensorDict"}}))
     with pytest.raises(MissingLeafError, match=r"%2E%2E"):  # encoded, never followed
         load_memmap(folder)
     os.symlink(str(outside), os.path.join(folder, "link"))
-    with open(os.path.join(folder, "meta.json"), "w") as f:
-        json.dump({"link": {"type": "TensorDict"}, "shape": [], "device": "cpu", "_type": _TD}, f)
+    _write(folder, _td_meta([], {"link": {"type": "TensorDict"}}))  # now names the link
     with pytest.raises(UnsafePathError, match="leaves the saved folder"):
         load_memmap(folder)
 
 
 def test_mixed_writers_are_refused(tmp_path):
-    folder = _write(
-        str(tmp_path / "f"),
-        {"sub": {"type": "TensorDict"}, "shape": [], "device": "cpu", "_type": _TD},
-    )
+    folder = _write(str(tmp_path / "f"), _td_meta([], {"sub": {"type": "TensorDict"}}))
     TensorDict({"a": torch.ones(1)}, batch_size=[]).memmap(os.path.join(folder, "sub"))
     with pytest.raises(
         MemmapFormatError, match="td-memmap folder inside a folder saved by upstream"

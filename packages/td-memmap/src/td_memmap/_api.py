@@ -150,6 +150,75 @@ def _run(job: Callable[[], Any], return_early: bool) -> Any:
         pool.shutdown(wait=False)
 
 
+def _save(
+    td: Any,
+    prefix: _Prefix,
+    *,
+    like: bool,
+    inplace: bool,
+    copy_existing: bool,
+    num_threads: int | None,
+    return_early: bool,
+    share_non_tensor: bool,
+    existsok: bool,
+    archive: bool | None,
+    compression: str | int | None,
+    allow_pickle: bool,
+    durable: bool,
+    layout: str | None,
+) -> Any:
+    """What `memmap` (`like=False`) and `memmap_like` (`like=True`) do once their own checks pass.
+
+    The options are checked first; the leaves then go to anonymous shared memory
+    (no `prefix`), an archive or a folder, copied or (`like`) only allocated.
+    `inplace`: `td`'s own leaves are replaced by the memory-mapped ones.
+    """
+    td, as_archive, tree = _prepare(
+        td,
+        prefix,
+        num_threads=num_threads,
+        archive=archive,
+        compression=compression,
+        share_non_tensor=share_non_tensor,
+    )
+
+    def run() -> Any:
+        if prefix is None:
+            out = share_tree(tree, copy_existing=copy_existing, like=like, num_threads=num_threads)
+        elif as_archive:
+            out = save_archive(
+                tree,
+                prefix,
+                like=like,
+                compression=compression,
+                existsok=existsok,
+                allow_pickle=allow_pickle,
+                durable=durable,
+            )
+        else:
+            out = save_tree(
+                tree,
+                prefix,
+                copy_existing=copy_existing,
+                num_threads=num_threads,
+                like=like,
+                allow_pickle=allow_pickle,
+                existsok=existsok,
+                durable=durable,
+                share_non_tensor=share_non_tensor,
+                layout=layout,
+            )
+        if inplace:
+            if td.device is not None and td.device.type != "cpu":
+                clear_device(td)
+            td.unlock_()
+            assign_leaves(td, out)
+            return td.lock_()
+        return from_tree(out).lock_()
+
+    return _run(run, return_early)
+
+
 def memmap(
     td: TensorDictBase | Mapping[str, Any],
     prefix: _Prefix = None,
@@ -262,48 +331,22 @@ def memmap(
         _refuse_params_in_place(td)
     if not copy_existing:
         _refuse_mapped_views(td, prefix)
-    td, as_archive, tree = _prepare(
+    return _save(
         td,
         prefix,
+        like=False,
+        inplace=inplace,
+        copy_existing=copy_existing,
         num_threads=num_threads,
+        return_early=return_early,
+        share_non_tensor=share_non_tensor,
+        existsok=existsok,
         archive=archive,
         compression=compression,
-        share_non_tensor=share_non_tensor,
+        allow_pickle=allow_pickle,
+        durable=durable,
+        layout=layout,
     )
-
-    def run() -> Any:
-        if prefix is None:
-            out = share_tree(tree, copy_existing=copy_existing, num_threads=num_threads)
-        elif as_archive:
-            out = save_archive(
-                tree,
-                prefix,
-                compression=compression,
-                existsok=existsok,
-                allow_pickle=allow_pickle,
-                durable=durable,
-            )
-        else:
-            out = save_tree(
-                tree,
-                prefix,
-                copy_existing=copy_existing,
-                num_threads=num_threads,
-                allow_pickle=allow_pickle,
-                existsok=existsok,
-                durable=durable,
-                share_non_tensor=share_non_tensor,
-                layout=layout,
-            )
-        if inplace:
-            if td.device is not None and td.device.type != "cpu":
-                clear_device(td)
-            td.unlock_()
-            assign_leaves(td, out)
-            return td.lock_()
-        return from_tree(out).lock_()
-
-    return _run(run, return_early)
 
 
 def memmap_(
@@ -371,34 +414,22 @@ def memmap_like(
         >>> data[torch.tensor([1, 500])]["images"].shape
         torch.Size([2, 8, 8, 3])
     """
-    _, as_archive, tree = _prepare(
+    return _save(
         td,
         prefix,
+        like=True,
+        inplace=False,
+        copy_existing=False,  # nothing is copied
         num_threads=num_threads,
+        return_early=return_early,
+        share_non_tensor=share_non_tensor,
+        existsok=existsok,
         archive=archive,
         compression=None,
-        share_non_tensor=share_non_tensor,
+        allow_pickle=False,
+        durable=durable,
+        layout=layout,
     )
-
-    def run() -> Any:
-        if prefix is None:
-            out = share_tree(tree, like=True)
-        elif as_archive:
-            out = save_archive(tree, prefix, like=True, existsok=existsok, durable=durable)
-        else:
-            out = save_tree(
-                tree,
-                prefix,
-                like=True,
-                num_threads=num_threads,
-                existsok=existsok,
-                durable=durable,
-                share_non_tensor=share_non_tensor,
-                layout=layout,
-            )
-        return from_tree(out).lock_()
-
-    return _run(run, return_early)
 
 
 def load_memmap(

@@ -3,7 +3,7 @@
 Files are never truncated in place: a process that has one mapped would fault
 on the lost pages. A file is either written whole under a temporary name and
 renamed (`"atomic"`), unlinked and created again (`"replace"`), or rewritten
-in place at the same size (`"overwrite"`); see `_write_file`.
+in place at the same size (`"overwrite"`); see `fill_file`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = [
     "allocate_leaf",
     "write_grown",
     "write_bytes",
+    "fill_file",
     "check_leaf",
     "map_leaf",
     "map_leaves",
@@ -130,7 +131,7 @@ def create_sized(path: str, nbytes: int, reserve: bool) -> int:
 def _open_for_write(
     path: str, mode: str, nbytes: int, reserve: bool, fresh: bool = False
 ) -> tuple[int, str]:
-    """An fd to write `nbytes` for `path` and the name it is written under (see `_write_file`)."""
+    """An fd to write `nbytes` for `path` and the name it is written under (see `fill_file`)."""
     if fresh and mode != "atomic":
         try:
             return create_sized(path, nbytes, reserve), path
@@ -150,7 +151,7 @@ def _open_for_write(
     return create_sized(path, nbytes, reserve), path
 
 
-def _write_file(
+def fill_file(
     path: str,
     nbytes: int,
     fill: Callable[[int], None],
@@ -202,9 +203,9 @@ def write_bytes(
     durable: bool = False,
     fresh: bool = False,
 ) -> None:
-    """Write `data` to `path` in large sequential writes (`mode`, `fresh`: see `_write_file`)."""
+    """Write `data` to `path` in large sequential writes (`mode`, `fresh`: see `fill_file`)."""
     view = memoryview(data).cast("B")  # type: ignore[arg-type]  # numpy stubs give ndarray __buffer__ only on 3.12+
-    _write_file(
+    fill_file(
         path, len(view), lambda fd: _write_all(fd, view), mode=mode, durable=durable, fresh=fresh
     )
 
@@ -233,7 +234,7 @@ def write_grown(
             _copy_file(src.fileno(), fd, size)
         _write_all(fd, rest)
 
-    _write_file(path, size + len(rest), fill, mode=mode, durable=durable)
+    fill_file(path, size + len(rest), fill, mode=mode, durable=durable)
 
 
 def _copy_file(src: int, dst: int, size: int) -> None:
@@ -260,7 +261,7 @@ def allocate_leaf(path: str, nbytes: int, *, mode: str = "atomic", durable: bool
     """Create `path` as `nbytes` zero bytes without writing them (a sparse file)."""
     if mode == "overwrite":
         mode = "replace"  # the old contents must not survive
-    _write_file(
+    fill_file(
         path,
         nbytes,
         lambda fd: os.ftruncate(fd, nbytes),

@@ -10,7 +10,6 @@ sub-folders' metadata (see `Index`), used where it is current.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import stat
 import sys
@@ -21,8 +20,6 @@ from td_memmap._classes import check_class_name
 from td_memmap._errors import (
     IncompleteSaveError,
     LeafSizeError,
-    MemmapFormatError,
-    MissingLeafError,
     UnsafePathError,
 )
 from td_memmap._files import Files
@@ -34,16 +31,15 @@ from td_memmap._format import (
     MAX_DIMS,
     META_NAME,
     PACKED_VERSION,
-    check_component,
 )
 from td_memmap._index import Index, generation_of, meta_stamp
 from td_memmap._io import read_json
+from td_memmap._meta_ctx import FolderContext
 from td_memmap._meta_types import (
     DirEntry,
     FolderMeta,
     MetaEntry,
     NonTensorEntry,
-    Pack,
     TensorEntry,
 )
 from td_memmap._nested import parse_nested
@@ -79,9 +75,7 @@ MAX_DEPTH = 200
 # module-level names: the parsing loop runs once per leaf and folder
 _DTYPES = DTYPES
 _MAX_DIMS = MAX_DIMS
-_SEP = os.sep
-_lstat = os.lstat
-_S_ISREG, _S_ISDIR, _S_ISLNK = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
+_S_ISREG = stat.S_ISREG
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO planted as meta.json must not hang
@@ -101,176 +95,6 @@ def header(
         "shape": list(batch_size),  # the same, under the name upstream's metadata uses
         "device": device,
     }
-
-
-class _Ctx:
-    """One folder to parse: where it is, where the save's root is, and where its result goes."""
-
-    __slots__ = (
-        "folder",
-        "rel",
-        "index",
-        "meta_path",
-        "root",
-        "real",
-        "depth",
-        "parent_batch",
-        "exact_batch",
-        "target",
-        "files",
-        "inline",
-        "pack",
-        "upstream",
-    )
-
-    def __init__(
-        self,
-        folder: str,
-        real: str | None,  # the folder's real path if known (None: found when needed)
-        root: str,  # the top folder loaded
-        depth: int,
-        parent_batch: tuple[int, ...],
-        exact_batch: bool,  # a lazy stack's member: its batch size is given, not a prefix
-        target: DirEntry | tuple[list[FolderMeta], int],  # the entry, or (members, index)
-        rel: str = "",  # the path from the top folder, "/"-separated
-        index: Index | None = None,
-        files: Files | None = None,  # None: the OS's
-        inline: Any = None,  # a packed save's sub-folder: its metadata, from the parent's
-        pack: Pack | None = None,  # the packed save this folder belongs to
-    ) -> None:
-        self.inline = inline
-        self.pack = pack
-        self.folder = folder
-        self.rel = rel
-        self.index = index
-        self.meta_path = folder + os.sep + META_NAME
-        self.root = root
-        self.real = real
-        self.depth = depth
-        self.parent_batch = parent_batch
-        self.exact_batch = exact_batch
-        self.target = target
-        self.files = files
-        self.upstream = False  # saved by upstream tensordict (see `_upstream_format`)
-
-    # Real paths are only needed where a link is met (rare): resolving them for every
-    # load cost a system call per component of the path (10% of opening 8 leaves).
-    def root_real(self) -> str:
-        return self.root if self.files is not None else os.path.realpath(self.root)
-
-    def folder_real(self) -> str:
-        if self.real is None:
-            self.real = self.folder if self.files is not None else os.path.realpath(self.folder)
-        return self.real
-
-    def attach(self, meta: FolderMeta) -> None:
-        """Put the parsed `meta` where the parent expects it."""
-        if isinstance(self.target, DirEntry):
-            self.target.folder = meta
-        else:
-            members, index = self.target
-            members[index] = meta
-
-    def fail(self, message: str, cls: type[Exception] = MemmapFormatError) -> Exception:
-        if self.pack is not None and self.rel:  # inline in the packed save's one meta.json
-            where = os.path.join(self.pack.root, META_NAME)
-            return cls(f"{where!r} (sub-TensorDict {self.rel!r}): {message}")
-        return cls(f"{self.meta_path!r}: {message}")
-
-    def inside(
-        self, name: object, key: str | None, label: str
-    ) -> tuple[str, os.stat_result, str | None]:
-        """`folder/name` after checking it stays in the save; its `stat`; its real path if a link."""
-        why = _component(name) if type(name) is str else check_component(name)
-        if why is not None:
-            what = _what(key, label)
-            raise self.fail(
-                f"{what} {name!r} is not a plain name in the folder ({why})", UnsafePathError
-            )
-        path = self.folder + _SEP + name  # type: ignore[operator]
-        try:
-            st = _lstat(path) if self.files is None else self.files.lstat(path)
-        except FileNotFoundError:
-            what = _what(key, label)
-            raise self.fail(f"{what}: {path!r} is missing", MissingLeafError) from None
-        if not _S_ISLNK(st.st_mode):
-            return path, st, None
-        what = _what(key, label)
-        real = os.path.realpath(path)
-        root_real = self.root_real()
-        if os.path.commonpath([real, root_real]) != root_real:
-            raise self.fail(
-                f"{what} {path!r} is a link that leaves the saved folder", UnsafePathError
-            )
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise self.fail(f"{what}: {path!r} is a dangling link", MissingLeafError) from None
-        return path, st, real
-
-    def child(
-        self,
-        name: str,
-        key: str,
-        label: str,
-        batch: tuple[int, ...],
-        exact_batch: bool,
-        target: DirEntry | tuple[list[FolderMeta], int],
-        inline: Any = None,
-    ) -> _Ctx:
-        """The context of sub-folder `name`, after checking it (see `subfolder`).
-
-        In a packed save (`inline`: the sub-folder's metadata) nothing is on
-        disk: `name` is only checked to be a plain name.
-        """
-        if self.pack is not None:
-            why = _component(name) if type(name) is str else check_component(name)
-            if why is not None:
-                what = _what(key, label)
-                raise self.fail(f"{what} {name!r} is not a plain name ({why})", UnsafePathError)
-            path, real = self.folder + _SEP + name, None
-        else:
-            path, real = self.subfolder(name, key, label)
-        rel = name if not self.rel else self.rel + "/" + name
-        child = _Ctx(
-            path,
-            real,
-            self.root,
-            self.depth + 1,
-            batch,
-            exact_batch,
-            target,
-            rel,
-            self.index,
-            self.files,
-            inline,
-            self.pack,
-        )
-        child.upstream = self.upstream  # what its metadata must be (see `_parse_one`)
-        return child
-
-    def subfolder(self, name: object, key: str, label: str) -> tuple[str, str | None]:
-        """`folder/name` and its real path if it is a link, after checking it is a folder strictly inside this one."""
-        path, st, real = self.inside(name, key, label)
-        if not _S_ISDIR(st.st_mode):
-            raise self.fail(f"entry {key!r}: {path!r} is not a folder")
-        if real is None:
-            return path, None
-        folder_real = self.folder_real()
-        if real == folder_real or os.path.commonpath([real, folder_real]) != folder_real:
-            raise self.fail(
-                f"entry {key!r}: folder {path!r} is not strictly inside {folder_real!r}",
-                UnsafePathError,
-            )
-        return path, real
-
-
-# the same few names ("weight.memmap", "meta.json", ...) come back in every folder
-_component = functools.lru_cache(maxsize=4096)(check_component)
-
-
-def _what(key: str | None, label: str) -> str:
-    return label if key is None else f"entry {key!r} {label}"
 
 
 def _dims(value: object) -> tuple[int, ...] | None:
@@ -308,11 +132,11 @@ def parse_folder(
                 if top.pack is not None:  # a sub-TensorDict of a packed save
                     return subtree(top, found[1], folder)
             raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
-        # the folder asked for may be or hold a link: anything goes (see _Ctx.root_real)
+        # the folder asked for may be or hold a link: anything goes (see FolderContext.root_real)
     elif not files.is_dir(folder):
         raise IncompleteSaveError(f"{folder!r} is not a folder: nothing was saved there")
     root: list[FolderMeta] = [None]  # type: ignore[list-item]
-    level = [_Ctx(folder, None, folder, 0, (), False, (root, 0), files=files)]
+    level = [FolderContext(folder, None, folder, 0, (), False, (root, 0), files=files)]
     while level:
         parsed = map_fn(_parse_one, level)
         done, level = level, []
@@ -325,7 +149,7 @@ def parse_folder(
     return top
 
 
-def _open_meta(ctx: _Ctx) -> Any:
+def _open_meta(ctx: FolderContext) -> Any:
     """The parsed JSON of the folder's metadata file (one open and one fstat when it is plain)."""
     path = ctx.meta_path
     if ctx.files is not None:
@@ -352,7 +176,7 @@ def _open_meta(ctx: _Ctx) -> Any:
     return read_json(path, st.st_size, fd=fd)
 
 
-def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
+def _parse_one(ctx: FolderContext) -> tuple[FolderMeta, list[FolderContext]]:
     """Parse and check one folder's metadata; the sub-folders still to parse."""
     if ctx.depth > MAX_DEPTH:
         raise ctx.fail(f"sub-folders are nested more than {MAX_DEPTH} deep", UnsafePathError)
@@ -434,7 +258,7 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
         raise ctx.fail(f"'device' is {device!r}, expected null or 'cpu'")
     meta = FolderMeta(ctx.folder, kind, batch_size, device, generation=generation, pack=ctx.pack)
     meta.upstream = ctx.upstream
-    children: list[_Ctx] = []
+    children: list[FolderContext] = []
     if kind == KIND_LAZY:
         _parse_members(data, meta, ctx, children)
         return meta, children
@@ -464,7 +288,9 @@ def _parse_one(ctx: _Ctx) -> tuple[FolderMeta, list[_Ctx]]:
     return meta, children
 
 
-def _parse_members(data: dict[str, Any], meta: FolderMeta, ctx: _Ctx, children: list[_Ctx]) -> None:
+def _parse_members(
+    data: dict[str, Any], meta: FolderMeta, ctx: FolderContext, children: list[FolderContext]
+) -> None:
     """A lazy stack's `stack_dim` and `members`: member `i` is the sub-folder `"i"`."""
     batch_size = meta.batch_size
     stack_dim, count = data.get("stack_dim"), data.get("members")
@@ -497,7 +323,7 @@ def _parse_members(data: dict[str, Any], meta: FolderMeta, ctx: _Ctx, children: 
         )
 
 
-def _parse_entry(raw: object, ctx: _Ctx, batch_size: tuple[int, ...]) -> MetaEntry:
+def _parse_entry(raw: object, ctx: FolderContext, batch_size: tuple[int, ...]) -> MetaEntry:
     if type(raw) is not dict:
         raise ctx.fail(f"an entry is a {type(raw).__name__}, expected an object")
     key, kind = raw.get("key"), raw.get("type")
@@ -513,7 +339,7 @@ def _parse_entry(raw: object, ctx: _Ctx, batch_size: tuple[int, ...]) -> MetaEnt
 
 
 def _parse_tensor(
-    raw: dict[str, Any], key: str, ctx: _Ctx, batch_size: tuple[int, ...]
+    raw: dict[str, Any], key: str, ctx: FolderContext, batch_size: tuple[int, ...]
 ) -> TensorEntry:
     # called once per leaf of a load: the checks are inlined
     name = raw.get("dtype")
@@ -567,7 +393,7 @@ def _parse_tensor(
 
 
 def _parse_non_tensor(
-    raw: dict[str, Any], key: str, ctx: _Ctx, batch_size: tuple[int, ...]
+    raw: dict[str, Any], key: str, ctx: FolderContext, batch_size: tuple[int, ...]
 ) -> NonTensorEntry:
     nt_batch = _dims(raw.get("batch_size"))
     if nt_batch != batch_size:

@@ -32,7 +32,7 @@ import torch
 from td_memmap._format import META_NAME, PACK_ALIGN, PACK_NAME, PACK_SUFFIX, PACKED_VERSION
 from td_memmap._generation import Previous, candidates, first_free, remove_replaced
 from td_memmap._io import (
-    create_sized,
+    fill_file,
     fsync_dir,
     json_bytes,
     map_storage,
@@ -167,19 +167,15 @@ def _write_pack(path: str, jobs: list[Any], offsets: list[int], total: int, dura
         for job, offset in zip(jobs, offsets)
         if job.action != "alloc" and _nbytes(job)
     ]
-    remove_if_exists(path)  # a data file of a dead save, or a spare: mappings of it keep their data
-    fd = create_sized(path, total, reserve=bool(writes))  # `like`: sparse, nothing reserved
-    try:
+
+    def fill(fd: int) -> None:
         os.ftruncate(fd, total)
         for batch in _batches(writes):
             _write_batch(fd, batch)
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        remove_if_exists(path)
-        raise
-    os.close(fd)
+
+    # "replace": a data file of a dead save, or a spare, is unlinked: mappings of it keep
+    # their data; `like`: sparse, nothing reserved
+    fill_file(path, total, fill, mode="replace", durable=durable, reserve=bool(writes))
 
 
 def _map_result(jobs: list[Any], offsets: list[int], pack: str, total: int) -> None:

@@ -21,10 +21,10 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from td_memmap._files import Files
 from td_memmap._format import DTYPES, check_component, value_to_json
+from td_memmap._meta_ctx import FolderContext
 from td_memmap._meta_types import DirEntry
 from td_memmap._tree import KIND_TD
 
@@ -50,31 +50,8 @@ _ENCODE = str.maketrans({c: f"%{ord(c):02X}" for c in _UNSAFE})
 Fail = Callable[[str], Exception]
 
 
-class Folder(Protocol):
-    """What `from_upstream` uses of the folder being parsed (`_meta`'s parsing context)."""
-
-    folder: str
-    files: Files | None
-    depth: int
-    upstream: bool  # its parent's writer, then its own
-    index: Any
-    parent_batch: tuple[int, ...]
-
-    def fail(self, message: str) -> Exception: ...
-
-    def child(
-        self,
-        name: str,
-        key: str,
-        label: str,
-        batch: tuple[int, ...],
-        exact_batch: bool,
-        target: DirEntry,
-    ) -> Folder: ...
-
-
 def from_upstream(
-    data: dict[str, Any], ctx: Folder, own: bool, open_meta: Callable[[Any], Any]
+    data: dict[str, Any], ctx: FolderContext, own: bool, open_meta: Callable[[Any], Any]
 ) -> dict[str, Any]:
     """`data`, the metadata of `ctx`'s folder, as td's metadata; unchanged if it is td's.
 

@@ -1,0 +1,38 @@
+"""Helpers of td-memmap's tests that read, or tamper with, the files of a save.
+
+`conftest.py` puts this folder on `sys.path` (the tests run with
+`--import-mode=importlib`), so test modules import them as `from saved_files import ...`.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
+    """The parsed `meta.json` of `folder`."""
+    return json.loads((Path(folder) / "meta.json").read_text())
+
+
+def edit_meta(folder: str | os.PathLike, fn: Any) -> None:
+    """Rewrite `folder`'s `meta.json` after `fn(meta)` changed it in place (no other file)."""
+    meta = read_meta(folder)
+    fn(meta)
+    (Path(folder) / "meta.json").write_text(json.dumps(meta))
+
+
+def meta_entry(meta: dict[str, Any], key: str) -> dict[str, Any]:
+    """The record of entry `key` in a parsed metadata file (to read or edit)."""
+    return next(e for e in meta["entries"] if e["key"] == key)
+
+
+def file_contents(folder: str | os.PathLike) -> dict[str, bytes]:
+    """Every file below `folder`, by its path relative to `folder`, with its bytes."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = f.read()
+    return out
