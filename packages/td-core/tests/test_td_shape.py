@@ -320,6 +320,51 @@ def test_torch_layout_functions_dispatch_to_the_methods():
     assert pair[0].batch_size == (1, 1) and pair[1].shape == (1, 1)
 
 
+# torch's batch-shape functions called with torch's own keyword names (input first)
+TORCH_KEYWORD_CALLS = [
+    (torch.unbind, {"dim": 1}),
+    (torch.split, {"split_size_or_sections": 2, "dim": 0}),
+    (torch.chunk, {"chunks": 2, "dim": 1}),
+    (torch.squeeze, {"dim": 0}),
+    (torch.unsqueeze, {"dim": 1}),
+    (torch.permute, {"dims": (1, 0)}),
+    (torch.reshape, {"shape": (12,)}),
+    (torch.flatten, {"start_dim": 0, "end_dim": 1}),
+    (torch.unflatten, {"dim": 1, "sizes": (2, 2)}),
+    (torch.transpose, {"dim0": 0, "dim1": 1}),
+    (torch.swapdims, {"dim0": 0, "dim1": 1}),
+    (torch.movedim, {"source": 0, "destination": 1}),
+    (torch.moveaxis, {"source": 0, "destination": 1}),
+    (torch.flip, {"dims": (0,)}),
+    (torch.rot90, {"k": 2, "dims": (0, 1)}),
+    (torch.narrow, {"dim": 1, "start": 1, "length": 2}),
+    (torch.tile, {"dims": (2, 1)}),
+    (torch.broadcast_to, {"size": (2, 3, 4)}),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "kwargs"), TORCH_KEYWORD_CALLS, ids=[fn.__name__ for fn, _ in TORCH_KEYWORD_CALLS]
+)
+def test_torch_shape_functions_take_torchs_keyword_names(fn, kwargs):
+    td = make_td()
+    out, expected = fn(td, **kwargs), fn(td["i"], **kwargs)
+    outs, tensors = (out, expected) if isinstance(out, tuple) else ((out,), (expected,))
+    assert len(outs) == len(tensors)
+    for got, want in zip(outs, tensors):
+        assert got.batch_size == want.shape
+        assert torch.equal(got["i"], want)
+
+
+def test_torch_masked_select_and_swapaxes_dispatch_to_the_methods():
+    td = make_td()
+    mask = td["i"] % 2 == 0
+    assert torch.equal(torch.masked_select(td, mask)["i"], td["i"][mask])
+    assert torch.swapaxes(td, 0, 1).batch_size == (4, 3)
+    with pytest.raises(TypeError):  # a tensor first with a TensorDict after it: not ours
+        torch.masked_select(td["i"], make_td())
+
+
 def test_flip_and_rotate_need_enough_batch_dims():
     flat = TensorDict(a=torch.randn(3), batch_size=[3])
     for op in (flat.fliplr, flat.rot90):

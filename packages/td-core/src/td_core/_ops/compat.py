@@ -62,12 +62,7 @@ class CompatMixin(TensorDictContract):
             BatchSizeError: (a `RuntimeError`) an entry whose leading dims are not
                 the batch size, naming its key and shape.
         """
-        problem = _batch_size_problem(self, ())
-        if problem is None:
-            return True
-        if raise_exception:
-            raise BatchSizeError(problem)
-        return False
+        return _verdict(_batch_size_problem(self, ()), BatchSizeError, raise_exception)
 
     def _check_device(self, *, raise_exception: bool = True) -> bool:
         """Whether every entry, at any depth, is on the device of its container (if it has one).
@@ -87,12 +82,16 @@ class CompatMixin(TensorDictContract):
             DeviceError: (a `RuntimeError`) an entry on another device, naming its
                 key and both devices.
         """
-        problem = _device_problem(self, ())
-        if problem is None:
-            return True
-        if raise_exception:
-            raise DeviceError(problem)
-        return False
+        return _verdict(_device_problem(self, ()), DeviceError, raise_exception)
+
+
+def _verdict(problem: str | None, error: type[Exception], raise_exception: bool) -> bool:
+    """The answer of a `_check_*` shim: `True` without a `problem`, else raise it or `False`."""
+    if problem is None:
+        return True
+    if raise_exception:
+        raise error(problem)
+    return False
 
 
 def _device_problem(td: Any, prefix: tuple[str, ...]) -> str | None:

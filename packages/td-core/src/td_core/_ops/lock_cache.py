@@ -202,22 +202,22 @@ def _adopt(source: Any, result: Any) -> None:
     own = _tree(source, {})
     result._lock_tree(True)  # not `lock_()`: the result does not join a lock graph
     for key, node in _tree(result, {}).items():
-        if key in own:
-            continue
-        origins = _ORIGINS.get(node)
-        if origins is None:
-            origins = {}
-            _ORIGINS.set(node, origins)
-        origins[id(source)] = weakref.ref(source)
+        if key not in own:
+            _link(_ORIGINS, node, source)
 
 
 def _note_view(owner: Any, view: Any) -> None:
     """Remember that `view` (whose lock is `owner`'s) caches results: `drop(owner)` drops them."""
-    views = _VIEWS.get(owner)
-    if views is None:
-        views = {}
-        _VIEWS.set(owner, views)
-    views[id(view)] = weakref.ref(view)
+    _link(_VIEWS, owner, view)
+
+
+def _link(table: PerObject, node: Any, other: Any) -> None:
+    """Note in `table` that dropping `node`'s cache must drop `other`'s (held weakly)."""
+    links = table.get(node)
+    if links is None:
+        links = {}
+        table.set(node, links)
+    links[id(other)] = weakref.ref(other)
 
 
 def drop(td: Any, seen: set[int] | None = None) -> None:
@@ -233,15 +233,9 @@ def drop(td: Any, seen: set[int] | None = None) -> None:
         _CACHES.pop(td, None)
     for holder in holders_of(node):
         drop(holder, seen)
-    origins = _ORIGINS.pop(node, None)
-    if origins:
-        for ref in origins.values():
-            source = ref()
-            if source is not None:
-                drop(source, seen)
-    views = _VIEWS.pop(node, None)
-    if views:
-        for ref in views.values():
-            view = ref()
-            if view is not None:
-                drop(view, seen)
+    for table in (_ORIGINS, _VIEWS):  # the sources it was built from, the views over it
+        links = table.pop(node, None) or {}
+        for ref in links.values():
+            other = ref()
+            if other is not None:
+                drop(other, seen)

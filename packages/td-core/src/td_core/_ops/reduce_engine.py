@@ -144,6 +144,29 @@ def _reduced_size(bs: torch.Size, dims: tuple[int, ...], keepdim: bool) -> torch
     return torch.Size(s for i, s in enumerate(bs) if i not in dims)
 
 
+@dataclasses.dataclass(slots=True)
+class _Plan:
+    """One call of `reduction` as it was read, handed on to the helpers below.
+
+    Attributes:
+        row: the op's row of `REDUCTIONS`.
+        mode: how `dim` was read: `"leaf"`, `"feature"` or `"dims"` (see `_parse_dim`).
+        dims: the batch dims reduced (with `mode="dims"`).
+        keepdim: whether the reduced dims stay, with size 1.
+        pair: whether the result is `(values, indices)`.
+        args: the op's positional arguments after the leaf (`quantile`'s `q`).
+        kwargs: the op's keyword arguments.
+    """
+
+    row: Reduction
+    mode: str
+    dims: tuple[int, ...]
+    keepdim: bool
+    pair: bool
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 # ---------------------------------------------------------------- leaf ops
 def _call(
     row: Reduction, values: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -160,18 +183,11 @@ def _call(
     return fn
 
 
-def _leaf_op(
-    row: Reduction,
-    mode: str,
-    dims: tuple[int, ...],
-    keepdim: bool,
-    n: int,
-    pair: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Callable[[Tensor], Any]:
+def _leaf_op(plan: _Plan, n: int) -> Callable[[Tensor], Any]:
     """The function each tensor leaf goes through (dims passed positionally: it is faster)."""
-    call = _call(row, not pair and mode != "leaf", args, kwargs)
+    row, mode, dims, keepdim = plan.row, plan.mode, plan.dims, plan.keepdim
+    args, kwargs = plan.args, plan.kwargs
+    call = _call(row, not plan.pair and mode != "leaf", args, kwargs)
     if mode == "feature":
         return lambda t: call(_features(t, n), -1)
     if mode == "leaf":
@@ -252,24 +268,17 @@ def _walk(
     return (td._new(out, bs), td._new(second, bs)) if pair else td._new(out, bs)
 
 
-def _walk_features(
-    td: TensorDictContract,
-    row: Reduction,
-    pair: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    key_transform: KeyTransform,
-) -> Any:
+def _walk_features(td: TensorDictContract, plan: _Plan, key_transform: KeyTransform) -> Any:
     """`dim="feature"`: each leaf over the dims after its own TensorDict's batch dims.
 
     Every (sub-)TensorDict keeps its batch size, and non-tensor leaves are kept.
     """
-    leaf = _leaf_op(row, "feature", (), False, td.batch_dims, pair, args, kwargs)
+    leaf = _leaf_op(plan, td.batch_dims)
 
     def sub(value: Any) -> Any:
-        return _walk_features(value, row, pair, args, kwargs, key_transform)
+        return _walk_features(value, plan, key_transform)
 
-    return _walk(td, leaf, lambda bs: bs, key_transform, pair, sub)
+    return _walk(td, leaf, lambda bs: bs, key_transform, plan.pair, sub)
 
 
 def _flat_leaves(td: TensorDictContract, out: list[Tensor]) -> list[Tensor]:
@@ -329,36 +338,28 @@ def reduction(
             f"{row.name} over several dims {dim!r} has no single index: pass one dim, or "
             "return_indices=False for the values"
         )
+    plan = _Plan(row, mode, dims, keepdim, pair, args, kwargs)
     if reduce:
-        return _reduce_leaves(td, row, mode, dims, keepdim, pair, args, kwargs)
+        return _reduce_leaves(td, plan)
     if key_transform is not None:
         _check_fields(td, key_transform)
-    leaf = _leaf_op(row, mode, dims, keepdim, n, pair, args, kwargs)
-    new_bs = _batch_rule(row, mode, dims, keepdim, n, args, td.batch_size)
     try:
         if mode == "feature":
-            result = _walk_features(td, row, pair, args, kwargs, key_transform)
+            result = _walk_features(td, plan, key_transform)
         else:
-            result = _walk(td, leaf, new_bs, key_transform, pair)
+            new_bs = _batch_rule(plan, n, td.batch_size)
+            result = _walk(td, _leaf_op(plan, n), new_bs, key_transform, pair)
     except BatchSizeError:  # a lazy stack with ragged leaves: reduce each member if the dims allow
         stack_dim = getattr(td, "stack_dim", None)
         if mode != "dims" or stack_dim is None or stack_dim in dims:
             raise
-        result = _per_member(td, row, dims, keepdim, args, key_transform, pair, kwargs)
+        result = _per_member(td, plan, key_transform)
     return getattr(torch.return_types, row.name)(result) if pair else result
 
 
-def _per_member(
-    td: TensorDictContract,
-    row: Reduction,
-    dims: tuple[int, ...],
-    keepdim: bool,
-    args: tuple[Any, ...],
-    key_transform: KeyTransform,
-    pair: bool,
-    kwargs: dict[str, Any],
-) -> Any:
+def _per_member(td: TensorDictContract, plan: _Plan, key_transform: KeyTransform) -> Any:
     """The reduction of each member of a lazy stack over `dims` (not the stack dim), re-stacked lazily."""
+    row, dims, keepdim = plan.row, plan.dims, plan.keepdim
     stack_dim: int = cast(Any, td).stack_dim
     inner = tuple(d if d < stack_dim else d - 1 for d in dims)
     results = [
@@ -367,16 +368,16 @@ def _per_member(
             row,
             inner,
             keepdim,
-            *args,
+            *plan.args,
             key_transform=key_transform,
-            return_indices=pair,
-            **kwargs,
+            return_indices=plan.pair,
+            **plan.kwargs,
         )
         for member in cast(Any, td).tensordicts
     ]
     dropped = 0 if keepdim or row.scan else sum(d < stack_dim for d in dims)
-    new_dim = stack_dim - dropped + len(_lead(row, args))
-    if pair:
+    new_dim = stack_dim - dropped + len(_lead(row, plan.args))
+    if plan.pair:
         return tuple(restack(td, part, new_dim) for part in zip(*results))
     return restack(td, results, new_dim)
 
@@ -394,16 +395,9 @@ def _check_fields(td: TensorDictContract, key_transform: Callable[[str], str]) -
         )
 
 
-def _batch_rule(
-    row: Reduction,
-    mode: str,
-    dims: tuple[int, ...],
-    keepdim: bool,
-    n: int,
-    args: tuple[Any, ...],
-    bs: torch.Size,
-) -> Callable[[torch.Size], torch.Size]:
+def _batch_rule(plan: _Plan, n: int, bs: torch.Size) -> Callable[[torch.Size], torch.Size]:
     """The batch size of each (sub-)TensorDict of the result, from its own batch size."""
+    row, mode, dims, keepdim = plan.row, plan.mode, plan.dims, plan.keepdim
     if mode == "leaf":
         return lambda sub: torch.Size((1,) * len(sub)) if keepdim else torch.Size()
     if mode == "feature":
@@ -411,21 +405,16 @@ def _batch_rule(
         return lambda sub: outer
     if row.scan:
         return lambda sub: sub
-    top = torch.Size(_lead(row, args)) + _reduced_size(bs, dims, keepdim)
+    top = _reduced_size(bs, dims, keepdim)
+    lead = _lead(row, plan.args)
+    if lead:  # (`torch.Size` concatenation costs about as much as the rest)
+        top = torch.Size(lead) + top
     return lambda sub: top if len(sub) == n else top + sub[n:]
 
 
-def _reduce_leaves(
-    td: TensorDictContract,
-    row: Reduction,
-    mode: str,
-    dims: tuple[int, ...],
-    keepdim: bool,
-    pair: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
+def _reduce_leaves(td: TensorDictContract, plan: _Plan) -> Any:
     """`reduce=True`: every leaf reduced together into one tensor."""
+    row, mode, dims = plan.row, plan.mode, plan.dims
     n = td.batch_dims
     leaves = _flat_leaves(td, []) if mode == "leaf" else _batch_leaves(td)
     if not leaves:
@@ -434,7 +423,8 @@ def _reduce_leaves(
             "has no tensor leaves."
         )
     if mode == "leaf":
-        return _call(row, True, args, kwargs)(torch.cat([t.reshape(-1) for t in leaves]))
+        whole = _call(row, True, plan.args, plan.kwargs)
+        return whole(torch.cat([t.reshape(-1) for t in leaves]))
     if mode == "feature":
         joined, dims = torch.cat([_features(t, n) for t in leaves], -1), (n,)
     else:
@@ -447,7 +437,7 @@ def _reduce_leaves(
                 f"leaves along batch dim {dims[0]}, so they need the same shape apart from it; "
                 f"got {shapes}. Use dim='feature' or reduce=False"
             ) from None
-    return _leaf_op(row, "dims", dims, keepdim, n, pair, args, kwargs)(joined)
+    return _leaf_op(dataclasses.replace(plan, mode="dims", dims=dims), n)(joined)
 
 
 def _find_member_leaf(td: TensorDictContract, key: str, stop: Callable[[Tensor], Any]) -> bool:

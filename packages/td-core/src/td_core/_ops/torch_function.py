@@ -41,34 +41,39 @@ implements(torch.autograd.grad)(grad)
 implements(torch.cat, torch.concat, torch.concatenate)(cat)
 
 
-@implements(torch.unbind)
-def _unbind(input: TensorDictContract, dim: int = 0) -> tuple[Any, ...]:
-    return input.unbind(dim)
+def _as_method(name: str) -> Callable[..., Any]:
+    """`torch.<name>(td, ...)` as `td.<name>(...)` (the TensorDict must come first)."""
+
+    def impl(input: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_td(input):
+            return NotImplemented  # torch.add(tensor, td): torch raises its TypeError
+        return getattr(input, name)(*args, **kwargs)
+
+    impl.__name__ = f"td_{name}"
+    return impl
 
 
+# torch function -> the TensorDict method taking the same arguments, by position and by name
+_SAME_AS_METHOD = {
+    **{
+        getattr(torch, name): name
+        for name in (
+            "unbind chunk squeeze unsqueeze permute flatten transpose movedim masked_select "
+            "flip fliplr flipud rot90 narrow tile"
+        ).split()
+    },
+    torch.swapaxes: "transpose",
+    torch.swapdims: "transpose",
+    torch.moveaxis: "movedim",
+}
+for _func, _name in _SAME_AS_METHOD.items():
+    TORCH_FUNCTIONS[_func] = _as_method(_name)
+
+
+# the torch functions whose arguments have other names in the TensorDict method
 @implements(torch.split)
 def _split(input: TensorDictContract, split_size_or_sections: Any, dim: int = 0) -> tuple[Any, ...]:
     return input.split(split_size_or_sections, dim)
-
-
-@implements(torch.chunk)
-def _chunk(input: TensorDictContract, chunks: int, dim: int = 0) -> tuple[Any, ...]:
-    return input.chunk(chunks, dim)
-
-
-@implements(torch.squeeze)
-def _squeeze(input: TensorDictContract, dim: int | None = None) -> Any:
-    return input.squeeze(dim)
-
-
-@implements(torch.unsqueeze)
-def _unsqueeze(input: TensorDictContract, dim: int) -> Any:
-    return input.unsqueeze(dim)
-
-
-@implements(torch.permute)
-def _permute(input: TensorDictContract, dims: Any) -> Any:
-    return input.permute(dims)
 
 
 @implements(torch.reshape)
@@ -76,24 +81,14 @@ def _reshape(input: TensorDictContract, shape: Any) -> Any:
     return input.reshape(shape)
 
 
-@implements(torch.flatten)
-def _flatten(input: TensorDictContract, start_dim: int = 0, end_dim: int = -1) -> Any:
-    return input.flatten(start_dim, end_dim)
-
-
 @implements(torch.unflatten)
 def _unflatten(input: TensorDictContract, dim: int, sizes: Any) -> Any:
     return input.unflatten(dim, sizes)
 
 
-@implements(torch.transpose, torch.swapaxes, torch.swapdims)
-def _transpose(input: TensorDictContract, dim0: int, dim1: int) -> Any:
-    return input.transpose(dim0, dim1)
-
-
-@implements(torch.movedim, torch.moveaxis)
-def _movedim(input: TensorDictContract, source: Any, destination: Any) -> Any:
-    return input.movedim(source, destination)
+@implements(torch.broadcast_to)
+def _broadcast_to(input: Any, size: Any) -> Any:
+    return input.broadcast_to(size)
 
 
 @implements(torch.clone)
@@ -147,46 +142,6 @@ def _gather(
             "torch.gather(tensordict, ..., sparse_grad=True) is not supported"
         )
     return input.gather(dim, index, out=out)
-
-
-@implements(torch.masked_select)
-def _masked_select(input: TensorDictContract, mask: torch.Tensor) -> Any:
-    return input.masked_select(mask)
-
-
-@implements(torch.flip)
-def _flip(input: TensorDictContract, dims: Any) -> Any:
-    return input.flip(dims)
-
-
-@implements(torch.fliplr)
-def _fliplr(input: Any) -> Any:
-    return input.fliplr()
-
-
-@implements(torch.flipud)
-def _flipud(input: Any) -> Any:
-    return input.flipud()
-
-
-@implements(torch.rot90)
-def _rot90(input: Any, k: int = 1, dims: Any = (0, 1)) -> Any:
-    return input.rot90(k, dims)
-
-
-@implements(torch.narrow)
-def _narrow(input: Any, dim: int, start: Any, length: int) -> Any:
-    return input.narrow(dim, start, length)
-
-
-@implements(torch.tile)
-def _tile(input: Any, dims: Any) -> Any:
-    return input.tile(dims)
-
-
-@implements(torch.broadcast_to)
-def _broadcast_to(input: Any, size: Any) -> Any:
-    return input.broadcast_to(size)
 
 
 def _atleast(name: str) -> Callable[..., Any]:
@@ -291,20 +246,8 @@ for _loss_fn in (
 
 
 # ------------------------------------------------------------------ pointwise
-def _pointwise(name: str) -> Callable[..., Any]:
-    """`torch.<name>(td, ...)` as `td.<name>(...)` (the TensorDict must come first)."""
-
-    def impl(input: Any, *args: Any, **kwargs: Any) -> Any:
-        if not is_td(input):
-            return NotImplemented  # torch.add(tensor, td): torch raises its TypeError
-        return getattr(input, name)(*args, **kwargs)
-
-    impl.__name__ = f"td_{name}"
-    return impl
-
-
 # every pointwise method that torch also has as a function: torch.maximum, torch.exp, ...
 for _name in sorted(dir(PointwiseMixin)):
     _torch_func: Any = getattr(torch, _name, None)
     if not _name.startswith("_") and callable(_torch_func) and _torch_func not in TORCH_FUNCTIONS:
-        TORCH_FUNCTIONS[_torch_func] = _pointwise(_name)
+        TORCH_FUNCTIONS[_torch_func] = _as_method(_name)
