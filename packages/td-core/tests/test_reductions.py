@@ -269,3 +269,52 @@ def test_feature_reduces_each_leaf_after_its_own_batch_dims(op, lazy) -> None:
     fn = {"amax": torch.amax, "max": torch.amax}.get(op, getattr(torch, op))
     expected = fn(td["b", "c"].flatten(3), *args, dim=-1)
     torch.testing.assert_close(out["b", "c"], expected)
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [
+        [torch.float32],
+        [torch.float64],
+        [torch.float16],
+        [torch.float32, torch.float64, torch.bfloat16],
+    ],
+    ids=["float32", "float64", "float16", "mixed"],
+)
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"dim": 0}, {"dim": 1}, {"dim": (0, 1)}, {"keepdim": True}, {"dim": -1, "keepdim": True}],
+)
+def test_mean_has_the_bits_of_tensor_mean(dtypes, kwargs) -> None:
+    # float32/float64 leaves are summed, then divided together: the bits must stay torch's
+    gen = torch.Generator().manual_seed(0)
+    leaves = {
+        f"k{i}": (torch.randn(4, 3, *[5] * (i % 3), generator=gen) * 10 + 3).to(
+            dtypes[i % len(dtypes)]
+        )
+        for i in range(6)
+    }
+    td = TensorDict({**leaves, "sub": {"x": torch.randn(4, 3, 2, generator=gen)}}, [4, 3])
+    out = td.mean(**kwargs)
+    keepdim = kwargs.get("keepdim", False)
+    for key in td.keys(True, True):
+        leaf = td[key]
+        if "dim" in kwargs:
+            dim = kwargs["dim"]
+            dim = tuple(d % 2 for d in dim) if isinstance(dim, tuple) else dim % 2
+        else:
+            dim = tuple(range(leaf.ndim))
+        expected = leaf.mean(dim, keepdim=keepdim)
+        assert out[key].dtype == expected.dtype
+        torch.testing.assert_close(out[key], expected, rtol=0, atol=0)
+    stacked = LazyStackedTensorDict(*td.unbind(1), stack_dim=1)
+    assert (stacked.mean(**kwargs) == out).all()
+
+
+def test_mean_keeps_autograd_and_torch_func() -> None:
+    x = torch.randn(4, 3, requires_grad=True)
+    TensorDict({"a": x, "b": torch.ones(4)}, [4]).mean(0)["a"].sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4, 3), 0.25))
+    batched = torch.randn(5, 4, 3)
+    means = torch.vmap(lambda t: TensorDict({"a": t}, [4]).mean(0)["a"])(batched)
+    torch.testing.assert_close(means, batched.mean(1), rtol=0, atol=0)

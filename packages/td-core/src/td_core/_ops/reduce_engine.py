@@ -21,6 +21,7 @@ dim alone. The public methods are in `_reductions.py`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -31,6 +32,7 @@ from td_core._core.traverse import is_nt, is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lazy_shape import restack
+from td_core._ops.reduce_mean import SumThenDivide
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["REDUCTIONS", "Reduction", "reduction", "bool_reduction", "leafwise_loss"]
 
 Tensor = torch.Tensor
+_functorch_active = torch._C._are_functorch_transforms_active
 Dim = int | tuple[int, ...] | list[int] | Literal["feature"] | None
 KeyTransform = Callable[[str], str] | None
 
@@ -346,6 +349,14 @@ def reduction(
     try:
         if mode == "feature":
             result = _walk_features(td, plan, key_transform)
+        elif row.name == "mean" and not args and not kwargs and not _functorch_active():
+            leaf = SumThenDivide(
+                _leaf_op(dataclasses.replace(plan, row=REDUCTIONS["sum"]), n),
+                _leaf_op(plan, n),
+                None if mode == "leaf" else math.prod(td.batch_size[d] for d in dims),
+            )
+            result = _walk(td, leaf, _batch_rule(plan, n, td.batch_size), key_transform, pair)
+            leaf.finish()
         else:
             new_bs = _batch_rule(plan, n, td.batch_size)
             result = _walk(td, _leaf_op(plan, n), new_bs, key_transform, pair)
