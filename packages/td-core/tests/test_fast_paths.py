@@ -413,3 +413,21 @@ def test_a_lazy_stacks_nested_read_restacks_the_members_sub_tensordicts() -> Non
     m2 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 3)}, [2])}, [2])
     with pytest.raises(BatchSizeError, match="as many batch dims"):
         lazy_stack([m0, m2], 1)["n"]  # another rank: no stack of them
+
+
+def test_len_of_a_nested_keys_view_after_a_write_counts_the_new_key() -> None:
+    td = TensorDict(_nested(), [3])
+    view = td.keys(include_nested=True)
+    it = iter(view)  # a walk, then a write: a later len() walks again
+    td["n", "z"] = torch.zeros(3)
+    assert len(view) == len(list(it)) + 1 == 6
+    assert len(tuple(view)) == len(view) == 6
+
+
+@pytest.mark.parametrize("keys", [("n", ("n", "b")), (("n", "b"), "n"), (("n", "m", "c"), ("n",))])
+def test_select_of_an_entry_and_a_key_under_it_keeps_the_whole_entry(keys) -> None:
+    td = TensorDict(_nested(), [3])
+    out = td.select(*keys)
+    assert list(out.keys(True, True)) == [("n", "b"), ("n", "m", "c")]
+    with pytest.raises(KeyError, match="is a leaf"):
+        td.select(("a", "x"))

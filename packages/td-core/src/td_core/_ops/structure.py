@@ -56,12 +56,18 @@ def _select(
     """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
     if is_stack(td):
         return per_member(td, lambda m: _select(m, paths, strict, prefix))
-    groups: dict[str, list[tuple[str, ...]]] = {}
+    # first key -> the rest of the paths under it, or None: the whole entry (a path of
+    # one key); in the order first asked for, as upstream
+    groups: dict[str, list[tuple[str, ...]] | None] = {}
     for path in paths:
-        rests = groups.get(path[0])
-        if rests is None:
-            groups[path[0]] = [path[1:]]
-        else:
+        head = path[0]
+        if len(path) == 1:
+            groups[head] = None
+            continue
+        rests = groups.get(head, _ABSENT)
+        if rests is _ABSENT:
+            groups[head] = [path[1:]]
+        elif rests is not None:
             rests.append(path[1:])
     out: dict[str, Any] = {}
     get = td._getter()
@@ -74,9 +80,9 @@ def _select(
                     "pass strict=False to skip missing keys"
                 )
             continue
-        if () in rests:
+        if rests is None:
             out[key] = value
-        elif is_td(value):
+        elif type(value) is not Tensor and is_td(value):
             out[key] = _select(value, rests, strict, (*prefix, key))
         elif strict:
             raise KeyNotFoundError(
