@@ -318,7 +318,7 @@ class StructureMixin(TensorDictContract):
         if lazy is not NotImplemented:  # a lazy stack: member by member, sharing their leaves
             return remember(self, lazy, keys_flattened, separator, key_map=join_path(separator))
         for key, value in self._items_str():
-            if is_td(value):
+            if type(value) is not Tensor and is_td(value):
                 value = value.unflatten_keys(separator)
             parents = key.split(separator)
             last = parents.pop()
@@ -336,7 +336,10 @@ class StructureMixin(TensorDictContract):
                         )
                     child = node[part] = dict(child._items_str())
                 node = child
-            _merge_into(node, last, value, key, tuple(parents))
+            if type(value) is Tensor and last not in node:  # the usual entry: a new leaf
+                node[last] = value
+            else:
+                _merge_into(node, last, value, key, tuple(parents))
         result = build_from_tree(self, tree)
         if inplace:
             return assign_result(self, result)
