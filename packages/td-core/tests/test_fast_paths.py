@@ -431,3 +431,16 @@ def test_select_of_an_entry_and_a_key_under_it_keeps_the_whole_entry(keys) -> No
     assert list(out.keys(True, True)) == [("n", "b"), ("n", "m", "c")]
     with pytest.raises(KeyError, match="is a leaf"):
         td.select(("a", "x"))
+
+
+def test_to_a_cpu_string_relabels_without_moving_and_writes_back() -> None:
+    td = TensorDict(_nested(), [3])
+    out = td.to("cpu")
+    assert out.device == torch.device("cpu") and out["n", "m"].device == torch.device("cpu")
+    assert out["n", "m", "c"] is td["n", "m", "c"]  # already on cpu: the same tensors
+    assert td.to("cpu").to("cpu") is not td and out.to("cpu") is out
+    with td.to("cpu") as moved:
+        moved["new"] = torch.ones(3)
+    assert (td["new"] == 1).all()
+    with pytest.raises(RuntimeError):
+        td.to("not-a-device")
