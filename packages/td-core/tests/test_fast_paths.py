@@ -444,3 +444,27 @@ def test_to_a_cpu_string_relabels_without_moving_and_writes_back() -> None:
     assert (td["new"] == 1).all()
     with pytest.raises(RuntimeError):
         td.to("not-a-device")
+
+
+@pytest.mark.parametrize("order", [(1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0)])
+def test_permute_gives_each_leaf_permuted(order) -> None:
+    td = TensorDict({"a": torch.randn(2, 3, 4, 5), "n": {"b": torch.randn(2, 3, 4)}}, [2, 3, 4])
+    td["s"] = "text"
+    out = td.permute(*order)
+    assert out.batch_size == torch.Size([td.batch_size[d] for d in order])
+    assert torch.equal(out["a"], td["a"].permute(*order, 3))
+    assert torch.equal(out["n", "b"], td["n", "b"].permute(*order))
+    assert out["a"].data_ptr() == td["a"].data_ptr() and out["s"] == "text"
+
+
+def test_reshape_to_one_dim_views_or_copies_as_torch() -> None:
+    leaf = torch.randn(4, 3, 2).transpose(0, 1)  # [3, 4, 2], not viewable as [12, 2]
+    td = TensorDict({"a": leaf, "c": torch.randn(3, 4), "n": {"b": torch.randn(3, 4, 5)}}, [3, 4])
+    out = td.reshape(-1)
+    assert out.batch_size == torch.Size([12]) and out["n"].batch_size == torch.Size([12])
+    assert torch.equal(out["a"], leaf.reshape(12, 2)) and torch.equal(
+        out["n", "b"], td["n", "b"].reshape(12, 5)
+    )
+    assert out["c"].data_ptr() == td["c"].data_ptr()  # a view where one is possible
+    with pytest.raises(RuntimeError):
+        td.view(-1)  # view refuses the leaf that needs a copy
