@@ -468,3 +468,16 @@ def test_reshape_to_one_dim_views_or_copies_as_torch() -> None:
     assert out["c"].data_ptr() == td["c"].data_ptr()  # a view where one is possible
     with pytest.raises(RuntimeError):
         td.view(-1)  # view refuses the leaf that needs a copy
+
+
+def test_an_index_tensor_is_checked_on_the_fast_path() -> None:
+    td = TensorDict({"a": torch.arange(6).view(3, 2)}, [3])
+    assert torch.equal(td[torch.tensor([2, -1, 0])]["a"], td["a"][torch.tensor([2, 2, 0])])
+    with pytest.raises(IndexError, match="out of range"):
+        td[torch.tensor([0, 3])]
+    with pytest.raises(IndexError, match="too many indices"):
+        TensorDict({"a": torch.zeros(())}, [])[torch.tensor([0])]
+    before = td["a"].clone()
+    with pytest.raises(IndexError, match="out of range"):
+        td[torch.tensor([1, -4])] = TensorDict({"a": torch.ones(2, 2, dtype=torch.long)}, [2])
+    assert torch.equal(td["a"], before)  # nothing written
