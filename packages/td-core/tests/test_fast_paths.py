@@ -481,3 +481,14 @@ def test_an_index_tensor_is_checked_on_the_fast_path() -> None:
     with pytest.raises(IndexError, match="out of range"):
         td[torch.tensor([1, -4])] = TensorDict({"a": torch.ones(2, 2, dtype=torch.long)}, [2])
     assert torch.equal(td["a"], before)  # nothing written
+
+
+def test_select_and_exclude_fall_back_at_the_first_nested_key() -> None:
+    td = TensorDict(_nested(), [3])
+    assert list(td.select("a", ("n", "b")).keys(True, True)) == ["a", ("n", "b")]
+    assert list(td.exclude("a", ("n", "m")).keys(True, True)) == [("n", "b")]
+    assert list(td.select("z", "a", strict=False).keys()) == ["a"]
+    assert list(td.select().keys()) == [] and list(td.exclude().keys()) == ["a", "n"]
+    for keys in (("z", "a"), ("z", ("n", "b")), ("a", ("n", "z"))):
+        with pytest.raises(KeyError, match="'z'"):
+            td.select(*keys)

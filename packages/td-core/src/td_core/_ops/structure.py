@@ -198,23 +198,26 @@ class StructureMixin(TensorDictContract):
         if is_stack(self):  # lazy stacks select member by member
             stacked = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
             return remember(self, stacked, same)
-        if all(type(k) is str for k in keys):  # fast path: top-level keys only
-            get = self._getter()
-            out: dict[str, Any] = {}
-            for k in keys:  # in the order asked for, as upstream
-                assert type(k) is str  # checked above (for the type checker)
-                value = get(k, NO_DEFAULT)
-                if value is not NO_DEFAULT:
-                    out[k] = value
-                elif strict:
-                    raise KeyNotFoundError(
-                        f"select: key {k!r} not found (keys: {sorted(self._keys_str())}); "
-                        "pass strict=False to skip missing keys"
-                    )
-            result = self._new(out, self.batch_size)
+        # fast path, top-level keys only: read in the order asked for (as upstream); the
+        # first key that is not a str sends the whole call to the nested path
+        get = self._getter()
+        out: dict[str, Any] = {}
+        for k in keys:
+            if type(k) is not str:
+                break
+            value = get(k, NO_DEFAULT)
+            if value is not NO_DEFAULT:
+                out[k] = value
+            elif strict and all(type(other) is str for other in keys):
+                raise KeyNotFoundError(
+                    f"select: key {k!r} not found (keys: {sorted(self._keys_str())}); "
+                    "pass strict=False to skip missing keys"
+                )
         else:
-            paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
-            result = _select(self, paths, strict, ())
+            result = self._new(out, self.batch_size)
+            return assign_result(self, result) if inplace else remember(self, result, same)
+        paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
+        result = _select(self, paths, strict, ())
         return assign_result(self, result) if inplace else remember(self, result, same)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
@@ -223,15 +226,19 @@ class StructureMixin(TensorDictContract):
             raise refuse_inplace(self, "exclude")
         if is_stack(self):  # lazy stacks exclude member by member
             return remember(self, _members_do(self, "exclude", *keys, inplace=inplace), same)
-        if set(map(type, keys)) <= {str}:  # top-level keys only: a copy of the entries, less keys
-            items = self._items_str()
-            mapping = getattr(items, "mapping", None)  # a dict's view: copy the dict whole
-            out = mapping.copy() if mapping is not None else dict(items)
-            for k in keys:
-                out.pop(k, None)
-            result = self._new(out, self.batch_size)
+        # top-level keys only: a copy of the entries, less keys; the first key that is not
+        # a str sends the whole call to the nested path
+        items = self._items_str()
+        mapping = getattr(items, "mapping", None)  # a dict's view: copy the dict whole
+        out = mapping.copy() if mapping is not None else dict(items)
+        for k in keys:
+            if type(k) is not str:
+                break
+            out.pop(k, None)
         else:
-            result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])
+            result = self._new(out, self.batch_size)
+            return assign_result(self, result) if inplace else remember(self, result, same)
+        result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])
         return assign_result(self, result) if inplace else remember(self, result, same)
 
     def split_keys(
