@@ -413,3 +413,82 @@ def test_a_lazy_stacks_nested_read_restacks_the_members_sub_tensordicts() -> Non
     m2 = TensorDict({"n": TensorDict({"a": torch.zeros(2, 3)}, [2])}, [2])
     with pytest.raises(BatchSizeError, match="as many batch dims"):
         lazy_stack([m0, m2], 1)["n"]  # another rank: no stack of them
+
+
+def test_len_of_a_nested_keys_view_after_a_write_counts_the_new_key() -> None:
+    td = TensorDict(_nested(), [3])
+    view = td.keys(include_nested=True)
+    it = iter(view)  # a walk, then a write: a later len() walks again
+    td["n", "z"] = torch.zeros(3)
+    assert len(view) == len(list(it)) + 1 == 6
+    assert len(tuple(view)) == len(view) == 6
+
+
+@pytest.mark.parametrize("keys", [("n", ("n", "b")), (("n", "b"), "n"), (("n", "m", "c"), ("n",))])
+def test_select_of_an_entry_and_a_key_under_it_keeps_the_whole_entry(keys) -> None:
+    td = TensorDict(_nested(), [3])
+    out = td.select(*keys)
+    assert list(out.keys(True, True)) == [("n", "b"), ("n", "m", "c")]
+    with pytest.raises(KeyError, match="is a leaf"):
+        td.select(("a", "x"))
+
+
+def test_to_a_cpu_string_relabels_without_moving_and_writes_back() -> None:
+    td = TensorDict(_nested(), [3])
+    out = td.to("cpu")
+    assert out.device == torch.device("cpu") and out["n", "m"].device == torch.device("cpu")
+    assert out["n", "m", "c"] is td["n", "m", "c"]  # already on cpu: the same tensors
+    assert td.to("cpu").to("cpu") is not td and out.to("cpu") is out
+    with td.to("cpu") as moved:
+        moved["new"] = torch.ones(3)
+    assert (td["new"] == 1).all()
+    with pytest.raises(RuntimeError):
+        td.to("not-a-device")
+
+
+@pytest.mark.parametrize("order", [(1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0)])
+def test_permute_gives_each_leaf_permuted(order) -> None:
+    td = TensorDict({"a": torch.randn(2, 3, 4, 5), "n": {"b": torch.randn(2, 3, 4)}}, [2, 3, 4])
+    td["s"] = "text"
+    out = td.permute(*order)
+    assert out.batch_size == torch.Size([td.batch_size[d] for d in order])
+    assert torch.equal(out["a"], td["a"].permute(*order, 3))
+    assert torch.equal(out["n", "b"], td["n", "b"].permute(*order))
+    assert out["a"].data_ptr() == td["a"].data_ptr() and out["s"] == "text"
+
+
+def test_reshape_to_one_dim_views_or_copies_as_torch() -> None:
+    leaf = torch.randn(4, 3, 2).transpose(0, 1)  # [3, 4, 2], not viewable as [12, 2]
+    td = TensorDict({"a": leaf, "c": torch.randn(3, 4), "n": {"b": torch.randn(3, 4, 5)}}, [3, 4])
+    out = td.reshape(-1)
+    assert out.batch_size == torch.Size([12]) and out["n"].batch_size == torch.Size([12])
+    assert torch.equal(out["a"], leaf.reshape(12, 2)) and torch.equal(
+        out["n", "b"], td["n", "b"].reshape(12, 5)
+    )
+    assert out["c"].data_ptr() == td["c"].data_ptr()  # a view where one is possible
+    with pytest.raises(RuntimeError):
+        td.view(-1)  # view refuses the leaf that needs a copy
+
+
+def test_an_index_tensor_is_checked_on_the_fast_path() -> None:
+    td = TensorDict({"a": torch.arange(6).view(3, 2)}, [3])
+    assert torch.equal(td[torch.tensor([2, -1, 0])]["a"], td["a"][torch.tensor([2, 2, 0])])
+    with pytest.raises(IndexError, match="out of range"):
+        td[torch.tensor([0, 3])]
+    with pytest.raises(IndexError, match="too many indices"):
+        TensorDict({"a": torch.zeros(())}, [])[torch.tensor([0])]
+    before = td["a"].clone()
+    with pytest.raises(IndexError, match="out of range"):
+        td[torch.tensor([1, -4])] = TensorDict({"a": torch.ones(2, 2, dtype=torch.long)}, [2])
+    assert torch.equal(td["a"], before)  # nothing written
+
+
+def test_select_and_exclude_fall_back_at_the_first_nested_key() -> None:
+    td = TensorDict(_nested(), [3])
+    assert list(td.select("a", ("n", "b")).keys(True, True)) == ["a", ("n", "b")]
+    assert list(td.exclude("a", ("n", "m")).keys(True, True)) == [("n", "b")]
+    assert list(td.select("z", "a", strict=False).keys()) == ["a"]
+    assert list(td.select().keys()) == [] and list(td.exclude().keys()) == ["a", "n"]
+    for keys in (("z", "a"), ("z", ("n", "b")), ("a", ("n", "z"))):
+        with pytest.raises(KeyError, match="'z'"):
+            td.select(*keys)

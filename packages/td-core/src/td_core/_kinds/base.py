@@ -31,7 +31,7 @@ from td_core._kinds.base_read import _ABSENT_KEY, ReadMixin
 from td_core._leaves.lists import read_list
 from td_core._leaves.nontensor import NonTensorData
 from td_core._leaves.unbatched import is_unbatched
-from td_core._ops.apply import ApplyMixin
+from td_core._ops.apply import ApplyMixin, to_device
 from td_core._ops.apply import to as to_
 from td_core._ops.autograd import AutogradMixin
 from td_core._ops.casts import CastMixin
@@ -495,8 +495,11 @@ class TensorDictBase(
         the device and dtype recorded at its key (the result has no device).
         """
         if len(args) == 1 and not kwargs and type(args[0]) is str:  # `td.to("cuda:0")`
-            if as_device(args[0]) == self.device:  # already there: itself, as upstream
+            device = as_device(args[0])
+            if device == self.device:  # already there: itself, as upstream
                 return self
+            if device is not None:  # (a string always names one): parsed once
+                return remember(self, to_device(self, device), moved_back)
         return remember(
             self, to_(self, *args, **kwargs), moved_back
         )  # `with td.to(d):` writes back

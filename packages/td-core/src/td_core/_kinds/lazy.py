@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import eq
 from typing import Any, TypeVar
 
 import torch
@@ -249,7 +251,7 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
         """
         members = list(members)
         bs = members[0].batch_size if members else None
-        if bs is not None and 0 <= dim <= len(bs) and all(_fits(m, bs) for m in members):
+        if bs is not None and 0 <= dim <= len(bs) and all(map(_fits, members, repeat(bs))):
             # what the constructor checks holds already (members of one batch size, a
             # valid dim): per-member results are restacked often (every nested read)
             out = LazyStackedTensorDict.__new__(LazyStackedTensorDict)
@@ -292,12 +294,14 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
 
     # ---------------------------------------------------------------- primitives
     def _keys_str(self) -> dict[str, None]:
-        first, *rest = self.tensordicts or [self._first]
-        keys = first._keys_str()
-        others = [td._keys_str() for td in rest]
-        if all(len(other) == len(keys) for other in others) and all(
-            other == keys for other in others
-        ):  # the usual stack: every member has the same keys (dict key views compare as sets)
+        tds = self.tensordicts
+        if not tds:
+            return dict.fromkeys(self._first._keys_str())
+        keys = tds[0]._keys_str()
+        others = [td._keys_str() for td in tds[1:]]
+        if all(map(eq, repeat(keys), others)):
+            # the usual stack: every member has the same keys (dict key views compare as
+            # sets, lengths first); `map` runs the comparisons without a Python frame
             return dict.fromkeys(keys)
         return {k: None for k in keys if all(k in other for other in others)}
 
@@ -308,8 +312,11 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
 
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
         values = [td._get_str(key, NO_DEFAULT) for td in self.tensordicts]
-        if not values or any(v is NO_DEFAULT for v in values):
+        if not values:
             return default
+        for value in values:  # (a loop: no generator frame on this hot read)
+            if value is NO_DEFAULT:
+                return default
         return with_hook_out(self, self._stack_values(key, values))
 
     def _stack_values(self, key: str, values: list[Any]) -> Any:

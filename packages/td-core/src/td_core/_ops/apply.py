@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-__all__ = ["ApplyMixin", "to"]
+__all__ = ["ApplyMixin", "to", "to_device"]
 
 Tensor = torch.Tensor
 
@@ -120,23 +120,28 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
         assert dtype is not None  # both None returned above
         return cast_all(td, dtype)
     if dtype is None:
-        if device == td.device:  # already there: as upstream, the TensorDict itself
-            return td
-        moved = td._to_consolidated(device, non_blocking)
-        if moved is not None:  # one transfer of the whole buffer
-            return moved
-        if device.type == "cpu":  # leaves already there are not moved: not even a call each
-            relabelled = _on_cpu(td, device)
-            if relabelled is not None:
-                return relabelled
-        return map_leaves(
-            td, _mover(device, non_blocking), device=device, keep_non_tensor=lambda v: v.to(device)
-        )
+        return to_device(td, device, non_blocking)
     return map_leaves(
         td,
         lambda t: t.to(device, dtype, non_blocking=non_blocking),
         device=device,
         keep_non_tensor=lambda v: v.to(device),
+    )
+
+
+def to_device(td: TD, device: torch.device, non_blocking: bool = False) -> TD | Any:
+    """`td.to(device)` for a parsed `device` (see `to`): `td` itself if it is there already."""
+    if device == td.device:  # already there: as upstream, the TensorDict itself
+        return td
+    moved = td._to_consolidated(device, non_blocking)
+    if moved is not None:  # one transfer of the whole buffer
+        return moved
+    if device.type == "cpu":  # leaves already there are not moved: not even a call each
+        relabelled = _on_cpu(td, device)
+        if relabelled is not None:
+            return relabelled
+    return map_leaves(
+        td, _mover(device, non_blocking), device=device, keep_non_tensor=lambda v: v.to(device)
     )
 
 
@@ -147,7 +152,7 @@ def _on_cpu(td: Any, device: torch.device) -> Any:
         return None
     out: dict[str, Any] = {}
     for key, value in td._items_str():
-        if isinstance(value, Tensor):
+        if type(value) is Tensor or isinstance(value, Tensor):
             if not value.is_cpu:
                 return None
             out[key] = value

@@ -60,6 +60,8 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
             dims than there are batch dims, or a boolean mask's shape does not
             match the batch dims it covers.
     """
+    if type(index) is Tensor and batch_size and index.dtype is not torch.bool:
+        return (index,)  # one index tensor (positions) over the first batch dim: nothing to check
     items = index if type(index) is tuple else (index,)
     items = tuple(_convert(i) for i in items)
     for item in items:
@@ -103,10 +105,12 @@ def single_index(norm: tuple[Any, ...], batch_size: torch.Size) -> tuple[int, to
     """
     if not norm:
         return None
-    *lead, item = norm
-    if not isinstance(item, Tensor) or item.ndim != 1 or any(i != _SLICE_ALL for i in lead):
+    item = norm[-1]
+    d = len(norm) - 1
+    if not isinstance(item, Tensor) or item.ndim != 1:
         return None
-    d = len(lead)
+    if d and any(i != _SLICE_ALL for i in norm[:-1]):
+        return None
     if item.dtype == torch.bool:
         return d, item.nonzero().squeeze(-1)
     if item.dtype not in (torch.int64, torch.int32):
@@ -114,7 +118,8 @@ def single_index(norm: tuple[Any, ...], batch_size: torch.Size) -> tuple[int, to
     size = batch_size[d]
     if not item.numel():
         return d, item.long()
-    low, high = (int(v) for v in torch.aminmax(item))
+    bounds = torch.aminmax(item)
+    low, high = int(bounds[0]), int(bounds[1])
     if high >= size or low < -size:
         bad = high if high >= size else low
         raise IndexError(

@@ -158,6 +158,11 @@ def _reshape(td: TD, new: torch.Size, *, copy: bool) -> TD | Any:
     fn: Callable[[Tensor], Tensor]
     stacked = lazy.parts(td) is not None
     reshape = copy or stacked
+    if reshape and not stacked and len(new) == 1 and n > 1:
+        # every batch dim into one (`reshape(-1)`): flatten needs no leaf's shape (it
+        # views where it can and copies otherwise, as reshape)
+        last = n - 1
+        return map_batch(td, lambda t: t.flatten(0, last), new)
     if new:
         full_for: dict[torch.Size, tuple[int, ...]] = {}  # leaf shape -> its new shape
 
@@ -196,6 +201,10 @@ def permute_order(td: TensorDictContract, order: Sequence[int]) -> Any:
     if not order:  # `t.permute()` of a 0-d leaf is an error: one tuple there
         return map_batch(td, lambda t: t.permute(tuple(range(t.ndim))), new)
     order = tuple(order)
+    moved = [i for i, d in enumerate(order) if i != d]
+    if len(moved) == 2:  # two dims swapped (`permute(1, 0)`): a transpose needs no leaf's ndim
+        i, j = moved
+        return map_batch(td, lambda t: t.transpose(i, j), new)
     dims_for: dict[int, tuple[int, ...]] = {}  # leaf ndim -> its full permutation
 
     def permute(t: Tensor) -> Tensor:

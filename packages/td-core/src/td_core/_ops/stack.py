@@ -49,6 +49,8 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
         raise ValueError(f"{what} needs at least one TensorDict")
     # one check per class, not per input: 100 inputs of one class cost one `is_td`
     classes = dict(zip(map(type, tds), tds))  # (built in C)
+    if len(classes) == 1 and is_td(tds[0]):  # inputs of one class (one tensorclass at most)
+        return tds
     if not all(is_td(td) for td in classes.values()):
         i = next(i for i, td in enumerate(tds) if not is_td(td))
         raise TypeError(f"{what}: item {i} is a {type(tds[i]).__name__}, not a TensorDict")
@@ -63,7 +65,7 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
 
 def _any_ragged(tds: list[TensorDictContract]) -> bool:
     """Whether an input is a lazy stack of ragged members (only lazy stack classes are asked)."""
-    if not any(is_stack(td) for td in dict(zip(map(type, tds), tds)).values()):
+    if not any(map(is_stack, dict(zip(map(type, tds), tds)).values())):
         return False  # no lazy stack among the inputs: the usual case, one look per class
     return any(is_ragged(td) for td in tds)
 

@@ -56,12 +56,18 @@ def _select(
     """A new TensorDict with only `paths` (paths of length 1 take the whole entry)."""
     if is_stack(td):
         return per_member(td, lambda m: _select(m, paths, strict, prefix))
-    groups: dict[str, list[tuple[str, ...]]] = {}
+    # first key -> the rest of the paths under it, or None: the whole entry (a path of
+    # one key); in the order first asked for, as upstream
+    groups: dict[str, list[tuple[str, ...]] | None] = {}
     for path in paths:
-        rests = groups.get(path[0])
-        if rests is None:
-            groups[path[0]] = [path[1:]]
-        else:
+        head = path[0]
+        if len(path) == 1:
+            groups[head] = None
+            continue
+        rests = groups.get(head, _ABSENT)
+        if rests is _ABSENT:
+            groups[head] = [path[1:]]
+        elif rests is not None:
             rests.append(path[1:])
     out: dict[str, Any] = {}
     get = td._getter()
@@ -74,9 +80,9 @@ def _select(
                     "pass strict=False to skip missing keys"
                 )
             continue
-        if () in rests:
+        if rests is None:
             out[key] = value
-        elif is_td(value):
+        elif type(value) is not Tensor and is_td(value):
             out[key] = _select(value, rests, strict, (*prefix, key))
         elif strict:
             raise KeyNotFoundError(
@@ -192,23 +198,26 @@ class StructureMixin(TensorDictContract):
         if is_stack(self):  # lazy stacks select member by member
             stacked = _members_do(self, "select", *keys, inplace=inplace, strict=strict)
             return remember(self, stacked, same)
-        if all(type(k) is str for k in keys):  # fast path: top-level keys only
-            get = self._getter()
-            out: dict[str, Any] = {}
-            for k in keys:  # in the order asked for, as upstream
-                assert type(k) is str  # checked above (for the type checker)
-                value = get(k, NO_DEFAULT)
-                if value is not NO_DEFAULT:
-                    out[k] = value
-                elif strict:
-                    raise KeyNotFoundError(
-                        f"select: key {k!r} not found (keys: {sorted(self._keys_str())}); "
-                        "pass strict=False to skip missing keys"
-                    )
-            result = self._new(out, self.batch_size)
+        # fast path, top-level keys only: read in the order asked for (as upstream); the
+        # first key that is not a str sends the whole call to the nested path
+        get = self._getter()
+        out: dict[str, Any] = {}
+        for k in keys:
+            if type(k) is not str:
+                break
+            value = get(k, NO_DEFAULT)
+            if value is not NO_DEFAULT:
+                out[k] = value
+            elif strict and all(type(other) is str for other in keys):
+                raise KeyNotFoundError(
+                    f"select: key {k!r} not found (keys: {sorted(self._keys_str())}); "
+                    "pass strict=False to skip missing keys"
+                )
         else:
-            paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
-            result = _select(self, paths, strict, ())
+            result = self._new(out, self.batch_size)
+            return assign_result(self, result) if inplace else remember(self, result, same)
+        paths = [(k,) if type(k) is str else as_tuple(unravel_key(k)) for k in keys]
+        result = _select(self, paths, strict, ())
         return assign_result(self, result) if inplace else remember(self, result, same)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
@@ -217,15 +226,19 @@ class StructureMixin(TensorDictContract):
             raise refuse_inplace(self, "exclude")
         if is_stack(self):  # lazy stacks exclude member by member
             return remember(self, _members_do(self, "exclude", *keys, inplace=inplace), same)
-        if set(map(type, keys)) <= {str}:  # top-level keys only: a copy of the entries, less keys
-            items = self._items_str()
-            mapping = getattr(items, "mapping", None)  # a dict's view: copy the dict whole
-            out = mapping.copy() if mapping is not None else dict(items)
-            for k in keys:
-                out.pop(k, None)
-            result = self._new(out, self.batch_size)
+        # top-level keys only: a copy of the entries, less keys; the first key that is not
+        # a str sends the whole call to the nested path
+        items = self._items_str()
+        mapping = getattr(items, "mapping", None)  # a dict's view: copy the dict whole
+        out = mapping.copy() if mapping is not None else dict(items)
+        for k in keys:
+            if type(k) is not str:
+                break
+            out.pop(k, None)
         else:
-            result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])
+            result = self._new(out, self.batch_size)
+            return assign_result(self, result) if inplace else remember(self, result, same)
+        result = _exclude(self, [as_tuple(unravel_key(k)) for k in keys])
         return assign_result(self, result) if inplace else remember(self, result, same)
 
     def split_keys(
@@ -312,7 +325,7 @@ class StructureMixin(TensorDictContract):
         if lazy is not NotImplemented:  # a lazy stack: member by member, sharing their leaves
             return remember(self, lazy, keys_flattened, separator, key_map=join_path(separator))
         for key, value in self._items_str():
-            if is_td(value):
+            if type(value) is not Tensor and is_td(value):
                 value = value.unflatten_keys(separator)
             parents = key.split(separator)
             last = parents.pop()
@@ -330,7 +343,10 @@ class StructureMixin(TensorDictContract):
                         )
                     child = node[part] = dict(child._items_str())
                 node = child
-            _merge_into(node, last, value, key, tuple(parents))
+            if type(value) is Tensor and last not in node:  # the usual entry: a new leaf
+                node[last] = value
+            else:
+                _merge_into(node, last, value, key, tuple(parents))
         result = build_from_tree(self, tree)
         if inplace:
             return assign_result(self, result)
