@@ -407,3 +407,38 @@ def test_pad_leaves_unbatched_data_alone(how, inplace):
     assert out["u"].shape == (3, 4) and out["u"].data_ptr() == data.data_ptr()
     assert out["u"].batch_size == (3, 5) and out["n", "w"].batch_size == (3, 5)
     assert out["n", "w"].shape == (5,)
+
+
+def test_pad_function_and_method_agree_on_every_leaf_kind() -> None:
+    # one implementation: the function is the method (non-tensor slots hold None)
+    src = td.TensorDict(
+        {
+            "x": torch.arange(6.0).view(3, 2),
+            "b": torch.ones(3, dtype=torch.bool),
+            "s": td.NonTensorStack("a", "b", "c"),
+            "n": td.TensorDict({"y": torch.ones(3, 2, 4)}, [3, 2]),
+        },
+        [3],
+    )
+    for pad_size in ([1, 0], [0, 2], [-1, 1]):
+        by_function = td.pad(src, pad_size, value=7.0)
+        by_method = src.pad(pad_size, value=7.0)
+        assert (by_function.exclude("s") == by_method.exclude("s")).all()
+        assert by_function["s"] == by_method["s"]
+    assert td.pad(src, [0, 1])["s"] == ["a", "b", "c", None]
+    assert td.pad(src, [0, 1])["n"].batch_size == torch.Size([4, 2])
+
+
+def test_pad_of_a_non_tensor_stack_on_its_own() -> None:
+    stack = td.NonTensorStack("a", "b")
+    padded = td.pad(stack, [1, 1])
+    assert isinstance(padded, td.NonTensorStack)
+    assert padded.tolist() == [None, "a", "b", None]
+    assert td.pad(stack, [0, 1], inplace=True) is stack
+    assert stack.tolist() == ["a", "b", None] and stack.batch_size == torch.Size([3])
+    single = td.NonTensorData("a", batch_size=[2])
+    with pytest.raises(RuntimeError, match="cannot preserve the identity"):
+        td.pad(single, [0, 1], inplace=True)
+    assert single.batch_size == torch.Size([2])
+    with pytest.raises(RuntimeError, match="pairs"):
+        td.pad(stack, [1])

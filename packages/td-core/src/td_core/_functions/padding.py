@@ -1,9 +1,11 @@
 """Padding over batch dims: `pad`, `pad_sequence` and its inverse `unpad_sequence`.
 
-All three are written over the storage primitives (`_items_str`, `_new`),
-so tensorclass inputs give tensorclass results. Every padded leaf is computed
-before anything is written, so an in-place `pad` that fails changes nothing.
-Non-tensor leaves hold `None` in padded slots along batch dims.
+`pad` is the `pad` method as a function (one implementation, in
+`td_core._ops.rearrange`). `pad_sequence` and `unpad_sequence` are written over
+the storage primitives (`_items_str`, `_new`), so tensorclass inputs give
+tensorclass results. Every padded leaf is computed before anything is written,
+so an in-place `pad` that fails changes nothing. Non-tensor leaves hold `None`
+in padded slots along batch dims.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -21,13 +22,13 @@ from td_core._core.traverse import is_nt, is_td
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy import LazyStackedTensorDict
-from td_core._leaves.nontensor import _from_array, stack_non_tensors
-from td_core._leaves.unbatched import is_unbatched
+from td_core._leaves.nontensor import NonTensorStack, _from_array, stack_non_tensors
+from td_core._ops.rearrange import padded_values
+from td_core.errors import DimError
 
 __all__ = ["pad", "pad_sequence", "unpad_sequence"]
 
 Tensor = torch.Tensor
-_Pads = list[tuple[int, int]]
 
 
 # ----------------------------------------------------------------------- pad
@@ -56,7 +57,8 @@ def pad(
 
     Raises:
         RuntimeError: if `pad_size` has an odd length, or more entries than
-            twice the number of batch dims, or crops a dim below zero.
+            twice the number of batch dims (`DimError`), or crops a dim below
+            zero (`BatchSizeError`).
 
     Examples:
         >>> import torch
@@ -65,95 +67,33 @@ def pad(
         >>> pad(td, [0, 1, 0, 2]).batch_size
         torch.Size([4, 6])
     """
-    del safe
-    ndim = tensordict.batch_dims
-    if len(pad_size) > 2 * ndim:
-        raise RuntimeError(
-            f"The length of pad_size must be <= 2 * the number of batch dimensions: got "
-            f"{len(pad_size)} values for batch_size {list(tensordict.batch_size)}"
+    if is_nt(tensordict):  # a non-tensor leaf on its own: its values padded with None
+        return _pad_non_tensor(tensordict, pad_size, inplace)
+    return tensordict.pad(pad_size, value, inplace=inplace, safe=safe)
+
+
+def _pad_non_tensor(leaf: Any, pad_size: Sequence[int], inplace: bool) -> Any:
+    """`pad` of a non-tensor leaf: a `NonTensorStack` with `None` in the new slots.
+
+    In place, a `NonTensorStack` takes the padded values (the same object); a
+    `NonTensorData` holds one value and cannot become a stack in place.
+    """
+    sizes = [int(p) for p in pad_size]
+    if len(sizes) % 2 or len(sizes) > 2 * leaf.batch_dims:
+        raise DimError(
+            f"pad: pad_size {sizes} needs (before, after) pairs, at most 2 per batch dim of "
+            f"batch_size {list(leaf.batch_size)}"
         )
-    if len(pad_size) % 2:
+    values = padded_values(leaf, list(zip(sizes[::2], sizes[1::2])))
+    if not inplace:
+        return NonTensorStack(values, device=leaf.device)
+    if not isinstance(leaf, NonTensorStack):
         raise RuntimeError(
-            f"pad_size must have an even number of dimensions (before/after pairs), got {list(pad_size)}"
+            f"pad(inplace=True) cannot preserve the identity of a {type(leaf).__name__}: it "
+            "holds one value, and padding makes a stack of them; use inplace=False"
         )
-    pads = [(int(pad_size[i]), int(pad_size[i + 1])) for i in range(0, len(pad_size), 2)]
-    bs = _padded_size(tensordict.batch_size, pads)
-    if inplace:
-        if hasattr(tensordict, "stack_dim"):  # members padded, added or dropped in place
-            return tensordict.pad(pad_size, value, inplace=True)
-        plan = _pad_plan(tensordict, pads, value)
-        _write_plan(tensordict, plan, pads)
-        return tensordict
-    return _pad_tree(tensordict, pads, value, bs)
-
-
-def _padded_size(size: torch.Size, pads: _Pads) -> torch.Size:
-    out = list(size)
-    for i, (before, after) in enumerate(pads):
-        out[i] = size[i] + before + after
-        if out[i] < 0:
-            raise RuntimeError(
-                f"pad_size {pads[i]} crops batch dim {i} of size {size[i]} below zero (negative "
-                f"output size {out[i]})"
-            )
-    return torch.Size(out)
-
-
-def _pad_tensor(t: Tensor, pads: _Pads, value: float) -> Tensor:
-    flat = [0, 0] * (t.ndim - len(pads))
-    for before, after in reversed(pads):
-        flat += [before, after]
-    return F.pad(t, flat, value=value)
-
-
-def _pad_non_tensor(leaf: Any, pads: _Pads) -> Any:
-    values = leaf.as_array()
-    new_shape = _padded_size(torch.Size(values.shape), pads)
-    out = np.empty(tuple(new_shape), dtype=object)
-    out.fill(None)
-    src, dst = [], []
-    for n, m, (before, after) in zip(values.shape, new_shape, pads):
-        src.append(slice(max(-before, 0), n - max(-after, 0)))
-        dst.append(slice(max(before, 0), m - max(after, 0)))
-    out[tuple(dst)] = values[tuple(src)]
-    return _from_array(out, leaf.device)
-
-
-def _pad_leaf(value: Any, pads: _Pads, fill: float, bs: torch.Size) -> Any:
-    if is_unbatched(value):  # no batch dims to pad: the same data, at the new batch size
-        return value.with_batch_size(bs)
-    if isinstance(value, Tensor):
-        return _pad_tensor(value, pads, fill)
-    return _pad_non_tensor(value, pads)
-
-
-def _pad_tree(td: TensorDictBase, pads: _Pads, value: float, bs: torch.Size) -> TensorDictBase:
-    entries = {
-        key: _pad_tree(v, pads, value, _padded_size(v.batch_size, pads))
-        if is_td(v)
-        else _pad_leaf(v, pads, value, bs)
-        for key, v in td._items_str()
-    }
-    return td._new(entries, bs)
-
-
-def _pad_plan(td: TensorDictBase, pads: _Pads, value: float) -> dict[str, Any]:
-    """The padded leaves of `td`, nested as dicts (nothing written yet)."""
-    bs = _padded_size(td.batch_size, pads)
-    return {
-        key: (_pad_plan(v, pads, value), v) if is_td(v) else _pad_leaf(v, pads, value, bs)
-        for key, v in td._items_str()
-    }
-
-
-def _write_plan(td: TensorDictBase, plan: dict[str, Any], pads: _Pads) -> None:
-    bs = _padded_size(td.batch_size, pads)
-    for key, item in plan.items():
-        if isinstance(item, tuple):
-            _write_plan(item[1], item[0], pads)
-        else:
-            td._set_str(key, item)
-    td.batch_size = bs
+    leaf._restore(values, None, torch.Size(values.shape), leaf.device)
+    return leaf
 
 
 # -------------------------------------------------------------- pad_sequence
@@ -337,7 +277,7 @@ class _Sequence:
         for v in vals:
             missing = length - v.batch_size[batch_d]
             pads = [(0, 0)] * batch_d + [(missing, 0) if self.left else (0, missing)]
-            padded.append(_pad_non_tensor(v, pads) if missing else v)
+            padded.append(_from_array(padded_values(v, pads), v.device) if missing else v)
         return stack_non_tensors(padded, 0)
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from td_core._core.contract import TD, TensorDictContract
 
-__all__ = ["LayoutMixin"]
+__all__ = ["LayoutMixin", "padded_values"]
 
 Tensor = torch.Tensor
 
@@ -91,15 +91,37 @@ def _pad_leaf(t: Tensor, pairs: list[int], n: int, value: float) -> Tensor:
     return F.pad(t, spec, value=value)
 
 
-def _pad_values(leaf: Any, pairs: list[int], n: int, new: torch.Size) -> Any:
-    """A non-tensor leaf padded with `None` (its positions, shifted by one, padded with 0)."""
-    shape = leaf.batch_size
-    flat = np.empty(shape.numel() + 1, dtype=object)
-    flat[0] = None
-    flat[1:] = leaf.as_array().reshape(-1)
-    where = _pad_leaf(torch.arange(1, shape.numel() + 1).view(shape), pairs, n, 0)
-    picked = flat[where.reshape(-1).numpy()].reshape(tuple(where.shape))
-    return NonTensorStack(picked, device=leaf.device)
+def padded_values(leaf: Any, pads: Sequence[tuple[int, int]]) -> np.ndarray:
+    """The values of a non-tensor leaf padded with `None` along its first `len(pads)` dims.
+
+    `pads` holds one `(before, after)` pair per dim, from the first; negative sizes crop.
+    The values are copied by slices: no index over every position is built.
+    """
+    values = leaf.as_array()
+    shape = values.shape
+    new = [n + before + after for n, (before, after) in zip(shape, pads)]
+    new += shape[len(pads) :]
+    for i, n in enumerate(new):
+        if n < 0:
+            raise BatchSizeError(
+                f"pad: pad_size {list(pads[i])} crops batch dim {i} of size {shape[i]} below "
+                f"zero (negative output size {n}); nothing was changed"
+            )
+    out = np.empty(tuple(new), dtype=object)
+    out.fill(None)
+    src, dst = [], []
+    for n, m, (before, after) in zip(shape, new, pads):
+        src.append(slice(max(-before, 0), n - max(-after, 0)))
+        dst.append(slice(max(before, 0), m - max(after, 0)))
+    out[tuple(dst)] = values[tuple(src)]
+    return out
+
+
+def _pad_values(leaf: Any, pairs: list[int], n: int) -> Any:
+    """A non-tensor leaf padded with `None` (`pairs` as `pad` takes them)."""
+    full = pairs + [0] * (2 * n - len(pairs))
+    pads = [(full[2 * d], full[2 * d + 1]) for d in range(n)]
+    return NonTensorStack(padded_values(leaf, pads), device=leaf.device)
 
 
 def _pad_tree(td: TensorDictContract, pairs: list[int], value: float, new: torch.Size) -> Any:
@@ -111,7 +133,7 @@ def _pad_tree(td: TensorDictContract, pairs: list[int], value: float, new: torch
         elif isinstance(entry, Tensor):
             out[key] = _pad_leaf(entry, pairs, n, value)
         elif entry._is_non_tensor:
-            out[key] = _pad_values(entry, pairs, n, new)
+            out[key] = _pad_values(entry, pairs, n)
         else:
             out[key] = _pad_tree(entry, pairs, value, new + entry.batch_size[n:])
     return td._new(out, new)
