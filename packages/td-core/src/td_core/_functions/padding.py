@@ -23,8 +23,7 @@ from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy import LazyStackedTensorDict
 from td_core._leaves.nontensor import NonTensorStack, _from_array, stack_non_tensors
-from td_core._ops.rearrange import padded_values
-from td_core.errors import DimError
+from td_core._ops.rearrange import pad_pairs, padded_values
 
 __all__ = ["pad", "pad_sequence", "unpad_sequence"]
 
@@ -78,12 +77,7 @@ def _pad_non_tensor(leaf: Any, pad_size: Sequence[int], inplace: bool) -> Any:
     In place, a `NonTensorStack` takes the padded values (the same object); a
     `NonTensorData` holds one value and cannot become a stack in place.
     """
-    sizes = [int(p) for p in pad_size]
-    if len(sizes) % 2 or len(sizes) > 2 * leaf.batch_dims:
-        raise DimError(
-            f"pad: pad_size {sizes} needs (before, after) pairs, at most 2 per batch dim of "
-            f"batch_size {list(leaf.batch_size)}"
-        )
+    sizes = pad_pairs(pad_size, leaf.batch_size)
     values = padded_values(leaf, list(zip(sizes[::2], sizes[1::2])))
     if not inplace:
         return NonTensorStack(values, device=leaf.device)

@@ -137,9 +137,10 @@ def _apply(op: Op, leaves: list[Tensor], args: list[Any], kwargs: dict[str, Any]
     if not leaves:
         return []
     if op.foreach is not None and _foreach_ok(args):
-        fast = _tensor_scalar(op, leaves, args, kwargs)
+        fast = _tensor_scalar(op, leaves, args, kwargs, inplace=False)
         if fast is not None:
-            return fast[0](leaves, fast[1], alpha=1) if fast[2] else fast[0](leaves, fast[1])
+            fn, operand, extra = fast
+            return fn(leaves, operand, **extra)
         try:
             return op.foreach(leaves, *args, **kwargs)
         except (RuntimeError, TypeError):
@@ -156,10 +157,10 @@ def _apply_inplace(
     _check_shapes(td, op, leaves, args)
     _check_dtypes(td, op, leaves, args, kwargs)
     if op.foreach_ is not None and _foreach_ok(args):
-        fast = _tensor_scalar(op, leaves, args, kwargs)
+        fast = _tensor_scalar(op, leaves, args, kwargs, inplace=True)
         if fast is not None:
-            fn_ = _IN_PLACE[fast[0]]
-            fn_(leaves, fast[1], alpha=1) if fast[2] else fn_(leaves, fast[1])
+            fn, operand, extra = fast
+            fn(leaves, operand, **extra)
             return
         try:
             op.foreach_(leaves, *args, **kwargs)
@@ -169,17 +170,15 @@ def _apply_inplace(
     collections.deque(_per_leaf(op.fn_, leaves, args, kwargs), maxlen=0)
 
 
-# ops whose `_foreach` Tensor overload takes a 0-dim tensor operand: (function, negate, pass alpha)
-_SCALAR_AS_TENSOR: dict[str, tuple[Callable[..., Any], bool, bool]] = {
-    "add": (torch._foreach_add, False, True),
-    "sub": (torch._foreach_add, True, True),  # x - c is x + (-c), exactly
-    "mul": (torch._foreach_mul, False, False),
-    "div": (torch._foreach_div, False, False),
-}
-_IN_PLACE: dict[Callable[..., Any], Callable[..., Any]] = {
-    torch._foreach_add: torch._foreach_add_,
-    torch._foreach_mul: torch._foreach_mul_,
-    torch._foreach_div: torch._foreach_div_,
+# ops whose `_foreach` Tensor overload takes a 0-dim tensor operand:
+# (out of place, in place, whether the number is negated, keywords that select the overload)
+_SCALAR_AS_TENSOR: dict[
+    str, tuple[Callable[..., Any], Callable[..., Any], bool, dict[str, Any]]
+] = {
+    "add": (torch._foreach_add, torch._foreach_add_, False, {"alpha": 1}),
+    "sub": (torch._foreach_add, torch._foreach_add_, True, {"alpha": 1}),  # x - c is x + (-c)
+    "mul": (torch._foreach_mul, torch._foreach_mul_, False, {}),
+    "div": (torch._foreach_div, torch._foreach_div_, False, {}),
 }
 # leaf dtype -> the operand's dtype: the leaves' own (no cast per leaf), float32 for half
 # precision (a float16/bfloat16 operand would round the number before the op does)
@@ -193,8 +192,8 @@ _EXACT_INT = 2**53  # ints up to this convert to float64 without rounding
 
 
 def _tensor_scalar(
-    op: Op, leaves: list[Tensor], args: list[Any], kwargs: dict[str, Any]
-) -> tuple[Callable[..., Any], Tensor, bool] | None:
+    op: Op, leaves: list[Tensor], args: list[Any], kwargs: dict[str, Any], *, inplace: bool
+) -> tuple[Callable[..., Any], Tensor, dict[str, Any]] | None:
     """A Python number operand as one 0-dim tensor, where that is cheaper and exact.
 
     On CPU, torch's `_foreach` Scalar overloads wrap the number into a new tensor
@@ -202,8 +201,9 @@ def _tensor_scalar(
     over many small leaves. For floating leaves the result is bit for bit the same:
     the 0-dim operand does not promote their dtype and is read at the op's compute
     precision, as a Python number is (`alpha=1` selects `add`'s Tensor overload).
-    `None`: keep the Scalar path (other ops, kwargs, integer or complex leaves or
-    numbers, leaves not on CPU, where `_foreach` has fused scalar kernels).
+    Returns `(function, operand, keywords)`, or `None` to keep the Scalar path (other
+    ops, kwargs, integer or complex leaves or numbers, leaves not on CPU, where
+    `_foreach` has fused scalar kernels).
     """
     if kwargs or len(args) != 1:
         return None
@@ -216,13 +216,13 @@ def _tensor_scalar(
     if not leaves[0].is_cpu:
         return None
     dtypes = set(map(_DTYPE, leaves))
-    dtype = _OPERAND_DTYPE.get(dtypes.pop()) if len(dtypes) == 1 else None
-    if dtype is None:  # mixed floating leaves take float64 (exact, one cast per leaf)
-        if not dtypes or not dtypes <= _OPERAND_DTYPE.keys():
-            return None
-        dtype = torch.float64
-    fn, negate, alpha = row
-    return fn, torch.scalar_tensor(-value if negate else value, dtype=dtype), alpha
+    if not dtypes <= _OPERAND_DTYPE.keys():
+        return None
+    # one dtype: the operand's own (no cast per leaf); mixed: float64 (exact, a cast per leaf)
+    dtype = _OPERAND_DTYPE[dtypes.pop()] if len(dtypes) == 1 else torch.float64
+    out_of_place, in_place, negate, extra = row
+    operand = torch.scalar_tensor(-value if negate else value, dtype=dtype)
+    return (in_place if inplace else out_of_place), operand, extra
 
 
 def _per_leaf(

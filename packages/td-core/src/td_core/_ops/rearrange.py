@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from td_core._core.contract import TD, TensorDictContract
 
-__all__ = ["LayoutMixin", "padded_values"]
+__all__ = ["LayoutMixin", "pad_pairs", "padded_values"]
 
 Tensor = torch.Tensor
 
@@ -89,6 +89,19 @@ def _pad_leaf(t: Tensor, pairs: list[int], n: int, value: float) -> Tensor:
     if t.dtype == torch.bool:  # F.pad refuses bool: pad as float, any non-zero value is True
         return F.pad(t.float(), spec, value=float(value)) != 0
     return F.pad(t, spec, value=value)
+
+
+def pad_pairs(pad_size: Sequence[int], batch_size: torch.Size) -> list[int]:
+    """`pad_size` as ints, checked: `(before, after)` pairs, at most one per batch dim."""
+    pairs = [int(p) for p in pad_size]
+    if len(pairs) % 2:
+        raise DimError(f"pad: pad_size needs (before, after) pairs, got {pairs}")
+    if len(pairs) > 2 * len(batch_size):
+        raise DimError(
+            f"pad: pad_size {pairs} has more than 2 entries per batch dim of batch_size "
+            f"{list(batch_size)}"
+        )
+    return pairs
 
 
 def padded_values(leaf: Any, pads: Sequence[tuple[int, int]]) -> np.ndarray:
@@ -378,14 +391,8 @@ class LayoutMixin(NewMixin):
             DimError: (a `RuntimeError`) if `pad_size` has an odd length or
                 more than two entries per batch dim.
         """
-        pairs = [int(p) for p in pad_size]
         bs = self.batch_size
-        if len(pairs) % 2:
-            raise DimError(f"pad: pad_size needs (before, after) pairs, got {pairs}")
-        if len(pairs) > 2 * len(bs):
-            raise DimError(
-                f"pad: pad_size {pairs} has more than 2 entries per batch dim of batch_size {list(bs)}"
-            )
+        pairs = pad_pairs(pad_size, bs)
         full = pairs + [0] * (2 * len(bs) - len(pairs))
         new = torch.Size(s + full[2 * i] + full[2 * i + 1] for i, s in enumerate(bs))
         if any(s < 0 for s in new):
