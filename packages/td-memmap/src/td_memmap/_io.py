@@ -46,6 +46,7 @@ __all__ = [
     "strides_of",
     "create_sized",
     "view_at",
+    "views_at",
     "map_storage",
 ]
 
@@ -313,6 +314,7 @@ def map_leaf(
     return _empty(0, dtype=dtype, device="cpu").set_(storage, 0, shape, strides_of(shape))
 
 
+_make_subclass = torch.Tensor._make_subclass
 _from_file: Callable[[str, bool, int], torch.UntypedStorage] = torch.UntypedStorage.from_file  # type: ignore[assignment]  # torch stubs: from_file gives an UntypedStorage
 _empty = torch.empty
 
@@ -364,6 +366,30 @@ def view_at(
     return _empty(0, dtype=dtype, device="cpu").set_(
         storage, offset // dtype.itemsize, shape, strides_of(shape)
     )
+
+
+def views_at(
+    storage: torch.UntypedStorage, places: Iterable[tuple[int, torch.dtype, tuple[int, ...]]]
+) -> list[torch.Tensor]:
+    """`view_at` of every `(offset, dtype, shape)` of `places`, in one pass.
+
+    The same tensors, each its own tensor on `storage` (not a view of another,
+    so `detach_` works on it), at half the per-leaf cost: the empty tensor each is set on comes from
+    `Tensor.new` of one tensor per dtype, not from `torch.empty`'s argument
+    parsing (a fresh save of 1,000 small leaves builds 1,000 of them).
+    """
+    protos: dict[torch.dtype, torch.Tensor] = {}
+    out: list[torch.Tensor] = []
+    append = out.append
+    for offset, dtype, shape in places:
+        proto = protos.get(dtype)
+        if proto is None:
+            if dtype in _EXPERIMENTAL:  # `view_at` gives a view of a byte tensor: made not one
+                append(_make_subclass(torch.Tensor, view_at(storage, offset, dtype, shape)))
+                continue
+            proto = protos[dtype] = _empty(0, dtype=dtype, device="cpu")
+        append(proto.new().set_(storage, offset // dtype.itemsize, shape, strides_of(shape)))
+    return out
 
 
 def _read_small(path: str, dtype: torch.dtype, nbytes: int) -> torch.Tensor:
