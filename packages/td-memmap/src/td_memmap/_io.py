@@ -429,19 +429,48 @@ def write_json(
 
 # one encoder for every value: json.dumps with options builds a new one per call
 # (a save of 128 folders encodes ~2,500 values)
-_ENCODE = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
+_JSON = json.JSONEncoder(allow_nan=False, separators=(", ", ": "))
+_ENCODE = _JSON.encode
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+
+
+def _encoder() -> Callable[[Any], str]:
+    """`_ENCODE`, for the values of one `json_bytes` call, at half its per-value cost.
+
+    `JSONEncoder.encode` builds its C encoder anew for every value (most of
+    its cost for a small value such as a leaf's entry: a packed save of 1,000
+    leaves encodes 1,000 of them). This builds it once, with the options
+    `_JSON` passes it and a circular-reference memo of its own (never shared
+    between calls or threads), so it writes exactly what `_ENCODE` writes.
+    Without the C encoder (another Python), `_ENCODE` itself.
+    """
+    if _c_make_encoder is None:
+        return _ENCODE
+    step = _c_make_encoder(
+        {},  # the memo of containers being encoded, which catches circular references
+        _JSON.default,
+        json.encoder.encode_basestring_ascii,
+        None,  # no indent
+        _JSON.key_separator,
+        _JSON.item_separator,
+        _JSON.sort_keys,
+        _JSON.skipkeys,
+        _JSON.allow_nan,
+    )
+    join = "".join
+    return lambda value: join(step(value, 0))
 
 
 def json_bytes(data: Any) -> bytes:
     """Compact JSON: one line per top-level field and per item of `entries` and `index`."""
-    one = _ENCODE
+    one = _encoder()
     if type(data) is not dict:
         return (one(data) + "\n").encode("ascii")
     lines = []
     for key, value in data.items():
         if key == "entries" and type(value) is list and value:
-            items = ",\n".join(f"  {one(v)}" for v in value)
-            lines.append(f" {one(key)}: [\n{items}\n ]")
+            items = ",\n  ".join(map(one, value))
+            lines.append(f" {one(key)}: [\n  {items}\n ]")
         elif key == "index" and type(value) is dict and value:
             items = ",\n".join(f"  {one(k)}: {one(v)}" for k, v in value.items())
             lines.append(f" {one(key)}: {{\n{items}\n }}")
