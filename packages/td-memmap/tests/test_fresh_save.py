@@ -73,6 +73,19 @@ def test_a_fresh_save_of_many_leaves_returns_leaves_on_its_data_file(tmp_path):
     assert load_memmap(tmp_path / "save")["l7"][0, 1] == -1.0
 
 
+@pytest.mark.parametrize("mode", [None, "r"])
+def test_a_packed_load_gives_each_leaf_its_own_tensor_on_the_data_file(tmp_path, mode):
+    leaves = {"a": torch.arange(6.0).view(2, 3), "e": torch.zeros(0, 2), "i": torch.ones(3).int()}
+    leaves["c"] = torch.ones(2, 2, dtype=torch.float16).view(torch.complex32)
+    TensorDict({**leaves, "sub": {"b": torch.ones(2, dtype=torch.bool)}}, []).memmap(tmp_path)
+    back = load_memmap(tmp_path, mode=mode)
+    for key, leaf in back.items(True, True):
+        assert isinstance(leaf, MemoryMappedTensor) and leaf.filename.endswith("data.pack"), key
+        assert leaf._mm_writable is (mode is None) and leaf._mm_parent_shape == leaf.shape, key
+        assert not leaf._is_view(), key  # detach_ works on every leaf
+    assert torch.equal(back["a"], leaves["a"]) and back["sub", "b"].all()
+
+
 @pytest.mark.parametrize(
     "data",
     [
