@@ -155,7 +155,9 @@ def _batches(writes: list[tuple[int, memoryview]]) -> list[list[tuple[int, memor
 def _write_pack(
     path: str, jobs: list[Any], sizes: list[int], offsets: list[int], total: int, durable: bool
 ) -> None:
-    """Write the data file `path`: created at `total` bytes, each job's leaf (of `sizes` bytes) at its offset.
+    """Write the data file `path`: created at `total` bytes, each job's leaf at its offset.
+
+    `sizes`: the bytes of each job's leaf.
 
     One thread writes it: buffered writes to one file are serialized by the
     kernel (the file's lock), so threads only add contention (measured on 2
