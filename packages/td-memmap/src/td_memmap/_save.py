@@ -240,8 +240,8 @@ class _Planner:
                     action = "reuse"  # if no other entry keeps that file (see _name_files)
             elif not self.copy_existing and not (packed and folder == self.root):
                 raise RuntimeError(
-                    f"entry {(*where, key)!r} is already memory-mapped from {t._mm_file!r}. A filename "
-                    "was provided but the tensor already has a file associated: pass "
+                    f"entry {(*where, key)!r} is already memory-mapped from {t._mm_file!r}. A "
+                    "filename was provided but the tensor already has a file associated: pass "
                     f"copy_existing=True to copy it to {path!r}"
                 )
         entry = _tensor_entry(key, name, dtype, shape)
