@@ -150,15 +150,15 @@ def encode_key(key: str) -> str:
     """
     if not key:
         return "%"
-    raw = key.encode("utf-8", "surrogatepass")
     if _PLAIN.fullmatch(key):  # the common case, at a tenth of the cost: nothing to encode
         out = key
     else:
+        raw = key.encode("utf-8", "surrogatepass")
         out = "".join(chr(b) if chr(b) in _SAFE else f"%{b:02X}" for b in raw)
-    if out.upper() in _WINDOWS_RESERVED:
+    if len(out) <= 4 and out.upper() in _WINDOWS_RESERVED:  # all 3 or 4 letters long
         out = f"%{ord(out[0]):02X}{out[1:]}"
     if len(out) > _MAX_STEM:
-        digest = hashlib.sha256(raw).hexdigest()[:16]
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         out = f"{out[: _MAX_STEM - 17]}~{digest}"
     return out
 
@@ -173,11 +173,12 @@ def file_stems(keys: Iterable[str]) -> dict[str, str]:
     stems: dict[str, str] = {}
     for key in keys:
         stem = encode_key(key)
-        candidate, n = stem, 0
-        while candidate.lower() in seen:
+        candidate, low, n = stem, stem.lower(), 0
+        while low in seen:
             n += 1
             candidate = f"{stem}.{n}"
-        seen.add(candidate.lower())
+            low = candidate.lower()
+        seen.add(low)
         stems[key] = candidate
     return stems
 

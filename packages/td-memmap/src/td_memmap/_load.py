@@ -19,7 +19,7 @@ import torch
 
 from td_memmap._archive_load import load_archive_tree
 from td_memmap._build import Builder, check_cls
-from td_memmap._io import map_storage, view_at
+from td_memmap._io import map_storage, views_at
 from td_memmap._meta import parse_folder
 from td_memmap._meta_types import Pack
 from td_memmap._tensor import MemoryMappedTensor
@@ -88,19 +88,18 @@ def _map_packed(pack: Pack, builder: Builder, mode: str | None) -> list[MemoryMa
         if mode == "r+":
             raise PermissionError(f"mode='r+': cannot map {pack.path!r} for writing")
         writable = False  # the default mode on a file this process may not write
-    storage = None
-    if pack.size:
-        storage = map_storage(pack.path, writable, pack.size)
-    wrap = MemoryMappedTensor._wrap
-    path = pack.path
-    out = []
-    for (_, dtype, shape, nbytes), offset in zip(builder.leaves, builder.offsets):
-        if nbytes and storage is not None:
-            view = view_at(storage, offset, dtype, shape)
-        else:
-            view = torch.empty(shape, dtype=dtype)
-        out.append(wrap(view, path, writable, shape))
-    return out
+    places = [
+        (offset, dtype, shape)
+        for (_, dtype, shape, nbytes), offset in zip(builder.leaves, builder.offsets)
+        if nbytes
+    ]
+    views = iter(views_at(map_storage(pack.path, writable, pack.size), places) if places else ())
+    tensors = [
+        next(views) if nbytes else torch.empty(shape, dtype=dtype)
+        for _, dtype, shape, nbytes in builder.leaves
+    ]
+    shapes = [shape for _, _, shape, _ in builder.leaves]
+    return MemoryMappedTensor._adopt(tensors, shapes, pack.path, writable)
 
 
 def load_tree(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -38,7 +39,7 @@ from td_memmap._io import (
     map_storage,
     remove_if_exists,
     tensor_bytes,
-    view_at,
+    views_at,
     write_json,
 )
 from td_memmap._tensor import MemoryMappedTensor
@@ -65,10 +66,7 @@ def packable(jobs: Sequence[Any]) -> bool:
 
 
 def _nbytes(job: Any) -> int:
-    n = job.dtype.itemsize
-    for d in job.shape:
-        n *= d
-    return n
+    return job.dtype.itemsize * math.prod(job.shape)
 
 
 def _align(n: int) -> int:
@@ -87,7 +85,7 @@ def _place_in(job: Any, pack: str) -> int | None:
     return offset if offset % PACK_ALIGN == 0 else None
 
 
-def _keep_places(jobs: list[Any], previous: Previous) -> list[int] | None:
+def _keep_places(jobs: list[Any], sizes: list[int], previous: Previous) -> list[int] | None:
     """The offsets of every leaf in the previous data file, when all can stay there; else None."""
     if previous.pack is None or not jobs or any(job.action == "alloc" for job in jobs):
         return None
@@ -97,7 +95,7 @@ def _keep_places(jobs: list[Any], previous: Previous) -> list[int] | None:
         if place is None:
             return None
         places.append(place)
-    spans = sorted((p, p + _nbytes(j)) for p, j in zip(places, jobs) if _nbytes(j))
+    spans = sorted((p, p + n) for p, n in zip(places, sizes) if n)
     if any(start < end for (_, end), (start, _) in itertools.pairwise(spans)):
         return None  # two entries view the same bytes: each needs its own copy
     return places
@@ -112,7 +110,7 @@ def _raw(t: torch.Tensor, nbytes: int) -> Any:
     """
     if (
         (type(t) is torch.Tensor or isinstance(t, (torch.nn.Parameter, MemoryMappedTensor)))
-        and t.device.type == "cpu"
+        and t.is_cpu
         and t.is_contiguous()
         and not (t.is_conj() or t.is_neg())
     ):
@@ -154,8 +152,12 @@ def _batches(writes: list[tuple[int, memoryview]]) -> list[list[tuple[int, memor
     return out
 
 
-def _write_pack(path: str, jobs: list[Any], offsets: list[int], total: int, durable: bool) -> None:
+def _write_pack(
+    path: str, jobs: list[Any], sizes: list[int], offsets: list[int], total: int, durable: bool
+) -> None:
     """Write the data file `path`: created at `total` bytes, each job's leaf at its offset.
+
+    `sizes`: the bytes of each job's leaf.
 
     One thread writes it: buffered writes to one file are serialized by the
     kernel (the file's lock), so threads only add contention (measured on 2
@@ -163,9 +165,9 @@ def _write_pack(path: str, jobs: list[Any], offsets: list[int], total: int, dura
     Transformer 1.07x slower).
     """
     writes = [
-        (offset, _raw(job.src, _nbytes(job)))
-        for job, offset in zip(jobs, offsets)
-        if job.action != "alloc" and _nbytes(job)
+        (offset, _raw(job.src, nbytes))
+        for job, nbytes, offset in zip(jobs, sizes, offsets)
+        if nbytes and job.action != "alloc"
     ]
 
     def fill(fd: int) -> None:
@@ -178,15 +180,18 @@ def _write_pack(path: str, jobs: list[Any], offsets: list[int], total: int, dura
     fill_file(path, total, fill, mode="replace", durable=durable, reserve=bool(writes))
 
 
-def _map_result(jobs: list[Any], offsets: list[int], pack: str, total: int) -> None:
+def _map_result(
+    jobs: list[Any], sizes: list[int], offsets: list[int], pack: str, total: int
+) -> None:
     """Each job's leaf in the result: a view of one shared mapping of the new data file."""
-    storage = map_storage(pack, True, total) if total else None
-    for job, offset in zip(jobs, offsets):
-        if _nbytes(job) and storage is not None:
-            view = view_at(storage, offset, job.dtype, job.shape)
-        else:
-            view = torch.empty(job.shape, dtype=job.dtype)
-        job.out.entries[job.key] = MemoryMappedTensor._wrap(view, pack, True, job.shape)
+    mapped = [(at, job.dtype, job.shape) for job, n, at in zip(jobs, sizes, offsets) if n]
+    views = iter(views_at(map_storage(pack, True, total), mapped) if mapped else ())
+    tensors = [
+        next(views) if n else torch.empty(job.shape, dtype=job.dtype) for job, n in zip(jobs, sizes)
+    ]
+    leaves = MemoryMappedTensor._adopt(tensors, [job.shape for job in jobs], pack, True)
+    for job, leaf in zip(jobs, leaves):
+        job.out.entries[job.key] = leaf
 
 
 def _inline(folder: Any) -> None:
@@ -214,18 +219,19 @@ def save_packed(
     """Write the planned save `plan` (its tensor `jobs`) packed into `plan.path`; see the module doc."""
     root = plan.path
     os.makedirs(root, exist_ok=True)
-    places = _keep_places(jobs, previous)
+    sizes = [_nbytes(job) for job in jobs]
+    places = _keep_places(jobs, sizes, previous)
     if places is not None:
         assert previous.pack is not None
         pack, offsets = previous.pack, places
         total = os.path.getsize(pack)
     else:
         offsets, total = [], 0
-        for job in jobs:
+        for nbytes in sizes:
             offsets.append(total)
-            total = _align(total + _nbytes(job))
+            total = _align(total + nbytes)
         pack = first_free(candidates(os.path.join(root, PACK_NAME), PACK_SUFFIX), previous.uses)
-        _write_pack(pack, jobs, offsets, total, durable)
+        _write_pack(pack, jobs, sizes, offsets, total, durable)
     try:
         for job, offset in zip(jobs, offsets):
             del job.entry["file"]
@@ -241,7 +247,7 @@ def save_packed(
         for job in jobs:
             job.out.entries[job.key] = job.src
     else:
-        _map_result(jobs, offsets, pack, total)
+        _map_result(jobs, sizes, offsets, pack, total)
     remove_replaced(previous, {root: {os.path.basename(pack)}})
     if durable:
         fsync_dir(root)

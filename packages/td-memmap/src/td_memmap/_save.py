@@ -90,7 +90,7 @@ class Grown:
     tail: torch.Tensor
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     action: str  # "write", "alloc", "reuse", "bytes", "shared" or "grow"
     src: Any
@@ -120,15 +120,9 @@ def nontensor_json(leaf: NonTensorLeaf) -> Any:
     return value_to_json(leaf.value)
 
 
-def _tensor_entry(key: str, path: str, dtype: str, shape: Any) -> dict[str, Any]:
-    """The metadata entry of a tensor leaf saved in the file `path`."""
-    return {
-        "key": key,
-        "type": "tensor",
-        "file": os.path.basename(path),
-        "dtype": dtype,
-        "shape": list(shape),
-    }
+def _tensor_entry(key: str, name: str, dtype: str, shape: Any) -> dict[str, Any]:
+    """The metadata entry of a tensor leaf saved in the file `name` of its folder."""
+    return {"key": key, "type": "tensor", "file": name, "dtype": dtype, "shape": list(shape)}
 
 
 def _folder_of(mmt: MemoryMappedTensor) -> str | None:
@@ -193,44 +187,49 @@ class _Planner:
         entries: list[dict[str, Any]] = []
         meta["entries"] = entries
         stems = file_stems(node.entries)
+        base = path + os.sep  # the start of every leaf's path (os.path.join per leaf costs)
         for key, value in node.entries.items():
-            full_key = (*where, key)
             stem = stems[key]
-            if isinstance(value, Node):
-                child = self.folder(value, os.path.join(path, stem), full_key)
-                plan.children.append(child)
-                out.entries[key] = child.out
-                entries.append({"key": key, "type": "tensordict", "dir": stem})
-            elif isinstance(value, NonTensorLeaf):
-                entries.append(self._nontensor(value, os.path.join(path, stem), out, key, full_key))
-            elif isinstance(value, torch.Tensor):
-                entry = self._tensor(value, path + os.sep + stem + LEAF_SUFFIX, out, key, full_key)
+            if isinstance(value, torch.Tensor):  # the most common first
+                entry = self._tensor(value, base, stem, out, key, where)
                 if key in node.unbatched:
                     entry["unbatched"] = True
                     out.unbatched.add(key)
                 entries.append(entry)
                 out.entries[key] = value
+            elif isinstance(value, Node):
+                child = self.folder(value, os.path.join(path, stem), (*where, key))
+                plan.children.append(child)
+                out.entries[key] = child.out
+                entries.append({"key": key, "type": "tensordict", "dir": stem})
+            elif isinstance(value, NonTensorLeaf):
+                stem_path = os.path.join(path, stem)
+                entries.append(self._nontensor(value, stem_path, out, key, (*where, key)))
             elif isinstance(value, Grown):
-                leaf = path + os.sep + stem + LEAF_SUFFIX
-                entry = _tensor_entry(key, leaf, dtype_name(value.dtype, key=full_key), value.shape)
+                leaf = base + stem + LEAF_SUFFIX
+                name = dtype_name(value.dtype, key=(*where, key))
+                entry = _tensor_entry(key, stem + LEAF_SUFFIX, name, value.shape)
                 self.jobs.append(
                     _Job("grow", value, leaf, out, key, value.dtype, value.shape, entry)
                 )
                 entries.append(entry)
             else:
-                raise TypeError(f"entry {full_key!r}: cannot save a {type(value).__name__}")
+                raise TypeError(f"entry {(*where, key)!r}: cannot save a {type(value).__name__}")
         return plan
 
     def _tensor(
-        self, t: torch.Tensor, path: str, out: Node, key: str, full_key: tuple[str, ...]
+        self, t: torch.Tensor, base: str, stem: str, out: Node, key: str, where: tuple[str, ...]
     ) -> dict[str, Any]:
+        """Plan the tensor leaf `key` of the folder `base` (its path and a separator)."""
+        name = stem + LEAF_SUFFIX
+        path = base + name
         if t.layout != torch.strided:
             raise TypeError(
-                f"entry {full_key!r}: only strided tensors can be saved, got layout {t.layout}"
+                f"entry {(*where, key)!r}: only strided tensors can be saved, got layout {t.layout}"
             )
-        name = dtype_name(t.dtype, key=full_key)
+        dtype = dtype_name(t.dtype, key=(*where, key))
         if t.is_nested:  # one flat file: the components one after another
-            return self._nested_tensor(t, path, out, key, name)
+            return self._nested_tensor(t, path, out, key, dtype)
         shape = tuple(t.shape)
         action = "alloc" if self.like else "write"
         if isinstance(t, MemoryMappedTensor) and t._mm_file is not None and not self.like:
@@ -241,11 +240,11 @@ class _Planner:
                     action = "reuse"  # if no other entry keeps that file (see _name_files)
             elif not self.copy_existing and not (packed and folder == self.root):
                 raise RuntimeError(
-                    f"entry {full_key!r} is already memory-mapped from {t._mm_file!r}. A filename "
-                    "was provided but the tensor already has a file associated: pass "
+                    f"entry {(*where, key)!r} is already memory-mapped from {t._mm_file!r}. A "
+                    "filename was provided but the tensor already has a file associated: pass "
                     f"copy_existing=True to copy it to {path!r}"
                 )
-        entry = _tensor_entry(key, path, name, shape)
+        entry = _tensor_entry(key, name, dtype, shape)
         self.jobs.append(_Job(action, t, path, out, key, t.dtype, shape, entry))
         return entry
 
@@ -255,7 +254,10 @@ class _Planner:
         sizes = t._nested_tensor_size()
         flat = torch.empty(0, dtype=t.dtype) if self.like else nested_values(t.detach())
         shape = (nested_numel(sizes),)
-        entry = {**_tensor_entry(key, path, name, shape), "nested": sizes.tolist()}
+        entry = {
+            **_tensor_entry(key, os.path.basename(path), name, shape),
+            "nested": sizes.tolist(),
+        }
         action = "alloc" if self.like else "write"
         self.jobs.append(_Job(action, flat, path, out, key, t.dtype, shape, entry, nested=sizes))
         return entry

@@ -151,6 +151,28 @@ class MemoryMappedTensor(Factories, torch.Tensor):
             tensor._mm_parent_shape = shape
         return out  # type: ignore[return-value]
 
+    @classmethod
+    def _adopt(
+        cls,
+        tensors: list[torch.Tensor],
+        shapes: Sequence[tuple[int, ...]],
+        file: str,
+        writable: bool,
+    ) -> list[MemoryMappedTensor]:
+        """`_wrap` of each tensor of `tensors` (of the shape of `shapes`), all on `file`.
+
+        Only for tensors just made and referenced nowhere else (as `_map_many`'s):
+        the same result as `_wrap`, at a fraction of its per-leaf cost.
+        """
+        klass = MemoryMappedTensor if writable else _ReadOnly
+        tensor: Any  # a MemoryMappedTensor once retyped
+        for tensor, shape in zip(tensors, shapes):  # retyped in place
+            tensor.__class__ = klass
+            tensor._mm_file = file
+            tensor._mm_writable = writable
+            tensor._mm_parent_shape = shape
+        return tensors  # type: ignore[return-value]
+
     # Operations run at plain-tensor speed and give plain tensors; only basic
     # indexing is intercepted, to keep views of the file memory-mapped.
     __torch_function__: Any = torch._C._disabled_torch_function_impl
