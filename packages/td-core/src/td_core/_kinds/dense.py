@@ -296,6 +296,12 @@ class TensorDict(TensorDictBase):
             return [*self._tensordict.items(), *self._pending.items()]
         return self._sync().items()
 
+    def _key_nodes(self) -> Any:
+        # what the key walks read (see `TensorDictBase._key_nodes`): the stored entries
+        if self._pending is None:
+            return self._tensordict.items()
+        return self._items_str()
+
     def _values_str(self) -> Any:
         if self._pending is None:
             return iter(self._tensordict.values())
