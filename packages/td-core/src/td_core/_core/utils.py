@@ -140,7 +140,7 @@ def shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
     """`(2, 3)` from `f(2, 3)`, `f((2, 3))`, `f([2, 3])` or `f(torch.Size([2, 3]))`."""
     if len(args) == 1 and not isinstance(args[0], int):
         args = tuple(args[0])
-    return tuple(int(a) for a in args)
+    return tuple(map(int, args))  # (map: no generator frame)
 
 
 def infer_shape(shape: Sequence[int], numel: int, old: torch.Size) -> torch.Size:

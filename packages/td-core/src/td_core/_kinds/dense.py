@@ -335,8 +335,11 @@ class TensorDict(TensorDictBase):
         return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
 
     def __contains__(self, key: object) -> bool:
-        if type(key) is str and self._pending is None:
-            return key in self._tensordict
+        if type(key) is str:
+            if key in self._tensordict:  # (entries held back under compile are never here)
+                return True
+            if self._pending is None:
+                return False
         return TensorDictBase.__contains__(self, key)
 
     def _walk(self, path: tuple[Any, ...], missing: Any = NO_DEFAULT) -> Any:
