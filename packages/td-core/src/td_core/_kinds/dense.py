@@ -418,6 +418,8 @@ class TensorDict(TensorDictBase):
             value = self._walk(index)
             if value is not NO_DEFAULT:
                 return value if type(value) is Tensor or not is_nt(value) else value.data
+        elif type(index) is not tuple and self._names is None:  # an int, a slice, a mask, ...
+            return self._index(index)  # (what the base does for them, without its checks)
         return TensorDictBase.__getitem__(self, index)
 
     def set(

@@ -38,7 +38,14 @@ from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
 
-__all__ = ["REDUCTIONS", "Reduction", "reduction", "bool_reduction", "leafwise_loss"]
+__all__ = [
+    "REDUCTIONS",
+    "Reduction",
+    "reduction",
+    "bool_reduction",
+    "bool_over_leaves",
+    "leafwise_loss",
+]
 
 Tensor = torch.Tensor
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -478,7 +485,7 @@ _flatten_all: Callable[[list[Tensor]], Tensor] = getattr(
 )
 
 
-def _bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
+def bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
     """`td.any()` / `td.all()`: the first leaf alone (so a first leaf that decides
     returns at once, as upstream), then the others in one reduction where they are
     small, else leaf by leaf until one decides."""
@@ -519,7 +526,7 @@ def _bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
 def bool_reduction(td: TensorDictContract, row: Reduction, dim: Dim) -> Any:
     """`all`/`any`: a Python bool over every leaf, or a TensorDict over batch dim(s) `dim`."""
     if dim is None:
-        return _bool_over_leaves(td, row.name == "any")
+        return bool_over_leaves(td, row.name == "any")
     return reduction(td, row, dim)
 
 
