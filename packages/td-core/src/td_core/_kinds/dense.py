@@ -29,6 +29,9 @@ Tensor = torch.Tensor
 _ABSENT = object()  # `_walk`'s answer for a key a dense TensorDict on the path lacks
 
 
+_EMPTY_SIZE = torch.Size()  # (immutable: shared by every TensorDict without batch dims)
+
+
 class TensorDict(TensorDictBase):
     """A dictionary of tensors that behaves like a tensor over its leading (batch) dims.
 
@@ -82,8 +85,12 @@ class TensorDict(TensorDictBase):
         **kwargs: Any,
     ) -> None:
         auto = batch_size is None
-        self._batch_size = torch.Size() if auto or batch_size is NO_DEFAULT else as_size(batch_size)
-        self._device = as_device(device)
+        self._batch_size = (
+            _EMPTY_SIZE
+            if auto or batch_size is NO_DEFAULT or (type(batch_size) is list and not batch_size)
+            else as_size(batch_size)
+        )
+        self._device = None if device is None else as_device(device)
         self._is_locked = False
         self._names: tuple[str | None, ...] | None = None
         self._pending: dict[str, Any] | None = None
