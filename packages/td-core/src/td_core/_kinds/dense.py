@@ -473,6 +473,9 @@ class TensorDict(TensorDictBase):
                 return
             self._set_str(index, self._validate(value, index))
             return
+        if type(index) is tuple and index and type(index[0]) is str:  # a nested key
+            self.set(index, value)  # (what the base does with it, without its checks)
+            return
         TensorDictBase.__setitem__(self, index, value)
 
     # ---------------------------------------------------------------- metadata
