@@ -85,11 +85,12 @@ class TensorDict(TensorDictBase):
         **kwargs: Any,
     ) -> None:
         auto = batch_size is None
-        self._batch_size = (
-            _EMPTY_SIZE
-            if auto or batch_size is NO_DEFAULT or (type(batch_size) is list and not batch_size)
-            else as_size(batch_size)
-        )
+        if type(batch_size) is torch.Size:  # (a sub-TensorDict built from a nested dict)
+            self._batch_size = batch_size
+        elif auto or batch_size is NO_DEFAULT or (type(batch_size) is list and not batch_size):
+            self._batch_size = _EMPTY_SIZE
+        else:
+            self._batch_size = as_size(batch_size)
         self._device = None if device is None else as_device(device)
         self._is_locked = False
         self._names: tuple[str | None, ...] | None = None
@@ -139,6 +140,8 @@ class TensorDict(TensorDictBase):
                     continue
             if type(key) is not str:
                 self.set(key, value)
+            elif type(value) is dict:  # a nested dict: what `_validate` makes of a mapping
+                data[key] = self._new_validated(value, bs, key)
             else:
                 data[key] = validate(value, key)
 
