@@ -318,3 +318,29 @@ def test_mean_keeps_autograd_and_torch_func() -> None:
     batched = torch.randn(5, 4, 3)
     means = torch.vmap(lambda t: TensorDict({"a": t}, [4]).mean(0)["a"])(batched)
     torch.testing.assert_close(means, batched.mean(1), rtol=0, atol=0)
+
+
+def _mixed_leaves(bad: str | None, value: float | bool) -> TensorDict:
+    """Leaves of several shapes, dtypes and layouts (the ones after the first are reduced
+    as one flattened tensor), all equal to `value` but for leaf `bad` (one element flipped)."""
+    leaves = {
+        "first": torch.full((4, 3), value),
+        "bools": torch.full((4, 2, 2), bool(value)),
+        "ints": torch.full((4,), int(value), dtype=torch.int64),
+        "halves": torch.full((4, 5), value, dtype=torch.float16),
+        "transposed": torch.full((3, 4), value).t(),  # not contiguous
+        "nested": {"x": torch.full((4, 1, 1), value), "y": torch.full((4, 6), value)},
+    }
+    td = TensorDict(leaves, [4])
+    if bad is not None:
+        leaf = td.get(tuple(bad.split(".")))
+        leaf[(-1,) * leaf.dim()] = not value if leaf.dtype == torch.bool else 1 - value
+    return td
+
+
+@pytest.mark.parametrize("bad", [None, "ints", "halves", "transposed", "nested.y"])
+def test_all_and_any_read_every_leaf_of_mixed_shapes_and_dtypes(bad: str | None) -> None:
+    assert _mixed_leaves(bad, 1.0).all() is (bad is None)
+    assert _mixed_leaves(bad, 0.0).any() is (bad is not None)
+    assert _mixed_leaves(bad, 1.0).any() is True
+    assert _mixed_leaves(bad, 0.0).all() is False

@@ -151,7 +151,7 @@ class KeysView:
     ) -> None:
         """`_walk` for the default `is_leaf`, eagerly: no generator per level."""
         nested, leaves_only = self._include_nested, self._leaves_only
-        for key, value in td._key_items():
+        for key, value in td._key_nodes():
             if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
                 out.append((*prefix, key) if prefix else key)
                 continue
@@ -210,7 +210,7 @@ class KeysView:
         """How many keys `_collect` gives for `td`."""
         nested, leaves_only = self._include_nested, self._leaves_only
         n = 0
-        for _, value in td._key_items():  # a lazy stack's tensor leaves are not stacked
+        for _, value in td._key_nodes():  # a lazy stack's entries are not stacked
             if type(value) is Tensor or not getattr(type(value), "_td_collection", False):
                 n += 1
                 continue

@@ -54,7 +54,11 @@ def as_size(batch_size: Any) -> torch.Size:
     if cls is list or cls is tuple:  # the usual spellings: [], [n], (n, m)
         if not batch_size:
             return _EMPTY_SIZE
-        if all(type(d) is int and d >= 0 for d in batch_size):
+        if len(batch_size) == 1:  # [n]: checked without a generator
+            n = batch_size[0]
+            if type(n) is int and n >= 0:
+                return torch.Size(batch_size)
+        elif all(type(d) is int and d >= 0 for d in batch_size):
             return torch.Size(batch_size)
     if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
         batch_size = (int(batch_size),)
@@ -140,7 +144,7 @@ def shape_args(args: tuple[Any, ...]) -> tuple[int, ...]:
     """`(2, 3)` from `f(2, 3)`, `f((2, 3))`, `f([2, 3])` or `f(torch.Size([2, 3]))`."""
     if len(args) == 1 and not isinstance(args[0], int):
         args = tuple(args[0])
-    return tuple(int(a) for a in args)
+    return tuple(map(int, args))  # (map: no generator frame)
 
 
 def infer_shape(shape: Sequence[int], numel: int, old: torch.Size) -> torch.Size:

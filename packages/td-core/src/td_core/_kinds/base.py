@@ -526,6 +526,12 @@ class TensorDictBase(
         its data (a lazy stack gives a member's leaf rather than stacking it)."""
         return self._items_str()
 
+    def _key_nodes(self) -> Collection[tuple[str, Any]]:
+        """`(key, value)` pairs for the key walks with the default `is_leaf` (`keys()`, its
+        `len`): a value's class is read, and a subtree's own `_key_nodes()`; a lazy stack
+        gives its members' sub-TensorDicts for a nested entry rather than stacking them."""
+        return self._key_items()
+
     def _set_device(self, device: Any) -> None:
         raise TypeError(f"{type(self).__name__} does not support changing its device")
 

@@ -29,6 +29,9 @@ Tensor = torch.Tensor
 _ABSENT = object()  # `_walk`'s answer for a key a dense TensorDict on the path lacks
 
 
+_EMPTY_SIZE = torch.Size()  # (immutable: shared by every TensorDict without batch dims)
+
+
 class TensorDict(TensorDictBase):
     """A dictionary of tensors that behaves like a tensor over its leading (batch) dims.
 
@@ -82,8 +85,13 @@ class TensorDict(TensorDictBase):
         **kwargs: Any,
     ) -> None:
         auto = batch_size is None
-        self._batch_size = torch.Size() if auto or batch_size is NO_DEFAULT else as_size(batch_size)
-        self._device = as_device(device)
+        if type(batch_size) is torch.Size:  # (a sub-TensorDict built from a nested dict)
+            self._batch_size = batch_size
+        elif auto or batch_size is NO_DEFAULT or (type(batch_size) is list and not batch_size):
+            self._batch_size = _EMPTY_SIZE
+        else:
+            self._batch_size = as_size(batch_size)
+        self._device = None if device is None else as_device(device)
         self._is_locked = False
         self._names: tuple[str | None, ...] | None = None
         self._pending: dict[str, Any] | None = None
@@ -132,6 +140,8 @@ class TensorDict(TensorDictBase):
                     continue
             if type(key) is not str:
                 self.set(key, value)
+            elif type(value) is dict:  # a nested dict: what `_validate` makes of a mapping
+                data[key] = self._new_validated(value, bs, key)
             else:
                 data[key] = validate(value, key)
 
@@ -296,6 +306,12 @@ class TensorDict(TensorDictBase):
             return [*self._tensordict.items(), *self._pending.items()]
         return self._sync().items()
 
+    def _key_nodes(self) -> Any:
+        # what the key walks read (see `TensorDictBase._key_nodes`): the stored entries
+        if self._pending is None:
+            return self._tensordict.items()
+        return self._items_str()
+
     def _values_str(self) -> Any:
         if self._pending is None:
             return iter(self._tensordict.values())
@@ -329,8 +345,11 @@ class TensorDict(TensorDictBase):
         return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
 
     def __contains__(self, key: object) -> bool:
-        if type(key) is str and self._pending is None:
-            return key in self._tensordict
+        if type(key) is str:
+            if key in self._tensordict:  # (entries held back under compile are never here)
+                return True
+            if self._pending is None:
+                return False
         return TensorDictBase.__contains__(self, key)
 
     def _walk(self, path: tuple[Any, ...], missing: Any = NO_DEFAULT) -> Any:
@@ -409,6 +428,8 @@ class TensorDict(TensorDictBase):
             value = self._walk(index)
             if value is not NO_DEFAULT:
                 return value if type(value) is Tensor or not is_nt(value) else value.data
+        elif type(index) is not tuple and self._names is None:  # an int, a slice, a mask, ...
+            return self._index(index)  # (what the base does for them, without its checks)
         return TensorDictBase.__getitem__(self, index)
 
     def set(
@@ -454,6 +475,9 @@ class TensorDict(TensorDictBase):
                 self._set_str(index, value)
                 return
             self._set_str(index, self._validate(value, index))
+            return
+        if type(index) is tuple and index and type(index[0]) is str:  # a nested key
+            self.set(index, value)  # (what the base does with it, without its checks)
             return
         TensorDictBase.__setitem__(self, index, value)
 

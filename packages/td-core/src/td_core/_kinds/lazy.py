@@ -17,7 +17,7 @@ give a dense result.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import repeat
 from operator import eq
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.lazy_constructors import LazyConstructorsMixin
 from td_core._kinds.lazy_hooks import LazyHooksMixin, set_hooks, with_hook_out
 from td_core._kinds.lazy_index import LazyIndexMixin
+from td_core._kinds.lazy_keys import member_key_nodes
 from td_core._kinds.lazy_members import LazyMembersMixin
 from td_core._kinds.lazy_read import LazyReadMixin
 from td_core._kinds.lazy_repr import LazyReprMixin
@@ -413,6 +414,11 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
             # leaves are never stacked
             out.append((key, value if isinstance(value, Tensor) else self._get_str(key)))
         return out
+
+    def _key_nodes(self) -> Collection[tuple[str, Any]]:
+        if not self.tensordicts:
+            return self._key_items()
+        return member_key_nodes(self.tensordicts, self._stack_values)  # no sub-stack built
 
     def _values_str(self) -> list[Any]:
         return [self._get_str(key) for key in self._keys_str()]

@@ -92,6 +92,9 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
     def _key_items(self) -> Any:
         return self._tensordict._key_items()  # a lazy stack's ragged leaves are never stacked
 
+    def _key_nodes(self) -> Any:
+        return self._tensordict._key_nodes()
+
     def _keys_str(self) -> Any:
         return self._tensordict._keys_str()
 

@@ -60,8 +60,11 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
             dims than there are batch dims, or a boolean mask's shape does not
             match the batch dims it covers.
     """
-    if type(index) is Tensor and batch_size and index.dtype is not torch.bool:
-        return (index,)  # one index tensor (positions) over the first batch dim: nothing to check
+    if type(index) is Tensor and batch_size:
+        if index.dtype is not torch.bool:
+            return (index,)  # positions over the first batch dim: nothing to check
+        if index.ndim == 1 and index.shape[0] == batch_size[0]:
+            return (index,)  # one mask over the first batch dim, of its size
     items = index if type(index) is tuple else (index,)
     items = tuple(_convert(i) for i in items)
     for item in items:

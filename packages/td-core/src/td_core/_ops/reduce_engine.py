@@ -38,7 +38,14 @@ from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
 
-__all__ = ["REDUCTIONS", "Reduction", "reduction", "bool_reduction", "leafwise_loss"]
+__all__ = [
+    "REDUCTIONS",
+    "Reduction",
+    "reduction",
+    "bool_reduction",
+    "bool_over_leaves",
+    "leafwise_loss",
+]
 
 Tensor = torch.Tensor
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -466,7 +473,19 @@ def _find_member_leaf(td: TensorDictContract, key: str, stop: Callable[[Tensor],
 FUSE_NUMEL = 1 << 20
 
 
-def _bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
+def _cat_flat(tensors: list[Tensor]) -> Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+#: every element of a list of tensors in one 1-d tensor (`torch.cat` of each one flattened,
+#: with cat's type promotion): torch's own helper flattens them in C++, half the time of a
+#: `reshape(-1)` call per tensor; the plain `cat` where a torch build lacks it
+_flatten_all: Callable[[list[Tensor]], Tensor] = getattr(
+    torch._C._nn, "flatten_dense_tensors", _cat_flat
+)
+
+
+def bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
     """`td.any()` / `td.all()`: the first leaf alone (so a first leaf that decides
     returns at once, as upstream), then the others in one reduction where they are
     small, else leaf by leaf until one decides."""
@@ -491,9 +510,9 @@ def _bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
     if _find_leaf(td, first_decides):
         return any_
     rest = rest[1:]
-    if len(rest) > 3 and sum(t.numel() for t in rest) <= FUSE_NUMEL:
+    if len(rest) > 3 and sum(map(Tensor.numel, rest)) <= FUSE_NUMEL:
         try:
-            flat = torch.cat([t.reshape(-1) for t in rest])
+            flat = _flatten_all(rest)
         except (RuntimeError, TypeError):  # other devices, layouts: leaf by leaf
             pass
         else:
@@ -507,7 +526,7 @@ def _bool_over_leaves(td: TensorDictContract, any_: bool) -> bool:
 def bool_reduction(td: TensorDictContract, row: Reduction, dim: Dim) -> Any:
     """`all`/`any`: a Python bool over every leaf, or a TensorDict over batch dim(s) `dim`."""
     if dim is None:
-        return _bool_over_leaves(td, row.name == "any")
+        return bool_over_leaves(td, row.name == "any")
     return reduction(td, row, dim)
 
 

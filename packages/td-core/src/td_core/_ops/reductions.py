@@ -13,7 +13,14 @@ import torch
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.utils import NO_DEFAULT
-from td_core._ops.reduce_engine import REDUCTIONS, Dim, KeyTransform, bool_reduction, reduction
+from td_core._ops.reduce_engine import (
+    REDUCTIONS,
+    Dim,
+    KeyTransform,
+    bool_over_leaves,
+    bool_reduction,
+    reduction,
+)
 
 __all__ = ["ReductionMixin"]
 
@@ -217,10 +224,14 @@ class ReductionMixin(TensorDictContract):
 
     def all(self, dim: Dim = None) -> Any:
         """`True` if every element of every tensor leaf is true; per batch `dim` with a dim."""
+        if dim is None:  # (the usual call: straight to the walk over the leaves)
+            return bool_over_leaves(self, False)
         return bool_reduction(self, _R["all"], dim)
 
     def any(self, dim: Dim = None) -> Any:
         """`True` if any element of any tensor leaf is true; per batch `dim` with a dim."""
+        if dim is None:
+            return bool_over_leaves(self, True)
         return bool_reduction(self, _R["any"], dim)
 
 

@@ -54,9 +54,9 @@ def state_dict_of(
         out._metadata = OrderedDict()
     out._metadata[prefix[:-1] if prefix.endswith(".") else prefix] = _meta(td)
     for key, value in td._items_str():
-        if isinstance(value, Tensor):
+        if type(value) is Tensor or isinstance(value, Tensor):
             out[prefix + key] = value if keep_vars else value.detach()
-        elif is_td(value) and not getattr(value, "_is_non_tensor", False):
+        elif is_td(value):
             if flatten:
                 state_dict_of(value, out, f"{prefix}{key}.", keep_vars, True)
             else:

@@ -422,8 +422,8 @@ class StructureMixin(TensorDictContract):
             merged.update(kwargs)
             input_dict_or_td = merged
         if is_td(input_dict_or_td) and (
-            self.batch_size[: input_dict_or_td.batch_dims]
-            != input_dict_or_td.batch_size[: self.batch_dims]
+            (bs := self.batch_size) != (other_bs := input_dict_or_td.batch_size)
+            and bs[: len(other_bs)] != other_bs[: len(bs)]  # (slices only where they differ)
         ):
             if not update_batch_size:
                 raise BatchSizeError(
