@@ -148,6 +148,21 @@ def test_chunk(chunks, dim, sizes):
         assert torch.equal(part["i"], leaf)
 
 
+def test_chunk_and_split_of_a_jagged_leaf():
+    # torch cuts a jagged nested tensor along its batch dim with chunk only
+    seqs = [torch.arange(3), torch.arange(4), torch.arange(2)]
+    td = TensorDict(
+        {"ids": torch.nested.as_nested_tensor(seqs, layout=torch.jagged), "x": torch.ones(3, 2)},
+        batch_size=[3],
+    )
+    for parts in (td.chunk(2), td.split([2, 1]), td.split(2)):
+        assert [p.batch_size for p in parts] == [torch.Size([2]), torch.Size([1])]
+        assert [list(map(len, p["ids"].unbind())) for p in parts] == [[3, 4], [2]]
+        assert torch.equal(parts[1]["ids"].unbind()[0], seqs[2])
+    with pytest.raises(RuntimeError, match="NestedTensor"):  # pieces chunk does not cut
+        td.split([1, 2])
+
+
 def test_batch_size_setter_shrink_and_grow():
     td = TensorDict({"a": torch.zeros(3, 4, 2), "n": {"b": torch.zeros(3, 4)}}, [3, 4])
     td.batch_size = [3]

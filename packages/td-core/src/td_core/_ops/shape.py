@@ -573,9 +573,17 @@ def split_sizes(td: TensorDictContract, d: int, sizes: Sequence[int]) -> tuple[A
     bs = td.batch_size
     leads = [torch.Size((*bs[:d], s, *bs[d + 1 :])) for s in sizes]
     cut = list(sizes)
-    # the tensor method, not `split(sizes)` (a Python wrapper that calls it), nor `chunk`
-    # (its sizes are these): three quarters of chunk's time a leaf, half of split's
-    return tuple(map_batch_multi(td, lambda t: t.split_with_sizes(cut, d), leads))
+    try:
+        # the tensor method, not `split(sizes)` (a Python wrapper that calls it), nor `chunk`
+        # (its sizes are these): three quarters of chunk's time a leaf, half of split's
+        return tuple(map_batch_multi(td, lambda t: t.split_with_sizes(cut, d), leads))
+    except RuntimeError:
+        n, first = len(sizes), sizes[0]
+        if n > 1 and -(bs[d] // -n) == first and all(s == first for s in sizes[:-1]):
+            # the pieces `chunk(n)` cuts: torch cuts some leaves (a jagged nested tensor
+            # along its batch dim) with `chunk` only
+            return tuple(map_batch_multi(td, lambda t: t.chunk(n, d), leads))
+        raise
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
