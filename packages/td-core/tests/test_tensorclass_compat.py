@@ -350,3 +350,15 @@ def test_print_directory_tree_logs_and_returns_the_tree(tmp_path, caplog):
     assert [r.getMessage() for r in caplog.records] == text.splitlines()
     with pytest.raises(FileNotFoundError, match="missing"):
         td_core.print_directory_tree(tmp_path / "missing")
+
+
+def test_logger_is_the_td_core_logger_without_a_handler_of_its_own(tmp_path, caplog):
+    # upstream's `tensordict.utils.logger`; a library's logger leaves handlers to the application
+    assert td_core.logger is logging.getLogger("td_core")
+    assert td_core.logger.handlers == []
+    (tmp_path / "saved").mkdir()
+    with caplog.at_level(logging.INFO, logger="td_core"):
+        td_core.logger.info("first call")
+        td_core.print_directory_tree(tmp_path / "saved")
+    assert [r.name for r in caplog.records] == ["td_core"] * 3
+    assert caplog.records[0].getMessage() == "first call"

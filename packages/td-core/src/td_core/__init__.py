@@ -31,7 +31,7 @@ from td_core._core.predicates import (
     is_tensorclass,
     unravel_key_to_tuple,
 )
-from td_core._core.utils import convert_ellipsis_to_idx, strtobool
+from td_core._core.utils import convert_ellipsis_to_idx, logger, strtobool
 from td_core._core.versions import implement_for
 from td_core._functions.functional import (
     collate,
@@ -159,6 +159,7 @@ __all__ = [
     "lazy_legacy",
     "set_list_to_stack",
     "strtobool",
+    "logger",
     "list_to_stack",
     "set_capture_non_tensor_stack",
     "capture_non_tensor_stack",

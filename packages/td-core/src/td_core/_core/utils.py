@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +14,7 @@ import torch
 from td_core.errors import BatchSizeError, DeviceError, DimError
 
 __all__ = [
+    "logger",
     "NO_DEFAULT",
     "as_size",
     "as_device",
@@ -23,6 +25,11 @@ __all__ = [
     "leaf_shape",
     "strtobool",
 ]
+
+#: The logger td-core reports through (named `"td_core"`, upstream's `tensordict.utils.logger`).
+#: As a library's logger it has no handler of its own: `logging.basicConfig(level=logging.INFO)`
+#: (or a handler on it) shows its records.
+logger: logging.Logger = logging.getLogger("td_core")
 
 
 class _NoDefault(enum.Enum):

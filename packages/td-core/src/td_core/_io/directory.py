@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
+
+from td_core._core.utils import logger
 
 __all__ = ["print_directory_tree"]
 
-_LOGGER = logging.getLogger("td_core")
 _UNITS = ("B", "KB", "MB", "GB", "TB")
 
 
@@ -76,5 +76,5 @@ def print_directory_tree(
         lines.append(f"Directory size: {_readable(_total_size(path))}")
     _tree(path, indent, lines)
     for line in lines:
-        _LOGGER.info(line)
+        logger.info(line)
     return "\n".join(lines)
