@@ -64,6 +64,21 @@ def test_fields_and_constructor():
     assert is_tensorclass(data) and is_tensorclass(MyData) and not is_tensorclass(TensorDict())
 
 
+def test_constructor_stores_fields_in_order_as_set_would():
+    # tensors go straight into the entries; other values through set(): one order, one check
+    x, y = torch.zeros(3, 2), torch.ones(3)
+    ep = Episode(x, "walk", MyData(y, y, y, batch_size=[3]), batch_size=[3])
+    assert list(ep._tensordict.keys()) == ["obs", "name", "inner"]
+    assert ep.obs is x and ep.name == "walk" and ep.inner.label is y
+    scalar = Episode(torch.tensor(1.0), "s")  # no batch dims, no device: any tensor as it is
+    assert scalar.batch_size == torch.Size([]) and scalar.obs.shape == torch.Size([])
+    on_meta = Episode(x, "m", batch_size=[3], device="meta")  # moved to the device, as set does
+    assert on_meta.obs.device.type == "meta" and x.device.type == "cpu"
+    with pytest.raises(RuntimeError, match="'obs'"):
+        Episode(torch.zeros(4), "bad", batch_size=[3])
+    assert Episode(x, "check", batch_size=[3]).obs is x
+
+
 def test_every_op_returns_the_class():
     data, *_ = seed_data()
     small = data[:4]

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from torch.compiler import is_compiling
 
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_ragged, is_stack
@@ -487,11 +488,18 @@ def _make_init(
         td = TensorDict(batch_size=[] if batch_size is None else batch_size, device=device)
         object.__setattr__(self, "_tensordict", td)
         custom = _custom_setattr(type(self))  # type: ignore[arg-type]  # classes hash
+        # a tensor goes straight into the new TensorDict's entries, validated as `set` does
+        # (unlocked, empty: nothing else to check; under torch.compile `set` holds keys back)
+        direct = custom is None and not is_compiling()
+        entries, validate = td._tensordict, td._validate
+        as_is = not td.batch_size and td.device is None  # no batch dims, no device: any tensor fits
         for name in fields:
             value = values.get(name, defaults.get(name))
             if value is None:
                 continue
-            if custom is None:
+            if direct and type(value) is torch.Tensor:
+                entries[name] = value if as_is else validate(value, name)
+            elif custom is None:
                 self.set(name, value)
             else:  # the class's own __setattr__ sees the fields, as a dataclass's __init__ does
                 custom(self, name, value)
