@@ -79,6 +79,20 @@ def test_constructor_stores_fields_in_order_as_set_would():
     assert Episode(x, "check", batch_size=[3]).obs is x
 
 
+def test_setting_a_tensor_field_checks_it_as_set_does():
+    x = torch.zeros(3, 2)
+    ep = Episode(x, "walk", batch_size=[3])
+    ep.obs = torch.ones(3, 5)  # a new tensor of the right batch replaces the old one
+    assert ep.obs.shape == torch.Size([3, 5])
+    with pytest.raises(RuntimeError, match="'obs'"):
+        ep.obs = torch.ones(4)
+    assert ep.obs.shape == torch.Size([3, 5])  # the failed write changed nothing
+    ep.lock_()
+    with pytest.raises(RuntimeError, match="lock"):
+        ep.obs = torch.zeros(3)
+    assert ep.obs.shape == torch.Size([3, 5])
+
+
 def test_every_op_returns_the_class():
     data, *_ = seed_data()
     small = data[:4]

@@ -257,7 +257,12 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
     def __setattr__(self, name: str, value: Any) -> None:
         cls = type(self)
         if name in cls._field_set:
-            if value is None:
+            if type(value) is torch.Tensor:  # what `set` does with a tensor, without its dispatch
+                self._tensordict._set_leaf(name, value, False, name)
+                deleted = self.__dict__.get("_td_deleted")
+                if deleted:
+                    deleted.discard(name)
+            elif value is None:
                 if name in self._tensordict._keys_str():
                     self._tensordict._del_str(name)
             else:
