@@ -454,5 +454,41 @@ for name, op, what in (
     )
 
 
+# upstream's tensorclass speed benchmark: a constructor of 10 tensor fields, and a field write
+
+
+def _many_fields(base):
+    return type(
+        "ManyFields", (base,), {"__annotations__": {f"f{i}": torch.Tensor for i in range(10)}}
+    )
+
+
+OursMany = _many_fields(td_core.TensorClass["tensor_only"])
+TheirsMany = _many_fields(tensordict.TensorClass["tensor_only"])
+scalar = torch.zeros(())
+many_kwargs = {f"f{i}": scalar for i in range(10)}
+suite.add(
+    "tensorclass init, 10 tensor fields",
+    lambda: OursMany(**many_kwargs),
+    lambda: TheirsMany(**many_kwargs),
+    what="ManyFields(**fields) of a TensorClass['tensor_only'] (upstream's test_tc_init_many_fields)",
+)
+ours_many, theirs_many = OursMany(**many_kwargs), TheirsMany(**many_kwargs)
+
+
+def set_field(tc):
+    def run():
+        tc.f3 = scalar
+
+    return run
+
+
+suite.add(
+    "tensorclass field write tc.f3 = t",
+    set_field(ours_many),
+    set_field(theirs_many),
+    what="a tensor written to a field (upstream's test_tc_first_layer_tensor_only_set)",
+)
+
 if __name__ == "__main__":
     suite.main()

@@ -452,6 +452,7 @@ def _make_init(
     cls_name: str, fields: tuple[str, ...], defaults: dict[str, Any]
 ) -> Callable[..., None]:
     shadowed = [n for n in ("batch_size", "device", "names") if n in fields]
+    field_set = frozenset(fields)
 
     def __init__(
         self: _TensorClassBase,
@@ -474,14 +475,18 @@ def _make_init(
                 meta[meta_name] = None
         batch_size, device, names = meta["batch_size"], meta["device"], meta["names"]
         for name, value in kwargs.items():
-            if name not in fields:
+            if name not in field_set:
                 raise TypeError(
                     f"{cls_name}() got an unexpected field {name!r}; fields are {list(fields)}"
                 )
             if name in values:
                 raise TypeError(f"{cls_name}() got field {name!r} twice")
             values[name] = value
-        missing = [f for f in fields if f not in values and f not in defaults]
+        missing = (
+            [f for f in fields if f not in values and f not in defaults]
+            if len(values) < len(fields)
+            else None
+        )
         if missing:  # worded as Python words it for a dataclass
             quoted = [repr(f) for f in missing]
             listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
