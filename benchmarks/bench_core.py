@@ -164,6 +164,15 @@ for name, idx in INDICES.items():
         tree_map=set_tree(),
     )
 
+small_ours = TensorDict({"a": torch.zeros(3, 4), "b": {"b1": torch.zeros(3, 4)}}, [3, 4])
+small_theirs = Upstream({"a": torch.zeros(3, 4), "b": {"b1": torch.zeros(3, 4)}}, [3, 4])
+suite.add(
+    "getitem (2, 1) of a [3, 4] batch",
+    lambda: small_ours[2, 1],
+    lambda: small_theirs[2, 1],
+    what="a tuple of ints over two batch dims, two leaves (upstream's test_getitem[tuple])",
+)
+
 # ---------------------------------------------------------------- lazy pre-allocation
 
 row_source = {"a": torch.randn(3), "b": {"c": torch.zeros(2), "d": torch.ones(4, 2)}}

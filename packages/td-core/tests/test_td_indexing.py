@@ -38,6 +38,10 @@ INDICES = {
     "int-int": (1, 2),
     "int-slice": (0, slice(1, 4)),
     "slice-int": (slice(None), 3),
+    "neg-int-neg-slice": (-1, slice(-3, None)),
+    "step-slice-neg-int": (slice(None, None, 3), -2),
+    "slice-slice": (slice(1, None), slice(None, 10, 2)),
+    "empty-tuple": (),
     "bool-1d": torch.tensor([True, False, True, True]),
     "bool-2d": torch.arange(20).reshape(BATCH) % 3 == 0,
     "bool-all-false": torch.zeros(4, dtype=torch.bool),
@@ -180,6 +184,14 @@ def test_index_out_of_range_raises_index_error(idx):
     td = make_td()
     with pytest.raises(IndexError):
         td[idx]
+
+
+def test_negative_step_raises_as_a_tensor_does():
+    td = make_td()
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        td[0, ::-1]
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        TensorDict({}, [4, 5])[:, ::-1]  # no leaf: the batch size alone says so
 
 
 def test_index_past_batch_dims_raises_index_error():

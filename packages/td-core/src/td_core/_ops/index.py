@@ -168,6 +168,24 @@ def copy_at_plain(td: Any, src: Any, index: Any, non_blocking: bool) -> bool:
     return True
 
 
+def basic_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size | None:
+    """`indexed_shape` of a tuple of in-range ints and forward slices over the leading batch
+    dims, worked out from the sizes; `None` for any other index (the general route)."""
+    if len(index) > len(batch_size):
+        return None
+    lead = []
+    for item, n in zip(index, batch_size):
+        cls = type(item)
+        if cls is int:
+            if not -n <= item < n:
+                return None  # out of range: the general route raises
+        elif cls is slice and (item.step is None or item.step > 0):
+            lead.append(len(range(*item.indices(n))))
+        else:
+            return None
+    return torch.Size((*lead, *batch_size[len(index) :]))
+
+
 def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
     """The batch size after indexing (computed on a stride-0 stand-in, no data copied)."""
     return torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape
@@ -196,6 +214,10 @@ class IndexingMixin(TensorDictContract):
                 raise IndexError("cannot slice a TensorDict with batch_size []")
             length = len(range(*index.indices(bs[0])))
             return index_batch(self, index, torch.Size((length, *bs[1:])))
+        if cls is tuple:
+            lead = basic_shape(bs, index)  # td[i, j], td[:, j]: nothing to normalise
+            if lead is not None:
+                return index_batch(self, index, lead)
         norm = normalize_index(index, bs)
         single = single_index(norm, bs)
         if single is not None:
