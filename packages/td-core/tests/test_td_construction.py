@@ -307,3 +307,20 @@ def test_a_strided_nested_tensor_is_a_leaf_checked_against_the_batch_size():
         with pytest.raises(RuntimeError, match=r"\[2, 3, -1\]"):
             empty["a"] = nt
         assert "a" not in empty.keys()
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "expected"),
+    [([3, 4], [3, 4]), ((2, np.int64(3)), [2, 3]), ([2, torch.tensor(3)], [2, 3]), ([], [])],
+)
+def test_batch_size_spellings(batch_size, expected):
+    assert TensorDict({}, batch_size).batch_size == torch.Size(expected)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "error", "words"),
+    [([3, -1], ValueError, "non-negative"), ([3, 1.5], TypeError, "sequence of ints")],
+)
+def test_bad_batch_size_names_it(batch_size, error, words):
+    with pytest.raises(error, match=words):
+        TensorDict({}, batch_size)

@@ -61,11 +61,10 @@ def as_size(batch_size: Any) -> torch.Size:
     if cls is list or cls is tuple:  # the usual spellings: [], [n], (n, m)
         if not batch_size:
             return _EMPTY_SIZE
-        if len(batch_size) == 1:  # [n]: checked without a generator
-            n = batch_size[0]
-            if type(n) is int and n >= 0:
-                return torch.Size(batch_size)
-        elif all(type(d) is int and d >= 0 for d in batch_size):
+        for d in batch_size:  # (a loop: no generator frame for [n] or [n, m])
+            if type(d) is not int or d < 0:
+                break
+        else:
             return torch.Size(batch_size)
     if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
         batch_size = (int(batch_size),)
