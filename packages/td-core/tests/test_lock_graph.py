@@ -72,3 +72,19 @@ def test_a_locked_lazy_stack_hands_out_locked_sub_stacks() -> None:
     with pytest.raises(LockedError, match="part of a locked graph"):
         sub.unlock_()
     assert all("x" not in m["a"].keys() for m in members)
+
+
+def test_a_refused_unlock_names_the_held_sub_tensordict_and_keeps_the_graph() -> None:
+    td = _tree().lock_()
+    other = TensorDict({"x": td["a"]}, [2]).lock_()  # a second locked root holds td["a"]
+    with pytest.raises(LockedError, match=r"the TensorDict\['a'\] is held"):
+        td.unlock_()
+    assert td.is_locked and td["a", "b"].is_locked
+    with pytest.raises(LockedError, match=r"the TensorDict\['a'\] is held"):
+        td.unlock_()  # the refused unlock forgot nothing: still refused
+    with pytest.raises(LockedError, match=r"the TensorDict\['x'\] is held"):
+        other.unlock_()  # each root holds the shared one: both stay locked
+    del other
+    gc.collect()
+    td.unlock_()  # the other locked holder is gone
+    assert not td.is_locked and not td["a", "b"].is_locked

@@ -18,7 +18,7 @@ from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.nontensor import NonTensorData
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lock_cache import cache_view, cached, drop
-from td_core._ops.lock_graph import link, locked_elsewhere, unlink
+from td_core._ops.lock_graph import link, unlink_unless_held
 from td_core._ops.per_object import PerObject
 from td_core.errors import KeyNotFoundError, LockedError
 
@@ -170,7 +170,7 @@ class MappingMixin(TensorDictContract):
             self._lock_tree(True)
             link(self, [])
             return
-        blocker = locked_elsewhere(self)
+        blocker = unlink_unless_held(self)
         if blocker is not None:
             raise LockedError(
                 "Cannot unlock a tensordict that is part of a locked graph. Unlock the root "
@@ -178,7 +178,6 @@ class MappingMixin(TensorDictContract):
                 "alive. If it belongs to several locked TensorDicts, put them under one common "
                 "TensorDict and unlock that one; nothing was unlocked"
             )
-        unlink(self)
         self._lock_tree(False)
 
     # ---------------------------------------------------------------- dict methods

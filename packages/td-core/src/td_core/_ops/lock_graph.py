@@ -17,9 +17,10 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from td_core._core.traverse import is_td
 from td_core._ops.per_object import PerObject
 
-__all__ = ["holders_of", "link", "locked_elsewhere", "unlink"]
+__all__ = ["holders_of", "link", "unlink_unless_held"]
 
 _HOLDERS = PerObject()  # node -> {id(holder): weakref to holder}
 
@@ -44,20 +45,37 @@ def link(td: Any, above: list[Any]) -> None:
         link(sub, below)
 
 
-def _walk(td: Any, path: str, out: dict[int, tuple[Any, str]]) -> dict[int, tuple[Any, str]]:
-    """Every node of the tree under `td` (itself included), by id, with a path to name it."""
+#: how the walk reached a node: `(id of the node above, key)`, `None` for the top
+_Via = tuple[int, Any] | None
+
+
+def _walk(
+    td: Any, out: dict[int, tuple[Any, _Via]], via: _Via = None
+) -> dict[int, tuple[Any, _Via]]:
+    """Every node of the tree under `td` (itself included), by id, with how it was reached."""
     node = _node(td)
     if id(node) not in out:
-        out[id(node)] = (node, path)
+        out[id(node)] = (node, via)
         for key, sub in _sub_items(td):
-            _walk(sub, f"{path}[{key!r}]", out)
+            _walk(sub, out, (id(node), key))
     return out
 
 
-def locked_elsewhere(td: Any) -> str | None:
-    """The path of the first TensorDict under `td` that a live, locked TensorDict outside it holds."""
-    nodes = _walk(td, "the TensorDict", {})
-    for node, path in nodes.values():
+def _path(nodes: dict[int, tuple[Any, _Via]], via: _Via) -> str:
+    """The path that names a node `_walk` reached by `via` (built only for an error)."""
+    parts = []
+    while via is not None:
+        above, key = via
+        parts.append(f"[{key!r}]")
+        via = nodes[above][1]
+    return "the TensorDict" + "".join(reversed(parts))
+
+
+def unlink_unless_held(td: Any) -> str | None:
+    """Forget every holder of the TensorDicts under `td`, unless a live, locked TensorDict
+    outside `td` holds one of them: then the path of the first such one, nothing forgotten."""
+    nodes = _walk(td, {})
+    for node, via in nodes.values():
         holders = _HOLDERS.get(node)
         if not holders:
             continue
@@ -66,7 +84,9 @@ def locked_elsewhere(td: Any) -> str | None:
             if holder is None:
                 del holders[key]
             elif key not in nodes and holder._is_locked:
-                return path
+                return _path(nodes, via)
+    for node, _ in nodes.values():
+        _HOLDERS.pop(node, None)
     return None
 
 
@@ -78,15 +98,9 @@ def holders_of(td: Any) -> list[Any]:
     return [holder for ref in list(holders.values()) if (holder := ref()) is not None]
 
 
-def unlink(td: Any) -> None:
-    """Forget every holder of the TensorDicts under `td` (all unlocked or outside: checked first)."""
-    for node, _ in _walk(td, "", {}).values():
-        _HOLDERS.pop(node, None)
-
-
 def _sub_items(td: Any) -> list[tuple[Any, Any]]:
-    subs = td._subtrees()
-    if getattr(type(td), "_stack_parts", None) is not None:  # a lazy stack: its members
-        return list(enumerate(subs))
-    keys = [key for key, value in td._key_items() if any(value is s for s in subs)]
-    return list(zip(keys, subs)) if len(keys) == len(subs) else list(enumerate(subs))
+    """`(key, sub-TensorDict)` of the containers `td` holds directly (a lazy stack: its
+    members, by position)."""
+    if getattr(type(td), "_stack_parts", None) is not None:
+        return list(enumerate(td._subtrees()))
+    return [(key, value) for key, value in td._items_str() if is_td(value)]
