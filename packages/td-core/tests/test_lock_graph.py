@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch
 
-from td_core import TensorDict, lazy_stack
+from td_core import TensorDict, lazy_stack, tensorclass
 from td_core.errors import LockedError
 
 
@@ -88,3 +88,15 @@ def test_a_refused_unlock_names_the_held_sub_tensordict_and_keeps_the_graph() ->
     gc.collect()
     td.unlock_()  # the other locked holder is gone
     assert not td.is_locked and not td["a", "b"].is_locked
+
+
+def test_unlock_of_a_tensorclass_over_a_ragged_stack_reads_no_stacked_leaf() -> None:
+    @tensorclass
+    class Item:
+        obs: torch.Tensor
+
+    ragged = lazy_stack([TensorDict({"obs": torch.zeros(3)}), TensorDict({"obs": torch.zeros(2)})])
+    item = Item.from_tensordict(ragged)
+    item.lock_()
+    item.unlock_()  # the walk must not stack the ragged leaf 'obs'
+    assert not item.is_locked

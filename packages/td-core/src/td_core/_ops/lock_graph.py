@@ -103,4 +103,5 @@ def _sub_items(td: Any) -> list[tuple[Any, Any]]:
     members, by position)."""
     if getattr(type(td), "_stack_parts", None) is not None:
         return list(enumerate(td._subtrees()))
-    return [(key, value) for key, value in td._items_str() if is_td(value)]
+    # (`_key_items`: a ragged lazy stack under a tensorclass gives its leaves unstacked)
+    return [(key, value) for key, value in td._key_items() if is_td(value)]
