@@ -259,9 +259,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         if name in cls._field_set:
             if type(value) is torch.Tensor:  # what `set` does with a tensor, without its dispatch
                 self._tensordict._set_leaf(name, value, False, name)
-                deleted = self.__dict__.get("_td_deleted")
-                if deleted:
-                    deleted.discard(name)
+                self._undelete(name)
             elif value is None:
                 if name in self._tensordict._keys_str():
                     self._tensordict._del_str(name)

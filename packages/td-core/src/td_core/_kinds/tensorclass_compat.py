@@ -120,6 +120,10 @@ class TensorClassCompat:
                     "cannot take a tensor; set it without inplace=True to replace it"
                 )
         td._set_leaf(key, item, inplace, full_key)
+        self._undelete(key)
+
+    def _undelete(self, key: str) -> None:
+        """Forget that the field `key` was deleted (`del obj.key`): it holds a value again."""
         deleted = self.__dict__.get("_td_deleted")
         if deleted:
             deleted.discard(key)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.compiler import is_compiling
 
 from td_core._kinds.dense import TensorDict
 
@@ -70,24 +69,26 @@ def make_init(
                 f"{cls_name}() missing {len(missing)} required positional argument{plural}: "
                 f"{listed}"
             )
-        td = TensorDict(batch_size=[] if batch_size is None else batch_size, device=device)
-        object.__setattr__(self, "_tensordict", td)
         custom = custom_setattr(type(self))
-        # a tensor goes straight into the new TensorDict's entries, validated as `set` does
-        # (unlocked, empty: nothing else to check; under torch.compile `set` holds keys back)
-        direct = custom is None and not is_compiling()
-        entries, validate = td._tensordict, td._validate
-        as_is = not td.batch_size and td.device is None  # no batch dims, no device: any tensor fits
+        given = {}
+        plain = custom is None  # every value a tensor and no `__setattr__` of the class's own
         for name in fields:
             value = values.get(name, defaults.get(name))
-            if value is None:
-                continue
-            if direct and type(value) is torch.Tensor:
-                entries[name] = value if as_is else validate(value, name)
-            elif custom is None:
-                self.set(name, value)
-            else:  # the class's own __setattr__ sees the fields, as a dataclass's __init__ does
-                custom(self, name, value)
+            if value is not None:
+                given[name] = value
+                plain = plain and type(value) is torch.Tensor
+        bs = [] if batch_size is None else batch_size
+        if plain:  # the constructor validates the tensors as `set` would, in one pass
+            td = TensorDict(given, batch_size=bs, device=device)
+            object.__setattr__(self, "_tensordict", td)
+        else:
+            td = TensorDict(batch_size=bs, device=device)
+            object.__setattr__(self, "_tensordict", td)
+            for name, value in given.items():
+                if custom is None:
+                    self.set(name, value)
+                else:  # the class's own __setattr__ sees the fields, as a dataclass's does
+                    custom(self, name, value)
         if names is not None:
             td.names = names
         post_init = getattr(self, "__post_init__", None)
