@@ -1,6 +1,8 @@
 """Conversion of a TensorDict to other containers (numpy, lists, namedtuples, pytrees, struct arrays, JSON).
 
-The `from_*` constructors live in `_from`; the classmethods here delegate to them.
+The `from_*` converters live in `convert_from`: the class holds them as static
+methods (the same functions as the top-level names), and its other constructors
+(`from_dict`, `from_module`, ...) hand their arguments on to theirs.
 """
 
 from __future__ import annotations
