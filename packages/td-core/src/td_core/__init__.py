@@ -57,7 +57,6 @@ from td_core._io.directory import print_directory_tree
 from td_core._io.formats import from_h5, from_safetensors, from_zarr, to_safetensors
 from td_core._io.pack import PackLayout
 from td_core._io.printoptions import get_printoptions, set_printoptions
-from td_core._io.tables import from_csv, from_pandas, from_parquet
 from td_core._kinds import lazy_view as _lazy_view  # noqa: F401  (registers the lazy view kind)
 from td_core._kinds import sub as _sub  # noqa: F401  (registers the SubTensorDict kind)
 from td_core._kinds.attrs import TensorAttrs
@@ -86,6 +85,11 @@ from td_core._shared.scale_maps import (
     mappings,
 )
 from td_core._version import __version__
+
+# the top-level table readers are the dense class's own: one implementation, one signature
+from_csv = TensorDict.from_csv
+from_pandas = TensorDict.from_pandas
+from_parquet = TensorDict.from_parquet
 
 __all__ = [
     "__version__",

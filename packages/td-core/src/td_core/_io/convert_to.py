@@ -1,6 +1,8 @@
 """Conversion of a TensorDict to other containers (numpy, lists, namedtuples, pytrees, struct arrays, JSON).
 
-The `from_*` constructors live in `_from`; the classmethods here delegate to them.
+The `from_*` converters live in `convert_from`: the class holds them as static
+methods (the same functions as the top-level names), and its other constructors
+(`from_dict`, `from_module`, ...) hand their arguments on to theirs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, provided
+from td_core._core.extensions import delegate
 from td_core._core.traverse import is_nt, is_td
 from td_core._io.convert_from import (
     PYTREE_KEYS,
@@ -247,13 +250,7 @@ class ConvertMixin(TensorDictContract):
         filter_empty: bool = True,
     ) -> Any:
         """The parameters and buffers of `module` (see `td_core.from_module`)."""
-        return provided("from_module")(
-            module,
-            as_module=as_module,
-            lock=lock,
-            use_state_dict=use_state_dict,
-            filter_empty=filter_empty,
-        )
+        return delegate(provided("from_module"), locals())
 
     @staticmethod
     def from_modules(*modules: Any, **kwargs: Any) -> Any:
@@ -272,14 +269,7 @@ class ConvertMixin(TensorDictContract):
         names: Sequence[str | None] | None = None,
     ) -> Any:
         """A dense TensorDict from a (nested) mapping; see `td_core.from_dict`."""
-        return provided("from_dict")(
-            input_dict,
-            auto_batch_size=auto_batch_size,
-            batch_size=batch_size,
-            device=device,
-            batch_dims=batch_dims,
-            names=names,
-        )
+        return delegate(provided("from_dict"), locals())
 
     def from_dict_instance(
         self,
@@ -320,118 +310,16 @@ class ConvertMixin(TensorDictContract):
             out = cls(**entries, batch_size=out.batch_size, device=out.device)
         return out
 
-    @classmethod
-    def from_any(
-        cls,
-        obj: Any,
-        *,
-        auto_batch_size: bool = False,
-        batch_dims: int | None = None,
-        device: Any = None,
-        batch_size: Any = None,
-    ) -> Any:
-        """See `td_core.from_any`."""
-        return from_any(
-            obj,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-        )
-
-    @classmethod
-    def from_tuple(
-        cls,
-        obj: Sequence[Any],
-        *,
-        auto_batch_size: bool = False,
-        batch_dims: int | None = None,
-        device: Any = None,
-        batch_size: Any = None,
-    ) -> Any:
-        """See `td_core.from_tuple`."""
-        return from_tuple(
-            obj,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-        )
-
-    @classmethod
-    def from_namedtuple(
-        cls,
-        named_tuple: Any,
-        *,
-        auto_batch_size: bool = False,
-        batch_dims: int | None = None,
-        device: Any = None,
-        batch_size: Any = None,
-    ) -> Any:
-        """See `td_core.from_namedtuple`."""
-        return from_namedtuple(
-            named_tuple,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-        )
-
-    @classmethod
-    def from_dataclass(
-        cls,
-        dataclass: Any,
-        *,
-        dest_cls: type | None = None,
-        auto_batch_size: bool = False,
-        batch_dims: int | None = None,
-        as_tensorclass: bool = False,
-        device: Any = None,
-        batch_size: Any = None,
-    ) -> Any:
-        """See `td_core.from_dataclass`."""
-        return from_dataclass(
-            dataclass,
-            dest_cls=dest_cls,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            as_tensorclass=as_tensorclass,
-            device=device,
-            batch_size=batch_size,
-        )
-
-    @classmethod
-    def from_pytree(
-        cls,
-        pytree: Any,
-        *,
-        batch_size: Any = None,
-        auto_batch_size: bool = False,
-        batch_dims: int | None = None,
-    ) -> Any:
-        """See `td_core.from_pytree`."""
-        return from_pytree(
-            pytree, batch_size=batch_size, auto_batch_size=auto_batch_size, batch_dims=batch_dims
-        )
-
-    @classmethod
-    def from_struct_array(
-        cls,
-        struct_array: np.ndarray,
-        *,
-        auto_batch_size: bool = False,
-        batch_dims: int | None = None,
-        device: Any = None,
-        batch_size: Any = None,
-    ) -> Any:
-        """See `td_core.from_struct_array`."""
-        return from_struct_array(
-            struct_array,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-        )
+    # the converters of `convert_from`, as they are: whatever class calls them they build a
+    # dense TensorDict (a tensorclass with `from_dataclass`), so the top-level function and
+    # the method are one function
+    from_any = staticmethod(from_any)
+    from_tuple = staticmethod(from_tuple)
+    from_namedtuple = staticmethod(from_namedtuple)
+    from_dataclass = staticmethod(from_dataclass)
+    from_pytree = staticmethod(from_pytree)
+    from_struct_array = staticmethod(from_struct_array)
+    from_json = staticmethod(from_json)
 
     @classmethod
     def from_list(
@@ -501,33 +389,6 @@ class ConvertMixin(TensorDictContract):
             ```
         """
         return from_schema(schema, batch_size=batch_size, storage=storage, device=device, **kwargs)
-
-    @classmethod
-    def from_json(
-        cls,
-        path: Any,
-        *,
-        auto_batch_size: bool = False,
-        batch_dims: int | None = None,
-        device: Any = None,
-        batch_size: Any = None,
-        separator: str | None = None,
-        dtype: torch.dtype | None = None,
-        lines: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        """See `td_core.from_json`."""
-        return from_json(
-            path,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-            lines=lines,
-            **kwargs,
-        )
 
     def auto_batch_size_(
         self, batch_dims: int | None = None, keep_compliant_size: bool = False

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from td_core._core.contract import TensorDictContract, provided
+from td_core._core.contract import TensorDictContract
 from td_core._io.columns import (
     ReadOptions,
     build,
@@ -35,7 +35,7 @@ from td_core._io.columns import (
     table_columns,
 )
 
-__all__ = ["TabularMixin", "from_csv", "from_pandas", "from_parquet"]
+__all__ = ["TabularMixin"]
 
 Path = str | os.PathLike[str]
 
@@ -73,10 +73,6 @@ def _write_parquet(td: Any, path: Path, separator: str | None, kwargs: dict[str,
         frame_of(td, separator, "to_parquet").to_parquet(path, **kwargs)
     else:
         raise neither("to_parquet")
-
-
-def _dense_class() -> type:
-    return provided("TensorDict")
 
 
 # ---------------------------------------------------------------- the methods
@@ -294,78 +290,3 @@ class TabularMixin(TensorDictContract):
         """
         options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
         return build(cls, *_read_parquet(path, columns, kwargs), "from_parquet", options)
-
-
-# ---------------------------------------------------------------- top level
-def from_pandas(
-    dataframe: Any,
-    *,
-    auto_batch_size: bool = False,
-    batch_dims: int | None = None,
-    device: Any = None,
-    batch_size: Any = None,
-    separator: str | None = None,
-    dtype: torch.dtype | None = None,
-) -> Any:
-    """A TensorDict with one entry per column of a pandas DataFrame (see `TensorDict.from_pandas`).
-
-    Example:
-        ```python
-        import pandas as pd
-        from td_core import from_pandas
-
-        td = from_pandas(pd.DataFrame({"obs.x": [1.0, 2.0]}), separator=".")
-        td["obs", "x"]  # tensor([1., 2.], dtype=torch.float64)
-        ```
-    """
-    options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
-    return build(_dense_class(), *frame_columns(dataframe), "from_pandas", options)
-
-
-def from_csv(
-    path: Path,
-    *,
-    auto_batch_size: bool = False,
-    batch_dims: int | None = None,
-    device: Any = None,
-    batch_size: Any = None,
-    separator: str | None = None,
-    dtype: torch.dtype | None = None,
-    **kwargs: Any,
-) -> Any:
-    """A TensorDict with one entry per column of a CSV file (see `TensorDict.from_csv`).
-
-    Example:
-        ```python
-        from td_core import from_csv
-
-        td = from_csv("data.csv", separator=".")
-        ```
-    """
-    options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
-    return build(_dense_class(), *_read_csv(path, kwargs), "from_csv", options)
-
-
-def from_parquet(
-    path: Path,
-    *,
-    auto_batch_size: bool = False,
-    batch_dims: int | None = None,
-    device: Any = None,
-    batch_size: Any = None,
-    separator: str | None = None,
-    dtype: torch.dtype | None = None,
-    columns: list[str] | None = None,
-    **kwargs: Any,
-) -> Any:
-    """A TensorDict with one entry per column of a Parquet file (see `TensorDict.from_parquet`).
-
-    Example:
-        ```python
-        from td_core import from_parquet
-
-        td = from_parquet("data.parquet", columns=["obs"])
-        ```
-    """
-    options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
-    return build(_dense_class(), *_read_parquet(path, columns, kwargs), "from_parquet", options)
