@@ -9,6 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from td_memmap import MemmapFormatError, load_memmap, save
+
 
 def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
     """The parsed `meta.json` of `folder`."""
@@ -36,3 +40,18 @@ def file_contents(folder: str | os.PathLike) -> dict[str, bytes]:
             with open(path, "rb") as f:
                 out[os.path.relpath(path, folder)] = f.read()
     return out
+
+
+def saved_in(tmp_path: Path, td: Any, **kwargs: Any) -> Path:
+    """The folder `tmp_path / "save"`, where `td` was just saved (`save(td, folder, **kwargs)`)."""
+    prefix = tmp_path / "save"
+    save(td, prefix, **kwargs)
+    return prefix
+
+
+def check_folder_in_place_of(saved: Path, name: str) -> None:
+    """Put a folder where the save's file `name` was: loading must refuse it, naming the rule."""
+    os.remove(saved / name)
+    os.mkdir(saved / name)
+    with pytest.raises(MemmapFormatError, match="not a regular file"):
+        load_memmap(saved)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from saved_files import edit_meta, read_meta
+from saved_files import edit_meta, read_meta, saved_in
 
 import td_memmap._meta as meta_module
 from td_core import TensorDict
@@ -33,9 +33,7 @@ def _tree() -> TensorDict:
 
 @pytest.fixture
 def saved(tmp_path):
-    prefix = tmp_path / "save"
-    save(_tree(), prefix)
-    return prefix
+    return saved_in(tmp_path, _tree(), layout="files")
 
 
 @pytest.fixture

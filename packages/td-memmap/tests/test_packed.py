@@ -5,7 +5,14 @@ import signal
 
 import pytest
 import torch
-from saved_files import edit_meta, file_contents, meta_entry, read_meta
+from saved_files import (
+    check_folder_in_place_of,
+    edit_meta,
+    file_contents,
+    meta_entry,
+    read_meta,
+    saved_in,
+)
 
 import td_memmap
 from td_core import TensorDict, UnbatchedTensor, lazy_stack
@@ -38,9 +45,7 @@ def _td() -> TensorDict:
 
 @pytest.fixture
 def saved(tmp_path):
-    root = tmp_path / "save"
-    save(_td(), root)
-    return root
+    return saved_in(tmp_path, _td())
 
 
 class TestLayout:
@@ -219,10 +224,7 @@ class TestTamper:
             load_memmap(saved)
 
     def test_a_data_file_that_is_a_folder(self, saved):
-        os.remove(saved / "data.pack")
-        os.mkdir(saved / "data.pack")
-        with pytest.raises(MemmapFormatError, match="not a regular file"):
-            load_memmap(saved)
+        check_folder_in_place_of(saved, "data.pack")
 
 
 class TestResave:

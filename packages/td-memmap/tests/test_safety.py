@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from saved_files import edit_meta, meta_entry
+from saved_files import check_folder_in_place_of, edit_meta, meta_entry, saved_in
 
 from td_core import NonTensorData, TensorDict
 from td_memmap import (
@@ -50,9 +50,7 @@ def _snapshot(root) -> dict[str, tuple[int, int, str]]:
 
 @pytest.fixture
 def saved(tmp_path):
-    prefix = tmp_path / "save"
-    save(_td(), prefix)
-    return prefix
+    return saved_in(tmp_path, _td(), layout="files")
 
 
 class TestLoadNeverWrites:
@@ -106,10 +104,7 @@ class TestBrokenLeaves:
         assert path.stat().st_size == size
 
     def test_leaf_that_is_a_folder(self, saved):
-        os.unlink(saved / "a.memmap")
-        os.mkdir(saved / "a.memmap")
-        with pytest.raises(MemmapFormatError, match="not a regular file"):
-            load(saved)
+        check_folder_in_place_of(saved, "a.memmap")
 
 
 class TestBrokenMetadata:

@@ -8,6 +8,7 @@ This module is also what td-core finds through the `td_core.extensions` entry po
 same names here.
 """
 
+from td_memmap import _errors, _inplace
 from td_memmap._api import is_memmap, load, load_memmap, memmap, memmap_, memmap_like, save
 from td_memmap._append import append_memmap
 from td_memmap._archive import (
@@ -16,32 +17,11 @@ from td_memmap._archive import (
     refresh_archive_checksums,
     unpack_memmap,
 )
-from td_memmap._errors import (
-    IncompleteSaveError,
-    LeafSizeError,
-    MemmapError,
-    MemmapExistsError,
-    MemmapFormatError,
-    MissingLeafError,
-    NotSupportedOnFileError,
-    PickleNotAllowedError,
-    ReadOnlyMemmapError,
-    SymlinkTargetError,
-    UnknownClassError,
-    UnsafePathError,
-    UnstorableValueError,
-)
+from td_memmap._errors import *  # noqa: F403  (the names of `_errors.__all__`)
 from td_memmap._format import DTYPES, encode_key
 from td_memmap._h5 import PersistentTensorDict
 from td_memmap._h5_io import from_h5, to_h5
-from td_memmap._inplace import (
-    load_memmap_,
-    make_memmap,
-    make_memmap_from_storage,
-    make_memmap_from_tensor,
-    memmap_refresh_,
-    saved_path,
-)
+from td_memmap._inplace import *  # noqa: F403  (the names of `_inplace.__all__`)
 from td_memmap._mds import to_mds
 from td_memmap._safetensors import from_safetensors, to_safetensors
 from td_memmap._shared import SharedNonTensorData, SharedNonTensorStack
@@ -69,12 +49,6 @@ __all__ = [
     "memmap_like",
     "load_memmap",
     "is_memmap",
-    "load_memmap_",
-    "memmap_refresh_",
-    "make_memmap",
-    "make_memmap_from_tensor",
-    "make_memmap_from_storage",
-    "saved_path",
     "append_memmap",
     "default_threads",
     # single-file archives
@@ -103,18 +77,7 @@ __all__ = [
     # the format
     "DTYPES",
     "encode_key",
-    # errors
-    "MemmapError",
-    "MemmapFormatError",
-    "IncompleteSaveError",
-    "MissingLeafError",
-    "LeafSizeError",
-    "UnsafePathError",
-    "PickleNotAllowedError",
-    "MemmapExistsError",
-    "UnknownClassError",
-    "ReadOnlyMemmapError",
-    "SymlinkTargetError",
-    "UnstorableValueError",
-    "NotSupportedOnFileError",
 ]
+# each listed once, in its own module
+__all__ += _inplace.__all__  # load_memmap_, memmap_refresh_, make_memmap*, saved_path
+__all__ += _errors.__all__  # the exceptions

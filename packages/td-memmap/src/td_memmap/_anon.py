@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from td_memmap._options import SaveOptions
 from td_memmap._save import MIN_SHARE
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import default_threads, run_parallel
@@ -12,24 +13,20 @@ from td_memmap._tree import Node
 __all__ = ["share_tree"]
 
 
-def share_tree(
-    node: Node,
-    *,
-    copy_existing: bool = False,
-    like: bool = False,
-    num_threads: int | None = 0,
-) -> Node:
+def share_tree(node: Node, options: SaveOptions) -> Node:
     """`node` with every tensor leaf in anonymous shared memory (`memmap(prefix=None)`).
 
     Every segment is allocated first (zeros, no data touched), then the leaves are
-    copied in, with `num_threads` threads (None: `default_threads()`; no file is
+    copied in (none with `options.like`; already shared ones kept unless
+    `options.copy_existing`), with `options.num_threads` threads (None: `default_threads()`; no file is
     created, so unlike a save to a folder, threads pay off for small leaves too:
     on 2 CPUs the Transformer's 184 leaves of ~1 MB were copied 1.5-4x faster with
     2 threads than in the calling thread; `run_parallel` still keeps a small
     tree in the calling thread).
     """
     copies: list[tuple[torch.Tensor, torch.Tensor]] = []
-    out = _share(node, copy_existing, like, copies)
+    out = _share(node, options.copy_existing, options.like, copies)
+    num_threads = options.num_threads
     if copies:
         weights = [src.numel() * src.element_size() for _, src in copies]
         if num_threads is None:

@@ -22,6 +22,7 @@ from td_memmap._anon import share_tree
 from td_memmap._archive import ARCHIVE_SUFFIX, save_archive
 from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_leaves, to_tree
 from td_memmap._load import load_tree
+from td_memmap._options import SaveOptions
 from td_memmap._save import save_tree
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import resolve_threads
@@ -80,23 +81,17 @@ def _check_share(share_non_tensor: bool, prefix: _Prefix, as_archive: bool, tree
 
 
 def _prepare(
-    td: Any,
-    prefix: _Prefix,
-    *,
-    num_threads: int | None,
-    archive: bool | None,
-    compression: str | int | None,
-    share_non_tensor: bool,
+    td: Any, prefix: _Prefix, options: SaveOptions, archive: bool | None
 ) -> tuple[TensorDictBase, bool, Node]:
     """Check a save's options before anything is written.
 
     Returns `td` (a mapping wrapped), whether the save writes an archive, and the tree to save.
     """
-    resolve_threads(num_threads)  # checked now; None is resolved by the save
-    as_archive = _as_archive(prefix, archive, compression)
+    resolve_threads(options.num_threads)  # checked now; None is resolved by the save
+    as_archive = _as_archive(prefix, archive, options.compression)
     td = _as_td(td)
     tree = to_tree(td)
-    _check_share(share_non_tensor, prefix, as_archive, tree)
+    _check_share(options.share_non_tensor, prefix, as_archive, tree)
     return td, as_archive, tree
 
 
@@ -153,61 +148,27 @@ def _run(job: Callable[[], Any], return_early: bool) -> Any:
 def _save(
     td: Any,
     prefix: _Prefix,
+    options: SaveOptions,
     *,
-    like: bool,
-    inplace: bool,
-    copy_existing: bool,
-    num_threads: int | None,
-    return_early: bool,
-    share_non_tensor: bool,
-    existsok: bool,
     archive: bool | None,
-    compression: str | int | None,
-    allow_pickle: bool,
-    durable: bool,
-    layout: str | None,
+    inplace: bool,
+    return_early: bool,
 ) -> Any:
-    """What `memmap` (`like=False`) and `memmap_like` (`like=True`) do once their own checks pass.
+    """What `memmap` and `memmap_like` (`options.like`) do once their own checks pass.
 
     The options are checked first; the leaves then go to anonymous shared memory
     (no `prefix`), an archive or a folder, copied or (`like`) only allocated.
     `inplace`: `td`'s own leaves are replaced by the memory-mapped ones.
     """
-    td, as_archive, tree = _prepare(
-        td,
-        prefix,
-        num_threads=num_threads,
-        archive=archive,
-        compression=compression,
-        share_non_tensor=share_non_tensor,
-    )
+    td, as_archive, tree = _prepare(td, prefix, options, archive)
 
     def run() -> Any:
         if prefix is None:
-            out = share_tree(tree, copy_existing=copy_existing, like=like, num_threads=num_threads)
+            out = share_tree(tree, options)
         elif as_archive:
-            out = save_archive(
-                tree,
-                prefix,
-                like=like,
-                compression=compression,
-                existsok=existsok,
-                allow_pickle=allow_pickle,
-                durable=durable,
-            )
+            out = save_archive(tree, prefix, options)
         else:
-            out = save_tree(
-                tree,
-                prefix,
-                copy_existing=copy_existing,
-                num_threads=num_threads,
-                like=like,
-                allow_pickle=allow_pickle,
-                existsok=existsok,
-                durable=durable,
-                share_non_tensor=share_non_tensor,
-                layout=layout,
-            )
+            out = save_tree(tree, prefix, options)
         if inplace:
             if td.device is not None and td.device.type != "cpu":
                 clear_device(td)
@@ -327,26 +288,12 @@ def memmap(
         >>> load(folder)["b", "c"].sum().item()
         6.0
     """
+    options = SaveOptions.of(locals())  # first: the parameters only
     if inplace:
         _refuse_params_in_place(td)
     if not copy_existing:
         _refuse_mapped_views(td, prefix)
-    return _save(
-        td,
-        prefix,
-        like=False,
-        inplace=inplace,
-        copy_existing=copy_existing,
-        num_threads=num_threads,
-        return_early=return_early,
-        share_non_tensor=share_non_tensor,
-        existsok=existsok,
-        archive=archive,
-        compression=compression,
-        allow_pickle=allow_pickle,
-        durable=durable,
-        layout=layout,
-    )
+    return _save(td, prefix, options, archive=archive, inplace=inplace, return_early=return_early)
 
 
 def memmap_(
@@ -365,21 +312,7 @@ def memmap_(
     layout: str | None = None,
 ) -> Any:
     """`memmap` in place: `td`'s leaves become memory-mapped tensors; returns `td`."""
-    return memmap(
-        td,
-        prefix,
-        copy_existing,
-        num_threads=num_threads,
-        return_early=return_early,
-        share_non_tensor=share_non_tensor,
-        existsok=existsok,
-        robust_key=robust_key,
-        atomic=atomic,
-        inplace=True,
-        allow_pickle=allow_pickle,
-        durable=durable,
-        layout=layout,
-    )
+    return memmap(**locals(), inplace=True)  # its parameters are all `memmap`'s, by name
 
 
 def memmap_like(
@@ -414,22 +347,8 @@ def memmap_like(
         >>> data[torch.tensor([1, 500])]["images"].shape
         torch.Size([2, 8, 8, 3])
     """
-    return _save(
-        td,
-        prefix,
-        like=True,
-        inplace=False,
-        copy_existing=False,  # nothing is copied
-        num_threads=num_threads,
-        return_early=return_early,
-        share_non_tensor=share_non_tensor,
-        existsok=existsok,
-        archive=archive,
-        compression=None,
-        allow_pickle=False,
-        durable=durable,
-        layout=layout,
-    )
+    options = SaveOptions.of(locals(), like=True, copy_existing=False)  # nothing is copied
+    return _save(td, prefix, options, archive=archive, inplace=False, return_early=return_early)
 
 
 def load_memmap(

@@ -24,6 +24,7 @@ from td_memmap._build import raw_tree
 from td_memmap._convert import to_tree
 from td_memmap._load import load_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, parse_folder
+from td_memmap._options import SaveOptions
 from td_memmap._save import Grown, save_tree
 from td_memmap._tree import KIND_LAZY, Node, NonTensorLeaf
 
@@ -227,6 +228,10 @@ def append_memmap(
         )
     grown = _grow(saved, given, (), given.batch_size[0])  # checks the rows first
     if meta.pack is not None:  # a packed save: a new data file with the grown leaves
-        save_tree(_joined(grown, load_tree(root)), root, layout="packed")
+        save_tree(_joined(grown, load_tree(root)), root, SaveOptions(layout="packed"))
         return
-    save_tree(grown, root, allow_pickle=bool(allow_pickle), share_non_tensor=_shares(meta))
+    save_tree(
+        grown,
+        root,
+        SaveOptions(allow_pickle=bool(allow_pickle), share_non_tensor=_shares(meta)),
+    )

@@ -40,6 +40,7 @@ from td_memmap._io import clean_stale_tmp, fsync_dir, remove_if_exists, tensor_b
 from td_memmap._load import load_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
 from td_memmap._nested import nested_values
+from td_memmap._options import SaveOptions
 from td_memmap._save import save_tree
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import Node, NonTensorLeaf
@@ -60,6 +61,8 @@ _CHUNK = 16 << 20
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
+#: How a folder is copied, one file per leaf, before it is packed or after it is unpacked.
+_COPY_AS_FILES = SaveOptions(copy_existing=True, layout="files")
 
 
 def is_memmap_archive(path: str | os.PathLike[str]) -> bool:
@@ -216,7 +219,7 @@ def _pack(
             prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=os.path.dirname(target)
         )
         try:
-            save_tree(load_tree(root), staging, copy_existing=True, layout="files")
+            save_tree(load_tree(root), staging, _COPY_AS_FILES)
             _pack(staging, target, method, level, sources, durable)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -317,7 +320,7 @@ def _move_into(staging: str, prefix: str) -> None:
             "folder saves the archive's content again, which would unpickle them. Unpack into "
             "a new or empty folder"
         ) from None
-    save_tree(tree, prefix, copy_existing=True, layout="files")
+    save_tree(tree, prefix, _COPY_AS_FILES)
 
 
 def _raw_tree(folder: str) -> Node:
@@ -474,26 +477,18 @@ def refresh_archive_checksums(archive_path: str | os.PathLike[str]) -> Path:
 # ------------------------------------------------------------------------ saving TensorDicts
 
 
-def save_archive(
-    tree: Node,
-    archive_path: str | os.PathLike[str],
-    *,
-    like: bool = False,
-    compression: str | int | None = None,
-    existsok: bool = True,
-    allow_pickle: bool = False,
-    durable: bool = False,
-) -> Node:
+def save_archive(tree: Node, archive_path: str | os.PathLike[str], options: SaveOptions) -> Node:
     """Write `tree` as an archive; the archive loaded again (leaves writable if stored).
 
     The folder layout is planned by a sparse save into a temporary folder
     beside the archive (metadata and empty leaf files, no data written), then
-    each tensor's bytes are streamed from `tree` into the archive (`like`:
-    the zeros of the sparse files).
+    each tensor's bytes are streamed from `tree` into the archive (`options.like`:
+    the zeros of the sparse files). Of `options`, `like`, `compression`,
+    `existsok`, `allow_pickle` and `durable` apply.
     """
-    method = compression_method(compression)
+    method = compression_method(options.compression)
     target = _target(archive_path)
-    if not existsok and os.path.lexists(target):
+    if not options.existsok and os.path.lexists(target):
         raise MemmapExistsError(
             f"{target!r} already exists: pass existsok=True to replace the archive"
         )
@@ -502,9 +497,10 @@ def save_archive(
     clean_stale_tmp(parent)  # what saves killed before us left beside their archive
     staging = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=parent)
     try:
-        staged = save_tree(tree, staging, like=True, allow_pickle=allow_pickle, layout="files")
+        staging_options = SaveOptions(like=True, allow_pickle=options.allow_pickle, layout="files")
+        staged = save_tree(tree, staging, staging_options)
         sources = None
-        if not like:
+        if not options.like:
             # the staged files' paths, spelled as the pack spells them (both start from
             # the absolute path of `staging`, itself in a folder without links)
             sources = {  # a nested tensor's file holds its components one after another
@@ -512,7 +508,7 @@ def save_archive(
                 for source, mapped in zip(tensor_leaves(tree), tensor_leaves(staged))
                 if isinstance(mapped, MemoryMappedTensor) and mapped._mm_file is not None
             }
-        _pack(staging, target, method, None, sources, durable)
+        _pack(staging, target, method, None, sources, options.durable)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     mode = "r+" if method == zipfile.ZIP_STORED else None

@@ -72,6 +72,7 @@ from td_memmap._io import (
 )
 from td_memmap._meta import MAX_DEPTH, header, meta_stamp
 from td_memmap._nested import nested_numel, nested_values
+from td_memmap._options import SaveOptions
 from td_memmap._pack_save import packable, save_packed
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._threads import default_threads, run_parallel
@@ -142,20 +143,9 @@ def _whole_file(mmt: MemoryMappedTensor) -> bool:
 
 
 class _Planner:
-    def __init__(
-        self,
-        *,
-        copy_existing: bool,
-        like: bool,
-        allow_pickle: bool,
-        share: bool = False,
-        root: str = "",
-    ) -> None:
+    def __init__(self, options: SaveOptions, root: str = "") -> None:
         self.root = os.path.realpath(root) if root else ""
-        self.copy_existing = copy_existing
-        self.like = like
-        self.allow_pickle = allow_pickle
-        self.share = share
+        self.options = options
         self.jobs: list[_Job] = []
 
     def folder(self, node: Node, path: str, where: tuple[str, ...] = ()) -> _Folder:
@@ -231,14 +221,14 @@ class _Planner:
         if t.is_nested:  # one flat file: the components one after another
             return self._nested_tensor(t, path, out, key, dtype)
         shape = tuple(t.shape)
-        action = "alloc" if self.like else "write"
-        if isinstance(t, MemoryMappedTensor) and t._mm_file is not None and not self.like:
+        action = "alloc" if self.options.like else "write"
+        if isinstance(t, MemoryMappedTensor) and t._mm_file is not None and not self.options.like:
             folder = _folder_of(t)
             packed = t._mm_file.endswith(PACK_SUFFIX)  # a leaf of a packed save: never reused
             if folder == os.path.realpath(os.path.dirname(path)):
                 if t._mm_writable and not packed and _whole_file(t):
                     action = "reuse"  # if no other entry keeps that file (see _name_files)
-            elif not self.copy_existing and not (packed and folder == self.root):
+            elif not self.options.copy_existing and not (packed and folder == self.root):
                 raise RuntimeError(
                     f"entry {(*where, key)!r} is already memory-mapped from {t._mm_file!r}. A "
                     "filename was provided but the tensor already has a file associated: pass "
@@ -252,13 +242,13 @@ class _Planner:
         self, t: torch.Tensor, path: str, out: Node, key: str, name: str
     ) -> dict[str, Any]:
         sizes = t._nested_tensor_size()
-        flat = torch.empty(0, dtype=t.dtype) if self.like else nested_values(t.detach())
+        flat = torch.empty(0, dtype=t.dtype) if self.options.like else nested_values(t.detach())
         shape = (nested_numel(sizes),)
         entry = {
             **_tensor_entry(key, os.path.basename(path), name, shape),
             "nested": sizes.tolist(),
         }
-        action = "alloc" if self.like else "write"
+        action = "alloc" if self.options.like else "write"
         self.jobs.append(_Job(action, flat, path, out, key, t.dtype, shape, entry, nested=sizes))
         return entry
 
@@ -275,12 +265,12 @@ class _Planner:
         try:
             value = nontensor_json(leaf)
         except TypeError as e:
-            if self.share:
+            if self.options.share_non_tensor:
                 raise TypeError(
                     f"non-tensor entry {full_key!r} cannot be shared: share_non_tensor=True stores "
                     f"values as JSON ({e})"
                 ) from None
-            if not self.allow_pickle:
+            if not self.options.allow_pickle:
                 raise PickleNotAllowedError(
                     f"non-tensor entry {full_key!r} ({e}) can only be saved with pickle: pass "
                     "allow_pickle=True to td_memmap.save, and to load it later"
@@ -288,7 +278,7 @@ class _Planner:
         else:
             entry["encoding"] = "json"
             entry["value"] = value
-            if self.share:
+            if self.options.share_non_tensor:
                 path = stem_path + SHARED_SUFFIX
                 payload = json.dumps(value, allow_nan=False).encode("utf-8")
                 self.jobs.append(
@@ -461,35 +451,25 @@ def _weight(job: _Job) -> int:
     return FILE_WEIGHT + numel * job.dtype.itemsize
 
 
-def save_tree(
-    node: Node,
-    prefix: str | os.PathLike,
-    *,
-    copy_existing: bool = False,
-    num_threads: int | None = 0,
-    like: bool = False,
-    allow_pickle: bool = False,
-    existsok: bool = True,
-    durable: bool = False,
-    share_non_tensor: bool = False,
-    layout: str | None = None,
-) -> Node:
+def save_tree(node: Node, prefix: str | os.PathLike, options: SaveOptions) -> Node:
     """Save `node` under `prefix`; the same tree with memory-mapped leaves.
 
-    Args:
-        num_threads: threads writing the leaves (0: all in the calling
-            thread); None: `default_threads()` for a save of large leaves
-            (see `LARGE_LEAF`), else 0.
-        like: allocate zero-filled files of the right size without copying data.
-        durable: also fsync every data file (survive power loss, not only a crash).
-        share_non_tensor: also write each non-tensor value to its own file, which
-            the returned tree's shared leaves read and write (see `_shared`).
-        layout: `"packed"`: one data file and one metadata file (format version
-            2, see `_pack_save`); `"files"`: one file per leaf and one folder per
-            sub-TensorDict (version 1). None: the layout of the save already in
-            the folder; in a new folder packed, unless the tree holds a lazy
-            stack. Pickled and shared values need the files layout.
+    `options` (`compression` aside) say how; of them:
+
+    - `num_threads`: threads writing the leaves (0: all in the calling
+      thread); None: `default_threads()` for a save of large leaves (see
+      `LARGE_LEAF`), else 0.
+    - `like`: allocate zero-filled files of the right size without copying data.
+    - `durable`: also fsync every data file (survive power loss, not only a crash).
+    - `share_non_tensor`: also write each non-tensor value to its own file, which
+      the returned tree's shared leaves read and write (see `_shared`).
+    - `layout`: `"packed"`: one data file and one metadata file (format version
+      2, see `_pack_save`); `"files"`: one file per leaf and one folder per
+      sub-TensorDict (version 1). None: the layout of the save already in the
+      folder; in a new folder packed, unless the tree holds a lazy stack.
+      Pickled and shared values need the files layout.
     """
+    layout, durable, num_threads = options.layout, options.durable, options.num_threads
     if layout not in (None, "packed", "files"):
         raise ValueError(f"layout must be None, 'packed' or 'files', got {layout!r}")
     root = os.path.abspath(os.fspath(prefix))
@@ -500,16 +480,10 @@ def save_tree(
                 f"{root!r} is a sub-TensorDict of the packed save in {above!r}, which is written "
                 f"whole: save the whole TensorDict to {above!r} instead"
             )
-    planner = _Planner(
-        copy_existing=copy_existing,
-        like=like,
-        allow_pickle=allow_pickle,
-        share=share_non_tensor,
-        root=root,
-    )
+    planner = _Planner(options, root)
     plan = planner.folder(node, root)
     folders = _preorder(plan)
-    if not existsok:
+    if not options.existsok:
         taken = [os.path.join(root, META_NAME)] + [j.path for j in planner.jobs]
         clash = next((p for p in taken if os.path.lexists(p)), None)
         if clash is not None:
