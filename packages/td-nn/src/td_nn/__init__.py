@@ -60,6 +60,4 @@ __all__ = [
 # Shared with td-distributions, defined in td-core (one list: the `__all__` of the modules that
 # define them; tests-integration checks that the siblings re-export the same names):
 # interaction type, log-prob aggregation, scale mappings.
-__all__ += _interaction.__all__
-__all__ += _lp_aggregate.__all__
-__all__ += _scale_maps.__all__
+__all__ += _interaction.__all__ + _lp_aggregate.__all__ + _scale_maps.__all__
