@@ -198,17 +198,17 @@ def _mover(device: torch.device, non_blocking: bool) -> Callable[[Tensor], Tenso
 
 
 def _apply_call(td: Any, args: Mapping[str, Any], *, named: bool = False) -> Any:
-    """The body of `apply`, `named_apply` and `_fast_apply`, given the method's parameters.
+    """The body of `apply` and `named_apply`, given the method's parameters.
 
     `args` is the calling method's `locals()` (its parameters only, taken as its first
     statement), so the long list of options is written once, in the public signature;
-    `named_apply` passes `named=True`, `_fast_apply` its own `named` (in `args`).
+    `named_apply` passes `named=True`.
     The result is named and locked as `names` and `propagate_lock` ask.
     """
     batch_size = args["batch_size"]
     opts = ApplyOptions(
         args["fn"],
-        named=args.get("named", named),
+        named=named,
         nested_keys=args.get("nested_keys", False),
         default=args["default"],
         call_on_nested=args["call_on_nested"],
@@ -330,31 +330,29 @@ class ApplyMixin(TensorDictContract):
         self,
         fn: Callable[..., Any],
         *others: TensorDictContract,
-        batch_size: Any = None,
-        device: Any = NO_DEFAULT,
-        names: Sequence[str | None] | object | None = NO_DEFAULT,
-        inplace: bool = False,
-        call_on_nested: bool = False,
-        default: Any = NO_DEFAULT,
         named: bool = False,
         nested_keys: bool = False,
         filter_empty: bool | None = False,
-        is_leaf: Callable[[type], bool] | None = None,
-        propagate_lock: bool = False,
-        out: TensorDictContract | None = None,
         num_threads: int = 0,
         checked: bool = True,
+        **kwargs: Any,
     ) -> Self | None:
         """Compatibility shim for upstream's private `_fast_apply`: `apply` or `named_apply`.
 
         Upstream code calls this private method; td runs the public `apply`
-        (`named_apply` with `named=True`), with upstream's default
-        `filter_empty=False` (sub-TensorDicts left empty are kept). Results
-        are checked as in `apply` whatever `checked` says, and `num_threads`
-        is accepted but the leaves run on the calling thread. Prefer `apply`.
+        (`named_apply` with `named=True`, which takes `nested_keys`) with the
+        other keywords, and upstream's default `filter_empty=False` (sub-TensorDicts
+        left empty are kept). Results are checked as in `apply` whatever `checked`
+        says, and `num_threads` is accepted but the leaves run on the calling
+        thread. Prefer `apply`.
         """
         del num_threads, checked  # accepted for upstream compatibility
-        return _apply_call(self, locals())
+        # ApplyMixin's own methods: a kind that wraps `_fast_apply` wraps it once
+        if named:
+            return ApplyMixin.named_apply(
+                self, fn, *others, nested_keys=nested_keys, filter_empty=filter_empty, **kwargs
+            )
+        return ApplyMixin.apply(self, fn, *others, filter_empty=filter_empty, **kwargs)
 
     # ------------------------------------------------------------------ memory
     def clone(self, recurse: bool = True) -> Self:
