@@ -384,10 +384,7 @@ class CompositeDistribution(D.Distribution):
         for name in self.dists:
             value = sample.get(name, None)
             if value is None:
-                raise KeyError(
-                    f"the sample has no entry {name!r}, needed by {what}; its keys are "
-                    f"{sorted(map(str, sample.keys(True, True)))}"
-                )
+                raise _no_entry(sample, f"the sample has no entry {name!r}, needed by {what}")
             values[name] = value
         return values
 
@@ -512,13 +509,18 @@ class CompositeDistribution(D.Distribution):
             if prob is None:
                 value = sample.get(name, None)
                 if value is None:
-                    raise KeyError(
-                        f"icdf needs {_add_suffix(name, '_cdf')!r} or {name!r} in the "
-                        f"TensorDict; its keys are {sorted(map(str, sample.keys(True, True)))}"
+                    needed = (
+                        f"icdf needs {_add_suffix(name, '_cdf')!r} or {name!r} in the TensorDict"
                     )
+                    raise _no_entry(sample, needed)
                 prob = dist.cdf(value)
             out[_add_suffix(name, "_icdf")] = dist.icdf(prob)
         return sample.copy().update(out)
+
+
+def _no_entry(sample: TensorDictBase, needed: str) -> KeyError:
+    """The `KeyError` for an entry `sample` lacks: `needed` (what was looked for), then its keys."""
+    return KeyError(f"{needed}; its keys are {sorted(map(str, sample.keys(True, True)))}")
 
 
 def _check_known(mapping: Mapping[Key, Any], names: Mapping[Key, Any], what: str) -> None:

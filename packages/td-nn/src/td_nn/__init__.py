@@ -4,20 +4,13 @@ The interaction-type switch, the positive mappings and `TensorDictParams`
 live in td-core (they are shared with td-distributions) and are re-exported here.
 """
 
-from td_core import (
-    InteractionType,
-    TensorDictParams,
-    add_custom_mapping,
-    biased_softplus,
-    composite_lp_aggregate,
-    expln,
-    interaction_type,
-    inv_softplus,
-    make_tensordict,
-    mappings,
-    set_composite_lp_aggregate,
-    set_interaction_type,
-)
+from td_core import TensorDictParams, make_tensordict
+from td_core._shared import interaction as _interaction
+from td_core._shared import lp_aggregate as _lp_aggregate
+from td_core._shared import scale_maps as _scale_maps
+from td_core._shared.interaction import *  # noqa: F403 (re-exported: see __all__)
+from td_core._shared.lp_aggregate import *  # noqa: F403 (re-exported: see __all__)
+from td_core._shared.scale_maps import *  # noqa: F403 (re-exported: see __all__)
 from td_nn._base import TensorDictModuleBase
 from td_nn._common import TensorDictModule
 from td_nn._cudagraphs import CudaGraphModule
@@ -63,17 +56,8 @@ __all__ = [
     # defined in td-core
     "TensorDictParams",
     "make_tensordict",
-    # shared with td-distributions, defined in td-core (its public names; tests-integration
-    # checks that the siblings re-export the same ones): interaction type, log-prob
-    # aggregation, scale mappings
-    "InteractionType",
-    "interaction_type",
-    "set_interaction_type",
-    "composite_lp_aggregate",
-    "set_composite_lp_aggregate",
-    "biased_softplus",
-    "expln",
-    "inv_softplus",
-    "mappings",
-    "add_custom_mapping",
 ]
+# Shared with td-distributions, defined in td-core (one list: the `__all__` of the modules that
+# define them; tests-integration checks that the siblings re-export the same names):
+# interaction type, log-prob aggregation, scale mappings.
+__all__ += _interaction.__all__ + _lp_aggregate.__all__ + _scale_maps.__all__

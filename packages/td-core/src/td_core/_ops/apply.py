@@ -7,7 +7,7 @@ Pointwise math and comparisons live in `td_core._ops.pointwise`, dtype casts in
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -197,6 +197,39 @@ def _mover(device: torch.device, non_blocking: bool) -> Callable[[Tensor], Tenso
     return lambda t: t.to(device)
 
 
+def _apply_call(td: Any, args: Mapping[str, Any], *, named: bool = False) -> Any:
+    """The body of `apply` and `named_apply`, given the method's parameters.
+
+    `args` is the calling method's `locals()` (its parameters only, taken as its first
+    statement), so the long list of options is written once, in the public signature;
+    `named_apply` passes `named=True`.
+    The result is named and locked as `names` and `propagate_lock` ask.
+    """
+    batch_size = args["batch_size"]
+    opts = ApplyOptions(
+        args["fn"],
+        named=named,
+        nested_keys=args.get("nested_keys", False),
+        default=args["default"],
+        call_on_nested=args["call_on_nested"],
+        inplace=args["inplace"],
+        batch_size=None if batch_size is None else as_size(batch_size),
+        device=args["device"],
+        filter_empty=args["filter_empty"],
+        is_leaf=args["is_leaf"],
+    )
+    result = run_apply(
+        td, args["others"], opts, prefix=tuple(args.get("prefix", ())), out=args["out"]
+    )
+    if result is None or result is td:
+        return result
+    if args["names"] is not NO_DEFAULT:
+        result.names = args["names"]
+    if args["propagate_lock"] and td.is_locked:
+        result.lock_()
+    return result
+
+
 class ApplyMixin(TensorDictContract):
     """Leaf-wise methods of TensorDictBase."""
 
@@ -257,19 +290,7 @@ class ApplyMixin(TensorDictContract):
             >>> td.apply(lambda x: None) is None
             True
         """
-        opts = ApplyOptions(
-            fn,
-            default=default,
-            call_on_nested=call_on_nested,
-            inplace=inplace,
-            batch_size=None if batch_size is None else as_size(batch_size),
-            device=device,
-            filter_empty=filter_empty,
-            is_leaf=is_leaf,
-        )
-        return self._finish_apply(
-            run_apply(self, others, opts, out=out), opts, names, propagate_lock
-        )
+        return _apply_call(self, locals())
 
     def apply_(self, fn: Callable[..., Any], *others: TensorDictContract, **kwargs: Any) -> Self:
         """Apply `fn` to every tensor leaf and write the results in place (returns self).
@@ -303,76 +324,35 @@ class ApplyMixin(TensorDictContract):
         With `nested_keys=True` the key is the full nested key (a tuple below
         the top level). The other arguments are `apply`'s.
         """
-        opts = ApplyOptions(
-            fn,
-            named=True,
-            nested_keys=nested_keys,
-            default=default,
-            call_on_nested=call_on_nested,
-            inplace=inplace,
-            batch_size=None if batch_size is None else as_size(batch_size),
-            device=device,
-            filter_empty=filter_empty,
-            is_leaf=is_leaf,
-        )
-        result = run_apply(self, others, opts, prefix=tuple(prefix), out=out)
-        return self._finish_apply(result, opts, names, propagate_lock)
+        return _apply_call(self, locals(), named=True)
 
     def _fast_apply(
         self,
         fn: Callable[..., Any],
         *others: TensorDictContract,
-        batch_size: Any = None,
-        device: Any = NO_DEFAULT,
-        names: Sequence[str | None] | object | None = NO_DEFAULT,
-        inplace: bool = False,
-        call_on_nested: bool = False,
-        default: Any = NO_DEFAULT,
         named: bool = False,
         nested_keys: bool = False,
         filter_empty: bool | None = False,
-        is_leaf: Callable[[type], bool] | None = None,
-        propagate_lock: bool = False,
-        out: TensorDictContract | None = None,
         num_threads: int = 0,
         checked: bool = True,
+        **kwargs: Any,
     ) -> Self | None:
         """Compatibility shim for upstream's private `_fast_apply`: `apply` or `named_apply`.
 
         Upstream code calls this private method; td runs the public `apply`
-        (`named_apply` with `named=True`), with upstream's default
-        `filter_empty=False` (sub-TensorDicts left empty are kept). Results
-        are checked as in `apply` whatever `checked` says, and `num_threads`
-        is accepted but the leaves run on the calling thread. Prefer `apply`.
+        (`named_apply` with `named=True`, which takes `nested_keys`) with the
+        other keywords, and upstream's default `filter_empty=False` (sub-TensorDicts
+        left empty are kept). Results are checked as in `apply` whatever `checked`
+        says, and `num_threads` is accepted but the leaves run on the calling
+        thread. Prefer `apply`.
         """
         del num_threads, checked  # accepted for upstream compatibility
-        opts = ApplyOptions(
-            fn,
-            named=named,
-            nested_keys=nested_keys,
-            default=default,
-            call_on_nested=call_on_nested,
-            inplace=inplace,
-            batch_size=None if batch_size is None else as_size(batch_size),
-            device=device,
-            filter_empty=filter_empty,
-            is_leaf=is_leaf,
-        )
-        return self._finish_apply(
-            run_apply(self, others, opts, out=out), opts, names, propagate_lock
-        )
-
-    def _finish_apply(
-        self, result: Any, opts: ApplyOptions, names: Any, propagate_lock: bool
-    ) -> Any:
-        """Name and lock `apply`'s result as its `names`/`propagate_lock` ask."""
-        if result is None or result is self:
-            return result
-        if names is not NO_DEFAULT:
-            result.names = names
-        if propagate_lock and self.is_locked:
-            result.lock_()
-        return result
+        # ApplyMixin's own methods: a kind that wraps `_fast_apply` wraps it once
+        if named:
+            return ApplyMixin.named_apply(
+                self, fn, *others, nested_keys=nested_keys, filter_empty=filter_empty, **kwargs
+            )
+        return ApplyMixin.apply(self, fn, *others, filter_empty=filter_empty, **kwargs)
 
     # ------------------------------------------------------------------ memory
     def clone(self, recurse: bool = True) -> Self:

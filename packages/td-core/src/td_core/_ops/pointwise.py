@@ -293,8 +293,7 @@ class PointwiseMixin(UnaryMixin):
     def __add__(self, other: Any) -> Self:
         return run(self, BINARY["add"], (other,))
 
-    def __radd__(self, other: Any) -> Self:
-        return run(self, BINARY["add"], (other,))
+    __radd__ = __add__  # commutative: the same leaf-wise op
 
     def __iadd__(self, other: Any) -> Self:
         return run(self, BINARY["add"], (other,), inplace=True)
@@ -311,8 +310,7 @@ class PointwiseMixin(UnaryMixin):
     def __mul__(self, other: Any) -> Self:
         return run(self, BINARY["mul"], (other,))
 
-    def __rmul__(self, other: Any) -> Self:
-        return run(self, BINARY["mul"], (other,))
+    __rmul__ = __mul__  # commutative: the same leaf-wise op
 
     def __imul__(self, other: Any) -> Self:
         return run(self, BINARY["mul"], (other,), inplace=True)
@@ -341,8 +339,7 @@ class PointwiseMixin(UnaryMixin):
     def __and__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_and"], (other,))
 
-    def __rand__(self, other: Any) -> Self:
-        return run(self, BINARY["bitwise_and"], (other,))
+    __rand__ = __and__  # commutative: the same leaf-wise op
 
     def __iand__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_and"], (other,), inplace=True)
@@ -350,8 +347,7 @@ class PointwiseMixin(UnaryMixin):
     def __or__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_or"], (other,))
 
-    def __ror__(self, other: Any) -> Self:
-        return run(self, BINARY["bitwise_or"], (other,))
+    __ror__ = __or__  # commutative: the same leaf-wise op
 
     def __ior__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_or"], (other,), inplace=True)
@@ -359,8 +355,7 @@ class PointwiseMixin(UnaryMixin):
     def __xor__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_xor"], (other,))
 
-    def __rxor__(self, other: Any) -> Self:
-        return run(self, BINARY["bitwise_xor"], (other,))
+    __rxor__ = __xor__  # commutative: the same leaf-wise op
 
     def __ixor__(self, other: Any) -> Self:
         return run(self, BINARY["bitwise_xor"], (other,), inplace=True)
