@@ -7,7 +7,7 @@ Pointwise math and comparisons live in `td_core._ops.pointwise`, dtype casts in
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -197,35 +197,13 @@ def _mover(device: torch.device, non_blocking: bool) -> Callable[[Tensor], Tenso
     return lambda t: t.to(device)
 
 
-def _apply_call(td: Any, args: Mapping[str, Any], *, named: bool = False) -> Any:
-    """The body of `apply` and `named_apply`, given the method's parameters.
-
-    `args` is the calling method's `locals()` (its parameters only, taken as its first
-    statement), so the long list of options is written once, in the public signature;
-    `named_apply` passes `named=True`.
-    The result is named and locked as `names` and `propagate_lock` ask.
-    """
-    batch_size = args["batch_size"]
-    opts = ApplyOptions(
-        args["fn"],
-        named=named,
-        nested_keys=args.get("nested_keys", False),
-        default=args["default"],
-        call_on_nested=args["call_on_nested"],
-        inplace=args["inplace"],
-        batch_size=None if batch_size is None else as_size(batch_size),
-        device=args["device"],
-        filter_empty=args["filter_empty"],
-        is_leaf=args["is_leaf"],
-    )
-    result = run_apply(
-        td, args["others"], opts, prefix=tuple(args.get("prefix", ())), out=args["out"]
-    )
+def _finish(td: Any, result: Any, names: Any, propagate_lock: bool) -> Any:
+    """Name and lock `apply`'s result as its `names` and `propagate_lock` ask."""
     if result is None or result is td:
         return result
-    if args["names"] is not NO_DEFAULT:
-        result.names = args["names"]
-    if args["propagate_lock"] and td.is_locked:
+    if names is not NO_DEFAULT:
+        result.names = names
+    if propagate_lock and td.is_locked:
         result.lock_()
     return result
 
@@ -290,7 +268,17 @@ class ApplyMixin(TensorDictContract):
             >>> td.apply(lambda x: None) is None
             True
         """
-        return _apply_call(self, locals())
+        opts = ApplyOptions(
+            fn,
+            default=default,
+            call_on_nested=call_on_nested,
+            inplace=inplace,
+            batch_size=None if batch_size is None else as_size(batch_size),
+            device=device,
+            filter_empty=filter_empty,
+            is_leaf=is_leaf,
+        )
+        return _finish(self, run_apply(self, others, opts, out=out), names, propagate_lock)
 
     def apply_(self, fn: Callable[..., Any], *others: TensorDictContract, **kwargs: Any) -> Self:
         """Apply `fn` to every tensor leaf and write the results in place (returns self).
@@ -324,7 +312,20 @@ class ApplyMixin(TensorDictContract):
         With `nested_keys=True` the key is the full nested key (a tuple below
         the top level). The other arguments are `apply`'s.
         """
-        return _apply_call(self, locals(), named=True)
+        opts = ApplyOptions(
+            fn,
+            named=True,
+            nested_keys=nested_keys,
+            default=default,
+            call_on_nested=call_on_nested,
+            inplace=inplace,
+            batch_size=None if batch_size is None else as_size(batch_size),
+            device=device,
+            filter_empty=filter_empty,
+            is_leaf=is_leaf,
+        )
+        result = run_apply(self, others, opts, prefix=tuple(prefix), out=out)
+        return _finish(self, result, names, propagate_lock)
 
     def _fast_apply(
         self,
