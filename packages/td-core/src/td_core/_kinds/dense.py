@@ -9,6 +9,7 @@ import torch
 from torch.compiler import is_compiling
 
 from td_core._core.contract import provide
+from td_core._core.extensions import delegate
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, as_device, as_size
 from td_core._io.consolidate import pack, unpack
@@ -383,16 +384,7 @@ class TensorDict(TensorDictBase):
         padding_value: float | int | bool = 0.0,
     ) -> Any:
         if as_list or as_padded_tensor or as_nested_tensor:
-            return self._get_ragged(
-                key,
-                default,
-                as_list=as_list,
-                as_padded_tensor=as_padded_tensor,
-                as_nested_tensor=as_nested_tensor,
-                padding_side=padding_side,
-                layout=layout,
-                padding_value=padding_value,
-            )
+            return delegate(self._get_ragged, locals())  # (nothing is assigned before it)
         if type(key) is str:  # the most frequent key first
             value = self._get_str(key)
             if value is not NO_DEFAULT:
