@@ -575,9 +575,7 @@ def from_dict(
     names: Sequence[str | None] | None = None,
 ) -> TensorDict:
     """A TensorDict from a (nested) mapping; see `TensorDict.from_dict`."""
-    return TensorDict.from_dict(
-        input_dict, batch_size, device, batch_dims, auto_batch_size=auto_batch_size, names=names
-    )
+    return delegate(TensorDict.from_dict, locals())
 
 
 register(TensorDict)
