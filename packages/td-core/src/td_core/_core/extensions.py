@@ -64,10 +64,9 @@ def delegate(
 ) -> Any:
     """Call `function` with the parameters of the method that hands its work to it.
 
-    The delegating method passes its `locals()`, taken before it assigns
-    anything (best as its first statement) so that they hold its parameters only. `self` and `cls` are left out
-    (`leading` says what goes first, by position), and so is the `__class__`
-    cell of a method that calls `super()`; every other parameter is
+    The delegating method passes its `locals()`, taken as its first statement
+    so that they hold its parameters only. `self` and `cls` are left out
+    (`leading` says what goes first, by position); every other parameter is
     passed by its own name, so `function` must use the same names; a
     `**kwargs` parameter (named `kwargs`) is spread; `extra` is added.
 
@@ -89,8 +88,6 @@ def delegate(
         ('td', 'dir', 'r+', {'extra': 1})
     """
     named = {
-        name: value
-        for name, value in arguments.items()
-        if name not in ("self", "cls", "kwargs", "__class__")
+        name: value for name, value in arguments.items() if name not in ("self", "cls", "kwargs")
     }
     return function(*leading, **named, **arguments.get("kwargs", {}), **extra)

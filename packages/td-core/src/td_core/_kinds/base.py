@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, dense, provided
-from td_core._core.extensions import delegate
 from td_core._core.keys import KeysView, NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td
 from td_core._core.utils import NO_DEFAULT, as_device, leaf_shape
@@ -562,7 +561,16 @@ class TensorDictBase(
         Returns what was replaced, a TensorDict that restores it when used as a
         context manager: `with params.to_module(model): model(x)`.
         """
-        return delegate(provided("to_module"), locals(), self)
+        return provided("to_module")(
+            self,
+            module,
+            inplace=inplace,
+            return_swap=return_swap,
+            swap_dest=swap_dest,
+            use_state_dict=use_state_dict,
+            non_blocking=non_blocking,
+            preserve_module_state=preserve_module_state,
+        )
 
 
 def _any_leaf(cls: type) -> bool:

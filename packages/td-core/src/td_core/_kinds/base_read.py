@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.extensions import delegate
 from td_core._core.flags import get_defaults_to_none
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
@@ -87,7 +86,16 @@ class ReadMixin(TensorDictContract):
             (True, True, 0)
         """
         if as_list or as_padded_tensor or as_nested_tensor:
-            return delegate(self._get_ragged, locals())  # (nothing is assigned before it)
+            return self._get_ragged(
+                key,
+                default,
+                as_list=as_list,
+                as_padded_tensor=as_padded_tensor,
+                as_nested_tensor=as_nested_tensor,
+                padding_side=padding_side,
+                layout=layout,
+                padding_value=padding_value,
+            )
         if type(key) is not str:
             key = unravel_key(key)
             if isinstance(key, tuple):

@@ -9,7 +9,6 @@ import torch
 from torch.compiler import is_compiling
 
 from td_core._core.contract import provide
-from td_core._core.extensions import delegate
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, as_device, as_size
 from td_core._io.consolidate import pack, unpack
@@ -384,7 +383,16 @@ class TensorDict(TensorDictBase):
         padding_value: float | int | bool = 0.0,
     ) -> Any:
         if as_list or as_padded_tensor or as_nested_tensor:
-            return delegate(self._get_ragged, locals())  # (nothing is assigned before it)
+            return self._get_ragged(
+                key,
+                default,
+                as_list=as_list,
+                as_padded_tensor=as_padded_tensor,
+                as_nested_tensor=as_nested_tensor,
+                padding_side=padding_side,
+                layout=layout,
+                padding_value=padding_value,
+            )
         if type(key) is str:  # the most frequent key first
             value = self._get_str(key)
             if value is not NO_DEFAULT:
@@ -575,7 +583,9 @@ def from_dict(
     names: Sequence[str | None] | None = None,
 ) -> TensorDict:
     """A TensorDict from a (nested) mapping; see `TensorDict.from_dict`."""
-    return delegate(TensorDict.from_dict, locals())
+    return TensorDict.from_dict(
+        input_dict, batch_size, device, batch_dims, auto_batch_size=auto_batch_size, names=names
+    )
 
 
 register(TensorDict)

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._core.contract import provide
-from td_core._core.extensions import delegate
 from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
 from td_core._io.repr import leaf_repr, td_repr
@@ -170,7 +169,15 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         The arguments are those of `TensorDict.from_dict`; keys that are not
         fields are refused (`KeyError`).
         """
-        return cls.from_tensordict(delegate(TensorDict.from_dict, locals()))
+        td = TensorDict.from_dict(
+            input_dict,
+            batch_size,
+            device,
+            batch_dims,
+            auto_batch_size=auto_batch_size,
+            names=names,
+        )
+        return cls.from_tensordict(td)
 
     @classmethod
     def from_list(
@@ -189,7 +196,16 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         The keys of the mappings must be fields. Rows whose entries differ in
         shape (or `lazy=True`) give an instance over a lazy stack of the rows.
         """
-        return cls.from_tensordict(delegate(TensorDict.from_list, locals()))
+        td = TensorDict.from_list(
+            input,
+            auto_batch_size=auto_batch_size,
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+            lazy=lazy,
+        )
+        return cls.from_tensordict(td)
 
     @classmethod
     def fromkeys(cls, keys: Any, value: Any = 0) -> Any:

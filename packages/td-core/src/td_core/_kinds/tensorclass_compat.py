@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 
-from td_core._core.extensions import delegate
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._kinds.dense import TensorDict  # at run time: user classes' type hints see it
@@ -170,7 +169,17 @@ class TensorClassCompat:
         if keys_to_update is None:
             _refuse_foreign_keys(self, input_dict_or_td)
             _refuse_foreign_keys(self, kwargs)
-        return delegate(cast(Any, super()).update, locals())  # (nothing assigned before it)
+        parent: Any = super()
+        return parent.update(
+            input_dict_or_td,
+            clone,
+            inplace,
+            keys_to_update=keys_to_update,
+            non_blocking=non_blocking,
+            is_leaf=is_leaf,
+            update_batch_size=update_batch_size,
+            **kwargs,
+        )
 
     # `get` reads a non-tensor field as its value (as upstream); these read the stored
     # entries, as upstream's tensorclass does by handing them to its TensorDict
