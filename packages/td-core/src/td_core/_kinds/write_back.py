@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from td_core._core.contract import provided
-from td_core._core.extensions import delegate
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
 
@@ -223,7 +222,14 @@ class CopyBackMixin(TensorDictBase):
         **kwargs: Any,
     ) -> Any:
         """Copy the input's entries into the existing viewed entries of the source."""
-        return delegate(self._inplace, locals(), TensorDictBase.update_)
+        return self._inplace(
+            TensorDictBase.update_,
+            input_dict_or_td,
+            clone,
+            keys_to_update=keys_to_update,
+            non_blocking=non_blocking,
+            **kwargs,
+        )
 
     def masked_fill_(self, mask: Tensor, value: float | bool) -> Any:
         """`masked_fill_` on the viewed entries of the source."""
