@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from td_core._core.extensions import delegate
 from td_core._kinds.dense import TensorDict
 
 __all__ = ["LazyConstructorsMixin"]
@@ -60,13 +61,7 @@ class LazyConstructorsMixin:
         filter_empty: bool = True,
     ) -> Any:
         """The parameters and buffers of `module`: a TensorDict, as upstream (see `from_module`)."""
-        return TensorDict.from_module(
-            module,
-            as_module=as_module,
-            lock=lock,
-            use_state_dict=use_state_dict,
-            filter_empty=filter_empty,
-        )
+        return delegate(TensorDict.from_module, locals())
 
     @staticmethod
     def from_modules(*modules: Any, **kwargs: Any) -> Any:

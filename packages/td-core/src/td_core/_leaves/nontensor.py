@@ -305,18 +305,6 @@ class NonTensorStack(StackValuesMixin, _NonTensorBase):
         out._restore(None, (value,), batch_size, device)
         return out
 
-    def _restore(
-        self,
-        array: np.ndarray | None,
-        fill: tuple[Any] | None,
-        shape: torch.Size,
-        device: torch.device | None,
-    ) -> None:
-        """Set the whole state: the values (or the one repeated value), shape and device."""
-        self._array, self._fill = array, fill
-        self.batch_size, self.device = shape, device
-        self._members, self._member_dim = None, 0
-
     @property
     def _values(self) -> np.ndarray:
         """The values as an object array of the batch shape (built on first use when filled)."""

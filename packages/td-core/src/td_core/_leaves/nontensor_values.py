@@ -3,7 +3,8 @@
 `StackValuesMixin` gives the stack `from_list` (nested lists to a stack, one batch
 dim per level whose lists share a length) and its pickled state: a flat list and a
 shape, or the one value of a stack that repeats it, with no numpy object, so that
-`torch.load(weights_only=True)` accepts it.
+`torch.load(weights_only=True)` accepts it; `_restore` sets that whole state (the
+unpickler, a filled stack and in-place rewrites of the values use it).
 """
 
 from __future__ import annotations
@@ -23,24 +24,17 @@ __all__ = ["StackValuesMixin", "nested_shape"]
 
 
 class StackValuesMixin:
-    """`from_list` and the pickled state of a `NonTensorStack` (see the module docstring)."""
+    """`from_list` and the (pickled) state of a `NonTensorStack` (see the module docstring)."""
 
     __slots__ = ()
 
     if TYPE_CHECKING:
         batch_size: torch.Size
         device: torch.device | None
+        _members: tuple[Any, ...] | None
 
         @property
         def _values(self) -> np.ndarray: ...
-
-        def _restore(
-            self,
-            array: np.ndarray | None,
-            fill: tuple[Any] | None,
-            shape: torch.Size,
-            device: torch.device | None,
-        ) -> None: ...
 
         def __init__(self, *values: Any, device: torch.device | str | None = None) -> None: ...
 
@@ -78,6 +72,18 @@ class StackValuesMixin:
             "shape": tuple(self._values.shape),
             "device": device_name(self.device),
         }
+
+    def _restore(
+        self: Any,  # the stack's slots are declared by `NonTensorStack` (the mixin has none)
+        array: np.ndarray | None,
+        fill: tuple[Any] | None,
+        shape: torch.Size,
+        device: torch.device | None,
+    ) -> None:
+        """Set the whole state: the values (or the one repeated value), shape and device."""
+        self._array, self._fill = array, fill
+        self.batch_size, self.device = shape, device
+        self._members, self._member_dim = None, 0
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         shape = torch.Size(state["shape"])
