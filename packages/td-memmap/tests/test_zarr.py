@@ -251,6 +251,17 @@ def test_string_array_from_another_tool_is_refused(tmp_path):
         td_memmap.from_zarr(tmp_path / "s.zarr")
 
 
+def test_a_refused_array_deep_in_the_tree_fails_the_open(tmp_path):
+    # the open lists the whole tree in one go: a bad array three groups down is still seen
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    root.create_array("a", data=torch.zeros(3).numpy())
+    deep = root.create_group("x").create_group("y").create_group("z")
+    deep.create_array("ok", data=torch.zeros(3, 2).numpy())
+    deep.create_array("names", shape=(3,), dtype=str)
+    with pytest.raises(td_memmap.MemmapFormatError, match="'x/y/z/names'"):
+        td_memmap.from_zarr(tmp_path / "d.zarr")
+
+
 def test_from_schema_zarr_writes_zero_arrays_without_data_chunks(tmp_path):
     out = TensorDict.from_schema(
         {"obs": ([4], torch.float32), ("n", "r"): ([], torch.int64)},

@@ -187,11 +187,13 @@ class ZarrBackend(StoreBackend):
             ) from err
 
     def tensor_leaves(self, group: Any) -> Iterator[tuple[str, tuple[int, ...]]]:
-        # opening checks every array's kind: an entry td would refuse to read fails here
-        for _, node in self.children(group):
+        # opening checks every array's kind: an entry td would refuse to read fails here.
+        # One listing of the whole tree (zarr fetches the groups concurrently) rather
+        # than one round trip per group.
+        for _, node in sorted(group.members(max_depth=None), key=lambda item: item[0]):
             if self.is_group(node):
-                yield from self.tensor_leaves(node)
-            elif self.is_text(node):
+                continue
+            if self.is_text(node):
                 self._check_text(node)
             else:
                 self._dtype(node)
