@@ -132,3 +132,33 @@ class TestMakeMemmapKeys:
             td.make_memmap(("a", "z"), (3,))
         assert set(td.keys()) == {"a", "n"} and td.is_locked
         assert sorted(os.listdir(tmp_path / "s")) == ["a.memmap", "meta.json", "n"]
+
+
+@pytest.mark.parametrize("where", ["shared memory", "folder"])
+@pytest.mark.parametrize("kind", ["dense", "lazy stack", "tensorclass"])
+def test_memmap_in_place_records_the_cpu_as_the_device(tmp_path, where, kind):
+    # the leaves now live in CPU memory: the TensorDict and its sub-TensorDicts say so,
+    # as the copy `memmap()` makes does (and as upstream's memmap_)
+    from td_core import LazyStackedTensorDict, tensorclass
+
+    @tensorclass
+    class Pair:
+        x: torch.Tensor
+        n: TensorDict
+
+    def make():
+        td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.ones(3)}}, [3])
+        if kind == "lazy stack":
+            return LazyStackedTensorDict(*td.unbind(0), stack_dim=0)
+        if kind == "tensorclass":
+            return Pair(x=td["a"], n=td["n"], batch_size=[3])
+        return td
+
+    td = make()
+    assert td.device is None
+    prefix = None if where == "shared memory" else tmp_path / "s"
+    assert td.memmap_(prefix) is td
+    assert td.device == torch.device("cpu")
+    assert td["n"].device == torch.device("cpu")
+    assert td.device == make().memmap(None if prefix is None else tmp_path / "c").device
+    assert (td["n"]["b"] == 1).all()

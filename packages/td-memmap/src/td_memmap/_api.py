@@ -20,7 +20,13 @@ from td_core import (
 )
 from td_memmap._anon import share_tree
 from td_memmap._archive import ARCHIVE_SUFFIX, save_archive
-from td_memmap._convert import assign_leaves, clear_device, from_tree, tensor_leaves, to_tree
+from td_memmap._convert import (
+    assign_leaves,
+    from_tree,
+    move_device_to_cpu,
+    tensor_leaves,
+    to_tree,
+)
 from td_memmap._load import load_tree
 from td_memmap._options import SaveOptions
 from td_memmap._save import save_tree
@@ -170,9 +176,8 @@ def _save(
         else:
             out = save_tree(tree, prefix, options)
         if inplace:
-            if td.device is not None and td.device.type != "cpu":
-                clear_device(td)
             td.unlock_()
+            move_device_to_cpu(td)  # before the leaves: `set` would move them to its device
             assign_leaves(td, out)
             return td.lock_()
         return from_tree(out).lock_()

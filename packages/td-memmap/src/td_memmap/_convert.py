@@ -12,6 +12,7 @@ from td_core import (
     NonTensorData,
     NonTensorStack,
     TensorDict,
+    TensorDictParams,
     UnbatchedTensor,
     is_non_tensor,
     is_tensor_collection,
@@ -23,7 +24,7 @@ from td_memmap._shared import make_shared
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import KIND_CLASS, KIND_LAZY, Node, NonTensorLeaf
 
-__all__ = ["to_tree", "from_tree", "assign_leaves", "tensor_leaves", "clear_device"]
+__all__ = ["to_tree", "from_tree", "assign_leaves", "tensor_leaves", "move_device_to_cpu"]
 
 _CPU = torch.device("cpu")
 
@@ -153,13 +154,24 @@ def assign_leaves(td: Any, node: Node) -> None:
             td.set(key, _leaf(value))
 
 
-def clear_device(td: Any) -> None:
-    """Forget the device of `td` and of everything it holds (without stacking lazy stacks)."""
-    if isinstance(td, LazyStackedTensorDict):
-        for member in td.tensordicts:
-            clear_device(member)
-    else:
-        td.clear_device_()
+def move_device_to_cpu(td: Any) -> None:
+    """Record the CPU as the device of `td` and of everything it holds (no data moves).
+
+    `memmap_` calls it before its leaves are replaced by memory-mapped ones, which live
+    on the CPU: the result says so, as the copy `memmap` makes does (and as upstream).
+    """
+    held = td._tensordict if is_tensorclass(td) else td
+    if isinstance(held, LazyStackedTensorDict):
+        for member in held.tensordicts:
+            move_device_to_cpu(member)
+        return
+    if held.device != _CPU:
+        if isinstance(held, (TensorDict, TensorDictParams)):
+            held._set_device(_CPU)
+        elif held.device is not None:  # a view's device is its source's: forget it
+            held.clear_device_()
+    for sub in held._subtrees():
+        move_device_to_cpu(sub)
 
 
 def tensor_leaves(node: Node) -> Iterator[torch.Tensor]:
