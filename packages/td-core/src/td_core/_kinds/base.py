@@ -25,6 +25,8 @@ from td_core._io.convert_to import ConvertMixin
 from td_core._io.formats import InterchangeMixin
 from td_core._io.memmap import MemmapMixin
 from td_core._io.pack import PackMixin
+from td_core._io.printoptions import print_option
+from td_core._io.repr_compact import compact_repr
 from td_core._io.repr import td_repr
 from td_core._io.tables import TabularMixin
 from td_core._kinds.base_read import _ABSENT_KEY, ReadMixin
@@ -241,6 +243,8 @@ class TensorDictBase(
         return handler(*args, **(kwargs or {}))
 
     def __repr__(self) -> str:
+        if print_option("compact"):
+            return compact_repr(self)
         return td_repr(self)
 
     # ------------------------------------------------------------------ writing

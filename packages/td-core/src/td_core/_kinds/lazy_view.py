@@ -27,6 +27,8 @@ import torch
 
 from td_core._core.contract import provide
 from td_core._core.traverse import _batched, is_td, map_batch
+from td_core._io.printoptions import print_option
+from td_core._io.repr_compact import compact_repr
 from td_core._io.repr import td_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.pytree import register
@@ -118,6 +120,8 @@ class LazyViewTensorDict(CopyBackMixin):
             raise self._names_error()
 
     def __repr__(self) -> str:
+        if print_option("compact"):
+            return compact_repr(self)
         return td_repr(self, after={"op": self._view_op.describe()})
 
     # ---------------------------------------------------------------- reading

@@ -24,6 +24,8 @@ import torch
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
+from td_core._io.printoptions import print_option
+from td_core._io.repr_compact import compact_repr
 from td_core._io.repr import leaf_repr, td_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
@@ -278,6 +280,8 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         object.__setattr__(self, "_tensordict", state["_tensordict"])
 
     def __repr__(self) -> str:
+        if print_option("compact"):
+            return compact_repr(self)
         lines = []
         stacked = is_stack(self._tensordict)
         for key in sorted(self._keys_str()):
@@ -342,10 +346,11 @@ def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any],
     namespace: dict[str, Any] = {"__annotations__": {n: annotations.get(n, Any) for n in fields}}
     for name, default in raw.items():
         if isinstance(default, dataclasses.Field):
+            # `repr=False` is kept: the compact repr leaves such a field out
             namespace[name] = (
-                dataclasses.field(default_factory=default.default_factory)
+                dataclasses.field(default_factory=default.default_factory, repr=default.repr)
                 if default.default_factory is not dataclasses.MISSING
-                else dataclasses.field(default=default.default)
+                else dataclasses.field(default=default.default, repr=default.repr)
             )
         elif type(default).__hash__ is None:  # a list or dict default: dataclasses refuse these
             namespace[name] = dataclasses.field(default_factory=lambda v=default: v)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
