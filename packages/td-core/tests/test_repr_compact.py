@@ -31,7 +31,9 @@ def _nested(m: Any) -> Any:
 
 def _wide(m: Any) -> Any:
     out = m.TensorDict({f"key_{i}": torch.zeros(4, i, dtype=torch.float64) for i in range(8)}, [4])
-    out["nested"] = m.TensorDict({f"sub_{i}": torch.zeros(4, i, dtype=torch.uint8) for i in range(8)}, [4])
+    out["nested"] = m.TensorDict(
+        {f"sub_{i}": torch.zeros(4, i, dtype=torch.uint8) for i in range(8)}, [4]
+    )
     out["deep"] = m.TensorDict(
         inner=m.TensorDict({f"leaf_number_{i}": torch.zeros(4, 2) for i in range(4)}, [4]),
         batch_size=[4],
@@ -48,7 +50,9 @@ def _non_tensor(m: Any) -> Any:
     out = m.TensorDict(a=torch.zeros(3, 4), batch_size=[3])
     out["text"] = "hello"
     out["number"] = m.NonTensorData(3, batch_size=[3])
-    out["stacked"] = torch.stack([m.TensorDict(s="x"), m.TensorDict(s="y"), m.TensorDict(s="z")])["s"]
+    out["stacked"] = torch.stack([m.TensorDict(s="x"), m.TensorDict(s="y"), m.TensorDict(s="z")])[
+        "s"
+    ]
     return out
 
 
@@ -177,7 +181,9 @@ def _params(m: Any) -> Any:
 
 
 def _params_wide(m: Any) -> Any:
-    return m.TensorDictParams(m.TensorDict({f"param_{i}": torch.zeros(3, 2) for i in range(6)}, [3]))
+    return m.TensorDictParams(
+        m.TensorDict({f"param_{i}": torch.zeros(3, 2) for i in range(6)}, [3])
+    )
 
 
 def _params_nested(m: Any) -> Any:
@@ -245,7 +251,9 @@ def test_compact_repr_of_memmap_matches_upstream(tmp_path):
 def test_compact_repr_of_sub_tensordict_matches_upstream_but_for_the_class_name():
     # td's sub-view class is `SubTensorDict`, upstream's `_SubTensorDict` (docs/migration.md)
     def build(m):
-        source = m.TensorDict(a=torch.zeros(4, 3), b=m.TensorDict(c=torch.zeros(4, 2)), batch_size=[4])
+        source = m.TensorDict(
+            a=torch.zeros(4, 3), b=m.TensorDict(c=torch.zeros(4, 2)), batch_size=[4]
+        )
         return source._get_sub_tensordict(0)
 
     with up.set_printoptions(compact=True):
@@ -270,7 +278,9 @@ def test_compact_repr_of_sub_tensordict_matches_upstream_but_for_the_class_name(
 def test_compact_options_match_upstream(options):
     def build(m):
         out = m.TensorDict(b=torch.zeros(2), a=torch.zeros(2, 2, 3), device="cpu", batch_size=[2])
-        out["c"] = m.LazyStackedTensorDict(m.TensorDict(x=torch.zeros(2)), m.TensorDict(x=torch.zeros(3)))
+        out["c"] = m.LazyStackedTensorDict(
+            m.TensorDict(x=torch.zeros(2)), m.TensorDict(x=torch.zeros(3))
+        )
         return out
 
     with up.set_printoptions(compact=True, **options):

@@ -16,10 +16,11 @@ deeper.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import torch
 
@@ -33,7 +34,7 @@ from td_core._leaves.nontensor import NonTensorData
 __all__ = ["compact_repr", "compact_dtype"]
 
 # A leaf renders as its token; a container as (prefix, [(key, node), ...]).
-Node = Union[str, tuple[str, list[tuple[str, "Node"]]]]
+Node: TypeAlias = "str | tuple[str, list[tuple[str, Node]]]"
 # (dims after the batch dims, dtype, devices) of a tensor entry
 _Meta = tuple[list[Any], torch.dtype, set[torch.device]]
 
@@ -125,7 +126,7 @@ def _body(obj: Any, params: bool, cls: type | None = None) -> list[tuple[str, No
     if cls is None:
         return _entries(obj, list(obj._keys_str()), params)
     # the fields declared with `field(repr=False)` are left out
-    shown = [name for name, spec in cls.__dataclass_fields__.items() if spec.repr]
+    shown = [spec.name for spec in dataclasses.fields(cls) if spec.repr]
     held = list(obj._keys_str())
     entries = _entries(obj, [key for key in held if key in shown], params)
     return entries + [(name, "None") for name in shown if name not in held]
@@ -156,7 +157,7 @@ def _entry(td: Any, key: str, params: bool) -> Node:
     """The node of the entry `key` of the container `td`."""
     first = _first_member(td)
     item = first._get_str(key, None)
-    if item is None or isinstance(item, torch.Tensor) and not is_nt(item):
+    if item is None or (isinstance(item, torch.Tensor) and not is_nt(item)):
         meta = _tensor_meta(td, key)
         return meta if isinstance(meta, str) else _token(td, *meta)
     if is_nt(item):
@@ -261,8 +262,7 @@ def _render(node: Node, indent: str, used: int, tail: int) -> str:
     pad = indent + _STEP
     last = len(entries) - 1
     lines = [
-        f"{pad}{key}: "
-        + _render(value, pad, len(pad) + len(key) + 2, tail + 1 if i == last else 1)
+        f"{pad}{key}: " + _render(value, pad, len(pad) + len(key) + 2, tail + 1 if i == last else 1)
         for i, (key, value) in enumerate(entries)
     ]
     return prefix + "{\n" + ",\n".join(lines) + "}"

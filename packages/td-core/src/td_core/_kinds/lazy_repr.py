@@ -12,8 +12,8 @@ import torch
 
 from td_core._core.traverse import is_td
 from td_core._io.printoptions import print_option
-from td_core._io.repr_compact import compact_repr
 from td_core._io.repr import fields_repr, leaf_repr, td_repr
+from td_core._io.repr_compact import compact_repr
 
 __all__ = ["LazyReprMixin"]
 

@@ -28,8 +28,8 @@ import torch
 from td_core._core.contract import provide
 from td_core._core.traverse import _batched, is_td, map_batch
 from td_core._io.printoptions import print_option
-from td_core._io.repr_compact import compact_repr
 from td_core._io.repr import td_repr
+from td_core._io.repr_compact import compact_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.pytree import register
 from td_core._kinds.sub import reads_copies

@@ -25,8 +25,8 @@ from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
 from td_core._io.printoptions import print_option
-from td_core._io.repr_compact import compact_repr
 from td_core._io.repr import leaf_repr, td_repr
+from td_core._io.repr_compact import compact_repr
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
