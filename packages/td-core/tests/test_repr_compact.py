@@ -213,6 +213,8 @@ CASES = {
     "lazy_in_dense": _lazy_in_dense,
     "lazy_indexed": lambda m: _lazy_nested(m)[0],
     "empty": _empty,
+    "empty_lazy_stack": lambda m: m.LazyStackedTensorDict(stack_dim=0),
+    "odd_keys_locked": lambda m: m.TensorDict({"a.b": torch.zeros(3), "": torch.zeros(1)}).lock_(),
     "devices": _devices,
     "device_set": _device_set,
     "unbatched": _unbatched,
@@ -349,3 +351,15 @@ def test_compact_repr_of_nested_tensors_matches_upstream():
     # a jagged dim prints as torch's symbol for it (`j1`, `j2`, ...), numbered per tensor made
     assert re.sub(r"j\d+", "j", ours) == re.sub(r"j\d+", "j", theirs)
     assert "s: f32[-1,3]" in ours and re.search(r"j: f32\[j\d+,3\]", ours)
+
+
+def test_nested_container_with_its_own_repr_shows_its_class_name():
+    # a kind that prints itself its own way (as td-memmap's remote stores do) is not opened
+    class Store(td.TensorDict):
+        def __repr__(self):
+            return "Store(<remote>)"
+
+    x = td.TensorDict(s=Store(a=torch.zeros(2)), b=torch.zeros(2))
+    with td.set_printoptions(compact=True):
+        assert repr(x) == "TensorDict(batch_size=[], fields={b: f32[2], s: Store})"
+        assert repr(x["s"]) == "Store(<remote>)"

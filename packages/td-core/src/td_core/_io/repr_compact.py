@@ -31,7 +31,7 @@ from td_core._core.utils import leaf_shape
 from td_core._io.printoptions import print_option
 from td_core._leaves.nontensor import NonTensorData
 
-__all__ = ["compact_repr", "compact_dtype"]
+__all__ = ["compact_repr", "compact_dtype", "with_compact"]
 
 # A leaf renders as its token; a container as (prefix, [(key, node), ...]).
 Node: TypeAlias = "str | tuple[str, list[tuple[str, Node]]]"
@@ -43,6 +43,27 @@ _STEP = "    "
 _CPU = torch.device("cpu")
 _SHORT = {"uint": "u", "int": "i", "float": "f", "complex": "c"}
 _LONG_NAMES = re.compile("uint|int|float|complex")
+# the `__repr__`s that print through this module: a nested container of another
+# class (a remote store) keeps its own repr, so it shows as its class name
+_COMPACT_AWARE: set[Callable[[Any], str]] = set()
+
+
+def with_compact(detailed: Callable[[Any], str]) -> Callable[[Any], str]:
+    """A `__repr__` giving the compact form under `set_printoptions(compact=True)`, else `detailed`'s.
+
+    Examples:
+        >>> class Kind:
+        ...     __repr__ = with_compact(lambda self: "Kind(...)")
+    """
+
+    @functools.wraps(detailed)
+    def __repr__(self: Any) -> str:
+        if print_option("compact"):
+            return compact_repr(self)
+        return detailed(self)
+
+    _COMPACT_AWARE.add(__repr__)
+    return __repr__
 
 
 @functools.cache
@@ -162,7 +183,7 @@ def _entry(td: Any, key: str, params: bool) -> Node:
         return meta if isinstance(meta, str) else _token(td, *meta)
     if is_nt(item):
         return _non_tensor(item)
-    if not is_td(item):
+    if not is_td(item) or (not is_tensorclass(item) and type(item).__repr__ not in _COMPACT_AWARE):
         return type(item).__name__
     sub = item if first is td else td._get_str(key)
     is_params = isinstance(item, provided("TensorDictParams"))

@@ -25,9 +25,8 @@ from td_core._io.convert_to import ConvertMixin
 from td_core._io.formats import InterchangeMixin
 from td_core._io.memmap import MemmapMixin
 from td_core._io.pack import PackMixin
-from td_core._io.printoptions import print_option
 from td_core._io.repr import td_repr
-from td_core._io.repr_compact import compact_repr
+from td_core._io.repr_compact import with_compact
 from td_core._io.tables import TabularMixin
 from td_core._kinds.base_read import _ABSENT_KEY, ReadMixin
 from td_core._leaves.lists import read_list
@@ -242,9 +241,8 @@ class TensorDictBase(
             return NotImplemented
         return handler(*args, **(kwargs or {}))
 
+    @with_compact
     def __repr__(self) -> str:
-        if print_option("compact"):
-            return compact_repr(self)
         return td_repr(self)
 
     # ------------------------------------------------------------------ writing

@@ -11,9 +11,8 @@ from typing import Any
 import torch
 
 from td_core._core.traverse import is_td
-from td_core._io.printoptions import print_option
 from td_core._io.repr import fields_repr, leaf_repr, td_repr
-from td_core._io.repr_compact import compact_repr
+from td_core._io.repr_compact import with_compact
 
 __all__ = ["LazyReprMixin"]
 
@@ -27,9 +26,8 @@ class LazyReprMixin:
     tensordicts: list[Any]
     stack_dim: int
 
+    @with_compact
     def __repr__(self: Any) -> str:
-        if print_option("compact"):
-            return compact_repr(self)
         fields = [(k, self._render(k)) for k in self._keys_str()]
         exclusive = [
             fields_repr(str(i), [(k, self._member_render(td.get(k))) for k in keys])

@@ -24,9 +24,8 @@ import torch
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
-from td_core._io.printoptions import print_option
 from td_core._io.repr import leaf_repr, td_repr
-from td_core._io.repr_compact import compact_repr
+from td_core._io.repr_compact import with_compact
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
@@ -279,9 +278,8 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "_tensordict", state["_tensordict"])
 
+    @with_compact
     def __repr__(self) -> str:
-        if print_option("compact"):
-            return compact_repr(self)
         lines = []
         stacked = is_stack(self._tensordict)
         for key in sorted(self._keys_str()):
