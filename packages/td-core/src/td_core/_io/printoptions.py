@@ -3,7 +3,8 @@
 The options live in one `ContextVar` holding an immutable mapping, so a
 `with set_printoptions(...)` block changes the printing of the code it runs
 only. td prints the detailed form by default (`compact=False`, see
-docs/migration.md); the `compact` key is accepted for upstream compatibility.
+docs/migration.md); `compact=True` asks for upstream's compact form
+(`td_core._io.repr_compact`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ _QUIET = {
     "show_dtype": False,
     "show_field_is_shared": False,
 }
+# the options only the detailed form reads: passing one without `compact` selects that form
+_DETAILED_ONLY = frozenset(
+    {
+        "show_is_shared",
+        "show_shape",
+        "show_field_device",
+        "show_field_is_shared",
+        "show_grad",
+        "show_is_contiguous",
+        "show_is_view",
+        "show_storage_size",
+        "plain",
+    }
+)
 _OPTIONS: ContextVar[Mapping[str, Any]] = ContextVar(
     "td_printoptions", default=MappingProxyType(_DEFAULTS)
 )
@@ -62,8 +77,17 @@ class set_printoptions:
             `show_shape`, `show_field_device`, `show_dtype`,
             `show_field_is_shared`, `show_grad`, `show_is_contiguous`,
             `show_is_view`, `show_storage_size`, `plain`, `sort_keys`
-            (`"alphabetical"` or `None` for insertion order), `compact`
-            and `html`. Options not passed keep their current value.
+            (`"alphabetical"` or `None` for insertion order; the compact
+            form also takes a function of each entry's text), `compact`
+            and `html`. Options not passed
+            keep their current value. `compact=True` prints each entry as
+            its dtype and its dims after the batch dims (`f32[3]`), as
+            upstream does by default; td's default is `compact=False`, the
+            detailed form. Passing an option that only the detailed form
+            reads (`show_shape`, `show_is_shared`, `show_field_device`,
+            `show_field_is_shared`, `show_grad`, `show_is_contiguous`,
+            `show_is_view`, `show_storage_size`, `plain`) without
+            `compact` also sets `compact=False`.
 
     Raises:
         TypeError: for an unknown option.
@@ -78,6 +102,9 @@ class set_printoptions:
             fields={
                 a: Tensor(shape=torch.Size([3]))},
             batch_size=torch.Size([3]))
+        >>> with set_printoptions(compact=True):
+        ...     print(td)
+        TensorDict(batch_size=[3], fields={a: f32[]})
     """
 
     def __init__(self, *, verbose: bool = True, **kwargs: Any) -> None:
@@ -86,6 +113,8 @@ class set_printoptions:
             raise TypeError(
                 f"Unknown printoptions: {sorted(unknown)}. Valid options: {sorted(_DEFAULTS)}"
             )
+        if "compact" not in kwargs and not _DETAILED_ONLY.isdisjoint(kwargs):
+            kwargs["compact"] = False
         self._kwargs = {**_QUIET, **kwargs} if not verbose else dict(kwargs)
         self._tokens: list[Token[Mapping[str, Any]]] = []
 

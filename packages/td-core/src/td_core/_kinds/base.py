@@ -26,6 +26,7 @@ from td_core._io.formats import InterchangeMixin
 from td_core._io.memmap import MemmapMixin
 from td_core._io.pack import PackMixin
 from td_core._io.repr import td_repr
+from td_core._io.repr_compact import with_compact
 from td_core._io.tables import TabularMixin
 from td_core._kinds.base_read import _ABSENT_KEY, ReadMixin
 from td_core._leaves.lists import read_list
@@ -240,6 +241,7 @@ class TensorDictBase(
             return NotImplemented
         return handler(*args, **(kwargs or {}))
 
+    @with_compact
     def __repr__(self) -> str:
         return td_repr(self)
 

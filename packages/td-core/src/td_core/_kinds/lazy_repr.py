@@ -12,6 +12,7 @@ import torch
 
 from td_core._core.traverse import is_td
 from td_core._io.repr import fields_repr, leaf_repr, td_repr
+from td_core._io.repr_compact import with_compact
 
 __all__ = ["LazyReprMixin"]
 
@@ -25,6 +26,7 @@ class LazyReprMixin:
     tensordicts: list[Any]
     stack_dim: int
 
+    @with_compact
     def __repr__(self: Any) -> str:
         fields = [(k, self._render(k)) for k in self._keys_str()]
         exclusive = [

@@ -28,6 +28,7 @@ import torch
 from td_core._core.contract import provide
 from td_core._core.traverse import _batched, is_td, map_batch
 from td_core._io.repr import td_repr
+from td_core._io.repr_compact import with_compact
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.pytree import register
 from td_core._kinds.sub import reads_copies
@@ -117,6 +118,7 @@ class LazyViewTensorDict(CopyBackMixin):
         if names is not None and tuple(names) != tuple(self.names):
             raise self._names_error()
 
+    @with_compact
     def __repr__(self) -> str:
         return td_repr(self, after={"op": self._view_op.describe()})
 

@@ -28,6 +28,7 @@ from torch import nn
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, as_device
+from td_core._io.repr_compact import with_compact
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import register
@@ -285,6 +286,7 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("TensorDictParams holds parameters; it is not callable")
 
+    @with_compact
     def __repr__(self) -> str:
         return TensorDictBase.__repr__(self)
 

@@ -25,6 +25,7 @@ from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
 from td_core._io.repr import leaf_repr, td_repr
+from td_core._io.repr_compact import with_compact
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
@@ -277,6 +278,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "_tensordict", state["_tensordict"])
 
+    @with_compact
     def __repr__(self) -> str:
         lines = []
         stacked = is_stack(self._tensordict)
@@ -342,10 +344,11 @@ def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any],
     namespace: dict[str, Any] = {"__annotations__": {n: annotations.get(n, Any) for n in fields}}
     for name, default in raw.items():
         if isinstance(default, dataclasses.Field):
+            # `repr=False` is kept: the compact repr leaves such a field out
             namespace[name] = (
-                dataclasses.field(default_factory=default.default_factory)
+                dataclasses.field(default_factory=default.default_factory, repr=default.repr)
                 if default.default_factory is not dataclasses.MISSING
-                else dataclasses.field(default=default.default)
+                else dataclasses.field(default=default.default, repr=default.repr)
             )
         elif type(default).__hash__ is None:  # a list or dict default: dataclasses refuse these
             namespace[name] = dataclasses.field(default_factory=lambda v=default: v)  # type: ignore[misc]  # mypy cannot infer a lambda with a default
