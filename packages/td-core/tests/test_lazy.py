@@ -118,6 +118,23 @@ def test_failed_write_changes_no_member():
         assert (td == old).all()
 
 
+@pytest.mark.parametrize("stack_dim", [0, 1])
+def test_entries_of_different_ranks_print_with_an_unknown_shape(stack_dim):
+    # members whose entry does not even share its number of dims: the shape is unknown
+    # ([-1], as upstream), the repr prints it instead of raising, a read still refuses
+    x = TensorDict({"a": torch.zeros(2, 3), "b": torch.zeros(2, 2, 3)}, [2])
+    y = TensorDict({"a": torch.zeros(2, 2), "b": torch.zeros(2)}, [2])
+    lazy = lazy_stack([x, y], stack_dim)
+    assert lazy.get_item_shape("b") == torch.Size([-1])
+    assert lazy.get_item_shape("a") == torch.Size([2, 2, -1])
+    text = repr(lazy)
+    assert "b: Tensor(shape=torch.Size([-1])" in text
+    assert "a: Tensor(shape=torch.Size([2, 2, -1])" in text
+    with pytest.raises(RuntimeError, match="'b'"):
+        lazy["b"]
+    assert [t.shape for t in lazy.get("b", as_list=True)] == [x["b"].shape, y["b"].shape]
+
+
 def test_exclusive_keys_and_ragged_leaves():
     x = TensorDict({"a": torch.zeros(2, 3), "only_x": torch.zeros(2)}, [2])
     y = TensorDict({"a": torch.zeros(2, 5)}, [2])

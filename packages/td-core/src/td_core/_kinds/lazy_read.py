@@ -17,7 +17,7 @@ import torch
 from td_core._core.flags import get_defaults_to_none
 from td_core._core.traverse import is_td
 from td_core._core.utils import NO_DEFAULT
-from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
+from td_core.errors import DimError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from td_core._kinds.base import TensorDictBase
@@ -124,7 +124,11 @@ class LazyReadMixin:
             return torch.nested.as_nested_tensor(values, layout=layout)
 
     def get_item_shape(self, key: Any) -> torch.Size:
-        """The shape of the entry at `key` without stacking; ragged dims are -1."""
+        """The shape of the entry at `key` without stacking; ragged dims are -1.
+
+        Where the members' entries do not even share their number of dims, the
+        shape is `torch.Size([-1])` (as upstream): nothing of it is known.
+        """
         values = [td.get(key) for td in self.tensordicts]
         return _stacked_shape(
             [v.shape if isinstance(v, Tensor) else v.batch_size for v in values], self.stack_dim
@@ -164,8 +168,6 @@ def pad_tensors(
 def _stacked_shape(shapes: list[torch.Size], stack_dim: int) -> torch.Size:
     first = shapes[0]
     if any(len(s) != len(first) for s in shapes):
-        raise BatchSizeError(
-            f"lazy stack: the members' entries have different numbers of dims {[list(s) for s in shapes]}"
-        )
+        return torch.Size([-1])  # not even the number of dims is shared: unknown, as upstream
     dims = [d if all(s[i] == d for s in shapes) else -1 for i, d in enumerate(first)]
     return torch.Size((*dims[:stack_dim], len(shapes), *dims[stack_dim:]))
