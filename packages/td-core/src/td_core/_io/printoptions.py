@@ -122,8 +122,8 @@ class set_printoptions:
         return MappingProxyType({**_OPTIONS.get(), **self._kwargs})
 
     def set(self) -> None:
-        """Apply the options for the rest of the current context."""
-        _OPTIONS.set(self._merged())
+        """Apply the options for the rest of the current context (`__exit__` undoes it)."""
+        self._tokens.append(_OPTIONS.set(self._merged()))
 
     def __enter__(self) -> None:
         self._tokens.append(_OPTIONS.set(self._merged()))

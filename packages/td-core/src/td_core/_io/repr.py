@@ -14,7 +14,7 @@ from td_core._io.printoptions import get_printoptions
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
 
-__all__ = ["td_repr", "leaf_repr", "fields_repr"]
+__all__ = ["td_repr", "leaf_repr", "fields_repr", "described_repr", "value_summary"]
 
 _INDENT = "    "
 
@@ -26,6 +26,8 @@ _LEAF_PARTS: list[tuple[str, str, Any]] = [
     ("show_field_is_shared", "is_shared", lambda t: t.is_shared() or t.is_cuda),
     ("show_grad", "requires_grad", lambda t: t.requires_grad),
     ("show_is_contiguous", "is_contiguous", lambda t: t.is_contiguous()),
+    ("show_is_view", "is_view", lambda t: t._base is not None),
+    ("show_storage_size", "storage_size", lambda t: t.untyped_storage().nbytes()),
 ]
 
 
@@ -35,8 +37,43 @@ def leaf_repr(value: Any) -> str:
         name = type(value).__name__ if type(value) is not torch.Tensor else "Tensor"
         opts = get_printoptions()
         parts = [f"{label}={get(value)}" for option, label, get in _LEAF_PARTS if opts[option]]
+        if opts["plain"]:
+            parts.append(value_summary(value))
         return f"{name}({', '.join(parts)})"
     return repr(value)
+
+
+def described_repr(
+    name: str, shape: torch.Size, device: Any, dtype: torch.dtype, is_shared: bool
+) -> str:
+    """A tensor's line from its description (a lazy stack's entry, never stacked to print it)."""
+    opts = get_printoptions()
+    described = (shape, device, dtype, is_shared)
+    parts = [
+        f"{label}={value}"
+        for (option, label, _), value in zip(_LEAF_PARTS, described)
+        if opts[option]
+    ]
+    return f"{name}({', '.join(parts)})"
+
+
+def value_summary(t: torch.Tensor) -> str:
+    """What `plain=True` adds to a tensor's line: mean and std, or min and max for integers.
+
+    Examples:
+        >>> import torch
+        >>> value_summary(torch.tensor([1.0, 2.0, 3.0])), value_summary(torch.arange(4))
+        ('mean=2, std=1', 'min=0, max=3')
+    """
+    if t.numel() == 0 or t.device.type == "meta":
+        return "[]"
+    if t.is_nested:  # one flat view of every component's values
+        t = torch.cat([part.reshape(-1) for part in t.unbind()])
+    if t.is_floating_point() or t.is_complex():
+        wide = t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
+        std = wide.std().item() if wide.numel() > 1 else float("nan")  # one value: no spread
+        return f"mean={wide.mean().item():.4g}, std={std:.4g}"
+    return f"min={t.min().item()}, max={t.max().item()}"
 
 
 def td_repr(
@@ -72,11 +109,19 @@ def td_repr(
 
 
 def _fields(name: str, fields: list[tuple[str, str]]) -> str:
-    """`name={` then one `key: text` line per field, sorted by key."""
-    if get_printoptions()["sort_keys"]:
-        fields = sorted(fields)
-    lines = ",\n".join(textwrap.indent(f"{k}: {text}", _INDENT) for k, text in fields)
-    return f"{name}={{\n{lines}}}" if lines else f"{name}={{\n}}"
+    """`name={` then one `key: text` line per field, in the `sort_keys` order.
+
+    `"alphabetical"` sorts the lines, a function sorts them by what it returns for
+    each line, anything else (`"insertion"`, `None`) keeps the entries' order.
+    """
+    lines = [f"{k}: {text}" for k, text in fields]
+    order = get_printoptions()["sort_keys"]
+    if order == "alphabetical":
+        lines.sort()
+    elif callable(order):
+        lines.sort(key=order)
+    body = ",\n".join(textwrap.indent(line, _INDENT) for line in lines)
+    return f"{name}={{\n{body}}}" if body else f"{name}={{\n}}"
 
 
 fields_repr = _fields

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from td_core._core.traverse import is_td
-from td_core._io.repr import fields_repr, leaf_repr, td_repr
+from td_core._io.repr import described_repr, fields_repr, leaf_repr, td_repr
 from td_core._io.repr_compact import with_compact
 
 __all__ = ["LazyReprMixin"]
@@ -29,15 +29,17 @@ class LazyReprMixin:
     @with_compact
     def __repr__(self: Any) -> str:
         fields = [(k, self._render(k)) for k in self._keys_str()]
+        # each member with keys of its own: `i ->`, then its entries one level deeper
         exclusive = [
-            fields_repr(str(i), [(k, self._member_render(td.get(k))) for k in keys])
+            f"{i} ->\n"
+            + _indent(",\n".join(f"{k}: {self._member_render(td.get(k))}" for k in keys))
             for i, (td, keys) in enumerate(zip(self.tensordicts, self.exclusive_keys()))
             if keys
         ]
         extra = {
             "exclusive_fields": fields_repr("exclusive_fields", [])
             if not exclusive
-            else "exclusive_fields={\n" + ",\n".join(_indent(e) for e in exclusive) + "}"
+            else "exclusive_fields={\n" + _indent(",\n".join(exclusive)) + "}"
         }
         return td_repr(self, extra=extra, fields=fields, after={"stack_dim": self.stack_dim})
 
@@ -47,7 +49,7 @@ class LazyReprMixin:
             return repr(self._get_str(key))
         shape = self.get_item_shape(key)
         if isinstance(first, Tensor):  # a stacked read is a plain tensor, whatever the members hold
-            return f"Tensor(shape={shape}, device={first.device}, dtype={first.dtype}, is_shared={first.is_shared()})"
+            return described_repr("Tensor", shape, first.device, first.dtype, first.is_shared())
         return leaf_repr(self._get_str(key))
 
     def _member_render(self: Any, value: Any) -> str:

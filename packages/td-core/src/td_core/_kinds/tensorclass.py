@@ -24,6 +24,7 @@ import torch
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_ragged, is_stack
 from td_core._core.utils import NO_DEFAULT
+from td_core._io.printoptions import print_option
 from td_core._io.repr import leaf_repr, td_repr
 from td_core._io.repr_compact import with_compact
 from td_core._kinds.base import TensorDictBase
@@ -295,13 +296,15 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
             lines.append(f"{key}={text}")
         # a field named like the metadata (`shadow=True`) replaces its line, as upstream
         td, fields = self._tensordict, type(self)._field_set
-        if "batch_size" not in fields:
-            lines.append(f"batch_size={td.batch_size}")
-        elif "shape" not in fields:
-            lines.append(f"shape={td.batch_size}")
-        if "device" not in fields:
+        if print_option("show_batch_size"):
+            if "batch_size" not in fields:
+                lines.append(f"batch_size={td.batch_size}")
+            elif "shape" not in fields:
+                lines.append(f"shape={td.batch_size}")
+        if "device" not in fields and print_option("show_device"):
             lines.append(f"device={td.device}")
-        lines.append(f"is_shared={td.is_shared()}")
+        if print_option("show_is_shared"):
+            lines.append(f"is_shared={td.is_shared()}")
         body = ",\n".join("\n".join("    " + ln for ln in line.splitlines()) for line in lines)
         return f"{type(self).__name__}(\n{body})"
 
