@@ -1,5 +1,7 @@
 """`isin` and `remove_duplicates`: elements compared by the slices of one entry."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -142,3 +144,29 @@ def test_remove_duplicates_keeps_the_kind_and_handles_empty() -> None:
 def test_remove_duplicates_errors(key, dim, error, match) -> None:
     with pytest.raises(error, match=match):
         remove_duplicates(_td(), key, dim)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_upstream_on_random_batches(seed) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        up = pytest.importorskip("tensordict")
+        up_utils = pytest.importorskip("tensordict.utils")
+    gen = torch.Generator().manual_seed(seed)
+    batch = torch.randint(1, 5, (1 + seed % 3,), generator=gen).tolist()
+    feature = [2] * (seed % 2)
+    values = torch.randint(0, 2, batch + feature, generator=gen)
+    rows = torch.arange(values.numel()).view(values.shape)
+    for dim in range(-len(batch), len(batch)):
+        ref_batch = list(batch)
+        ref_batch[dim] = 3
+        ref = torch.randint(0, 2, ref_batch + feature, generator=gen)
+        mine = TensorDict(a=values, b=rows, batch_size=batch)
+        theirs = up.TensorDict(a=values, b=rows, batch_size=batch)
+        out, indices = remove_duplicates(mine, "a", dim, return_indices=True)
+        up_out, up_indices = up_utils.remove_duplicates(theirs, "a", dim, return_indices=True)
+        assert out.batch_size == up_out.batch_size
+        assert torch.equal(out["b"], up_out["b"]) and torch.equal(indices, up_indices)
+        found = isin(mine, TensorDict(a=ref, batch_size=ref_batch), "a", dim)
+        up_found = up_utils.isin(theirs, up.TensorDict(a=ref, batch_size=ref_batch), "a", dim)
+        assert torch.equal(found, up_found)
