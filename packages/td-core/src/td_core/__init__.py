@@ -33,6 +33,7 @@ from td_core._core.predicates import (
 )
 from td_core._core.utils import convert_ellipsis_to_idx, logger, strtobool
 from td_core._core.versions import implement_for
+from td_core._functions.dedup import isin, remove_duplicates
 from td_core._functions.functional import (
     collate,
     dense_stack_tds,
@@ -55,6 +56,7 @@ from td_core._io.convert_from import (
 )
 from td_core._io.directory import print_directory_tree
 from td_core._io.formats import from_h5, from_safetensors, from_zarr, to_safetensors
+from td_core._io.json_backend import get_json_backend, json_dumps, set_json_backend
 from td_core._io.pack import PackLayout
 from td_core._io.printoptions import get_printoptions, set_printoptions
 from td_core._kinds import lazy_view as _lazy_view  # noqa: F401  (registers the lazy view kind)
@@ -149,6 +151,8 @@ __all__ = [
     "maybe_dense_stack",
     "dense_stack_tds",
     "group_by",
+    "isin",
+    "remove_duplicates",
     "assert_close",
     "parse_tensor_dict_string",
     "assert_allclose_td",
@@ -171,6 +175,9 @@ __all__ = [
     "get_defaults_to_none",
     "set_printoptions",
     "get_printoptions",
+    "set_json_backend",
+    "get_json_backend",
+    "json_dumps",
     # module parameters
     "TensorDictParams",
     "from_module",
