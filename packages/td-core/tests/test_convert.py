@@ -106,6 +106,28 @@ def test_json_round_trip(tmp_path):
     assert TensorDict.from_json(tmp_path / "x.jsonl", lines=True).batch_size == torch.Size([3])
 
 
+@td_core.tensorclass
+class _Row:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def test_from_json_on_a_tensorclass_reads_it_back(tmp_path):
+    row = _Row(x=torch.tensor([1, 2, 3]), y=torch.tensor([4.0, 5.0, 6.0]), batch_size=[3])
+    row.to_json(tmp_path / "r.json")
+    back = _Row.from_json(tmp_path / "r.json")
+    assert type(back) is _Row
+    assert back.batch_size == torch.Size([3])
+    assert torch.equal(back.x, row.x)
+    assert torch.equal(back.y.float(), row.y)
+    # on a TensorDict (class or instance) it stays a dense TensorDict
+    assert type(TensorDict.from_json(tmp_path / "r.json")) is TensorDict
+    assert type(TensorDict().from_json(tmp_path / "r.json")) is TensorDict
+    TensorDict(z=torch.zeros(3), batch_size=[3]).to_json(tmp_path / "z.json")
+    with pytest.raises(KeyError, match=r"\['z'\]"):
+        _Row.from_json(tmp_path / "z.json")
+
+
 def test_from_list_stacks_or_lazy_stacks():
     td = TensorDict.from_list([{"a": torch.zeros(2)}, {"a": torch.ones(2)}])
     assert td.batch_size == torch.Size([2])

@@ -86,7 +86,7 @@ def test_from_pandas_options() -> None:
     assert td_core.from_pandas(frame, batch_size=[]).batch_size == torch.Size([])
     auto = td_core.from_pandas(frame, auto_batch_size=True, batch_dims=0)
     assert auto.batch_size == torch.Size([])
-    with pytest.raises(TypeError, match="not both"):
+    with pytest.raises(TypeError, match=r"Conflicting batch sizes: batch_size=\[2\].*not both"):
         td_core.from_pandas(frame, auto_batch_size=True, batch_size=[2])
     assert td_core.from_pandas(frame, device="cpu").device == torch.device("cpu")
     assert set(td_core.from_pandas(pd.DataFrame({0: [1], 1: [2]})).keys()) == {"0", "1"}
@@ -109,11 +109,25 @@ def test_to_pandas_errors_name_the_entry() -> None:
     with pytest.raises(ValueError, match="'obs' is a nested TensorDict"):
         _sample().to_pandas()
     wide = TensorDict(a=torch.arange(3), img=torch.zeros(3, 2), batch_size=[3])
-    with pytest.raises(ValueError, match=r"'img' has shape \[3, 2\]"):
+    with pytest.raises(ValueError, match=r"Cannot convert tensor 'img'.* has shape \[3, 2\]"):
         wide.to_pandas()
     half = TensorDict(h=torch.zeros(3, dtype=torch.bfloat16), batch_size=[3])
     with pytest.raises(TypeError, match="'h'"):
         half.to_pandas()
+
+
+def test_from_any_reads_a_dataframe_as_from_pandas() -> None:
+    frame = pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5]})
+    for convert in (td_core.from_any, TensorDict.from_any):
+        td = convert(frame)
+        assert type(td) is TensorDict
+        assert td.batch_size == torch.Size([3])
+        assert td["a"].tolist() == [1, 2, 3]
+        assert td["b"].dtype == torch.float64
+    assert td_core.from_any(frame, device="cpu").device == torch.device("cpu")
+    assert td_core.from_any(frame, batch_size=[]).batch_size == torch.Size([])
+    with pytest.raises(TypeError, match="Conflicting batch sizes"):
+        td_core.from_any(frame, auto_batch_size=True, batch_size=[3])
 
 
 def test_to_pandas_non_tensor_columns() -> None:

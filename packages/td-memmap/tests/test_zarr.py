@@ -276,3 +276,14 @@ def test_from_schema_zarr_writes_zero_arrays_without_data_chunks(tmp_path):
     back = TensorDict.from_zarr(tmp_path / "s.zarr")
     assert back["obs"].sum() == 4 and back["obs"][3].eq(1).all()
     assert back["n", "r"].tolist() == [0, 0, 0, 7, 0, 0, 0, 0]
+
+
+def test_rename_key_onto_an_existing_key_replaces_it_in_the_store(tmp_path):
+    td = TensorDict({"a": torch.arange(3.0), "b": {"c": torch.zeros(3, 2)}}, [3])
+    ztd = td.to_zarr(tmp_path / "s.zarr")
+    ztd.rename_key_("a", "a")  # renaming to itself changes nothing (upstream raises here)
+    assert torch.equal(ztd["a"], td["a"])
+    ztd.rename_key_("a", ("b", "c"))  # an existing target is replaced, as on a dense TensorDict
+    assert set(ztd.keys(True, True)) == {("b", "c")}
+    reopened = td_memmap.from_zarr(tmp_path / "s.zarr")
+    assert torch.equal(reopened["b", "c"], td["a"])

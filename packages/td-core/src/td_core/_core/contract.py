@@ -54,7 +54,7 @@ def provide(name: str, obj: T) -> T:
 
     The names in use: `"TensorDict"`, `"LazyStackedTensorDict"`,
     `"TensorDictParams"`, `"tensorclass"`, `"from_module"`,
-    `"from_modules"`, `"to_module"`, `"to_attrs"`, `"attrs_of"`.
+    `"from_modules"`, `"to_module"`, `"to_attrs"`, `"attrs_of"`, `"from_pandas"`.
     """
     _REGISTRY[name] = obj
     return obj

@@ -186,7 +186,10 @@ def build(
     size = torch.Size([num_rows]) if batch_size is None else as_size(batch_size)
     result: Any = dense(source, size, device)  # a batch_size that does not fit raises first
     if auto_batch_size and batch_size is not None:
-        raise TypeError(f"{what}: pass batch_size or auto_batch_size=True, not both")
+        raise TypeError(
+            f"{what}: Conflicting batch sizes: batch_size={list(size)} and auto_batch_size=True "
+            "were both given; pass batch_size or auto_batch_size=True, not both"
+        )
     if auto_batch_size:
         result.auto_batch_size_(batch_dims=batch_dims)
     elif batch_dims is not None:
@@ -256,8 +259,9 @@ def _column(name: str, value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         if _wide(value):
             raise TabularFormatError(
-                f"entry {name!r} has shape {list(value.shape)}: a column holds one value per "
-                "row, so a leaf must have one dim; reshape it or leave it out (exclude)"
+                f"Cannot convert tensor {name!r} to a column: entry {name!r} has shape "
+                f"{list(value.shape)}, and a column holds one value per row, so a leaf must "
+                "have one dim; reshape it or leave it out (exclude)"
             )
         try:
             return value.detach().cpu().numpy()

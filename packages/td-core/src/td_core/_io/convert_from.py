@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -402,9 +403,9 @@ def from_any(
     batch_size: Any = None,
 ) -> Any:
     """Convert `obj` with the matching `from_*`: mappings, namedtuples, tuples,
-    dataclasses, structured arrays, h5py files and groups (a `PersistentTensorDict`,
-    with td-memmap[h5]); TensorDicts are returned as they are, as are
-    tensors and other values. A list of numbers of one type (nested lists
+    dataclasses, structured arrays, pandas DataFrames (as `from_pandas`), h5py
+    files and groups (a `PersistentTensorDict`, with td-memmap[h5]); TensorDicts
+    are returned as they are, as are tensors and other values. A list of numbers of one type (nested lists
     too, rectangular) becomes a tensor, any other list a non-tensor stack of its items.
     """
     kwargs = {
@@ -427,11 +428,20 @@ def from_any(
         return from_dataclass(obj, **kwargs)
     if isinstance(obj, np.ndarray) and obj.dtype.names is not None:
         return from_struct_array(obj, **kwargs)
+    if _is_dataframe(obj):
+        return provided("from_pandas")(obj, **kwargs)
     if isinstance(obj, list):
         if _number_grid(obj) is not None:  # nested lists of numbers of one type: a tensor
             return torch.tensor(obj, device=as_device(device) if device is not None else None)
         return NonTensorStack.from_list(obj)
     return obj
+
+
+def _is_dataframe(obj: Any) -> bool:
+    """Whether `obj` is a pandas DataFrame; pandas is never imported for the check (an object
+    can only be a DataFrame once pandas is imported)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(obj, pd.DataFrame)
 
 
 def _number_grid(values: list[Any]) -> tuple[tuple[int, ...], type | None] | None:

@@ -319,7 +319,40 @@ class ConvertMixin(TensorDictContract):
     from_dataclass = staticmethod(from_dataclass)
     from_pytree = staticmethod(from_pytree)
     from_struct_array = staticmethod(from_struct_array)
-    from_json = staticmethod(from_json)
+
+    @classmethod
+    def from_json(
+        cls,
+        path: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: Any = None,
+        batch_size: Any = None,
+        separator: str | None = None,
+        dtype: torch.dtype | None = None,
+        lines: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Read what `to_json` wrote (see `td_core.from_json`); a tensorclass reads itself back.
+
+        Called on a tensorclass, the records' keys must be its fields and the
+        result is an instance of it; on any other class, a dense TensorDict.
+        """
+        td = from_json(
+            path,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+            separator=separator,
+            dtype=dtype,
+            lines=lines,
+            **kwargs,
+        )
+        if getattr(cls, "_fields", None) is not None:  # a tensorclass
+            return cls.from_tensordict(td)  # type: ignore[attr-defined]
+        return td
 
     @classmethod
     def from_list(

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from td_core._core.contract import TensorDictContract
+from td_core._core.contract import TensorDictContract, provide
 from td_core._io.columns import (
     ReadOptions,
     build,
@@ -290,3 +290,8 @@ class TabularMixin(TensorDictContract):
         """
         options = ReadOptions(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
         return build(cls, *_read_parquet(path, columns, kwargs), "from_parquet", options)
+
+
+# `from_any` (a lower module) reads a DataFrame through this; called on the mixin itself,
+# `from_pandas` builds a dense TensorDict
+provide("from_pandas", TabularMixin.from_pandas)
