@@ -44,6 +44,14 @@ from td_core._functions.functional import (
 from td_core._functions.padding import pad, pad_sequence, unpad_sequence
 from td_core._functions.parse import parse_tensor_dict_string
 from td_core._functions.testing import assert_allclose_td, assert_close
+from td_core._functions.tools import (
+    Buffer,
+    DeviceType,
+    IndexType,
+    expand_as_right,
+    expand_right,
+    timeit,
+)
 from td_core._io.arrow import from_arrow, to_arrow
 from td_core._io.consolidate import TensorDictFuture, from_consolidated
 from td_core._io.convert_from import (
@@ -153,6 +161,13 @@ __all__ = [
     "group_by",
     "isin",
     "remove_duplicates",
+    # small tools of upstream's tensordict.utils
+    "Buffer",
+    "DeviceType",
+    "IndexType",
+    "expand_as_right",
+    "expand_right",
+    "timeit",
     "assert_close",
     "parse_tensor_dict_string",
     "assert_allclose_td",
