@@ -230,3 +230,15 @@ def test_a_write_the_source_refuses_changes_neither():
     with pytest.raises(RuntimeError, match="locked"):
         state["new"] = torch.zeros(2)
     assert "new" not in state.keys() and "new" not in source.keys()
+
+
+def test_a_batch_size_change_goes_to_the_source_first():
+    source = td.TensorDict(obs=torch.zeros(2, 3), reward=torch.zeros(2, 3), batch_size=[2])
+    state = State.from_tensordict(source)
+    state.batch_size = [2, 3]
+    assert source.batch_size == (2, 3) and state.batch_size == (2, 3)
+    state.obs = torch.ones(2, 3)
+    assert (source["obs"] == 1).all()
+    with pytest.raises(RuntimeError, match="batch_size"):
+        state.batch_size = [4]
+    assert source.batch_size == (2, 3) and state.batch_size == (2, 3)

@@ -136,7 +136,7 @@ class TypedTensorDict(TensorDict):
     """A TensorDict with declared fields, read and written as attributes.
 
     `from_tensordict(td)` links the instance to `td`: an entry set or
-    deleted through it is set or deleted in `td` first. A field annotated
+    deleted through it, or a new batch size, is set in `td` first. A field annotated
     `NotRequired[Tensor]`, or given a default, may be
     left out. Class options, as upstream: `TypedTensorDict["shadow"]` (or
     `class C(TypedTensorDict, shadow=True)`) allows a field named like a
@@ -293,6 +293,12 @@ class TypedTensorDict(TensorDict):
             lock=lock or cls._frozen,
         )
 
+    def _set_batch_size(self, size: torch.Size) -> None:
+        source = getattr(self, "_source", None)
+        if source is not None and size != self._batch_size:
+            source.batch_size = size  # first, as a write: a size the source refuses changes neither
+        super()._set_batch_size(size)
+
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         if "source" in state:
@@ -314,7 +320,8 @@ class TypedTensorDict(TensorDict):
         an entry set (`obj.x = value`, `obj["x"] = value`, `set`, `update`)
         or deleted through the instance is set or deleted in `tensordict`
         first, by `tensordict`'s own rules (a write it refuses changes
-        neither), so both see it on every kind (dense, lazy stack, file). An
+        neither), so both see it on every kind (dense, lazy stack, file); so
+        does a new batch size. An
         in-place write into a tensor of a dense source is seen by both; the
         results of ops (`clone`, indexing, ...) are new, unlinked instances.
 
