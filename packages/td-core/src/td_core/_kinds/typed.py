@@ -141,7 +141,8 @@ class TypedTensorDict(TensorDict):
     left out. Class options, as upstream: `TypedTensorDict["shadow"]` (or
     `class C(TypedTensorDict, shadow=True)`) allows a field named like a
     TensorDict attribute (`data`, `clone`, ...), which the field then hides
-    on instances of the class; `TypedTensorDict["frozen"]` locks every
+    on instances of the class (the hidden method is gone from them, and an
+    op that calls it fails: `copy()` calls `clone`); `TypedTensorDict["frozen"]` locks every
     instance the constructor builds. Subclasses inherit the options.
 
     Keyword Args:
