@@ -227,6 +227,8 @@ def test_from_tensordict_writes_through_to_its_source(kind):
 def test_a_write_the_source_refuses_changes_neither():
     source = td.TensorDict(obs=torch.zeros(2), reward=torch.zeros(2), batch_size=[2]).lock_()
     state = State.from_tensordict(source)
+    assert state.is_locked  # as the source, as upstream
+    state.unlock_()
     with pytest.raises(RuntimeError, match="locked"):
         state["new"] = torch.zeros(2)
     assert "new" not in state.keys() and "new" not in source.keys()

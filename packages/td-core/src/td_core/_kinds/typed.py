@@ -325,6 +325,7 @@ class TypedTensorDict(TensorDict):
         does a new batch size. An
         in-place write into a tensor of a dense source is seen by both; the
         results of ops (`clone`, indexing, ...) are new, unlinked instances.
+        The instance starts locked when `tensordict` is locked.
 
         Args:
             tensordict: the TensorDict whose entries the instance takes.
@@ -349,4 +350,6 @@ class TypedTensorDict(TensorDict):
             tensordict.device,
         )
         typed._source = tensordict
+        if tensordict.is_locked:  # as upstream, whose instance shares the source's lock
+            typed.lock_()
         return typed
