@@ -206,15 +206,20 @@ def test_from_tensordict_check_false_accepts_a_partial_source():
 
 @pytest.mark.parametrize("kind", ["dense", "lazy"])
 def test_from_tensordict_writes_through_to_its_source(kind):
-    dense = td.TensorDict(obs=torch.zeros(2, 3), reward=torch.zeros(2), batch_size=[2])
+    dense = td.TensorDict(
+        obs=torch.zeros(2, 3), reward=torch.zeros(2), old={"a": torch.zeros(2)}, batch_size=[2]
+    )
     source = dense if kind == "dense" else td.lazy_stack(list(dense.unbind(0)))
     state = State.from_tensordict(source)
     assert state._source is source
     state.obs = torch.ones(2, 3)
     state["extra"] = torch.full((2,), 2.0)
     state.update({"reward": torch.ones(2)})
+    state["new", "x"] = torch.ones(2)  # a new sub-TensorDict, then a write into it
+    state["old", "b"] = torch.ones(2)  # a write into an existing one
     assert (source["obs"] == 1).all() and (source["reward"] == 1).all()
     assert (source["extra"] == 2).all()
+    assert (source["new", "x"] == 1).all() and (source["old", "b"] == 1).all()
     del state["extra"]
     assert "extra" not in source.keys() and "extra" not in state.keys()
     # results of ops, and a pickled copy, are new, unlinked instances

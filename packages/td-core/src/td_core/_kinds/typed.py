@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
@@ -93,7 +94,12 @@ class _LinkedEntries(dict[str, Any]):
         self.source = source
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self.source.set(key, value)
+        source = self.source
+        source.set(key, value)
+        if is_td(value) and not is_nt(value):
+            # the source's own sub-TensorDict (the same object for a dense source; a view that
+            # writes through for a lazy stack or a file), so writes under `key` reach it too
+            value = source._get_str(key, value)
         super().__setitem__(key, value)
 
     def __delitem__(self, key: str) -> None:
