@@ -58,7 +58,8 @@ def test_trace_gives_an_equivalent_graph_module():
     td = _td()
     _assert_same(gm(td.copy()), seq(td.copy()))
     ops = [node.op for node in gm.graph.nodes]
-    assert ops.count("placeholder") == 1 and "call_module" in ops
+    # the TensorDict and the optional tensordict_out
+    assert ops.count("placeholder") == 2 and "call_module" in ops
     reads = [
         n for n in gm.graph.nodes if n.op == "call_function" and n.target.__name__ == "getitem"
     ]
@@ -124,6 +125,37 @@ def test_trace_probabilistic_sequence():
     )
     td = TensorDict(x=torch.randn(4), batch_size=[4])
     _assert_same(symbolic_trace(policy)(td.copy()), policy(td.copy()))
+
+
+@pytest.mark.parametrize("kind", ["module", "sequence", "nested"])
+def test_trace_writes_into_tensordict_out(kind):
+    if kind == "module":
+        module = TensorDictModule(
+            lambda x: (x + 1, x.sigmoid()), in_keys=["x"], out_keys=[("o", "a"), ("o", "b")]
+        )
+    else:
+        first = TensorDictModule(nn.Linear(3, 4), in_keys=["x"], out_keys=[("mid", "h")])
+        second = TensorDictModule(torch.relu, in_keys=[("mid", "h")], out_keys=["y"])
+        module = TensorDictSequential(first, second)
+        if kind == "nested":
+            module = TensorDictSequential(module, TensorDictModule(torch.neg, ["y"], ["z"]))
+    gm = symbolic_trace(module)
+    td = TensorDict(x=torch.randn(5, 3), batch_size=[5])
+    expected = module(td.copy(), tensordict_out=TensorDict())
+    out = TensorDict()
+    assert gm(td, tensordict_out=out) is out
+    _assert_same(out, expected)
+    assert list(td.keys()) == ["x"]  # the input is left as it was
+    positional = TensorDict()
+    assert gm(td, positional) is positional
+    _assert_same(positional, expected)
+
+
+def test_trace_tensordict_out_must_be_a_tensordict():
+    gm = symbolic_trace(TensorDictModule(torch.neg, in_keys=["x"], out_keys=["y"]))
+    td = TensorDict(x=torch.randn(2), batch_size=[2])
+    with pytest.raises(TypeError, match="tensordict_out must be a TensorDict, got dict"):
+        gm(td, tensordict_out={})
 
 
 def test_trace_rejects_non_td_modules():

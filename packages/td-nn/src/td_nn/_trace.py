@@ -3,7 +3,9 @@
 The graph takes the TensorDict, reads the keys that come from outside
 (`getitem` nodes), runs the wrapped networks (traced like any module:
 `torch.nn` layers stay `call_module` nodes) and writes the out keys with
-`set` nodes, so `graph_module(td)` does what `td_module(td)` does.
+`set` nodes, so `graph_module(td)` does what `td_module(td)` does, and
+`graph_module(td, tensordict_out=out)` what `td_module(td, tensordict_out=out)`
+does (the input is left as it was and the out keys are written into `out`).
 
 `TensorDictModule` and `TensorDictSequential` members are opened up, so
 values flow between them as tensors; any other member (a probabilistic
@@ -27,6 +29,26 @@ __all__ = ["symbolic_trace"]
 def new_tensordict() -> TensorDict:
     """An empty TensorDict (the destination of `inplace=False` modules in traced graphs)."""
     return TensorDict()
+
+
+def source_for(tensordict: TensorDictBase, tensordict_out: Any) -> TensorDictBase:
+    """The TensorDict a traced graph runs on: the input, or a copy when the outputs go elsewhere."""
+    return tensordict if tensordict_out is None else tensordict.copy()
+
+
+def deliver(
+    result: TensorDictBase, tensordict_out: Any, out_keys: tuple[NestedKey, ...]
+) -> TensorDictBase:
+    """The graph's result, or `tensordict_out` with the out keys of the result written into it."""
+    if tensordict_out is None:
+        return result
+    if not isinstance(tensordict_out, TensorDictBase):
+        raise TypeError(f"tensordict_out must be a TensorDict, got {type(tensordict_out).__name__}")
+    for key in out_keys:
+        value = result.get(key, None)
+        if value is not None:
+            tensordict_out.set(key, value)
+    return tensordict_out
 
 
 def _is_td_module(module: Any) -> bool:
@@ -104,9 +126,13 @@ class _Root(nn.Module):
         super().__init__()
         self.module = td_module
 
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+    def forward(
+        self, tensordict: TensorDictBase, tensordict_out: TensorDictBase | None = None
+    ) -> TensorDictBase:
         module: Any = self.module
-        state = _State(tensordict)
+        tracer = tensordict.tracer  # type: ignore[attr-defined]  # an fx.Proxy while tracing
+        source = tracer.create_proxy("call_function", source_for, (tensordict, tensordict_out), {})
+        state = _State(source)
         _run(module, state)
         if state.dropped:
             state.flush()
@@ -114,22 +140,24 @@ class _Root(nn.Module):
         inplace = getattr(module, "inplace", True)
         if inplace is None or inplace is True:
             state.flush()
-            return state.td
-        tracer = state.td.tracer
-        if inplace is False:
-            dest = tracer.create_proxy("call_function", new_tensordict, (), {})
+            dest = state.td
         else:
-            dest = state.td.empty()
-        for key in module.out_keys:
-            dest = dest.set(key, state.read(key))
-        return dest
+            if inplace is False:
+                dest = tracer.create_proxy("call_function", new_tensordict, (), {})
+            else:
+                dest = state.td.empty()
+            for key in module.out_keys:
+                dest = dest.set(key, state.read(key))
+        out_keys = tuple(module.out_keys)
+        return tracer.create_proxy("call_function", deliver, (dest, tensordict_out, out_keys), {})
 
 
 def symbolic_trace(td_module: nn.Module) -> fx.GraphModule:
     """Trace a TensorDict module into a `torch.fx.GraphModule` that computes the same thing.
 
-    The result takes a TensorDict and returns the TensorDict the module
-    returns; its code is plain tensor operations between `getitem` reads and
+    The result takes a TensorDict (and, as the module does, an optional
+    `tensordict_out` that receives the out keys, leaving the input as it
+    was) and returns the TensorDict the module returns; its code is plain tensor operations between `getitem` reads and
     `set` writes, which `torch.compile` and fx passes handle. It keeps
     `in_keys` and `out_keys`. The wrapped networks must be fx-traceable
     (no data-dependent Python control flow). `set_skip_existing` is
