@@ -109,3 +109,78 @@ def test_repeat_and_repeat_interleave_keep_the_names():
     parent = TensorDict({"agents": td}, batch_size=[1, 2], names=[None, "t"])
     parent["agents"] = parent["agents"].repeat_interleave(2, dim=-1)
     assert parent["agents"].names == [None, "t", "o"]
+
+
+def _td4() -> TensorDict:
+    return TensorDict(
+        {"x": torch.rand(3, 4, 1, 6), "n": {"y": torch.rand(3, 4, 1, 6, 2)}},
+        [3, 4, 1, 6],
+        names=["a", "b", "c", "d"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        (lambda td: td.flatten(1, 3), ["a", None]),
+        (lambda td: td.flatten(1, 2), ["a", None, "d"]),
+        (lambda td: td.flatten(0, 2), [None, "d"]),
+        (lambda td: td.flatten(1, 1), ["a", "b", "c", "d"]),
+        (lambda td: td.flatten(1, 2).unflatten(1, (4, 1)), ["a", None, None, "d"]),
+        (lambda td: td.flatten(1, 3).unflatten(1, (4, 1, 6)), ["a", None, None, None]),
+        (lambda td: td.sum(2), ["a", "b", "d"]),
+        (lambda td: td.sum((1, 3)), ["a", "c"]),
+        (lambda td: td.sum(2, keepdim=True), ["a", "b", "c", "d"]),
+        (lambda td: td.mean(1), ["a", "c", "d"]),
+        (lambda td: td.mean(1)["n"], ["a", "c", "d"]),
+        (lambda td: td.max(1).values, ["a", "c", "d"]),
+        (lambda td: td.max(1).indices, ["a", "c", "d"]),
+        (lambda td: td.all(2), ["a", "b", "d"]),
+        (lambda td: td.any(-1), ["a", "b", "c"]),
+        (lambda td: td.quantile(torch.tensor([0.1, 0.5]), dim=1), [None, "a", "c", "d"]),
+        (lambda td: td.gather(-1, torch.randint(6, (3, 4, 1, 18))), ["a", "b", "c", "d"]),
+        (lambda td: td.gather(-1, torch.randint(6, (3, 4, 1, 18)))["n"], ["a", "b", "c", "d"]),
+    ],
+)
+def test_names_follow_flatten_reductions_and_gather(op, expected):
+    td = _td4()
+    assert op(td).names == expected
+    assert td.names == ["a", "b", "c", "d"]
+
+
+def test_memmap_copies_keep_the_names(tmp_path):
+    pytest.importorskip("td_memmap", reason="memmap needs td-memmap")
+    td = _td4()
+    assert td.memmap_like(tmp_path / "like").names == ["a", "b", "c", "d"]
+    saved = td.memmap(tmp_path / "saved")
+    assert saved.names == ["a", "b", "c", "d"] and saved["n"].names == ["a", "b", "c", "d"]
+
+
+def test_a_set_sub_tensordict_takes_the_parent_names_on_a_copy():
+    td = TensorDict(batch_size=[3, 4], names=["a", "b"])
+    sub = TensorDict(batch_size=[3, 4, 2])
+    td["s"] = sub
+    assert td["s"].names == ["a", "b", None]
+    assert sub.names == [None, None, None]  # the caller's object is not renamed
+    td["e"] = TensorDict()  # widened to the batch size, then named
+    assert td["e"].names == ["a", "b"]
+    td.set("p", TensorDict(batch_size=[3, 4, 2], names=[None, "b", "z"]))
+    assert td["p"].names == ["a", "b", "z"]
+
+
+def test_a_set_sub_tensordict_with_clashing_names_is_refused_and_nothing_set():
+    td = TensorDict(batch_size=[3, 4], names=["a", "b"])
+    with pytest.raises(RuntimeError, match=r"'s'.*cannot coerce") as info:
+        td["s"] = TensorDict(batch_size=[3, 4], names=["e", None])
+    assert isinstance(info.value, TDError)
+    assert "s" not in td.keys()
+
+
+def test_indexing_keeps_the_names_of_a_sub_tensordict_extra_dims():
+    td = TensorDict({"s": TensorDict({}, [3, 4], names=["c", "d"])}, [3], names=["c"])
+    assert td[0]["s"].names == td["s"][0].names == ["d"]
+    assert td[None]["s"].names == [None, "c", "d"]
+    deep = TensorDict({"s": {"t": TensorDict({}, [3, 4, 5], names=["c", None, "e"])}}, [3])
+    deep.names = ["c"]
+    assert deep[1:]["s", "t"].names == ["c", None, "e"]
+    assert deep[0]["s", "t"].names == [None, "e"]

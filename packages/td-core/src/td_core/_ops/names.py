@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.traverse import is_td
+from td_core._core.traverse import is_stack, is_td
 from td_core._ops.lock_cache import drop
 from td_core.errors import TDError
 
@@ -31,6 +31,8 @@ __all__ = [
     "NamesCountError",
     "names_after",
     "carry_names",
+    "named_entry",
+    "carry_index_names",
     "index_names",
     "inherit_names",
 ]
@@ -121,6 +123,70 @@ def index_names(names: Names, index: Any) -> Names | None:
             pos += 1
     out.extend(names[pos:])
     return tuple(out) if any(n is not None for n in out) else None
+
+
+def named_entry(names: Names, value: Any, key: Any) -> Any:
+    """The sub-TensorDict `value`, set at `key` under a parent named `names`, named as its parent.
+
+    Its leading dims take the parent's names and its extra dims keep their own.
+    `value` itself when it is named so already, else a shallow copy (the caller's
+    object is never renamed).
+
+    Raises:
+        NamesError: (a `RuntimeError`) a leading dim of `value` has another name.
+    """
+    own = value._raw_names()
+    n = len(names)
+    if own is not None and own[:n] == names:
+        return value
+    if own is None:
+        new = (*names, *(None,) * (value.batch_dims - n))
+    else:
+        clash = [(o, p) for o, p in zip(own[:n], names) if o is not None and o != p]
+        if clash:
+            raise NamesError(
+                f"cannot set entry {key!r}: refine_names: cannot coerce its dim names {list(own)} "
+                f"with the parent's names {list(names)} ({clash[0][0]!r} is not "
+                f"{clash[0][1]!r}); rename the entry's dims first"
+            )
+        new = (*names, *own[n:])
+    copy = value.clone(recurse=False)
+    copy._store_names(_check(new, value.batch_dims))
+    return copy
+
+
+def carry_index_names(source: Any, result: Any, index: Any) -> Any:
+    """Name the dims of `result = source[index]` (for a `source` with named dims); returns `result`.
+
+    The top's names are indexed (`index_names`). A sub-TensorDict with more batch
+    dims than its parent keeps the names of its extra dims: the index reads the
+    leading dims only. Lazy stacks keep the names on their members and are left
+    to their own indexing.
+    """
+    names = source._raw_names()
+    carry_names(result, None if names is None else index_names(names, index))
+    _index_sub_names(source, result, index, source.batch_dims)
+    return result
+
+
+def _index_sub_names(source: Any, result: Any, index: Any, n: int) -> None:
+    if is_stack(source) or is_stack(result):
+        return
+    for key, sub in source._items_str():
+        if not is_td(sub) or sub._is_non_tensor or is_stack(sub):
+            continue
+        out = result._get_str(key, None)
+        if out is None or not is_td(out):
+            continue
+        own = sub._raw_names()
+        if own is not None and len(own) > n:
+            lead = index_names(own[:n], index)
+            extra = own[n:]
+            width = out.batch_dims - len(extra)
+            full = (*(lead if lead is not None else (None,) * width), *extra)
+            if len(full) == out.batch_dims:
+                out._store_names(full)
+        _index_sub_names(sub, out, index, n)
 
 
 def names_after(
