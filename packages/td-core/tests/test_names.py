@@ -184,3 +184,70 @@ def test_indexing_keeps_the_names_of_a_sub_tensordict_extra_dims():
     deep.names = ["c"]
     assert deep[1:]["s", "t"].names == ["c", None, "e"]
     assert deep[0]["s", "t"].names == [None, "e"]
+
+
+def test_an_unnamed_container_takes_the_names_of_a_sub_tensordict_set_in_it():
+    td = TensorDict({"other": {}}, [3])
+    td["s"] = TensorDict({}, [3, 4], names=["a", "b"])
+    assert td.names == ["a"]
+    assert td["s"].names == ["a", "b"] and td["other"].names == ["a"]
+    plain = TensorDict({}, [3])
+    plain["s"] = TensorDict({}, [3, 4], names=[None, "b"])  # no name for its dims: none taken
+    assert plain.names == [None]
+
+
+def test_refine_names_keeps_the_dims_of_the_ellipsis_and_refuses_a_clash_first():
+    td = TensorDict(batch_size=[3, 4, 5, 6])
+    assert td.refine_names(None, None, "c", "d") is td
+    with pytest.raises(RuntimeError, match="cannot coerce TensorDict names"):
+        td.refine_names(None, None, "d", "d")  # a clash, before the duplicate
+    assert td.names == [None, None, "c", "d"]
+    assert td.refine_names("a", ..., "d").names == ["a", None, "c", "d"]
+    with pytest.raises(RuntimeError, match="'a' cannot be given None"):
+        td.refine_names(None, None, None, None)
+    with pytest.raises(ValueError, match="unique"):
+        td.refine_names("a", "c", ...)
+
+
+def test_names_of_the_wrong_length_say_so():
+    td = TensorDict(batch_size=[3, 4])
+    with pytest.raises(ValueError, match="must equate the tensordict batch_dims"):
+        td.names = ["a"]
+
+
+def test_names_clashing_with_a_sub_tensordict_extra_dim_are_refused_and_unchanged():
+    td = TensorDict({"s": TensorDict({}, [3, 4], names=[None, "d"])}, [3])
+    with pytest.raises(ValueError, match="'d'"):
+        td.names = ["d"]
+    assert td.names == [None] and td["s"].names == [None, "d"]
+    lazy = LazyStackedTensorDict.lazy_stack([td, td], -1)
+    with pytest.raises(ValueError, match="'d'"):
+        lazy.names = ["c", "d"]  # the stack dim would share the name of the sub's dim
+    assert lazy.names == [None, None]
+    lazy.names = ["c", "e"]
+    assert lazy["s"].names == ["c", "e", "d"]
+    assert lazy[0]["s"].names == lazy["s"][0].names == ["e", "d"]
+
+
+def test_a_view_refuses_names_before_counting_them():
+    td = TensorDict(batch_size=[3, 4], names=["a", "b"])
+    view = td._get_sub_tensordict(torch.ones(3, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="Names of a subtensordict cannot be modified"):
+        view.names = "a sentence is not a list of names"
+
+
+def test_a_lazy_stack_made_dense_keeps_every_name():
+    lazy = LazyStackedTensorDict.lazy_stack([_td(), _td()], 1)
+    lazy.names = ["x", "s", "y"]
+    dense = lazy.contiguous()
+    assert dense.names == ["x", "s", "y"] and dense["b"].names == ["x", "s", "y"]
+
+
+def test_to_h5_keeps_the_names(tmp_path):
+    pytest.importorskip("h5py", reason="to_h5 needs h5py")
+    pytest.importorskip("td_memmap", reason="to_h5 needs td-memmap")
+    out = _td().to_h5(tmp_path / "f.h5")
+    try:
+        assert out.names == ["x", "y"]
+    finally:
+        out.close()

@@ -40,7 +40,13 @@ from td_core._ops.compat import CompatMixin
 from td_core._ops.dict_methods import MappingMixin
 from td_core._ops.index import IndexingMixin
 from td_core._ops.masked import MaskedMixin
-from td_core._ops.names import NamesMixin, carry_index_names, inherit_names, named_entry
+from td_core._ops.names import (
+    NamesMixin,
+    adopt_names,
+    carry_index_names,
+    inherit_names,
+    named_entry,
+)
 from td_core._ops.pointwise import PointwiseMixin
 from td_core._ops.rearrange import LayoutMixin
 from td_core._ops.reductions import ReductionMixin
@@ -429,7 +435,10 @@ class TensorDictBase(
             if device is not None and value.device != device:
                 value = value.to(device)
             names = self._raw_names()
-            return value if names is None else named_entry(names, value, key)
+            if names is None:  # an unnamed container takes the names of what it holds
+                adopt_names(self, value)
+                return value
+            return named_entry(names, value, key)
         if isinstance(value, Mapping):
             return self._new_validated(value, bs, key)
         if isinstance(value, (list, tuple)):

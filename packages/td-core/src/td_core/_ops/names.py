@@ -32,6 +32,7 @@ __all__ = [
     "names_after",
     "carry_names",
     "named_entry",
+    "adopt_names",
     "carry_index_names",
     "index_names",
     "inherit_names",
@@ -52,7 +53,8 @@ def _check(names: Sequence[Any], ndim: int) -> Names:
     names = tuple(names)
     if len(names) != ndim:
         raise NamesCountError(
-            f"got {len(names)} dim names {list(names)} for a TensorDict with {ndim} batch dims; "
+            f"got {len(names)} dim names {list(names)} for a TensorDict with {ndim} batch dims: "
+            "the length of the dimension names must equate the tensordict batch_dims; "
             "give one name (or None) per batch dim"
         )
     for name in names:
@@ -155,6 +157,20 @@ def named_entry(names: Names, value: Any, key: Any) -> Any:
     return copy
 
 
+def adopt_names(parent: Any, value: Any) -> None:
+    """Name an unnamed `parent`'s batch dims as the leading dims of `value`, a sub-TensorDict set in it.
+
+    Views (whose names are their source's) are left as they are.
+    """
+    if parent._writes_through:
+        return
+    own = value._raw_names()
+    if own is not None:
+        lead = own[: parent.batch_dims]
+        if any(n is not None for n in lead):
+            parent._store_names(tuple(lead))
+
+
 def carry_index_names(source: Any, result: Any, index: Any) -> Any:
     """Name the dims of `result = source[index]` (for a `source` with named dims); returns `result`.
 
@@ -201,6 +217,25 @@ def names_after(
     return tuple(out) if any(n is not None for n in out) else None
 
 
+def _check_sub_names(td: Any, names: Names, n: int) -> None:
+    """Refuse `names` for `td` if a sub-TensorDict names one of its extra dims the same.
+
+    `n` is the number of `td`'s dims its sub-TensorDicts carry first (one less
+    for the members of a lazy stack, which lack the stack dim).
+    """
+    for sub in td._subtrees():
+        carried = n - 1 if is_stack(td) else n
+        own = sub._raw_names()
+        if own is not None:
+            clash = [name for name in own[carried:] if name is not None and name in names]
+            if clash:
+                raise ValueError(
+                    f"dim names must be unique: {list(names)} would name a dim {clash[0]!r} "
+                    f"in a sub-TensorDict that already has a dim {clash[0]!r} ({list(own)})"
+                )
+        _check_sub_names(sub, names, carried)
+
+
 class NamesMixin(TensorDictContract):
     """Named-dimension methods of `td_core.TensorDictBase`."""
 
@@ -232,7 +267,10 @@ class NamesMixin(TensorDictContract):
                 sub._store_names((*names, *(own[n:] if own is not None else (None,) * extra)))
 
     def _set_names(self, names: Sequence[str | None] | None) -> None:
-        self._store_names(None if names is None else _check(names, self.batch_dims))
+        new = None if names is None else _check(names, self.batch_dims)
+        if new is not None:
+            _check_sub_names(self, new, self.batch_dims)
+        self._store_names(new)
 
     # ------------------------------------------------------------------ public
     @property
@@ -258,31 +296,33 @@ class NamesMixin(TensorDictContract):
         self._set_names(value)
 
     def refine_names(self, *names: Any) -> Self:
-        """Name unnamed dims, in place; `...` stands for the dims not listed.
+        """Name unnamed dims, in place; `...` stands for the dims not listed (they keep their names).
 
-        A dim that already has a name must be given that name (or `None`
-        together with an unnamed dim).
+        A dim that already has a name must be given that name (`None` for it is
+        a clash, as upstream).
 
         Raises:
             ValueError: wrong number of names, or duplicates.
-            NamesError: (a `RuntimeError`) a named dim given another name.
+            NamesError: (a `RuntimeError`) a named dim given another name or `None`.
         """
         ndim = self.batch_dims
+        current = self.names
+        given: list[Any] = list(names)
         if Ellipsis in names:
             i = names.index(Ellipsis)
             fill = ndim - (len(names) - 1)
             if fill < 0:
                 raise NamesCountError(f"refine_names: too many names {list(names)} for {ndim} dims")
-            names = (*names[:i], *(None,) * fill, *names[i + 1 :])
-        new = _check(names, ndim)
-        current = self.names
-        for old, name in zip(current, new):
+            given = [*names[:i], *current[i : i + fill], *names[i + 1 :]]
+        if len(given) != ndim:
+            _check(given, ndim)  # raises the count error
+        for old, name in zip(current, given):  # a clash first, as upstream, then duplicates
             if old is not None and old != name:
                 raise NamesError(
-                    f"refine_names: cannot refine the dim names {current} to {list(new)}: "
-                    f"{old!r} is already named; use rename() to change names"
+                    f"refine_names: cannot coerce TensorDict names {current} with {list(names)}: "
+                    f"the dim named {old!r} cannot be given {name!r}; use rename() to change names"
                 )
-        self._store_names(new)
+        self._store_names(_check(given, ndim))
         return self
 
     def rename(self, *names: Any, **rename_map: str) -> Self:
