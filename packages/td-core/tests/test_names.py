@@ -251,3 +251,10 @@ def test_to_h5_keeps_the_names(tmp_path):
         assert out.names == ["x", "y"]
     finally:
         out.close()
+
+
+def test_an_nd_index_tensor_leaves_its_dims_unnamed_names_stay_unique():
+    td = TensorDict(batch_size=[3, 4, 5], names=["a", "b", "c"])
+    index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    assert td[:, index].names == ["a", None, None, "c"]  # upstream: ["a", "b", "b", "c"]
+    assert td[:, torch.tensor([0, 2])].names == ["a", "b", "c"]
