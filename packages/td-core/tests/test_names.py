@@ -258,3 +258,21 @@ def test_an_nd_index_tensor_leaves_its_dims_unnamed_names_stay_unique():
     index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     assert td[:, index].names == ["a", None, None, "c"]  # upstream: ["a", "b", "b", "c"]
     assert td[:, torch.tensor([0, 2])].names == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        (lambda td: td.reshape(12, 2, inplace=True), [None, None]),
+        (lambda td: td.flatten(1, 2, inplace=True), ["a", None]),
+        (lambda td: td.unflatten(0, (3, 1), inplace=True), [None, None, "b", "c"]),
+    ],
+)
+def test_in_place_shape_ops_name_dims_as_their_out_of_place_forms(op, expected):
+    td = TensorDict(
+        {"x": torch.zeros(3, 4, 2), "n": {"y": torch.zeros(3, 4, 2, 5)}},
+        [3, 4, 2],
+        names=["a", "b", "c"],
+    )
+    assert op(td) is td
+    assert td.names == expected and td["n"].names == expected

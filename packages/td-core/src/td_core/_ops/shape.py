@@ -120,6 +120,9 @@ def _assign(td: Any, result: TensorDictContract) -> None:
             except Exception:  # its batch size cannot change: it is replaced instead
                 pass
         td._set_str(key, value)
+    names = result._raw_names()  # the op's names, not the old ones of the dims kept in number
+    if names is not None or td._raw_names() is not None:
+        td._store_names(names)
 
 
 def expanded_shape(bs: torch.Size, target: Sequence[int], what: str) -> torch.Size:
