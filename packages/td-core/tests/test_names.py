@@ -276,3 +276,17 @@ def test_in_place_shape_ops_name_dims_as_their_out_of_place_forms(op, expected):
     )
     assert op(td) is td
     assert td.names == expected and td["n"].names == expected
+
+
+def test_to_tensordict_pad_and_a_one_dim_mask_keep_the_names():
+    td = _td()
+    assert td.to_tensordict().names == ["x", "y"]
+    assert td.to_tensordict()["b"].names == ["x", "y"]
+    assert td.pad([0, 1]).names == ["x", "y"]
+    assert td[torch.tensor([True, False, True])].names == ["x", "y"]  # the dim stays (0.15)
+    assert td[:, torch.tensor([True, False, True, True])].names == ["x", "y"]
+    assert td[torch.ones(3, 4, dtype=torch.bool)].names == [None]  # two dims merged: unnamed
+    lazy = LazyStackedTensorDict.lazy_stack([_td(), _td()], 1)
+    lazy.names = ["x", "s", "y"]
+    assert lazy.to_tensordict().names == ["x", "s", "y"]
+    assert lazy.pad([0, 1]).names == ["x", "s", "y"]

@@ -115,8 +115,8 @@ def index_names(names: Names, index: Any) -> Names | None:
             pos += 1
         elif isinstance(item, (torch.Tensor, np.ndarray, list)):
             t = torch.as_tensor(item)
-            if t.dtype is torch.bool:
-                out.append(None)
+            if t.dtype is torch.bool:  # a mask over one dim keeps it (and its name)
+                out.append(names[pos] if t.ndim == 1 else None)
                 pos += t.ndim
             else:
                 out.extend([names[pos]] if t.ndim == 1 else [None] * t.ndim)
