@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, TensorDict, stack
+from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams, stack
 from td_core.errors import TDError
 
 
@@ -290,3 +290,15 @@ def test_to_tensordict_pad_and_a_one_dim_mask_keep_the_names():
     lazy.names = ["x", "s", "y"]
     assert lazy.to_tensordict().names == ["x", "s", "y"]
     assert lazy.pad([0, 1]).names == ["x", "s", "y"]
+
+
+def test_tensordict_params_keep_the_names_of_their_source():
+    params = TensorDictParams(_td())
+    assert params.names == ["x", "y"] and params["b"].names == ["x", "y"]
+    assert params.clone().names == ["x", "y"]
+
+
+def test_a_lazy_stack_flattened_elsewhere_keeps_its_stack_dim_name():
+    lazy = LazyStackedTensorDict.lazy_stack([_td(), _td()], 0)
+    lazy.names = ["s", "x", "y"]
+    assert lazy.flatten(1, 2).names == ["s", None]  # upstream: [None, None]
