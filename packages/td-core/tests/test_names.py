@@ -302,3 +302,13 @@ def test_a_lazy_stack_flattened_elsewhere_keeps_its_stack_dim_name():
     lazy = LazyStackedTensorDict.lazy_stack([_td(), _td()], 0)
     lazy.names = ["s", "x", "y"]
     assert lazy.flatten(1, 2).names == ["s", None]  # upstream: [None, None]
+
+
+def test_the_constructor_names_sub_tensordicts_on_copies_and_refuses_clashes():
+    sub = TensorDict({}, [3, 4])
+    td = TensorDict({"s": sub}, [3], names=["a"])
+    assert td["s"].names == ["a", None] and sub.names == [None, None]
+    with pytest.raises(RuntimeError, match=r"'s'.*cannot coerce"):
+        TensorDict({"s": TensorDict({}, [3, 4], names=["b", "c"])}, [3], names=["a"])
+    with pytest.raises(ValueError, match=r"'s'.*unique"):
+        TensorDict({"s": TensorDict({}, [3, 4], names=[None, "a"])}, [3], names=["a"])

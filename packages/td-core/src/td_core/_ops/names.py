@@ -152,8 +152,12 @@ def named_entry(names: Names, value: Any, key: Any) -> Any:
                 f"{clash[0][1]!r}); rename the entry's dims first"
             )
         new = (*names, *own[n:])
+    try:
+        checked = _check(new, value.batch_dims)
+    except ValueError as err:  # one of its own extra dims has a name of the parent's
+        raise ValueError(f"cannot set entry {key!r}: {err}") from None
     copy = value.clone(recurse=False)
-    copy._store_names(_check(new, value.batch_dims))
+    copy._store_names(checked)
     return copy
 
 
