@@ -1,5 +1,8 @@
 """Dim names survive a save: written in the metadata, checked and set again on load."""
 
+import json
+import os
+
 import pytest
 import torch
 from saved_files import edit_meta, read_meta
@@ -62,3 +65,27 @@ def test_saved_names_clashing_with_a_sub_folder_are_refused(tmp_path):
     edit_meta(tmp_path / "d", lambda m: m.update(names=["x", "e"]))  # "s" names its dim 2 "e"
     with pytest.raises(MemmapFormatError, match="names"):
         load_memmap(tmp_path / "d")
+
+
+def _upstream_folder(folder, names):
+    """A one-leaf folder in upstream tensordict's layout whose metadata has `_names`."""
+    os.makedirs(folder)
+    meta = {
+        "a": {"device": "cpu", "shape": [2, 3], "dtype": "torch.float32", "is_nested": False},
+        "shape": [2, 3],
+        "device": "cpu",
+        "_type": "<class 'tensordict._td.TensorDict'>",
+        "_names": names,
+    }
+    with open(os.path.join(folder, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(folder, "a.memmap"), "wb") as f:
+        f.write(torch.zeros(2, 3).numpy().tobytes())
+    return folder
+
+
+def test_an_upstream_folder_keeps_its_names(tmp_path):
+    assert load_memmap(_upstream_folder(tmp_path / "u", ["t", None])).names == ["t", None]
+    assert load_memmap(_upstream_folder(tmp_path / "v", None)).names == [None, None]
+    with pytest.raises(MemmapFormatError, match="'names'"):
+        load_memmap(_upstream_folder(tmp_path / "w", ["t", "t"]))
