@@ -256,7 +256,7 @@ def test_to_h5_keeps_the_names(tmp_path):
 def test_an_nd_index_tensor_leaves_its_dims_unnamed_names_stay_unique():
     td = TensorDict(batch_size=[3, 4, 5], names=["a", "b", "c"])
     index = torch.tensor([[0, 1, 2], [1, 2, 0]])
-    assert td[:, index].names == ["a", None, None, "c"]  # upstream: ["a", "b", "b", "c"]
+    assert td[:, index].names == ["a", None, None, "c"]  # as 0.15 (0.14: ["a", "b", "b", "c"])
     assert td[:, torch.tensor([0, 2])].names == ["a", "b", "c"]
 
 
