@@ -312,3 +312,22 @@ def test_the_constructor_names_sub_tensordicts_on_copies_and_refuses_clashes():
         TensorDict({"s": TensorDict({}, [3, 4], names=["b", "c"])}, [3], names=["a"])
     with pytest.raises(ValueError, match=r"'s'.*unique"):
         TensorDict({"s": TensorDict({}, [3, 4], names=[None, "a"])}, [3], names=["a"])
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda td: td.rename_("e"),
+        lambda td: td.rename(x="e"),
+        lambda td: td.rename_(x="e"),
+    ],
+)
+def test_renames_clashing_with_a_sub_tensordict_extra_dim_are_refused(op):
+    td = TensorDict({"s": TensorDict({}, [3, 4], names=[None, "e"])}, [3], names=["x"])
+    with pytest.raises(ValueError, match="'e'"):
+        op(td)
+    assert td.names == ["x"] and td["s"].names == ["x", "e"]
+    unnamed = TensorDict({"s": TensorDict({}, [3, 4], names=[None, "e"])}, [3])
+    with pytest.raises(ValueError, match="'e'"):
+        unnamed.refine_names("e")
+    assert unnamed["s"].names == [None, "e"]

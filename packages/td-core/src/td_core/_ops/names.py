@@ -326,7 +326,7 @@ class NamesMixin(TensorDictContract):
                     f"refine_names: cannot coerce TensorDict names {current} with {list(names)}: "
                     f"the dim named {old!r} cannot be given {name!r}; use rename() to change names"
                 )
-        self._store_names(_check(given, ndim))
+        self._set_names(given)
         return self
 
     def rename(self, *names: Any, **rename_map: str) -> Self:
@@ -352,7 +352,10 @@ class NamesMixin(TensorDictContract):
                     f"rename: dims {unknown} are not among the dim names {current}; "
                     "name them first with refine_names()"
                 )
-            return _check([rename_map.get(n, n) if n else n for n in current], self.batch_dims)
-        if len(names) == 1 and names[0] is None:
+            new = _check([rename_map.get(n, n) if n else n for n in current], self.batch_dims)
+        elif len(names) == 1 and names[0] is None:
             return None
-        return _check(names, self.batch_dims)
+        else:
+            new = _check(names, self.batch_dims)
+        _check_sub_names(self, new, self.batch_dims)
+        return new
