@@ -105,6 +105,25 @@ def test_to_attrs_casts_leaf_by_leaf() -> None:
 def test_to_attrs_refuses_more_positional_arguments() -> None:
     with pytest.raises(TypeError, match="no other positional argument"):
         _td().to(_td().attrs(), torch.float64)
+    with pytest.raises(TypeError, match="does not accept additional positional"):
+        _td().to(_td().attrs(), "cpu")
+
+
+def test_to_attrs_refuses_non_blocking_pin() -> None:
+    with pytest.raises(NotImplementedError, match="non_blocking_pin"):
+        _td().to(_td().attrs(), non_blocking_pin=True)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("num_threads", [None, 0, 4])
+def test_to_takes_non_blocking_pin_and_num_threads(inplace: bool, num_threads: int | None) -> None:
+    td = _td()
+    td.names = ["n"]
+    out = td.to("cpu", non_blocking_pin=False, num_threads=num_threads, inplace=inplace)
+    assert (out is td) is inplace
+    assert out.device == torch.device("cpu") and out.names == ["n"]
+    cast = td.to(torch.float64, non_blocking_pin=True, num_threads=num_threads)  # no device: no pin
+    assert cast["a"].dtype == torch.float64
 
 
 # ---------------------------------------------------------------- pack

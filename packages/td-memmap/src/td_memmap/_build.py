@@ -106,6 +106,7 @@ class Builder:
     def build(self, meta: FolderMeta, cls: type | None = None) -> Node:
         node = Node(meta.batch_size, meta.device, {}, meta.kind, meta.stack_dim, meta.class_name)
         node.path = meta.path
+        node.names = meta.names
         if meta.kind == KIND_LAZY:
             for i, member in enumerate(meta.members):
                 node.entries[str(i)] = self.build(member)

@@ -19,6 +19,7 @@ from td_core import (
     is_tensorclass,
 )
 from td_memmap._classes import class_name
+from td_memmap._errors import MemmapFormatError
 from td_memmap._paths import remember
 from td_memmap._shared import make_shared
 from td_memmap._tensor import MemoryMappedTensor
@@ -35,6 +36,7 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
     device = "cpu"
     if isinstance(td, LazyStackedTensorDict):
         node = Node(tuple(td.batch_size), device, {}, KIND_LAZY, td.stack_dim)
+        node.names = _names_of(td)
         for i, member in enumerate(td.tensordicts):
             node.entries[str(i)] = to_tree(member, (*where, f"<member {i}>"))
         return node
@@ -78,7 +80,25 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
             )
     node = Node(tuple(td.batch_size), device, entries)
     node.unbatched = unbatched
+    node.names = _names_of(td)
     return node
+
+
+def _names_of(td: Any) -> tuple[str | None, ...] | None:
+    """The dim names of `td`, or None when no dim is named (nothing is saved then)."""
+    names = tuple(td.names)
+    return names if any(name is not None for name in names) else None
+
+
+def _name(td: Any, node: Node) -> Any:
+    """`td` with the dim names the tree records (checked when the metadata was read)."""
+    if node.names is not None:
+        try:
+            td.names = list(node.names)
+        except (ValueError, RuntimeError) as err:  # a name also given to a sub-folder's dim
+            where = node.path or "the saved TensorDict"
+            raise MemmapFormatError(f"{where}: the saved dim names cannot be set: {err}") from None
+    return td
 
 
 # the memory-mapped tensor an `UnbatchedTensor` of a loaded or saved TensorDict views, kept
@@ -113,7 +133,8 @@ def from_tree(node: Node) -> Any:
     """
     if node.kind == KIND_LAZY:
         members = [from_tree(cast(Node, member)) for member in node.entries.values()]
-        return remember(LazyStackedTensorDict(*members, stack_dim=node.stack_dim), node.path)
+        stack = LazyStackedTensorDict(*members, stack_dim=node.stack_dim)
+        return remember(_name(stack, node), node.path)
     entries: dict[str, Any] = {}
     for key, value in node.entries.items():
         if type(value) is Node:
@@ -129,6 +150,7 @@ def from_tree(node: Node) -> Any:
     td = TensorDict._new_unsafe(
         entries, torch.Size(node.batch_size), None if node.device is None else _CPU
     )
+    _name(td, node)
     if node.kind == KIND_CLASS and node.cls is not None:
         return remember(node.cls.from_tensordict(td), node.path)  # type: ignore[attr-defined]
     return remember(td, node.path)

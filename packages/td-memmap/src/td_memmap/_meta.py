@@ -97,6 +97,21 @@ def header(
     }
 
 
+def _names(
+    value: object, batch_size: tuple[int, ...], ctx: FolderContext
+) -> tuple[str | None, ...]:
+    """The dim names `value` (checked: one str or null per batch dim, no name twice)."""
+    if type(value) is list and len(value) == len(batch_size):
+        names: list[str | None] = [n for n in value if n is None or type(n) is str]
+        given = [n for n in names if n is not None]
+        if len(names) == len(value) and len(given) == len(set(given)):
+            return tuple(names)
+    raise ctx.fail(
+        f"'names' {value!r} is not a list of {len(batch_size)} distinct names (str or null), "
+        f"one per dim of batch_size {list(batch_size)}"
+    )
+
+
 def _dims(value: object) -> tuple[int, ...] | None:
     if type(value) is not list:
         return None
@@ -258,6 +273,8 @@ def _parse_one(ctx: FolderContext) -> tuple[FolderMeta, list[FolderContext]]:
         raise ctx.fail(f"'device' is {device!r}, expected null or 'cpu'")
     meta = FolderMeta(ctx.folder, kind, batch_size, device, generation=generation, pack=ctx.pack)
     meta.upstream = ctx.upstream
+    if data.get("names") is not None:
+        meta.names = _names(data["names"], batch_size, ctx)
     children: list[FolderContext] = []
     if kind == KIND_LAZY:
         _parse_members(data, meta, ctx, children)

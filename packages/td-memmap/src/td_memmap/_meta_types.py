@@ -69,3 +69,4 @@ class FolderMeta:
     generation: int = 0  # the save that wrote it (see `_save`): larger is newer
     pack: Pack | None = None  # a packed save's data file (every folder of the save shares it)
     upstream: bool = False  # saved by upstream tensordict: loaded read-only unless asked
+    names: tuple[str | None, ...] | None = None  # the batch dims' names, if any is named

@@ -159,6 +159,8 @@ class _Planner:
         out = node.empty_like()
         out.path = path
         meta = header(node.kind, node.batch_size, node.device)
+        if node.names is not None:
+            meta["names"] = list(node.names)
         plan = _Folder(path, meta, out, len(where))
         if node.kind == KIND_LAZY:
             meta["stack_dim"] = node.stack_dim

@@ -54,9 +54,10 @@ class Node:
     # keys of the tensor entries that are `UnbatchedTensor`s (shapes without the batch dims)
     unbatched: set[str] = field(default_factory=set)
     read_only: bool = False  # its leaves were mapped read-only (mode "r", asked or by default)
+    names: tuple[str | None, ...] | None = None  # the batch dims' names, if any is named
 
     def empty_like(self) -> Node:
-        """A node of the same kind, batch size, device, class and unbatched keys, without entries."""
+        """A node of the same kind, batch size, device, class, unbatched keys and names, without entries."""
         return Node(
             self.batch_size,
             self.device,
@@ -66,6 +67,7 @@ class Node:
             self.class_name,
             self.cls,
             unbatched=set(self.unbatched),
+            names=self.names,
         )
 
 

@@ -158,6 +158,7 @@ def translate(
         "batch_size": batch,
         "device": device,
         "entries": entries,
+        "names": data.get("_names"),  # checked as td's own "names" field
     }
 
 

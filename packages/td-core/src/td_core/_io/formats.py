@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from td_core._core.contract import TensorDictContract
 from td_core._core.extensions import delegate, load_extension
+from td_core._ops.names import carry_names
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -109,7 +110,11 @@ class InterchangeMixin(TensorDictContract):
             filename: the file to write (replaced if it exists).
             **kwargs: passed to h5py's `create_dataset` (e.g. `compression="gzip"`).
         """
-        return _ext().to_h5(self, filename, **kwargs)
+        out = _ext().to_h5(self, filename, **kwargs)
+        names = (
+            self._raw_names()
+        )  # kept on the returned object (not stored in the file), as upstream
+        return out if names is None else carry_names(out, names)
 
     @classmethod
     def from_h5(

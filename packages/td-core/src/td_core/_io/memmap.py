@@ -16,8 +16,17 @@ import torch
 from td_core._core.contract import TensorDictContract
 from td_core._core.extensions import delegate, has_extension, load_extension
 from td_core._core.keys import NestedKey
+from td_core._ops.names import carry_names
 
 __all__ = ["MemmapMixin"]
+
+
+def _same_names(source: Any, result: Any) -> Any:
+    """`result` (a copy of `source` on memory-mapped files) with `source`'s dim names."""
+    names = source._raw_names()
+    if names is not None and result is not source and result.batch_size == source.batch_size:
+        carry_names(result, names)
+    return result
 
 
 class MemmapMixin(TensorDictContract):
@@ -50,7 +59,7 @@ class MemmapMixin(TensorDictContract):
         until the new one is complete. Without `prefix`, leaves move to
         shared memory. See `td_memmap.memmap` for every argument.
         """
-        return delegate(_ext_memmap().memmap, locals(), self)
+        return _same_names(self, delegate(_ext_memmap().memmap, locals(), self))
 
     def memmap_(
         self,
@@ -83,7 +92,7 @@ class MemmapMixin(TensorDictContract):
         durable: bool = False,
     ) -> Any:
         """Allocate memory-mapped files shaped like this TensorDict, without copying (needs td-memmap)."""
-        return delegate(_ext_memmap().memmap_like, locals(), self)
+        return _same_names(self, delegate(_ext_memmap().memmap_like, locals(), self))
 
     def save(
         self,

@@ -40,7 +40,13 @@ from td_core._ops.compat import CompatMixin
 from td_core._ops.dict_methods import MappingMixin
 from td_core._ops.index import IndexingMixin
 from td_core._ops.masked import MaskedMixin
-from td_core._ops.names import NamesMixin, carry_names, index_names, inherit_names
+from td_core._ops.names import (
+    NamesMixin,
+    adopt_names,
+    carry_index_names,
+    inherit_names,
+    named_entry,
+)
 from td_core._ops.pointwise import PointwiseMixin
 from td_core._ops.rearrange import LayoutMixin
 from td_core._ops.reductions import ReductionMixin
@@ -136,7 +142,7 @@ class TensorDictBase(
         names = self._raw_names()
         if names is None:
             return self._index(index)
-        return carry_names(self._index(index), index_names(names, index))
+        return carry_index_names(self, self._index(index), index)
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys(include_nested=True)
@@ -428,7 +434,11 @@ class TensorDictBase(
             device = self.device
             if device is not None and value.device != device:
                 value = value.to(device)
-            return value
+            names = self._raw_names()
+            if names is None:  # an unnamed container takes the names of what it holds
+                adopt_names(self, value)
+                return value
+            return named_entry(names, value, key)
         if isinstance(value, Mapping):
             return self._new_validated(value, bs, key)
         if isinstance(value, (list, tuple)):

@@ -96,6 +96,10 @@ class TensorDict(TensorDictBase):
         self._names: tuple[str | None, ...] | None = None
         self._pending: dict[str, Any] | None = None
         self._tensordict: dict[str, Any] = {}
+        if names is not None and not auto:
+            # named first, so that each sub-TensorDict is named as this one (on a copy, a
+            # clash refused) as `set` does; checked again below against their own dims
+            self._set_names(names)
         if source is not None:
             if kwargs:
                 raise OptionsConflictError(

@@ -43,7 +43,7 @@ from td_core._leaves.lists import MemberValues, split_list
 from td_core._leaves.nontensor import NonTensorData, stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core._ops.lock_cache import drop
-from td_core._ops.names import inherit_names
+from td_core._ops.names import carry_names, inherit_names
 from td_core._ops.stack import stack
 from td_core.errors import BatchSizeError, DimError
 
@@ -453,8 +453,11 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
                 "become dense in place; use contiguous(), which returns a dense TensorDict"
             )
         if self.exclusive_keys() != [[] for _ in self.tensordicts]:
-            return stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)
-        return stack(self.tensordicts, self.stack_dim)
+            out = stack([td.select(*self._keys_str()) for td in self.tensordicts], self.stack_dim)
+        else:
+            out = stack(self.tensordicts, self.stack_dim)
+        names = self._raw_names()  # the stack dim's name included
+        return out if names is None else carry_names(out, names)
 
     def unbind(self, dim: int = 0) -> tuple[TensorDictBase, ...]:
         if normalize_dim(dim, self.batch_dims) == self.stack_dim:

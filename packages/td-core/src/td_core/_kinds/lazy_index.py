@@ -27,6 +27,7 @@ from td_core._ops.index import (
     indexed_shape,
     normalize_index,
 )
+from td_core._ops.names import carry_index_names
 from td_core.errors import BatchSizeError, LockedError
 
 if TYPE_CHECKING:
@@ -35,6 +36,12 @@ if TYPE_CHECKING:
 __all__ = ["LazyIndexMixin"]
 
 Tensor = torch.Tensor
+
+
+def _member_index(member: Any, index: Any) -> Any:
+    """`member._index(index)`, its sub-TensorDicts' dim names kept where the member is named."""
+    out = member._index(index)
+    return out if member._raw_names() is None else carry_index_names(member, out, index)
 
 
 class LazyIndexMixin:
@@ -179,7 +186,7 @@ class LazyIndexMixin:
             member = self.tensordicts[self._members_for(stack_item)[0]]
             if all(type(r) is slice and r == _FULL for r in rest):
                 return member  # lazy[:, i]: the member itself, as upstream
-            return member._index(rest)
+            return _member_index(member, rest)
         if isinstance(stack_item, Tensor) and stack_item.ndim > 1 and stack_item.numel():
             return self._index_nd(stack_item, rest, result_dim)
         members = [self.tensordicts[i] for i in self._members_for(stack_item)]
@@ -189,13 +196,13 @@ class LazyIndexMixin:
             first = self.tensordicts[0]
             member_bs = first._index(rest).batch_size if rest else first.batch_size
             return type(self)(stack_dim=result_dim, batch_size=member_bs, device=first.device)  # type: ignore[call-arg,return-value]
-        return self._restack([m._index(rest) if rest else m for m in members], result_dim)
+        return self._restack([_member_index(m, rest) if rest else m for m in members], result_dim)
 
     def _index_nd(self, stack_item: Tensor, rest: tuple[Any, ...], dim: int) -> TensorDictBase:
         """Lazy stacks of lazy stacks for an n-d index tensor on the stack dim (`dim` onwards)."""
         if stack_item.ndim == 1:
             picked = [self.tensordicts[i] for i in self._members_for(stack_item)]
-            return self._restack([m._index(rest) if rest else m for m in picked], dim)
+            return self._restack([_member_index(m, rest) if rest else m for m in picked], dim)
         return self._restack([self._index_nd(row, rest, dim) for row in stack_item], dim)
 
     def _setitem_index(self, index: Any, value: Any) -> None:

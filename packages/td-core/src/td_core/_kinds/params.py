@@ -88,6 +88,9 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         self._get_post_hooks: list[Callable[[TensorDictParams, Any], Any]] = []
         for key, value in parameters._items_str():
             self._set_str(key, value)
+        names = parameters._raw_names()
+        if names is not None:  # the dims keep their names, as upstream
+            self._store_names(names)
         if lock:
             self.lock_()
 

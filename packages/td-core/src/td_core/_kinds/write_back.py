@@ -92,6 +92,13 @@ class CopyBackMixin(TensorDictBase):
     def _names_error(self) -> RuntimeError:
         return RuntimeError(self._names_refusal)
 
+    def _set_names(self, names: Any) -> None:
+        """Refused for other names before they are checked: the names are the source's."""
+        if names is not None and tuple(names) != tuple(self.names):
+            if any(name is not None for name in names):
+                raise self._names_error()
+        super()._set_names(names)
+
     def refine_names(self, *names: Any) -> Self:
         """Refused: a view's dim names are its source's (a wrong count raises as on a TensorDict)."""
         given = len(names) - (Ellipsis in names)

@@ -74,15 +74,20 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
     """`td.to(device)`, `td.to(dtype)`, `td.to(device, dtype)`, `td.to(tensor)`, `td.to(attrs_td)`.
 
     With `inplace=True` the moved or cast leaves replace td's own (its sub-TensorDicts
-    stay the same objects) and td itself is returned, as upstream.
+    stay the same objects) and td itself is returned, as upstream. With
+    `non_blocking_pin=True` the leaves are pinned first (on `num_threads` threads)
+    and copied asynchronously when the target is an accelerator; a CPU target
+    ignores both.
     """
+    pin = kwargs.pop("non_blocking_pin", False)
+    num_threads = kwargs.pop("num_threads", None)
     if kwargs.pop("inplace", False):
         if td.is_locked:
             raise LockedError(
                 "Cannot modify locked TensorDict: to(..., inplace=True) replaces its leaves "
                 "(unlock_() it first, or call to() without inplace)"
             )
-        out = to(td, *args, **kwargs)
+        out = to(td, *args, non_blocking_pin=pin, num_threads=num_threads, **kwargs)
         if out is not td:
             _replace_leaves(td, out)
             _set_device_tree(td, out.device)
@@ -91,7 +96,14 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
         # as upstream: a TensorDict argument holds a `TensorAttrs` per leaf (see `attrs`)
         if len(args) > 1:
             raise TypeError(
-                f"to(attrs_td) takes no other positional argument, got {len(args) - 1} more"
+                "to(attrs_td) does not accept additional positional arguments: it takes no "
+                f"other positional argument, got {len(args) - 1} more ({args[1:]!r}); the attrs "
+                "TensorDict gives each leaf's device and dtype"
+            )
+        if pin:
+            raise NotImplementedError(
+                "to(attrs_td, non_blocking_pin=True) is not supported: non_blocking_pin pins "
+                "the leaves for one target device, and an attrs TensorDict gives one per leaf"
             )
         kwargs.pop("cast_filter", None)
         return provided("to_attrs")(td, args[0], non_blocking=kwargs.pop("non_blocking", None))
@@ -116,6 +128,11 @@ def to(td: TD, *args: Any, **kwargs: Any) -> TD | Any:
             device = as_device(arg)
     if device is None and dtype is None:
         return td
+    if pin and device is not None and device.type != "cpu":
+        # pinned leaves copy to the accelerator asynchronously, as upstream
+        source: Any = td  # (`pin_memory` is the ApplyMixin's own, not the contract's)
+        td = source.pin_memory(num_threads=num_threads)
+        non_blocking = True
     if device is None:
         assert dtype is not None  # both None returned above
         return cast_all(td, dtype)

@@ -417,4 +417,8 @@ def _collect(
 def _build(tree: tuple[dict[str, Any], TensorDictContract], dense: Any) -> Any:
     out, td = tree
     entries = {key: _build(v, dense) if isinstance(v, tuple) else v for key, v in out.items()}
-    return dense._new_unsafe(entries, td.batch_size, td.device)
+    built = dense._new_unsafe(entries, td.batch_size, td.device)
+    names = td._raw_names()  # a lazy stack's include its stack dim's
+    if names is not None:
+        built._store_names(names)
+    return built

@@ -32,6 +32,7 @@ from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, normalize_dim
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.index import copy_at_plain
+from td_core._ops.names import carry_names
 from td_core._ops.writes import (
     as_tuple,
     copy_all,
@@ -393,7 +394,12 @@ class MaskedMixin(TensorDictContract):
         result = _gather(self, normalize_dim(dim, n), index)
         if inplace:
             return rebind(self, result)
-        return result if out is None else copy_into(out, result)
+        if out is not None:
+            return copy_into(out, result)
+        names = self._raw_names()
+        if names is not None and index.ndim == n:  # the index's dims stand for the batch dims
+            carry_names(result, names)
+        return result
 
     # ------------------------------------------------------- indexed reads/writes
     def get_at(self, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:

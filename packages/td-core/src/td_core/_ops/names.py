@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.traverse import is_td
+from td_core._core.traverse import is_stack, is_td
 from td_core._ops.lock_cache import drop
 from td_core.errors import TDError
 
@@ -31,6 +31,9 @@ __all__ = [
     "NamesCountError",
     "names_after",
     "carry_names",
+    "named_entry",
+    "adopt_names",
+    "carry_index_names",
     "index_names",
     "inherit_names",
 ]
@@ -50,7 +53,8 @@ def _check(names: Sequence[Any], ndim: int) -> Names:
     names = tuple(names)
     if len(names) != ndim:
         raise NamesCountError(
-            f"got {len(names)} dim names {list(names)} for a TensorDict with {ndim} batch dims; "
+            f"got {len(names)} dim names {list(names)} for a TensorDict with {ndim} batch dims: "
+            "the length of the dimension names must equate the tensordict batch_dims; "
             "give one name (or None) per batch dim"
         )
     for name in names:
@@ -111,8 +115,8 @@ def index_names(names: Names, index: Any) -> Names | None:
             pos += 1
         elif isinstance(item, (torch.Tensor, np.ndarray, list)):
             t = torch.as_tensor(item)
-            if t.dtype is torch.bool:
-                out.append(None)
+            if t.dtype is torch.bool:  # a mask over one dim keeps it (and its name)
+                out.append(names[pos] if t.ndim == 1 else None)
                 pos += t.ndim
             else:
                 out.extend([names[pos]] if t.ndim == 1 else [None] * t.ndim)
@@ -121,6 +125,88 @@ def index_names(names: Names, index: Any) -> Names | None:
             pos += 1
     out.extend(names[pos:])
     return tuple(out) if any(n is not None for n in out) else None
+
+
+def named_entry(names: Names, value: Any, key: Any) -> Any:
+    """The sub-TensorDict `value`, set at `key` under a parent named `names`, named as its parent.
+
+    Its leading dims take the parent's names and its extra dims keep their own.
+    `value` itself when it is named so already, else a shallow copy (the caller's
+    object is never renamed).
+
+    Raises:
+        NamesError: (a `RuntimeError`) a leading dim of `value` has another name.
+    """
+    own = value._raw_names()
+    n = len(names)
+    if own is not None and own[:n] == names:
+        return value
+    if own is None:
+        new = (*names, *(None,) * (value.batch_dims - n))
+    else:
+        clash = [(o, p) for o, p in zip(own[:n], names) if o is not None and o != p]
+        if clash:
+            raise NamesError(
+                f"cannot set entry {key!r}: refine_names: cannot coerce its dim names {list(own)} "
+                f"with the parent's names {list(names)} ({clash[0][0]!r} is not "
+                f"{clash[0][1]!r}); rename the entry's dims first"
+            )
+        new = (*names, *own[n:])
+    try:
+        checked = _check(new, value.batch_dims)
+    except ValueError as err:  # one of its own extra dims has a name of the parent's
+        raise ValueError(f"cannot set entry {key!r}: {err}") from None
+    copy = value.clone(recurse=False)
+    copy._store_names(checked)
+    return copy
+
+
+def adopt_names(parent: Any, value: Any) -> None:
+    """Name an unnamed `parent`'s batch dims as the leading dims of `value`, a sub-TensorDict set in it.
+
+    Views (whose names are their source's) are left as they are.
+    """
+    if parent._writes_through:
+        return
+    own = value._raw_names()
+    if own is not None:
+        lead = own[: parent.batch_dims]
+        if any(n is not None for n in lead):
+            parent._store_names(tuple(lead))
+
+
+def carry_index_names(source: Any, result: Any, index: Any) -> Any:
+    """Name the dims of `result = source[index]` (for a `source` with named dims); returns `result`.
+
+    The top's names are indexed (`index_names`). A sub-TensorDict with more batch
+    dims than its parent keeps the names of its extra dims: the index reads the
+    leading dims only. Lazy stacks keep the names on their members and are left
+    to their own indexing.
+    """
+    names = source._raw_names()
+    carry_names(result, None if names is None else index_names(names, index))
+    _index_sub_names(source, result, index, source.batch_dims)
+    return result
+
+
+def _index_sub_names(source: Any, result: Any, index: Any, n: int) -> None:
+    if is_stack(source) or is_stack(result):
+        return
+    for key, sub in source._items_str():
+        if not is_td(sub) or sub._is_non_tensor or is_stack(sub):
+            continue
+        out = result._get_str(key, None)
+        if out is None or not is_td(out):
+            continue
+        own = sub._raw_names()
+        if own is not None and len(own) > n:
+            lead = index_names(own[:n], index)
+            extra = own[n:]
+            width = out.batch_dims - len(extra)
+            full = (*(lead if lead is not None else (None,) * width), *extra)
+            if len(full) == out.batch_dims:
+                out._store_names(full)
+        _index_sub_names(sub, out, index, n)
 
 
 def names_after(
@@ -133,6 +219,25 @@ def names_after(
     for pos in sorted(insert):
         out.insert(pos, None)
     return tuple(out) if any(n is not None for n in out) else None
+
+
+def _check_sub_names(td: Any, names: Names, n: int) -> None:
+    """Refuse `names` for `td` if a sub-TensorDict names one of its extra dims the same.
+
+    `n` is the number of `td`'s dims its sub-TensorDicts carry first (one less
+    for the members of a lazy stack, which lack the stack dim).
+    """
+    for sub in td._subtrees():
+        carried = n - 1 if is_stack(td) else n
+        own = sub._raw_names()
+        if own is not None:
+            clash = [name for name in own[carried:] if name is not None and name in names]
+            if clash:
+                raise ValueError(
+                    f"dim names must be unique: {list(names)} would name a dim {clash[0]!r} "
+                    f"in a sub-TensorDict that already has a dim {clash[0]!r} ({list(own)})"
+                )
+        _check_sub_names(sub, names, carried)
 
 
 class NamesMixin(TensorDictContract):
@@ -166,7 +271,10 @@ class NamesMixin(TensorDictContract):
                 sub._store_names((*names, *(own[n:] if own is not None else (None,) * extra)))
 
     def _set_names(self, names: Sequence[str | None] | None) -> None:
-        self._store_names(None if names is None else _check(names, self.batch_dims))
+        new = None if names is None else _check(names, self.batch_dims)
+        if new is not None:
+            _check_sub_names(self, new, self.batch_dims)
+        self._store_names(new)
 
     # ------------------------------------------------------------------ public
     @property
@@ -192,31 +300,33 @@ class NamesMixin(TensorDictContract):
         self._set_names(value)
 
     def refine_names(self, *names: Any) -> Self:
-        """Name unnamed dims, in place; `...` stands for the dims not listed.
+        """Name unnamed dims, in place; `...` stands for the dims not listed (they keep their names).
 
-        A dim that already has a name must be given that name (or `None`
-        together with an unnamed dim).
+        A dim that already has a name must be given that name (`None` for it is
+        a clash, as upstream).
 
         Raises:
             ValueError: wrong number of names, or duplicates.
-            NamesError: (a `RuntimeError`) a named dim given another name.
+            NamesError: (a `RuntimeError`) a named dim given another name or `None`.
         """
         ndim = self.batch_dims
+        current = self.names
+        given: list[Any] = list(names)
         if Ellipsis in names:
             i = names.index(Ellipsis)
             fill = ndim - (len(names) - 1)
             if fill < 0:
                 raise NamesCountError(f"refine_names: too many names {list(names)} for {ndim} dims")
-            names = (*names[:i], *(None,) * fill, *names[i + 1 :])
-        new = _check(names, ndim)
-        current = self.names
-        for old, name in zip(current, new):
+            given = [*names[:i], *current[i : i + fill], *names[i + 1 :]]
+        if len(given) != ndim:
+            _check(given, ndim)  # raises the count error
+        for old, name in zip(current, given):  # a clash first, as upstream, then duplicates
             if old is not None and old != name:
                 raise NamesError(
-                    f"refine_names: cannot refine the dim names {current} to {list(new)}: "
-                    f"{old!r} is already named; use rename() to change names"
+                    f"refine_names: cannot coerce TensorDict names {current} with {list(names)}: "
+                    f"the dim named {old!r} cannot be given {name!r}; use rename() to change names"
                 )
-        self._store_names(new)
+        self._set_names(given)
         return self
 
     def rename(self, *names: Any, **rename_map: str) -> Self:
@@ -242,7 +352,10 @@ class NamesMixin(TensorDictContract):
                     f"rename: dims {unknown} are not among the dim names {current}; "
                     "name them first with refine_names()"
                 )
-            return _check([rename_map.get(n, n) if n else n for n in current], self.batch_dims)
-        if len(names) == 1 and names[0] is None:
+            new = _check([rename_map.get(n, n) if n else n for n in current], self.batch_dims)
+        elif len(names) == 1 and names[0] is None:
             return None
-        return _check(names, self.batch_dims)
+        else:
+            new = _check(names, self.batch_dims)
+        _check_sub_names(self, new, self.batch_dims)
+        return new

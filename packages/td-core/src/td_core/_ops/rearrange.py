@@ -403,6 +403,9 @@ class LayoutMixin(NewMixin):
         if inplace and lazy.parts(self) is not None:
             return _pad_stack_(self, full, value)
         out = _pad_tree(self, pairs, value, new)
+        names = self._raw_names()  # padding keeps every dim, and its name
+        if names is not None:
+            carry_names(out, names)
         return assign_reshaped(self, out, "pad") if inplace else out
 
 

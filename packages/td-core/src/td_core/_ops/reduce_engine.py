@@ -32,6 +32,7 @@ from td_core._core.traverse import is_nt, is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lazy_shape import restack
+from td_core._ops.names import carry_names, names_after
 from td_core._ops.reduce_mean import SumThenDivide
 from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
 
@@ -372,6 +373,12 @@ def reduction(
         if mode != "dims" or stack_dim is None or stack_dim in dims:
             raise
         result = _per_member(td, plan, key_transform)
+    names = td._raw_names()
+    if names is not None and mode == "dims" and not row.scan:  # the kept dims keep their names
+        dropped = () if keepdim else dims
+        result = carry_names(
+            result, names_after(names, drop=dropped, insert=range(len(_lead(row, args))))
+        )
     return getattr(torch.return_types, row.name)(result) if pair else result
 
 

@@ -120,6 +120,9 @@ def _assign(td: Any, result: TensorDictContract) -> None:
             except Exception:  # its batch size cannot change: it is replaced instead
                 pass
         td._set_str(key, value)
+    names = result._raw_names()  # the op's names, not the old ones of the dims kept in number
+    if names is not None or td._raw_names() is not None:
+        td._store_names(names)
 
 
 def expanded_shape(bs: torch.Size, target: Sequence[int], what: str) -> torch.Size:
@@ -441,6 +444,11 @@ class ShapeMixin(TensorDictContract):
                 raise DimError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
             new = torch.Size((*bs[:s], math.prod(bs[s : e + 1]), *bs[e + 1 :]))
             out = _reshape(self, new, copy=True)
+            names = self._raw_names()
+            if (
+                names is not None and out is not self
+            ):  # the merged dim is unnamed, the others keep theirs
+                out = carry_names(out, names_after(names, drop=range(s, e + 1), insert=(s,)))
         return assign_reshaped(self, out, "flatten") if inplace else remember(self, out, reshaped)
 
     @locked_like_source
@@ -456,6 +464,11 @@ class ShapeMixin(TensorDictContract):
         d = batch_dim(dim, bs)
         sizes = infer_shape(tuple(unflattened_size), bs[d], torch.Size([bs[d]]))
         out = _reshape(self, torch.Size((*bs[:d], *sizes, *bs[d + 1 :])), copy=True)
+        names = self._raw_names()
+        if (
+            names is not None and out is not self
+        ):  # the new dims are unnamed, the others keep theirs
+            out = carry_names(out, names_after(names, drop=(d,), insert=range(d, d + len(sizes))))
         return assign_reshaped(self, out, "unflatten") if inplace else remember(self, out, reshaped)
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
