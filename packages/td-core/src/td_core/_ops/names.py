@@ -30,6 +30,7 @@ __all__ = [
     "NamesError",
     "NamesCountError",
     "names_after",
+    "renamed_like",
     "carry_names",
     "named_entry",
     "adopt_names",
@@ -219,6 +220,15 @@ def names_after(
     for pos in sorted(insert):
         out.insert(pos, None)
     return tuple(out) if any(n is not None for n in out) else None
+
+
+def renamed_like(td: Any, out: Any, drop: Sequence[int], insert: Sequence[int]) -> Any:
+    """`out` (a reshape of `td`) named as `td`: the `drop`ped dims' names go, the dims at
+    `insert` are unnamed, the others keep theirs (`out` as is when `td` has no names)."""
+    names = td._raw_names()
+    if names is None or out is td:
+        return out
+    return carry_names(out, names_after(names, drop=drop, insert=insert))
 
 
 def _check_sub_names(td: Any, names: Names, n: int) -> None:

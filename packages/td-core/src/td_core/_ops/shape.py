@@ -26,7 +26,7 @@ from td_core._core.utils import infer_shape, normalize_dim, shape_args
 from td_core._ops import lazy_shape as lazy
 from td_core._ops.legacy_views import ViewOp, chained_view, legacy_view, refuse_dense_first
 from td_core._ops.locked_results import locked_like_source
-from td_core._ops.names import carry_names, names_after
+from td_core._ops.names import carry_names, names_after, renamed_like
 from td_core._ops.views import dtype_viewed, flipped, permuted, remember, reshaped, rolled
 from td_core.errors import BatchSizeError, DimError, LockedError
 
@@ -444,11 +444,7 @@ class ShapeMixin(TensorDictContract):
                 raise DimError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
             new = torch.Size((*bs[:s], math.prod(bs[s : e + 1]), *bs[e + 1 :]))
             out = _reshape(self, new, copy=True)
-            names = self._raw_names()
-            if (
-                names is not None and out is not self
-            ):  # the merged dim is unnamed, the others keep theirs
-                out = carry_names(out, names_after(names, drop=range(s, e + 1), insert=(s,)))
+            out = renamed_like(self, out, drop=range(s, e + 1), insert=(s,))  # the merged dim
         return assign_reshaped(self, out, "flatten") if inplace else remember(self, out, reshaped)
 
     @locked_like_source
@@ -464,11 +460,7 @@ class ShapeMixin(TensorDictContract):
         d = batch_dim(dim, bs)
         sizes = infer_shape(tuple(unflattened_size), bs[d], torch.Size([bs[d]]))
         out = _reshape(self, torch.Size((*bs[:d], *sizes, *bs[d + 1 :])), copy=True)
-        names = self._raw_names()
-        if (
-            names is not None and out is not self
-        ):  # the new dims are unnamed, the others keep theirs
-            out = carry_names(out, names_after(names, drop=(d,), insert=range(d, d + len(sizes))))
+        out = renamed_like(self, out, drop=(d,), insert=range(d, d + len(sizes)))  # the new dims
         return assign_reshaped(self, out, "unflatten") if inplace else remember(self, out, reshaped)
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
