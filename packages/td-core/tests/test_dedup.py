@@ -47,51 +47,20 @@ def test_isin_nested_key_and_lazy_stack() -> None:
     assert isin(lazy, lazy[:1], "x").tolist() == [True, False, True, False]
 
 
+def _ref(*shape: int) -> TensorDict:
+    """A reference TensorDict of zeros whose batch dims are all but the last of `shape`."""
+    return TensorDict(x=torch.zeros(*shape), batch_size=list(shape[:-1]))
+
+
 @pytest.mark.parametrize(
     "ref,key,dim,error,match",
     [
-        (
-            TensorDict(x=torch.zeros(1, 2), batch_size=[1]),
-            "y",
-            0,
-            KeyError,
-            "'y' not found in reference",
-        ),
-        (
-            TensorDict(x=torch.zeros(1, 2), batch_size=[1]),
-            "s",
-            0,
-            KeyError,
-            "'s' not found in input",
-        ),
-        (
-            TensorDict(x=torch.zeros(1, 2), batch_size=[1]),
-            "n",
-            0,
-            KeyError,
-            "'n' not found in input",
-        ),
-        (
-            TensorDict(x=torch.zeros(1, 1, 2), batch_size=[1, 1]),
-            "x",
-            0,
-            ValueError,
-            "number of dim",
-        ),
-        (
-            TensorDict(x=torch.zeros(1, 2), batch_size=[1]),
-            "x",
-            1,
-            ValueError,
-            "dimension '1' is invalid",
-        ),
-        (
-            TensorDict(x=torch.zeros(1, 3), batch_size=[1]),
-            "x",
-            0,
-            RuntimeError,
-            r"\(4, 2\) in input",
-        ),
+        (_ref(1, 2), "y", 0, KeyError, "'y' not found in reference"),
+        (_ref(1, 2), "s", 0, KeyError, "'s' not found in input"),
+        (_ref(1, 2), "n", 0, KeyError, "'n' not found in input"),
+        (_ref(1, 1, 2), "x", 0, ValueError, "number of dim"),
+        (_ref(1, 2), "x", 1, ValueError, "dimension '1' is invalid"),
+        (_ref(1, 3), "x", 0, RuntimeError, r"\(4, 2\) in input"),
     ],
 )
 def test_isin_errors(ref, key, dim, error, match) -> None:

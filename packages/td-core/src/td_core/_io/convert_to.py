@@ -339,17 +339,7 @@ class ConvertMixin(TensorDictContract):
         Called on a tensorclass, the records' keys must be its fields and the
         result is an instance of it; on any other class, a dense TensorDict.
         """
-        td = from_json(
-            path,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-            lines=lines,
-            **kwargs,
-        )
+        td = delegate(from_json, locals())
         if getattr(cls, "_fields", None) is not None:  # a tensorclass
             return cls.from_tensordict(td)  # type: ignore[attr-defined]
         return td
