@@ -60,3 +60,19 @@ def test_aliases_are_upstreams():
     for ours, theirs in [(td.IndexType, up_utils.IndexType), (td.DeviceType, up_utils.DeviceType)]:
         members = [typing.get_origin(a) or a for a in typing.get_args(ours)]
         assert members == [typing.get_origin(a) or a for a in typing.get_args(theirs)]
+
+
+@pytest.mark.parametrize("name", ["NUMPY_TO_TORCH_DTYPE_DICT", "TORCH_TO_NUMPY_DTYPE_DICT"])
+def test_deprecated_dtype_tables_warn_and_equal_upstreams(name):
+    with pytest.warns(DeprecationWarning, match=name):
+        ours = getattr(td, name)
+    with pytest.warns(DeprecationWarning):
+        theirs = getattr(up_utils, name)
+    assert ours == theirs and len(ours) >= 11
+    assert name not in td.__all__
+
+
+def test_an_unknown_name_is_still_an_attribute_error():
+    with pytest.raises(AttributeError, match="'td_core' has no attribute 'not_a_name'"):
+        td.not_a_name  # noqa: B018
+    assert not hasattr(td, "NUMPY_TO_TORCH")

@@ -1,6 +1,9 @@
 """td-core: TensorDict, a dict of tensors that behaves like a tensor over its batch dims."""
 
+from typing import TYPE_CHECKING, Any
+
 from td_core import errors
+from td_core._core.deprecated import deprecated_attribute
 from td_core._core.extensions import has_extension, load_extension
 from td_core._core.flags import (
     capture_non_tensor_stack,
@@ -223,3 +226,10 @@ __all__ = [
 ]
 
 register_collate(TensorDictBase)
+
+
+if not TYPE_CHECKING:  # for type checkers, td_core has only the names above
+
+    def __getattr__(name: str) -> Any:
+        """Upstream's deprecated `tensordict.utils` dtype tables, with their warning."""
+        return deprecated_attribute(__name__, name)
