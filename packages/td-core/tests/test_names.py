@@ -196,6 +196,16 @@ def test_an_unnamed_container_takes_the_names_of_a_sub_tensordict_set_in_it():
     assert plain.names == [None]
 
 
+def test_a_failed_update_leaves_an_unnamed_container_unnamed():
+    # the names a sub-TensorDict would give come with its write: none if the update fails
+    td = TensorDict(batch_size=[3])
+    with pytest.raises(TDError, match="'bad'"):
+        td.update({"s": TensorDict({}, [3, 4], names=["a", "b"]), "bad": torch.zeros(5)})
+    assert td.names == [None] and list(td.keys()) == []
+    td.update({"s": TensorDict({}, [3, 4], names=["a", "b"])})
+    assert td.names == ["a"]
+
+
 def test_refine_names_keeps_the_dims_of_the_ellipsis_and_refuses_a_clash_first():
     td = TensorDict(batch_size=[3, 4, 5, 6])
     assert td.refine_names(None, None, "c", "d") is td

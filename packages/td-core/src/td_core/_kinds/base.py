@@ -404,8 +404,13 @@ class TensorDictBase(
             # plain non-tensor leaves are immutable values: replace this one
             self._set_str(key, self._validate(item, full_key))
 
-    def _validate(self, value: Any, key: NestedKey) -> Any:
-        """`value` converted to an entry and checked against the batch size and device."""
+    def _validate(self, value: Any, key: NestedKey, *, adopt: bool = True) -> Any:
+        """`value` converted to an entry and checked against the batch size and device.
+
+        A sub-TensorDict set in an unnamed container names its dims (`adopt`); a
+        caller that validates several entries before writing any (`update`) passes
+        `adopt=False` and names the container once the entries are written.
+        """
         bs = self.batch_size
         if isinstance(value, Tensor):
             if type(value) is not Tensor and is_unbatched(value):  # any shape: no batch dims
@@ -436,7 +441,8 @@ class TensorDictBase(
                 value = value.to(device)
             names = self._raw_names()
             if names is None:  # an unnamed container takes the names of what it holds
-                adopt_names(self, value)
+                if adopt:
+                    adopt_names(self, value)
                 return value
             return named_entry(names, value, key)
         if isinstance(value, Mapping):

@@ -342,8 +342,8 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
             out._is_locked = True
         return out
 
-    def _validate(self, value: Any, key: Any) -> Any:
-        entry = super()._validate(value, key)
+    def _validate(self, value: Any, key: Any, *, adopt: bool = True) -> Any:
+        entry = super()._validate(value, key, adopt=adopt)
         if is_nt(entry) and isinstance(value, list) and list_to_stack() and self.tensordicts:
             # a list that is no one tensor: one item per member, validated by the member
             parts = split_list(value, self.stack_dim, len(self.tensordicts))

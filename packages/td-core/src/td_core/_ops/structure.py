@@ -19,6 +19,7 @@ from td_core._core.traverse import is_nt, is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops.legacy_views import refuse_inplace
 from td_core._ops.lock_cache import cache_when_locked
+from td_core._ops.names import adopt_names
 from td_core._ops.resize_update import update_resized
 from td_core._ops.state_dict import load_state_dict_into, state_dict_of
 from td_core._ops.update_plan import (
@@ -454,6 +455,8 @@ class StructureMixin(TensorDictContract):
                 target._copy_into(key, target._get_str(key), value, full)
             else:
                 target._set_str(key, value)
+                if type(value) is not Tensor and is_td(value) and target._raw_names() is None:
+                    adopt_names(target, value)  # as `set` does, once the update cannot fail
         return self
 
     def update_(

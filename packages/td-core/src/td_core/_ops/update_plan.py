@@ -184,7 +184,8 @@ def plan_update(
         if existing is NO_DEFAULT or not inplace:
             if td.is_locked:
                 raise LockedError(f"update: cannot set {full!r}: the TensorDict is locked")
-            value = td._validate(value, full if len(full) > 1 else key)
+            # not named yet: nothing may change before every entry is checked (`update` names)
+            value = td._validate(value, full if len(full) > 1 else key, adopt=False)
         elif isinstance(existing, Tensor):
             _check_copy(existing, value, full)
         plan.append((td, key, value, full))
