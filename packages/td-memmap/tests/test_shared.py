@@ -218,3 +218,23 @@ def test_set_and_update_inplace_write_into_the_shared_file(tmp_path):
     assert leaf.data == "eval" and shared.get("mode") is leaf
     shared.update_({"mode": "test"})
     assert leaf.data == "test"
+
+
+def test_writes_at_an_index_and_through_the_read_list_reach_the_shared_file(tmp_path):
+    shared = memmap(_td(), tmp_path / "s", share_non_tensor=True)
+    leaf = shared.get("names")
+    values = shared["names"]
+    values[0] = "z"  # td[key]'s LinkedList writes through set_at_
+    shared.set_at_("names", "q", 1)
+    assert shared.get("names") is leaf  # still the shared leaf, not an in-memory copy
+    assert load_memmap(tmp_path / "s")["names"] == ["z", "q"]
+    shared.set_at_("mode", "train", 0)  # the value every element holds: still one value
+    assert load_memmap(tmp_path / "s")["mode"] == "train"
+
+
+def test_one_element_of_a_shared_single_value_is_refused(tmp_path):
+    shared = memmap(_td(), tmp_path / "s", share_non_tensor=True)
+    with pytest.raises(ValueError, match=r"shared non-tensor entry 'mode'"):
+        shared.set_at_("mode", "eval", 0)
+    assert shared["mode"] == "train" and isinstance(shared.get("mode"), SharedNonTensorData)
+    assert load_memmap(tmp_path / "s")["mode"] == "train"

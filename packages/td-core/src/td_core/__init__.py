@@ -81,6 +81,7 @@ from td_core._kinds.tensorclass_dataclass import from_dataclass
 from td_core._kinds.tensorclass_options import TensorClass, tensorclass
 from td_core._kinds.typed import TypedTensorDict
 from td_core._leaves.collection import NonTensorDataBase, TensorCollection
+from td_core._leaves.linked_list import LinkedList
 from td_core._leaves.metadata import MetaData
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack, is_non_tensor
 from td_core._leaves.unbatched import UnbatchedTensor
@@ -150,6 +151,7 @@ __all__ = [
     "TensorCollection",
     "NonTensorDataBase",
     "MetaData",
+    "LinkedList",
     "TypedTensorDict",
     "TensorAttrs",
     "PackLayout",

@@ -117,6 +117,10 @@ class SharedNonTensorData(_SharedFile, NonTensorData):
 
     `td.set_(key, value)` and `td.update_(...)` write into the file too
     (through td-core's `_write_` hook), as does `td.get(key).data = value`.
+    So do `td.set_at_(key, value, index)` and item assignment into the list
+    `td[key]` gives, for a stack; for this one value, a write at an index
+    must give every element the same value (anything else raises
+    `ValueError`: the file holds one value).
 
     Examples:
         >>> import tempfile

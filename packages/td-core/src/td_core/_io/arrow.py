@@ -20,7 +20,7 @@ from td_core._core.contract import dense
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._io.columns import TabularFormatError, require
-from td_core._leaves.nontensor import stack_of_values
+from td_core._leaves.lists import stack_of_values
 from td_core.errors import ExtensionMissingError
 
 __all__ = ["from_arrow", "to_arrow"]

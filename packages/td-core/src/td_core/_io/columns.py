@@ -29,7 +29,7 @@ from td_core._core.predicates import is_tensorclass
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import as_size
 from td_core._io.convert_from import ConversionError
-from td_core._leaves.nontensor import stack_of_values
+from td_core._leaves.lists import stack_of_values
 from td_core.errors import ExtensionMissingError, TDError
 
 __all__ = [

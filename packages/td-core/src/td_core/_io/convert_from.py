@@ -22,7 +22,8 @@ from td_core._core.contract import lazy as lazy_stack_of
 from td_core._core.traverse import is_td
 from td_core._core.utils import as_device, as_size
 from td_core._io.formats import from_h5
-from td_core._leaves.nontensor import NonTensorStack, stack_of_values
+from td_core._leaves.lists import stack_of_values
+from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops.stack import stack
 from td_core.errors import BatchSizeError, TDError
 

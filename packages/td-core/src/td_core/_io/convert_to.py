@@ -34,6 +34,7 @@ from td_core._io.convert_from import (
     from_struct_array,
     from_tuple,
 )
+from td_core._leaves.linked_list import linked_rows
 from td_core._leaves.nontensor import NonTensorData
 from td_core._leaves.unbatched import is_unbatched
 
@@ -182,7 +183,8 @@ class ConvertMixin(TensorDictContract):
             convert_tensors: `True` turns tensors into lists, `"numpy"` into arrays.
             tolist_first: sub-TensorDicts with batch dims of their own become lists
                 (over those dims) too, instead of dicts of their batched leaves.
-            as_linked_list: accepted for upstream compatibility; a plain list is returned.
+            as_linked_list: return `LinkedList`s, whose item assignment
+                (`rows[0] = {...}`) writes that row into this TensorDict.
 
         Raises:
             TypeError: `convert_tensors` without `convert_nodes` (the leaves of
@@ -199,7 +201,8 @@ class ConvertMixin(TensorDictContract):
                 "tolist: convert_tensors needs convert_nodes=True (a TensorDict node holds "
                 "tensors); pass convert_nodes=True or drop convert_tensors"
             )
-        return _tolist(self, convert_nodes, convert_tensors, tolist_first)
+        rows = _tolist(self, convert_nodes, convert_tensors, tolist_first)
+        return linked_rows(rows, self) if as_linked_list and self.batch_size else rows
 
     def to_namedtuple(self, dest_cls: type | None = None) -> Any:
         """A namedtuple (`GenericDict`, or `dest_cls`) of the entries; sub-TensorDicts nest."""

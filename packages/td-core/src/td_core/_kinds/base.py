@@ -29,6 +29,7 @@ from td_core._io.repr import td_repr
 from td_core._io.repr_compact import with_compact
 from td_core._io.tables import TabularMixin
 from td_core._kinds.base_read import _ABSENT_KEY, ReadMixin
+from td_core._leaves.linked_list import linked_values
 from td_core._leaves.lists import read_list
 from td_core._leaves.nontensor import NonTensorData
 from td_core._leaves.unbatched import is_unbatched
@@ -138,7 +139,7 @@ class TensorDictBase(
             value = self.get(index, _ABSENT_KEY)
             if value is _ABSENT_KEY:  # td[key] raises whatever set_get_defaults_to_none says
                 value = self._get_strict(index)
-            return value.data if is_nt(value) else value
+            return linked_values(value, self, index) if is_nt(value) else value
         names = self._raw_names()
         if names is None:
             return self._index(index)

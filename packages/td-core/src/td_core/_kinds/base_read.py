@@ -15,6 +15,7 @@ from td_core._core.flags import get_defaults_to_none
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT
+from td_core._leaves.linked_list import linked_values
 from td_core.errors import KeyNotFoundError, NotATensorDictError
 
 __all__ = ["ReadMixin", "defaults_to_none"]
@@ -158,7 +159,7 @@ class ReadMixin(TensorDictContract):
         value = self.get(key, _ABSENT_KEY if default is NO_DEFAULT else default)
         if value is _ABSENT_KEY:
             value = self._get_strict(key)
-        return value.data if is_nt(value) else value
+        return linked_values(value, self, key) if is_nt(value) else value
 
     def _get_strict(self, key: NestedKey) -> Any:
         """The entry at `key`, or `KeyError` naming it whatever `set_get_defaults_to_none` says."""

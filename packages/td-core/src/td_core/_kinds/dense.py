@@ -16,6 +16,7 @@ from td_core._kinds.base import TensorDictBase
 from td_core._kinds.base_read import defaults_to_none
 from td_core._kinds.dense_from_dict import lists_as_stacks
 from td_core._kinds.pytree import allow_weights_only, register
+from td_core._leaves.linked_list import linked_values
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lock_cache import drop
@@ -27,8 +28,6 @@ _TD = TypeVar("_TD", bound="TensorDict")
 
 Tensor = torch.Tensor
 _ABSENT = object()  # `_walk`'s answer for a key a dense TensorDict on the path lacks
-
-
 _EMPTY_SIZE = torch.Size()  # (immutable: shared by every TensorDict without batch dims)
 
 
@@ -243,11 +242,10 @@ class TensorDict(TensorDictBase):
         return out
 
     # ---------------------------------------------------------------- primitives
-    # Keys added inside a torch.compile'd function go to `_pending` (None otherwise):
-    # mutating the entry dict itself makes Dynamo guard on its length, so a function
-    # that adds a key would recompile once per distinct number of keys. `_pending`
-    # is None on entry every time, so its guard never changes; its entries are
-    # folded into the entry dict at the next eager access.
+    # Keys added inside a torch.compile'd function go to `_pending` (None otherwise): a
+    # mutated entry dict makes Dynamo guard on its length, recompiling once per number of
+    # keys. `_pending` is None on entry every time, so its guard never changes; its
+    # entries are folded into the entry dict at the next eager access.
     def _sync(self) -> dict[str, Any]:
         pending = self._pending
         if pending is not None and not is_compiling():
@@ -427,11 +425,13 @@ class TensorDict(TensorDictBase):
                     raise self._missing(index) from None
             if type(value) is Tensor or not is_nt(value):
                 return value
-            return value.data
+            return linked_values(value, self, index)
         if type(index) is tuple and index and type(index[0]) is str:
             value = self._walk(index)
+            if value is not NO_DEFAULT and (type(value) is Tensor or not is_nt(value)):
+                return value
             if value is not NO_DEFAULT:
-                return value if type(value) is Tensor or not is_nt(value) else value.data
+                return linked_values(value, self, index)
         elif type(index) is not tuple and self._names is None:  # an int, a slice, a mask, ...
             return self._index(index)  # (what the base does for them, without its checks)
         return TensorDictBase.__getitem__(self, index)

@@ -41,6 +41,7 @@ from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.pytree import register
 from td_core._kinds.write_back import CopyBackMixin
+from td_core._leaves.nontensor import NonTensorStack
 from td_core._ops.index import indexed_shape, normalize_index
 from td_core._ops.names import index_names
 from td_core.errors import BatchSizeError, LockedError
@@ -198,6 +199,11 @@ class SubTensorDict(CopyBackMixin):
         outer = source.batch_size
         if isinstance(value, Tensor):
             entry: Any = value.new_zeros((*outer, *value.shape[self.batch_dims :]))
+        elif getattr(type(value), "_is_stack", False):
+            # a value per element: the source's other elements hold None, as upstream
+            entry = NonTensorStack._filled(None, outer, value.device)
+            source._set_str(key, entry)
+            return entry
         elif is_nt(value):
             entry = source._validate(value, key)  # the value over the source's batch size
             source._set_str(key, entry)

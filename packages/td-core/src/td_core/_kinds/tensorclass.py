@@ -32,6 +32,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._kinds.tensorclass_compat import TensorClassCompat, unknown_field_error
 from td_core._kinds.tensorclass_init import make_init
+from td_core._leaves.linked_list import linked_values
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._ops.names import inherit_names
 
@@ -68,7 +69,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
             return self._tensordict.get(key, default, **how)  # the stack reads its members
         value = super().get(key, default, **how)
         # as upstream, a tensorclass reads a non-tensor entry as its value, not as the leaf
-        return value.data if is_nt(value) and not how else value
+        return linked_values(value, self._tensordict, key) if is_nt(value) and not how else value
 
     def _set_str(self, key: str, value: Any) -> None:
         if key not in type(self)._field_set:  # every write of a new key comes through here
@@ -371,7 +372,11 @@ def _field_property(name: str, keep_leaf: bool = False) -> property:
             if deleted and name in deleted:
                 raise AttributeError(f"{type(self).__name__} field {name!r} was deleted")
             return type(self)._defaults.get(name)
-        return value.data if is_nt(value) and not keep_leaf else value
+        return (
+            linked_values(value, self._tensordict, name)
+            if is_nt(value) and not keep_leaf
+            else value
+        )
 
     def setter(self: _TensorClassBase, value: Any) -> None:
         _TensorClassBase.__setattr__(self, name, value)

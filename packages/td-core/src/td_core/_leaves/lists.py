@@ -28,7 +28,7 @@ from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_td
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 
-__all__ = ["MemberValues", "read_list", "split_list"]
+__all__ = ["MemberValues", "read_list", "split_list", "stack_of_values"]
 
 
 def read_list(value: Sequence[Any], batch_size: torch.Size, device: Any) -> Any:
@@ -93,3 +93,14 @@ def split_list(value: list[Any], dim: int, count: int) -> list[Any] | None:
     if any(c is None for c in columns):
         return None
     return [[c[i] for c in columns if c is not None] for i in range(count)]
+
+
+def stack_of_values(
+    values: Sequence[Any], device: torch.device | str | None = None
+) -> NonTensorStack:
+    """A 1-d `NonTensorStack` with one element per item of `values`, taken as they are
+    (a list item stays one value: a column of lists read from a file, for instance)."""
+    arr = np.empty((len(values),), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return NonTensorStack(arr, device=device)

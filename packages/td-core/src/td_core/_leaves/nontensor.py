@@ -29,6 +29,7 @@ import torch
 
 from td_core._core.flags import capture_non_tensor_stack
 from td_core._core.utils import BatchMeta
+from td_core._leaves.linked_list import bare_values
 from td_core._leaves.nontensor_arrays import (
     device_name,
     full,
@@ -37,11 +38,12 @@ from td_core._leaves.nontensor_arrays import (
     positions,
     result_shapes,
     same_value,
+    stack_elements,
 )
 from td_core._leaves.nontensor_shape import NonTensorShapeMixin
 from td_core._leaves.nontensor_values import StackValuesMixin
 
-__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor", "stack_of_values"]
+__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
 
 _Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -124,8 +126,21 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
         del inplace, canonical
         return self
 
-    def tolist(self) -> Any:
-        return self.as_array().tolist()
+    def tolist(
+        self,
+        *,
+        convert_nodes: bool = True,
+        convert_tensors: bool | str = False,
+        tolist_first: bool = False,
+        as_linked_list: bool = False,
+    ) -> Any:
+        """The values as nested lists over the batch dims; the keywords but
+        `as_linked_list` change nothing (they are `TensorDictBase.tolist`'s). A bare
+        leaf is an immutable value: its `LinkedList`s refuse item assignment, which
+        the lists `td[key]` gives write back."""
+        del convert_nodes, convert_tensors, tolist_first
+        values = self.as_array().tolist()
+        return bare_values(values, self) if as_linked_list and self.batch_size else values
 
     def data_ptr(self) -> int:
         """0: a non-tensor leaf holds no tensor data (as a tensor without storage).
@@ -206,8 +221,20 @@ class NonTensorData(_NonTensorBase):
             for shape in result_shapes(fn, self.batch_size)
         ]
 
-    def tolist(self) -> Any:
-        return self.data if not self.batch_size else super().tolist()
+    def maybe_to_stack(self) -> NonTensorStack | NonTensorData:
+        """This value over the batch as a `NonTensorStack` (the leaf itself when 0-d).
+
+        The elements share the value (it is stored once, not copied).
+
+        Examples:
+            >>> from td_core import NonTensorData
+            >>> stack = NonTensorData("a", batch_size=[2]).maybe_to_stack()
+            >>> type(stack).__name__, stack.tolist()
+            ('NonTensorStack', ['a', 'a'])
+        """
+        if not self.batch_size:
+            return self
+        return NonTensorStack._filled(self.data, self.batch_size, self.device)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped value (a function stored as an entry, read back by `apply`)."""
@@ -284,7 +311,7 @@ class NonTensorStack(StackValuesMixin, _NonTensorBase):
         if len(values) == 1 and isinstance(values[0], np.ndarray) and values[0].dtype == object:
             array = values[0]
         else:
-            array = _stack_elements(values, stack_dim, batch_size)
+            array = stack_elements(values, stack_dim, batch_size)
         if batch_size is not None and tuple(array.shape) != tuple(batch_size):
             raise ValueError(
                 f"NonTensorStack: batch_size {list(batch_size)} does not match the "
@@ -379,6 +406,10 @@ class NonTensorStack(StackValuesMixin, _NonTensorBase):
     def data(self) -> list[Any]:
         return self.tolist()
 
+    def maybe_to_stack(self) -> NonTensorStack:
+        """The stack itself (its elements are values already)."""
+        return self
+
     def as_array(self) -> np.ndarray:
         return self._values
 
@@ -440,28 +471,6 @@ class NonTensorStack(StackValuesMixin, _NonTensorBase):
         return (
             f"NonTensorStack({self.tolist()!r}, batch_size={self.batch_size}, device={self.device})"
         )
-
-
-def _stack_elements(
-    values: Sequence[Any], dim: int, batch_size: Sequence[int] | None
-) -> np.ndarray:
-    """The object array of `values` (plain values or non-tensor leaves) stacked along `dim`."""
-    if not values:
-        shape = (0,) if batch_size is None else tuple(batch_size)
-        return np.empty(shape, dtype=object)
-    arrays = [
-        v.as_array() if isinstance(v, _NonTensorBase) else full(torch.Size(), v) for v in values
-    ]
-    shapes = {a.shape for a in arrays}
-    if len(shapes) > 1:
-        raise ValueError(
-            "NonTensorStack: the elements must have one batch size, got "
-            f"{[list(a.shape) for a in arrays]}"
-        )
-    ndim = arrays[0].ndim + 1
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"NonTensorStack: stack_dim {dim} is out of range for {ndim} dims")
-    return np.stack(arrays, axis=dim)
 
 
 def _filled(value: Any, shape: torch.Size, device: torch.device | None) -> Any:
@@ -570,14 +579,3 @@ def cat_non_tensors(leaves: Sequence[_NonTensorBase], dim: int) -> _NonTensorBas
 def is_non_tensor(obj: Any) -> bool:
     """Whether `obj` is a non-tensor leaf (`NonTensorData` or `NonTensorStack`)."""
     return getattr(type(obj), "_is_non_tensor", False)
-
-
-def stack_of_values(
-    values: Sequence[Any], device: torch.device | str | None = None
-) -> NonTensorStack:
-    """A 1-d `NonTensorStack` with one element per item of `values`, taken as they are
-    (a list item stays one value: a column of lists read from a file, for instance)."""
-    arr = np.empty((len(values),), dtype=object)
-    for i, v in enumerate(values):
-        arr[i] = v
-    return NonTensorStack(arr, device=device)

@@ -103,3 +103,26 @@ def same_value(a: Any, b: Any) -> bool:
 def device_name(device: torch.device | None) -> str | None:
     """`device` as a string for a pickle (None stays None)."""
     return None if device is None else str(device)
+
+
+def stack_elements(values: Sequence[Any], dim: int, batch_size: Sequence[int] | None) -> np.ndarray:
+    """The object array of `values` (plain values or non-tensor leaves) stacked along `dim`."""
+    if not values:
+        shape = (0,) if batch_size is None else tuple(batch_size)
+        return np.empty(shape, dtype=object)
+    arrays = [v.as_array() if _is_leaf(v) else full(torch.Size(), v) for v in values]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise ValueError(
+            "NonTensorStack: the elements must have one batch size, got "
+            f"{[list(a.shape) for a in arrays]}"
+        )
+    ndim = arrays[0].ndim + 1
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"NonTensorStack: stack_dim {dim} is out of range for {ndim} dims")
+    return np.stack(arrays, axis=dim)
+
+
+def _is_leaf(value: Any) -> bool:
+    """A non-tensor leaf (its values are `as_array()`), not a plain value."""
+    return getattr(type(value), "_is_non_tensor", False) and hasattr(value, "as_array")

@@ -19,6 +19,8 @@ import torch
 from td_core._core.keys import unravel_key
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.nontensor_arrays import same_value
 from td_core.errors import BatchSizeError, DTypeError, KeyNotFoundError
 
 __all__ = [
@@ -120,9 +122,37 @@ def set_at(td: Any, key: str, value: Any, index: Any, full_key: Any) -> None:
             f"(keys here: {sorted(td._keys_str())}); use td[index] = value or set() to add one"
         )
     elif is_nt(dest):
-        td._set_str(key, dest._set_at(index, value))
+        _set_non_tensor_at(td, key, dest, dest._set_at(index, value), full_key)
     else:
         dest[index] = value
+
+
+def _set_non_tensor_at(td: Any, key: str, dest: Any, new: Any, full_key: Any) -> None:
+    """Put `new` (the leaf `dest` with a write made at an index) in place of `dest`.
+
+    A leaf backed by a file shared between processes (td-memmap's shared values)
+    takes the new values in place, so every process sees them; replacing it with
+    an in-memory leaf would drop the write for the others. A plain leaf is an
+    immutable value: the container holds `new` instead.
+    """
+    if new is dest:
+        return
+    stacked = getattr(type(new), "_is_stack", False)
+    if stacked == getattr(type(dest), "_is_stack", False):
+        if not dest._write_(new.as_array() if stacked else new.data):
+            td._set_str(key, new)
+        return
+    if type(dest)._write_ is not NonTensorData._write_:
+        values = new.as_array().reshape(-1)
+        if values.size and all(same_value(v, values[0]) for v in values):
+            dest._write_(values[0])  # one value for every element still: the file takes it
+            return
+        raise ValueError(
+            f"cannot write one element of the shared non-tensor entry {full_key!r}: it holds "
+            "one value for the whole batch, in its file; write the whole batch "
+            "(td.set_(key, value)), or share a NonTensorStack to hold a value per element"
+        )
+    td._set_str(key, new)
 
 
 def _set_at_lazy(
