@@ -51,6 +51,20 @@ def _read_with_hook_out(td: Any) -> Any:
     return td.get("obs")
 
 
+def _first_class_dims(n: int) -> Any:
+    """`n` new first-class dims (`functorch.dim`): an index that binds batch dims."""
+    from functorch import dim as ftdim
+
+    dims = ftdim.dims(n)
+    return dims if n > 1 else (dims,)
+
+
+def _fcd_leaf(td: Any) -> Any:
+    """The shape of a leaf read from `td` indexed by a first-class dim, and the dims it binds."""
+    leaf = td[_first_class_dims(1)].get("reward")
+    return tuple(leaf.shape), len(leaf.dims)
+
+
 CASES = {
     # pack / PackLayout.unpack
     "pack": lambda td: _float(td).pack()[0],
@@ -99,6 +113,11 @@ CASES = {
     "unbatched_stack": lambda td: _plain(torch.stack([_unbatched(td), _unbatched(td)])["table"]),
     "unbatched_clone_mul": lambda td: _plain((_unbatched(td).clone() * 2)["table"]),
     "unbatched_batch_size": lambda td: _unbatched(td).unsqueeze(0)["table"].batch_size,
+    # first-class dims (functorch.dim) as indices: they bind batch dims
+    "fcd_index": lambda td: td[_first_class_dims(1)].batch_size,
+    "fcd_index_two": lambda td: td[_first_class_dims(2)].batch_size,
+    "fcd_index_second_dim": lambda td: td[(slice(None), *_first_class_dims(1))].batch_size,
+    "fcd_leaf": _fcd_leaf,
 }
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, dense
+from td_core._core.first_class import is_first_class_dim
 from td_core._core.keys import is_leaf_nontensor
 from td_core._core.traverse import is_stack, is_td
 from td_core._core.utils import broadcast_shape
@@ -82,13 +83,23 @@ class LazyIndexMixin:
                 at = i
                 break
             pos += 1
-            if not isinstance(item, int) and not (isinstance(item, Tensor) and item.ndim == 0):
+            if not (
+                isinstance(item, int)
+                or (isinstance(item, Tensor) and item.ndim == 0)
+                or is_first_class_dim(item)  # binds its dim, as an int removes it
+            ):
                 result_dim += 1
         if at is None:  # the index stops before the stack dim, which lands after its result
             member_bs = self.tensordicts[0].batch_size
             lead = len(indexed_shape(member_bs, norm)) - (len(member_bs) - self.stack_dim)
             return slice(None), norm, lead
         stack_item, rest = norm[at], norm[:at] + norm[at + 1 :]
+        if is_first_class_dim(stack_item):
+            raise ValueError(
+                f"Cannot index a lazy stack along its stack dim ({self.stack_dim}) with the "
+                f"first-class dim {stack_item!r}: its members are separate TensorDicts, not one "
+                "tensor; index another dim, or make it dense first (contiguous())"
+            )
         if isinstance(stack_item, Tensor) and stack_item.dtype == torch.bool:
             stack_item = stack_item.nonzero().squeeze(-1)
         elif isinstance(stack_item, Tensor) and stack_item.ndim == 0:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, dense
+from td_core._core.first_class import is_first_class_dim
 from td_core._core.traverse import index_batch, is_nt, is_stack, is_td, map_batch
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._leaves.nontensor import NonTensorData
@@ -24,7 +25,13 @@ from td_core.errors import BatchSizeError, DimError, DTypeError, IndexTypeError,
 if TYPE_CHECKING:
     pass
 
-__all__ = ["IndexingMixin", "batch_fits", "fits", "normalize_index", "indexed_shape"]
+__all__ = [
+    "IndexingMixin",
+    "batch_fits",
+    "fits",
+    "indexed_shape",
+    "normalize_index",
+]
 
 Tensor = torch.Tensor
 _SLICE_ALL = slice(None)
@@ -68,7 +75,12 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
     items = index if type(index) is tuple else (index,)
     items = tuple(_convert(i) for i in items)
     for item in items:
-        if not (item is None or item is Ellipsis or isinstance(item, (int, slice, Tensor))):
+        if not (
+            item is None
+            or item is Ellipsis
+            or isinstance(item, (int, slice, Tensor))
+            or is_first_class_dim(item)
+        ):
             raise IndexTypeError(
                 f"Invalid index {item!r} of type {type(item).__name__} for a TensorDict: use "
                 "ints, slices, None, ..., lists, ranges, tensors or numpy arrays"
@@ -188,7 +200,8 @@ def basic_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size | 
 
 def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
     """The batch size after indexing (computed on a stride-0 stand-in, no data copied)."""
-    return torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape
+    # (a first-class dim gives a functorch tensor, whose shape is the positional dims' tuple)
+    return torch.Size(torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape)
 
 
 class IndexingMixin(TensorDictContract):

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from td_core._core.contract import provide
+from td_core._core.first_class import is_first_class_tensor
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.dense import TensorDict
@@ -246,6 +247,9 @@ def _swap(
             if swap is not None:
                 swap[key] = TensorDict._new_unsafe(sub, _EMPTY)  # type: ignore[arg-type]
             continue
+        if is_first_class_tensor(value):  # bound by a first-class dim: never a Parameter
+            _set_plain(module, key, value, swap, seen, path)
+            continue
         if not isinstance(value, Tensor):
             if (
                 is_nt(value)
@@ -260,9 +264,7 @@ def _swap(
             slots = module._parameters
         elif key in module._buffers:
             slots = module._buffers
-        elif isinstance(
-            module.__dict__.get(key), Tensor
-        ):  # unregistered by preserve_module_state=False
+        elif _is_tensor(module.__dict__.get(key)):  # unregistered by preserve_module_state=False
             first = seen.get((id(module), key), NO_DEFAULT)
             if first is not NO_DEFAULT:  # unregistered earlier in this call: stays unregistered
                 if swap is not None:
@@ -310,6 +312,33 @@ def _swap(
         elif preserve and slots is module._buffers and isinstance(value, nn.Parameter):
             value = value.detach()  # a buffer slot keeps a buffer (as upstream's `Buffer`)
         slots[key] = value
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, Tensor) or is_first_class_tensor(value)
+
+
+def _set_plain(
+    module: nn.Module,
+    key: str,
+    value: Any,
+    swap: dict[str, Any] | None,
+    seen: dict[tuple[int, str], Any],
+    path: tuple[str, ...],
+) -> None:
+    """Put `value` in `module`'s slot `key` as a plain attribute (what was there goes to `swap`)."""
+    for slots in (module._parameters, module._buffers, module.__dict__):
+        if key in slots and (slots is not module.__dict__ or _is_tensor(slots[key])):
+            break
+    else:
+        raise KeyNotFoundError(
+            f"to_module: {type(module).__name__} at {path or 'the root'!r} has no parameter or buffer {key!r}"
+        )
+    old = slots.pop(key)
+    if swap is not None:
+        first = seen.setdefault((id(module), key), NonTensorData(None) if old is None else old)
+        swap[key] = first
+    module.__dict__[key] = value
 
 
 def _is_batched(value: Tensor) -> bool:
