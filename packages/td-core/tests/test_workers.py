@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from td_core import TensorDict
+from td_core import TensorDict, TensorDictParams
 
 
 def double(chunk):
@@ -57,9 +57,49 @@ def test_map_progress_bar(capsys):
     assert "3/3" in capsys.readouterr().err
 
 
-def test_map_raises_worker_errors_with_traceback():
-    with pytest.raises(RuntimeError, match=r"(?s)chunk 0.*ValueError: bad chunk of size 6"):
+def test_map_raises_worker_errors_of_their_class_with_the_worker_traceback():
+    with pytest.raises(ValueError, match="bad chunk of size 6") as info:
         dataset().map(boom, num_workers=2)
+    assert "in boom" in str(info.value.__cause__)  # the worker's traceback
+
+
+def test_map_writes_into_out_and_returns_it():
+    data = dataset()
+    out = data.empty().set("images", torch.zeros(12, 2, 2)).set("labels", torch.zeros(12))
+    got = data.map(double, num_workers=2, out=out, num_chunks=3)
+    assert got is out
+    assert torch.equal(out["images"], data["images"] * 2)
+    rows = TensorDict({"labels": torch.zeros(12)}, [12])
+    data.map(label_only, num_workers=2, chunksize=0, out=rows)  # elements, written one by one
+    assert torch.equal(rows["labels"], data["labels"] + 1)
+
+
+def label_only(element):
+    return TensorDict({"labels": element["labels"] + 1}, [])
+
+
+def draw(chunk):
+    return TensorDict({"r": torch.rand(chunk.batch_size[0])}, chunk.batch_size)
+
+
+def test_map_seeds_the_workers_from_the_generator():
+    data = dataset(4)
+
+    def run(seed, **kwargs):
+        gen = torch.Generator().manual_seed(seed)
+        return data.map(draw, num_workers=1, chunksize=1, generator=gen, **kwargs)["r"]
+
+    assert torch.equal(run(1), run(1)) and not torch.equal(run(1), run(2))
+    # a worker replaced after each chunk starts with a new rank (seed + i), not waiting for one
+    replaced = run(1, max_tasks_per_child=1)
+    assert replaced.shape == (4,) and len(set(replaced.tolist())) == 4
+
+
+def test_map_on_parameters_is_refused():
+    params = TensorDictParams(TensorDict({"w": torch.zeros(4)}, [4]))
+    for call in (lambda: params.map(double, num_workers=1), lambda: params.map_iter(double)):
+        with pytest.raises(RuntimeError, match="Cannot call map on a TensorDictParams"):
+            call()
 
 
 def test_map_argument_errors():

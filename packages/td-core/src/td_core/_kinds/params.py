@@ -58,6 +58,11 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
         ['nested.b', 'w']
     """
 
+    _map_refusal = (
+        "Cannot call map on a TensorDictParams object: parameters cannot cross process "
+        "boundaries; call map on params.data (a TensorDict of their values) instead"
+    )
+
     _caches_when_locked = True  # what depends on keys only: its leaves are not cached
     _writes_values_without_grad = True  # see "value writes under no_grad" below
 

@@ -56,9 +56,20 @@ def shared_unbatched(
 
 
 def unbatched_storage_differs(values: Sequence[Any]) -> bool:
-    """Whether the `UnbatchedTensor`s `values` do not all share the first one's storage."""
-    ptr = values[0].data_ptr()
-    return any(other.data_ptr() != ptr for other in values[1:])
+    """Whether some of the `UnbatchedTensor`s `values` hold other data than the first.
+
+    The same storage is the same data; copies of equal values (what workers send
+    back, what a clone gives) lose nothing when only the first is kept.
+    """
+    first = values[0]
+    ptr = first.data_ptr()
+    return any(
+        other.data_ptr() != ptr and not _same_data(first.data, other.data) for other in values[1:]
+    )
+
+
+def _same_data(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
 
 
 def warn_unbatched_storage(stacklevel: int = 3) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-import traceback
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,27 +25,38 @@ from td_core._core.utils import normalize_dim
 __all__ = ["WorkersMixin"]
 
 
-class _WorkerFailure:
-    """What a worker sends back instead of raising: the formatted traceback."""
-
-    def __init__(self, index: int, text: str) -> None:
-        self.index = index
-        self.text = text
-
-
 class _Call:
-    """A picklable wrapper that runs `fn` on one chunk and catches its errors."""
+    """A picklable wrapper that runs `fn` on one chunk (`None` gives the chunk back).
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    A worker's exception is not caught: the pool sends it back and raises it in
+    the caller, of the same class, with the worker's traceback as its
+    `__cause__` (what `multiprocessing.Pool` does).
+
+    With `by_value`, the result travels as plain pickled bytes: a worker that
+    exits after its task (`max_tasks_per_child`) cannot hand over shared-memory
+    tensors, which torch passes as file descriptors the sender must keep alive.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], by_value: bool = False) -> None:
         self.fn = fn
+        self.by_value = by_value
 
     def __call__(self, job: tuple[int, TensorDictContract]) -> Any:
-        index, chunk = job
-        try:
-            out = self.fn(chunk)
-        except Exception:
-            return _WorkerFailure(index, traceback.format_exc())
-        return chunk if out is None else out
+        _, chunk = job
+        out = self.fn(chunk)
+        out = chunk if out is None else out
+        return _ByValue(pickle.dumps(out)) if self.by_value else out
+
+
+class _ByValue:
+    """A worker's result pickled by value (see `_Call`)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def _received(result: Any) -> Any:
+    return pickle.loads(result.data) if isinstance(result, _ByValue) else result
 
 
 def _chunk_indices(
@@ -53,7 +64,7 @@ def _chunk_indices(
 ) -> tuple[list[Any], bool]:
     """The index along the mapped dim of each chunk (ints or slices), and whether they are elements."""
     if chunksize is not None and num_chunks is not None:
-        raise ValueError("map: pass chunksize or num_chunks, not both")
+        raise ValueError("map: pass chunksize or num_chunks but not both")
     if chunksize == 0:
         return list(range(size)), True
     if chunksize is not None:
@@ -68,24 +79,10 @@ def _chunk_indices(
     return [slice(start, start + step) for start in range(0, size, step)], False
 
 
-def _chunks(
-    td: TensorDictContract, dim: int, chunksize: int | None, num_chunks: int | None, workers: int
-) -> tuple[list[Any], bool]:
-    """The pieces handed to workers, cut by basic indexing only.
-
-    Slices (not `split`/`unbind`) keep memory-mapped leaves as memory-mapped
-    views, which pickle as a file name and offset instead of as data.
-    """
-    indices, stacked = _chunk_indices(td.batch_size[dim], chunksize, num_chunks, workers)
-    lead = (slice(None),) * dim
-    return [td[lead + (index,)] for index in indices], stacked
-
-
-def _init_worker(threads: int) -> None:
-    # A forked child inherits the parent's OpenMP state; running a multi-threaded
-    # op there can deadlock (libgomp is not fork-safe). One intra-op thread per
-    # worker avoids that and is what a pool of workers wants anyway.
-    torch.set_num_threads(threads)
+def _refuse_params(td: Any) -> None:
+    refusal = getattr(type(td), "_map_refusal", None)
+    if refusal is not None:
+        raise RuntimeError(refusal)
 
 
 def _share(td: TensorDictContract) -> None:
@@ -109,12 +106,18 @@ def _progress(results: Iterator[Any], total: int, enabled: bool) -> Iterator[Any
 
 
 # ------------------------------------------------------------------ map_iter
-def _init_seeded_worker(seed: int, ranks: Any, threads: int) -> None:
-    """Give each worker its own seeds: torch `seed + i`, numpy one derived from both."""
+def _init_seeded_worker(seed: int, started: Any, threads: int) -> None:
+    """Give each worker its own seeds: torch `seed + i`, numpy one derived from both.
+
+    `i` counts the workers started (`started`, a shared integer), so a worker that
+    replaces one (`max_tasks_per_child`) gets a new rank instead of waiting for one.
+    """
     import numpy as np
 
     torch.set_num_threads(threads)
-    i = ranks.get()
+    with started.get_lock():
+        i = started.value
+        started.value += 1
     torch.manual_seed(seed + i)
     np.random.seed((seed + i) % 2**32)
 
@@ -138,24 +141,16 @@ def _map_iter(
         import torch.multiprocessing as mp
 
         context = mp.get_context(mp_start_method)
-        ranks = context.Queue(maxsize=workers)
-        for i in range(workers):
-            ranks.put(i)
+        started = context.Value("q", 0)
         own = pool = context.Pool(
             workers,
             initializer=_init_seeded_worker,
-            initargs=(seed, ranks, worker_threads),
+            initargs=(seed, started, worker_threads),
             maxtasksperchild=max_tasks_per_child,
         )
     try:
         results = pool.imap_unordered(call, jobs) if unordered else pool.imap(call, jobs)
-        for result in _progress(results, total, pbar):
-            if isinstance(result, _WorkerFailure):
-                raise RuntimeError(
-                    f"map_iter: the function failed on chunk {result.index}; worker "
-                    f"traceback:\n{result.text}"
-                )
-            yield result
+        yield from map(_received, _progress(results, total, pbar))
     finally:
         if own is not None:
             own.terminate()
@@ -173,12 +168,16 @@ class WorkersMixin(TensorDictContract):
         dim: int = 0,
         num_workers: int | None = None,
         *,
+        out: Any = None,
         chunksize: int | None = None,
         num_chunks: int | None = None,
         pool: Any = None,
+        generator: torch.Generator | None = None,
+        max_tasks_per_child: int | None = None,
+        worker_threads: int = 1,
+        index_with_generator: bool = False,
         pbar: bool = False,
         mp_start_method: str | None = None,
-        worker_threads: int = 1,
     ) -> Any:
         """Apply `fn` to chunks along `dim` in a process pool and gather the results.
 
@@ -186,42 +185,62 @@ class WorkersMixin(TensorDictContract):
         memory-mapped), so `fn` may update its chunk in place. `chunksize=0`
         calls `fn` on single elements (results stacked), `chunksize=k` on
         chunks of `k` (results concatenated); by default there is one chunk
-        per worker. A worker's exception is raised here with its traceback.
+        per worker. A worker's exception is raised here, of its own class, with
+        the worker's traceback as its `__cause__`.
 
         Args:
             fn: a picklable function of a TensorDict; `None` keeps the (updated) chunk.
-            num_workers: pool size (default: the CPU count).
-            pool: an existing `multiprocessing` pool to use instead.
-            pbar: show a tqdm progress bar.
-            mp_start_method: the multiprocessing start method (default: the platform's).
+            dim: the dim along which the chunks are cut.
+            num_workers: pool size (default: the CPU count); ignored with `pool`.
+            out: write each chunk's result into `out` (of the result's batch
+                size) at the chunk's index, and return `out`.
+            chunksize: elements per chunk (`0`: one element at a time, unbound).
+            num_chunks: the number of chunks instead (default: one per worker).
+            pool: an existing `multiprocessing` pool (not closed here; its
+                workers are not seeded).
+            generator: draws the workers' base seed (worker `i` seeds torch
+                with `seed + i`). Default: a fresh `torch.Generator()`, so the
+                seeds are the same on every call.
+            max_tasks_per_child: replace a worker after this many chunks.
             worker_threads: torch intra-op threads per worker (1 avoids OpenMP
                 deadlocks in forked workers and oversubscription).
+            index_with_generator: cut each chunk when the pool asks for it
+                instead of all before the job starts.
+            pbar: show a tqdm progress bar.
+            mp_start_method: the multiprocessing start method (default: the platform's).
+
+        Raises:
+            RuntimeError: on a `TensorDictParams` (parameters cannot cross processes).
+            ValueError: both `chunksize` and `num_chunks`, or a bad count.
         """
+        _refuse_params(self)
         d = normalize_dim(dim, self.batch_dims)
         workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
-        if workers <= 0:
+        if pool is None and workers <= 0:
             raise ValueError(f"map: num_workers must be positive, got {workers}")
-        _share(self)
-        chunks, stacked = _chunks(self, d, chunksize, num_chunks, workers)
-        call = _Call(fn)
-        jobs = list(enumerate(chunks))
-        if pool is not None:
-            results = list(_progress(pool.imap(call, jobs), len(jobs), pbar))
-        else:
-            import torch.multiprocessing as mp
-
-            context = mp.get_context(mp_start_method)
-            with context.Pool(
-                workers, initializer=_init_worker, initargs=(worker_threads,)
-            ) as own_pool:
-                results = list(_progress(own_pool.imap(call, jobs), len(jobs), pbar))
-        for result in results:
-            if isinstance(result, _WorkerFailure):
-                raise RuntimeError(
-                    f"map: the function failed on chunk {result.index}; worker traceback:\n{result.text}"
-                )
+        indices, stacked = _chunk_indices(self.batch_size[d], chunksize, num_chunks, workers)
+        results = self.map_iter(
+            fn,
+            d,
+            workers,
+            chunksize=chunksize,
+            num_chunks=num_chunks,
+            pool=pool,
+            generator=generator,
+            max_tasks_per_child=max_tasks_per_child,
+            worker_threads=worker_threads,
+            index_with_generator=index_with_generator,
+            pbar=pbar,
+            mp_start_method=mp_start_method,
+        )
+        if out is not None:
+            lead = (slice(None),) * d
+            for index, result in zip(indices, results):
+                out[lead + (index,)] = result
+            return out
+        gathered = list(results)
         # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
-        return torch.stack(results, d) if stacked else torch.cat(results, d)
+        return torch.stack(gathered, d) if stacked else torch.cat(gathered, d)
 
     def map_iter(
         self,
@@ -273,11 +292,11 @@ class WorkersMixin(TensorDictContract):
             The result of `fn` for each chunk.
 
         Raises:
-            RuntimeError: `shuffle` without `index_with_generator`, or (while
-                iterating) the function failed in a worker (its traceback is
-                in the message).
+            RuntimeError: `shuffle` without `index_with_generator`, or on a
+                `TensorDictParams` (parameters cannot cross processes).
             ValueError: both `chunksize` and `num_chunks`, or a bad count.
         """
+        _refuse_params(self)
         d = normalize_dim(dim, self.batch_dims)
         if shuffle and not index_with_generator:
             raise RuntimeError("map_iter: shuffle=True needs index_with_generator=True")
@@ -297,7 +316,7 @@ class WorkersMixin(TensorDictContract):
         if not index_with_generator:
             chunks = iter(list(chunks))
         return _map_iter(
-            _Call(fn),
+            _Call(fn, by_value=max_tasks_per_child is not None),
             enumerate(chunks),
             len(indices),
             unordered=shuffle,
