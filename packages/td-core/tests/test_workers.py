@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from td_core import TensorDict, TensorDictParams
+from td_core import LazyStackedTensorDict, TensorDict, TensorDictParams
 
 
 def double(chunk):
@@ -115,3 +115,16 @@ def test_map_after_multithreaded_work_in_the_parent():
     (data["x"] * 2).sum()
     out = data.map(double, num_workers=2, num_chunks=4)
     assert torch.equal(out["x"], data["x"] * 2)
+
+
+def add_two(element):
+    return element.set("2", torch.tensor(2))
+
+
+def test_map_over_elements_of_different_keys_stacks_them_lazily():
+    data = LazyStackedTensorDict.lazy_stack(
+        [TensorDict({"0": torch.tensor(0)}, []), TensorDict({"1": torch.tensor(1)}, [])]
+    )
+    out = data.map(add_two, chunksize=0, num_workers=2)
+    assert isinstance(out, LazyStackedTensorDict)
+    assert out[0]["0"] == 0 and out[1]["1"] == 1 and out["2"].tolist() == [2, 2]

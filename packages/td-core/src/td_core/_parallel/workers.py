@@ -19,8 +19,10 @@ from typing import Any
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.traverse import tensor_leaves
+from td_core._core.traverse import is_td, tensor_leaves
 from td_core._core.utils import normalize_dim
+from td_core._ops.best_stack import best_intention_stack
+from td_core._ops.stack import stack
 
 __all__ = ["WorkersMixin"]
 
@@ -239,6 +241,9 @@ class WorkersMixin(TensorDictContract):
                 out[lead + (index,)] = result
             return out
         gathered = list(results)
+        if stacked and all(is_td(r) for r in gathered):
+            # elements of a lazy stack may differ in keys: dense where they agree, as upstream
+            return best_intention_stack(gathered, d, stack)
         # torch's stubs type stack/cat as tensor-only; TensorDicts route through __torch_function__
         return torch.stack(gathered, d) if stacked else torch.cat(gathered, d)
 
