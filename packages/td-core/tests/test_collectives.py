@@ -48,6 +48,18 @@ SCRIPT = textwrap.dedent(
             td.reduce(0)
             if rank == 0:
                 assert (td["a"] == sum(range(1, world + 1))).all()
+        elif mode == "reduce_async":
+            td = make(rank + 1)
+            big = torch.full((1 << 16,), float(rank + 1))
+            td["big"] = big.expand(2, -1).clone()
+            # without return_premature the call waits: the values are final on return
+            assert td.reduce(0, async_op=True) is None
+            if rank == 0:
+                assert (td["big"] == sum(range(1, world + 1))).all()
+            works = td.reduce(0, async_op=True, return_premature=True)
+            assert isinstance(works, list) and works
+            for work in works:
+                work.wait()
         elif mode == "broadcast":
             src = world - 1
             if rank == src:
@@ -131,6 +143,7 @@ TWO_RANK_CASES = [
     "all_reduce_async",
     "all_reduce_lazy",
     "reduce",
+    "reduce_async",
     "broadcast",
     "all_gather",
     "gather_and_stack",

@@ -391,10 +391,15 @@ class CollectivesMixin(TensorDictContract):
 
         On other ranks the values afterwards are undefined (partial results):
         clone first if they are needed. `return_premature` with `async_op`
-        returns the `Work` handles; other arguments as `all_reduce`.
+        returns the `Work` handles at once; without it the call waits for them
+        (the values are final on return). Other arguments as `all_reduce`.
         """
         works = reduce_leaves(self, dst, op, group, async_op, bucket_bytes)
-        return works if async_op and return_premature else None
+        if async_op and return_premature:
+            return works
+        for work in works if async_op else ():
+            work.wait()
+        return None
 
     def broadcast(self, src: int, *, group: Any = None, device: Any = None) -> Any:
         """Send rank `src`'s TensorDict to every rank; returns it on each (no template needed).
