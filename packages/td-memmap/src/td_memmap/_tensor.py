@@ -385,6 +385,8 @@ class MemoryMappedTensor(Factories, torch.Tensor):
         """
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"from_tensor expects a tensor, got {type(input).__name__}")
+        if hasattr(input, "full_tensor"):  # a DTensor: the whole tensor (a collective call)
+            input = input.full_tensor()
         if isinstance(input, MemoryMappedTensor) and copy_data:
             own = input._mm_file
             path = None if filename is None else os.path.abspath(os.fspath(filename))
