@@ -109,7 +109,9 @@ def _full_tensors(td: TensorDictBase) -> TensorDictBase:
     """
     if not any(hasattr(t, "full_tensor") for t in td.values(True, True)):
         return td
-    return td.apply(lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t)
+    whole = td.apply(lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t)
+    assert whole is not None  # apply's result is None only for a function returning None
+    return whole
 
 
 def _refuse_params_in_place(td: Any, where: tuple[str, ...] = ()) -> None:
