@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -109,9 +109,10 @@ def _full_tensors(td: TensorDictBase) -> TensorDictBase:
     """
     if not any(hasattr(t, "full_tensor") for t in td.values(True, True)):
         return td
-    whole = td.apply(lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t)
-    assert whole is not None  # apply's result is None only for a function returning None
-    return whole
+    # (apply returns None only for a function that returns None)
+    return cast(
+        TensorDictBase, td.apply(lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t)
+    )
 
 
 def _refuse_params_in_place(td: Any, where: tuple[str, ...] = ()) -> None:
