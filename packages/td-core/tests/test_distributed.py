@@ -159,6 +159,47 @@ P2P_SCRIPT = textwrap.dedent(
 )
 
 
+RAW_GROUP_SCRIPT = textwrap.dedent(
+    """
+    import datetime
+    import sys
+    import torch
+    import torch.distributed as dist
+    from td_core import TensorDict
+
+    rank, store_path = int(sys.argv[1]), sys.argv[2]
+    # a standalone pair group on a store: never registered through init_process_group/new_group
+    store = dist.FileStore(store_path, 2)
+    group = dist.ProcessGroupGloo(
+        dist.PrefixStore("raw", store), rank, 2, datetime.timedelta(seconds=30)
+    )
+
+    def make(fill):
+        return TensorDict({("a", "b"): torch.full((2,), fill), "c": torch.full((2, 3), fill)}, [2])
+
+    for fill, pseudo_rand, send, recv in [
+        (1.0, False, "send", "recv"),
+        (2.0, True, "send", "recv"),
+        (3.0, False, "isend", "recv"),
+        (4.0, False, "isend", "irecv"),
+    ]:
+        if rank == 1:
+            getattr(make(fill), send)(group=group, group_dst=0, pseudo_rand=pseudo_rand)
+        else:
+            data = make(0.0)
+            getattr(data, recv)(group=group, group_src=1, pseudo_rand=pseudo_rand)
+            assert (data == fill).all(), (send, recv, data["c"])
+    if rank == 1:
+        make(5.0).consolidate().send(group=group, group_dst=0, consolidated=True)
+    else:
+        data = make(0.0).consolidate()
+        data.recv(group=group, group_src=1, consolidated=True)
+        assert (data == 5.0).all()
+    print("ok", rank)
+    """
+)
+
+
 def _run_pair(tmp_path, script_text, *args):
     script = tmp_path / "worker.py"
     script.write_text(script_text)
@@ -189,6 +230,11 @@ def _run_pair(tmp_path, script_text, *args):
 @pytest.mark.parametrize("mode", ["sync", "async", "remote"])
 def test_two_processes(tmp_path, mode):
     _run_pair(tmp_path, SCRIPT, mode)
+
+
+def test_point_to_point_over_a_standalone_group(tmp_path):
+    """A group made on a store (unknown to torch.distributed's registry) takes group ranks."""
+    _run_pair(tmp_path, RAW_GROUP_SCRIPT)
 
 
 def test_point_to_point_every_kind(tmp_path):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import json
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -139,6 +139,44 @@ def _peer_kwargs(how: Transfer, side: str) -> dict[str, Any]:
     return {side: dist.get_global_rank(group, group_peer), "group": group}
 
 
+def _peer_call(op: str, how: Transfer, side: str) -> Callable[[torch.Tensor, int], Any]:
+    """`torch.distributed.<op>` (`send`, `isend`, `recv`, `irecv`) bound to the peer: a function
+    of a tensor and a tag, giving the op's work (`None` for the blocking ops, which wait).
+
+    A standalone group (made on a store, never registered through `new_group`) is
+    unknown to `torch.distributed`'s functions: its own `send`/`recv` take the group rank.
+    """
+    import torch.distributed as dist
+
+    if how.group_peer is not None and not _registered(how.group):
+        _check_peer(how.peer, how.group_peer, how.group, side, f"group_{side}")
+        raw = how.group.send if op.endswith("send") else how.group.recv
+        blocking = not op.startswith("i")
+        rank = how.group_peer
+
+        def call(t: torch.Tensor, tag: int) -> Any:
+            work = raw([t], rank, tag)
+            if blocking:
+                work.wait()
+                return None
+            return work
+
+        return call
+    peer = _peer_kwargs(how, side)
+    fn = getattr(dist, op)
+    return lambda t, tag: fn(t, tag=tag, **peer)
+
+
+def _registered(group: Any) -> bool:
+    import torch.distributed as dist
+
+    try:
+        dist.get_process_group_ranks(group)  # raises for a group c10d does not know
+    except (KeyError, ValueError, RuntimeError):
+        return False
+    return True
+
+
 def _pipe(peer: Any, group_peer: int | None, method: str) -> Any:
     """`peer.<method>` when `peer` is a pipe (not a rank), else `None`."""
     if peer is None or _is_rank(peer):
@@ -202,12 +240,9 @@ def _last_tag(how: Transfer, tags: list[int]) -> int | None:
 def _send_all(td: TensorDictContract, how: Transfer, method: str) -> tuple[list[Any], int | None]:
     """The send path of `send` and `isend` (`method`): every message sent (or started);
     the works and the last tag."""
-    import torch.distributed as dist
-
-    peer = _peer_kwargs(how, "dst")
+    call = _peer_call(method, how, "dst")
     tensors, tags = _messages(td, how, method)
-    fn = getattr(dist, method)
-    works = [fn(t.contiguous(), tag=tag, **peer) for t, tag in zip(tensors, tags)]
+    works = [call(t.contiguous(), tag) for t, tag in zip(tensors, tags)]
     return works, _last_tag(how, tags)
 
 
@@ -231,17 +266,15 @@ def isend(td: TensorDictContract, how: Transfer, return_early: bool) -> Any:
 
 def recv(td: TensorDictContract, how: Transfer) -> Any:
     """Receive into `td` in place; the last tag, `None` if consolidated, a pipe's result for a pipe."""
-    import torch.distributed as dist
-
     pipe = _pipe(how.peer, how.group_peer, "recv")
     if pipe is not None:
         return pipe(td)
-    peer = _peer_kwargs(how, "src")
+    call = _peer_call("recv", how, "src")
     leaves, tags = _messages(td, how, "recv")
     for t, tag in zip(leaves, tags):
         contiguous = t.is_contiguous()
         buffer = t if contiguous else torch.empty_like(t, memory_format=torch.contiguous_format)
-        dist.recv(buffer, tag=tag, **peer)
+        call(buffer, tag)
         if not contiguous:
             t.copy_(buffer)
     return _last_tag(how, tags)
@@ -249,9 +282,7 @@ def recv(td: TensorDictContract, how: Transfer) -> Any:
 
 def irecv(td: TensorDictContract, how: Transfer, return_premature: bool) -> Any:
     """Non-blocking `recv` into `td`'s (contiguous) leaves: the works with `return_premature`, else `None`."""
-    import torch.distributed as dist
-
-    peer = _peer_kwargs(how, "src")
+    call = _peer_call("irecv", how, "src")
     buffers, tags = _messages(td, how, "irecv")
     for t in buffers:
         if not t.is_contiguous():
@@ -259,7 +290,7 @@ def irecv(td: TensorDictContract, how: Transfer, return_premature: bool) -> Any:
                 f"irecv receives in place, but a leaf of shape {tuple(t.shape)} is not "
                 "contiguous: use recv, or make the TensorDict contiguous first"
             )
-    works = [dist.irecv(t, tag=tag, **peer) for t, tag in zip(buffers, tags)]
+    works = [call(t, tag) for t, tag in zip(buffers, tags)]
     if return_premature:
         return works
     _wait(works)
