@@ -70,12 +70,17 @@ def _check_peer(peer: Any, group_peer: int | None, group: Any, name: str, group_
     """Exactly one of the global rank `peer` and the group rank `group_peer`, the latter with `group`."""
     if group_peer is not None:
         if group is None:
-            raise ValueError(f"`{group_name}` is a rank in `group`: pass `group` as well")
+            raise ValueError(
+                f"`{group_name}` requires `group`: it is a rank within that group; pass it too"
+            )
         if peer is not None:
-            raise ValueError(f"`{name}` and `{group_name}` are exclusive: pass only one of them")
+            raise ValueError(
+                f"`{name}` and `{group_name}` are mutually exclusive: pass only one of them"
+            )
     elif peer is None:
         raise ValueError(
-            f"pass the peer as `{name}` (global rank) or `{group_name}` (with `group`)"
+            f"Exactly one of `{name}` (a global rank) and `{group_name}` (a rank within "
+            "`group`) must be given"
         )
 
 
