@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent(
     import datetime, sys
     import torch
     import torch.distributed as dist
-    from td_core import TensorDict, lazy_stack
+    from td_core import TensorDict, lazy_stack, tensorclass
 
     rank, world, store, modes = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
@@ -22,6 +22,11 @@ SCRIPT = textwrap.dedent(
     def make(r):
         return TensorDict({"a": torch.full((2,), float(r)), "n": {"b": torch.full((2, 3), r)},
                            "mask": torch.ones(2, dtype=torch.bool)}, [2])
+
+    @tensorclass
+    class Pair:
+        a: torch.Tensor
+        b: torch.Tensor
 
     for mode in modes.split(","):  # one process group runs every case in turn
         total = sum(range(world))
@@ -71,6 +76,18 @@ SCRIPT = textwrap.dedent(
                 out = TensorDict().broadcast(src)
             assert out.batch_size == torch.Size([2]) and out["label"] == "hi"
             assert (out["n", "b"] == 7).all() and out["mask"].dtype == torch.bool
+        elif mode == "tensorclass":  # the class travels with the data (upstream's MyDistData cases)
+            if rank == 0:
+                tc = Pair(a=torch.ones(3), b=torch.ones(3, 2), batch_size=[3])
+            else:
+                tc = Pair(a=torch.zeros(1), b=torch.zeros(1), batch_size=[])
+            out = tc.broadcast(src=0)
+            assert type(out) is Pair and (out.a == 1).all() and out.is_consolidated(), out
+            tc = Pair(a=torch.full((2,), float(rank)), b=torch.ones(2, 2), batch_size=[2])
+            assert tc.all_reduce() is None and type(tc) is Pair
+            assert (tc.a == total).all()
+            gathered = tc.all_gather()
+            assert all(type(g) is Pair for g in gathered), [type(g) for g in gathered]
         elif mode == "all_gather":
             td = TensorDict({"a": torch.full((rank + 1,), float(rank))}, [rank + 1])
             tds = td.all_gather()
@@ -145,6 +162,7 @@ TWO_RANK_CASES = [
     "reduce",
     "reduce_async",
     "broadcast",
+    "tensorclass",
     "all_gather",
     "gather_and_stack",
     "scatter",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 import pickle
+from typing import Any
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from td_core import TensorDict, from_consolidated, lazy_stack
+from td_core import TensorDict, from_consolidated, lazy_stack, tensorclass
 
 
 def _td() -> TensorDict:
@@ -250,3 +251,31 @@ def test_consolidate_refuses_leaves_on_several_devices_without_a_device() -> Non
     with pytest.raises(ValueError, match="several devices"):
         td.consolidate()
     assert td.consolidate(device="meta")["a"].device.type == "meta"
+
+
+@tensorclass
+class _Saved:
+    x: torch.Tensor
+    inner: Any = None
+
+
+def test_a_consolidated_file_gives_its_tensorclass_back(tmp_path) -> None:
+    nested = _Saved(x=torch.ones(2), inner=_Saved(x=torch.zeros(2), batch_size=[2]), batch_size=[2])
+    nested.consolidate(filename=tmp_path / "tc.bin")
+    back = from_consolidated(tmp_path / "tc.bin")
+    assert type(back) is _Saved and type(back.inner) is _Saved
+    assert torch.equal(back.x, torch.ones(2)) and torch.equal(back.inner.x, torch.zeros(2))
+
+
+def test_a_tensorclass_whose_module_is_not_loaded_comes_back_as_a_tensordict(tmp_path) -> None:
+    import json
+
+    from td_core._io.consolidate_format import build_from_layout
+
+    tree = {"batch_size": [], "entries": {}, "class": "not_a_loaded_module:Thing"}
+    with pytest.warns(UserWarning, match="not loaded in this process"):
+        out = build_from_layout(
+            json.loads(json.dumps(tree)), torch.zeros(0, dtype=torch.uint8), 0, "x"
+        )
+    assert type(out) is TensorDict
+    assert "not_a_loaded_module" not in __import__("sys").modules  # nothing was imported

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, dense, lazy
+from td_core._core.predicates import is_tensorclass
 from td_core._core.traverse import is_nt, stack_parts
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 
@@ -128,7 +131,11 @@ def describe_layout(td: TensorDictContract, offsets: Iterator[int]) -> dict[str,
                 }
         else:
             entries[key] = {"tensordict": describe_layout(value, offsets)}
-    return {"batch_size": list(td.batch_size), "entries": entries}
+    out: dict[str, Any] = {"batch_size": list(td.batch_size), "entries": entries}
+    if is_tensorclass(td):
+        cls = type(td)
+        out["class"] = f"{cls.__module__}:{cls.__qualname__}"
+    return out
 
 
 def from_consolidated(filename: str | os.PathLike[str]) -> Any:
@@ -189,7 +196,31 @@ def build_from_layout(tree: Any, buffer: Tensor, total: int, path: object) -> An
             out.set(key, _non_tensor_stack(spec, path, key))
         else:
             raise ValueError(f"{path}: unknown entry kind {kind!r} at {key!r}")
-    return out
+    name = tree.get("class")
+    if name is None:
+        return out
+    cls = _loaded_tensorclass(name, path)
+    return out if cls is None else cls.from_tensordict(out)
+
+
+def _loaded_tensorclass(name: Any, path: object) -> Any:
+    """The tensorclass `module:qualname` if its module is loaded in this process, else `None`
+    (with a warning). Nothing is imported: a layout from a file or a peer names a class,
+    it never makes this process run a module."""
+    module, _, qualname = name.partition(":") if isinstance(name, str) else ("", "", "")
+    found: Any = sys.modules.get(module)
+    for part in qualname.split(".") if found is not None else ():
+        found = getattr(found, part, None)
+    if isinstance(found, type) and is_tensorclass(found):
+        return found
+    warnings.warn(
+        f"{path}: the data is a tensorclass {name!r}, which is not loaded in this process "
+        "(td imports nothing a layout names): it is returned as a TensorDict; import the "
+        "class's module first to get the class back",
+        UserWarning,
+        stacklevel=3,
+    )
+    return None
 
 
 def _non_tensor_stack(spec: Any, path: object, key: str) -> NonTensorStack:
