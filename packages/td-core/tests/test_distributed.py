@@ -18,6 +18,8 @@ SCRIPT = textwrap.dedent(
     import torch.distributed as dist
     from td_core import TensorDict
 
+    from td_core import tensorclass
+
     rank, store, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     # a file rendezvous: no fixed port that another process could take first
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
@@ -25,6 +27,11 @@ SCRIPT = textwrap.dedent(
 
     def make(fill):
         return TensorDict({"a": torch.full((), fill), ("b", "c"): torch.full((3,), fill)}, [])
+
+    @tensorclass
+    class Pair:
+        a: torch.Tensor
+        b: torch.Tensor
 
     if mode in ("sync", "async"):
         send, recv, fill = ("send", "recv", 1.0) if mode == "sync" else ("isend", "irecv", 2.0)
@@ -41,6 +48,13 @@ SCRIPT = textwrap.dedent(
             got = TensorDict.from_remote_init(src=1)
             assert got.batch_size == torch.Size([2])
             assert torch.equal(got["x"], torch.arange(6).view(2, 3)) and got["n", "y"].dtype == torch.bool
+    elif mode == "remote_tensorclass":  # the receiver asks a plain TensorDict, gets the class
+        if rank == 1:
+            Pair(a=torch.ones(3), b=torch.ones(3, 2), batch_size=[3]).init_remote(dst=0)
+        else:
+            got = TensorDict.from_remote_init(src=1)
+            assert type(got) is Pair and got.is_consolidated(), type(got)
+            assert (got.a == 1).all() and (got.b == 1).all()
     dist.barrier()
     dist.destroy_process_group()
     print("ok", rank)
@@ -227,7 +241,7 @@ def _run_pair(tmp_path, script_text, *args):
         assert f"ok {rank}" in out
 
 
-@pytest.mark.parametrize("mode", ["sync", "async", "remote"])
+@pytest.mark.parametrize("mode", ["sync", "async", "remote", "remote_tensorclass"])
 def test_two_processes(tmp_path, mode):
     _run_pair(tmp_path, SCRIPT, mode)
 
