@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -96,23 +96,9 @@ def _prepare(
     resolve_threads(options.num_threads)  # checked now; None is resolved by the save
     as_archive = _as_archive(prefix, archive, options.compression)
     td = _as_td(td)
-    tree = to_tree(_full_tensors(td))
+    tree = to_tree(td)
     _check_share(options.share_non_tensor, prefix, as_archive, tree)
     return td, as_archive, tree
-
-
-def _full_tensors(td: TensorDictBase) -> TensorDictBase:
-    """`td` with each distributed leaf (a `DTensor`) as the whole tensor it shards.
-
-    `full_tensor()` is a collective: every rank of the leaf's mesh must call it too,
-    in the same (key) order, which `apply` on their TensorDicts gives, as upstream.
-    """
-    if not any(hasattr(t, "full_tensor") for t in td.values(True, True)):
-        return td
-    # (apply returns None only for a function that returns None)
-    return cast(
-        TensorDictBase, td.apply(lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t)
-    )
 
 
 def _refuse_params_in_place(td: Any, where: tuple[str, ...] = ()) -> None:

@@ -60,6 +60,10 @@ def to_tree(td: Any, where: tuple[str, ...] = ()) -> Node:
     unbatched: set[str] = set()
     for key, value in td.items():
         if isinstance(value, torch.Tensor):
+            if hasattr(value, "full_tensor"):
+                # a DTensor: the whole tensor it shards, as upstream (a collective: every
+                # rank calls it, in key order, as `apply` over the same TensorDict does)
+                value = value.full_tensor()
             if isinstance(value, UnbatchedTensor):  # saved as a plain tensor, marked as such
                 unbatched.add(key)
                 source = getattr(value, _SOURCE, None)
