@@ -159,7 +159,7 @@ def infer_shape(shape: Sequence[int], numel: int, old: torch.Size) -> torch.Size
     unknown = [i for i, s in enumerate(shape) if s == -1]
     if len(unknown) > 1:
         raise ValueError(f"only one dimension can be -1, got shape {shape}")
-    known = math.prod(s for s in shape if s != -1)
+    known = math.prod([s for s in shape if s != -1])  # (a list: Dynamo traces it, not a generator)
     if unknown:
         if known == 0 or numel % known:
             raise BatchSizeError(f"cannot view batch_size {list(old)} as {shape}")

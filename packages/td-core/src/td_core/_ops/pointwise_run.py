@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.compiler import is_compiling
 
 from td_core._core.traverse import is_td, rebuild, stack_parts
 from td_core._core.utils import NO_DEFAULT
@@ -215,7 +216,7 @@ def _tensor_scalar(
         return None
     if not leaves[0].is_cpu:
         return None
-    dtypes = set(map(_DTYPE, leaves))
+    dtypes = _dtypes(leaves)
     if not dtypes <= _OPERAND_DTYPE.keys():
         return None
     # one dtype: the operand's own (no cast per leaf); mixed: float64 (exact, a cast per leaf)
@@ -382,8 +383,8 @@ def _check_shapes(td: TensorDictContract, op: Op, leaves: list[Tensor], args: li
         if type(a) is not list:
             continue
         if shapes is None:
-            shapes = list(map(_SHAPE, leaves))
-        if list(map(_SHAPE, a)) == shapes:
+            shapes = _shapes(leaves)
+        if _shapes(a) == shapes:
             continue
         for t, x in zip(leaves, a):
             if x.shape != t.shape and (
@@ -400,6 +401,15 @@ _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
 
 
+def _dtypes(tensors: list[Tensor]) -> set[torch.dtype]:
+    # a C-level getter in eager; Dynamo cannot trace one (a graph break under fullgraph)
+    return {t.dtype for t in tensors} if is_compiling() else set(map(_DTYPE, tensors))
+
+
+def _shapes(tensors: list[Tensor]) -> list[torch.Size]:
+    return [t.shape for t in tensors] if is_compiling() else list(map(_SHAPE, tensors))
+
+
 def _check_dtypes(
     td: TensorDictContract,
     op: Op,
@@ -409,8 +419,8 @@ def _check_dtypes(
 ) -> None:
     """Raise what torch would for the first leaf whose dtype the op cannot write, before any write."""
     lists = [a for a in args if type(a) is list]
-    dtypes = set(map(_DTYPE, leaves))
-    arg_dtypes = [set(map(_DTYPE, a)) for a in lists]
+    dtypes = _dtypes(leaves)
+    arg_dtypes = [_dtypes(a) for a in lists]
     if len(dtypes) == 1 and all(len(s) == 1 for s in arg_dtypes):
         combos = {(next(iter(dtypes)), *(next(iter(s)) for s in arg_dtypes))}
     else:

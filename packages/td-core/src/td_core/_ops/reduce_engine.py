@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
+from torch.compiler import is_compiling
 
 from td_core._core.traverse import is_nt, is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
@@ -211,7 +212,7 @@ def _leaf_op(plan: _Plan, n: int) -> Callable[[Tensor], Any]:
     if len(dims) == 1:
         (d,) = dims
         keep = {"keepdim": True} if keepdim and not row.scan else {}
-        if call is row.fn or call is row.values_fn:  # nothing bound: a C-level method call
+        if (call is row.fn or call is row.values_fn) and not is_compiling():  # a C-level call
             return operator.methodcaller(call.__name__, d, **keep)
         return lambda t: call(t, d, **keep)
     if row.multi_dim or row.values_fn is not None:  # max/min over several dims: amax/amin

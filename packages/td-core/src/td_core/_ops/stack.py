@@ -15,6 +15,7 @@ from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.compiler import is_compiling
 
 from td_core._core.contract import TD, TensorDictContract, lazy, provided
 from td_core._core.flags import lazy_stack_enabled
@@ -82,6 +83,11 @@ def _same_keys(tds: list[TensorDictContract], prefix: tuple[str, ...], what: str
             )
 
 
+def _entry_dict(td: Any) -> Any:
+    """A dense TensorDict's entry dict (`None` while torch.compile holds keys back)."""
+    return td._tensordict if td._pending is None else None
+
+
 def _columns(
     tds: list[TensorDictContract], prefix: tuple[str, ...], what: str
 ) -> list[tuple[str, list[Any]]]:
@@ -91,7 +97,9 @@ def _columns(
     """
     dicts: list[Any]
     try:  # dense TensorDicts (nothing held back by torch.compile): read their entry dicts
-        if set(map(_pending, tds)) == {None}:
+        if is_compiling():  # Dynamo cannot trace the C-level getters
+            dicts = [_entry_dict(td) for td in tds]
+        elif set(map(_pending, tds)) == {None}:
             dicts = list(map(_entries, tds))
         else:
             dicts = [None]
@@ -103,7 +111,7 @@ def _columns(
         if set(map(len, dicts)) == {len(first)}:
             keys = list(first)
             try:
-                if len(keys) > 1:  # one C call per input reads its entries; zip makes columns
+                if len(keys) > 1 and not is_compiling():  # one C call per input; zip: columns
                     rows = list(map(itemgetter(*keys), dicts))
                     return [(key, list(column)) for key, column in zip(keys, zip(*rows))]
                 return [(key, [entries[key] for entries in dicts]) for key in keys]
