@@ -55,6 +55,30 @@ def test_compile_fullgraph_get_set_apply_index(backend):
     assert (got == want).all()
 
 
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda td: td[:2] + 1,
+        lambda td: td[0] * td[1],
+        lambda td: td[torch.tensor([0, 2])] - 1,
+        lambda td: torch.stack([td, td], 1),
+        lambda td: torch.cat([td, td]),
+        lambda td: td.reshape(-1, 1),
+        lambda td: td.view(2, -1),
+        lambda td: td.sum(0),
+        lambda td: td.add_(1),
+    ],
+    ids=["slice_add", "int_mul", "tensor_index", "stack", "cat", "reshape", "view", "sum", "add_"],
+)
+def test_compile_fullgraph_traces_the_eager_fast_paths(op):
+    # eager fast paths use C-level getters and generators that Dynamo cannot trace
+    td = TensorDict({"a": torch.arange(4.0), "n": {"b": torch.ones(4, 2)}}, [4])
+    want = op(td.clone())
+    torch._dynamo.reset()
+    got = torch.compile(op, fullgraph=True, backend="eager")(td.clone())
+    assert got.batch_size == want.batch_size and (got == want).all()
+
+
 def test_compile_does_not_recompile_on_new_values():
     counter = CompileCounter()
 

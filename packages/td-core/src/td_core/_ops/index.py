@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch.compiler import is_compiling
 
 from td_core._core.contract import TensorDictContract, dense
 from td_core._core.first_class import is_first_class_dim
@@ -118,7 +119,7 @@ def single_index(norm: tuple[Any, ...], batch_size: torch.Size) -> tuple[int, to
     (each about a third faster than advanced indexing on CPU), and a mask is
     turned into positions once instead of once per leaf.
     """
-    if not norm:
+    if not norm or is_compiling():  # the bounds check reads the index's values: data-dependent
         return None
     item = norm[-1]
     d = len(norm) - 1

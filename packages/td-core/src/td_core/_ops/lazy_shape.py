@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.compiler import is_compiling
 
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
@@ -37,15 +38,20 @@ __all__ = [
 ]
 
 
-@functools.cache
-def _is_stack_type(cls: type) -> bool:
+def _stack_type(cls: type) -> bool:
     # a lazy stack keeps its members in a `tensordicts` slot; the base never names the class
     return any("tensordicts" in getattr(c, "__slots__", ()) for c in cls.__mro__)
 
 
+_is_stack_type = functools.cache(_stack_type)
+
+
 def parts(td: Any) -> tuple[list[Any], int] | None:
     """`(members, stack_dim)` if `td` is a lazy stack, else `None`."""
-    if not _is_stack_type(type(td)):  # type: ignore[arg-type]  # mypy: type[Any] is not Hashable
+    # (Dynamo warns on a cached function: under torch.compile the check runs uncached)
+    cls: Any = type(td)  # (a class is hashable; mypy's type[Any] is not Hashable)
+    stacked = _stack_type(cls) if is_compiling() else _is_stack_type(cls)
+    if not stacked:
         return None
     return list(td.tensordicts), td.stack_dim
 
