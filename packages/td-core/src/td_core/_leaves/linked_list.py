@@ -64,7 +64,6 @@ class LinkedList(list):
     def __init__(self, iterable: Iterable[Any] = (), /, *, td: Any = None) -> None:
         super().__init__(iterable)
         self._link: _Link | None = None if td is None else (td, _BARE, ())
-        # (`bare_values` links the inner lists of a nested one too)
 
     @classmethod
     def _bound(cls, items: list[Any], owner: Any, key: Any, prefix: tuple[int, ...]) -> LinkedList:
@@ -84,8 +83,8 @@ class LinkedList(list):
                 "non-tensor leaves are immutable values; read the entry through the "
                 "TensorDict holding it (td[key]) to get a list that writes back"
             )
-        entry = owner if key is None else owner.get(key, _BARE)
-        if entry is _BARE:
+        entry = owner if key is None else owner.get(key, _MISSING)
+        if entry is _MISSING:
             raise KeyNotFoundError(
                 f"cannot write into the values of {_name(key)}: the TensorDict they were "
                 "read from no longer holds that key"
@@ -180,6 +179,7 @@ class _Bare:
 
 
 _BARE = _Bare()
+_MISSING = object()  # `get`'s default: the key is gone from the container
 
 
 def linked_values(leaf: Any, owner: Any, key: Any) -> Any:
