@@ -10,7 +10,7 @@ view's own write primitive (`_set_str`), so no write is lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -18,6 +18,7 @@ import torch
 from td_core._core.contract import provided
 from td_core._core.utils import NO_DEFAULT
 from td_core._kinds.base import TensorDictBase
+from td_core._kinds.inplace_route import InPlaceRouteMixin
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -27,12 +28,11 @@ __all__ = ["CopyBackMixin"]
 Tensor = torch.Tensor
 
 
-class CopyBackMixin(TensorDictBase):
+class CopyBackMixin(InPlaceRouteMixin):
     """What the write-through view kinds share: `source`, the batch size, device and dim
     names that follow it, reads through `_view`, copies and pickles of the view, and
-    `apply_`, `apply`/`named_apply`/`_fast_apply` with `inplace=True`, `zero_`, `fill_`,
-    `copy_`, `update_`, `masked_fill_`, `copy_at_` and `view[index] = value` that reach
-    the source when the view's reads are copies."""
+    the in-place ops of `InPlaceRouteMixin`, which reach the source when the view's
+    reads are copies."""
 
     __slots__ = ()
     _source: TensorDictBase
@@ -157,93 +157,3 @@ class CopyBackMixin(TensorDictBase):
     def _direct(self) -> bool:
         """Whether the leaves read are views of the source's memory."""
         return not self._reads_are_copies
-
-    def _write_back_all(self, copy: Any) -> None:
-        for key, entry in copy._items_str():
-            self._set_str(key, entry)
-
-    def _inplace(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run the in-place `method`; on copies, on a dense copy that is written back."""
-        if self._direct:
-            method(self, *args, **kwargs)
-            return self
-        copy = self.to_tensordict()
-        method(copy, *args, **kwargs)
-        self._write_back_all(copy)
-        return self
-
-    def _setitem_index(self, index: Any, value: Any) -> None:
-        """`view[index] = value`: on copies, written into a dense copy, then written back."""
-        if self._direct:
-            TensorDictBase._setitem_index(self, index, value)
-            return
-        copy = self.to_tensordict()
-        copy[index] = value
-        self._write_back_all(copy)
-
-    def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
-        """`apply(fn, inplace=True)`, written into the source."""
-        return self._inplace(TensorDictBase.apply_, fn, *others, **kwargs)
-
-    def _inplace_if_asked(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """`method` as it is, or run like `_inplace` when called with `inplace=True` (its
-        `None`, when `fn` kept no leaf and `filter_empty` drops them, is passed on)."""
-        if not kwargs.get("inplace") or self._direct:
-            return method(self, *args, **kwargs)
-        copy = self.to_tensordict()
-        result = method(copy, *args, **kwargs)
-        self._write_back_all(copy)
-        return None if result is None else self
-
-    def apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
-        """`apply`; with `inplace=True` the results are written into the source."""
-        return self._inplace_if_asked(TensorDictBase.apply, fn, *others, **kwargs)
-
-    def named_apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
-        """`named_apply`; with `inplace=True` the results are written into the source."""
-        return self._inplace_if_asked(TensorDictBase.named_apply, fn, *others, **kwargs)
-
-    def _fast_apply(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
-        """Upstream's private `_fast_apply`; with `inplace=True` the results reach the source."""
-        return self._inplace_if_asked(TensorDictBase._fast_apply, fn, *others, **kwargs)
-
-    def zero_(self) -> Any:
-        """Zero every viewed leaf (in the source)."""
-        return self._inplace(TensorDictBase.zero_)
-
-    def fill_(self, key: Any, value: float | bool) -> Any:
-        """Fill the viewed entry at `key` (in the source)."""
-        return self._inplace(TensorDictBase.fill_, key, value)
-
-    def copy_(self, tensordict: Any, non_blocking: bool = False) -> Any:
-        """Copy `tensordict` into the viewed entries of the source."""
-        return self._inplace(TensorDictBase.copy_, tensordict, non_blocking)
-
-    def update_(
-        self,
-        input_dict_or_td: Any = None,
-        clone: bool = False,
-        *,
-        keys_to_update: Any = None,
-        non_blocking: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        """Copy the input's entries into the existing viewed entries of the source."""
-        return self._inplace(
-            TensorDictBase.update_,
-            input_dict_or_td,
-            clone,
-            keys_to_update=keys_to_update,
-            non_blocking=non_blocking,
-            **kwargs,
-        )
-
-    def masked_fill_(self, mask: Tensor, value: float | bool) -> Any:
-        """`masked_fill_` on the viewed entries of the source."""
-        return self._inplace(TensorDictBase.masked_fill_, mask, value)
-
-    def copy_at_(
-        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool = True
-    ) -> Any:
-        """`copy_at_` on the viewed entries of the source."""
-        return self._inplace(TensorDictBase.copy_at_, tensordict, idx, non_blocking, fast=fast)

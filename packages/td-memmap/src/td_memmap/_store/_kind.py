@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from td_core import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection
+from td_core._shared.kinds import InPlaceRouteMixin
 from td_core.errors import BatchSizeError, KeyNotFoundError
 from td_memmap._store import _layout as L
 from td_memmap._store._server import (
@@ -35,7 +36,7 @@ STORE_BACKENDS = ("redis", "dragonfly", "keydb")
 _NO_DEFAULT: Any = object()
 
 
-class TensorDictStore(TensorDictBase):
+class TensorDictStore(InPlaceRouteMixin):
     """A TensorDict kept in a Redis-protocol key-value server.
 
     Keyword Args:
@@ -250,53 +251,9 @@ class TensorDictStore(TensorDictBase):
             writes.extend(subtree_writes(self._path + (key,), item))
         self._replace(self._path, writes, self._path or "<all keys>")
 
-    def _inplace(self, method: Any, *args: Any, **kwargs: Any) -> TensorDictStore:
-        """Run the in-place `method` on a local copy, then store the result at once."""
-        local = self.to_tensordict()
-        method(local, *args, **kwargs)
-        self._write_all(local)
-        return self
-
-    def apply_(self, fn: Any, *others: Any, **kwargs: Any) -> TensorDictStore:
-        """`apply(fn, inplace=True)`: the results are written to the server in one transaction."""
-        return self._inplace(TensorDict.apply_, fn, *others, **kwargs)
-
-    def _apply(self, method: Any, fn: Any, *others: Any, **kwargs: Any) -> Any:
-        """`method` (an apply of the base); with `inplace=True`, on a local copy then stored."""
-        if not kwargs.get("inplace"):
-            return method(self, fn, *others, **kwargs)
-        local = self.to_tensordict()
-        result = method(local, fn, *others, **kwargs)
-        self._write_all(local)
-        return None if result is None else self
-
-    def apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
-        """`apply`; with `inplace=True` the results are written to the server at once."""
-        return self._apply(TensorDictBase.apply, fn, *others, **kwargs)
-
-    def named_apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
-        """`named_apply`; with `inplace=True` the results are written to the server at once."""
-        return self._apply(TensorDictBase.named_apply, fn, *others, **kwargs)
-
-    def _fast_apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
-        """Upstream's private `_fast_apply`; with `inplace=True` the results reach the server."""
-        return self._apply(TensorDictBase._fast_apply, fn, *others, **kwargs)
-
-    def zero_(self) -> TensorDictStore:
-        """Zero every tensor leaf on the server."""
-        return self._inplace(TensorDict.zero_)
-
-    def fill_(self, key: Any, value: float | bool) -> TensorDictStore:
-        """Fill the entry at `key` with `value` on the server."""
-        return self._inplace(TensorDict.fill_, key, value)
-
-    def copy_(self, tensordict: Any, non_blocking: bool = False) -> TensorDictStore:
-        """Copy the entries of `tensordict` into this store's (all in one transaction)."""
-        return self._inplace(TensorDict.copy_, tensordict, non_blocking)
-
-    def masked_fill_(self, mask: torch.Tensor, value: float | bool) -> TensorDictStore:
-        """Fill every tensor leaf where `mask` is true, on the server."""
-        return self._inplace(TensorDict.masked_fill_, mask, value)
+    def _write_back_all(self, copy: TensorDictBase) -> None:
+        """In-place ops (`InPlaceRouteMixin`) run on a local copy, stored in one transaction."""
+        self._write_all(copy)
 
     # ------------------------------------------------------------------ metadata
     @property

@@ -129,6 +129,9 @@ def _row_writes(
             f"(dtype {meta['dtype']}): {err}"
         ) from None
     positions = torch.arange(shape.numel(), dtype=torch.int64).view(shape)[idx]
+    extra = values.dim() - positions.dim()
+    if extra > 0 and all(d == 1 for d in values.shape[:extra]):
+        values = values.reshape(values.shape[extra:])  # leading ones drop, as in t[i] = v
     try:
         values = values.expand(positions.shape)
     except RuntimeError:
