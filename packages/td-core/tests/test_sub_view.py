@@ -48,8 +48,12 @@ def test_new_key_lands_in_the_source(idx: object) -> None:
         lambda s: s.apply(lambda t: t + 1, inplace=True),
         lambda s: s.named_apply(lambda k, t: t + 1, inplace=True),
         lambda s: s._fast_apply(lambda t: t + 1, inplace=True),
+        lambda s: [s.set_at_(k, s.get(k) + 1, slice(None)) for k in ("a", ("nested", "x"))],
+        lambda s: s.update_at_(s.apply(lambda t: t + 1), slice(None)),
+        lambda s: s.copy_at_(s.apply(lambda t: t + 1), slice(None)),
     ],
-    ids=["add_", "apply_", "update_", "copy_", "setitem", "apply", "named_apply", "_fast_apply"],
+    ids=["add_", "apply_", "update_", "copy_", "setitem", "apply", "named_apply", "_fast_apply"]
+    + ["set_at_", "update_at_", "copy_at_"],
 )
 def test_in_place_ops_write_through(idx: object, op: object) -> None:
     td = _td()

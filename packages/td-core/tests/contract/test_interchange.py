@@ -45,11 +45,11 @@ def _safetensors(td: Any) -> Any:
 
 def _h5(td: Any) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
-        ptd = td.to_h5(Path(tmp) / "t.h5")
+        ptd = td.to_h5(Path(tmp) / "t.h5")  # a tensorclass: the class over the file (both sides)
         try:
             return _flat(ptd.to_tensordict())
         finally:
-            ptd.close()
+            getattr(ptd, "_tensordict", ptd).close()
 
 
 CASES = {

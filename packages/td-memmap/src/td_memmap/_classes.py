@@ -19,7 +19,7 @@ from typing import Any
 
 from td_core import is_tensorclass
 
-__all__ = ["class_name", "check_class_name", "find_class"]
+__all__ = ["class_name", "check_class_name", "find_class", "like_source"]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # a module's name is whatever it is registered under in sys.modules (test runners use
@@ -88,3 +88,12 @@ def _lookup(name: str) -> Any:
         if obj is None:
             return None
     return obj
+
+
+def like_source(source: Any, result: Any) -> Any:
+    """`result` (a store or file over `source`'s copy) as an instance of `source`'s
+    tensorclass over it, when `source` is one; else `result` itself."""
+    if not is_tensorclass(source):
+        return result
+    cls: Any = type(source)
+    return cls.from_tensordict(result)

@@ -6,14 +6,16 @@ import os
 from typing import Any
 
 from td_core import TensorDictBase
+from td_memmap._classes import like_source
 from td_memmap._h5 import PersistentTensorDict
 from td_memmap._h5_write import write_file
 
 __all__ = ["to_h5", "from_h5"]
 
 
-def to_h5(td: TensorDictBase, filename: str | os.PathLike, **kwargs: Any) -> PersistentTensorDict:
-    """Write `td` to the HDF5 file `filename` (replaced) and return it opened `"r+"`.
+def to_h5(td: TensorDictBase, filename: str | os.PathLike, **kwargs: Any) -> Any:
+    """Write `td` to the HDF5 file `filename` (replaced) and return it opened `"r+"`
+    (for a tensorclass, an instance of its class over it).
 
     Args:
         td: the TensorDict; its leaves must be tensors.
@@ -26,7 +28,8 @@ def to_h5(td: TensorDictBase, filename: str | os.PathLike, **kwargs: Any) -> Per
         ValueError: a key contains `/`.
     """
     write_file(td, filename, kwargs)
-    return PersistentTensorDict(filename=filename, mode="r+", **kwargs)
+    out = PersistentTensorDict(filename=filename, mode="r+", **kwargs)
+    return like_source(td, out)
 
 
 def from_h5(

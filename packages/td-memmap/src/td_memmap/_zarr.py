@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from td_core import TensorDictBase
+from td_memmap._classes import like_source
 from td_memmap._h5 import PersistentTensorDict
 
 __all__ = ["to_zarr", "from_zarr"]
@@ -35,16 +36,18 @@ def to_zarr(data: TensorDictBase, filename: Any, **kwargs: Any) -> Any:
             get them too.
 
     Returns:
-        A `PersistentTensorDict` (a `LazyStackedTensorDict` of them for a lazy stack).
+        A `PersistentTensorDict` (a `LazyStackedTensorDict` of them for a lazy stack);
+        for a tensorclass, an instance of its class over it.
 
     Raises:
         UnstorableValueError: (a `TypeError`) a non-tensor value cannot be
             stored as JSON, or a tensor requires grad (nothing is written).
         ValueError: a key cannot name a zarr node (nothing is written).
     """
-    return PersistentTensorDict.from_dict(
+    out = PersistentTensorDict.from_dict(
         data, filename, batch_size=data.batch_size, backend="zarr", **kwargs
     )
+    return like_source(data, out)
 
 
 def from_zarr(

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from td_core._core.keys import NestedKey
 from td_core._kinds.base import TensorDictBase
 
 __all__ = ["InPlaceRouteMixin"]
@@ -30,7 +31,7 @@ Tensor = torch.Tensor
 
 class InPlaceRouteMixin(TensorDictBase):
     """Routes `apply_`, `apply`/`named_apply`/`_fast_apply` with `inplace=True`, `zero_`,
-    `fill_`, `copy_`, `update_`, `masked_fill_`, `copy_at_`, `update_at_` and
+    `fill_`, `copy_`, `update_`, `masked_fill_`, `copy_at_`, `update_at_`, `set_at_` and
     `td[index] = value` to where the kind's data lives (see the module doc)."""
 
     __slots__ = ()
@@ -74,6 +75,11 @@ class InPlaceRouteMixin(TensorDictBase):
             TensorDictBase._setitem_index(self, index, value)
         else:
             self._run_elsewhere(TensorDictBase._setitem_index, (index, value), {})
+
+    def set_at_(self, key: NestedKey, value: Any, index: Any, *, non_blocking: bool = False) -> Any:
+        """`td[key][index] = value` in place, written where the data lives; returns self."""
+        self._inplace(TensorDictBase.set_at_, key, value, index, non_blocking=non_blocking)
+        return self
 
     def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Any:
         """`apply(fn, inplace=True)`, written where the data lives."""

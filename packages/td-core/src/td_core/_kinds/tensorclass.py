@@ -32,6 +32,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._kinds.tensorclass_compat import TensorClassCompat, unknown_field_error
 from td_core._kinds.tensorclass_init import make_init
+from td_core._kinds.tensorclass_wrapped import WrappedKindMixin, wraps_as_is
 from td_core._leaves.linked_list import linked_values
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._ops.names import inherit_names
@@ -43,14 +44,14 @@ _RESERVED = {"batch_size", "device", "shape", "names"}
 _RAGGED_READS = ("as_list", "as_padded_tensor", "as_nested_tensor")
 
 
-class _TensorClassBase(TensorClassCompat, TensorDictBase):
+class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
     """What every generated tensorclass shares."""
 
     _td_tensorclass = True  # not upstream's `_is_tensorclass`, which its vmap patch reads
     _fields: tuple[str, ...] = ()
     _field_set: frozenset[str] = frozenset()
     _defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per class
-    _tensordict: TensorDict  # or a LazyStackedTensorDict (from_tensordict, lazy_stack)
+    _tensordict: TensorDict  # or another kind, wrapped by from_tensordict (see WrappedKindMixin)
 
     # ---------------------------------------------------------------- primitives
     def _get_str(self, key: str, default: Any = NO_DEFAULT) -> Any:
@@ -145,7 +146,7 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
             )
         td = (
             tensordict
-            if type(tensordict) is TensorDict or is_ragged(tensordict)  # ragged: kept, as upstream
+            if wraps_as_is(tensordict)  # writes through the instance reach it, as upstream
             else TensorDict(dict(tensordict.items()), tensordict.batch_size, tensordict.device)
         )
         obj = cls._wrap(td)
@@ -216,8 +217,9 @@ class _TensorClassBase(TensorClassCompat, TensorDictBase):
         return cls.from_tensordict(TensorDict.fromkeys(keys, value))
 
     def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
-        """The fields as a plain TensorDict (a shallow copy)."""
-        return self._tensordict.copy()
+        """The fields as a plain TensorDict (a shallow copy; a copy of a wrapped kind's reads)."""
+        td = self._tensordict
+        return td.copy() if type(td) is TensorDict or is_ragged(td) else td.to_tensordict()
 
     # ---------------------------------------------------------------- metadata
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from td_core import LazyStackedTensorDict, TensorDictBase
+from td_memmap._classes import like_source
 from td_memmap._store._kind import TensorDictStore
 from td_memmap._store._lazy import LazyStackedTensorDictStore
 from td_memmap._store._server import address
@@ -23,7 +24,7 @@ def to_store(
     prefix: str = "tensordict",
     device: Any = None,
     **kwargs: Any,
-) -> TensorDictStore | LazyStackedTensorDictStore:
+) -> Any:
     """Upload `td` to a Redis-protocol server; a lazy stack gives a `LazyStackedTensorDictStore`.
 
     Args:
@@ -37,9 +38,10 @@ def to_store(
         **kwargs: passed on to the store's constructor (`client`, `td_id`, ...).
 
     Returns:
-        The stored copy.
+        The stored copy; for a tensorclass, an instance of its class over the store.
     """
     where = address(backend, host, port, db, unix_socket_path, prefix)
     if isinstance(td, LazyStackedTensorDict) and not isinstance(td, LazyStackedTensorDictStore):
         return LazyStackedTensorDictStore.from_lazy_stack(td, device=device, **where, **kwargs)
-    return TensorDictStore.from_tensordict(td, device=device, **where, **kwargs)
+    store = TensorDictStore.from_tensordict(td, device=device, **where, **kwargs)
+    return like_source(td, store)

@@ -17,10 +17,12 @@ from typing import Any
 
 import torch
 
-from td_core import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection
+from td_core import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection, is_tensorclass
 from td_core._shared.kinds import InPlaceRouteMixin
 from td_core.errors import BatchSizeError, KeyNotFoundError
+from td_memmap._classes import class_name
 from td_memmap._store import _layout as L
+from td_memmap._store._classes import stored_class
 from td_memmap._store._server import (
     Server,
     address,
@@ -34,6 +36,7 @@ __all__ = ["TensorDictStore", "STORE_BACKENDS"]
 
 STORE_BACKENDS = ("redis", "dragonfly", "keydb")
 _NO_DEFAULT: Any = object()
+_CLASS = "tensorclass"  # the root metadata field naming the class a tensorclass was stored from
 
 
 class TensorDictStore(InPlaceRouteMixin):
@@ -466,6 +469,14 @@ class TensorDictStore(InPlaceRouteMixin):
             **kwargs,
         )
         out.update(input_dict)
+        if is_tensorclass(input_dict):  # read back as the class by from_store, when loaded
+            srv = out._srv
+            name = class_name(type(input_dict))
+            srv.run(
+                "write the metadata of",
+                "<root>",
+                lambda: srv.client.hset(srv.meta_key, _CLASS, name),
+            )
         return out
 
     @classmethod
@@ -503,18 +514,21 @@ class TensorDictStore(InPlaceRouteMixin):
         prefix: str = "tensordict",
         td_id: str,
         device: Any = None,
+        tensorclass_cls: type | str | None = None,
         **kwargs: Any,
-    ) -> TensorDictStore:
+    ) -> Any:
         """Reconnect to the stored TensorDict `td_id` (from this or another process).
+
+        A store written from a tensorclass comes back as that class over the
+        store (writes through it go to the server) when the class is found:
+        `tensorclass_cls` (the class, or its dotted path), else the class
+        recorded by the upload. Either is looked up among modules already
+        imported; nothing is imported.
 
         Raises:
             KeyNotFoundError: (a `KeyError`) when the server holds no TensorDict `td_id`.
+            ValueError: when `tensorclass_cls` is a path naming no loaded tensorclass.
         """
-        if kwargs.pop("tensorclass_cls", None) is not None:
-            raise NotImplementedError(
-                "TensorDictStore.from_store(tensorclass_cls=...) is not supported: td stores a "
-                "tensorclass as its fields; read it back and build the class from the entries"
-            )
         client = kwargs.pop("client", None)
         if client is None:
             client, _ = connect(host, port, db, unix_socket_path, **kwargs)
@@ -524,4 +538,9 @@ class TensorDictStore(InPlaceRouteMixin):
                 f"No TensorDictStore with td_id {td_id!r} under prefix {prefix!r} was found on "
                 "the server"
             )
-        return cls(backend=backend, prefix=prefix, client=client, td_id=td_id, device=device)
+        store = cls(backend=backend, prefix=prefix, client=client, td_id=td_id, device=device)
+        recorded = srv.run(
+            "read the metadata of", "<root>", lambda: client.hget(srv.meta_key, _CLASS)
+        )
+        found = stored_class(tensorclass_cls, None if recorded is None else recorded.decode())
+        return store if found is None else found.from_tensordict(store)

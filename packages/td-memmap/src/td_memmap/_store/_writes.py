@@ -102,7 +102,12 @@ def index_plan(
         if meta["kind"] == "tensor":
             ops.extend(_row_writes(srv.data_key(field), meta, idx, sub, item, _name(full), index))
         else:
-            ops.append(_non_tensor_write(srv.keys_key, field, meta, bs, idx, sub, item, full))
+            # a non-tensor leaf has the batch size of the TensorDict holding it
+            inner = bs if full[:-1] == base else torch.Size(registry[full[:-1]]["batch_size"])
+            inner_sub = sub + inner[len(bs) :]
+            ops.append(
+                _non_tensor_write(srv.keys_key, field, meta, inner, idx, inner_sub, item, full)
+            )
     return ops
 
 

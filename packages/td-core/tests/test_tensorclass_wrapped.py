@@ -1,0 +1,83 @@
+"""A tensorclass over a lazy stack or a view wraps it: every write through the instance reaches it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from td_core import LazyStackedTensorDict, TensorDict, assert_close, lazy_stack, tensorclass
+
+
+@tensorclass
+class Pair:
+    obs: torch.Tensor
+    r: torch.Tensor
+
+
+def _dense() -> TensorDict:
+    return TensorDict({"obs": torch.arange(15.0).view(5, 3), "r": torch.ones(5)}, [5])
+
+
+def _row() -> TensorDict:
+    return TensorDict({"obs": torch.full((3,), -1.0), "r": torch.tensor(7.0)})
+
+
+KINDS: dict[str, Callable[[], Any]] = {
+    "lazy stack": lambda: lazy_stack(list(_dense().unbind(0))),
+    "lazy stack, dim 1": lambda: lazy_stack(list(_dense()[None].unbind(1)), 1)[0],
+    "sub-TensorDict of a lazy stack": lambda: lazy_stack(
+        list(_dense().expand(2, 5).clone().unbind(0))
+    )._get_sub_tensordict(0),
+}
+
+OPS: dict[str, Callable[[Any], Any]] = {
+    "obj.field = value": lambda obj: setattr(obj, "obs", torch.zeros(5, 3)),
+    "obj[i] = row": lambda obj: obj.__setitem__(1, _row()),
+    "obj[i] = instance": lambda obj: obj.__setitem__(2, Pair.from_tensordict(_row())),
+    "set_": lambda obj: obj.set_("r", torch.zeros(5)),
+    "set_at_": lambda obj: obj.set_at_("obs", torch.zeros(3), 3),
+    "update_": lambda obj: obj.update_(_dense() * 2),
+    "update_at_": lambda obj: obj.update_at_(_row(), 0),
+    "copy_at_": lambda obj: obj.copy_at_(_row(), 4),
+    "copy_": lambda obj: obj.copy_(_dense() + 1),
+    "add_": lambda obj: obj.add_(1),
+    "*=": lambda obj: obj.__imul__(3),
+    "apply_": lambda obj: obj.apply_(lambda x: x - 1),
+    "zero_": lambda obj: obj.zero_(),
+    "masked_fill_": lambda obj: obj.masked_fill_(
+        torch.tensor([True, False, True, False, False]), 9
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("op", list(OPS))
+def test_a_write_through_the_instance_reaches_the_wrapped_kind(kind: str, op: str) -> None:
+    wrapped = KINDS[kind]()
+    obj = Pair.from_tensordict(wrapped)
+    assert obj._tensordict is wrapped  # not a copy
+    expected = Pair.from_tensordict(_dense())
+    OPS[op](expected)
+    OPS[op](obj)
+    assert_close(wrapped.to_tensordict(), expected.to_tensordict())
+    assert_close(obj.to_tensordict(), expected.to_tensordict())
+
+
+def test_a_lazy_stack_wrapped_keeps_its_members_and_reads_stacked() -> None:
+    members = list(_dense().unbind(0))
+    obj = Pair.from_tensordict(lazy_stack(members))
+    assert isinstance(obj._tensordict, LazyStackedTensorDict)
+    assert obj.obs.shape == torch.Size([5, 3])
+    obj.r = torch.arange(5.0)
+    assert [m["r"].item() for m in members] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert type(obj.to_tensordict()) is TensorDict
+    assert type(obj + 1) is Pair and type((obj + 1)._tensordict) is TensorDict  # results: dense
+
+
+def test_dense_subclasses_and_other_tensorclasses_are_copied_into_a_dense_tensordict() -> None:
+    other = Pair.from_tensordict(_dense())
+    again = Pair.from_tensordict(other)
+    assert type(again._tensordict) is TensorDict and again._tensordict is not other._tensordict
