@@ -107,6 +107,36 @@ def test_compile_lazy_stack_and_tensorclass():
     assert torch.compile(lambda t: t["a"] + 1, backend="eager")(lazy).shape == torch.Size([2, 4, 3])
 
 
+@tensorclass
+class _Labelled:
+    x: torch.Tensor
+    label: str = "none"
+    scale: torch.Tensor = torch.full((3,), 2.0)  # a tensor default: shared, as a dataclass's
+
+    def __post_init__(self):
+        self.x = self.x * self.scale
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda a: _Labelled(x=a, label="hi", batch_size=[3]),
+        lambda a: _Labelled(a),
+        lambda a: _Labelled(x=a, batch_size=[3], device="cpu"),
+    ],
+    ids=["non_tensor_field", "defaults", "device"],
+)
+def test_compile_fullgraph_builds_a_tensorclass(build):
+    # the generated __init__ reads the defaults and the user's __setattr__ where Dynamo can
+    # follow them (a class attribute, a plain dict), not through a closure or a cache wrapper
+    want = build(torch.arange(3.0))
+    torch._dynamo.reset()
+    got = torch.compile(lambda a: build(a).x + 1, fullgraph=True, backend="eager")(
+        torch.arange(3.0)
+    )
+    assert torch.equal(got, want.x + 1) and torch.equal(want.x, torch.arange(3.0) * 2)
+
+
 def test_export_module_taking_a_tensordict():
     class Model(torch.nn.Module):
         def forward(self, td):
@@ -115,6 +145,33 @@ def test_export_module_taking_a_tensordict():
     td = sample().exclude("tag")
     exported = torch.export.export(Model(), (td,))
     torch.testing.assert_close(exported.module()(td), Model()(td))
+
+
+class _Rows(torch.nn.Module):
+    def forward(self, x):
+        return TensorDict({"x": x, "y": x * 2}, batch_size=x.shape[0])  # a symbolic int
+
+
+class _Grid(torch.nn.Module):
+    def forward(self, x):
+        return TensorDict({"x": x, "y": x * 2}, batch_size=[x.shape[0], x.shape[1]])
+
+
+@pytest.mark.parametrize(
+    ("module", "batch_dims"), [(_Rows(), 1), (_Grid(), 2)], ids=["scalar", "two_dims"]
+)
+def test_export_returning_a_tensordict_with_a_dynamic_batch_size(module, batch_dims):
+    # the output spec cannot hold symbolic sizes: the batch size comes back from the leaves
+    # (a non-strict export; under a strict one Dynamo shows the symbols as plain ints)
+    exported = torch.export.export(
+        module,
+        (torch.randn(2, 6, 8),),
+        dynamic_shapes=({0: torch.export.Dim("batch", min=1)},),
+        strict=False,
+    )
+    out = exported.module()(torch.randn(5, 6, 8))
+    assert out.batch_size == torch.Size([5, 6][:batch_dims])
+    assert torch.equal(out["y"], out["x"] * 2)
 
 
 def test_flip_and_roll_keep_non_tensor_values_aligned():

@@ -308,3 +308,27 @@ def test_sequence_must_end_with_probabilistic_module_and_subsequences():
     head = policy.select_subsequence(out_keys=["loc"])
     assert type(head) is TensorDictSequential and len(head) == 2
     assert type(policy[1:]) is ProbabilisticTensorDictSequential
+
+
+def test_distribution_kwargs_as_tensordict_params_are_buffers_and_compile():
+    # kept as the TensorDictParams it is (a submodule), not copied into a dict: its tensor is a
+    # buffer of the module, and its non-tensor entry reaches the distribution as a value
+    from td_core import NonTensorData, TensorDictParams
+
+    kwargs = TensorDictParams(
+        TensorDict(scale=2.0, validate_args=NonTensorData(False)), no_convert=True
+    )
+    prob = ProbabilisticTensorDictModule(
+        in_keys=["loc"],
+        out_keys=["sample"],
+        distribution_class=torch.distributions.Normal,
+        distribution_kwargs=kwargs,
+        return_log_prob=True,
+    )
+    assert [b.item() for b in prob.buffers()] == [2.0]
+    dist = prob.get_dist(TensorDict(loc=torch.zeros(3)))
+    assert dist.scale.tolist() == [2.0] * 3 and dist._validate_args is False
+    assert "distribution_kwargs=TensorDictParams" in repr(prob)
+    torch._dynamo.reset()
+    compiled = torch.compile(prob, fullgraph=True, backend="eager")
+    assert compiled(TensorDict(loc=torch.zeros(3)))["sample"].shape == torch.Size([3])

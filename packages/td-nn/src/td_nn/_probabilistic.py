@@ -176,7 +176,15 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             names = [k if type(k) is str else k[-1] for k in keys]
         self._dist_keys = list(zip(names, keys))
         self.in_keys = list(dict.fromkeys(keys))
-        kwargs = dict(distribution_kwargs or {})
+        # a TensorDict of keyword arguments is kept as it is: a TensorDictParams is then a
+        # submodule, so its tensors are the module's buffers (moved by .to(), in state_dict)
+        kwargs: Any = (
+            {}
+            if distribution_kwargs is None
+            else distribution_kwargs
+            if is_tensor_collection(distribution_kwargs)
+            else dict(distribution_kwargs)
+        )
         if out_keys is None:
             out_keys = _composite_keys(kwargs) or ["sample"]
         self._sample_keys = as_key_list(out_keys, "out_keys", owner)
@@ -319,7 +327,10 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         Raises:
             KeyError: naming the missing key and the module.
         """
-        kwargs = dict(self.distribution_kwargs)
+        given = self.distribution_kwargs
+        # a TensorDict's entries as values (a non-tensor one as its data), as `td[key]` reads
+        # them; `dict(td)` would give the same eagerly, but torch.compile builds it from items()
+        kwargs = {k: given[k] for k in given.keys()} if type(given) is not dict else dict(given)
         get = tensordict.get
         for name, key in self._dist_keys:
             value = get(key, None)
@@ -453,7 +464,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             f"out_keys={format_keys(self.out_keys)}",
             f"distribution_class={self._dist_name()}",
         ]
-        if self.distribution_kwargs:
+        if list(self.distribution_kwargs.keys()):
             fields.append(f"distribution_kwargs={self.distribution_kwargs!r}")
         fields.append(f"default_interaction_type={self.default_interaction_type.value}")
         return f"{type(self).__name__}(\n    " + ",\n    ".join(fields) + ")"

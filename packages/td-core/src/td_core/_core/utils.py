@@ -68,6 +68,8 @@ def as_size(batch_size: Any) -> torch.Size:
             return torch.Size(batch_size)
     if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
         batch_size = (int(batch_size),)
+    elif isinstance(batch_size, torch.SymInt):  # x.shape[0] under torch.export / dynamic shapes
+        batch_size = (batch_size,)
     elif isinstance(batch_size, torch.Tensor) and batch_size.ndim <= 1:
         batch_size = batch_size.reshape(-1).tolist()
     if not isinstance(batch_size, Sequence) or isinstance(batch_size, str):

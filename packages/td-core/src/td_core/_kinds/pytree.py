@@ -27,7 +27,7 @@ TensorDict is a new, unlocked one, as `apply` returns.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -41,6 +41,25 @@ Tensor = torch.Tensor
 
 
 _MEMBERS = "members"  # the context tag of a lazy stack flattened into its members
+
+
+class _SymbolicBatch(NamedTuple):
+    """A batch size with symbolic sizes (`torch.export` with dynamic shapes) in a pytree
+    context: only its length is kept, since export cannot write symbols into a spec, and
+    the sizes are read back from the first child's leading dims."""
+
+    ndim: int
+
+
+def _symbolic(batch_size: torch.Size) -> bool:
+    """Whether `batch_size` holds symbols (`torch.SymInt`, as a non-strict export traces).
+
+    (Under Dynamo, as in a strict export, symbols look like ints: such a batch size
+    stays in the spec, which export then cannot serialize.)"""
+    for d in batch_size:
+        if type(d) is not int:
+            return True
+    return False
 
 
 def _flatten(td: Any) -> tuple[list[Any], Any]:
@@ -75,10 +94,11 @@ def _flatten(td: Any) -> tuple[list[Any], Any]:
         else:
             ref = getattr(first, "batch_dims", None)
             ref_is_leaf = False
+    bs = td.batch_size
     context = (
         type(td),
         tuple(keys),
-        td.batch_size,
+        _SymbolicBatch(len(bs)) if children and _symbolic(bs) else bs,
         td.device,
         tuple(static),
         ref,
@@ -236,6 +256,11 @@ def _unflatten(children: Any, context: Any) -> Any:
             )
         return cls(*children, stack_dim=stack_dim)
     cls, keys, batch_size, device, static, ref, ref_is_leaf, locked, spread, names = context
+    if type(batch_size) is _SymbolicBatch:  # sizes only known from the leaves (torch.export)
+        first = children[0]
+        batch_size = (first.shape if isinstance(first, Tensor) else first.batch_size)[
+            : batch_size.ndim
+        ]
     bs = batch_size if type(batch_size) is torch.Size else torch.Size(batch_size)
     # pytree also unflattens placeholder leaves (vmap's in_dims ints): keep the batch size then
     if ref is not None and children:

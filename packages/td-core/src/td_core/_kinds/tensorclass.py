@@ -11,7 +11,6 @@ Fields are properties: tensors read as tensors, other values as themselves.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import sys
 import types
@@ -48,6 +47,9 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
     """What every generated tensorclass shares."""
 
     _td_tensorclass = True  # not upstream's `_is_tensorclass`, which its vmap patch reads
+    # a view op's record lives on the instance (its __dict__), not in a side table keyed by
+    # id(): torch.compile cannot rebuild such a key for an object made in the graph
+    _view_slot = True
     _fields: tuple[str, ...] = ()
     _field_set: frozenset[str] = frozenset()
     _defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per class
@@ -312,9 +314,20 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
         return f"{type(self).__name__}(\n{body})"
 
 
-@functools.cache
+# a plain dict, not functools.cache: torch.compile traces a dict lookup, not a cache wrapper
+_CUSTOM_SETATTR: dict[type, Callable[..., None] | None] = {}
+
+
 def _custom_setattr(cls: type) -> Callable[..., None] | None:
     """The `__setattr__` a user class defines (first in the MRO), or `None` if it defines none."""
+    try:
+        return _CUSTOM_SETATTR[cls]
+    except KeyError:
+        found = _CUSTOM_SETATTR[cls] = _find_custom_setattr(cls)
+        return found
+
+
+def _find_custom_setattr(cls: type) -> Callable[..., None] | None:
     for klass in cls.__mro__:
         fn = klass.__dict__.get("__setattr__")
         while fn is not None and getattr(fn, "_td_generated", False):  # an option's wrapper

@@ -56,8 +56,11 @@ def make_init(
             if name in values:
                 raise TypeError(f"{cls_name}() got field {name!r} twice")
             values[name] = value
+        # the class's `_defaults` (the same dict): torch.compile reaches a class attribute,
+        # not a tensor default held in this closure
+        defaults_now = type(self)._defaults
         missing = (
-            [f for f in fields if f not in values and f not in defaults]
+            [f for f in fields if f not in values and f not in defaults_now]
             if len(values) < len(fields)
             else None
         )
@@ -73,7 +76,7 @@ def make_init(
         given = {}
         plain = custom is None  # every value a tensor and no `__setattr__` of the class's own
         for name in fields:
-            value = values.get(name, defaults.get(name))
+            value = values.get(name, defaults_now.get(name))
             if value is not None:
                 given[name] = value
                 plain = plain and type(value) is torch.Tensor

@@ -275,7 +275,8 @@ class MappingMixin(TensorDictContract):
         if not source:
             return self
         out = self.clone(recurse=False)
-        out.unlock_()
+        if out._is_locked:  # (unlock_ records the state for a `with` block: only when needed)
+            out.unlock_()
         return out.update(source)
 
     def rename_keys(self, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True) -> Self:

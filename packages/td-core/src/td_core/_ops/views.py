@@ -94,7 +94,8 @@ def remember(
         except TypeError:  # the source is not weak-referenceable: nothing to write back to
             return out
         if getattr(type(out), "_view_slot", False):
-            out._view_record = record
+            # object's setattr: a tensorclass keeps it in its __dict__, past its field check
+            object.__setattr__(out, "_view_record", record)
         else:
             try:
                 _VIEWS.set(out, record)
@@ -115,7 +116,7 @@ def _take_record(td: Any) -> _Record | None:
     if getattr(type(td), "_view_slot", False):
         record = getattr(td, "_view_record", None)
         if record is not None:
-            td._view_record = None
+            object.__setattr__(td, "_view_record", None)
         return cast("_Record | None", record)
     return cast("_Record | None", _VIEWS.pop(td, None))
 
