@@ -137,6 +137,38 @@ def test_compile_fullgraph_builds_a_tensorclass(build):
     assert torch.equal(got, want.x + 1) and torch.equal(want.x, torch.arange(3.0) * 2)
 
 
+def _replace_steps(s):
+    s = s.replace(x=s.x + 1)
+    return s.replace(x=s.x * s.scale, scale=s.scale + 1)
+
+
+def _update_in_place(td, src):
+    td.update_(src)
+    return td["a"] + 0
+
+
+@pytest.mark.parametrize(
+    ("fn", "args"),
+    [
+        (_replace_steps, lambda: (_Labelled(x=torch.ones(3), batch_size=[3]).replace(),)),
+        (
+            _update_in_place,
+            lambda: (TensorDict(a=torch.zeros(4), b=torch.zeros(4)), TensorDict(a=torch.ones(4))),
+        ),
+    ],
+    ids=["tensorclass_replace", "update_"],
+)
+def test_compile_runs_once_in_one_frame(fn, args):
+    # no graph break (a C call Dynamo cannot trace) and no recompile on the second call
+    # (a side table filled on first use, which Dynamo guards on)
+    counter = CompileCounter()
+    compiled = torch.compile(fn, backend=counter)
+    torch._dynamo.reset()
+    compiled(*args())
+    compiled(*args())
+    assert counter.frame_count == 1
+
+
 def test_export_module_taking_a_tensordict():
     class Model(torch.nn.Module):
         def forward(self, td):

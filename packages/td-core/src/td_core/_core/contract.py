@@ -105,6 +105,8 @@ class TensorDictContract(BatchMeta):
     _lock_owner: Any = None
     #: True where reading a leaf gives a copy (a view at an advanced index): in-place ops write back
     _reads_are_copies: bool = False
+    #: True on lazy stacks (which hold members and define `_stack_parts`): see `traverse.is_stack`
+    _td_lazy_stack: ClassVar[bool] = False
     #: True on a view whose writes go into another TensorDict (a sub-TensorDict, a lazy legacy
     #: view): shape ops outside legacy mode and in-place select/exclude refuse it
     _writes_through: ClassVar[bool] = False

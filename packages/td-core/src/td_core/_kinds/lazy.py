@@ -73,6 +73,7 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
 
     _caches_when_locked = True
     _view_slot = True  # a view op records its source in `_view_record` (see `_ops.views`)
+    _td_lazy_stack = True
     __slots__ = (
         "__weakref__",
         "_is_locked",

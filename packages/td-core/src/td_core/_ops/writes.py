@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.compiler import is_compiling
 
 from td_core._core.keys import unravel_key
 from td_core._core.traverse import is_nt, is_td
@@ -324,7 +325,7 @@ def _records_graph(dests: list[Tensor], srcs: list[Tensor]) -> bool:
     """
     if not torch.is_grad_enabled():
         return False
-    if _any_requires_grad is not None:
+    if _any_requires_grad is not None and not is_compiling():  # (a C call Dynamo cannot trace)
         if not _any_requires_grad(dests, srcs):
             return False
     elif not any(t.requires_grad for t in dests) and not any(t.requires_grad for t in srcs):
