@@ -169,6 +169,29 @@ def test_compile_runs_once_in_one_frame(fn, args):
     assert counter.frame_count == 1
 
 
+@pytest.mark.parametrize(
+    "op",
+    [lambda td: td + 1, lambda td: td.reshape(3, 1), lambda td: td.clone().lock_()],
+    ids=["add", "reshape", "lock_"],
+)
+def test_compile_fullgraph_of_a_locked_nested_tensordict_keeps_the_lock_graph(op):
+    # the lock graph is recorded on the objects while compiling (no id() or weakref of an
+    # object made in the graph): the result is locked, and its sub-TensorDict stays held
+    def locked():
+        sub = TensorDict(b=torch.ones(3), batch_size=[3])
+        return TensorDict(a=torch.zeros(3), n=sub, batch_size=[3]).lock_()
+
+    torch._dynamo.reset()
+    out = torch.compile(op, fullgraph=True, backend="eager")(locked())
+    assert out.is_locked and out["n"].is_locked
+    with pytest.raises(RuntimeError, match="locked graph"):
+        out["n"].unlock_()
+    out.unlock_()  # the root may unlock, and its sub-TensorDict with it
+    assert not out["n"].is_locked
+    out["n"].lock_()
+    out["n"].unlock_()
+
+
 def test_export_module_taking_a_tensordict():
     class Model(torch.nn.Module):
         def forward(self, td):

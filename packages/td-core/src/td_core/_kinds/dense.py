@@ -70,6 +70,7 @@ class TensorDict(TensorDictBase):
         "_names",
         "_pending",
         "_view_record",
+        "_td_side",  # per-object state kept on the object while torch.compile traces
         "__weakref__",
     )
 

@@ -81,6 +81,7 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
         "_td_dim_name",
         "_template",
         "_view_record",
+        "_td_side",  # per-object state kept on the object while torch.compile traces
         "stack_dim",
         "tensordicts",
     )

@@ -27,7 +27,7 @@ __all__ = ["LazyHooksMixin", "set_hooks", "with_hook_out"]
 Hook = Callable[[Any], Any] | None
 
 # stack -> (hook_out, hook_in); absent when both are None
-_HOOKS = PerObject()
+_HOOKS = PerObject("lazy_hooks._HOOKS")
 
 
 def _warn(name: str) -> None:

@@ -39,7 +39,7 @@ Tensor = torch.Tensor
 
 # ------------------------------------------------------------------ memory
 # The stream each TensorDict was marked with by `record_stream` (one per TensorDict, as upstream).
-_STREAMS = PerObject()
+_STREAMS = PerObject("apply._STREAMS")
 
 
 def _replace_leaves(td: TensorDictContract, new: TensorDictContract) -> None:

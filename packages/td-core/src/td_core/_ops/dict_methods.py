@@ -34,7 +34,7 @@ Tensor = torch.Tensor
 
 
 # Lock state before the latest lock_()/unlock_() call: what a `with` block restores (`_views`).
-BEFORE_LOCK = PerObject()
+BEFORE_LOCK = PerObject("dict_methods.BEFORE_LOCK")
 
 
 def _locked_error(what: str, key: Any = None) -> LockedError:

@@ -61,9 +61,13 @@ class _Cache:
         self.shares: bool | None = None  # `shares_leaves`, once asked
 
 
-_CACHES = PerObject()  # locked TensorDict -> _Cache
-_ORIGINS = PerObject()  # node of a cached result -> {id(source): weakref to source}
-_VIEWS = PerObject()  # lock owner -> {id(view): weakref to a lazy view over it with a cache}
+_CACHES = PerObject("lock_cache._CACHES")  # locked TensorDict -> _Cache
+_ORIGINS = PerObject(
+    "lock_cache._ORIGINS"
+)  # node of a cached result -> {id(source): weakref to source}
+_VIEWS = PerObject(
+    "lock_cache._VIEWS"
+)  # lock owner -> {id(view): weakref to a lazy view over it with a cache}
 
 
 def _node(td: Any) -> Any:

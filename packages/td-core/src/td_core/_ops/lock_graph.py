@@ -17,12 +17,15 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from torch.compiler import is_compiling
+
 from td_core._core.traverse import is_td
 from td_core._ops.per_object import PerObject
 
 __all__ = ["holders_of", "link", "unlink_unless_held"]
 
-_HOLDERS = PerObject()  # node -> {id(holder): weakref to holder}
+_HOLDERS = PerObject("lock_graph._HOLDERS")  # node -> {id(holder): weakref to holder}
+# (while torch.compile traces: {negative number: _Strong(holder)}, on the node itself)
 
 
 def _node(td: Any) -> Any:
@@ -38,11 +41,27 @@ def link(td: Any, above: list[Any]) -> None:
         if holders is None:
             holders = {}
             _HOLDERS.set(node, holders)
-        for holder in above:
-            holders[id(holder)] = weakref.ref(holder)
+        if is_compiling():  # no id() or weak reference of an object made in the graph
+            for holder in above:
+                holders[-1 - len(holders)] = _Strong(holder)  # (a key no id() can be)
+        else:
+            for holder in above:
+                holders[id(holder)] = weakref.ref(holder)
     below = [*above, node]
     for sub in td._subtrees():
         link(sub, below)
+
+
+class _Strong:
+    """A holder recorded while torch.compile traces: held strongly, read like a weak reference."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __call__(self) -> Any:
+        return self.obj
 
 
 #: how the walk reached a node: `(id of the node above, key)`, `None` for the top
@@ -83,7 +102,7 @@ def unlink_unless_held(td: Any) -> str | None:
             holder = ref()
             if holder is None:
                 del holders[key]
-            elif key not in nodes and holder._is_locked:
+            elif (key if key >= 0 else id(holder)) not in nodes and holder._is_locked:
                 return _path(nodes, via)
     for node, _ in nodes.values():
         _HOLDERS.pop(node, None)

@@ -76,8 +76,8 @@ class _Frame(NamedTuple):
     entered: set[Path] | None
 
 
-_VIEWS = PerObject()  # result of a view op -> _Record, for the kinds without the slot
-_FRAMES = PerObject()  # TensorDict -> list of the _Frames of its open `with` blocks
+_VIEWS = PerObject("views._VIEWS")  # result of a view op -> _Record, for the kinds without the slot
+_FRAMES = PerObject("views._FRAMES")  # TensorDict -> list of the _Frames of its open `with` blocks
 
 
 def remember(
