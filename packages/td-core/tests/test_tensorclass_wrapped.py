@@ -81,3 +81,27 @@ def test_dense_subclasses_and_other_tensorclasses_are_copied_into_a_dense_tensor
     other = Pair.from_tensordict(_dense())
     again = Pair.from_tensordict(other)
     assert type(again._tensordict) is TensorDict and again._tensordict is not other._tensordict
+
+
+def test_a_wrapped_lazy_stack_locks_and_unlocks_with_its_nested_members() -> None:
+    # the lock graph walks the stack's members (not a stacked copy of their sub-TensorDicts)
+    members = [
+        TensorDict(obs=torch.zeros(3), r=TensorDict(x=torch.ones(3), batch_size=[3]))
+        for _ in range(2)
+    ]
+    obj = Pair.from_tensordict(lazy_stack(members))
+    obj.lock_()
+    assert members[0].is_locked and members[1]["r"].is_locked
+    obj.unlock_()
+    assert not obj.is_locked and not members[1]["r"].is_locked
+
+
+@pytest.mark.parametrize(
+    "view", [lambda o: o.select("obs"), lambda o: o.exclude("r")], ids=["select", "exclude"]
+)
+def test_select_and_exclude_of_a_wrapped_lazy_stack_share_the_members(view) -> None:
+    members = list(_dense().unbind(0))
+    part = view(Pair.from_tensordict(lazy_stack(members)))
+    assert type(part) is Pair and set(part.keys()) == {"obs"}
+    part.apply_(lambda x: x.add_(100))  # as a dense instance's select shares its tensors
+    assert [m["obs"][0].item() for m in members] == [100.0, 103.0, 106.0, 109.0, 112.0]

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from td_core._core.keys import NestedKey
-from td_core._core.traverse import is_nt
+from td_core._core.traverse import is_nt, is_stack
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.dense import TensorDict
 from td_core._kinds.inplace_route import InPlaceRouteMixin
@@ -45,6 +45,7 @@ class WrappedKindMixin(InPlaceRouteMixin):
 
     __slots__ = ()
     _tensordict: Any
+    _wrap: Callable[[Any], Any]  # the tensorclass's constructor over a TensorDict, as it is
 
     @property
     def _direct(self) -> bool:
@@ -63,3 +64,27 @@ class WrappedKindMixin(InPlaceRouteMixin):
             TensorDictBase._copy_into(self, key, dest, item, full_key)
         else:
             self._tensordict._copy_into(key, dest, item, full_key)
+
+    # ------------------------------------------------------- views of a wrapped lazy stack
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: bool = False,
+    ) -> Any:
+        """The fields at `keys`; over a lazy stack, an instance over the stack's own
+        `select` (its members' tensors, shared), as on a dense TensorDict."""
+        td = self._tensordict
+        if inplace or not is_stack(td):
+            return TensorDictBase.select(self, *keys, inplace=inplace, strict=strict)
+        out = td.select(*keys, strict=strict)
+        return out if as_tensordict else type(self)._wrap(out)
+
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> Any:
+        """Every field but `keys`; over a lazy stack, an instance over the stack's own
+        `exclude` (its members' tensors, shared), as on a dense TensorDict."""
+        td = self._tensordict
+        if inplace or not is_stack(td):
+            return TensorDictBase.exclude(self, *keys, inplace=inplace)
+        return type(self)._wrap(td.exclude(*keys))

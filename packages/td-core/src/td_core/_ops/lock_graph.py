@@ -75,7 +75,7 @@ def _walk(
     node = _node(td)
     if id(node) not in out:
         out[id(node)] = (node, via)
-        for key, sub in _sub_items(td):
+        for key, sub in _sub_items(node):  # (a tensorclass: its inner TensorDict's)
             _walk(sub, out, (id(node), key))
     return out
 
