@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from td_core._core.keys import NestedKey, unravel_key
-from td_core._core.traverse import is_nt, is_td
+from td_core._core.traverse import is_nt, is_stack, is_td
 from td_core._kinds.dense import TensorDict  # at run time: user classes' type hints see it
 from td_core._leaves.nontensor import NonTensorData
 from td_core.errors import TDError
@@ -234,9 +234,16 @@ class TensorClassCompat:
         strict: bool = True,
         as_tensordict: bool = False,
     ) -> Any:
-        """The fields at `keys` (the others unset); a plain `TensorDict` with `as_tensordict`."""
+        """The fields at `keys` (the others unset); a plain `TensorDict` with `as_tensordict`.
+
+        Over a lazy stack, the stack's own member-wise `select` (sharing the members'
+        tensors, as a dense instance's `select` shares its own).
+        """
         if as_tensordict and not inplace:
             return self._tensordict.select(*keys, strict=strict)
+        if not inplace and is_stack(self._tensordict):
+            build: Any = type(self)
+            return build._wrap(self._tensordict.select(*keys, strict=strict))
         parent: Any = super()
         return parent.select(*keys, inplace=inplace, strict=strict)
 

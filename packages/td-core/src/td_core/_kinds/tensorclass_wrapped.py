@@ -66,21 +66,6 @@ class WrappedKindMixin(InPlaceRouteMixin):
             self._tensordict._copy_into(key, dest, item, full_key)
 
     # ------------------------------------------------------- views of a wrapped lazy stack
-    def select(
-        self,
-        *keys: NestedKey,
-        inplace: bool = False,
-        strict: bool = True,
-        as_tensordict: bool = False,
-    ) -> Any:
-        """The fields at `keys`; over a lazy stack, an instance over the stack's own
-        `select` (its members' tensors, shared), as on a dense TensorDict."""
-        td = self._tensordict
-        if inplace or not is_stack(td):
-            return TensorDictBase.select(self, *keys, inplace=inplace, strict=strict)
-        out = td.select(*keys, strict=strict)
-        return out if as_tensordict else type(self)._wrap(out)
-
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Any:
         """Every field but `keys`; over a lazy stack, an instance over the stack's own
         `exclude` (its members' tensors, shared), as on a dense TensorDict."""
