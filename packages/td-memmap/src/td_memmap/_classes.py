@@ -12,12 +12,11 @@ reach of a lookup by name) load back in the process that saved them.
 from __future__ import annotations
 
 import re
-import sys
 import weakref
-from types import MappingProxyType
 from typing import Any
 
 from td_core import is_tensorclass
+from td_core._shared.classes import loaded_object
 
 __all__ = ["class_name", "check_class_name", "find_class", "like_source"]
 
@@ -63,31 +62,13 @@ def find_class(name: str) -> type | None:
         >>> find_class("some.module.never.imported:Thing") is None
         True
     """
-    found = _lookup(name)
+    found = loaded_object(name)
     if found is None:
         ref = _SAVED.get(name)
         found = None if ref is None else ref()
     if not isinstance(found, type) or not is_tensorclass(found):
         return None
     return found
-
-
-def _lookup(name: str) -> Any:
-    module_name, _, qualname = name.partition(":")
-    obj: Any = sys.modules.get(module_name)
-    if obj is None:
-        return None
-    for part in qualname.split("."):
-        try:
-            namespace = vars(obj)  # the object's own namespace: no __getattr__ runs
-        except TypeError:
-            return None
-        if not isinstance(namespace, (dict, MappingProxyType)):
-            return None
-        obj = namespace.get(part)
-        if obj is None:
-            return None
-    return obj
 
 
 def like_source(source: Any, result: Any) -> Any:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from td_core._core.class_lookup import loaded_object
 from td_core._core.contract import TensorDictContract, dense, lazy
 from td_core._core.predicates import is_tensorclass
 from td_core._core.traverse import is_nt, stack_parts
@@ -207,10 +207,7 @@ def _loaded_tensorclass(name: Any, path: object) -> Any:
     """The tensorclass `module:qualname` if its module is loaded in this process, else `None`
     (with a warning). Nothing is imported: a layout from a file or a peer names a class,
     it never makes this process run a module."""
-    module, _, qualname = name.partition(":") if isinstance(name, str) else ("", "", "")
-    found: Any = sys.modules.get(module)
-    for part in qualname.split(".") if found is not None else ():
-        found = getattr(found, part, None)
+    found = loaded_object(name) if isinstance(name, str) else None
     if isinstance(found, type) and is_tensorclass(found):
         return found
     warnings.warn(

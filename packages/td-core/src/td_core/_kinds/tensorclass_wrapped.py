@@ -60,7 +60,7 @@ class WrappedKindMixin(InPlaceRouteMixin):
         return getattr(self._tensordict, method.__name__)(*args, **kwargs)
 
     def _copy_into(self, key: str, dest: Any, item: Any, full_key: NestedKey) -> None:
-        if type(self._tensordict) is TensorDict:
+        if self._direct:
             TensorDictBase._copy_into(self, key, dest, item, full_key)
         else:
             self._tensordict._copy_into(key, dest, item, full_key)
