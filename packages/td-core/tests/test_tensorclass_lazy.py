@@ -79,7 +79,12 @@ def test_repr_shows_a_ragged_dim_as_minus_one_without_stacking() -> None:
     assert text.startswith("Row(") and "torch.Size([2, -1])" in text
 
 
-def test_ops_over_a_ragged_entry_name_it() -> None:
-    # ops beyond reading, indexing, unbind and lazy_stack stack the entries: a clear error
+def test_a_stacked_read_of_a_ragged_entry_names_it() -> None:
     with pytest.raises(BatchSizeError, match="entry 'x' has different shapes"):
-        Row.from_tensordict(_ragged()).clone()
+        Row.from_tensordict(_ragged()).x
+
+
+def test_ops_over_a_ragged_entry_run_member_by_member() -> None:
+    copy = Row.from_tensordict(_ragged()).clone()  # the stack's own clone, as upstream
+    assert type(copy) is Row and isinstance(copy._tensordict, LazyStackedTensorDict)
+    assert [t.tolist() for t in copy.get("x", as_list=True)] == [[1.0, 1.0, 1.0], [2.0, 2.0]]

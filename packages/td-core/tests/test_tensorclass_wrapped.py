@@ -74,7 +74,55 @@ def test_a_lazy_stack_wrapped_keeps_its_members_and_reads_stacked() -> None:
     obj.r = torch.arange(5.0)
     assert [m["r"].item() for m in members] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert type(obj.to_tensordict()) is TensorDict
-    assert type(obj + 1) is Pair and type((obj + 1)._tensordict) is TensorDict  # results: dense
+    # out-of-place ops are the stack's own: the result is the class over a lazy stack
+    assert type(obj + 1) is Pair and type((obj + 1)._tensordict) is LazyStackedTensorDict
+
+
+def _ragged() -> list[TensorDict]:
+    return [
+        TensorDict(obs=torch.full((2,), float(i)), r=torch.ones(2, i + 1), batch_size=[2])
+        for i in range(3)
+    ]
+
+
+RAGGED_OPS: dict[str, Callable[[Any], Any]] = {
+    "apply": lambda o: o.apply(lambda x: x * 2),
+    "+": lambda o: o + 1,
+    "clone": lambda o: o.clone(),
+    "to": lambda o: o.to(torch.float64),
+    "exp": lambda o: o.exp(),
+    "==": lambda o: o == 0,
+    "sum(dim)": lambda o: o.sum(1),
+    "unsqueeze": lambda o: o.unsqueeze(-1),
+    "where": lambda o: o.where(torch.ones(3, 2, dtype=torch.bool), 0),
+}
+
+
+@pytest.mark.parametrize("op", list(RAGGED_OPS))
+def test_out_of_place_ops_over_a_ragged_stack_run_member_by_member(op: str) -> None:
+    # a stacked read of `r` would raise: the members' `r` differ in shape
+    members = _ragged()
+    result = RAGGED_OPS[op](Pair.from_tensordict(lazy_stack(members)))
+    assert type(result) is Pair and type(result._tensordict) is LazyStackedTensorDict
+    expected = RAGGED_OPS[op](lazy_stack(_ragged()))
+    for got, want in zip(result._tensordict.tensordicts, expected.tensordicts, strict=True):
+        assert_close(got, want)
+
+
+def test_an_identity_apply_over_a_lazy_stack_shares_the_members_tensors() -> None:
+    members = list(_dense().unbind(0))
+    same = Pair.from_tensordict(lazy_stack(members)).apply(lambda x: x)
+    same.apply_(lambda x: x.add_(100))  # as upstream, and as on a dense instance
+    assert members[1]["r"].item() == 101.0
+
+
+def test_gather_out_into_an_instance_over_a_lazy_stack_writes_its_members() -> None:
+    members = [TensorDict(obs=torch.zeros(3), r=torch.zeros(()), batch_size=[]) for _ in range(5)]
+    out = Pair.from_tensordict(lazy_stack(members))
+    index = torch.tensor([4, 3, 2, 1, 0])
+    result = Pair.from_tensordict(_dense()).gather(0, index, out=out)
+    assert result is out
+    assert members[0]["obs"].tolist() == [12.0, 13.0, 14.0]  # row 4 of the source
 
 
 def test_dense_subclasses_and_other_tensorclasses_are_copied_into_a_dense_tensordict() -> None:

@@ -130,6 +130,13 @@ def tensorclass(ns: types.ModuleType) -> Any:
     return _tensorclass(ns)(obs=data["obs"], count=data["count"], nested=nested, batch_size=[4, 3])
 
 
+def tensorclass_lazy(ns: types.ModuleType) -> Any:
+    """A tensorclass over a lazy stack (``from_tensordict`` wraps the stack as it is)."""
+    members = dense(ns).select("obs", "count", "nested").unbind(0)
+    stack = ns.LazyStackedTensorDict.lazy_stack(list(members), 0)
+    return _tensorclass(ns).from_tensordict(stack)
+
+
 def params(ns: types.ModuleType) -> Any:
     data = _leaves((4, 3))
     floats = {"obs": data["obs"], "reward": data["reward"], "nested": data["nested"]}
@@ -197,6 +204,7 @@ KINDS: dict[str, Recipe] = {
     "lazy_last": lazy_last,
     "lazy_hetero": lazy_hetero,
     "tensorclass": tensorclass,
+    "tensorclass_lazy": tensorclass_lazy,
     "params": params,
     "view_index": view_index,
     "view_key": view_key,
@@ -350,7 +358,8 @@ def _run(case: Callable[[Any], Any], obj: Any) -> tuple[Any, BaseException | Non
 def _dense_copy(obj: Any) -> Any:
     """Upstream's dense copy of ``obj`` (a TensorDict; tensorclasses stay tensorclasses)."""
     if upstream.is_tensorclass(obj):
-        return obj.clone()
+        # a tensorclass over a lazy stack: the same class over the stack's dense copy
+        return type(obj).from_tensordict(obj.to_tensordict())
     return obj.to_tensordict() if hasattr(obj, "to_tensordict") else obj.clone()
 
 
@@ -406,6 +415,23 @@ def run_check(case: Callable[[Any], Any], kind: str, *, inputs: bool = True) -> 
     if inputs:
         same(ours_in, theirs_in, "input after the op")
     return ours
+
+
+def run_check_td(case: Callable[[Any], Any], kind: str, reference: str) -> None:
+    """Where upstream has nothing to compare with, td's result on ``kind`` must be td's on
+    ``reference``, a kind built from the same data (or raise the same exception class)."""
+    ours, our_exc = _run(case, KINDS[kind](td_core))
+    ref, ref_exc = _run(case, KINDS[reference](td_core))
+    if ref_exc is not None or our_exc is not None:
+        assert type(our_exc) is type(ref_exc), f"{kind}: {our_exc!r}; {reference}: {ref_exc!r}"
+        return
+    assert_same(ours, ref)
+
+
+@pytest.fixture
+def check_td() -> Callable[..., Any]:
+    """``check_td(case, kind, reference)``: see :func:`run_check_td`."""
+    return run_check_td
 
 
 @pytest.fixture

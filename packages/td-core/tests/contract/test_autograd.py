@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
+
+import td_core
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import tensordict as upstream
 
 
 def _float_leaves(td):
     """The stored ``obs`` and ``("nested", "x")`` tensors (a lazy stack's come from its members)."""
+    if td_core.is_tensorclass(td) or upstream.is_tensorclass(td):  # the TensorDict it wraps
+        return _float_leaves(td._tensordict)
     if hasattr(td, "tensordicts"):
         return [t for m in td.tensordicts for t in _float_leaves(m)]
     return [t for t in (td.get("obs"), td.get(("nested", "x"), None)) if t is not None]

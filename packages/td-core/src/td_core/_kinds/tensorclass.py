@@ -31,6 +31,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._kinds.tensorclass_compat import TensorClassCompat, unknown_field_error
 from td_core._kinds.tensorclass_init import make_init
+from td_core._kinds.tensorclass_stack import route_stack_ops
 from td_core._kinds.tensorclass_wrapped import WrappedKindMixin, wraps_as_is
 from td_core._leaves.linked_list import linked_values
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
@@ -111,13 +112,20 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
     def _values_str(self) -> Any:
         return self._tensordict._values_str()
 
-    def _new(self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT) -> Any:
-        if not source.keys() <= type(self)._field_set:  # e.g. flatten_keys: "nested.x"
-            unknown = sorted(k for k in source if k not in type(self)._field_set)
+    @classmethod
+    def _check_fields(cls, source: Any) -> Any:
+        """`source` (a mapping of a result's entries), once its keys are known to be fields."""
+        keys = source.keys() if type(source) is dict else set(source.keys())
+        if not keys <= cls._field_set:  # e.g. flatten_keys: "nested.x"
+            unknown = sorted(k for k in keys if k not in cls._field_set)
             raise ValueError(
-                f"the result has keys {unknown} that are not fields of {type(self).__name__} "
-                f"(fields: {list(type(self)._fields)}); convert with to_tensordict() first"
+                f"the result has keys {unknown} that are not fields of {cls.__name__} "
+                f"(fields: {list(cls._fields)}); convert with to_tensordict() first"
             )
+        return source
+
+    def _new(self, source: dict[str, Any], batch_size: torch.Size, device: Any = NO_DEFAULT) -> Any:
+        type(self)._check_fields(source)
         td = TensorDict._new_unsafe(
             source, batch_size, self._tensordict.device if device is NO_DEFAULT else device
         )
@@ -313,6 +321,9 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
         body = ",\n".join("\n".join("    " + ln for ln in line.splitlines()) for line in lines)
         return f"{type(self).__name__}(\n{body})"
 
+
+# over a lazy stack, out-of-place ops run on the stack (the class's own stack-aware ops aside)
+route_stack_ops(_TensorClassBase, skip=[n for n in vars(_TensorClassBase) if n != "__module__"])
 
 # a plain dict, not functools.cache: torch.compile traces a dict lookup, not a cache wrapper
 _CUSTOM_SETATTR: dict[type, Callable[..., None] | None] = {}

@@ -475,6 +475,9 @@ def set_into(out: Any, result: Any) -> Any:
 
 def copy_into(out: Any, result: Any) -> Any:
     """Copy `result` into `out` (the `out=` forms), checked first; returns `out`."""
+    if getattr(out, "_direct", True) is False:  # its reads are copies: its own copy_ reaches it
+        out.copy_(result)
+        return out
     dests: list[Tensor] = []
     srcs: list[Tensor] = []
     plan_copy(out, result, dests, srcs, ())
