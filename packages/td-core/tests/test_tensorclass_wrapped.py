@@ -153,3 +153,53 @@ def test_select_and_exclude_of_a_wrapped_lazy_stack_share_the_members(view) -> N
     assert type(part) is Pair and set(part.keys()) == {"obs"}
     part.apply_(lambda x: x.add_(100))  # as a dense instance's select shares its tensors
     assert [m["obs"][0].item() for m in members] == [100.0, 103.0, 106.0, 109.0, 112.0]
+
+
+@pytest.mark.parametrize(
+    "stack",
+    [
+        lambda rows: lazy_stack(rows),
+        lambda rows: LazyStackedTensorDict.lazy_stack(rows, 0),
+        lambda rows: TensorDict.maybe_dense_stack(rows),  # ragged rows: a lazy stack
+    ],
+    ids=["lazy_stack", "LazyStackedTensorDict.lazy_stack", "maybe_dense_stack"],
+)
+def test_a_lazy_stack_of_instances_of_one_class_is_the_class_over_a_stack(stack) -> None:
+    rows = [Pair(obs=torch.zeros(3), r=torch.zeros(())), Pair(obs=torch.ones(2), r=torch.ones(()))]
+    out = stack(rows)
+    assert type(out) is Pair and isinstance(out._tensordict, LazyStackedTensorDict)
+    assert [m is row._tensordict for m, row in zip(out._tensordict.tensordicts, rows)] == [
+        True,
+        True,
+    ]  # the instances' own TensorDicts: writes through the stack reach them
+    out.r = torch.tensor([5.0, 6.0])
+    assert [row.r.item() for row in rows] == [5.0, 6.0]
+    assert type(out[1]) is Pair and out[1].obs.tolist() == [1.0, 1.0]
+
+
+def test_to_lazystack_of_an_instance_is_the_class_over_a_stack_of_its_rows() -> None:
+    obj = Pair.from_tensordict(_dense())
+    out = obj.to_lazystack(0)
+    assert type(out) is Pair and len(out._tensordict.tensordicts) == 5
+    out[2] = Pair.from_tensordict(_row())  # the rows are views of the instance's tensors
+    assert obj.obs[2].tolist() == [-1.0, -1.0, -1.0]
+
+
+def test_other_stacks_of_instances_stay_lazy_stacks_of_them() -> None:
+    @tensorclass
+    class Other:
+        obs: torch.Tensor
+
+    a, b = Pair(obs=torch.zeros(3), r=torch.zeros(())), Other(obs=torch.ones(3))
+    mixed = lazy_stack([a, b])  # two classes: no one class to wrap the stack in, as upstream
+    assert type(mixed) is LazyStackedTensorDict and mixed.tensordicts == [a, b]
+    held = LazyStackedTensorDict(a, a.clone())  # the constructor keeps its members, as upstream
+    assert held.tensordicts[0] is a
+
+
+def test_a_nested_entry_of_instances_reads_as_the_class_over_a_stack() -> None:
+    rows = [TensorDict(p=Pair(obs=torch.full((3,), float(i)), r=torch.zeros(()))) for i in range(2)]
+    nested = lazy_stack(rows)["p"]
+    assert type(nested) is Pair and isinstance(nested._tensordict, LazyStackedTensorDict)
+    nested.obs = torch.full((2, 3), 9.0)  # reaches the rows' instances
+    assert rows[1]["p"].obs.tolist() == [9.0, 9.0, 9.0]

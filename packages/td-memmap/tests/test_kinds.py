@@ -474,16 +474,18 @@ class TestUnbatched:
             TensorDict.load_memmap(tmp_path)
 
 
-def test_tensorclass_over_a_ragged_stack_saves_as_a_lazy_stack_of_instances(tmp_path) -> None:
+def test_tensorclass_over_a_ragged_stack_saves_and_loads_as_the_class_over_a_stack(
+    tmp_path,
+) -> None:
     ragged = lazy_stack(
         [TensorDict(obs=torch.ones(3), label="a"), TensorDict(obs=torch.zeros(2), label="b")]
     )
     obj = Pair.from_tensordict(ragged)
     saved = memmap(obj, tmp_path / "copy")
     loaded = load_memmap(tmp_path / "copy")
-    for out in (saved, loaded):  # the class of each member survives; the entry is not stacked
-        assert isinstance(out, LazyStackedTensorDict)
-        assert [type(m) for m in out.tensordicts] == [Pair, Pair]
+    for out in (saved, loaded):  # the class survives, over a stack; the entry is not stacked
+        assert type(out) is Pair and isinstance(out._tensordict, LazyStackedTensorDict)
+        assert [type(m) for m in out._tensordict.tensordicts] == [TensorDict, TensorDict]
         assert [t.tolist() for t in out.get("obs", as_list=True)] == [[1.0, 1.0, 1.0], [0.0, 0.0]]
     memmap_(obj, tmp_path / "inplace")  # in place: the members' leaves become mapped
     assert all(isinstance(t, MemoryMappedTensor) for t in obj.get("obs", as_list=True))

@@ -17,6 +17,7 @@ from td_core import (
     is_non_tensor,
     is_tensor_collection,
     is_tensorclass,
+    lazy_stack,
 )
 from td_memmap._classes import class_name
 from td_memmap._errors import MemmapFormatError
@@ -137,7 +138,12 @@ def from_tree(node: Node) -> Any:
     """
     if node.kind == KIND_LAZY:
         members = [from_tree(cast(Node, member)) for member in node.entries.values()]
-        stack = LazyStackedTensorDict(*members, stack_dim=node.stack_dim)
+        # instances of one tensorclass: the class over the stack, as lazy_stack gives
+        stack = (
+            lazy_stack(members, node.stack_dim)
+            if members
+            else LazyStackedTensorDict(stack_dim=node.stack_dim)
+        )
         return remember(_name(stack, node), node.path)
     entries: dict[str, Any] = {}
     for key, value in node.entries.items():

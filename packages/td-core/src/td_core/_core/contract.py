@@ -40,7 +40,7 @@ from td_core._core.utils import BatchMeta
 if TYPE_CHECKING:
     pass
 
-__all__ = ["TD", "TensorDictContract", "dense", "lazy", "provide", "provided"]
+__all__ = ["TD", "TensorDictContract", "dense", "lazy", "one_tensorclass", "provide", "provided"]
 
 # a helper that returns the container it was given (or one of the same kind) is typed with TD
 TD = TypeVar("TD", bound="TensorDictContract")
@@ -80,9 +80,28 @@ def dense(
     return _REGISTRY["TensorDict"](source, batch_size=batch_size, device=device)
 
 
-def lazy(members: Iterable[Any], stack_dim: int = 0) -> Any:
-    """A new lazy stack of `members` along `stack_dim`, without naming its class."""
-    return _REGISTRY["LazyStackedTensorDict"](*members, stack_dim=stack_dim)
+def one_tensorclass(items: list[Any]) -> Any:
+    """The tensorclass every one of `items` is an instance of, or `None`."""
+    cls = type(items[0]) if items else None
+    if cls is None or not getattr(cls, "_td_tensorclass", False):
+        return None
+    return cls if all(type(item) is cls for item in items) else None
+
+
+def lazy(members: Iterable[Any], stack_dim: int = 0, **how: Any) -> Any:
+    """A new lazy stack of `members` along `stack_dim`, without naming its class.
+
+    Instances of one tensorclass give, as upstream, that class over a lazy stack
+    of the TensorDicts they hold (writes through it reach theirs). `how` is the
+    stack's other keywords (`stack_dim_name`, `strict_shape`).
+    """
+    items = members if type(members) is list else list(members)
+    if items and getattr(type(items[0]), "_td_tensorclass", False):
+        cls = one_tensorclass(items)
+        if cls is not None:
+            tds = [item._tensordict for item in items]
+            return cls._wrap(_REGISTRY["LazyStackedTensorDict"](*tds, stack_dim=stack_dim, **how))
+    return _REGISTRY["LazyStackedTensorDict"](*items, stack_dim=stack_dim, **how)
 
 
 class TensorDictContract(BatchMeta):
@@ -107,6 +126,9 @@ class TensorDictContract(BatchMeta):
     _reads_are_copies: bool = False
     #: True on lazy stacks (which hold members and define `_stack_parts`): see `traverse.is_stack`
     _td_lazy_stack: ClassVar[bool] = False
+    #: True on tensorclasses; a class flag every kind has, so the look-up is a hit (not a miss
+    #: that raises AttributeError inside getattr) on hot paths such as nested lazy reads
+    _td_tensorclass: ClassVar[bool] = False
     #: True on a view whose writes go into another TensorDict (a sub-TensorDict, a lazy legacy
     #: view): shape ops outside legacy mode and in-place select/exclude refuse it
     _writes_through: ClassVar[bool] = False

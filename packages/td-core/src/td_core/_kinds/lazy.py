@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from td_core._core.contract import provide
+from td_core._core.contract import lazy, one_tensorclass, provide
 from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
@@ -339,6 +339,10 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
                 ) from None
         if is_nt(first):
             return stack_non_tensors(values, self.stack_dim)
+        if getattr(type(first), "_td_tensorclass", False):
+            cls = one_tensorclass(values)
+            if cls is not None:  # instances of one tensorclass: the class over a stack, as upstream
+                return cls._wrap(self._stack_values(key, [v._tensordict for v in values]))
         out = self._restack(values, self.stack_dim)
         if all(v.is_locked for v in values):  # locked members: the stack of them is locked too
             out._is_locked = True
@@ -574,6 +578,8 @@ def lazy_stack(
                     f"have congruent batch sizes; TensorDict {i} has {list(td.batch_size)}, "
                     f"TensorDict 0 has {list(bs)}"
                 )
+    if getattr(type(items[0]), "_td_tensorclass", False):  # maybe the class over a stack
+        return lazy(items, dim, stack_dim_name=stack_dim_name, strict_shape=strict_shape)
     return LazyStackedTensorDict(
         *items, stack_dim=dim, stack_dim_name=stack_dim_name, strict_shape=strict_shape
     )

@@ -129,10 +129,14 @@ class LazyReadMixin:
         Where the members' entries do not even share their number of dims, the
         shape is `torch.Size([-1])` (as upstream): nothing of it is known.
         """
-        values = [td.get(key) for td in self.tensordicts]
-        return _stacked_shape(
-            [v.shape if isinstance(v, Tensor) else v.batch_size for v in values], self.stack_dim
-        )
+        shapes = []
+        for td in self.tensordicts:
+            v = td.get(key)
+            # a tensorclass member reads a non-tensor entry as its value: the member's batch
+            shapes.append(
+                v.shape if isinstance(v, Tensor) else getattr(v, "batch_size", td.batch_size)
+            )
+        return _stacked_shape(shapes, self.stack_dim)
 
 
 def pad_tensors(
