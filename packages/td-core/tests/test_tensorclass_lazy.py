@@ -81,7 +81,7 @@ def test_repr_shows_a_ragged_dim_as_minus_one_without_stacking() -> None:
 
 def test_a_stacked_read_of_a_ragged_entry_names_it() -> None:
     with pytest.raises(BatchSizeError, match="entry 'x' has different shapes"):
-        Row.from_tensordict(_ragged()).x
+        _ = Row.from_tensordict(_ragged()).x
 
 
 def test_ops_over_a_ragged_entry_run_member_by_member() -> None:

@@ -203,3 +203,14 @@ def test_a_nested_entry_of_instances_reads_as_the_class_over_a_stack() -> None:
     assert type(nested) is Pair and isinstance(nested._tensordict, LazyStackedTensorDict)
     nested.obs = torch.full((2, 3), 9.0)  # reaches the rows' instances
     assert rows[1]["p"].obs.tolist() == [9.0, 9.0, 9.0]
+
+
+def test_an_operand_that_grows_the_batch_grows_it_over_a_wrapped_view() -> None:
+    # entry by entry (the view's reads are copies): the result's batch follows its entries
+    view = TensorDict(obs=torch.zeros(2, 4, 3), r=torch.zeros(2, 4), batch_size=[2, 4])[1]
+    obj = Pair.from_tensordict(view._get_sub_tensordict(slice(None)))
+    out = obj + torch.ones(1, 4)
+    assert out.batch_size == torch.Size([1, 4]) and out.obs.shape == torch.Size([1, 4, 3])
+    assert_close(
+        out.to_tensordict(), (Pair.from_tensordict(view.clone()) + torch.ones(1, 4)).to_tensordict()
+    )

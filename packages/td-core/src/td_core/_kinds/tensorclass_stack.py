@@ -42,7 +42,7 @@ _MORE = (
     "cuda", "gather", "masked_fill", "masked_select", "where", "empty", "zero_grad",
     "requires_grad_",
 )  # fmt: skip
-_PROPERTIES = ("grad", "data")
+_PROPERTIES = ("grad", "data")  # over every kind but a dense one (a view's leaves are views)
 _UNWRAPPED = ("data_ptr",)  # results that are not instances of the class (keys per member)
 _SKIPPED = {"dtype", "unbind"}  # a property read as it is; unbind: the class's own
 
@@ -86,7 +86,7 @@ def _routed(name: str, inherited: Callable[..., Any], wrap: bool) -> Callable[..
 def _routed_property(name: str, inherited: property) -> property:
     def getter(self: Any) -> Any:
         td = self._tensordict
-        if not is_stack(td):
+        if type(td) is TensorDict:  # any other kind knows where its leaves (and grads) live
             return inherited.__get__(self)
         return _deliver(self, getattr(td, name), td)
 

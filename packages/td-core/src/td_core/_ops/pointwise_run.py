@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.compiler import is_compiling
 
-from td_core._core.traverse import is_td, rebuild, stack_parts
+from td_core._core.traverse import is_nt, is_td, rebuild, stack_parts
 from td_core._core.utils import NO_DEFAULT
 from td_core._ops.locked_results import locked_like_source
 from td_core.errors import BatchSizeError, KeyNotFoundError
@@ -487,7 +487,7 @@ def _run_entries(
     kwargs: dict[str, Any],
 ) -> Any:
     """`op` run on each entry alone (a one-entry TensorDict sharing the leaf, or the sub-tree)."""
-    bs = td.batch_size
+    bs = new_bs = td.batch_size
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if not isinstance(value, Tensor) and value._is_non_tensor:
@@ -507,9 +507,14 @@ def _run_entries(
         entry = td._new({key: value}, bs) if isinstance(value, Tensor) else value
         result = run(entry, op, tuple(parts), inplace=inplace, **kwargs)
         out[key] = result._get_str(key) if isinstance(value, Tensor) else result
+        new_bs = result.batch_size  # an operand may broadcast the batch dims (`td + t[None]`)
         if inplace and td._reads_are_copies and isinstance(value, Tensor):
             td._set_str(key, out[key])  # the leaf read was a copy: write the result back
-    return td if inplace else td._new(out, bs)
+    if inplace:
+        return td
+    if new_bs != bs:  # non-tensor entries, kept as they were, follow the new batch dims
+        out = {k: v.expand(new_bs) if is_nt(v) else v for k, v in out.items()}
+    return td._new(out, new_bs)
 
 
 def _lazy_members(td: TensorDictContract) -> list[Any] | None:
