@@ -113,6 +113,16 @@ def test_stack_tensors_removes_inputs_only_on_success() -> None:
     assert list(td.keys()) == ["z"] and td["z"].shape == torch.Size([3, 2, 2])
 
 
+@pytest.mark.parametrize("combine", ["stack_tensors", "cat_tensors"])
+def test_combining_an_entry_with_itself_is_refused_before_anything_is_written(combine) -> None:
+    td = TensorDict(x=torch.zeros(3, 2), y=torch.ones(3, 2), batch_size=[3])
+    with pytest.raises(KeyError, match="listed twice"):  # it would be removed twice
+        getattr(td, combine)("x", "x", out_key="z", dim=1)
+    assert set(td.keys()) == {"x", "y"}  # no "z" written, "x" kept
+    kept = getattr(td, combine)("x", "x", out_key="z", dim=1, keep_entries=True)
+    assert set(kept.keys()) == {"x", "y", "z"}
+
+
 def test_stacking_ragged_lazy_stacks_stays_lazy() -> None:
     ragged = LazyStackedTensorDict.lazy_stack(
         [TensorDict(r=torch.zeros(3, i + 1), batch_size=[3]) for i in range(2)]

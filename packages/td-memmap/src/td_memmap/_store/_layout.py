@@ -6,8 +6,9 @@ For a stored TensorDict with namespace `ns` and id `tid`:
   (`""` or a device string), `format` (`"td-store/1"`).
 - `ns:tid:keys` (a hash): one field per entry, named by the JSON list of its
   key path (`["a", "b"]`), whose value is JSON metadata: `{"kind": "tensor",
-  "dtype": name, "shape": [...]}`, `{"kind": "td", "batch_size": [...]}` for
-  a sub-TensorDict, `{"kind": "non_tensor", "value": ...}` or
+  "dtype": name, "shape": [...]}` (with `"unbatched": true` for an
+  `UnbatchedTensor`), `{"kind": "td", "batch_size": [...]}` for a
+  sub-TensorDict, `{"kind": "non_tensor", "value": ...}` or
   `{"kind": "non_tensor_stack", "shape": [...], "values": [...]}`.
 - `ns:tid:data:<path JSON>` (a string): a tensor's raw bytes, C-contiguous,
   in the byte order of the machine that wrote them.
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core import NonTensorData, NonTensorStack
+from td_core import NonTensorData, NonTensorStack, UnbatchedTensor
 from td_memmap._format import dtype_from_name, dtype_name, value_from_json, value_to_json
 
 __all__ = [
@@ -59,7 +60,10 @@ def tensor_meta(value: torch.Tensor, key: object) -> dict[str, Any]:
         name = dtype_name(value.dtype, key=key)
     except TypeError as err:
         raise TypeError(f"cannot store entry {key!r} in the key-value store: {err}") from None
-    return {"kind": "tensor", "dtype": name, "shape": list(value.shape)}
+    meta: dict[str, Any] = {"kind": "tensor", "dtype": name, "shape": list(value.shape)}
+    if isinstance(value, UnbatchedTensor):  # read back as one, outside the batch dims
+        meta["unbatched"] = True
+    return meta
 
 
 def tensor_bytes(value: torch.Tensor) -> bytes:
@@ -92,9 +96,10 @@ def tensor_from_bytes(meta: dict[str, Any], data: bytes | None, key: object) -> 
             f"says shape {shape} of {meta['dtype']} ({count * itemsize} bytes)"
         )
     if count == 0:
-        return torch.empty(shape, dtype=dtype)
-    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    return raw.view(dtype).reshape(shape)
+        value = torch.empty(shape, dtype=dtype)
+    else:
+        value = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
+    return UnbatchedTensor(value) if meta.get("unbatched") is True else value
 
 
 def non_tensor_meta(value: Any, key: object) -> dict[str, Any]:
