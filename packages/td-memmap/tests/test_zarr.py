@@ -287,3 +287,35 @@ def test_rename_key_onto_an_existing_key_replaces_it_in_the_store(tmp_path):
     assert set(ztd.keys(True, True)) == {("b", "c")}
     reopened = td_memmap.from_zarr(tmp_path / "s.zarr")
     assert torch.equal(reopened["b", "c"], td["a"])
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[f"n{i}{j}" for j in range(3)] for i in range(4)],  # strings: a zarr string array
+        [[{"step": i, "ok": j > 0} for j in range(3)] for i in range(4)],  # JSON values
+    ],
+    ids=["strings", "json"],
+)
+def test_a_stack_of_different_values_round_trips(tmp_path, rows):
+    td = TensorDict(obs=torch.zeros(4, 3), batch_size=[4, 3])
+    td["names"] = td_core.NonTensorStack.from_list(rows)
+    stored = td.to_zarr(tmp_path / "s.zarr")
+    node = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["names"]
+    assert node.attrs["__tensordict_stack__"] == [4, 3]  # upstream's layout: files move both ways
+    assert ("__tensordict_non_tensor__" in node.attrs) is (rows[0][0] != "n00")
+    for out in (stored, td_memmap.from_zarr(tmp_path / "s.zarr")):
+        assert type(out.get("names")) is td_core.NonTensorStack
+        assert out.get("names").tolist() == rows
+        assert out[1].get("names").tolist() == rows[1]  # an index read takes its rows
+        assert out.to_tensordict()["names"].tolist() == rows
+    stored["names"] = td_core.NonTensorStack.from_list(rows[::-1])  # replaced in the store
+    assert td_memmap.from_zarr(tmp_path / "s.zarr").get("names").tolist() == rows[::-1]
+
+
+def test_a_stack_json_cannot_hold_is_refused_before_writing(tmp_path):
+    td = TensorDict(obs=torch.zeros(2), batch_size=[2])
+    td["pairs"] = td_core.NonTensorStack.from_list([(1, 2), (3, 4)])  # tuples read back as lists
+    with pytest.raises(TypeError, match=r"'pairs'.*(strings|JSON)"):
+        td.to_zarr(tmp_path / "bad.zarr")
+    assert not (tmp_path / "bad.zarr").exists()

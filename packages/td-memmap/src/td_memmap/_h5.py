@@ -34,6 +34,7 @@ import torch.utils._pytree as pytree
 from td_core import (
     LazyStackedTensorDict,
     NonTensorData,
+    NonTensorStack,
     TensorDict,
     TensorDictBase,
     is_leaf_nontensor,
@@ -345,9 +346,7 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
         if store.is_group(node):
             return self._sub(key, node)
         if store.is_text(node):
-            return NonTensorData(
-                store.read_text(node), batch_size=self._batch_size, device=self._device
-            )
+            return store.text_entry(node, self._batch_size, self._device)
         return staged_read(store, node, self._device)
 
     def _set_str(self, key: str, value: Any) -> None:
@@ -369,6 +368,8 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
             store.create(group, key, value, self.kwargs)
         elif isinstance(value, NonTensorData):
             store.create_text(group, key, value.data, full_key)
+        elif isinstance(value, NonTensorStack):  # a backend that holds one checked it
+            store.create_text(group, key, value, full_key)
         else:
             store.write_group(group, key, value, self.kwargs)
         store.structure_changed(group)
@@ -439,7 +440,7 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
             if store.is_group(node):
                 out._set_str(key, _dense_of(self._sub(key, node), index))
             elif store.is_text(node):
-                out._set_str(key, NonTensorData(store.read_text(node), shape, self._device))
+                out._set_str(key, store.text_entry(node, self._batch_size, self._device, index))
             else:
                 out._set_str(key, store.read(node, index, self._device))
         if isinstance(index, tuple) and not index:

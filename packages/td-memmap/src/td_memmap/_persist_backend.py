@@ -16,7 +16,9 @@ from typing import Any
 
 import torch
 
+from td_core import NonTensorData
 from td_memmap._errors import ReadOnlyMemmapError
+from td_memmap._h5_index import indexed_shape
 
 __all__ = ["StoreBackend"]
 
@@ -171,6 +173,12 @@ class StoreBackend:
     def read_text(self, node: Any) -> Any:
         """The non-tensor value in the array `node`."""
         raise NotImplementedError
+
+    def text_entry(self, node: Any, batch_size: torch.Size, device: Any, index: Any = ()) -> Any:
+        """The non-tensor entry in the array `node` of a TensorDict of `batch_size` (only
+        the rows `index` selects): one value, or a `NonTensorStack` where the backend keeps
+        one value per element."""
+        return NonTensorData(self.read_text(node), indexed_shape(batch_size, index), device)
 
     def meta(self, node: Any) -> torch.Tensor:
         """A `meta` tensor with the shape and dtype of the array `node` (no data read)."""

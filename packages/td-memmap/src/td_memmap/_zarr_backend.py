@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core import NonTensorData, is_tensor_collection
+from td_core import NonTensorData, NonTensorStack, is_tensor_collection
 from td_memmap import _zarr_format as fmt
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
 from td_memmap._persist_backend import StoreBackend
@@ -97,7 +97,8 @@ class ZarrBackend(StoreBackend):
         return isinstance(node, fmt.zarr_module().Group)
 
     def is_text(self, node: Any) -> bool:
-        return fmt.NON_TENSOR in node.attrs
+        attrs = node.attrs
+        return fmt.NON_TENSOR in attrs or fmt.STACK in attrs
 
     def child(self, group: Any, key: str) -> Any:
         if not key or "/" in key or key in (".", ".."):
@@ -137,6 +138,9 @@ class ZarrBackend(StoreBackend):
             return
         if isinstance(value, NonTensorData):
             fmt.json_value(value, path)
+            return
+        if isinstance(value, NonTensorStack):
+            fmt.stack_values(value, path)
             return
         if is_tensor_collection(value):
             prefix = "/".join((path,) if isinstance(path, str) else path)
@@ -220,6 +224,8 @@ class ZarrBackend(StoreBackend):
         return torch.from_numpy(np.empty(0, dtype)).dtype
 
     def _check_text(self, node: Any) -> None:
+        if fmt.NON_TENSOR not in node.attrs:  # a stack of strings (marked by its shape)
+            return
         marker = node.attrs.get(fmt.NON_TENSOR)
         if not isinstance(marker, dict) or marker.get("encoding") != "json":
             raise MemmapFormatError(
@@ -237,6 +243,8 @@ class ZarrBackend(StoreBackend):
         return data if device is None else data.to(device)
 
     def read_text(self, node: Any) -> Any:
+        if fmt.NON_TENSOR not in node.attrs:  # a stack of strings: a zarr string array
+            return np.asarray(node[...]).tolist()
         self._check_text(node)
         try:
             return json.loads(np.asarray(node[...]).tobytes().decode("utf-8"))
@@ -253,11 +261,21 @@ class ZarrBackend(StoreBackend):
             del group[key]
         fmt.write_tensor(group, key, tensor, kwargs)
 
+    def text_entry(self, node: Any, batch_size: torch.Size, device: Any, index: Any = ()) -> Any:
+        if fmt.STACK not in node.attrs:
+            return super().text_entry(node, batch_size, device, index)
+        stack = fmt.read_stack(node, self.read_text(node), device)
+        return stack[index] if index != () else stack
+
     def create_text(self, group: Any, key: str, value: Any, path: Any) -> None:
-        fmt.json_value(value, path)  # refused before the old node goes
+        stack = isinstance(value, NonTensorStack)
+        if stack:  # refused before the old node goes
+            fmt.stack_values(value, path)
+        else:
+            fmt.json_value(value, path)
         if self.child(group, key) is not None:
             del group[key]
-        fmt.write_text(group, key, value, path)
+        (fmt.write_stack if stack else fmt.write_text)(group, key, value, path)
 
     def write_group(self, group: Any, key: str, td: Any, kwargs: dict[str, Any]) -> None:
         self.check_key(key)

@@ -8,7 +8,10 @@ members in sub-groups `"0"`, `"1"`, .... Dtypes numpy lacks (bfloat16,
 float8) are stored as the unsigned integer type of the same width, with the
 array attribute `"__tensordict_dtype__"` naming the torch dtype. A
 non-tensor value is, as upstream, a uint8 array of its JSON text marked by
-the array attribute `"__tensordict_non_tensor__": {"encoding": "json"}`.
+the array attribute `"__tensordict_non_tensor__": {"encoding": "json"}`. A
+stack of different values (`NonTensorStack`) is, as upstream, marked by the
+array attribute `"__tensordict_stack__": shape`: a zarr string array of that
+shape when every element is a string, else the JSON text of its nested lists.
 
 Safety: nothing is pickled or unpickled; a non-tensor value that JSON cannot
 represent is refused before anything is written, and an entry upstream
@@ -24,14 +27,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from td_core import LazyStackedTensorDict, NonTensorData, TensorDictBase, is_tensor_collection
+from td_core import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDictBase,
+    is_tensor_collection,
+)
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
-from td_memmap._format import VIEWED, exact_json
+from td_memmap._format import VIEWED, exact_json, object_array
 from td_memmap._optional import optional_module
 
 __all__ = [
     "META",
     "NON_TENSOR",
+    "STACK",
     "DTYPE",
     "VERSION",
     "VIEWED",
@@ -43,12 +53,16 @@ __all__ = [
     "write_tree",
     "write_tensor",
     "write_text",
+    "stack_values",
+    "write_stack",
+    "read_stack",
     "meta_of",
     "consolidate",
 ]
 
 META = "__tensordict__"
 NON_TENSOR = "__tensordict_non_tensor__"
+STACK = "__tensordict_stack__"
 DTYPE = "__tensordict_dtype__"
 VERSION = 1
 
@@ -80,6 +94,51 @@ def json_value(value: Any, path: Any) -> Any:
     return data
 
 
+def _all_str(values: Any, ndim: int) -> bool:
+    if ndim == 0:
+        return type(values) is str
+    return all(_all_str(v, ndim - 1) for v in values)
+
+
+def stack_values(value: NonTensorStack, path: Any) -> tuple[list[Any], list[int], bool]:
+    """The elements of the stack `value` (nested lists), its shape, and whether every one
+    is a string; `UnstorableValueError` naming `path` when JSON cannot hold them."""
+    values, shape = value.tolist(), list(value.batch_size)
+    if _all_str(values, len(shape)):
+        return values, shape, True
+    if exact_json(values) is None:
+        raise UnstorableValueError(
+            f"the non-tensor stack at key {path!r} cannot be stored in a zarr store: its "
+            "elements are neither all strings nor JSON values (td never pickles)"
+        )
+    return values, shape, False
+
+
+def write_stack(group: Any, key: str, value: NonTensorStack, path: Any) -> Any:
+    """Write the stack `value` as the new array `key` of `group` (upstream's layout)."""
+    values, shape, strings = stack_values(value, path)
+    if not strings:
+        return _write_json(group, key, values, {STACK: shape})
+    node = group.create_array(
+        key, shape=tuple(shape), dtype=str, compressors=None, attributes={STACK: shape}
+    )
+    if all(shape):
+        node[...] = object_array(values, tuple(shape))
+    return node
+
+
+def read_stack(node: Any, values: Any, device: Any) -> NonTensorStack:
+    """The stack stored in `node`, whose elements (nested lists) are `values`."""
+    shape = node.attrs.get(STACK)
+    if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+        raise MemmapFormatError(f"the {STACK!r} attribute of zarr array {node.path!r} is malformed")
+    try:
+        array = object_array(values, tuple(shape))
+    except ValueError as err:
+        raise MemmapFormatError(f"zarr array {node.path!r}: {err}") from None
+    return NonTensorStack(array, device=device)
+
+
 def chunk_kwargs(shape: tuple[int, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` for `create_array`: one uncompressed chunk unless told otherwise; a
     `chunks` shorter than `shape` chunks the leading dims and leaves the rest whole."""
@@ -105,7 +164,9 @@ def check_tree(td: Any, path: str) -> None:
         return
     for key, value in td._items_str():
         check_key(key, path)
-        if is_tensor_collection(value) and not isinstance(value, NonTensorData):
+        if isinstance(value, NonTensorStack):
+            stack_values(value, path + key)
+        elif is_tensor_collection(value) and not isinstance(value, NonTensorData):
             check_tree(value, f"{path}{key}/")
         elif isinstance(value, torch.Tensor):
             if value.requires_grad:
@@ -146,14 +207,17 @@ def write_tensor(group: Any, key: str, tensor: torch.Tensor, kwargs: dict[str, A
 
 def write_text(group: Any, key: str, value: Any, path: Any) -> Any:
     """Write the non-tensor `value` as JSON text in the new uint8 array `key` of `group`."""
-    text = json.dumps(json_value(value, path)).encode("utf-8")
-    payload = np.frombuffer(text, dtype=np.uint8)
+    return _write_json(group, key, json_value(value, path), {})
+
+
+def _write_json(group: Any, key: str, data: Any, attrs: dict[str, Any]) -> Any:
+    payload = np.frombuffer(json.dumps(data).encode("utf-8"), dtype=np.uint8)
     node = group.create_array(
         key,
         shape=payload.shape,
         dtype=np.uint8,
         compressors=None,
-        attributes={NON_TENSOR: {"encoding": "json"}},
+        attributes={**attrs, NON_TENSOR: {"encoding": "json"}},
     )
     node[...] = payload
     return node
@@ -172,7 +236,9 @@ def write_tree(group: Any, td: TensorDictBase, kwargs: dict[str, Any]) -> None:
         group.attrs[META] = meta
         return
     for key, value in td._items_str():
-        if is_tensor_collection(value) and not isinstance(value, NonTensorData):
+        if isinstance(value, NonTensorStack):
+            write_stack(group, key, value, key)
+        elif is_tensor_collection(value) and not isinstance(value, NonTensorData):
             write_tree(group.create_group(key), value, kwargs)
         elif isinstance(value, torch.Tensor):
             write_tensor(group, key, value, kwargs)
