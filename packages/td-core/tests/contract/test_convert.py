@@ -115,5 +115,5 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_convert(case: str, kind: str, check) -> None:
-    check(CASES[case], kind)
+def test_convert(case: str, kind: str, check_named) -> None:
+    check_named(case, CASES[case], kind)

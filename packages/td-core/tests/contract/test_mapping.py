@@ -90,5 +90,5 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_mapping(case: str, kind: str, check) -> None:
-    check(CASES[case], kind)
+def test_mapping(case: str, kind: str, check_named) -> None:
+    check_named(case, CASES[case], kind)
