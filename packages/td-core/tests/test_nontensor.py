@@ -397,3 +397,18 @@ def test_a_stack_of_one_repeated_value_equals_that_value_leaf():
     assert NonTensorData(3, batch_size=[2]) == NonTensorStack(3, 3)
     assert NonTensorStack(3, 4) != NonTensorData(3, batch_size=[2])
     assert NonTensorStack(3, 3) != NonTensorData(3, batch_size=[1, 2])
+
+
+def test_an_indexed_write_of_a_row_writes_an_unbatched_entry_whole() -> None:
+    td = TensorDict(a=torch.zeros(4), batch_size=[4])
+    td.set("table", UnbatchedTensor(torch.zeros(2, 3)))
+    row = td[0].clone()
+    row["a"], row["table"] = torch.tensor(5.0), UnbatchedTensor(torch.ones(2, 3))
+    td[0] = row  # a row holds all of the entry, as upstream
+    assert td["a"].tolist() == [5.0, 0.0, 0.0, 0.0] and td["table"].eq(1).all()
+    assert isinstance(td.get("table"), UnbatchedTensor)
+    bad = td[1].clone()
+    bad["a"], bad["table"] = torch.tensor(7.0), UnbatchedTensor(torch.ones(3, 3))
+    with pytest.raises(RuntimeError, match=r"'table'.*\[2, 3\]"):
+        td[1] = bad
+    assert td["a"][1].item() == 0.0  # refused before anything is written

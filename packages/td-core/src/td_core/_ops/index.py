@@ -20,6 +20,7 @@ from td_core._core.first_class import is_first_class_dim
 from td_core._core.traverse import index_batch, is_nt, is_stack, is_td, map_batch
 from td_core._core.utils import NO_DEFAULT, broadcast_shape
 from td_core._leaves.nontensor import NonTensorData
+from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.writes import copy_at_dense, plan_copy_dense
 from td_core.errors import BatchSizeError, DimError, DTypeError, IndexTypeError, LockedError
 
@@ -337,7 +338,14 @@ def _plan_sub(
             ):
                 append((dest, src))
                 continue
-        if isinstance(dest, Tensor):
+        if is_unbatched(dest):  # outside the batch dims: a row holds all of it, as upstream
+            if not isinstance(src, Tensor) or src.shape != dest.shape:
+                raise BatchSizeError(
+                    f"cannot write {_what(src)} into the unbatched entry {(*prefix, key)!r} of "
+                    f"shape {list(dest.shape)}: a row holds all of it, so the shapes must match"
+                )
+            later.append((td, key, src, WHOLE))
+        elif isinstance(dest, Tensor):
             if not isinstance(src, Tensor):
                 raise TypeError(
                     f"cannot write a {type(src).__name__} into tensor entry {(*prefix, key)!r}"
@@ -413,6 +421,12 @@ def _dtype_error(key: tuple[str, ...], src: Tensor, dest: Tensor) -> DTypeError:
 
 # `later`'s marker for a write a nested lazy stack planned itself: `(commit, key, src, COMMIT)`
 COMMIT = -2
+# `later`'s marker for an unbatched entry, written whole: `(td, key, src, WHOLE)`
+WHOLE = -3
+
+
+def _what(src: Any) -> str:
+    return f"a value of shape {list(src.shape)}" if isinstance(src, Tensor) else type(src).__name__
 
 
 def _apply_plan(
@@ -436,6 +450,9 @@ def _apply_plan(
         if nv == COMMIT:  # the planned writes of a nested lazy stack
             commit: Any = td
             commit()
+            continue
+        if nv == WHOLE:
+            td._get_str(key).copy_(src)
             continue
         if nv < 0:  # an existing non-tensor leaf: replace it with the updated values
             dest = td._get_str(key)
