@@ -268,14 +268,11 @@ class ZarrBackend(StoreBackend):
         return stack[index] if index != () else stack
 
     def create_text(self, group: Any, key: str, value: Any, path: Any) -> None:
-        stack = isinstance(value, NonTensorStack)
-        if stack:  # refused before the old node goes
-            fmt.stack_values(value, path)
-        else:
-            fmt.json_value(value, path)
+        self.check_value(value, path)  # refused before the old node goes
         if self.child(group, key) is not None:
             del group[key]
-        (fmt.write_stack if stack else fmt.write_text)(group, key, value, path)
+        write = fmt.write_stack if isinstance(value, NonTensorStack) else fmt.write_text
+        write(group, key, value, path)
 
     def write_group(self, group: Any, key: str, td: Any, kwargs: dict[str, Any]) -> None:
         self.check_key(key)
