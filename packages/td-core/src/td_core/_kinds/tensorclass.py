@@ -268,6 +268,10 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
     def _store_names(self, names: Any) -> None:
         self._tensordict._store_names(names)
 
+    def _set_names(self, names: Any) -> None:
+        # the wrapped kind checks in its own order: a view refuses before the names are read
+        self._tensordict._set_names(names)
+
     # ------------------------------------------------------------------- dunder
     def __setattr__(self, name: str, value: Any) -> None:
         cls = type(self)

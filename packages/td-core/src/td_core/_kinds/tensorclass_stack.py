@@ -1,16 +1,17 @@
-"""A tensorclass over a lazy stack: its ops run on the stack, as upstream.
+"""A tensorclass over a lazy stack, a view or a file: its ops run on the kind it wraps, as upstream.
 
-`MyClass.from_tensordict(lazy_stack)` wraps the stack itself. `TensorDictBase`'s
-ops read a lazy stack's leaves as stacked copies, which fails for members whose
-leaves differ in shape and gives results that share nothing with the members.
-A lazy stack runs these ops member by member instead. So, over a lazy stack,
-each op listed here is the stack's own op of the same name, and a TensorDict
-result comes back as an instance of the class over it (the stack itself gives
-back the instance). Over a dense TensorDict nothing changes: the op is the one
-the class inherits, whose signature and docstring `help()` shows through
-`functools.wraps`.
+`MyClass.from_tensordict(td)` wraps `td` itself. `TensorDictBase`'s ops read a
+lazy stack's leaves as stacked copies, which fails for members whose leaves
+differ in shape and gives results that share nothing with the members; a
+sub-TensorDict's shallow copy is a view of the same region, as upstream, where
+the base op gives a dense copy. Each kind runs these ops its own way. So, over
+any kind but a dense `TensorDict`, each op listed here is the wrapped kind's op
+of the same name, and a TensorDict result comes back as an instance of the class
+over it (the wrapped TensorDict itself gives back the instance). Over a dense
+TensorDict nothing changes: the op is the one the class inherits, whose
+signature and docstring `help()` shows through `functools.wraps`.
 
-In-place ops need no entry: `WrappedKindMixin` already hands them to the stack.
+In-place ops need no entry: `WrappedKindMixin` already hands them to the wrapped kind.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from td_core._core.traverse import is_nt, is_stack, is_td
+from td_core._core.traverse import is_nt, is_td
 from td_core._kinds.dense import TensorDict
 from td_core._ops.casts import CastMixin
 from td_core._ops.pointwise import PointwiseMixin
@@ -75,7 +76,7 @@ def _routed(name: str, inherited: Callable[..., Any], wrap: bool) -> Callable[..
     @functools.wraps(inherited)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         td = self._tensordict
-        if type(td) is TensorDict or not is_stack(td):  # the first test: the usual case, fast
+        if type(td) is TensorDict:  # the usual case; any other kind runs its own op
             return inherited(self, *args, **kwargs)
         result = getattr(td, name)(*args, **kwargs)
         return _deliver(self, result, td) if wrap else result
@@ -94,9 +95,9 @@ def _routed_property(name: str, inherited: property) -> property:
 
 
 def route_stack_ops(cls: type, skip: Iterable[str] = ()) -> None:
-    """Install on `cls` (the tensorclass base) the ops that run on a wrapped lazy stack.
+    """Install on `cls` (the tensorclass base) the ops that run on the wrapped kind.
 
-    `skip` names the ops `cls` defines for itself (their own stack handling).
+    `skip` names the ops `cls` defines for itself (their own handling of each kind).
     """
     own = set(skip)
     for name in [*_family_ops(), *_MORE, *_UNWRAPPED]:
