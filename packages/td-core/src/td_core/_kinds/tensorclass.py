@@ -31,7 +31,7 @@ from td_core._kinds.dense import TensorDict
 from td_core._kinds.pytree import allow_weights_only, register
 from td_core._kinds.tensorclass_compat import TensorClassCompat, unknown_field_error
 from td_core._kinds.tensorclass_init import make_init
-from td_core._kinds.tensorclass_stack import route_stack_ops
+from td_core._kinds.tensorclass_route import route_wrapped_ops
 from td_core._kinds.tensorclass_wrapped import WrappedKindMixin, wraps_as_is
 from td_core._leaves.linked_list import linked_values
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
@@ -327,7 +327,7 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
 
 
 # over a lazy stack, out-of-place ops run on the stack (the class's own stack-aware ops aside)
-route_stack_ops(_TensorClassBase, skip=[n for n in vars(_TensorClassBase) if n != "__module__"])
+route_wrapped_ops(_TensorClassBase, skip=[n for n in vars(_TensorClassBase) if n != "__module__"])
 
 # a plain dict, not functools.cache: torch.compile traces a dict lookup, not a cache wrapper
 _CUSTOM_SETATTR: dict[type, Callable[..., None] | None] = {}

@@ -29,7 +29,7 @@ from td_core._ops.rearrange import LayoutMixin
 from td_core._ops.reductions import ReductionMixin
 from td_core._ops.shape import ShapeMixin
 
-__all__ = ["route_stack_ops"]
+__all__ = ["route_wrapped_ops"]
 
 _DUNDER_OPS = {
     "__abs__", "__neg__", "__invert__", "__add__", "__radd__", "__sub__", "__rsub__",
@@ -94,7 +94,7 @@ def _routed_property(name: str, inherited: property) -> property:
     return property(getter, inherited.fset, inherited.fdel, inherited.__doc__)
 
 
-def route_stack_ops(cls: type, skip: Iterable[str] = ()) -> None:
+def route_wrapped_ops(cls: type, skip: Iterable[str] = ()) -> None:
     """Install on `cls` (the tensorclass base) the ops that run on the wrapped kind.
 
     `skip` names the ops `cls` defines for itself (their own handling of each kind).
