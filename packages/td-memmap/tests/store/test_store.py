@@ -288,6 +288,22 @@ def test_an_unbatched_tensor_is_stored_and_read_back_as_one(store, redis_server)
         copy.clear_redis()
 
 
+def test_a_row_written_at_an_index_holds_an_unbatched_entry_whole(store):
+    store["obs"] = torch.zeros(4, 3)
+    store.set("table", UnbatchedTensor(torch.zeros(2, 3)))
+    row = store[1]
+    row["obs"] = torch.ones(3)
+    row.set("table", UnbatchedTensor(torch.full((2, 3), 5.0)))
+    store[1] = row  # as in a dense TensorDict: the row's entry replaces the whole entry
+    assert store["obs"].sum() == 3 and store["obs"][1].eq(1).all()
+    assert isinstance(store.get("table"), UnbatchedTensor)
+    assert store.get("table").as_subclass(torch.Tensor).eq(5).all()
+    bad = TensorDict({"obs": torch.full((3,), 7.0), "table": torch.zeros(3)}, [])
+    with pytest.raises(RuntimeError, match="unbatched entry 'table' of shape \\[2, 3\\]"):
+        store[2] = bad
+    assert store["obs"][2].eq(0).all()  # refused before anything was written
+
+
 def test_dim_names_follow_to_tensordict_and_clone(store):
     store["obs"] = torch.arange(4.0)
     store.refine_names("time")

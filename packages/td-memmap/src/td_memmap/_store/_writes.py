@@ -83,7 +83,8 @@ def index_plan(
     pairs: list[tuple[tuple[str, ...], Any]] = []
     ops: list[Op] = []
     srv = store._srv
-    if is_tensor_collection(value) and not is_non_tensor(value):
+    is_collection = is_tensor_collection(value) and not is_non_tensor(value)
+    if is_collection:
         for key, item in value.items(include_nested=True):
             rel = (key,) if isinstance(key, str) else tuple(key)
             if is_tensor_collection(item) and not is_non_tensor(item):
@@ -99,7 +100,10 @@ def index_plan(
         meta = leaves[rel]
         full = base + rel
         field = L.field(full)
-        if meta["kind"] == "tensor":
+        if meta["kind"] == "tensor" and meta.get("unbatched") and is_collection:
+            # outside the batch dims: a row holds all of it, as in a dense TensorDict
+            ops.extend(_whole_write(srv.data_key(field), meta, item, _name(full), index))
+        elif meta["kind"] == "tensor":
             ops.extend(_row_writes(srv.data_key(field), meta, idx, sub, item, _name(full), index))
         else:
             # a non-tensor leaf has the batch size of the TensorDict holding it
@@ -161,6 +165,21 @@ def _row_writes(
         chunk = L.tensor_bytes(vals[start:stop])
         ops.append(functools.partial(_setrange, data_key, offset, chunk))
     return ops
+
+
+def _whole_write(data_key: str, meta: dict[str, Any], item: Any, key: Any, index: Any) -> list[Op]:
+    """The commands writing `item` over the whole unbatched entry `key` (shapes must match)."""
+    if not isinstance(item, torch.Tensor) or list(item.shape) != meta["shape"]:
+        if isinstance(item, torch.Tensor):
+            what = f"a tensor of shape {list(item.shape)}"
+        else:
+            what = f"a {type(item).__name__}"
+        raise BatchSizeError(
+            f"cannot write {what} at index {index!r} into the unbatched entry {key!r} of shape "
+            f"{meta['shape']}: "
+            "a row holds all of it, so the shapes must match"
+        )
+    return _row_writes(data_key, meta, (), torch.Size(), item, key, index)
 
 
 def _create_at(
