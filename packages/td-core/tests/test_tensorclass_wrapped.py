@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, TensorDict, assert_close, lazy_stack, tensorclass
+from td_core import (
+    LazyStackedTensorDict,
+    TensorDict,
+    assert_close,
+    lazy_stack,
+    maybe_dense_stack,
+    tensorclass,
+)
 
 
 @tensorclass
@@ -95,6 +102,15 @@ RAGGED_OPS: dict[str, Callable[[Any], Any]] = {
     "sum(dim)": lambda o: o.sum(1),
     "unsqueeze": lambda o: o.unsqueeze(-1),
     "where": lambda o: o.where(torch.ones(3, 2, dtype=torch.bool), 0),
+    "%": lambda o: o % 2,
+    "1 | o": lambda o: 1 | (o > 0),
+    "as_tensor": lambda o: o.as_tensor(),
+    "consolidate": lambda o: o.consolidate(),
+    "torch.cat": lambda o: torch.cat([o, o], 1),
+    "F.mse_loss(reduction='none')": lambda o: torch.nn.functional.mse_loss(
+        o, o + 1, reduction="none"
+    ),
+    "where(out=instance)": lambda o: o.where(torch.ones(3, 2, dtype=torch.bool), 0, out=o.clone()),
 }
 
 
@@ -107,6 +123,36 @@ def test_out_of_place_ops_over_a_ragged_stack_run_member_by_member(op: str) -> N
     expected = RAGGED_OPS[op](lazy_stack(_ragged()))
     for got, want in zip(result._tensordict.tensordicts, expected.tensordicts, strict=True):
         assert_close(got, want)
+
+
+RAGGED_READS: dict[str, Callable[[Any], Any]] = {
+    "bytes": lambda o: o.bytes(),
+    "param_count": lambda o: o.param_count(),
+    "dtype": lambda o: o.dtype,
+    "depth": lambda o: o.depth,
+    "is_consolidated": lambda o: o.is_consolidated(),
+    "index (names carried)": lambda o: o[1].batch_size,
+    "torch.stack": lambda o: torch.stack([o, o], 0).batch_size,
+    "maybe_dense_stack": lambda o: type(maybe_dense_stack([o, o], 0)).__name__,
+}
+
+
+@pytest.mark.parametrize("op", list(RAGGED_READS))
+def test_reads_over_a_ragged_stack_are_the_stacks_own(op: str) -> None:
+    result = RAGGED_READS[op](Pair.from_tensordict(lazy_stack(_ragged())))
+    expected = RAGGED_READS[op](lazy_stack(_ragged()))
+    if op == "maybe_dense_stack":  # the class over a stack, where the stack gives a stack
+        assert (result, expected) == ("Pair", "LazyStackedTensorDict")
+    else:
+        assert result == expected
+
+
+def test_split_keys_in_place_over_a_ragged_stack_drops_the_keys_from_the_members() -> None:
+    members = _ragged()
+    obj = Pair.from_tensordict(lazy_stack(members))
+    part, rest = obj.split_keys(["obs"], inplace=True)
+    assert rest is obj and "obs" not in members[0].keys() and "r" in members[2].keys()
+    assert part["obs"].shape == torch.Size([3, 2])
 
 
 def test_an_identity_apply_over_a_lazy_stack_shares_the_members_tensors() -> None:

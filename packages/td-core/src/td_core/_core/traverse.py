@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
 
 __all__ = [
+    "entries_of",
     "map_batch",
     "map_batch_multi",
     "map_leaves",
@@ -89,6 +90,12 @@ def is_stack(td: Any) -> bool:
     entries would make torch.compile guard on it and recompile.
     """
     return getattr(type(td), "_td_lazy_stack", False)
+
+
+def entries_of(td: Any) -> Any:
+    """What holds `td`'s entries: the TensorDict a tensorclass wraps (maybe a lazy stack),
+    else `td` itself."""
+    return td._tensordict if td._td_tensorclass else td
 
 
 def stack_parts(td: Any) -> tuple[list[Any], int] | None:

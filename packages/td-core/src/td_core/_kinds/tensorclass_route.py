@@ -35,17 +35,20 @@ _DUNDER_OPS = {
     "__abs__", "__neg__", "__invert__", "__add__", "__radd__", "__sub__", "__rsub__",
     "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__",
     "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__and__", "__or__", "__xor__",
+    "__mod__", "__rand__", "__ror__", "__rxor__",
 }  # fmt: skip
 # the families whose every out-of-place op is routed, so a new op in one is routed too
 _FAMILIES = (UnaryMixin, PointwiseMixin, CastMixin, LayoutMixin, ShapeMixin, ReductionMixin)
 _MORE = (
     "apply", "named_apply", "_fast_apply", "clone", "contiguous", "detach", "to", "cpu",
     "cuda", "gather", "masked_fill", "masked_select", "where", "empty", "zero_grad",
-    "requires_grad_",
+    "requires_grad_", "consolidate", "as_tensor", "densify", "to_padded_tensor",
 )  # fmt: skip
-_PROPERTIES = ("grad", "data")  # over every kind but a dense one (a view's leaves are views)
-_UNWRAPPED = ("data_ptr",)  # results that are not instances of the class (keys per member)
-_SKIPPED = {"dtype", "unbind"}  # a property read as it is; unbind: the class's own
+# over every kind but a dense one (a view's leaves are views; a ragged stack's cannot be stacked)
+_PROPERTIES = ("grad", "data", "dtype", "depth", "_has_non_tensor")
+# results that are not instances of the class (keys per member, counts, flags)
+_UNWRAPPED = ("data_ptr", "bytes", "param_count", "is_consolidated")
+_SKIPPED = {"dtype", "unbind"}  # dtype: a property (above); unbind: the class's own
 
 
 def _family_ops() -> list[str]:
@@ -78,6 +81,11 @@ def _routed(name: str, inherited: Callable[..., Any], wrap: bool) -> Callable[..
         td = self._tensordict
         if type(td) is TensorDict:  # the usual case; any other kind runs its own op
             return inherited(self, *args, **kwargs)
+        out = kwargs.get("out")
+        if out is not None and getattr(type(out), "_td_tensorclass", False):
+            kwargs["out"] = out._tensordict  # written through what it wraps; `out` comes back
+            result = getattr(td, name)(*args, **kwargs)
+            return out if result is kwargs["out"] else _deliver(self, result, td)
         result = getattr(td, name)(*args, **kwargs)
         return _deliver(self, result, td) if wrap else result
 

@@ -70,6 +70,9 @@ class WrappedKindMixin(InPlaceRouteMixin):
         """Every field but `keys`; over a lazy stack, an instance over the stack's own
         `exclude` (its members' tensors, shared), as on a dense TensorDict."""
         td = self._tensordict
-        if inplace or not is_stack(td):
+        if not is_stack(td):
             return TensorDictBase.exclude(self, *keys, inplace=inplace)
+        if inplace:  # the stack drops the keys from its members (ragged entries are not read)
+            td.exclude(*keys, inplace=True)
+            return self
         return type(self)._wrap(td.exclude(*keys))

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from td_core._core.contract import TensorDictContract, lazy
-from td_core._core.traverse import is_nt, stack_parts
+from td_core._core.traverse import entries_of, is_nt, stack_parts
 from td_core._leaves.nontensor import stack_non_tensors
 from td_core._leaves.unbatched import is_unbatched, shared_unbatched
 from td_core.errors import BatchSizeError, KeyNotFoundError
@@ -62,6 +62,7 @@ def _lazy_alike(items: list[Any], d: int, dense_stack: DenseStack) -> Any:
 
 def _probe(item: TensorDictContract, key: str) -> tuple[str, Any]:
     """`(kind, shape)` of an entry; in a lazy stack without stacking it (-1: ragged dim)."""
+    item = entries_of(item)  # a tensorclass: what it wraps (maybe a lazy stack)
     members = getattr(item, "tensordicts", None)
     value = members[0]._get_str(key) if members is not None else item._get_str(key)
     if isinstance(value, Tensor):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract
-from td_core._core.traverse import is_stack, is_td
+from td_core._core.traverse import entries_of, is_stack, is_td
 from td_core._ops.lock_cache import drop
 from td_core.errors import TDError
 
@@ -191,6 +191,7 @@ def carry_index_names(source: Any, result: Any, index: Any) -> Any:
 
 
 def _index_sub_names(source: Any, result: Any, index: Any, n: int) -> None:
+    source, result = entries_of(source), entries_of(result)  # a tensorclass: what it wraps
     if is_stack(source) or is_stack(result):
         return
     for key, sub in source._items_str():

@@ -553,6 +553,11 @@ def leafwise_loss(
     else:
         reduction = kwargs.get("reduction", args[2] if len(args) > 2 else "mean")
     keep = reduction == "none"
+    if keep and mine._td_tensorclass and is_stack(mine._tensordict):
+        # a tensorclass over a lazy stack: zipped on the stack (ragged too), wrapped again
+        inner = other._tensordict if is_td(other) and other._td_tensorclass else other
+        result = _zip(mine._tensordict, inner, fn, swap, keep, args, kwargs, ())
+        return type(mine)._wrap(result)
     return _zip(mine, other, fn, swap, keep, args, kwargs, ())
 
 

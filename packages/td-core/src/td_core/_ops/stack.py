@@ -20,7 +20,14 @@ from torch.compiler import is_compiling
 from td_core._core.contract import TD, TensorDictContract, lazy, provided
 from td_core._core.flags import lazy_stack_enabled
 from td_core._core.keys import NestedKey, unravel_key
-from td_core._core.traverse import is_ragged, is_stack, is_td, stack_parts, tensor_leaves
+from td_core._core.traverse import (
+    entries_of,
+    is_ragged,
+    is_stack,
+    is_td,
+    stack_parts,
+    tensor_leaves,
+)
 from td_core._core.utils import normalize_dim
 from td_core._leaves.nontensor import cat_non_tensors, stack_non_tensors
 from td_core._leaves.unbatched import (
@@ -65,10 +72,12 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
 
 
 def _any_ragged(tds: list[TensorDictContract]) -> bool:
-    """Whether an input is a lazy stack of ragged members (only lazy stack classes are asked)."""
-    if not any(map(is_stack, dict(zip(map(type, tds), tds)).values())):
+    """Whether an input is (or a tensorclass wraps) a lazy stack of ragged members."""
+    if not any(
+        is_stack(td) or td._td_tensorclass for td in dict(zip(map(type, tds), tds)).values()
+    ):
         return False  # no lazy stack among the inputs: the usual case, one look per class
-    return any(is_ragged(td) for td in tds)
+    return any(is_ragged(entries_of(td)) for td in tds)
 
 
 def _same_keys(tds: list[TensorDictContract], prefix: tuple[str, ...], what: str) -> None:
@@ -285,7 +294,13 @@ def cat(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
                 f"{list(bs)}; they may differ only in dim {d}{_member_count_note(tds, bs, other)}"
             )
-    if _any_stack(tds):  # as upstream: a lazy stack among the inputs gives a lazy stack
+    if tds[0]._td_tensorclass and all(td._td_tensorclass for td in tds):
+        inner = [entries_of(td) for td in tds]
+        if _any_stack(inner):  # instances over lazy stacks: the class over their lazy cat
+            result = type(tds[0])._wrap(_cat_lazy(inner, d))
+        else:
+            result = _combine(tds, d, (), stacking=False)
+    elif _any_stack(tds):  # as upstream: a lazy stack among the inputs gives a lazy stack
         result = _cat_lazy(tds, d)
     else:
         result = _combine(tds, d, (), stacking=False)
