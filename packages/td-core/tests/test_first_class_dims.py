@@ -67,3 +67,11 @@ def test_to_module_refuses_an_unknown_slot_for_a_bound_leaf() -> None:
     bound = TensorDict({"nope": torch.zeros(2, 3)}, [2])[d0]
     with pytest.raises(KeyError, match="no parameter or buffer 'nope'"):
         bound.to_module(nn.Linear(3, 3))
+
+
+def test_more_first_class_dims_than_batch_dims_raise_what_torch_raises() -> None:
+    d0, d1, d2 = ftdim.dims(3)
+    with pytest.raises(ValueError, match="too many indices"):  # torch's class for a tensor
+        _td()[d0, d1, d2]
+    with pytest.raises(IndexError, match="too many indices"):  # and the one for plain indices
+        _td()[0, 0, 0]

@@ -275,3 +275,13 @@ def test_new_empty_with_empty_lazy_gives_lazy_stacks_without_leaves():
     assert out["dense"].shape == (2, 7, 3)
     assert type(td.new_empty((2, 7, 3))["sparse"]) is TensorDict  # without it: dense
     assert (members[0]["x"] == 1).all()  # the source is untouched
+
+
+def test_data_ptr_of_a_nested_lazy_stack_gives_each_members_pointers() -> None:
+    members = [TensorDict(x=torch.zeros(2, i + 1), batch_size=[2]) for i in range(2)]
+    outer = TensorDict(seq=lazy_stack(members), batch_size=[2])
+    ptrs = outer.data_ptr()
+    assert set(ptrs.keys(True, True)) == {("seq", "0", "x"), ("seq", "1", "x")}
+    assert [ptrs["seq", str(i), "x"].item() for i in range(2)] == [
+        m["x"].data_ptr() for m in members
+    ]

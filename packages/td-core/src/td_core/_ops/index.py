@@ -89,8 +89,8 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple[Any, ...]:
             )
     used = sum(_dims_used(i) for i in items)
     ndim = len(batch_size)
-    if used > ndim:
-        raise IndexError(
+    if used > ndim:  # DimError: an IndexError, and the ValueError torch raises for first-class dims
+        raise DimError(
             f"too many indices for tensor of dimension {ndim}: index {index!r} uses {used} dims "
             f"but the TensorDict's batch_size {list(batch_size)} has {ndim}"
         )
