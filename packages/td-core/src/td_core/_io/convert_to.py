@@ -19,7 +19,7 @@ import torch
 
 from td_core._core.contract import TensorDictContract, provided
 from td_core._core.extensions import delegate
-from td_core._core.traverse import is_nt, is_td
+from td_core._core.traverse import has_exclusive_keys, is_nt, is_td
 from td_core._io.convert_from import (
     PYTREE_KEYS,
     PYTREE_TYPE,
@@ -37,6 +37,7 @@ from td_core._io.convert_from import (
 from td_core._leaves.linked_list import linked_rows
 from td_core._leaves.nontensor import NonTensorData
 from td_core._leaves.unbatched import is_unbatched
+from td_core.errors import ExclusiveKeysError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -51,6 +52,14 @@ Tensor = torch.Tensor
 def _node_to_dict(
     td: TensorDictContract, convert: bool | str, tolist_first: bool
 ) -> dict[str, Any]:
+    if has_exclusive_keys(td):  # a key some members lack has no value for the whole stack
+        raise ExclusiveKeysError(
+            f"cannot convert a lazy stack whose members hold other keys "
+            f"(exclusive keys per member: {td.exclusive_keys()}) to a dict: "  # type: ignore[attr-defined]
+            "the method to_dict "
+            "cannot complete when there are exclusive keys; read the members (td.tensordicts) "
+            "or select the common keys"
+        )
     out: dict[str, Any] = {}
     for key, value in td._items_str():
         if isinstance(value, Tensor):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 from torch.compiler import is_compiling
 
-from td_core._core.traverse import is_nt, is_stack, is_td, per_member
+from td_core._core.traverse import has_exclusive_keys, is_nt, is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lazy_shape import restack
@@ -310,6 +310,8 @@ def _find_leaf(td: TensorDictContract, stop: Callable[[Tensor], Any]) -> bool:
             elif not value._is_non_tensor and _find_leaf(value, stop):
                 return True
         return False
+    if has_exclusive_keys(td):  # each member's own leaves: the keys only some hold count too
+        return any(_find_leaf(m, stop) for m in cast(Any, td).tensordicts)
     for key, first in td._key_items():  # a lazy stack's: a member's leaf stands for the stack
         if isinstance(first, Tensor):
             if _find_member_leaf(td, key, stop):

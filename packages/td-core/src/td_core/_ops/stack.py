@@ -22,6 +22,7 @@ from td_core._core.flags import lazy_stack_enabled
 from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import (
     entries_of,
+    has_exclusive_keys,
     is_ragged,
     is_stack,
     is_td,
@@ -72,12 +73,13 @@ def _check_inputs(tds: Sequence[Any], what: str) -> list[Any]:
 
 
 def _any_ragged(tds: list[TensorDictContract]) -> bool:
-    """Whether an input is (or a tensorclass wraps) a lazy stack of ragged members."""
+    """Whether an input is (or a tensorclass wraps) a lazy stack that a dense stack would
+    not hold whole: members whose entries differ in shape, or keys only some members have."""
     if not any(
         is_stack(td) or td._td_tensorclass for td in dict(zip(map(type, tds), tds)).values()
     ):
         return False  # no lazy stack among the inputs: the usual case, one look per class
-    return any(is_ragged(entries_of(td)) for td in tds)
+    return any(is_ragged(td) or has_exclusive_keys(td) for td in map(entries_of, tds))
 
 
 def _same_keys(tds: list[TensorDictContract], prefix: tuple[str, ...], what: str) -> None:
