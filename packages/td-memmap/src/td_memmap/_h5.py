@@ -2,18 +2,16 @@
 
 HDF5 needs `td-memmap[h5]`, zarr `td-memmap[zarr]`; the format is a backend
 (`backend="h5"` or `"zarr"`, see `td_memmap._persist_backend`), the container
-logic here is shared. It is a full `td_core.TensorDictBase` kind: it
-implements the storage primitives over a group of the store (groups are
-sub-TensorDicts, arrays are leaves) and every op comes from the base. Reads return tensors read from the
-file; ops that make new data (`td + 1`, `td.apply(fn)`, `td[2:5]`) return
-in-memory `td_core.TensorDict`s. Writes go to the file: `set` creates or
-replaces datasets, and in-place ops (`set_`, `update_`, `td[idx] = value`,
-`add_`, `apply_`, `zero_`, ...) write into the existing datasets (see
-`td_memmap._h5_stage`). Indexing the batch dims (`td[2]`, `td[2:5]`,
-`td[[0, 3]]`) reads only the rows asked for (with zarr, only the chunks
-holding them). A zarr group holding a lazy stack (`to_zarr` of a
-`LazyStackedTensorDict`) reads as a `LazyStackedTensorDict` of
-PersistentTensorDicts, one per member group.
+logic here is shared. It is a full `td_core.TensorDictBase` kind: it implements the
+storage primitives over a group of the store (groups are sub-TensorDicts, arrays are
+leaves) and every op comes from the base. Reads return tensors read from the file; ops
+that make new data (`td + 1`, `td.apply(fn)`, `td[2:5]`) return in-memory
+`td_core.TensorDict`s. Writes go to the file: `set` creates or replaces datasets, and
+in-place ops (`set_`, `update_`, `td[idx] = value`, `add_`, `apply_`, `zero_`, ...) write
+into the existing datasets (see `td_memmap._h5_stage`). Indexing the batch dims (`td[2]`,
+`td[2:5]`, `td[[0, 3]]`) reads only the rows asked for (with zarr, only the chunks holding
+them). A zarr group holding a lazy stack (`to_zarr` of a `LazyStackedTensorDict`) reads as
+a `LazyStackedTensorDict` of PersistentTensorDicts, one per member group.
 
 Views that would have to write through to the file (`permute`, `transpose`,
 `squeeze`, `unsqueeze`, `view`, `movedim`) raise `NotSupportedOnFileError`, as
@@ -96,9 +94,10 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
         >>> ptd.close()
     """
 
-    # a leaf read is an in-memory copy of the dataset: td-core's write-through views
-    # (sub-TensorDicts, lazy views) write through the file's own primitives
+    # a leaf read is an in-memory copy of the dataset: views of the file, and in-place ops
+    # reaching a group past its staged methods (in a tensorclass), write back per entry
     _file_backed = True
+    _reads_are_copies = True
 
     def __init__(
         self,
