@@ -53,12 +53,11 @@ def _node_to_dict(
     td: TensorDictContract, convert: bool | str, tolist_first: bool
 ) -> dict[str, Any]:
     if has_exclusive_keys(td):  # a key some members lack has no value for the whole stack
+        per_member = td.exclusive_keys()  # type: ignore[attr-defined]
         raise ExclusiveKeysError(
-            f"cannot convert a lazy stack whose members hold other keys "
-            f"(exclusive keys per member: {td.exclusive_keys()}) to a dict: "  # type: ignore[attr-defined]
-            "the method to_dict "
-            "cannot complete when there are exclusive keys; read the members (td.tensordicts) "
-            "or select the common keys"
+            "cannot convert a lazy stack whose members hold other keys (exclusive keys per "
+            f"member: {per_member}) to a dict: the method to_dict cannot complete when there "
+            "are exclusive keys; read the members (td.tensordicts) or select the common keys"
         )
     out: dict[str, Any] = {}
     for key, value in td._items_str():

@@ -326,7 +326,7 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
         return f"{type(self).__name__}(\n{body})"
 
 
-# over a lazy stack, out-of-place ops run on the stack (the class's own stack-aware ops aside)
+# over any kind but a dense TensorDict, out-of-place ops run on that kind (the class's own aside)
 route_wrapped_ops(_TensorClassBase, skip=[n for n in vars(_TensorClassBase) if n != "__module__"])
 
 # a plain dict, not functools.cache: torch.compile traces a dict lookup, not a cache wrapper

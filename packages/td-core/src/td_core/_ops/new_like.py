@@ -420,9 +420,7 @@ class NewMixin(TensorDictContract):
                 if isinstance(value, Tensor):
                     ptr = value.untyped_storage().data_ptr() if storage else value.data_ptr()
                     out[key] = torch.tensor(ptr)
-                elif (
-                    lazy.parts(value) is not None
-                ):  # a nested lazy stack: per member, as at the top
+                elif lazy.parts(value) is not None:  # a nested lazy stack: per member
                     out[key] = value.data_ptr(storage=storage)
                 elif is_td(value):
                     out[key] = ptrs(value)
