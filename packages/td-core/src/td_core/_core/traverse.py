@@ -359,10 +359,14 @@ _MISSING = object()
 def has_exclusive_keys(td: Any) -> bool:
     """Whether `td` is a lazy stack whose members' keys differ (upstream's exclusive keys)."""
     parts = stack_parts(td)
-    if parts is None or not parts[0]:
+    return parts is not None and _keys_differ(parts[0])
+
+
+def _keys_differ(members: Sequence[Any]) -> bool:
+    if not members:
         return False
-    keys = parts[0][0]._keys_str()
-    return any(member._keys_str() != keys for member in parts[0][1:])
+    keys = members[0]._keys_str()
+    return any(member._keys_str() != keys for member in members[1:])
 
 
 def _per_member_keeping_keys(
@@ -375,7 +379,7 @@ def _per_member_keeping_keys(
     have are kept; `None` for any other stack, or when the op mixes the members (then the
     common keys are combined densely, as upstream)."""
     parts = stack_parts(td)
-    if parts is None or n > len(td.batch_size) or not has_exclusive_keys(td):  # n > ndim: all
+    if parts is None or n > len(td.batch_size) or not _keys_differ(parts[0]):  # n > ndim: all
         return None
     try:
         return _lazy_batch(td, parts, fn, leads, n)

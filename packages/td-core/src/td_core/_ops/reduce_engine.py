@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 from torch.compiler import is_compiling
 
-from td_core._core.traverse import has_exclusive_keys, is_nt, is_stack, is_td, per_member
+from td_core._core.traverse import (
+    entries_of,
+    has_exclusive_keys,
+    is_nt,
+    is_stack,
+    is_td,
+    per_member,
+)
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lazy_shape import restack
@@ -555,10 +562,10 @@ def leafwise_loss(
     else:
         reduction = kwargs.get("reduction", args[2] if len(args) > 2 else "mean")
     keep = reduction == "none"
-    if keep and mine._td_tensorclass and is_stack(mine._tensordict):
+    if keep and mine._td_tensorclass and is_stack(entries_of(mine)):
         # a tensorclass over a lazy stack: zipped on the stack (ragged too), wrapped again
-        inner = other._tensordict if is_td(other) and other._td_tensorclass else other
-        result = _zip(mine._tensordict, inner, fn, swap, keep, args, kwargs, ())
+        inner = entries_of(other) if is_td(other) else other
+        result = _zip(entries_of(mine), inner, fn, swap, keep, args, kwargs, ())
         return type(mine)._wrap(result)
     return _zip(mine, other, fn, swap, keep, args, kwargs, ())
 

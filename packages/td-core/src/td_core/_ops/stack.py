@@ -296,14 +296,13 @@ def cat(
                 f"cat along dim {dim}: TensorDict {i} has batch_size {list(other)}, TensorDict 0 has "
                 f"{list(bs)}; they may differ only in dim {d}{_member_count_note(tds, bs, other)}"
             )
-    if tds[0]._td_tensorclass and all(td._td_tensorclass for td in tds):
-        inner = [entries_of(td) for td in tds]
-        if _any_stack(inner):  # instances over lazy stacks: the class over their lazy cat
-            result = type(tds[0])._wrap(_cat_lazy(inner, d))
-        else:
-            result = _combine(tds, d, (), stacking=False)
-    elif _any_stack(tds):  # as upstream: a lazy stack among the inputs gives a lazy stack
-        result = _cat_lazy(tds, d)
+    # instances of a tensorclass are looked through: over lazy stacks, the class over their cat
+    wrapped = tds[0]._td_tensorclass and all(td._td_tensorclass for td in tds)
+    inner = [entries_of(td) for td in tds] if wrapped else tds
+    if _any_stack(inner):  # as upstream: a lazy stack among the inputs gives a lazy stack
+        result = _cat_lazy(inner, d)
+        if wrapped:
+            result = type(tds[0])._wrap(result)
     else:
         result = _combine(tds, d, (), stacking=False)
     names = tds[0]._raw_names()
