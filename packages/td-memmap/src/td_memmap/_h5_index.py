@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from td_core._shared.kinds import stand_in
+
 __all__ = ["indexed_shape", "h5_rows"]
 
 
@@ -15,7 +17,7 @@ def indexed_shape(batch_size: torch.Size, index: Any) -> torch.Size:
     if isinstance(index, tuple) and index == ():
         return batch_size
     item = torch.from_numpy(index) if isinstance(index, np.ndarray) else index
-    return torch.zeros((), dtype=torch.uint8).expand(batch_size)[item].shape
+    return stand_in(batch_size, item)[item].shape
 
 
 def h5_rows(index: Any, batch_size: torch.Size) -> Any:

@@ -23,6 +23,8 @@ __all__ = [
     "shape_args",
     "infer_shape",
     "leaf_shape",
+    "index_device",
+    "stand_in",
     "strtobool",
 ]
 
@@ -125,6 +127,24 @@ def _indexed(device: torch.device) -> torch.device:
     if not torch.cuda.is_available():  # no current device to name: moves will say so
         return device
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def index_device(index: Any) -> torch.device | None:
+    """The device of the first tensor in `index` (one index or a tuple of them) off the CPU.
+
+    torch takes index tensors on the CPU or on the indexed tensor's device, so whatever
+    stands in for the indexed data (`stand_in`, positions) must live there.
+    """
+    for item in index if type(index) is tuple else (index,):
+        if isinstance(item, torch.Tensor) and item.device.type != "cpu":
+            return item.device
+    return None
+
+
+def stand_in(shape: torch.Size, index: Any) -> torch.Tensor:
+    """A stride-0 tensor of `shape` that `index` can index: `stand_in(s, i)[i].shape` is the
+    shape indexing gives, with no data read or copied (it lives on `index`'s device)."""
+    return torch.zeros((), dtype=torch.uint8, device=index_device(index)).expand(shape)
 
 
 def leaf_shape(t: torch.Tensor) -> torch.Size:

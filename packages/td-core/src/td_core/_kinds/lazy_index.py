@@ -19,7 +19,7 @@ from td_core._core.contract import TensorDictContract, dense
 from td_core._core.first_class import is_first_class_dim
 from td_core._core.keys import is_leaf_nontensor
 from td_core._core.traverse import is_stack, is_td
-from td_core._core.utils import broadcast_shape
+from td_core._core.utils import broadcast_shape, index_device
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._ops.index import (
     _apply_plan,
@@ -307,7 +307,7 @@ class LazyIndexMixin:
         """
         bs = self.batch_size
         try:
-            picked = torch.arange(bs.numel()).view(bs)[index]
+            picked = torch.arange(bs.numel(), device=index_device(index)).view(bs)[index]
         except (IndexError, RuntimeError, TypeError) as err:
             raise IndexError(
                 f"cannot write through a lazy stack at index {index!r}: {err}"

@@ -36,6 +36,7 @@ from td_core._leaves.nontensor_arrays import (
     gather,
     member_parts,
     positions,
+    positions_through,
     result_shapes,
     same_value,
     stack_elements,
@@ -67,7 +68,8 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
     ) -> list[NonTensorStack | NonTensorData]:
         flat = self.as_array().reshape(-1)
         return [
-            _from_array(gather(flat, idx), self.device) for idx in fn(positions(self.batch_size))
+            _from_array(gather(flat, idx), self.device)
+            for idx in positions_through(fn, self.batch_size, self.device)
         ]
 
     def _set_at(self, index: Any, value: Any) -> NonTensorStack | NonTensorData:
@@ -84,7 +86,7 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
             return self  # type: ignore[return-value]  # writing the shared value back changes nothing (and needs no numpy)
         values = self.as_array().copy()
         flat = values.reshape(-1)
-        where = positions(self.batch_size)[index].numpy()
+        where = positions_through(lambda t: t[index], self.batch_size, self.device).numpy()
         if isinstance(value, _NonTensorBase):
             # element by element (one element included: a 0-d array would be stored whole)
             src = np.broadcast_to(value.as_array(), where.shape)
@@ -383,7 +385,7 @@ class NonTensorStack(StackValuesMixin, _NonTensorBase):
                 ]
         flat = self._values.reshape(-1)
         out: list[Any] = []
-        for idx in fn(positions(self.batch_size)):
+        for idx in positions_through(fn, self.batch_size, self.device):
             member = self._member_at(idx)
             out.append(_from_array(gather(flat, idx), self.device) if member is None else member)
         return out
@@ -429,7 +431,7 @@ class NonTensorStack(StackValuesMixin, _NonTensorBase):
             if parts is not None:
                 member = parts[0][1]
                 return _filled(fill[0], shape, self.device) if member is None else member
-        idx = fn(positions(self.batch_size))
+        idx = positions_through(fn, self.batch_size, self.device)
         member = self._member_at(idx)
         if member is not None:
             return member  # type: ignore[return-value]  # a stacked leaf is one of the two

@@ -38,6 +38,19 @@ def positions(shape: torch.Size) -> torch.Tensor:
     return torch.arange(shape.numel()).view(shape)
 
 
+def positions_through(fn: Callable[[torch.Tensor], Any], shape: torch.Size, device: Any) -> Any:
+    """`fn(positions(shape))`, where `fn` may index with tensors on the leaf's `device` (a
+    CUDA mask on a TensorDict there): then on positions on that device, brought back to the
+    CPU, where the values are."""
+    try:
+        return fn(positions(shape))
+    except RuntimeError:
+        if device is None or device.type in ("cpu", "meta"):
+            raise
+        out = fn(positions(shape).to(device))
+        return out.cpu() if isinstance(out, torch.Tensor) else [t.cpu() for t in out]
+
+
 def result_shapes(
     fn: Callable[[torch.Tensor], Sequence[torch.Tensor]], shape: torch.Size
 ) -> list[torch.Size]:

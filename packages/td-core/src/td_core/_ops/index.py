@@ -18,7 +18,7 @@ from torch.compiler import is_compiling
 from td_core._core.contract import TensorDictContract, dense
 from td_core._core.first_class import is_first_class_dim
 from td_core._core.traverse import index_batch, is_nt, is_stack, is_td, map_batch
-from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._core.utils import NO_DEFAULT, broadcast_shape, stand_in
 from td_core._leaves.nontensor import NonTensorData
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.writes import copy_at_dense, plan_copy_dense
@@ -203,7 +203,7 @@ def basic_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size | 
 def indexed_shape(batch_size: torch.Size, index: tuple[Any, ...]) -> torch.Size:
     """The batch size after indexing (computed on a stride-0 stand-in, no data copied)."""
     # (a first-class dim gives a functorch tensor, whose shape is the positional dims' tuple)
-    return torch.Size(torch.zeros((), dtype=torch.uint8).expand(batch_size)[index].shape)
+    return torch.Size(stand_in(batch_size, index)[index].shape)
 
 
 class IndexingMixin(TensorDictContract):

@@ -19,7 +19,7 @@ from torch.compiler import is_compiling
 
 from td_core._core.keys import unravel_key
 from td_core._core.traverse import is_nt, is_td
-from td_core._core.utils import NO_DEFAULT, broadcast_shape
+from td_core._core.utils import NO_DEFAULT, broadcast_shape, stand_in
 from td_core._leaves.nontensor import NonTensorData
 from td_core._leaves.nontensor_arrays import same_value
 from td_core.errors import BatchSizeError, DTypeError, KeyNotFoundError
@@ -92,7 +92,7 @@ def storage_leaves(
 
 def slot_shape(shape: torch.Size, index: Any) -> torch.Size:
     """The shape of `t[index]` for a tensor `t` of `shape` (no data read or copied)."""
-    return torch.zeros((), dtype=torch.uint8).expand(shape)[index].shape
+    return stand_in(shape, index)[index].shape
 
 
 def set_at(td: Any, key: str, value: Any, index: Any, full_key: Any) -> None:

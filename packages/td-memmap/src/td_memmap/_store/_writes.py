@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from td_core import TensorDict, is_non_tensor, is_tensor_collection
+from td_core._shared.kinds import index_device, stand_in
 from td_core.errors import BatchSizeError, DTypeError
 from td_memmap._format import dtype_from_name
 from td_memmap._store import _layout as L
@@ -68,7 +69,7 @@ def index_plan(
     bs = store.batch_size
     idx = _full_index(index, len(bs))
     try:
-        sub = torch.zeros((), dtype=torch.uint8).expand(bs)[idx].shape
+        sub = stand_in(bs, idx)[idx].shape
     except IndexError as err:
         raise IndexError(
             f"cannot write at index {index!r} of batch_size {list(bs)}: {err}"
@@ -137,7 +138,7 @@ def _row_writes(
             f"cannot write {type(item).__name__} at index {index!r} of entry {key!r} "
             f"(dtype {meta['dtype']}): {err}"
         ) from None
-    positions = torch.arange(shape.numel(), dtype=torch.int64).view(shape)[idx]
+    positions = torch.arange(shape.numel(), device=index_device(idx)).view(shape)[idx].cpu()
     extra = values.dim() - positions.dim()
     if extra > 0 and all(d == 1 for d in values.shape[:extra]):
         values = values.reshape(values.shape[extra:])  # leading ones drop, as in t[i] = v
