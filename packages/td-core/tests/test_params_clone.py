@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -43,3 +44,27 @@ def test_clone_of_a_locked_params_is_unlocked_like_every_clone() -> None:
         assert not copy.is_locked and not copy["n"].is_locked
         copy["new"] = torch.zeros(2)
     assert params.is_locked and "new" not in params.keys()
+
+
+def test_a_parent_modules_to_updates_the_device_it_reports() -> None:
+    """`nn.Module.to` moves the registered leaves in place; the device the TensorDictParams
+    (and each nested one) reports follows them (the meta device stands in for a GPU)."""
+    params = TensorDictParams(TensorDict(w=torch.ones(3), b={"x": torch.zeros(2)}, device="cpu"))
+    nn.ModuleList([params]).to(torch.float64)
+    assert params.device == torch.device("cpu") and params["w"].dtype == torch.float64
+    nn.ModuleList([params]).to("meta")
+    assert params.device == torch.device("meta") and params["b"].device == torch.device("meta")
+    assert params["w"].is_meta and params["b", "x"].is_meta
+    undeclared = TensorDictParams(TensorDict(w=torch.ones(3)))
+    nn.ModuleList([undeclared]).to("meta")
+    assert undeclared.device is None  # no device declared: none is made up
+
+
+def test_pin_memory_in_place_is_refused_before_anything_is_pinned() -> None:
+    """As upstream: pinning copies each leaf, so in place it would swap out the parameters an
+    optimizer holds (refused on machines without an accelerator too)."""
+    params = TensorDictParams(TensorDict(w=torch.ones(3)))
+    held = params["w"]
+    with pytest.raises(RuntimeError, match="Cannot pin_memory in-place with TensorDictParams"):
+        params.pin_memory(inplace=True)
+    assert params["w"] is held

@@ -232,6 +232,33 @@ class TensorDictParams(TensorDictBase, nn.Module):  # type: ignore[misc]  # the 
                 new.requires_grad_(param.requires_grad)
         return remember(self, out, moved_back)  # `with params.to(d):` writes back
 
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> TensorDictParams:
+        """`nn.Module`'s in-place conversion (a parent's `module.to(device)`), after which the
+        device this TensorDict reports is the one its leaves are on."""
+        nn.Module._apply(self, fn, recurse)
+        if self._device is not None:
+            devices = {t.device for t in (*self.parameters(), *self.buffers())}
+            if len(devices) == 1:
+                self._device = devices.pop()
+            elif devices:
+                self._device = None
+        return self
+
+    def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> Any:
+        """A copy with every leaf in page-locked memory (see `TensorDict.pin_memory`).
+
+        Raises:
+            RuntimeError: with `inplace=True`, as upstream: pinning copies each leaf, so
+                in place it would replace the parameters that optimizers hold.
+        """
+        if inplace:
+            raise RuntimeError(
+                "Cannot pin_memory in-place with TensorDictParams: pinning copies each leaf, "
+                "which would replace the parameters optimizers hold; call pin_memory() for a "
+                "pinned copy"
+            )
+        return TensorDictBase.pin_memory(self, num_threads=num_threads)
+
     def cpu(self) -> TensorDictParams:
         return self.to("cpu")
 
