@@ -147,6 +147,21 @@ def test_new_constructors() -> None:
         td.new_zeros(-1)
 
 
+def test_new_tensor_lives_where_its_data_does() -> None:
+    """As upstream: without `device=`, `new_tensor(data)` is on `data`'s device, not the
+    TensorDict's (the meta device stands in for a GPU here)."""
+    td = TensorDict(a=torch.zeros(3, 2), b={"c": torch.ones(3)}, batch_size=[3], device="cpu")
+    with pytest.warns(UserWarning, match="copy construct"):
+        meta = td.new_tensor(torch.zeros(2, device="meta"))
+    assert meta.device == torch.device("meta") and meta["a"].is_meta and meta["b", "c"].is_meta
+    on_meta = td.to("meta")
+    with pytest.warns(UserWarning, match="copy construct"):
+        back = on_meta.new_tensor(torch.zeros(2))
+    assert back.device == torch.device("cpu") and not back["a"].is_meta
+    assert on_meta.new_tensor([1.0]).device == torch.device("cpu")  # a list: the default device
+    assert td.new_tensor([1.0], device="meta")["a"].is_meta
+
+
 def test_queries() -> None:
     td = make_td()
     assert td.get_item_shape("a") == (4, 3) and td.get_item_shape("n") == (4, 3)

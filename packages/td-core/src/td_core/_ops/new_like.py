@@ -263,8 +263,9 @@ class NewMixin(TensorDictContract):
         With a TensorDict, each leaf is copied from `data`'s leaf at the same
         key. With a tensor (or array, list, number), every leaf is a copy of it;
         the batch size is `data`'s shape. Leaves keep their dtype unless
-        `dtype` is given. As `torch.Tensor.new_tensor`, a tensor or TensorDict `data`
-        emits a `UserWarning` recommending `clone().detach()`.
+        `dtype` is given, and live on `device`, by default `data`'s device (the default
+        device for a list, array or number), as upstream. As `torch.Tensor.new_tensor`, a
+        tensor or TensorDict `data` emits a `UserWarning` recommending `clone().detach()`.
         """
         if isinstance(data, Tensor) or is_td(data):  # as torch's new_tensor, once per call
             warnings.warn(
@@ -273,7 +274,11 @@ class NewMixin(TensorDictContract):
                 UserWarning,
                 stacklevel=2,
             )
-        dev = as_device(device) if device is not NO_DEFAULT else None
+        src = None if isinstance(data, Tensor) or is_td(data) else torch.as_tensor(data)
+        if device is not NO_DEFAULT:
+            dev = as_device(device)
+        else:  # as upstream: the result lives where `data` does (a list: the default device)
+            dev = data.device if src is None else src.device
 
         def copy(t: Tensor, src: Any) -> Tensor:
             out = t.new_tensor(
@@ -295,7 +300,7 @@ class NewMixin(TensorDictContract):
                     "whose members' leaves differ in shape cannot hold: call contiguous() or "
                     "to_tensordict() on a regular stack first"
                 )
-            src = data if isinstance(data, Tensor) else torch.as_tensor(data)
+            src = data if src is None else src
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 out = _map_batch(self, lambda t: copy(t, src), src.shape, _ALL_LEVELS)
