@@ -3,6 +3,7 @@ from concurrent.futures import Future
 
 import pytest
 import torch
+from torch._subclasses import FakeTensor, FakeTensorMode
 
 from td_core import NonTensorData, NonTensorStack, TensorDict, stack
 from td_memmap import (
@@ -376,3 +377,18 @@ class TestSubpath:
         assert names in str(info.value) and str(tmp_path) in str(info.value)
         with pytest.raises(ValueError, match="subpath must be"):
             TensorDict.load_memmap(tmp_path, subpath=())
+
+
+@pytest.mark.parametrize("layout", ["files", "packed"])
+def test_loading_under_a_fake_tensor_mode_gives_fake_leaves(tmp_path, layout):
+    """As upstream: `load` inside a `FakeTensorMode` (tracing, shape inference) gives fake
+    tensors of the saved shapes and dtypes, whichever layout the folder has."""
+    td = TensorDict({"w": torch.zeros(3, 4), "n": {"i": torch.arange(3)}}, [3])
+    td.set_non_tensor("tag", "x")
+    memmap(td, tmp_path / "td", layout=layout)
+    with FakeTensorMode():
+        fake = load(tmp_path / "td")
+    assert isinstance(fake["w"], FakeTensor) and isinstance(fake["n", "i"], FakeTensor)
+    assert fake["w"].shape == (3, 4) and fake["n", "i"].dtype == torch.int64
+    assert fake.batch_size == (3,) and fake["tag"] == "x"
+    torch.testing.assert_close(load(tmp_path / "td")["n", "i"], torch.arange(3))

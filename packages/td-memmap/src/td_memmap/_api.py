@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from td_core import (
     LazyStackedTensorDict,
@@ -451,14 +454,18 @@ def load_memmap(
             f"load_memmap: allow_pickle must be a bool or None, got {allow_pickle!r} "
             f"({type(allow_pickle).__module__}.{type(allow_pickle).__qualname__})"
         )
-    tree = load_tree(
-        prefix,
-        num_threads=num_threads,
-        mode=mode,
-        allow_pickle=bool(allow_pickle),
-        cls=cls,
-    )
-    td = from_tree(tree if subpath is None else _subtree(tree, subpath, prefix))
+    fake = detect_fake_mode()
+    with unset_fake_temporarily() if fake is not None else contextlib.nullcontext():
+        tree = load_tree(
+            prefix,
+            num_threads=num_threads,
+            mode=mode,
+            allow_pickle=bool(allow_pickle),
+            cls=cls,
+        )
+        td = from_tree(tree if subpath is None else _subtree(tree, subpath, prefix))
+    if fake is not None:  # under a FakeTensorMode: fake leaves of the same shapes and dtypes
+        td = td.apply(fake.from_tensor)
     if mode == "r" or tree.read_only:  # or a folder saved by upstream tensordict loaded by default
         td = td.lock_()
     if device is not None:
