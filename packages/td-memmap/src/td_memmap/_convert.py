@@ -200,7 +200,12 @@ def move_device_to_cpu(td: Any) -> None:
     if held.device != _CPU:
         if isinstance(held, (TensorDict, TensorDictParams)):
             held._set_device(_CPU)
-        elif held.device is not None:  # a view's device is its source's: forget it
+        elif getattr(held, "source", None) is not None:
+            # a lazy view (permute, transpose, ...), whose device is its source's: memmap_
+            # replaces every leaf of the source (a sub-view refuses memmap_ before this)
+            move_device_to_cpu(held.source)
+            return
+        elif held.device is not None:  # another view's device: forget it
             held.clear_device_()
     for sub in held._subtrees():
         move_device_to_cpu(sub)
