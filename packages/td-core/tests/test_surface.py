@@ -61,6 +61,8 @@ def test_record_stream_refuses_a_second_stream() -> None:
     assert td.record_stream("s1") is td
     with pytest.raises(RuntimeError, match="already marked with stream 's1'"):
         td.record_stream("s2")
+    with pytest.raises(RuntimeError, match="A stream is already associated with this TensorDict"):
+        td.record_stream("s2")  # upstream's words, which ported code may match
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="record_stream needs CUDA, not available")

@@ -411,3 +411,12 @@ def test_split_refuses_bad_arguments_with_upstreams_words():
     with pytest.raises(ValueError, match=r"split_size must be positive, got 0\."):
         td.split(0, -1)
     assert [t.batch_size[0] for t in td.split([1, 2], 0)] == [1, 2]
+
+
+@pytest.mark.parametrize("op", [torch.cat, torch.stack])
+def test_stack_and_cat_name_the_entry_on_another_device(op):
+    """A device mismatch is named as one (with upstream's words), not as a shape mismatch."""
+    on_cpu = TensorDict({"sub": TensorDict({"a": torch.randn(2, 3)}, [2])}, [2])
+    on_meta = TensorDict({"sub": TensorDict({"a": torch.randn(2, 3, device="meta")}, [2])}, [2])
+    with pytest.raises(RuntimeError, match='tensors on different devices at key "sub" / "a"'):
+        op([on_cpu, on_meta], 0)

@@ -68,7 +68,8 @@ def _locked_new_key(key: object) -> LockedError:
 
 
 class DeviceError(TDError, ValueError, RuntimeError):
-    """A device could not be parsed (torch raises `RuntimeError` for these)."""
+    """A device could not be parsed, or entries to combine are on different devices (torch
+    raises `RuntimeError` for these)."""
 
 
 class DTypeError(TDError, TypeError, RuntimeError):

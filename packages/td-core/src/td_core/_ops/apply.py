@@ -478,8 +478,9 @@ class ApplyMixin(TensorDictContract):
         previous = _STREAMS.get(self)
         if previous is not None and previous != stream:
             raise RuntimeError(
-                f"record_stream: this TensorDict is already marked with stream {previous!r}; "
-                f"it cannot be marked with {stream!r} too"
+                "record_stream: A stream is already associated with this TensorDict instance: "
+                f"it is already marked with stream {previous!r} and cannot be marked with "
+                f"{stream!r} too"
             )
         for t in tensor_leaves(self):
             t.record_stream(stream)

@@ -39,7 +39,7 @@ from td_core._leaves.unbatched import (
 )
 from td_core._ops.best_stack import best_intention_stack
 from td_core._ops.names import carry_names, names_after
-from td_core.errors import BatchSizeError, GradLeafWriteError, KeyNotFoundError
+from td_core.errors import BatchSizeError, DeviceError, GradLeafWriteError, KeyNotFoundError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -252,6 +252,13 @@ def _combine_level(
             try:
                 entries[key] = tensor_op(values, d)
             except (RuntimeError, TypeError) as err:
+                devices = sorted({str(v.device) for v in values if isinstance(v, Tensor)})
+                if len(devices) > 1:
+                    path = " / ".join(f'"{part}"' for part in (*prefix, key))
+                    raise DeviceError(
+                        f"{what}: tensors on different devices at key {path} ({devices}): "
+                        "move the TensorDicts to one device first"
+                    ) from None
                 shapes = sorted({tuple(v.shape) for v in values if isinstance(v, Tensor)})
                 raise BatchSizeError(
                     f"{what}: entry {(*prefix, key)!r} has incompatible shapes {shapes}"
