@@ -10,7 +10,16 @@ import pytest
 import torch
 from torch import nn
 
-from td_core import LazyStackedTensorDict, TensorDict, lazy_stack, tensorclass
+from td_core import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    TensorDictParams,
+    lazy_stack,
+    set_lazy_legacy,
+    tensorclass,
+)
 from td_distributions import CompositeDistribution
 from td_nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictSequential
 from td_query import QueryModule, SipHash
@@ -158,3 +167,78 @@ def test_hashing_on_cuda_matches_the_cpu() -> None:
     ids = query(TensorDict(x=rows.cuda(), batch_size=[64]))["id"]
     assert ids.is_cuda
     torch.testing.assert_close(ids[32:], ids[:32])
+
+
+CUDA = torch.device("cuda", 0)
+
+
+def _with_text() -> TensorDict:
+    """`_nested` with a string per row (a `NonTensorStack`)."""
+    td = _nested()
+    td["tag"] = NonTensorStack(*(NonTensorData(c) for c in "abcdef"))
+    return td
+
+
+_MASKED_KINDS = {
+    "dense": _nested,
+    "lazy": lambda: lazy_stack(list(_nested().unbind(0)), dim=0),
+    "tensorclass": lambda: Batch(obs=_nested()["obs"], reward=_nested()["step"], batch_size=[6]),
+    "with_text": _with_text,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_MASKED_KINDS))
+def test_a_cuda_mask_reads_and_writes_like_a_cpu_one(kind: str) -> None:
+    """`td[mask]`, `td[mask] = v` and `masked_fill` with a mask on the TensorDict's device
+    (torch refuses to index a CPU stand-in with it)."""
+    on_cpu = _MASKED_KINDS[kind]()
+    mask = torch.tensor([True, False, True, True, False, True])
+    gpu, gpu_mask = on_cpu.to(CUDA), mask.to(CUDA)
+    picked = gpu[gpu_mask]
+    assert picked.batch_size == (4,)
+    for ours, theirs in zip(_leaves(picked.cpu()), _leaves(on_cpu[mask]), strict=True):
+        torch.testing.assert_close(ours, theirs)
+    if kind == "with_text":
+        assert picked["tag"].tolist() == ["a", "c", "d", "f"]
+    gpu[gpu_mask] = picked.apply(torch.zeros_like)
+    on_cpu[mask] = on_cpu[mask].apply(torch.zeros_like)
+    for ours, theirs in zip(_leaves(gpu.cpu()), _leaves(on_cpu), strict=True):
+        torch.testing.assert_close(ours, theirs)
+    filled = gpu.apply(lambda t: t.float()).masked_fill(gpu_mask, 7.0)
+    expected = on_cpu.apply(lambda t: t.float()).masked_fill(mask, 7.0)
+    for ours, theirs in zip(_leaves(filled.cpu()), _leaves(expected), strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_new_tensor_lives_where_its_data_does() -> None:
+    """As upstream: `new_tensor(data)` is on `data`'s device unless `device=` says otherwise."""
+    gpu = _nested().float().to(CUDA)
+    with pytest.warns(UserWarning, match="copy construct"):
+        from_cpu = gpu.new_tensor(torch.zeros(2))
+        from_gpu = gpu.new_tensor(torch.zeros(2, device=CUDA))
+    assert from_cpu.device == torch.device("cpu") and not from_cpu["obs"].is_cuda
+    assert from_gpu.device == CUDA and from_gpu["obs"].is_cuda
+    assert gpu.new_tensor([1.0, 2.0], device=CUDA)["obs"].is_cuda
+
+
+def test_a_parent_modules_to_moves_tensordict_params_and_their_device() -> None:
+    params = TensorDictParams(TensorDict(w=torch.ones(3), b={"x": torch.zeros(2)}, device="cpu"))
+    parent = nn.ModuleList([params]).to(CUDA)
+    assert params.device == CUDA and params["b"].device == CUDA
+    assert all(p.is_cuda for p in parent.parameters())
+    parent.cpu()
+    assert params.device == torch.device("cpu") and not params["w"].is_cuda
+
+
+def test_memmap__of_a_lazy_view_of_a_cuda_tensordict_records_the_cpu(tmp_path) -> None:
+    """`memmap_` through a legacy lazy view replaces its source's leaves by files in host
+    memory: the source (whose device the view reports) says it is on the CPU."""
+    pytest.importorskip("td_memmap")
+    source = _nested().reshape(2, 3).to(CUDA)
+    with set_lazy_legacy(True):
+        view = source.permute(1, 0)
+    expected = view.to_tensordict().cpu()
+    assert view.memmap_(tmp_path / "td") is view
+    assert view.device == torch.device("cpu") and source.device == torch.device("cpu")
+    assert not any(leaf.is_cuda for leaf in _leaves(source))
+    _same(expected, TensorDict.load_memmap(tmp_path / "td"))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import math
+import os
 import subprocess
 import tempfile
 import time
@@ -67,15 +68,29 @@ def _tensorclass(ns: types.ModuleType) -> type:
     return _TC_CLASSES[ns.__name__]
 
 
+# where the kinds' data lives: ``TD_CONTRACT_DEVICE=cuda pytest .../contract`` runs the whole
+# suite on a GPU (both sides' data on the device; the disk kinds load back to the CPU), and
+# ``meta`` runs it on shapes alone
+DEVICE = torch.device(os.environ.get("TD_CONTRACT_DEVICE", "cpu"))
+
+
+def _placed(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (made on the CPU from a seeded generator) on the suite's ``DEVICE``."""
+    return tensor if DEVICE.type == "cpu" else tensor.to(DEVICE)
+
+
 def _leaves(batch: tuple[int, ...]) -> dict[str, Any]:
     """Seeded data: floats, ints, bools, a nested TensorDict, all with leading dims ``batch``."""
     g = torch.Generator().manual_seed(0)
     return {
-        "obs": torch.randn(*batch, 3, generator=g),
-        "reward": torch.randn(*batch, generator=g),
-        "count": torch.randint(0, 10, (*batch, 2), generator=g),
-        "done": torch.randint(0, 2, batch, generator=g).bool(),
-        "nested": {"x": torch.randn(*batch, 2, generator=g), "y": torch.rand(*batch, generator=g)},
+        "obs": _placed(torch.randn(*batch, 3, generator=g)),
+        "reward": _placed(torch.randn(*batch, generator=g)),
+        "count": _placed(torch.randint(0, 10, (*batch, 2), generator=g)),
+        "done": _placed(torch.randint(0, 2, batch, generator=g).bool()),
+        "nested": {
+            "x": _placed(torch.randn(*batch, 2, generator=g)),
+            "y": _placed(torch.rand(*batch, generator=g)),
+        },
     }
 
 
@@ -128,7 +143,7 @@ def lazy_exclusive(ns: types.ModuleType) -> Any:
     "exclusive" keys: the stack lists only the keys every member has)."""
     members = list(dense(ns).unbind(0))
     members[0] = members[0].clone()
-    members[0].set("extra", torch.ones(3, 2))
+    members[0].set("extra", _placed(torch.ones(3, 2)))
     return ns.LazyStackedTensorDict.lazy_stack(members, 0)
 
 
@@ -152,6 +167,7 @@ def _hetero_members(ns: types.ModuleType, padded: bool) -> list[Any]:
         data["ragged"] = torch.randn(3, i + 1, generator=g)
         if padded:  # the short rows end in NaN: what a padded read of the ragged leaf gives
             data["ragged"] = torch.nn.functional.pad(data["ragged"], (0, 2 - i), value=math.nan)
+        data["ragged"] = _placed(data["ragged"])
         members.append(ns.TensorDict(data, batch_size=[3]))
     return members
 
@@ -357,7 +373,9 @@ KINDS: dict[str, Recipe] = {
     "sub_view": sub_view,
     "lazy_view": lazy_view,
 }
-if importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optional sibling
+if DEVICE.type != "cpu":
+    pass  # the disk kinds hold their leaves on the CPU whatever the data was made on
+elif importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optional sibling
     KINDS["memmap"] = memmap
     KINDS["memmap_lazy"] = memmap_lazy
     if importlib.util.find_spec("h5py") is not None:
