@@ -64,3 +64,39 @@ def test_reduce_true_counts_the_keys_only_some_members_hold() -> None:
     # the common leaf sums to 3 * (0 + 1 + 2 + 3); the first member's extra adds 6 ones
     assert stack.sum(reduce=True).item() == 18 + 6
     assert stack.mean(reduce=True).item() == pytest.approx(24 / 18)
+
+
+@pytest.mark.parametrize("op", ["softmax", "cummax", "cummin"])
+def test_scans_over_a_member_dim_run_per_member_and_keep_every_key(op: str) -> None:
+    stack = _stack()
+    run = {
+        "softmax": lambda td: td.softmax(1),
+        "cummax": lambda td: td.cummax(1).values,
+        "cummin": lambda td: td.cummin(1).values,
+    }[op]
+    out = run(stack)
+    assert isinstance(out, LazyStackedTensorDict) and out.batch_size == (4, 3)
+    for member, result in zip(stack.tensordicts, out.tensordicts, strict=True):
+        assert set(result.keys()) == set(member.keys())
+        for key in member.keys():
+            torch.testing.assert_close(result[key], run(member.unsqueeze(0))[0][key])
+
+
+def test_softmax_over_the_stack_dim_mixes_the_common_keys_and_keeps_the_others() -> None:
+    """As upstream: the common keys get the softmax across members; a key only some members
+    hold has none across members, and gets the softmax of its leaf along the same dim."""
+    stack = _stack()
+    out = stack.softmax(0)
+    across = torch.stack([m["a"] for m in stack.tensordicts]).softmax(0)
+    torch.testing.assert_close(out.get("a"), across)
+    torch.testing.assert_close(out.tensordicts[0]["extra"], torch.ones(3, 2).softmax(0))
+    assert [sorted(m.keys()) for m in out.tensordicts] == [["a", "extra"], ["a"], ["a"], ["a"]]
+
+
+def test_densify_makes_nested_tensors_of_the_keys_some_members_hold() -> None:
+    dense = _stack().densify()
+    assert isinstance(dense, TensorDict) and dense["extra"].is_nested
+    assert [t.shape for t in dense["extra"].unbind(0)] == [(3, 2), (3, 0), (3, 0), (3, 0)]
+    torch.testing.assert_close(dense["extra"].unbind(0)[0], torch.ones(3, 2))
+    with pytest.raises(ValueError, match="only some members"):  # nested tensors stack on dim 0
+        lazy_stack(list(_stack().unbind(0)), 1).densify()

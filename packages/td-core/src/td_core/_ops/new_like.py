@@ -316,7 +316,9 @@ class NewMixin(TensorDictContract):
     def densify(self, layout: torch.layout = torch.strided) -> Self:
         """A TensorDict whose entries are all stacked: a lazy stack's ragged leaves become nested tensors.
 
-        A TensorDict that is already dense is returned as is.
+        A TensorDict that is already dense is returned as is. A tensor entry only some
+        members hold becomes a nested tensor too, with an empty tensor (first dim past the
+        batch dims of size 0) for each member without it, as upstream.
 
         Args:
             layout: the layout of the nested tensors (`torch.strided` or `torch.jagged`).
@@ -342,6 +344,15 @@ class NewMixin(TensorDictContract):
                     out[key] = torch.nested.as_nested_tensor(values, layout=layout)
             else:
                 out[key] = self._get_str(key)
+        for key, values in _exclusive_tensors(members, self._keys_str()):
+            if s != 0:
+                raise BatchSizeError(
+                    f"densify: entry {key!r} is held by only some members of a stack along dim "
+                    f"{s}; nested tensors need the stack along dim 0"
+                )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                out[key] = torch.nested.as_nested_tensor(values, layout=layout)
         return self._new(out, self.batch_size)
 
     def to_padded_tensor(self, padding: float = 0.0, mask_key: Any = None) -> Self:
@@ -436,3 +447,27 @@ class NewMixin(TensorDictContract):
             entries = {str(i): m.data_ptr(storage=storage) for i, m in enumerate(found[0])}
             return self._new(entries, torch.Size())
         return ptrs(self)
+
+
+def _exclusive_tensors(members: list[Any], common: Any) -> list[tuple[str, list[Tensor]]]:
+    """The tensor entries only some `members` hold, each with one tensor per member, as
+    upstream's `densify` makes them: a member without the entry gets an empty tensor whose
+    first dim past its batch dims is 0 (sub-TensorDicts only some members hold are left out,
+    as upstream)."""
+    found: dict[str, Tensor] = {}
+    for member in members:
+        for key, value in member._items_str():
+            if key not in common and key not in found and isinstance(value, Tensor):
+                found[key] = value
+    out = []
+    for key, like in found.items():
+        values = []
+        for member in members:
+            value = member._get_str(key, None)
+            if not isinstance(value, Tensor):
+                shape = list(like.shape)
+                shape[min(member.batch_dims, len(shape) - 1)] = 0
+                value = like.new_empty(shape)
+            values.append(value)
+        out.append((key, values))
+    return out

@@ -30,19 +30,16 @@ import torch
 from torch.compiler import is_compiling
 
 from td_core._core.traverse import (
-    entries_of,
     has_exclusive_keys,
     is_nt,
     is_stack,
-    is_td,
-    per_member,
 )
 from td_core._core.utils import NO_DEFAULT
 from td_core._leaves.unbatched import is_unbatched
 from td_core._ops.lazy_shape import restack
 from td_core._ops.names import carry_names, names_after
 from td_core._ops.reduce_mean import SumThenDivide
-from td_core.errors import BatchSizeError, DimError, KeyNotFoundError
+from td_core.errors import BatchSizeError, DimError
 
 if TYPE_CHECKING:
     from td_core._core.contract import TensorDictContract
@@ -53,7 +50,6 @@ __all__ = [
     "reduction",
     "bool_reduction",
     "bool_over_leaves",
-    "leafwise_loss",
 ]
 
 Tensor = torch.Tensor
@@ -365,7 +361,15 @@ def reduction(
     if key_transform is not None:
         _check_fields(td, key_transform)
     try:
-        if mode == "feature":
+        if (
+            row.scan
+            and mode == "dims"
+            and has_exclusive_keys(td)
+            and cast(Any, td).stack_dim not in dims
+        ):
+            # softmax/cummax over a member dim: each member keeps the keys only it holds
+            result = _per_member(td, plan, key_transform)
+        elif mode == "feature":
             result = _walk_features(td, plan, key_transform)
         elif row.name == "mean" and not args and not kwargs and not _functorch_active():
             leaf = SumThenDivide(
@@ -378,6 +382,8 @@ def reduction(
         else:
             new_bs = _batch_rule(plan, n, td.batch_size)
             result = _walk(td, _leaf_op(plan, n), new_bs, key_transform, pair)
+            if row.name == "softmax" and has_exclusive_keys(td):  # over the stack dim
+                result = _softmax_keeping_exclusive(td, result, plan)
     except BatchSizeError:  # a lazy stack with ragged leaves: reduce each member if the dims allow
         stack_dim = getattr(td, "stack_dim", None)
         if mode != "dims" or stack_dim is None or stack_dim in dims:
@@ -415,6 +421,19 @@ def _per_member(td: TensorDictContract, plan: _Plan, key_transform: KeyTransform
     if plan.pair:
         return tuple(restack(td, part, new_dim) for part in zip(*results))
     return restack(td, results, new_dim)
+
+
+def _softmax_keeping_exclusive(td: Any, common: Any, plan: _Plan) -> Any:
+    """A softmax over the stack dim of members whose keys differ, as upstream: the common keys
+    come from `common` (the softmax of the stacked entries) sliced back into the members; a key
+    only some members hold has no softmax across members, and gets the softmax of its leaf
+    along the same dim number."""
+    d, kwargs = plan.dims[0], plan.kwargs
+    members = [
+        member.apply(lambda x, v: x.softmax(d, **kwargs) if v is None else v, part, default=None)
+        for member, part in zip(td.tensordicts, common.unbind(td.stack_dim))
+    ]
+    return restack(td, members, td.stack_dim)
 
 
 def _check_fields(td: TensorDictContract, key_transform: Callable[[str], str]) -> None:
@@ -545,56 +564,3 @@ def bool_reduction(td: TensorDictContract, row: Reduction, dim: Dim) -> Any:
     if dim is None:
         return bool_over_leaves(td, row.name == "any")
     return reduction(td, row, dim)
-
-
-def leafwise_loss(
-    fn: Callable[..., Tensor], input: Any, target: Any, *args: Any, **kwargs: Any
-) -> Any:
-    """`fn(input_leaf, target_leaf, ...)` at every leaf (a TensorDict and a TensorDict or tensor).
-
-    The batch size is kept with `reduction="none"`, `[]` otherwise.
-    """
-    mine, other, swap = (input, target, False) if is_td(input) else (target, input, True)
-    size_average = kwargs.get("size_average", args[0] if args else None)
-    reduce = kwargs.get("reduce", args[1] if len(args) > 1 else None)
-    if size_average is not None or reduce is not None:
-        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
-    else:
-        reduction = kwargs.get("reduction", args[2] if len(args) > 2 else "mean")
-    keep = reduction == "none"
-    if keep and mine._td_tensorclass and is_stack(entries_of(mine)):
-        # a tensorclass over a lazy stack: zipped on the stack (ragged too), wrapped again
-        inner = entries_of(other) if is_td(other) else other
-        result = _zip(entries_of(mine), inner, fn, swap, keep, args, kwargs, ())
-        return type(mine)._wrap(result)
-    return _zip(mine, other, fn, swap, keep, args, kwargs, ())
-
-
-def _zip(
-    td: TensorDictContract,
-    other: Any,
-    fn: Callable[..., Tensor],
-    swap: bool,
-    keep: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    prefix: tuple[str, ...],
-) -> Any:
-    other_td = is_td(other)
-    if keep and other_td and is_stack(td):  # zipped member by member (ragged too), as upstream
-        return per_member(td, lambda m, o: _zip(m, o, fn, swap, keep, args, kwargs, prefix), other)
-    out: dict[str, Any] = {}
-    for key, value in td._items_str():
-        if is_nt(value):
-            continue
-        item = other._get_str(key, NO_DEFAULT) if other_td else other
-        if item is NO_DEFAULT:
-            raise KeyNotFoundError(
-                f"key {(*prefix, key)!r} is in the first TensorDict but not in the second"
-            )
-        if isinstance(value, Tensor):
-            a, b = (item, value) if swap else (value, item)
-            out[key] = fn(a, b, *args, **kwargs)
-        else:
-            out[key] = _zip(value, item, fn, swap, keep, args, kwargs, (*prefix, key))
-    return td._new(out, td.batch_size if keep else torch.Size())

@@ -13,8 +13,8 @@ import torch
 
 from td_core._core.traverse import is_td, map_leaves
 from td_core._ops.autograd import grad
+from td_core._ops.losses import leafwise_loss
 from td_core._ops.pointwise import PointwiseMixin
-from td_core._ops.reduce_engine import leafwise_loss
 from td_core._ops.stack import cat, stack
 
 if TYPE_CHECKING:
