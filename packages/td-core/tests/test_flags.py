@@ -7,6 +7,9 @@ import pytest
 import torch
 
 import td_core as td
+from td_core import lazy_stack_enabled, set_lazy_stack
+from td_core._core import flags
+from td_core._core.flags import SwitchVar
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -184,3 +187,36 @@ def test_strtobool_reads_flag_strings():
     assert [strtobool(v) for v in ("n", "No", "f", "FALSE", "off", "0")] == [0] * 6
     with pytest.raises(ValueError, match="invalid truth value 'maybe'"):
         strtobool("maybe")
+
+
+def test_switch_var_keeps_the_value_compiled_code_reads_in_step() -> None:
+    """Before torch 2.15, code being compiled reads `SwitchVar._last` (torch.compile cannot
+    trace a ContextVar there): it follows every set and reset, blocks included."""
+    var = SwitchVar("td_test_switch", False)
+    token = var.set(True)
+    assert var.get() is True and var._last is True
+    var.reset(token)
+    assert var.get() is False and var._last is False
+    with set_lazy_stack(True):
+        assert flags._LAZY._last is True and lazy_stack_enabled()
+    assert flags._LAZY._last is False
+
+
+def test_switch_var_read_while_compiling_is_the_last_value_set(monkeypatch) -> None:
+    var = SwitchVar("td_test_switch", "eager")
+    var.set("set")
+    monkeypatch.setattr(flags, "is_compiling", lambda: True)
+    assert var._get() == "set"  # the attribute torch.compile guards on
+    monkeypatch.setattr(flags, "is_compiling", lambda: False)
+    assert var._get() == "set"
+
+
+def test_a_switch_read_inside_a_compiled_function_follows_the_switch() -> None:
+    @torch.compile(fullgraph=True, backend="eager")
+    def stacked(x: torch.Tensor) -> torch.Tensor:
+        return x + 1 if lazy_stack_enabled() else x - 1
+
+    x = torch.zeros(2)
+    assert stacked(x).tolist() == [-1.0, -1.0]
+    with set_lazy_stack(True):
+        assert stacked(x).tolist() == [1.0, 1.0]

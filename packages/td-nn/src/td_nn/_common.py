@@ -15,6 +15,7 @@ from td_core import (
     TensorDictBase,
     is_non_tensor,
 )
+from td_core._shared.compile import is_tracing
 from td_core.errors import KeyNotFoundError
 from td_nn._base import (
     TensorDictModuleBase,
@@ -45,7 +46,7 @@ try:  # the registries `nn.Module.__call__` consults (private: without them, no 
 except ImportError:  # pragma: no cover - another torch layout
     _MODULE_CALL = None
 _Module = nn.Module
-_is_tracing = torch._C._is_tracing  # bound once: `torch._C._is_tracing` is two lookups a call
+_is_tracing = is_tracing  # torch's C check where torch.compile traces it (see td-core's flags)
 
 
 def as_key_list(keys: Any, what: str, owner: str) -> list[NestedKey]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar, Token
+from contextvars import Token
 from typing import Any, TypeVar
 
 from td_core import NestedKey, TensorDictBase, unravel_key, unravel_key_list
+from td_core._shared.compile import SwitchVar
 from td_nn._errors import SkipModeError
 
 __all__ = ["set_skip_existing", "skip_existing", "should_skip", "skips"]
@@ -19,7 +20,7 @@ __all__ = ["set_skip_existing", "skip_existing", "should_skip", "skips"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 SkipMode = bool | list[NestedKey]
 
-_SKIP: ContextVar[SkipMode] = ContextVar("td_nn_skip_existing", default=False)
+_SKIP: SwitchVar[SkipMode] = SwitchVar("td_nn_skip_existing", False)
 
 
 def skip_existing() -> SkipMode:

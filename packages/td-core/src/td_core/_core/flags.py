@@ -16,10 +16,18 @@ td-distributions share (`set_interaction_type`, `set_composite_lp_aggregate`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, ClassVar, Generic, TypeVar
 
+import torch
+from torch.compiler import is_compiling
+
+from td_core._core.versions import _at_least, _release
+
 __all__ = [
+    "SwitchVar",
+    "is_tracing",
     "Switch",
     "set_lazy_stack",
     "lazy_stack_enabled",
@@ -36,13 +44,58 @@ __all__ = [
 _F = TypeVar("_F")
 
 _V = TypeVar("_V")
-_LAZY: ContextVar[bool] = ContextVar("td_lazy_stack", default=False)
-_LEGACY_VIEWS: ContextVar[bool] = ContextVar("td_lazy_legacy_views", default=False)
-_LIST_TO_STACK: ContextVar[bool] = ContextVar("td_list_to_stack", default=True)
-_CAPTURE_NON_TENSOR_STACK: ContextVar[bool] = ContextVar("td_capture_non_tensor", default=False)
+
+# torch.compile traces a ContextVar's `get` (guarding on its value) and `torch._C._is_tracing`
+# from torch 2.15; torch 2.13's dynamo refuses both (checked; 2.14 is treated as 2.13)
+_DYNAMO_READS_CONTEXTVARS = _at_least(_release(torch.__version__), (2, 15))
+
+#: Whether a `torch.jit.trace` is running: torch's C check where torch.compile traces it, else
+#: `torch.jit.is_tracing` (a Python function, which older torch.compile versions trace).
+is_tracing: Callable[[], bool] = (
+    torch._C._is_tracing if _DYNAMO_READS_CONTEXTVARS else torch.jit.is_tracing
+)
+
+
+class SwitchVar(Generic[_V]):
+    """A `ContextVar` that code compiled by `torch.compile` can read on every torch version.
+
+    Eager code reads the `ContextVar` (per thread and per async task). Where torch.compile
+    cannot trace a `ContextVar` (before torch 2.15), code being compiled reads the value set
+    most recently in any thread instead, a plain attribute torch.compile guards on.
+    """
+
+    __slots__ = ("_var", "_last", "get")
+
+    get: Callable[[], _V]  # the current value (the `ContextVar`'s own `get` where it can be)
+
+    def __init__(self, name: str, default: _V) -> None:
+        self._var: ContextVar[_V] = ContextVar(name, default=default)
+        self._last = default
+        self.get = self._var.get if _DYNAMO_READS_CONTEXTVARS else self._get
+
+    def _get(self) -> _V:
+        if is_compiling():
+            return self._last
+        return self._var.get()
+
+    def set(self, value: _V) -> Token[_V]:
+        """Set the value for the current context; returns the token `reset` takes."""
+        self._last = value
+        return self._var.set(value)
+
+    def reset(self, token: Token[_V]) -> None:
+        """Restore the value `token` was set over."""
+        self._var.reset(token)
+        self._last = self._var.get()
+
+
+_LAZY: SwitchVar[bool] = SwitchVar("td_lazy_stack", False)
+_LEGACY_VIEWS: SwitchVar[bool] = SwitchVar("td_lazy_legacy_views", False)
+_LIST_TO_STACK: SwitchVar[bool] = SwitchVar("td_list_to_stack", True)
+_CAPTURE_NON_TENSOR_STACK: SwitchVar[bool] = SwitchVar("td_capture_non_tensor", False)
 # `get` of a missing key returns None, as upstream since v0.7 and as `dict.get`;
 # `set_get_defaults_to_none(False)` makes it raise `KeyError` instead
-_GET_DEFAULTS_TO_NONE: ContextVar[bool] = ContextVar("td_get_defaults_to_none", default=True)
+_GET_DEFAULTS_TO_NONE: SwitchVar[bool] = SwitchVar("td_get_defaults_to_none", True)
 
 
 class Switch(Generic[_V]):
@@ -52,7 +105,7 @@ class Switch(Generic[_V]):
     (`_parse`); the mode is kept in `.mode`.
     """
 
-    _var: ClassVar[ContextVar[Any]]
+    _var: ClassVar[SwitchVar[Any]]
 
     def __init__(self, mode: Any) -> None:
         self.mode: _V = self._parse(mode)

@@ -7,10 +7,9 @@ offer a `deterministic_sample`), so neither needs to import the other.
 from __future__ import annotations
 
 import enum
-from contextvars import ContextVar
 from typing import Any
 
-from td_core._core.flags import Switch
+from td_core._core.flags import Switch, SwitchVar
 
 __all__ = ["InteractionType", "interaction_type", "set_interaction_type"]
 
@@ -42,9 +41,7 @@ class InteractionType(enum.Enum):
         raise ValueError(f"{value!r} is not a valid InteractionType; expected one of {choices}")
 
 
-_INTERACTION_TYPE: ContextVar[InteractionType | None] = ContextVar(
-    "td_interaction_type", default=None
-)
+_INTERACTION_TYPE: SwitchVar[InteractionType | None] = SwitchVar("td_interaction_type", None)
 
 
 def interaction_type() -> InteractionType | None:

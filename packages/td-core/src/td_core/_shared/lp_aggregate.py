@@ -8,14 +8,13 @@ one log-prob per leaf, written next to each sampled leaf as `<name>_log_prob`.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Any
 
-from td_core._core.flags import Switch
+from td_core._core.flags import Switch, SwitchVar
 
 __all__ = ["composite_lp_aggregate", "set_composite_lp_aggregate"]
 
-_AGGREGATE: ContextVar[bool] = ContextVar("td_composite_lp_aggregate", default=False)
+_AGGREGATE: SwitchVar[bool] = SwitchVar("td_composite_lp_aggregate", False)
 
 
 def composite_lp_aggregate(nowarn: bool = False) -> bool:
