@@ -10,6 +10,7 @@ import td_core as td
 from td_core import lazy_stack_enabled, set_lazy_stack
 from td_core._core import flags
 from td_core._core.flags import SwitchVar
+from td_core._ops import structure
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -220,3 +221,13 @@ def test_a_switch_read_inside_a_compiled_function_follows_the_switch() -> None:
     assert stacked(x).tolist() == [-1.0, -1.0]
     with set_lazy_stack(True):
         assert stacked(x).tolist() == [1.0, 1.0]
+
+
+def test_exclude_takes_the_path_older_torch_compile_traces(monkeypatch) -> None:
+    """Before torch 2.15, code being compiled copies the entries with `dict(items)` (that
+    torch.compile cannot trace a dict view's `mapping`): the same result."""
+    tensordict = td.TensorDict(a=torch.zeros(2), b=torch.ones(2), c={"d": torch.ones(2)})
+    monkeypatch.setattr(structure, "OLD_DYNAMO", True)
+    monkeypatch.setattr(structure, "is_compiling", lambda: True)
+    out = tensordict.exclude("b")
+    assert set(out.keys()) == {"a", "c"} and out["c", "d"] is tensordict["c", "d"]

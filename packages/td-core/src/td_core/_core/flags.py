@@ -26,6 +26,7 @@ from torch.compiler import is_compiling
 from td_core._core.versions import _at_least, _release
 
 __all__ = [
+    "OLD_DYNAMO",
     "SwitchVar",
     "is_tracing",
     "Switch",
@@ -45,15 +46,14 @@ _F = TypeVar("_F")
 
 _V = TypeVar("_V")
 
-# torch.compile traces a ContextVar's `get` (guarding on its value) and `torch._C._is_tracing`
-# from torch 2.15; torch 2.13's dynamo refuses both (checked; 2.14 is treated as 2.13)
-_DYNAMO_READS_CONTEXTVARS = _at_least(_release(torch.__version__), (2, 15))
+#: Whether torch.compile is older than torch 2.15's, which traces what td's eager paths use: a
+#: ContextVar's `get` (guarding on its value), `torch._C._is_tracing`, a dict view's `mapping`.
+#: torch 2.13's refuses them (checked; 2.14 is treated as 2.13).
+OLD_DYNAMO = not _at_least(_release(torch.__version__), (2, 15))
 
 #: Whether a `torch.jit.trace` is running: torch's C check where torch.compile traces it, else
 #: `torch.jit.is_tracing` (a Python function, which older torch.compile versions trace).
-is_tracing: Callable[[], bool] = (
-    torch._C._is_tracing if _DYNAMO_READS_CONTEXTVARS else torch.jit.is_tracing
-)
+is_tracing: Callable[[], bool] = torch._C._is_tracing if not OLD_DYNAMO else torch.jit.is_tracing
 
 
 class SwitchVar(Generic[_V]):
@@ -71,7 +71,7 @@ class SwitchVar(Generic[_V]):
     def __init__(self, name: str, default: _V) -> None:
         self._var: ContextVar[_V] = ContextVar(name, default=default)
         self._last = default
-        self.get = self._var.get if _DYNAMO_READS_CONTEXTVARS else self._get
+        self.get = self._var.get if not OLD_DYNAMO else self._get
 
     def _get(self) -> _V:
         if is_compiling():

@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from torch.compiler import is_compiling
 
 from td_core._core.contract import TensorDictContract
+from td_core._core.flags import OLD_DYNAMO
 from td_core._core.keys import NestedKey, as_tuple, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td, per_member
 from td_core._core.utils import NO_DEFAULT
@@ -230,7 +232,8 @@ class StructureMixin(TensorDictContract):
         # top-level keys only: a copy of the entries, less keys; the first key that is not
         # a str sends the whole call to the nested path
         items = self._items_str()
-        mapping = getattr(items, "mapping", None)  # a dict's view: copy the dict whole
+        # a dict's view: copy the dict whole (torch.compile before 2.15 cannot trace `mapping`)
+        mapping = None if OLD_DYNAMO and is_compiling() else getattr(items, "mapping", None)
         out = mapping.copy() if mapping is not None else dict(items)
         for k in keys:
             if type(k) is not str:
@@ -328,8 +331,7 @@ class StructureMixin(TensorDictContract):
         for key, value in self._items_str():
             if type(value) is not Tensor and is_td(value):
                 value = value.unflatten_keys(separator)
-            parents = key.split(separator)
-            last = parents.pop()
+            *parents, last = key.split(separator)  # (torch.compile before 2.15 refuses `pop()`)
             node = tree
             for part in parents:
                 child = node.get(part)
