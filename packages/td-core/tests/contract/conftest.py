@@ -28,6 +28,7 @@ Test files in this folder take the ``kind`` fixture (every kind) and the
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import math
 import os
@@ -534,8 +535,10 @@ def _builtin_bases(exc: BaseException) -> tuple[type, ...]:
 
 
 def _run(case: Callable[[Any], Any], obj: Any) -> tuple[Any, BaseException | None]:
+    # off the CPU, the tensors a case makes (operands, masks, indices) are made on `DEVICE` too
+    device = torch.device(DEVICE) if DEVICE.type != "cpu" else contextlib.nullcontext()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), device:
             warnings.simplefilter("ignore")
             return case(obj), None
     except Exception as exc:  # the exception is the result under test
