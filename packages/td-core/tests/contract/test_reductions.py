@@ -209,7 +209,7 @@ _HETERO = ("tensorclass", "lazy_hetero")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_reductions(case: str, kind: str, check, check_td) -> None:
     if (
-        kind in ("tensorclass_lazy", "tensorclass_view", "tensorclass_h5")
+        kind in ("tensorclass_lazy", "tensorclass_view", "tensorclass_h5", "tensorclass_store")
         and (case, "tensorclass") in UPSTREAM_UNSUPPORTED
     ):
         check_td(CASES[case], kind, "tensorclass")  # the same fields, held densely
