@@ -69,9 +69,9 @@ def _tensorclass(ns: types.ModuleType) -> type:
     return _TC_CLASSES[ns.__name__]
 
 
-# where the kinds' data lives: ``TD_CONTRACT_DEVICE=cuda pytest .../contract`` runs the whole
-# suite on a GPU (both sides' data on the device; the disk kinds load back to the CPU), and
-# ``meta`` runs it on shapes alone
+# where the kinds' data lives: ``TD_CONTRACT_DEVICE=cuda pytest .../contract`` runs the suite
+# on a GPU, both sides' data on the device (the disk kinds, whose leaves live on the CPU
+# whatever they were made from, are left out)
 DEVICE = torch.device(os.environ.get("TD_CONTRACT_DEVICE", "cpu"))
 
 
