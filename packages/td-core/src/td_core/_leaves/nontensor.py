@@ -35,6 +35,7 @@ from td_core._leaves.nontensor_arrays import (
     full,
     gather,
     member_parts,
+    on_cpu,
     positions,
     positions_through,
     result_shapes,
@@ -86,7 +87,7 @@ class _NonTensorBase(NonTensorShapeMixin, BatchMeta):
             return self  # type: ignore[return-value]  # writing the shared value back changes nothing (and needs no numpy)
         values = self.as_array().copy()
         flat = values.reshape(-1)
-        where = positions_through(lambda t: t[index], self.batch_size, self.device).numpy()
+        where = positions(self.batch_size)[on_cpu(index)].numpy()
         if isinstance(value, _NonTensorBase):
             # element by element (one element included: a 0-d array would be stored whole)
             src = np.broadcast_to(value.as_array(), where.shape)

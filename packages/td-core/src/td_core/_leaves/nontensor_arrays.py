@@ -38,10 +38,18 @@ def positions(shape: torch.Size) -> torch.Tensor:
     return torch.arange(shape.numel()).view(shape)
 
 
+def on_cpu(index: Any) -> Any:
+    """`index` (one index or a tuple of them) with its tensors on the CPU, where the values
+    are (a mask on a GPU indexes a TensorDict there; its non-tensor leaves read it here)."""
+    if type(index) is tuple:
+        return tuple(p.cpu() if isinstance(p, torch.Tensor) else p for p in index)
+    return index.cpu() if isinstance(index, torch.Tensor) else index
+
+
 def positions_through(fn: Callable[[torch.Tensor], Any], shape: torch.Size, device: Any) -> Any:
-    """`fn(positions(shape))`, where `fn` may index with tensors on the leaf's `device` (a
-    CUDA mask on a TensorDict there): then on positions on that device, brought back to the
-    CPU, where the values are."""
+    """`fn(positions(shape))`, where `fn` (an op of the TensorDict holding the leaf, whose
+    index is not seen here) may index with tensors on the leaf's `device`: then on positions
+    on that device, brought back to the CPU, where the values are."""
     try:
         return fn(positions(shape))
     except RuntimeError:

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from td_core._core.utils import index_device
-from td_core._leaves.nontensor_arrays import same_value
+from td_core._leaves.nontensor_arrays import on_cpu, same_value
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -85,10 +84,7 @@ class NonTensorShapeMixin:
         """The leaf at batch `index` (an int, slice, mask, index tensor or a tuple of them)."""
         if isinstance(index, str):
             raise TypeError(f"a non-tensor leaf has no keys: cannot index it with {index!r}")
-        if index_device(index) is not None:  # the values are indexed on the CPU
-            parts = index if type(index) is tuple else (index,)
-            cpu = tuple(p.cpu() if isinstance(p, torch.Tensor) else p for p in parts)
-            index = cpu if type(index) is tuple else cpu[0]
+        index = on_cpu(index)  # the values are indexed on the CPU
         return self._batch_op(lambda t: t[index], on_meta=_plain_index(index))
 
     def reshape(self, *shape: Any) -> Self:
