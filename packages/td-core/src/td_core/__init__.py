@@ -70,6 +70,7 @@ from td_core._io.formats import from_h5, from_safetensors, from_zarr, to_safeten
 from td_core._io.json_backend import get_json_backend, json_dumps, set_json_backend
 from td_core._io.pack import PackLayout
 from td_core._io.printoptions import get_printoptions, set_printoptions
+from td_core._io.spare_buffer import empty_cache
 from td_core._kinds import lazy_view as _lazy_view  # noqa: F401  (registers the lazy view kind)
 from td_core._kinds import sub as _sub  # noqa: F401  (registers the SubTensorDict kind)
 from td_core._kinds.attrs import TensorAttrs
@@ -120,6 +121,7 @@ __all__ = [
     "stack",
     "cat",
     "from_consolidated",
+    "empty_cache",
     "from_safetensors",
     "to_safetensors",
     "from_h5",

@@ -43,6 +43,7 @@ from td_core._io.consolidate_format import (
     from_consolidated,
     jagged_parts,
 )
+from td_core._io.spare_buffer import take_buffer
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -227,6 +228,10 @@ def _leaf_device(td: TensorDictContract, leaves: list[Tensor]) -> torch.device |
     return next(iter(devices), None)
 
 
+def _on_cpu(device: torch.device | None) -> bool:
+    return (device if device is not None else torch.get_default_device()).type == "cpu"
+
+
 def _buffer(
     total: int,
     *,
@@ -244,6 +249,8 @@ def _buffer(
         if path.exists():
             path.unlink()  # from_file maps an existing file as is: start from an empty one
         return torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
+    if not (share_memory or pin_memory) and _on_cpu(device) and total > _CLEAR_WHOLE:
+        return take_buffer(total)  # the spare of an earlier consolidate, once free
     # a small buffer is cheaper to clear whole than padding byte by padding byte
     alloc = torch.zeros if total <= _CLEAR_WHOLE else torch.empty
     buffer = alloc(total, dtype=torch.uint8, device=device)
