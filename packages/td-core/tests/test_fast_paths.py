@@ -492,3 +492,35 @@ def test_select_and_exclude_fall_back_at_the_first_nested_key() -> None:
     for keys in (("z", "a"), ("z", ("n", "b")), ("a", ("n", "z"))):
         with pytest.raises(KeyError, match="'z'"):
             td.select(*keys)
+
+
+@pytest.mark.parametrize("index", [(2, 1), (slice(None), 1), (-1, slice(1, 3)), (1,), ()], ids=str)
+def test_setitem_at_a_tuple_of_ints_and_slices_writes_that_region_only(index: tuple) -> None:
+    td = TensorDict({"a": torch.zeros(3, 4, 5), "n": {"b": torch.zeros(3, 4)}}, [3, 4])
+    src = td[index].apply(lambda t: t + 1)
+    td[index] = src
+    plain = torch.zeros(3, 4)
+    plain[index] = 1
+    assert torch.equal(td["n", "b"], plain)
+    assert torch.equal(td["a"], plain[..., None].expand(3, 4, 5))
+
+
+@pytest.mark.parametrize("index", [(3, 0), (0, -5), (0, 0, 0)], ids=str)
+def test_setitem_at_a_tuple_out_of_range_raises_and_writes_nothing(index: tuple) -> None:
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3, 4])
+    with pytest.raises(IndexError):
+        td[index] = TensorDict({"a": torch.ones(())}, [])
+    assert (td["a"] == 0).all()
+
+
+def test_the_top_level_keys_view_is_live_and_counts_as_the_nested_one() -> None:
+    td = TensorDict(_nested(), [3])
+    keys = td.keys()
+    td["z"] = torch.zeros(3)
+    assert list(keys) == ["a", "n", "z"] and len(keys) == 3
+    assert "z" in keys and ("n", "b") in td.keys(True, True)
+    assert "b" not in keys and keys == {"a", "n", "z"}
+    with pytest.raises(TypeError, match="include_nested"):
+        ("n", "b") in keys  # noqa: B015
+    del td["z"]
+    assert list(keys) == ["a", "n"]

@@ -264,3 +264,20 @@ class KeysView:
 
     def __repr__(self) -> str:
         return f"_TensorDictKeysView({list(self)}, include_nested={self._include_nested}, leaves_only={self._leaves_only})"
+
+
+class TopKeysView(KeysView):
+    """`td.keys()`: the top-level keys, live. The same view with nothing to check per call."""
+
+    __slots__ = ()
+    _include_nested = _leaves_only = _sort = False
+    _is_leaf = staticmethod(default_is_leaf)
+
+    def __init__(self, td: TensorDictContract) -> None:
+        self._td = td
+
+    def __iter__(self) -> Iterator[str | tuple[str, ...]]:
+        return iter(self._td._keys_str())
+
+    def __len__(self) -> int:
+        return len(self._td._keys_str())

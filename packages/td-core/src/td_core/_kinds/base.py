@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from td_core._core.contract import TensorDictContract, dense, provided
-from td_core._core.keys import KeysView, NestedKey, unravel_key
+from td_core._core.keys import KeysView, NestedKey, TopKeysView, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td
 from td_core._core.utils import NO_DEFAULT, as_device, leaf_shape
 from td_core._io.consolidate import ConsolidateMixin
@@ -173,7 +173,9 @@ class TensorDictBase(
             >>> ("b", ("c",)) in td.keys(include_nested=True)
             True
         """
-        return KeysView(self, include_nested, leaves_only, is_leaf, sort)
+        if include_nested or leaves_only or sort or is_leaf is not None:
+            return KeysView(self, include_nested, leaves_only, is_leaf, sort)
+        return TopKeysView(self)
 
     def values(
         self,

@@ -395,8 +395,16 @@ def _dataclass_spec(cls: type, fields: tuple[str, ...]) -> tuple[dict[str, Any],
 
 
 def _field_property(name: str, keep_leaf: bool = False) -> property:
+    tensor = torch.Tensor  # read from the closure: cheaper than the module's `torch`
+
     def getter(self: _TensorClassBase) -> Any:
-        value = self._tensordict._get_str(name, None)
+        td = self._tensordict
+        if type(td) is TensorDict and td._pending is None:  # the common case: its dict, directly
+            value = td._tensordict.get(name)
+        else:
+            value = td._get_str(name, None)
+        if type(value) is tensor:
+            return value
         if value is None:
             deleted = self.__dict__.get("_td_deleted")
             if deleted and name in deleted:

@@ -257,6 +257,8 @@ class IndexingMixin(TensorDictContract):
             norm, sub = index, bs[1:]
         elif type(index) is slice and bs:
             norm, sub = index, torch.Size((len(range(*index.indices(bs[0]))), *bs[1:]))
+        elif type(index) is tuple and (lead := basic_shape(bs, index)) is not None:
+            norm, sub = index, lead  # td[i, j] = v, td[:, j] = v: nothing to normalise
         else:
             norm = normalize_index(index, bs)
             single = single_index(norm, bs)
