@@ -448,18 +448,22 @@ def _tensorclass_data(cls):
 
 ours_tc = _tensorclass_data(_tensorclass(td_core.tensorclass))
 theirs_tc = _tensorclass_data(_tensorclass(tensordict.tensorclass))
-for name, op, what in (
-    ("unbind", lambda tc: torch.unbind(tc, 0), "torch.unbind(tc, 0): 300 tensorclasses"),
-    ("split", lambda tc: torch.split(tc, [200, 100]), "torch.split(tc, [200, 100])"),
-    ("stack", lambda tc: torch.stack([tc] * 3, 0), "torch.stack([tc] * 3, 0)"),
-    ("cat", lambda tc: torch.cat([tc] * 3, 0), "torch.cat([tc] * 3, 0)"),
+_tc_leaves = [ours_tc.a, ours_tc.b, ours_tc.nested.a, ours_tc.nested.b]
+for name, op, floor, what in (
+    ("unbind", lambda tc: torch.unbind(tc, 0), None, "torch.unbind(tc, 0): 300 tensorclasses"),
+    ("split", lambda tc: torch.split(tc, [200, 100]), None, "torch.split(tc, [200, 100])"),
+    ("stack", lambda tc: torch.stack([tc] * 3, 0), torch.stack, "torch.stack([tc] * 3, 0)"),
+    ("cat", lambda tc: torch.cat([tc] * 3, 0), torch.cat, "torch.cat([tc] * 3, 0)"),
 ):
+    # stack and cat: the floor is torch's own op on the four float leaves (the copy itself)
+    floors = {} if floor is None else {"torch": lambda f=floor: [f([t] * 3, 0) for t in _tc_leaves]}
     suite.add(
         f"tensorclass {name} with str fields",
         lambda op=op: op(ours_tc),
         lambda op=op: op(theirs_tc),
         what=f"{what}; upstream's tensorclass benchmark (string fields at [300, 400] "
         "and [300, 400, 50])",
+        **floors,
     )
 
 
