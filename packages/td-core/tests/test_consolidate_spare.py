@@ -92,7 +92,7 @@ def test_a_buffer_anything_still_holds_is_not_reused(holder: str) -> None:
     assert (second == _td(2)).all()
     del held
     third = _td(3).consolidate()  # the spare is now `second`'s buffer, which `second` holds
-    assert _ptr(third) not in (_ptr(second),)
+    assert _ptr(third) != _ptr(second)
     assert (second == _td(2)).all() and (third == _td(3)).all()
     assert (expected == _td(1)).all()
 
@@ -157,7 +157,8 @@ def test_threads_consolidating_at_once_each_get_their_own_buffer() -> None:
     def work(i: int) -> None:
         for _ in range(10):
             c = tds[i].consolidate()
-            results[i].append(c) if len(results[i]) < 2 else None
+            if len(results[i]) < 2:  # two results held per thread: their buffers stay busy
+                results[i].append(c)
             assert (c == tds[i]).all()
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]

@@ -513,7 +513,7 @@ def test_setitem_at_a_tuple_out_of_range_raises_and_writes_nothing(index: tuple)
     assert (td["a"] == 0).all()
 
 
-def test_the_top_level_keys_view_is_live_and_counts_as_the_nested_one() -> None:
+def test_the_top_level_keys_view_is_live_and_refuses_nested_keys() -> None:
     td = TensorDict(_nested(), [3])
     keys = td.keys()
     td["z"] = torch.zeros(3)

@@ -250,7 +250,9 @@ def _buffer(
             path.unlink()  # from_file maps an existing file as is: start from an empty one
         return torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
     if not (share_memory or pin_memory) and _on_cpu(device) and total > _CLEAR_WHOLE:
-        return take_buffer(total)  # the spare of an earlier consolidate, once free
+        # a large buffer costs more to obtain than to fill: the spare of an earlier call
+        # when free (a small one comes zeroed from the heap, and is not kept)
+        return take_buffer(total)
     # a small buffer is cheaper to clear whole than padding byte by padding byte
     alloc = torch.zeros if total <= _CLEAR_WHOLE else torch.empty
     buffer = alloc(total, dtype=torch.uint8, device=device)

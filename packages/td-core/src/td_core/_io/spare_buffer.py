@@ -23,10 +23,9 @@ import threading
 
 import torch
 
-__all__ = ["MAX_BYTES", "MIN_BYTES", "empty_cache", "take_buffer"]
+__all__ = ["MAX_BYTES", "empty_cache", "take_buffer"]
 
 Tensor = torch.Tensor
-MIN_BYTES = 1 << 20  # below this the allocator serves the buffer from its heap
 MAX_BYTES = 256 << 20  # the most memory kept back after the user dropped it
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 _lock = threading.Lock()
@@ -64,8 +63,12 @@ def _plain_eager() -> bool:
 
 
 def take_buffer(total: int) -> Tensor:
-    """An uninitialised CPU `uint8` buffer of `total` bytes: the spare when free, else a new one."""
-    if not MIN_BYTES < total <= MAX_BYTES or _use_count is None or not _plain_eager():
+    """An uninitialised CPU `uint8` buffer of `total` bytes: the spare when free, else a new one.
+
+    The caller asks only for buffers worth keeping (`consolidate`: those over 1 MiB,
+    which it does not need zeroed); one over `MAX_BYTES` is never kept.
+    """
+    if total > MAX_BYTES or _use_count is None or not _plain_eager():
         return torch.empty(total, dtype=torch.uint8, device="cpu")
     with _lock:
         if _spare and _spare[0].numel() == total and _free(_spare[0]):
