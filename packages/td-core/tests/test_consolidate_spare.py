@@ -173,6 +173,31 @@ def test_threads_consolidating_at_once_each_get_their_own_buffer() -> None:
             assert (c == tds[i]).all()
 
 
+def test_the_spare_never_looks_free_while_the_caller_holds_it(monkeypatch) -> None:
+    # what another thread would see whenever it could take the lock: a buffer handed out
+    # (new or reused) is busy from the moment it is the spare
+    seen: list[bool] = []
+
+    class Watched:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            if spare_buffer._spare:
+                seen.append(spare_buffer._free(spare_buffer._spare[0]))
+            self.lock.release()
+
+    empty_cache()
+    monkeypatch.setattr(spare_buffer, "_lock", Watched())
+    first = spare_buffer.take_buffer(2 << 20)  # new: becomes the spare
+    del first
+    second = spare_buffer.take_buffer(2 << 20)  # the spare again
+    assert seen == [False, False] and second.numel() == 2 << 20
+
+
 def test_inference_mode_buffers_are_not_spares() -> None:
     td = _td()
     with torch.inference_mode():

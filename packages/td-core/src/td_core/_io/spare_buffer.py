@@ -74,9 +74,10 @@ def take_buffer(total: int) -> Tensor:
         if _spare and _spare[0].numel() == total and _free(_spare[0]):
             return _spare[0].view(-1)  # a new tensor: the spare is busy until it is dropped
     buffer = torch.empty(total, dtype=torch.uint8, device="cpu")
+    out = buffer.view(-1)  # made before `buffer` is the spare: else it looks free to other threads
     with _lock:
         _spare[:] = [buffer]
-    return buffer.view(-1)
+    return out
 
 
 def empty_cache() -> None:
