@@ -25,7 +25,8 @@ It also measures the disk's floor: one file of the same size written from
 memory (into the page cache, which is what every side's save measures: none
 of them calls ``fsync``), and the same plus ``fsync`` (the disk itself).
 
-td's fresh saves are packed (one data file, one ``meta.json``: format version 2).
+td's fresh saves are packed: one ``meta.json`` and one data file (format version
+2), or one data file per writer thread for a large save with threads (version 3).
 With one file per leaf (``layout="files"``, version 1), the cost that dominated
 td's save of many leaves on an ext4 file system without a journal (the machine
 the docs' numbers come from) was creating files: ext4 skips

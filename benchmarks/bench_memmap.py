@@ -10,8 +10,8 @@ Everything is written under one temporary folder, removed at exit. Cases:
 - save and load of a 256 MB parameter TensorDict (fp32), in two layouts:
   ``flat``, one TensorDict of 256 leaves with dotted keys (a ``state_dict``), and
   ``nested``, 128 sub-TensorDicts of ``weight`` and ``bias`` (what
-  ``TensorDict.from_module`` gives; packed into one data file, as every fresh save
-  here is: see docs/memmap-format.md). ``torch.save``
+  ``TensorDict.from_module`` gives; packed into data files, one per writer thread,
+  as every fresh save here is: see docs/memmap-format.md). ``torch.save``
   saves the same tensors as a flat dict; upstream saves the same TensorDict.
   safetensors only takes flat dicts, so for the nested layout its reference is
   what gives the same TensorDict back (``flatten_keys`` then ``save_file``;

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from td_memmap import MemmapFormatError, load_memmap, save
+from td_memmap import MemmapFormatError, ReadOnlyMemmapError, UnsafePathError, load_memmap, save
 
 
 def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
@@ -54,4 +54,28 @@ def check_folder_in_place_of(saved: Path, name: str) -> None:
     os.remove(saved / name)
     os.mkdir(saved / name)
     with pytest.raises(MemmapFormatError, match="not a regular file"):
+        load_memmap(saved)
+
+
+def check_refused_untouched(saved: Path, error: type[Exception], match: str) -> None:
+    """Loading `saved` raises `error` (its message matching `match`) and changes no file."""
+    before = file_contents(saved)
+    with pytest.raises(error, match=match):
+        load_memmap(saved)
+    assert file_contents(saved) == before
+
+
+def check_read_only_load(saved: Path, key: str) -> None:
+    """A `mode="r"` load of `saved` refuses an in-place write to `key`; no file changes."""
+    before = file_contents(saved)
+    with pytest.raises(ReadOnlyMemmapError):
+        load_memmap(saved, mode="r")[key].add_(1)
+    assert file_contents(saved) == before
+
+
+def check_link_outside_refused(saved: Path, outside: Path, name: str) -> None:
+    """Move the save's file `name` to `outside` and link it back: loading must refuse the link."""
+    os.replace(saved / name, outside)
+    os.symlink(outside, saved / name)
+    with pytest.raises(UnsafePathError, match="leaves the saved folder"):
         load_memmap(saved)

@@ -210,8 +210,8 @@ def memmap(
 
     By default (`layout=None`, into a new folder, for a tree without lazy
     stacks; or over a packed save) the save is packed: every tensor leaf goes into one data file, at a
-    64-byte aligned offset, written sequentially (in parallel with
-    `num_threads > 0`), and the whole tree (sub-TensorDicts, lazy stacks,
+    64-byte aligned offset (into one data file per writer thread for a large
+    save, see `num_threads`), and the whole tree (sub-TensorDicts, lazy stacks,
     tensorclasses, non-tensor values as JSON) into one `meta.json`, written
     last and atomically. `load_memmap(folder / "sub")` still loads a
     sub-TensorDict. With `layout="files"` (and over a save of that layout)
@@ -239,10 +239,11 @@ def memmap(
             at most 4, and 0 where it may run on one CPU only (see
             `td_memmap.default_threads`); 0 for other saves, whose time goes
             to creating files rather than copying bytes. Upstream's default
-            is 0. A packed save (the default layout) writes its one data file
-            from the calling thread whatever `num_threads` says: the kernel
-            serializes buffered writes to one file, and threads measured
-            slower.
+            is 0. A packed save (the default layout) gets one data file per
+            thread (at most one per CPU and per 16 MB to write, at least
+            one; None gives `default_threads()` there, whatever the leaves'
+            sizes): the kernel serializes buffered writes to one file, not to
+            several.
         return_early: return a `concurrent.futures.Future` of the result at once.
         share_non_tensor: share the non-tensor values between processes: each
             is also written to its own file, and the result's non-tensor leaves
@@ -267,8 +268,8 @@ def memmap(
         allow_pickle: store values that have no JSON form with pickle (the
             folder then only loads with `allow_pickle=True`).
         durable: also fsync every data file, so the save survives power loss.
-        layout: `"packed"`: one data file holding every leaf and one
-            `meta.json` holding the whole tree (format version 2, the fastest
+        layout: `"packed"`: data files holding every leaf and one
+            `meta.json` holding the whole tree (format versions 2 and 3, the fastest
             to write and load); `"files"`: one file per leaf and one folder per
             sub-TensorDict (version 1). None (the default): the layout of the
             save already in the folder; in a new folder packed, unless the tree

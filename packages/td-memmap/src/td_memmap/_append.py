@@ -172,8 +172,8 @@ def append_memmap(
     rows. Each leaf's new rows go into a new file that starts with a copy of
     the old one (copied by the kernel), so an append costs a copy of the
     saved data. Processes that had loaded the save keep the old rows. Use one
-    writer at a time. A packed save (format version 2, one data file) gets a
-    new data file holding the old rows and the new, built in memory.
+    writer at a time. A packed save (format version 2 or 3) gets new data
+    files holding the old rows and the new, built in memory.
 
     Args:
         prefix: a folder written by `memmap`/`save` (an archive cannot grow:

@@ -21,6 +21,7 @@ __all__ = [
     "FORMAT_VERSION",
     "FILES_VERSION",
     "PACKED_VERSION",
+    "SPLIT_VERSION",
     "PACK_SUFFIX",
     "PACK_NAME",
     "PACK_ALIGN",
@@ -44,9 +45,10 @@ __all__ = [
 ]
 
 FORMAT_NAME = "td-memmap"
-FORMAT_VERSION = 2  # the newest version this reads
+FORMAT_VERSION = 3  # the newest version this reads
 FILES_VERSION = 1  # one file per leaf, one folder per sub-TensorDict
 PACKED_VERSION = 2  # one data file and one metadata file for the whole tree
+SPLIT_VERSION = 3  # packed, the leaves in several data files (written by several threads)
 PACK_SUFFIX = ".pack"  # the data file of a packed save; stems have no ".": never a leaf's name
 PACK_NAME = "data" + PACK_SUFFIX
 PACK_ALIGN = 64  # every leaf of a packed data file starts at a multiple of this

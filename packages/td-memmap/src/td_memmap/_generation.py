@@ -40,7 +40,7 @@ class Previous:
     files: dict[str, set[str]] = field(default_factory=dict)  # folder -> names in it
     folders: list[str] = field(default_factory=list)  # top folder first
     generation: int = 0
-    pack: str | None = None  # a packed save's data file
+    packs: tuple[str, ...] = ()  # a packed save's data files
 
     def uses(self, path: str) -> bool:
         folder, name = os.path.split(path)
@@ -75,15 +75,15 @@ def previous_save(root: str) -> Previous:
     out.generation = meta.generation
     if meta.pack is None:
         _collect(meta, out)
-    else:  # one data file; its sub-TensorDicts' paths are no folders of the save
-        out.pack = meta.pack.path
-        out.files[root] = {os.path.basename(meta.pack.path)}
+    else:  # its data files; its sub-TensorDicts' paths are no folders of the save
+        out.packs = tuple(part.path for part in meta.pack.parts)
+        out.files[root] = {os.path.basename(path) for path in out.packs}
         out.folders.append(root)
     return out
 
 
 def packed_root_of(folder: str) -> str | None:
-    """The packed save (format version 2) that `folder` is, or is a sub-TensorDict of; None if none.
+    """The packed save (format version 2 or 3) that `folder` is, or is a sub-TensorDict of; None if none.
 
     A path that does not exist is looked up in the nearest existing folder
     above it (see `_packed.packed_parent`).

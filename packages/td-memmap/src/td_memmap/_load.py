@@ -15,13 +15,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import torch
-
 from td_memmap._archive_load import load_archive_tree
 from td_memmap._build import Builder, check_cls
-from td_memmap._io import map_storage, views_at
 from td_memmap._meta import parse_folder
 from td_memmap._meta_types import Pack
+from td_memmap._packed import map_parts
 from td_memmap._tensor import MemoryMappedTensor
 from td_memmap._tree import Node
 
@@ -82,24 +80,15 @@ def _map_all(
 
 
 def _map_packed(pack: Pack, builder: Builder, mode: str | None) -> list[MemoryMappedTensor]:
-    """Every leaf as a view of one mapping of the packed data file (checked by `_meta`)."""
+    """Every leaf as a view of one mapping of its data file (checked by `_meta`)."""
     writable = mode != "r"
-    if writable and not os.access(pack.path, os.W_OK):
+    denied = next((p.path for p in pack.parts if not os.access(p.path, os.W_OK)), None)
+    if writable and denied is not None:
         if mode == "r+":
-            raise PermissionError(f"mode='r+': cannot map {pack.path!r} for writing")
+            raise PermissionError(f"mode='r+': cannot map {denied!r} for writing")
         writable = False  # the default mode on a file this process may not write
-    places = [
-        (offset, dtype, shape)
-        for (_, dtype, shape, nbytes), offset in zip(builder.leaves, builder.offsets)
-        if nbytes
-    ]
-    views = iter(views_at(map_storage(pack.path, writable, pack.size), places) if places else ())
-    tensors = [
-        next(views) if nbytes else torch.empty(shape, dtype=dtype)
-        for _, dtype, shape, nbytes in builder.leaves
-    ]
-    shapes = [shape for _, _, shape, _ in builder.leaves]
-    return MemoryMappedTensor._adopt(tensors, shapes, pack.path, writable)
+    parts = [(part.path, part.size) for part in pack.parts]
+    return map_parts(parts, builder.leaves, builder.offsets, writable)
 
 
 def load_tree(

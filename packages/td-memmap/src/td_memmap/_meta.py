@@ -45,7 +45,7 @@ from td_memmap._meta_types import (
 from td_memmap._nested import parse_nested
 from td_memmap._packed import (
     check_spans,
-    leaf_offset,
+    leaf_place,
     open_pack,
     packed_parent,
     subtree,
@@ -226,18 +226,19 @@ def _parse_one(ctx: FolderContext) -> tuple[FolderMeta, list[FolderContext]]:
         raise ctx.fail(
             f"format version {version} is newer than this td-memmap reads ({FORMAT_VERSION}): upgrade td-memmap"
         )
-    if version == PACKED_VERSION and ctx.pack is None:
+    packed = version >= PACKED_VERSION
+    if packed and ctx.pack is None:
         if not own:
             raise ctx.fail(
-                "a packed save (version 2) is read from a folder's own meta.json only, not from "
-                "an index record"
+                f"a packed save (version {version}) is read from a folder's own meta.json only, "
+                "not from an index record"
             )
-        ctx.pack = open_pack(data, ctx.folder, ctx.inside, ctx.fail)
-    elif (version == PACKED_VERSION) != (ctx.pack is not None) or (
+        ctx.pack = open_pack(data, version, ctx.folder, ctx.inside, ctx.fail)
+    elif (ctx.pack.version != version if ctx.pack is not None else packed) or (
         ctx.inline is not None and "data" in data
     ):
         raise ctx.fail(
-            f"version {version} metadata cannot be part of a version {PACKED_VERSION} (packed) save"
+            f"version {version} metadata cannot be part of a version {ctx.pack.version} (packed) save"
             if ctx.pack is not None
             else f"version {version} metadata cannot be part of a version 1 save"
         )
@@ -377,8 +378,8 @@ def _parse_tensor(
     if len(shape) > _MAX_DIMS:
         raise ctx.fail(
             f"entry {key!r} ({'file' if ctx.pack is None else 'data file'} "
-            f"{raw.get('file', ctx.pack and ctx.pack.path)!r}) has {len(shape)} dims; tensors "
-            f"have at most {_MAX_DIMS}"
+            f"{raw.get('file') if ctx.pack is None else ctx.pack.name_for(raw.get('part', 0))!r}) "
+            f"has {len(shape)} dims; tensors have at most {_MAX_DIMS}"
         )
     unbatched = raw.get("unbatched", False)
     if type(unbatched) is not bool:
@@ -393,8 +394,8 @@ def _parse_tensor(
     nbytes = numel * dtype.itemsize
     pack = ctx.pack
     if pack is not None:
-        offset = leaf_offset(raw.get("offset"), key, nbytes, pack, ctx.fail)
-        return TensorEntry(key, pack.path, dtype, shape, nbytes, unbatched, offset, nested)
+        path, offset = leaf_place(raw, key, nbytes, pack, ctx.fail)
+        return TensorEntry(key, path, dtype, shape, nbytes, unbatched, offset, nested)
     path, st, _ = ctx.inside(raw.get("file"), key, "file")
     if not _S_ISREG(st.st_mode):
         raise ctx.fail(f"entry {key!r}: {path!r} is not a regular file")

@@ -11,17 +11,39 @@ from typing import Any, Union
 
 import torch
 
-__all__ = ["Pack", "TensorEntry", "DirEntry", "NonTensorEntry", "MetaEntry", "FolderMeta"]
+__all__ = [
+    "PackPart",
+    "Pack",
+    "TensorEntry",
+    "DirEntry",
+    "NonTensorEntry",
+    "MetaEntry",
+    "FolderMeta",
+]
+
+
+@dataclass(slots=True)
+class PackPart:
+    """One data file of a packed save and the bytes its metadata names in it."""
+
+    path: str  # the data file, a plain name in the save's folder
+    size: int  # its size in bytes when the save was parsed
+    spans: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, end, key) per leaf
 
 
 @dataclass(slots=True)
 class Pack:
-    """The one data file of a packed save (format version 2) and what its metadata names in it."""
+    """The data files of a packed save: one (format version 2) or more (version 3)."""
 
     root: str  # the folder whose meta.json describes the whole save
-    path: str  # the data file, a plain name in `root`
-    size: int  # its size in bytes when the save was parsed
-    spans: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, end, key) per leaf
+    version: int  # the version of every metadata object of the save
+    parts: list[PackPart]  # in the order the metadata lists them (a leaf's `part` indexes it)
+
+    def name_for(self, part: object) -> str:
+        """The data file a leaf's `part` names, for messages (all of them when it names none)."""
+        if type(part) is int and 0 <= part < len(self.parts):
+            return self.parts[part].path
+        return self.parts[0].path if len(self.parts) == 1 else str([p.path for p in self.parts])
 
 
 @dataclass(slots=True)
@@ -67,6 +89,6 @@ class FolderMeta:
     members: list[FolderMeta] = field(default_factory=list)  # lazy stacks: the members, in order
     class_name: str | None = None  # tensorclasses: "module:qualname"
     generation: int = 0  # the save that wrote it (see `_save`): larger is newer
-    pack: Pack | None = None  # a packed save's data file (every folder of the save shares it)
+    pack: Pack | None = None  # a packed save's data files (every folder of the save shares them)
     upstream: bool = False  # saved by upstream tensordict: loaded read-only unless asked
     names: tuple[str | None, ...] | None = None  # the batch dims' names, if any is named

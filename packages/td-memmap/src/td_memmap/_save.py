@@ -465,8 +465,8 @@ def save_tree(node: Node, prefix: str | os.PathLike, options: SaveOptions) -> No
     - `durable`: also fsync every data file (survive power loss, not only a crash).
     - `share_non_tensor`: also write each non-tensor value to its own file, which
       the returned tree's shared leaves read and write (see `_shared`).
-    - `layout`: `"packed"`: one data file and one metadata file (format version
-      2, see `_pack_save`); `"files"`: one file per leaf and one folder per
+    - `layout`: `"packed"`: data files (one per writer thread) and one metadata
+      file (format versions 2 and 3, see `_pack_save`); `"files"`: one file per leaf and one folder per
       sub-TensorDict (version 1). None: the layout of the save already in the
       folder; in a new folder packed, unless the tree holds a lazy stack.
       Pickled and shared values need the files layout.
@@ -508,10 +508,10 @@ def save_tree(node: Node, prefix: str | os.PathLike, options: SaveOptions) -> No
     if layout == "packed" or (
         layout is None
         and packable(planner.jobs)
-        and (previous.pack is not None or not (previous.files or stacks))
+        and (previous.packs or not (previous.files or stacks))
     ):
         _prepare(plan, True)
-        save_packed(plan, planner.jobs, previous, durable=durable)  # one thread: see there
+        save_packed(plan, planner.jobs, previous, durable=durable, num_threads=num_threads)
         return plan.out
     used, spares = _name_files(planner.jobs, previous)
     staged: list[tuple[str, str]] = []

@@ -20,6 +20,7 @@ from typing import TypeVar
 __all__ = [
     "MAX_DEFAULT_THREADS",
     "default_threads",
+    "usable_cpus",
     "resolve_threads",
     "run_parallel",
 ]
@@ -31,7 +32,8 @@ T = TypeVar("T")
 MAX_DEFAULT_THREADS = 4
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (what `taskset` or a container allows)."""
     try:
         return len(os.sched_getaffinity(0))  # what `taskset` or a container allows
     except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
@@ -40,7 +42,7 @@ def _usable_cpus() -> int:
 
 def default_threads() -> int:
     """The threads a save of large leaves uses when `num_threads` is None: 0 on one CPU, else one per CPU (at most 4)."""
-    cpus = _usable_cpus()
+    cpus = usable_cpus()
     return 0 if cpus < 2 else min(cpus, MAX_DEFAULT_THREADS)
 
 
