@@ -319,3 +319,92 @@ def test_a_stack_json_cannot_hold_is_refused_before_writing(tmp_path):
     with pytest.raises(TypeError, match=r"'pairs'.*(strings|JSON)"):
         td.to_zarr(tmp_path / "bad.zarr")
     assert not (tmp_path / "bad.zarr").exists()
+
+
+# ------------------------------------------------------------------ whole reads
+def _deep(tmp_path, stack: bool = True):
+    td = _td()
+    td["b", "e", "f"] = torch.arange(4.0) * 3
+    if stack:  # heterogeneous members: a whole read gives a lazy stack back
+        td["b", "s"] = LazyStackedTensorDict(
+            *[TensorDict(x=torch.full((i + 1,), float(i))) for i in range(4)], stack_dim=0
+        )
+    td["z"] = torch.zeros(4, 5)
+    td.to_zarr(tmp_path / "deep.zarr")
+    return TensorDict.from_zarr(tmp_path / "deep.zarr"), td
+
+
+def _same(x, y) -> None:
+    assert type(x) is type(y) and x.batch_size == y.batch_size and x.names == y.names
+    if isinstance(x, LazyStackedTensorDict):
+        assert x.stack_dim == y.stack_dim and len(x.tensordicts) == len(y.tensordicts)
+        for a, b in zip(x.tensordicts, y.tensordicts):
+            _same(a, b)
+        return
+    assert list(x.keys()) == list(y.keys())  # the same keys, in the same order
+    for key in x.keys():
+        a, b = x.get(key), y.get(key)
+        assert type(a) is type(b)
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b) and a.dtype == b.dtype
+        elif isinstance(a, NonTensorData):
+            assert a.data == b.data
+        else:
+            _same(a, b)
+
+
+@pytest.mark.parametrize("index", [(), slice(1, 3), 2])
+def test_a_whole_read_is_the_read_group_by_group(tmp_path, index):
+    from td_memmap._persist_backend import Snapshot
+
+    stored, _ = _deep(tmp_path)
+    piecewise = stored._dense(index, Snapshot(stored._backend))  # the backend at each step
+    _same(stored._dense(index), piecewise)
+    if index == ():
+        _same(stored.to_tensordict(), piecewise)
+
+
+def test_a_whole_read_lists_the_tree_once(tmp_path, monkeypatch):
+    stored, td = _deep(tmp_path, stack=False)
+    calls = []
+    real = zarr.Group.members
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs.get("max_depth", 0))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(zarr.Group, "members", counted)
+    out = stored.to_tensordict()
+    assert calls == [None]  # one listing of the whole tree, not one per group
+    assert (out == td).all()
+
+
+def test_a_nested_ragged_lazy_stack_round_trips(tmp_path):
+    stored, td = _deep(tmp_path)
+    out = stored.to_tensordict()
+    assert [m["x"].tolist() for m in out["b", "s"].tensordicts] == [
+        [float(i)] * (i + 1) for i in range(4)
+    ]
+    assert (out.exclude(("b", "s")) == td.exclude(("b", "s"))).all()
+
+
+def test_a_whole_read_sees_the_store_as_it_is_then(tmp_path):
+    stored, _ = _deep(tmp_path)
+    root = zarr.open_group(str(tmp_path / "deep.zarr"), mode="r+")
+    root["b"]["e"]["f"][...] = -1.0  # another writer, after the open
+    assert stored.to_tensordict()["b", "e", "f"].tolist() == [-1.0] * 4
+
+
+def test_a_failed_array_read_fails_the_whole_read(tmp_path, monkeypatch):
+    stored, _ = _deep(tmp_path)
+    backend = stored._backend
+    real = backend.read
+
+    def failing(node, index=(), device=None):
+        if node.path == "b/e/f":
+            raise OSError("chunk b/e/f/c/0 unreadable")
+        return real(node, index, device)
+
+    monkeypatch.setattr(backend, "read", failing)
+    with pytest.raises(OSError, match="b/e/f"):
+        stored.to_tensordict()

@@ -52,7 +52,7 @@ from td_memmap._h5_stage import (
     staging,
 )
 from td_memmap._h5_views import FileViewsMixin
-from td_memmap._persist_backend import StoreBackend
+from td_memmap._persist_backend import Snapshot, StoreBackend
 
 __all__ = ["PersistentTensorDict"]
 
@@ -430,18 +430,23 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
             self._backend.write_at(self._node(key), (), dest)
 
     # ------------------------------------------------------------ reading
-    def _dense(self, index: Any = ()) -> TensorDict:
-        """The entries (only the rows `index` selects) read into a `TensorDict`."""
+    def _dense(self, index: Any = (), view: Snapshot | None = None) -> TensorDict:
+        """The entries (only the rows `index` selects) read into a `TensorDict`.
+
+        `view`: the snapshot of the whole read (taken here for the top call).
+        """
         shape = indexed_shape(self._batch_size, index)
         out = TensorDict(batch_size=shape, device=self._device)
         store = self._backend
-        for key, node in store.children(self._group):
+        if view is None:
+            view = store.snapshot(self._group, index)
+        for key, node in view.children(self._group):
             if store.is_group(node):
-                out._set_str(key, _dense_of(self._sub(key, node), index))
+                out._set_str(key, _dense_of(self._sub(key, node), index, view))
             elif store.is_text(node):
                 out._set_str(key, store.text_entry(node, self._batch_size, self._device, index))
             else:
-                out._set_str(key, store.read(node, index, self._device))
+                out._set_str(key, view.read(node, index, self._device))
         if isinstance(index, tuple) and not index:
             out._names = self._names
         return out
@@ -571,14 +576,15 @@ def _no_unflatten(children: Any, context: Any) -> Any:
 pytree.register_pytree_node(PersistentTensorDict, _no_pytree, _no_unflatten)
 
 
-def _dense_of(sub: Any, index: Any) -> Any:
+def _dense_of(sub: Any, index: Any, view: Snapshot) -> Any:
     """An in-memory copy of the sub-TensorDict `sub` (only the rows `index` selects)."""
     if isinstance(sub, PersistentTensorDict):
-        return sub._dense(index)
-    members = [_dense_of(m, ()) for m in sub.tensordicts]
+        return sub._dense(index, view)
+    members = [_dense_of(m, (), view) for m in sub.tensordicts]
     out = LazyStackedTensorDict(*members, stack_dim=sub.stack_dim)
-    if sub._names is not None:
-        out.names = sub.names
+    names = sub._raw_names()
+    if names is not None:
+        out.names = list(names)
     return out if isinstance(index, tuple) and not index else out[index]
 
 

@@ -20,7 +20,44 @@ from td_core import NonTensorData
 from td_memmap._errors import ReadOnlyMemmapError
 from td_memmap._h5_index import indexed_shape
 
-__all__ = ["StoreBackend"]
+__all__ = ["Snapshot", "StoreBackend"]
+
+
+def _whole(index: Any) -> bool:
+    return isinstance(index, tuple) and not index
+
+
+class Snapshot:
+    """The nodes under a group, and tensors already read from them, for one read of the group.
+
+    A backend that lists a whole tree at once (or reads many arrays at once)
+    faster than group by group gives its `snapshot`; the default reads
+    through the backend as it goes.
+    """
+
+    def __init__(
+        self,
+        backend: StoreBackend,
+        children: dict[str, list[tuple[str, Any]]] | None = None,
+        tensors: dict[str, torch.Tensor] | None = None,
+    ) -> None:
+        self._backend = backend
+        self._children = children  # group path -> its (key, node) pairs, in order
+        self._tensors = tensors if tensors is not None else {}  # array path -> whole tensor
+
+    def children(self, group: Any) -> list[tuple[str, Any]]:
+        """The `(key, node)` pairs of `group`, as `StoreBackend.children` gives them."""
+        if self._children is None:
+            return self._backend.children(group)
+        return self._children.get(self._backend.path(group), [])
+
+    def read(self, node: Any, index: Any, device: Any) -> torch.Tensor:
+        """The tensor in `node` (the rows `index` selects): read already, or now."""
+        if _whole(index):
+            done = self._tensors.pop(self._backend.path(node), None)
+            if done is not None:
+                return done if device is None else done.to(device)
+        return self._backend.read(node, index, device)
 
 
 class StoreBackend:
@@ -142,10 +179,12 @@ class StoreBackend:
         return None
 
     def tensor_leaves(self, group: Any) -> Iterator[tuple[str, tuple[int, ...]]]:
-        """`(path, shape)` of every tensor array under `group`, at any depth."""
+        """`(path, shape)` of every tensor array under `group`, at any depth, but inside a
+        lazy stack (whose members have batch sizes and shapes of their own)."""
         for _, node in self.children(group):
             if self.is_group(node):
-                yield from self.tensor_leaves(node)
+                if self.stack_of(node) is None:
+                    yield from self.tensor_leaves(node)
             elif not self.is_text(node):
                 yield self.path(node), self.shape(node)
 
@@ -169,6 +208,10 @@ class StoreBackend:
     def read(self, node: Any, index: Any = (), device: Any = None) -> torch.Tensor:
         """The tensor in the array `node` (only the rows `index` selects)."""
         raise NotImplementedError
+
+    def snapshot(self, group: Any, index: Any) -> Snapshot:
+        """What a read of `group` (the rows `index` selects) uses: see `Snapshot`."""
+        return Snapshot(self)
 
     def read_text(self, node: Any) -> Any:
         """The non-tensor value in the array `node`."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,14 @@ import torch
 from td_core import NonTensorData, NonTensorStack, is_tensor_collection
 from td_memmap import _zarr_format as fmt
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
-from td_memmap._persist_backend import StoreBackend
+from td_memmap._persist_backend import Snapshot, StoreBackend
 
 __all__ = ["ZarrBackend"]
+
+#: Threads reading the arrays of one whole read. Each read is a round trip to zarr's
+#: event loop: in flight together, their file reads and decoding overlap (measured on
+#: 2 CPUs, the Transformer's 184 arrays: 246 ms one by one, 173 ms with 8 threads).
+_READERS = 8
 
 
 def _selection(node: Any, index: Any) -> Any:
@@ -114,6 +120,26 @@ class ZarrBackend(StoreBackend):
     def keys(self, group: Any) -> list[str]:
         return sorted(group.keys())
 
+    def snapshot(self, group: Any, index: Any) -> Snapshot:
+        """One listing of the whole tree, not one per group; a whole read (`index` is
+        `()`) also reads every tensor array up front, `_READERS` at a time.
+
+        Measured on 2 CPUs, `from_zarr(...).to_tensordict()` of the Transformer's
+        weights (109 groups, 184 arrays): 437 ms before, 347 ms after (upstream
+        300 ms, which opens with the consolidated metadata that td does not trust).
+        """
+        nodes = sorted(group.members(max_depth=None), key=lambda item: item[0])
+        children: dict[str, list[tuple[str, Any]]] = {}
+        for _, node in nodes:
+            parent, _, name = node.path.rpartition("/")
+            children.setdefault("/" + parent if parent else "/", []).append((name, node))
+        if not (isinstance(index, tuple) and not index):
+            return Snapshot(self, children)
+        arrays = [n for _, n in nodes if not self.is_group(n) and not self.is_text(n)]
+        with ThreadPoolExecutor(max(1, min(_READERS, len(arrays)))) as pool:
+            tensors = list(pool.map(self.read, arrays))
+        return Snapshot(self, children, {self.path(n): t for n, t in zip(arrays, tensors)})
+
     def delete(self, group: Any, key: str) -> None:
         del group[key]
 
@@ -191,17 +217,21 @@ class ZarrBackend(StoreBackend):
             ) from err
 
     def tensor_leaves(self, group: Any) -> Iterator[tuple[str, tuple[int, ...]]]:
-        # opening checks every array's kind: an entry td would refuse to read fails here.
+        # opening checks every array's kind: an entry td would refuse to read fails here,
+        # in a lazy stack too (whose arrays are not yielded: see the base class).
         # One listing of the whole tree (zarr fetches the groups concurrently) rather
         # than one round trip per group.
+        stacks: list[str] = []  # the paths of lazy-stack groups, "/"-terminated
         for _, node in sorted(group.members(max_depth=None), key=lambda item: item[0]):
             if self.is_group(node):
-                continue
-            if self.is_text(node):
+                if self.stack_of(node) is not None:
+                    stacks.append(node.path + "/")
+            elif self.is_text(node):
                 self._check_text(node)
             else:
                 self._dtype(node)
-                yield self.path(node), self.shape(node)
+                if not node.path.startswith(tuple(stacks)):
+                    yield self.path(node), self.shape(node)
 
     # ------------------------------------------------------------ data
     def _dtype(self, node: Any) -> torch.dtype:
