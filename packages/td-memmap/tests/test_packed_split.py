@@ -270,3 +270,33 @@ class TestPlan:
                 assert offset == at and offset % 64 == 0
                 at = -(-(at + n) // 64) * 64
             assert totals[part] == at
+
+
+class TestOptions:
+    def test_durable_fsyncs_every_data_file(self, tmp_path, split, monkeypatch):
+        synced = []
+        real = os.fsync
+
+        def fsync(fd):
+            synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+            return real(fd)
+
+        if not os.path.isdir("/proc/self/fd"):
+            pytest.skip("needs /proc/self/fd to name the file synced")
+        monkeypatch.setattr(os, "fsync", fsync)
+        save(_td(), tmp_path / "s", num_threads=3, durable=True)
+        assert {"data.pack", "data.1.pack", "data.2.pack"} <= set(synced)
+        assert (load_memmap(tmp_path / "s") == _td()).all()
+
+    def test_return_early_gives_the_split_save(self, tmp_path, split):
+        future = _td().memmap(tmp_path / "s", num_threads=3, return_early=True)
+        out = future.result()
+        assert (out == _td()).all() and len(read_meta(tmp_path / "s")["data"]) == 3
+
+    def test_memmap_like_writes_nothing_and_is_one_sparse_file(self, tmp_path, split):
+        out = _td().memmap_like(tmp_path / "s", num_threads=3)
+        meta = read_meta(tmp_path / "s")
+        assert meta["version"] == 2 and (out["w5"] == 0).all()
+
+    def test_load_with_threads(self, saved):
+        assert (load_memmap(saved, num_threads=4) == _td()).all()
