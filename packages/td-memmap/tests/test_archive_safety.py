@@ -196,3 +196,44 @@ def test_unpack_over_an_existing_save_switches_atomically(tmp_path):
     loaded = load_memmap(tmp_path / "target")
     assert set(loaded.keys()) == {"a", "n"}
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+
+
+@pytest.mark.parametrize("change", ["other", "shorter", "longer"])
+def test_a_local_header_that_names_another_entry_is_refused(tmp_path, change):
+    raw, zf = _saved_archive(tmp_path)
+    header = zf.getinfo("a.memmap").header_offset
+    n, m = struct.unpack_from("<2H", raw, header + 26)
+    assert raw[header + 30 : header + 30 + n] == b"a.memmap" and m >= 2
+    # the local header only; the central directory still says a.memmap, and the
+    # payload stays where it is (the name and extra lengths still add up)
+    if change == "other":
+        raw[header + 30 : header + 30 + n] = b"a.memmaq"
+    else:
+        d = -1 if change == "shorter" else 2
+        struct.pack_into("<2H", raw, header + 26, n + d, m - d)
+    (tmp_path / "x.tdz").write_bytes(bytes(raw))
+    _refused_by_load_and_unpack(
+        tmp_path / "x.tdz", MemmapFormatError, r"'a\.memmap'.*local header disagrees"
+    )
+
+
+def test_names_are_compared_byte_for_byte_in_their_encoding():
+    from td_memmap._zip import _same_name
+
+    assert _same_name(b"n/meta.json", "n/meta.json", 0)
+    assert not _same_name(b"n/meta.jso", "n/meta.json", 0x800)
+    assert _same_name("é/x".encode(), "é/x", 0x800)  # UTF-8 flag set
+    assert _same_name("é/x".encode("cp437"), "é/x", 0)  # no flag: cp437
+    assert not _same_name("é/x".encode(), "é/x", 0)
+    assert not _same_name(b"\xff/x", "\ufffd/x", 0x800)  # bytes, not what they decode to
+
+
+def test_the_folders_of_an_archive_are_every_prefix_of_its_entries(tmp_path):
+    from td_memmap._zip import read_index
+
+    with zipfile.ZipFile(tmp_path / "t.zip", "w") as zf:
+        for name in ("meta.json", "a/b/c/x.memmap", "a/b/y.memmap", "d/", "e/f/"):
+            zf.writestr(name, b"" if name.endswith("/") else b"x")
+    index = read_index(tmp_path / "t.zip")
+    assert index.dirs == {"", "a", "a/b", "a/b/c", "d", "e", "e/f"}
+    assert sorted(index.entries) == ["a/b/c/x.memmap", "a/b/y.memmap", "meta.json"]

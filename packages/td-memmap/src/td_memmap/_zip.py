@@ -55,6 +55,25 @@ _METHODS = {
 _NAMES = {"stored": zipfile.ZIP_STORED, "deflate": zipfile.ZIP_DEFLATED}
 _NAMES.update({"deflated": zipfile.ZIP_DEFLATED, "bzip2": zipfile.ZIP_BZIP2})
 _NAMES["lzma"] = zipfile.ZIP_LZMA
+_pread = getattr(os, "pread", None)  # not on Windows: buffered reads there
+_O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    """`size` bytes of `fd` from `offset`, fewer only at the end of the file."""
+    assert _pread is not None
+    data = _pread(fd, size, offset)
+    if len(data) == size or not data:
+        return data
+    parts = [data]  # a short read (the kernel caps one call near 2 GB): the rest
+    done = len(data)
+    while done < size:
+        more = _pread(fd, size - done, offset + done)
+        if not more:
+            break
+        parts.append(more)
+        done += len(more)
+    return b"".join(parts)
 
 
 def compression_method(compression: str | int | None) -> int:
@@ -119,6 +138,15 @@ class ZipIndex:
             raise MemmapFormatError(
                 f"{self.where(name)}: {entry.size} bytes, more than the {limit} allowed"
             )
+        if entry.method == zipfile.ZIP_STORED and _pread is not None:
+            # one system call for the metadata entries a load reads by the hundred
+            fd = os.open(self.path, _O_READ)
+            try:
+                data = _pread_all(fd, entry.size, entry.offset)
+            finally:
+                os.close(fd)
+            self._check_content(entry, len(data), zlib.crc32(data))
+            return data
         with open(self.path, "rb") as f:
             data = b"".join(self.chunks(f, entry))
         return data
@@ -137,6 +165,10 @@ class ZipIndex:
                 break
             crc = zlib.crc32(piece, crc)
             yield piece
+        self._check_content(entry, produced, crc)
+
+    def _check_content(self, entry: ZipEntry, produced: int, crc: int) -> None:
+        """The bytes read for `entry` (`produced` of them, with CRC-32 `crc`) are its own."""
         if produced != entry.size:
             raise MemmapFormatError(
                 f"{self.where(entry.name)}: holds {'more' if produced > entry.size else 'fewer'} "
@@ -182,17 +214,67 @@ def crc_of(f: IO[bytes], offset: int, size: int) -> int:
     return crc
 
 
-def _check_name(index: ZipIndex, name: str) -> list[str]:
-    """The components of entry `name` after checking each is a plain name."""
+def _check_name(index: ZipIndex, name: str, safe: set[str]) -> None:
+    """Check that each component of entry `name` is a plain name.
+
+    `safe`: components already checked (an archive repeats them: `layers`, `0`, ...).
+    """
     parts = name.split("/")
     for part in parts:
+        if part in safe:
+            continue
+        safe.add(part)
         why = check_component(part)
         if why is not None:
             raise UnsafePathError(
                 f"{index.where(name)}: {part!r} is not a plain name ({why}); archives are "
                 "never read or extracted outside their folder"
             )
-    return parts
+
+
+def _same_name(raw: bytes, name: str, utf8: int) -> bool:
+    """Whether a local header's name bytes `raw` are those of the central directory's `name`.
+
+    `zipfile` decoded `name` from the central directory's bytes (UTF-8 if the
+    `utf8` flag is set, else cp437, both strictly), so encoding it back gives
+    those bytes exactly.
+    """
+    try:
+        return raw == name.encode("utf-8" if utf8 else "cp437")
+    except UnicodeEncodeError:
+        return False
+
+
+def _add_folders(dirs: set[str], folder: str) -> None:
+    """Add `folder` (a `/`-separated path) and the folders above it to `dirs`.
+
+    A folder in `dirs` always comes with those above it (`""` is always there),
+    so the walk up stops at the first one already there.
+    """
+    while folder not in dirs:
+        dirs.add(folder)
+        folder = folder.rpartition("/")[0]
+
+
+def _local_header(f: IO[bytes], info: zipfile.ZipInfo) -> tuple[bytes, bytes]:
+    """The fixed part of `info`'s local header, and the name bytes after it (as many as
+    the central directory's name has: the caller compares the two)."""
+    want = _LOCAL.size + len(info.orig_filename.encode("utf-8", "surrogatepass"))
+    if _pread is not None:  # one system call, not a seek and two buffered reads
+        raw = _pread_all(f.fileno(), want, info.header_offset)
+    else:
+        f.seek(info.header_offset)
+        raw = f.read(want)
+    head = raw[: _LOCAL.size]
+    if len(head) == _LOCAL.size and head[:4] == _LOCAL_SIG:
+        name_len = _LOCAL.unpack(head)[9]
+        if name_len > len(raw) - _LOCAL.size:  # a longer name than the central one: read it
+            if _pread is not None:
+                raw = _pread_all(f.fileno(), _LOCAL.size + name_len, info.header_offset)
+            else:
+                f.seek(info.header_offset)
+                raw = f.read(_LOCAL.size + name_len)
+    return head, raw[_LOCAL.size :]
 
 
 def read_index(path: str | os.PathLike[str]) -> ZipIndex:
@@ -221,6 +303,7 @@ def read_index(path: str | os.PathLike[str]) -> ZipIndex:
     size = os.stat(path).st_size
     index = ZipIndex(path, size, central)
     spans: list[tuple[int, int, str]] = []
+    safe: set[str] = set()
     with open(path, "rb") as f:
         for info in infos:
             name = info.orig_filename
@@ -232,13 +315,12 @@ def read_index(path: str | os.PathLike[str]) -> ZipIndex:
             if info.flag_bits & 0x1:
                 raise MemmapFormatError(f"{index.where(name)}: is encrypted")
             if name.endswith("/"):
-                parts = _check_name(index, name[:-1])
+                _check_name(index, name[:-1], safe)
                 if info.file_size:
                     raise MemmapFormatError(f"{index.where(name)}: a folder entry with data")
-                for i in range(1, len(parts) + 1):
-                    index.dirs.add("/".join(parts[:i]))
+                _add_folders(index.dirs, name[:-1])
                 continue
-            parts = _check_name(index, name)
+            _check_name(index, name, safe)
             if name in index.entries:
                 raise MemmapFormatError(f"{index.where(name)}: appears twice")
             if info.compress_type not in _METHODS:
@@ -250,15 +332,16 @@ def read_index(path: str | os.PathLike[str]) -> ZipIndex:
                     f"{index.where(name)}: stored with {info.compress_size} bytes but recorded "
                     f"as {info.file_size}"
                 )
-            f.seek(info.header_offset)
-            head = f.read(_LOCAL.size)
+            head, raw_name = _local_header(f, info)
             if len(head) != _LOCAL.size or head[:4] != _LOCAL_SIG:
                 raise MemmapFormatError(f"{index.where(name)}: no local header where recorded")
             fields = _LOCAL.unpack(head)
             method, name_len, extra_len = fields[3], fields[9], fields[10]
-            raw_name = f.read(name_len)
-            encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
-            if raw_name.decode(encoding, "replace") != name or method != info.compress_type:
+            if len(raw_name) != name_len:
+                raw_name = raw_name[:name_len]
+            if not _same_name(raw_name, name, info.flag_bits & 0x800) or (
+                method != info.compress_type
+            ):
                 raise MemmapFormatError(
                     f"{index.where(name)}: the local header disagrees with the central directory"
                 )
@@ -279,8 +362,7 @@ def read_index(path: str | os.PathLike[str]) -> ZipIndex:
                 info.CRC,
                 bool(info.flag_bits & 0x8),
             )
-            for i in range(1, len(parts)):
-                index.dirs.add("/".join(parts[:i]))
+            _add_folders(index.dirs, name.rpartition("/")[0])
     spans.sort()
     for (_, end, before), (start, _, name) in itertools.pairwise(spans):
         if start < end:
