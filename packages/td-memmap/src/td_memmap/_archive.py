@@ -36,7 +36,13 @@ from td_memmap._errors import (
     UnsafePathError,
 )
 from td_memmap._format import META_NAME, TMP_PREFIX
-from td_memmap._io import clean_stale_tmp, fsync_dir, remove_if_exists, tensor_bytes
+from td_memmap._io import (
+    clean_stale_tmp,
+    fsync_dir,
+    remove_if_exists,
+    reserve_ahead,
+    tensor_bytes,
+)
 from td_memmap._load import load_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
 from td_memmap._nested import nested_values
@@ -171,6 +177,8 @@ def _write(
     fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
+            if method == zipfile.ZIP_STORED:  # the payloads' bytes, each with its headers
+                reserve_ahead(fd, sum(_size(path, sources) + _ENTRY for _, path, _ in items))
             writer = ZipWriter(f, method, level)
             for name, path, data in items:
                 if path is None:
@@ -179,13 +187,11 @@ def _write(
                 source = None if sources is None else sources.get(path)
                 if sources is not None and data and source is None:  # never pack the zeros
                     raise RuntimeError(f"internal: no source tensor for the staged leaf {path!r}")
-                if source is not None:
-                    size = source.numel() * source.element_size()
-                    writer.file(name, size, _tensor_chunks(source), data=data)
-                else:
-                    writer.file(name, os.path.getsize(path), _file_chunks(path), data=data)
+                chunks = _tensor_chunks(source) if source is not None else _file_chunks(path)
+                writer.file(name, _size(path, sources), chunks, data=data)
             writer.close()
             f.flush()
+            os.ftruncate(fd, f.tell())  # what was reserved past the end
             if durable:
                 os.fsync(f.fileno())
         with contextlib.suppress(OSError):
@@ -196,6 +202,21 @@ def _write(
     except BaseException:
         remove_if_exists(tmp)
         raise
+
+
+#: Bytes an entry adds to its payload, at most: local header with its zip64 and padding
+#: extra fields, central directory record, the name twice (up to 255 bytes a part).
+_ENTRY = 4096
+
+
+def _size(path: str | None, sources: dict[str, torch.Tensor] | None) -> int:
+    """The payload bytes of an item of `_tree_files` (0 for a folder)."""
+    if path is None:
+        return 0
+    source = None if sources is None else sources.get(path)
+    if source is not None:
+        return source.numel() * source.element_size()
+    return os.path.getsize(path)
 
 
 def _umask() -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "clean_stale_tmp",
     "strides_of",
     "create_sized",
+    "reserve_ahead",
     "view_at",
     "views_at",
     "map_storage",
@@ -93,9 +94,12 @@ def _write_all(fd: int, buffer: memoryview) -> None:
         done += os.write(fd, buffer[done : done + _CHUNK])
 
 
-def _libc_fallocate() -> Callable[[int, int], None] | None:
+def _libc_fallocate() -> Callable[[int, int, int], None] | None:
     """`fallocate(2)` (Linux), which fails where a filesystem lacks it instead of
-    emulating it by writing zeros as `os.posix_fallocate` may; None elsewhere."""
+    emulating it by writing zeros as `os.posix_fallocate` may; None elsewhere.
+
+    The function returned takes `(fd, nbytes, mode)`.
+    """
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -106,13 +110,14 @@ def _libc_fallocate() -> Callable[[int, int], None] | None:
     fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
     fallocate.restype = ctypes.c_int
 
-    def reserve(fd: int, nbytes: int) -> None:
-        fallocate(fd, 0, 0, nbytes)  # a failure only means no reservation: ignored
+    def reserve(fd: int, nbytes: int, mode: int) -> None:
+        fallocate(fd, mode, 0, nbytes)  # a failure only means no reservation: ignored
 
     return reserve
 
 
 _fallocate = _libc_fallocate()
+_KEEP_SIZE = 1  # FALLOC_FL_KEEP_SIZE: blocks reserved past the end, the size unchanged
 #: New files at least this large get their blocks reserved before the write: the
 #: filesystem then allocates one extent instead of growing the file write by write
 #: (measured: a fresh 256 MB save 20% faster on ext4). Not done where the file is
@@ -125,8 +130,20 @@ def create_sized(path: str, nbytes: int, reserve: bool) -> int:
     when `reserve` and worth it (see `RESERVE_FROM`)."""
     fd = _create(path)
     if reserve and nbytes >= RESERVE_FROM and _fallocate is not None:
-        _fallocate(fd, nbytes)
+        _fallocate(fd, nbytes, 0)
     return fd
+
+
+def reserve_ahead(fd: int, nbytes: int) -> None:
+    """Reserve blocks for about `nbytes` of a file about to be written sequentially, its size
+    unchanged; the writer truncates what it did not use (`os.ftruncate` to its end).
+
+    Besides giving the file one extent, this keeps ext4 from writing the file
+    back when it is renamed over an older one (`auto_da_alloc` flushes a file
+    whose blocks are not yet allocated: 100 ms for a 177 MB archive).
+    """
+    if nbytes >= RESERVE_FROM and _fallocate is not None:
+        _fallocate(fd, nbytes, _KEEP_SIZE)
 
 
 def _open_for_write(
