@@ -28,6 +28,9 @@ Everything is written under one temporary folder, removed at exit. Cases:
   benchmark), a fresh-folder checkpoint and its load (and load then every page
   read) against safetensors, and the same save with ``num_threads=16`` and the
   default against ``torch.save(model.state_dict())`` (the seeds' headline).
+- the same weights as a ``.tdz`` archive (saved again over the previous one, and
+  loaded) and as a zarr store (opened and read whole), against upstream: the
+  cases of upstream's memmap benchmark file for single-file saves.
 - 1,000 leaves of 16 KB saved into a fresh folder against ``save_file`` and
   ``torch.save``, and loaded then read against ``load_file`` then read.
 - random access: 3 random rows of a memory-mapped 100k-row data set (images
@@ -399,6 +402,7 @@ def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite, vs_torch: Suit
             what="TensorDict.from_module(nn.Transformer()).memmap(num_threads=N) without a "
             "prefix (184 leaves, 177 MB into shared memory); upstream's default is 0",
         )
+    _single_file_cases(vs_upstream, ours_td, theirs_td)
     flat = {k: v.detach().clone() for k, v in ours_td.flatten_keys(".").items()}
     folder, st_file = _path("td_transformer"), _path("transformer.safetensors")
     ours_fresh, st_fresh, torch_fresh = _fresh_savers(
@@ -439,6 +443,41 @@ def _transformer_cases(vs_upstream: Suite, vs_safetensors: Suite, vs_torch: Suit
             f"nn.Transformer()).memmap(folder, num_threads={label}), against removing the file "
             "and torch.save(model.state_dict())",
         )
+
+
+def _single_file_cases(vs_upstream: Suite, ours_td: TensorDict, theirs_td: object) -> None:
+    """The Transformer as a `.tdz` archive and as a zarr store, as upstream's memmap file
+    times them: saved again over the previous archive, loaded; a zarr store read whole."""
+    ours_tdz, theirs_tdz = _path("td_transformer.tdz"), _path("up_transformer.tdz")
+    vs_upstream.add(
+        "save Transformer archive over the previous one",
+        lambda: ours_td.save(ours_tdz, num_threads=32),
+        lambda: theirs_td.save(theirs_tdz, num_threads=32),  # type: ignore[attr-defined]
+        what="TensorDict.from_module(nn.Transformer()).save('model.tdz', num_threads=32), "
+        "the archive of the previous call replaced (upstream's test_serialize_model_archive)",
+    )
+    vs_upstream.add(
+        "load Transformer archive",
+        lambda: TensorDict.load_memmap(ours_tdz),
+        lambda: upstream.TensorDict.load_memmap(theirs_tdz),
+        what="load_memmap of that archive: 401 entries, 109 metadata files "
+        "(upstream's test_load_archive)",
+    )
+    try:
+        import zarr  # noqa: F401  # zarr>=3.1 needs Python>=3.11
+    except ImportError:
+        print("zarr is not installed: the zarr case is left out")
+        return
+    ours_zarr, theirs_zarr = _path("td_transformer.zarr"), _path("up_transformer.zarr")
+    ours_td.data.to_zarr(ours_zarr)  # parameters: their data, as upstream's benchmark
+    theirs_td.data.to_zarr(theirs_zarr)  # type: ignore[attr-defined]
+    vs_upstream.add(
+        "open and read Transformer zarr store",
+        lambda: TensorDict.from_zarr(ours_zarr).to_tensordict(),
+        lambda: upstream.TensorDict.from_zarr(theirs_zarr).to_tensordict(),
+        what="TensorDict.from_zarr(store).to_tensordict(): open the store (109 groups, 184 "
+        "arrays) and read every array (upstream's test_load_zarr)",
+    )
 
 
 def _dataset_suite(vs_upstream: Suite) -> Suite:
