@@ -226,6 +226,14 @@ class TestTamper:
     def test_a_data_file_linked_outside_is_refused(self, saved, tmp_path):
         files.check_link_outside_refused(saved, tmp_path / "outside.pack", "data.2.pack")
 
+    def test_two_names_of_one_file_are_refused(self, saved):
+        sizes = read_meta(saved)["data_size"]
+        os.remove(saved / "data.1.pack")
+        os.truncate(saved / "data.pack", sizes[1])  # so that its size matches either record
+        os.link(saved / "data.pack", saved / "data.1.pack")
+        edit_meta(saved, lambda m: m.update(data_size=[sizes[1], sizes[1], sizes[2]]))
+        files.check_refused_untouched(saved, MemmapFormatError, "same file")
+
     def test_leaves_at_the_same_offset_of_two_files_do_not_overlap(self, saved):
         meta = read_meta(saved)
         first = {e["part"]: e["offset"] for e in reversed(list(_leaves(meta)))}

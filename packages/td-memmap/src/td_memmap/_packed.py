@@ -90,6 +90,7 @@ def open_pack(
     save and gives its path, `stat` and real path (see `_meta`).
     """
     parts = []
+    files: dict[tuple[int, int], str] = {}  # (device, inode) -> name: the same file twice
     for name, recorded in _listed(data, version, fail):
         why = check_pack_name(name)
         if why is not None:
@@ -98,6 +99,13 @@ def open_pack(
         if not stat.S_ISREG(st.st_mode):
             raise fail(f"data file {path!r} is not a regular file")
         check_pack_size(recorded, path, st.st_size, fail)
+        if st.st_ino:  # 0: an archive's entry, which has no inode of its own
+            other = files.setdefault((st.st_dev, st.st_ino), name)
+            if other != name:
+                raise fail(
+                    f"data files {other!r} and {name!r} are the same file (a link): their "
+                    "leaves would share bytes"
+                )
         parts.append(PackPart(path, st.st_size))
     return Pack(folder, version, parts)
 
