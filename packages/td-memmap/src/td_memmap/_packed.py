@@ -90,7 +90,7 @@ def open_pack(
     save and gives its path, `stat` and real path (see `_meta`).
     """
     parts = []
-    files: dict[tuple[int, int], str] = {}  # (device, inode) -> name: the same file twice
+    files: dict[tuple[int, int], object] = {}  # (device, inode) -> name: the same file twice
     for name, recorded in _listed(data, version, fail):
         why = check_pack_name(name)
         if why is not None:
