@@ -237,3 +237,23 @@ def test_the_folders_of_an_archive_are_every_prefix_of_its_entries(tmp_path):
     index = read_index(tmp_path / "t.zip")
     assert index.dirs == {"", "a", "a/b", "a/b/c", "d", "e", "e/f"}
     assert sorted(index.entries) == ["a/b/c/x.memmap", "a/b/y.memmap", "meta.json"]
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_zip_of_a_packed_save_unpacks_over_an_existing_save(tmp_path, monkeypatch, parts):
+    import td_memmap._pack_save as pack_save
+
+    monkeypatch.setattr(pack_save, "MIN_PART", 8)  # small leaves get data files of their own
+    monkeypatch.setattr(pack_save, "usable_cpus", lambda: parts)
+    td = _td()
+    td["e"] = torch.zeros(3, 0)
+    td["c"] = torch.ones(3, 2)
+    save(td, tmp_path / "packed", num_threads=parts)  # version 2, or 3 with 3 data files
+    data = [n for n in os.listdir(tmp_path / "packed") if n.endswith(".pack")]
+    assert len(data) == parts
+    _zip_folder(tmp_path / "packed", tmp_path / "p.zip")  # `zip -r`, as a user would
+    TensorDict({"z": torch.zeros(1)}, [1]).memmap(tmp_path / "target")
+    unpack_memmap(tmp_path / "p.zip", tmp_path / "target")
+    loaded = load_memmap(tmp_path / "target")
+    assert set(loaded.keys()) == {"a", "n", "e", "c"} and (loaded == td).all()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]

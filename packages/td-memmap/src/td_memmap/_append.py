@@ -36,8 +36,10 @@ class _Saved:
 
     __slots__ = ("path", "dtype", "shape")
 
-    def __init__(self, path: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
-        self.path, self.dtype, self.shape = path, dtype, shape
+    def __init__(
+        self, path: str, dtype: torch.dtype, shape: tuple[int, ...], offset: int = -1
+    ) -> None:
+        self.path, self.dtype, self.shape = path, dtype, shape  # a packed save's: read whole
 
 
 def _name(where: tuple[str, ...]) -> str:

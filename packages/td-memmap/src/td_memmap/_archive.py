@@ -22,7 +22,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import torch
 
@@ -39,9 +39,11 @@ from td_memmap._format import META_NAME, TMP_PREFIX
 from td_memmap._io import (
     clean_stale_tmp,
     fsync_dir,
+    map_storage,
     remove_if_exists,
     reserve_ahead,
     tensor_bytes,
+    view_at,
 )
 from td_memmap._load import load_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
@@ -345,10 +347,19 @@ def _move_into(staging: str, prefix: str) -> None:
 
 
 def _raw_tree(folder: str) -> Node:
-    def leaf(path: str, dtype: torch.dtype, shape: tuple[int, ...]) -> MemoryMappedTensor:
-        return MemoryMappedTensor.from_filename(path, dtype, shape, mode="r")
+    """The extracted save in `folder` as a tree, its leaves read-only views of its files."""
+    meta = parse_folder(folder)
+    packs = {} if meta.pack is None else {p.path: p.size for p in meta.pack.parts}
+    mapped: dict[str, torch.UntypedStorage] = {}  # a packed save's data files, mapped once
 
-    return raw_tree(parse_folder(folder), leaf)
+    def leaf(path: str, dtype: torch.dtype, shape: tuple[int, ...], offset: int) -> Any:
+        if offset < 0:
+            return MemoryMappedTensor.from_filename(path, dtype, shape, mode="r")
+        if path not in mapped:
+            mapped[path] = map_storage(path, False, packs[path])
+        return view_at(mapped[path], offset, dtype, shape)
+
+    return raw_tree(meta, leaf)
 
 
 def unpack_memmap(archive_path: str | os.PathLike[str], prefix: str | os.PathLike[str]) -> Path:

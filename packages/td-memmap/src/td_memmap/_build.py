@@ -200,12 +200,14 @@ def check_cls(cls: type | None, meta: FolderMeta) -> None:
 
 def raw_tree(
     meta: FolderMeta,
-    leaf: Callable[[str, Any, tuple[int, ...]], Any],
+    leaf: Callable[[str, Any, tuple[int, ...], int], Any],
     *,
     allow_pickle: bool = False,
     read: Callable[[str], bytes] | None = None,
 ) -> Node:
-    """The tree of a parsed save as it is on disk: classes by name only, leaves `leaf(path, dtype, shape)`.
+    """The tree of a parsed save as it is on disk: classes by name only, leaves
+    `leaf(path, dtype, shape, offset)` (`offset`: where the leaf starts in the data file
+    `path` of a packed save, -1 for a file of its own).
 
     For saving the tree again (unpacking over a save, appending rows): no
     class is looked up, and nothing is mapped unless `leaf` maps it.
@@ -214,5 +216,10 @@ def raw_tree(
         cls=None, writable=False, allow_pickle=allow_pickle, read=read, raw_classes=True
     )
     root = builder.build(meta)
-    builder.place([leaf(path, dtype, shape) for path, dtype, shape, _ in builder.leaves])
+    builder.place(
+        [
+            leaf(path, dtype, shape, offset)
+            for (path, dtype, shape, _), offset in zip(builder.leaves, builder.offsets)
+        ]
+    )
     return root
