@@ -1,6 +1,7 @@
 """Archives from strangers: no write outside the target, no unpickling, tampering refused."""
 
 import os
+import re
 import stat
 import struct
 import zipfile
@@ -108,9 +109,14 @@ def _payload_offset(raw: bytes, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + n + m
 
 
-def _saved_archive(tmp_path) -> tuple[bytearray, zipfile.ZipFile]:
+#: The entry names of `_td()`'s archive in each layout: a sub-folder's metadata (the
+#: packed save's one metadata file) and the leaf "a" (the packed save's data file).
+_NAMES = {"files": ("n/meta.json", "a.memmap"), "packed": ("meta.json", "data.pack")}
+
+
+def _saved_archive(tmp_path, layout: str = "files") -> tuple[bytearray, zipfile.ZipFile]:
     """`_td()` saved as the archive `x.tdz`: its bytes (to corrupt) and its (closed) zip."""
-    _td().memmap(tmp_path / "x.tdz")
+    save(_td(), tmp_path / "x.tdz", layout=layout)
     with zipfile.ZipFile(tmp_path / "x.tdz") as zf:
         return bytearray((tmp_path / "x.tdz").read_bytes()), zf
 
@@ -125,22 +131,26 @@ def _refused_by_load_and_unpack(archive, error: type[Exception], match: str) -> 
     assert not os.path.exists(out)
 
 
-def test_a_bad_crc_in_metadata_is_refused_on_load_and_unpack(tmp_path):
-    raw, zf = _saved_archive(tmp_path)
-    at = raw.index(b'"generation"', _payload_offset(raw, zf.getinfo("n/meta.json")))
+@pytest.mark.parametrize("layout", ["files", "packed"])
+def test_a_bad_crc_in_metadata_is_refused_on_load_and_unpack(tmp_path, layout):
+    raw, zf = _saved_archive(tmp_path, layout)
+    meta, _ = _NAMES[layout]
+    at = raw.index(b'"generation"', _payload_offset(raw, zf.getinfo(meta)))
     raw[at + 1 : at + 2] = b"G"  # same size, different bytes
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
     _refused_by_load_and_unpack(
-        tmp_path / "x.tdz", MemmapFormatError, r"x\.tdz.*'n/meta\.json'.*CRC"
+        tmp_path / "x.tdz", MemmapFormatError, rf"x\.tdz.*'{re.escape(meta)}'.*CRC"
     )
 
 
-def test_a_bad_crc_in_a_leaf_is_refused_on_unpack(tmp_path):
-    raw, zf = _saved_archive(tmp_path)
-    at = _payload_offset(raw, zf.getinfo("a.memmap"))
+@pytest.mark.parametrize("layout", ["files", "packed"])
+def test_a_bad_crc_in_a_leaf_is_refused_on_unpack(tmp_path, layout):
+    raw, zf = _saved_archive(tmp_path, layout)
+    _, leaf = _NAMES[layout]
+    at = _payload_offset(raw, zf.getinfo(leaf))
     raw[at] ^= 0xFF
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
-    with pytest.raises(MemmapFormatError, match=r"'a\.memmap'.*CRC"):
+    with pytest.raises(MemmapFormatError, match=rf"'{re.escape(leaf)}'.*CRC"):
         unpack_memmap(tmp_path / "x.tdz", tmp_path / "out")
     assert sorted(os.listdir(tmp_path)) == ["x.tdz"]
 
@@ -198,22 +208,25 @@ def test_unpack_over_an_existing_save_switches_atomically(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
 
 
+@pytest.mark.parametrize("layout", ["files", "packed"])
 @pytest.mark.parametrize("change", ["other", "shorter", "longer"])
-def test_a_local_header_that_names_another_entry_is_refused(tmp_path, change):
-    raw, zf = _saved_archive(tmp_path)
-    header = zf.getinfo("a.memmap").header_offset
+def test_a_local_header_that_names_another_entry_is_refused(tmp_path, change, layout):
+    raw, zf = _saved_archive(tmp_path, layout)
+    _, leaf = _NAMES[layout]
+    name = leaf.encode()
+    header = zf.getinfo(leaf).header_offset
     n, m = struct.unpack_from("<2H", raw, header + 26)
-    assert raw[header + 30 : header + 30 + n] == b"a.memmap" and m >= 2
-    # the local header only; the central directory still says a.memmap, and the
+    assert raw[header + 30 : header + 30 + n] == name and m >= 2
+    # the local header only; the central directory still has the name, and the
     # payload stays where it is (the name and extra lengths still add up)
     if change == "other":
-        raw[header + 30 : header + 30 + n] = b"a.memmaq"
+        raw[header + 30 : header + 30 + n] = name[:-1] + b"q"
     else:
         d = -1 if change == "shorter" else 2
         struct.pack_into("<2H", raw, header + 26, n + d, m - d)
     (tmp_path / "x.tdz").write_bytes(bytes(raw))
     _refused_by_load_and_unpack(
-        tmp_path / "x.tdz", MemmapFormatError, r"'a\.memmap'.*local header disagrees"
+        tmp_path / "x.tdz", MemmapFormatError, rf"'{re.escape(leaf)}'.*local header disagrees"
     )
 
 

@@ -45,7 +45,6 @@ from td_memmap._io import (
     tensor_bytes,
     view_at,
 )
-from td_memmap._load import load_tree
 from td_memmap._meta import DirEntry, FolderMeta, NonTensorEntry, TensorEntry, parse_folder
 from td_memmap._nested import nested_values
 from td_memmap._options import SaveOptions
@@ -114,6 +113,10 @@ def is_memmap_archive(path: str | os.PathLike[str]) -> bool:
 
 def _tree_files(meta: FolderMeta, root: str, out: list[tuple[str, str | None, bool]]) -> None:
     """`(entry name, source path or None for a folder entry, is data)` of the save, in order."""
+    if meta.pack is not None:  # a packed save: its one meta.json and its data files
+        out.append((META_NAME, os.path.join(meta.path, META_NAME), False))
+        out.extend((os.path.basename(part.path), part.path, True) for part in meta.pack.parts)
+        return
     rel = os.path.relpath(meta.path, root).replace(os.sep, "/")
     prefix = "" if rel == "." else rel + "/"
     if prefix:
@@ -147,6 +150,23 @@ def _tensor_chunks(tensor: torch.Tensor) -> Iterable[memoryview]:
         yield view[i : i + _CHUNK]
 
 
+#: The tensors a staged file is filled from: `(offset in the file, tensor)`, one at offset 0
+#: for a file per leaf, one per leaf of a packed data file.
+Placed = list[tuple[int, torch.Tensor]]
+
+
+def _placed_chunks(placed: Placed, size: int) -> Iterable[bytes | memoryview]:
+    """The `size` bytes of a staged file: each tensor's bytes at its offset, zeros between."""
+    at = 0
+    for offset, tensor in sorted(placed, key=lambda item: item[0]):
+        if offset > at:
+            yield bytes(offset - at)  # the padding to a leaf's alignment
+        yield from _tensor_chunks(tensor)
+        at = offset + tensor.numel() * tensor.element_size()
+    if size > at:
+        yield bytes(size - at)
+
+
 def _target(archive_path: str | os.PathLike[str], prefix: str | None = None) -> str:
     """Where the archive goes (a link is followed), after checking it is not in `prefix`."""
     target = os.path.realpath(os.fspath(archive_path))
@@ -167,10 +187,13 @@ def _write(
     *,
     method: int,
     level: int | None,
-    sources: dict[str, torch.Tensor] | None = None,
+    sources: dict[str, Placed] | None = None,
     durable: bool = False,
 ) -> None:
     """Write `items` (see `_tree_files`) to a temporary file, then rename it to `target`.
+
+    `sources`: the tensors a staged file's bytes come from (the staging save
+    writes no data, so its files are never read).
 
     `durable`: fsync the file before the rename, and the folder after.
     """
@@ -180,7 +203,7 @@ def _write(
     try:
         with os.fdopen(fd, "wb") as f:
             if method == zipfile.ZIP_STORED:  # the payloads' bytes, each with its headers
-                reserve_ahead(fd, sum(_size(path, sources) + _ENTRY for _, path, _ in items))
+                reserve_ahead(fd, sum(_size(path) + _ENTRY for _, path, _ in items))
             writer = ZipWriter(f, method, level)
             for name, path, data in items:
                 if path is None:
@@ -189,8 +212,9 @@ def _write(
                 source = None if sources is None else sources.get(path)
                 if sources is not None and data and source is None:  # never pack the zeros
                     raise RuntimeError(f"internal: no source tensor for the staged leaf {path!r}")
-                chunks = _tensor_chunks(source) if source is not None else _file_chunks(path)
-                writer.file(name, _size(path, sources), chunks, data=data)
+                size = _size(path)
+                chunks = _placed_chunks(source, size) if source is not None else _file_chunks(path)
+                writer.file(name, size, chunks, data=data)
             writer.close()
             f.flush()
             os.ftruncate(fd, f.tell())  # what was reserved past the end
@@ -211,14 +235,9 @@ def _write(
 _ENTRY = 4096
 
 
-def _size(path: str | None, sources: dict[str, torch.Tensor] | None) -> int:
-    """The payload bytes of an item of `_tree_files` (0 for a folder)."""
-    if path is None:
-        return 0
-    source = None if sources is None else sources.get(path)
-    if source is not None:
-        return source.numel() * source.element_size()
-    return os.path.getsize(path)
+def _size(path: str | None) -> int:
+    """The payload bytes of an item of `_tree_files` (0 for a folder): its staged file's size."""
+    return 0 if path is None else os.path.getsize(path)
 
 
 def _umask() -> int:
@@ -232,21 +251,11 @@ def _pack(
     target: str,
     method: int,
     level: int | None,
-    sources: dict[str, torch.Tensor] | None = None,
+    sources: dict[str, Placed] | None = None,
     durable: bool = False,
 ) -> None:
     root = os.path.abspath(prefix)
     meta = parse_folder(root)  # a complete, valid save, or an error naming what is wrong
-    if meta.pack is not None:  # a packed save: archived as one file per leaf, staged beside
-        staging = tempfile.mkdtemp(
-            prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=os.path.dirname(target)
-        )
-        try:
-            save_tree(load_tree(root), staging, _COPY_AS_FILES)
-            _pack(staging, target, method, level, sources, durable)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return
     items: list[tuple[str, str | None, bool]] = []
     _tree_files(meta, root, items)
     _write(target, items, method=method, level=level, sources=sources, durable=durable)
@@ -529,17 +538,23 @@ def save_archive(tree: Node, archive_path: str | os.PathLike[str], options: Save
     clean_stale_tmp(parent)  # what saves killed before us left beside their archive
     staging = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=parent)
     try:
-        staging_options = SaveOptions(like=True, allow_pickle=options.allow_pickle, layout="files")
+        # `layout` None: what a new folder gets (packed unless the tree needs files)
+        staging_options = SaveOptions(
+            like=True, allow_pickle=options.allow_pickle, layout=options.layout
+        )
         staged = save_tree(tree, staging, staging_options)
-        sources = None
+        sources: dict[str, Placed] | None = None
         if not options.like:
             # the staged files' paths, spelled as the pack spells them (both start from
             # the absolute path of `staging`, itself in a folder without links)
-            sources = {  # a nested tensor's file holds its components one after another
-                mapped._mm_file: nested_values(source) if source.is_nested else source
-                for source, mapped in zip(tensor_leaves(tree), tensor_leaves(staged))
-                if isinstance(mapped, MemoryMappedTensor) and mapped._mm_file is not None
-            }
+            sources = {}
+            for source, mapped in zip(tensor_leaves(tree), tensor_leaves(staged)):
+                if isinstance(mapped, MemoryMappedTensor) and mapped._mm_file is not None:
+                    if source.is_nested:  # its file holds its components one after another
+                        data, at = nested_values(source), 0
+                    else:  # where it lies in its file (a packed data file holds them all)
+                        data, at = source, int(mapped.storage_offset()) * mapped.element_size()
+                    sources.setdefault(mapped._mm_file, []).append((at, data))
         _pack(staging, target, method, None, sources, options.durable)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
