@@ -39,7 +39,8 @@ class _Saved:
     def __init__(
         self, path: str, dtype: torch.dtype, shape: tuple[int, ...], offset: int = -1
     ) -> None:
-        self.path, self.dtype, self.shape = path, dtype, shape  # a packed save's: read whole
+        # `offset` (where a packed save's leaf lies) is not needed: appends read the save whole
+        self.path, self.dtype, self.shape = path, dtype, shape
 
 
 def _name(where: tuple[str, ...]) -> str:

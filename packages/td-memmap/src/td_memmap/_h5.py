@@ -52,7 +52,7 @@ from td_memmap._h5_stage import (
     staging,
 )
 from td_memmap._h5_views import FileViewsMixin
-from td_memmap._persist_backend import Snapshot, StoreBackend
+from td_memmap._persist_backend import Snapshot, StoreBackend, whole
 
 __all__ = ["PersistentTensorDict"]
 
@@ -447,7 +447,7 @@ class PersistentTensorDict(FileLifecycleMixin, FileViewsMixin, TensorDictBase):
                 out._set_str(key, store.text_entry(node, self._batch_size, self._device, index))
             else:
                 out._set_str(key, view.read(node, index, self._device))
-        if isinstance(index, tuple) and not index:
+        if whole(index):
             out._names = self._names
         return out
 
@@ -585,7 +585,7 @@ def _dense_of(sub: Any, index: Any, view: Snapshot) -> Any:
     names = sub._raw_names()
     if names is not None:
         out.names = list(names)
-    return out if isinstance(index, tuple) and not index else out[index]
+    return out if whole(index) else out[index]
 
 
 # In-place ops of the base write into the tensors they read: run them staged, so

@@ -82,8 +82,8 @@ def _map_all(
 def _map_packed(pack: Pack, builder: Builder, mode: str | None) -> list[MemoryMappedTensor]:
     """Every leaf as a view of one mapping of its data file (checked by `_meta`)."""
     writable = mode != "r"
-    denied = next((p.path for p in pack.parts if not os.access(p.path, os.W_OK)), None)
-    if writable and denied is not None:
+    denied = writable and next((p.path for p in pack.parts if not os.access(p.path, os.W_OK)), None)
+    if denied:
         if mode == "r+":
             raise PermissionError(f"mode='r+': cannot map {denied!r} for writing")
         writable = False  # the default mode on a file this process may not write

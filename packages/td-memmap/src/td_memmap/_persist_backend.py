@@ -20,10 +20,11 @@ from td_core import NonTensorData
 from td_memmap._errors import ReadOnlyMemmapError
 from td_memmap._h5_index import indexed_shape
 
-__all__ = ["Snapshot", "StoreBackend"]
+__all__ = ["Snapshot", "StoreBackend", "whole"]
 
 
-def _whole(index: Any) -> bool:
+def whole(index: Any) -> bool:
+    """Whether `index` selects everything (`()`, as reads without an index pass it)."""
     return isinstance(index, tuple) and not index
 
 
@@ -53,7 +54,7 @@ class Snapshot:
 
     def read(self, node: Any, index: Any, device: Any) -> torch.Tensor:
         """The tensor in `node` (the rows `index` selects): read already, or now."""
-        if _whole(index):
+        if whole(index):
             done = self._tensors.pop(self._backend.path(node), None)
             if done is not None:
                 return done if device is None else done.to(device)
