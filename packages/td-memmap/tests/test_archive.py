@@ -1,5 +1,6 @@
 """Single-file archives: pack, unpack, load in place, save to `.tdz`, and their safety rules."""
 
+import gc
 import inspect
 import os
 import pickle
@@ -10,7 +11,14 @@ import zipfile
 import pytest
 import torch
 
-from td_core import LazyStackedTensorDict, TensorDict, lazy_stack, tensorclass
+from td_core import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    lazy_stack,
+    tensorclass,
+)
 from td_memmap import (
     IncompleteSaveError,
     MemmapExistsError,
@@ -18,6 +26,7 @@ from td_memmap import (
     MemoryMappedTensor,
     PickleNotAllowedError,
     ReadOnlyMemmapError,
+    _archive,
     is_memmap_archive,
     load_memmap,
     pack_memmap,
@@ -326,6 +335,49 @@ def test_a_failed_archive_save_leaves_the_previous_archive(tmp_path):
         bad.memmap(tmp_path / "x.tdz")
     assert (tmp_path / "x.tdz").read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["x.tdz"]
+
+
+@pytest.mark.parametrize("layout", ["packed", "files"])
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {},
+        {"s": "text"},
+        {"c": NonTensorStack(NonTensorData(1 + 2j), NonTensorData(3j))},
+        {"e": torch.zeros(0, 3), "n": {"e": torch.zeros(0)}, "s": "hi"},
+    ],
+    ids=["empty", "string", "complex-stack", "zero-size-leaves"],
+)
+def test_an_archive_with_no_tensor_bytes_saves_and_loads(tmp_path, entries, layout):
+    td = TensorDict(entries, [2] if "c" in entries else [])
+    save(td, tmp_path / "x.tdz", layout=layout)
+    back = load_memmap(tmp_path / "x.tdz")
+    keys = sorted(td.keys(True, True), key=str)
+    assert sorted(back.keys(True, True), key=str) == keys
+    for key in keys:
+        want, got = td.get(key), back.get(key)
+        if isinstance(want, torch.Tensor):
+            assert got.shape == want.shape and torch.equal(got, want), key
+        else:
+            assert got.tolist() == want.tolist(), key
+    assert sorted(os.listdir(tmp_path)) == ["x.tdz"]
+
+
+def test_a_failed_archive_write_leaves_no_zip_open(tmp_path, monkeypatch):
+    unraisable = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    td = TensorDict({"a": torch.arange(4.0)}, [4])
+    monkeypatch.setattr(_archive, "_placed_chunks", _failing_chunks)
+    with pytest.raises(OSError, match="disk full"):
+        td.memmap(tmp_path / "x.tdz")
+    gc.collect()
+    assert unraisable == []
+    assert os.listdir(tmp_path) == []
+
+
+def _failing_chunks(placed, size):
+    yield b"\0"
+    raise OSError("disk full")
 
 
 def test_signatures_match_upstream():

@@ -205,16 +205,26 @@ def _write(
             if method == zipfile.ZIP_STORED:  # the payloads' bytes, each with its headers
                 reserve_ahead(fd, sum(_size(path) + _ENTRY for _, path, _ in items))
             writer = ZipWriter(f, method, level)
-            for name, path, data in items:
-                if path is None:
-                    writer.folder(name)
-                    continue
-                source = None if sources is None else sources.get(path)
-                if sources is not None and data and source is None:  # never pack the zeros
-                    raise RuntimeError(f"internal: no source tensor for the staged leaf {path!r}")
-                size = _size(path)
-                chunks = _placed_chunks(source, size) if source is not None else _file_chunks(path)
-                writer.file(name, size, chunks, data=data)
+            try:
+                for name, path, data in items:
+                    if path is None:
+                        writer.folder(name)
+                        continue
+                    size = _size(path)
+                    source = None if sources is None else sources.get(path)
+                    if sources is not None and data and source is None:
+                        if size:  # never pack the zeros of a staged leaf
+                            raise RuntimeError(
+                                f"internal: no source tensor for the staged leaf {path!r}"
+                            )
+                        source = []  # an empty data file: a save of non-tensor entries only
+                    chunks = (
+                        _placed_chunks(source, size) if source is not None else _file_chunks(path)
+                    )
+                    writer.file(name, size, chunks, data=data)
+            except BaseException:
+                writer.abandon()
+                raise
             writer.close()
             f.flush()
             os.ftruncate(fd, f.tell())  # what was reserved past the end

@@ -15,6 +15,7 @@ mapping of the whole file.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import stat
@@ -422,3 +423,8 @@ class ZipWriter:
 
     def close(self) -> None:
         self.zf.close()
+
+    def abandon(self) -> None:
+        """Close after a failed write (the file is discarded): nothing is left open or raised."""
+        with contextlib.suppress(Exception):
+            self.zf.close()
