@@ -113,6 +113,28 @@ def test_non_tensor_leaves_are_carried() -> None:
     assert td["s"] == "text"
 
 
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t: t + 1,
+        lambda t: t * 2,
+        lambda t: t**2,
+        lambda t: t.maximum(t),
+        lambda t: t.clamp_max(0.5),
+        lambda t: t + t,
+        lambda t: t.abs(),
+        lambda t: t.float(),
+    ],
+    ids=["add", "mul", "pow", "maximum", "clamp_max", "td+td", "abs", "float"],
+)
+def test_empty_nested_tensordicts_are_kept(op) -> None:
+    # upstream drops them in binary arithmetic only (a documented difference)
+    td = floats().set("empty", TensorDict({}, [4, 3]))
+    out = op(td)
+    assert "empty" in out.keys()
+    assert out["empty"].batch_size == torch.Size([4, 3])
+
+
 def test_foreach_and_per_leaf_agree() -> None:
     td = floats()
     fast = td.lerp(td.exp(), 0.3)
