@@ -11,8 +11,9 @@ sides do the same work. Cases:
 - ``consolidate 8 leaves of 8 MB``: the case of upstream's own benchmark file
   (few large leaves: the copy dominates), at ``num_threads`` 0 and 8.
 - ``pickle``: ``pickle.dumps`` then ``pickle.loads`` of the consolidated one
-  (one buffer plus the layout), and of the same TensorDict not consolidated as
-  a floor-like reference row of its own.
+  (one buffer plus the layout), and of the same TensorDict not consolidated (the
+  case users meet: td consolidates a copy of a tree this small first and writes
+  one buffer; upstream reduces each leaf).
 - ``to("meta")``: moving the consolidated TensorDict to another device, one
   buffer transfer (``meta`` stands for an accelerator on a CPU-only machine: it
   measures the bookkeeping, not a copy); ``to(float64)``: a cast of every leaf.

@@ -1,10 +1,13 @@
 import io
 import pickle
+from multiprocessing.reduction import ForkingPickler
 
 import pytest
 import torch
+from torch import nn
 
 from td_core import LazyStackedTensorDict, TensorDict, lazy_stack
+from td_core._io import pickle_pack
 
 
 def sample():
@@ -52,3 +55,76 @@ def test_pickle_keeps_device_and_values():
     td = TensorDict({"a": torch.zeros(2)}, [2], device="cpu")
     back = pickle.loads(pickle.dumps(td))
     assert back.device == torch.device("cpu") and torch.equal(back["a"], td["a"])
+
+
+# ------------------------------------------- small trees pickle as one buffer
+def test_a_small_plain_tree_pickles_as_one_buffer_and_keeps_its_state():
+    td = TensorDict(
+        {"a": torch.arange(6.0).view(2, 3), "n": {"b": torch.ones(2, 4, dtype=torch.long)}},
+        [2],
+        names=["x"],
+    ).set("s", "text")
+    td.lock_()
+    back = pickle.loads(pickle.dumps(td))
+    assert back.is_consolidated()
+    assert (back == td).all() and back["s"] == "text"
+    assert back.names == ["x"] and back["n"].names == ["x"]
+    assert back.is_locked and back["n"].is_locked
+    assert not td.is_consolidated()  # the sender's leaves are untouched
+
+
+def test_an_unlocked_one_buffer_pickle_takes_new_keys():
+    back = pickle.loads(pickle.dumps(sample()))
+    assert back.is_consolidated() and not back.is_locked
+    back["c"] = torch.zeros(3)
+    back["a"] += 1
+    assert torch.equal(back["a"], sample()["a"] + 1)
+
+
+def _aliased():
+    base = torch.arange(8.0)
+    return TensorDict({"a": base[:4], "b": base[4:]}, [4])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        _aliased,
+        lambda: TensorDict({"p": nn.Parameter(torch.ones(3)), "b": torch.zeros(3)}, [3]),
+        lambda: TensorDict({"g": torch.ones(3, requires_grad=True), "b": torch.zeros(3)}, [3]),
+        lambda: TensorDict({"t": torch.ones(3, 2).t(), "b": torch.zeros(2)}, [2]),
+        lambda: TensorDict({"s": torch.ones(3).share_memory_(), "b": torch.zeros(3)}, [3]),
+        lambda: TensorDict({"a": torch.ones(3)}, [3]),
+        lambda: TensorDict({"a": torch.zeros(pickle_pack.MAX_BYTES // 4), "b": torch.ones(1)}),
+        lambda: lazy_stack([sample(), sample()]),
+    ],
+    ids=["aliased", "parameter", "grad", "transposed", "shared", "one-leaf", "large", "lazy"],
+)
+def test_other_trees_pickle_leaf_by_leaf(make):
+    td = make()
+    back = pickle.loads(pickle.dumps(td))
+    assert not back.is_consolidated()
+    for key in td.keys(True, True):
+        want, got = td.get(key), back.get(key)
+        if isinstance(want, torch.Tensor):
+            assert type(got) is type(want) and got.stride() == want.stride(), key
+            assert torch.equal(got, want) and got.requires_grad == want.requires_grad, key
+
+
+def test_aliasing_survives_torch_save():
+    back = roundtrip(_aliased(), weights_only=True)
+    assert back["b"].untyped_storage().data_ptr() == back["a"].untyped_storage().data_ptr()
+
+
+def test_processes_exchange_leaves_through_shared_memory():
+    # multiprocessing's pickler moves each leaf to shared memory, as upstream does
+    td = sample()
+    back = pickle.loads(ForkingPickler.dumps(td))
+    assert td["a"].is_shared() and back["a"].is_shared()
+    assert not back.is_consolidated()
+    assert (back == td).all()
+
+
+def test_torch_save_of_a_small_tree_writes_one_storage():
+    back = roundtrip(sample(), weights_only=True)
+    assert back.is_consolidated() and (back == sample()).all()

@@ -12,6 +12,7 @@ from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, as_device, as_size
 from td_core._io.consolidate import pack, unpack
+from td_core._io.pickle_pack import pickle_pack, share_per_leaf
 from td_core._kinds.base import TensorDictBase
 from td_core._kinds.base_read import defaults_to_none
 from td_core._kinds.dense_from_dict import lists_as_stacks
@@ -555,8 +556,14 @@ class TensorDict(TensorDictBase):
     # ---------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         packed = pack(self)
+        if packed is None and type(self) is TensorDict:  # a small tree pickles faster as one
+            packed = pickle_pack(self, TensorDict)
         if packed is not None:  # consolidated: one buffer, not one copy of it per leaf
             return {"consolidated": packed, **self._meta_state()}
+        return self._leaf_state()
+
+    def _leaf_state(self) -> dict[str, Any]:
+        """The state leaf by leaf (what processes sharing memory exchange)."""
         return {"source": self._sync(), **self._meta_state()}
 
     def _meta_state(self) -> dict[str, Any]:
@@ -568,14 +575,17 @@ class TensorDict(TensorDictBase):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        relock = "consolidated" in state and state["locked"]  # its skeleton's nodes are not
         if "consolidated" in state:
             state = {**state, "source": dict(unpack(*state["consolidated"])._items_str())}
         self._tensordict = state["source"]
         self._batch_size = torch.Size(state["batch_size"])
         self._device = as_device(state["device"])
-        self._is_locked = state["locked"]
+        self._is_locked = state["locked"] and not relock
         self._names = state.get("names")
         self._pending = None
+        if relock:
+            self.lock_()
 
 
 def from_dict(
@@ -594,6 +604,7 @@ def from_dict(
 
 
 register(TensorDict)
+share_per_leaf(TensorDict, TensorDict._leaf_state)
 allow_weights_only(TensorDict, NonTensorData, NonTensorStack)
 
 
