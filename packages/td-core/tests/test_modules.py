@@ -277,6 +277,18 @@ def test_from_modules_lazy_stack_refuses_lazy_modules(as_module):
         from_modules(nn.LazyLinear(4), nn.LazyLinear(4), lazy_stack=True, as_module=as_module)
 
 
+@pytest.mark.parametrize("as_module", [False, True])
+def test_from_modules_refuses_lazy_modules_by_name(as_module):
+    # td: upstream stacks uninitialized parameters for its patched vmap; td says it cannot
+    # (a NotImplementedError, so a RuntimeError too), instead of torch's error on their shape
+    with pytest.raises(NotImplementedError, match=r"module 1 has uninitialized parameters"):
+        from_modules(nn.Linear(3, 4), nn.LazyLinear(4), as_module=as_module)
+    modules = [nn.LazyLinear(4) for _ in range(2)]
+    for module in modules:
+        module(torch.zeros(3))
+    assert from_modules(*modules, as_module=as_module)["weight"].shape == (2, 4, 3)
+
+
 def test_tensordictparams_buffers_are_nn_buffers():
     module = nn.Module()
     module.register_buffer("buf", torch.randn(3))

@@ -161,6 +161,15 @@ def test_an_existing_tensor_is_written_in_place_on_a_locked_source() -> None:
     assert "new" not in td.keys()
 
 
+def test_set_of_an_existing_key_writes_into_the_source_rows() -> None:
+    # td: `set` is a write like `sub[key] = v` (upstream refuses it without inplace=True)
+    td = _td()
+    a = td["a"]
+    td._get_sub_tensordict((1, 2)).set("a", torch.full((2,), 5.0))
+    assert td["a"] is a and td["a"][1, 2].tolist() == [5.0, 5.0]
+    assert td["a"][0, 0].tolist() == [0.0, 1.0]
+
+
 @pytest.mark.parametrize("nested", [False, True])
 def test_vmap_over_a_sub_tensordict_sees_its_current_values(nested: bool) -> None:
     td = _td()

@@ -309,6 +309,26 @@ def test_a_strided_nested_tensor_is_a_leaf_checked_against_the_batch_size():
         assert "a" not in empty.keys()
 
 
+def test_a_strided_nested_tensor_sizes_the_batch_up_to_its_ragged_dim():
+    # auto_batch_size_, batch_size=None and the batch_size setter read a strided nested tensor's
+    # dims (it has no `shape`); the batch ends before the ragged dim, as upstream's auto size
+    with warnings.catch_warnings():  # torch: "nested tensors are in prototype stage"
+        warnings.simplefilter("ignore", UserWarning)
+        nt = torch.nested.nested_tensor([torch.ones(3, 4, 5), torch.ones(3, 6, 5)])
+    assert TensorDict({"a": nt}).auto_batch_size_().batch_size == (2, 3)
+    assert TensorDict({"a": nt, "b": torch.zeros(2, 7)}, batch_size=None).batch_size == (2,)
+    td = TensorDict({"a": nt}, [])
+    td.batch_size = [2, 3]
+    assert td.batch_size == (2, 3)
+    with pytest.raises(RuntimeError, match=r"shape torch.Size\(\[2, 3, -1, 5\]\)"):
+        td.batch_size = [2, 4]
+    # td's batch dims are never ragged (upstream accepts batch_size=[2, 3, -1] here)
+    with pytest.raises(ValueError, match="never ragged"):
+        TensorDict({"a": nt}, [2, 3, -1])
+    padded = TensorDict({"a": nt}, [2, 3]).to_padded_tensor(padding=0)
+    assert padded["a"].shape == (2, 3, 6, 5) and padded.batch_size == (2, 3)
+
+
 @pytest.mark.parametrize(
     ("batch_size", "expected"),
     [([3, 4], [3, 4]), ((2, np.int64(3)), [2, 3]), ([2, torch.tensor(3)], [2, 3]), ([], [])],

@@ -67,6 +67,17 @@ def test_make_memmap_from_tensor_and_storage_nested(tmp_path):
         td.make_memmap_from_tensor(("n", "x"), torch.arange(3), existsok=False)
 
 
+def test_make_memmap_from_a_storage_with_its_own_file_copies_it(tmp_path):
+    # td: the data is copied into the folder, so a storage mapped from another file is fine
+    # (upstream refuses it: "Providing a storage with an associated filename")
+    td = _saved(tmp_path)
+    other = MemoryMappedTensor.ones([3, 6], filename=tmp_path / "other.memmap")
+    td.make_memmap_from_storage(("n", "d"), other.untyped_storage(), (3, 6), dtype=torch.float32)
+    assert os.path.dirname(td["n", "d"].filename) == str(tmp_path / "s" / "n")
+    other.zero_()
+    assert (load(tmp_path / "s")["n", "d"] == 1).all()
+
+
 def test_make_memmap_needs_a_folder():
     with pytest.raises(RuntimeError, match="no folder"):
         TensorDict({"a": torch.zeros(3)}, [3]).make_memmap("c", (3,))

@@ -83,7 +83,13 @@ def as_size(batch_size: Any) -> torch.Size:
             f"batch_size must be an int or a sequence of ints, got {batch_size!r}"
         ) from None
     if any(d < 0 for d in size):
-        raise ValueError(f"batch_size dims must be non-negative, got {list(size)}")
+        ragged = (
+            ": batch dims are never ragged, so end batch_size before a nested tensor's "
+            "ragged (-1) dim"
+            if -1 in size
+            else ""
+        )
+        raise ValueError(f"batch_size dims must be non-negative, got {list(size)}{ragged}")
     return size
 
 

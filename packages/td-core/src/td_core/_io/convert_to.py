@@ -20,6 +20,7 @@ import torch
 from td_core._core.contract import TensorDictContract, provided
 from td_core._core.extensions import delegate
 from td_core._core.traverse import has_exclusive_keys, is_nt, is_td
+from td_core._core.utils import leaf_shape
 from td_core._io.convert_from import (
     PYTREE_KEYS,
     PYTREE_TYPE,
@@ -443,7 +444,10 @@ class ConvertMixin(TensorDictContract):
         for value in self._values_str():
             if isinstance(value, Tensor):
                 if type(value) is Tensor or not is_unbatched(value):  # unbatched: no batch dims
-                    shapes.append(value.shape)
+                    shape = leaf_shape(value)  # a strided nested tensor has no .shape
+                    if -1 in shape:  # batch dims end before a ragged dim
+                        shape = shape[: shape.index(-1)]
+                    shapes.append(shape)
                 continue
             if isinstance(value, NonTensorData):  # one value fits any batch size
                 continue

@@ -10,7 +10,7 @@ from torch.compiler import is_compiling
 
 from td_core._core.contract import provide
 from td_core._core.traverse import is_nt, is_td
-from td_core._core.utils import NO_DEFAULT, as_device, as_size
+from td_core._core.utils import NO_DEFAULT, as_device, as_size, leaf_shape
 from td_core._io.consolidate import pack, unpack
 from td_core._io.pickle_pack import pickle_pack, share_per_leaf
 from td_core._kinds.base import TensorDictBase
@@ -508,10 +508,10 @@ class TensorDict(TensorDictBase):
             if isinstance(value, Tensor):
                 if type(value) is not Tensor and is_unbatched(value):
                     updates[key] = value.with_batch_size(size)
-                elif value.shape[:n] != size:
+                elif leaf_shape(value)[:n] != size:
                     raise BatchSizeError(
                         f"cannot set batch_size {list(size)} because of entry {key!r}: the Tensor "
-                        f"{key} has shape {value.shape} which is incompatible with the batch-size "
+                        f"{key} has shape {leaf_shape(value)} which is incompatible with the batch-size "
                         f"{size}."
                     )
             elif is_nt(value):

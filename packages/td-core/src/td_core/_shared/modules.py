@@ -189,15 +189,21 @@ def from_modules(
     """
     if not modules:
         raise ValueError("from_modules needs at least one module")
-    if lazy_stack:
-        for i, module in enumerate(modules):
-            if any(is_lazy(t) for t in (*module.parameters(), *module.buffers())):
+    for i, module in enumerate(modules):
+        if any(is_lazy(t) for t in (*module.parameters(), *module.buffers())):
+            if lazy_stack:
                 raise RuntimeError(
                     f"from_modules: lasy_stack=True is not compatible with lazy modules. Module "
                     f"{i} has uninitialized parameters (a lazy module such as nn.LazyLinear), "
-                    "which a lazy stack cannot read; use lazy_stack=False, or run the modules "
-                    "once to initialize them"
+                    "which a lazy stack cannot read; run the modules once to initialize them"
                 )
+            # upstream stacks them into parameters that materialize batched inside its
+            # patched vmap; td's vmap goes through pytree flattening and patches nothing
+            raise NotImplementedError(
+                f"from_modules: module {i} has uninitialized parameters (a lazy module such as "
+                "nn.LazyLinear), which td cannot stack; run each module once on an input to "
+                "initialize them, then call from_modules"
+            )
     if lazy_stack and as_module:
         raise OptionsConflictError(
             "from_modules: lazy_stack=True cannot be combined with as_module=True: a lazy "
