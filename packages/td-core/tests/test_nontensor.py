@@ -367,6 +367,16 @@ def test_from_dict_infers_the_batch_size_from_a_list_of_values():
     assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_size=[])["q"] == ["s1", "s2"]
 
 
+def test_a_list_set_at_batch_size_empty_stays_one_value_when_nested_deeper():
+    # upstream stacks it ([2, 2]) and then hands one string to each element (migration page)
+    inner = TensorDict(k=[["a", "b"], ["c", "d"]])
+    assert isinstance(inner.get("k"), NonTensorData)
+    outer = TensorDict(x=inner, batch_size=[2, 2])
+    assert outer[1, 0]["x", "k"] == [["a", "b"], ["c", "d"]]
+    per_element = TensorDict(k=NonTensorStack.from_list([["a", "b"], ["c", "d"]]))
+    assert TensorDict(x=per_element, batch_size=[2, 2])[1, 0]["x", "k"] == "c"
+
+
 def test_where_writes_into_out():
     mine, theirs = NonTensorStack("a", "b"), NonTensorStack("x", "y")
     out = NonTensorStack("-", "-")
