@@ -14,8 +14,20 @@ from td_core import (
     NonTensorData,
     NonTensorStack,
     TensorDict,
+    TensorDictBase,
     UnbatchedTensor,
+    is_non_tensor,
+    is_tensor_collection,
 )
+
+
+def test_non_tensor_leaves_are_leaves_not_tensor_collections():
+    # upstream's NonTensorStack is a LazyStackedTensorDict (migration page)
+    stack = torch.stack([TensorDict(s="a"), TensorDict(s="b")]).get("s")
+    assert isinstance(stack, NonTensorStack)
+    assert not isinstance(stack, (LazyStackedTensorDict, TensorDictBase))
+    assert not is_tensor_collection(stack) and not is_tensor_collection(NonTensorData(1))
+    assert is_non_tensor(stack) and is_non_tensor(NonTensorData(1))
 
 
 def test_stack_from_elements():
