@@ -106,6 +106,15 @@ def test_leaf_ops_agree_with_the_container_ops():
         assert op(leaf).tolist() == op(td).get("name").tolist()
 
 
+def test_shape_ops_of_one_value_keep_one_value():
+    # upstream gives a NonTensorStack, so its td["foo"] reads [3] (migration page)
+    td = TensorDict(foo=NonTensorData(3))
+    wide = td.unsqueeze(0)
+    assert isinstance(wide.get("foo"), NonTensorData)
+    assert wide["foo"] == 3 and wide.get("foo").tolist() == [3]
+    assert NonTensorData(0, batch_size=[3]).expand(2, 3).tolist() == [[0] * 3] * 2
+
+
 def test_unbatched_tensor_prints_as_its_data():
     data = torch.tensor([1.0, 2.0])
     leaf = UnbatchedTensor(data)
