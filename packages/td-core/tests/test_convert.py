@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import td_core
-from td_core import TensorDict
+from td_core import NonTensorData, NonTensorStack, TensorDict
 
 
 def test_constructor_device_and_names():
@@ -89,6 +89,16 @@ def test_struct_array_round_trip_shares_memory():
     assert arr["x"][0, 0] == 5
     back = td.to_struct_array()
     assert back.dtype == arr.dtype
+
+
+def test_struct_array_of_a_list_value_gives_one_string_per_element():
+    # a list shared by the batch is one value: each element holds it whole, as its str
+    td = TensorDict({"tags": NonTensorData(["x", "yz"], batch_size=[3])}, [3])
+    arr = td.to_struct_array()
+    assert arr.shape == (3,)
+    assert arr["tags"].tolist() == ["['x', 'yz']"] * 3
+    stack = TensorDict({"s": NonTensorStack(["a"], "bc")}, [2]).to_struct_array()
+    assert stack["s"].tolist() == ["['a']", "bc"]
 
 
 def test_struct_array_rejects_plain_array():

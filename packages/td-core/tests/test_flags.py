@@ -1,5 +1,6 @@
 """The ContextVar switches, print options and small predicates, against upstream's."""
 
+import contextvars
 import threading
 import warnings
 
@@ -61,6 +62,30 @@ def test_switch_defaults_match_upstream_and_nest(setter, getter, default):
     assert get() is default
 
 
+@pytest.mark.parametrize(
+    "setter, getter",
+    [
+        ("set_lazy_legacy", "lazy_legacy"),
+        ("set_list_to_stack", "list_to_stack"),
+        ("set_capture_non_tensor_stack", "capture_non_tensor_stack"),
+    ],
+)
+def test_switch_allow_none_tells_an_unset_switch(setter, getter):
+    # as upstream: None until the switch is set, in a block or by `.set()`
+    get = getattr(td, getter)
+    assert get(allow_none=True) is None
+    with getattr(td, setter)(False):
+        assert get(allow_none=True) is False
+    assert get(allow_none=True) is None
+
+    def body():
+        getattr(td, setter)(True).set()
+        return get(allow_none=True)
+
+    assert contextvars.copy_context().run(body) is True
+    assert get(allow_none=True) is None
+
+
 def test_switch_is_per_thread():
     seen = []
     with td.set_capture_non_tensor_stack(True):
@@ -71,8 +96,6 @@ def test_switch_is_per_thread():
 
 
 def test_set_applies_for_the_context():
-    import contextvars
-
     def body():
         td.set_list_to_stack(False).set()
         return td.list_to_stack()

@@ -14,8 +14,20 @@ from td_core import (
     NonTensorData,
     NonTensorStack,
     TensorDict,
+    TensorDictBase,
     UnbatchedTensor,
+    is_non_tensor,
+    is_tensor_collection,
 )
+
+
+def test_non_tensor_leaves_are_leaves_not_tensor_collections():
+    # upstream's NonTensorStack is a LazyStackedTensorDict (migration page)
+    stack = torch.stack([TensorDict(s="a"), TensorDict(s="b")]).get("s")
+    assert isinstance(stack, NonTensorStack)
+    assert not isinstance(stack, (LazyStackedTensorDict, TensorDictBase))
+    assert not is_tensor_collection(stack) and not is_tensor_collection(NonTensorData(1))
+    assert is_non_tensor(stack) and is_non_tensor(NonTensorData(1))
 
 
 def test_stack_from_elements():
@@ -92,6 +104,15 @@ def test_leaf_ops_agree_with_the_container_ops():
         lambda t: t[:, 1:],
     ):
         assert op(leaf).tolist() == op(td).get("name").tolist()
+
+
+def test_shape_ops_of_one_value_keep_one_value():
+    # upstream gives a NonTensorStack, so its td["foo"] reads [3] (migration page)
+    td = TensorDict(foo=NonTensorData(3))
+    wide = td.unsqueeze(0)
+    assert isinstance(wide.get("foo"), NonTensorData)
+    assert wide["foo"] == 3 and wide.get("foo").tolist() == [3]
+    assert NonTensorData(0, batch_size=[3]).expand(2, 3).tolist() == [[0] * 3] * 2
 
 
 def test_unbatched_tensor_prints_as_its_data():
@@ -365,6 +386,16 @@ def test_from_dict_infers_the_batch_size_from_a_list_of_values():
     assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_dims=1).batch_size == (2,)
     # with a batch size given, a list that does not run along it stays one value
     assert TensorDict.from_dict({"q": ["s1", "s2"]}, batch_size=[])["q"] == ["s1", "s2"]
+
+
+def test_a_list_set_at_batch_size_empty_stays_one_value_when_nested_deeper():
+    # upstream stacks it ([2, 2]) and then hands one string to each element (migration page)
+    inner = TensorDict(k=[["a", "b"], ["c", "d"]])
+    assert isinstance(inner.get("k"), NonTensorData)
+    outer = TensorDict(x=inner, batch_size=[2, 2])
+    assert outer[1, 0]["x", "k"] == [["a", "b"], ["c", "d"]]
+    per_element = TensorDict(k=NonTensorStack.from_list([["a", "b"], ["c", "d"]]))
+    assert TensorDict(x=per_element, batch_size=[2, 2])[1, 0]["x", "k"] == "c"
 
 
 def test_where_writes_into_out():

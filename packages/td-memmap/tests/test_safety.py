@@ -258,6 +258,18 @@ class TestPickleOptIn:
             TensorDict.load_memmap(tmp_path / "x")
         assert load(tmp_path / "x", allow_pickle=True)["s"] == {1, 2}
 
+    def test_refusal_is_the_runtime_error_upstream_raises(self, tmp_path):
+        td = TensorDict(batch_size=[])
+        td["s"] = NonTensorData({1, 2})
+        with pytest.raises(RuntimeError, match="allow_pickle=True"):
+            save(td, tmp_path / "x")
+        td.memmap_(tmp_path / "y", allow_pickle=True)
+        with pytest.raises(RuntimeError, match="allow_pickle=True"):
+            TensorDict.load_memmap(tmp_path / "y", allow_pickle=False)
+        with pytest.raises(RuntimeError, match="allow_pickle=True"):
+            td.memmap_refresh_(allow_pickle=False)
+        assert issubclass(PickleNotAllowedError, ValueError)
+
     @pytest.mark.parametrize("flag", [0, 1, "yes", np.bool_(True)], ids=repr)
     def test_allow_pickle_must_be_a_real_bool(self, tmp_path, flag):
         td = TensorDict(batch_size=[])

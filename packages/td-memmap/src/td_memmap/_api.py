@@ -278,7 +278,7 @@ def memmap(
             files of their own). See docs/memmap-format.md.
 
     Raises:
-        PickleNotAllowedError: (a `ValueError`) a non-tensor value has no
+        PickleNotAllowedError: (a `ValueError` and a `RuntimeError`) a non-tensor value has no
             JSON form and `allow_pickle` is False.
         TypeError: an entry cannot be memory-mapped (sparse, quantized, ...),
             or a shared non-tensor value has no JSON form.
@@ -428,7 +428,7 @@ def load_memmap(
             or an interrupted one.
         MissingLeafError, LeafSizeError, UnsafePathError, MemmapFormatError:
             (`ValueError`) malformed content, naming the file at fault.
-        PickleNotAllowedError: (a `ValueError`) the folder holds pickled
+        PickleNotAllowedError: (a `ValueError` and a `RuntimeError`) the folder holds pickled
             values and `allow_pickle` is False.
         UnknownClassError: (a `LookupError`, `RuntimeError`) the save holds a tensorclass
             that is not imported, and `cls` does not replace it.

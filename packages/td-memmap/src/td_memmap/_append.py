@@ -190,7 +190,7 @@ def append_memmap(
         ValueError: `prefix` is not a saved folder, or `rows` does not match
             the save (naming the key, dtypes and shapes); lazy stacks and
             stacks of non-tensor values cannot grow.
-        PickleNotAllowedError: (a `ValueError`) the save holds pickled
+        PickleNotAllowedError: (a `ValueError` and a `RuntimeError`) the save holds pickled
             values and `allow_pickle` is not True.
 
     Example:

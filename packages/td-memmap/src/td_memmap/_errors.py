@@ -50,8 +50,12 @@ class UnsafePathError(MemmapFormatError):
     """The metadata names a path that is not a plain name inside its folder."""
 
 
-class PickleNotAllowedError(MemmapError, ValueError):
-    """A value needs pickle (to save or to load) and the caller did not opt in."""
+class PickleNotAllowedError(MemmapError, ValueError, RuntimeError):
+    """A value needs pickle (to save or to load) and the caller did not opt in.
+
+    A `RuntimeError` too: upstream raises one when loading pickled values without
+    `allow_pickle=True`.
+    """
 
 
 class MemmapExistsError(MemmapError, FileExistsError, RuntimeError):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from contextvars import ContextVar, Token
-from typing import Any, ClassVar, Generic, TypeVar
+from contextvars import ContextVar, Token, copy_context
+from typing import Any, ClassVar, Generic, Literal, TypeVar, overload
 
 import torch
 from torch.compiler import is_compiling
@@ -77,6 +77,10 @@ class SwitchVar(Generic[_V]):
         if is_compiling():
             return self._last
         return self._var.get()
+
+    def explicit(self) -> _V | None:
+        """The value set in the current context, or `None` where none was (the default applies)."""
+        return self._var.get() if self._var in copy_context() else None
 
     def set(self, value: _V) -> Token[_V]:
         """Set the value for the current context; returns the token `reset` takes."""
@@ -210,14 +214,16 @@ class set_lazy_legacy(Switch[bool]):
         _LAZY.reset(self._stack_tokens.pop())
 
 
-def lazy_legacy(allow_none: bool = False) -> bool:
+@overload
+def lazy_legacy(allow_none: Literal[False] = False) -> bool: ...
+@overload
+def lazy_legacy(allow_none: bool) -> bool | None: ...
+def lazy_legacy(allow_none: bool = False) -> bool | None:
     """Whether shape ops return lazy write-through views (see `set_lazy_legacy`).
 
-    `allow_none` is accepted for upstream compatibility: the switch always
-    has a value.
+    With `allow_none=True`, `None` while the switch was never set in this context.
     """
-    del allow_none
-    return _LEGACY_VIEWS.get()
+    return _LEGACY_VIEWS.explicit() if allow_none else _LEGACY_VIEWS.get()
 
 
 class set_list_to_stack(Switch[bool]):
@@ -236,10 +242,14 @@ class set_list_to_stack(Switch[bool]):
     _var = _LIST_TO_STACK
 
 
-def list_to_stack(allow_none: bool = False) -> bool:
-    """The mode of `set_list_to_stack` (`True` unless changed)."""
-    del allow_none
-    return _LIST_TO_STACK.get()
+@overload
+def list_to_stack(allow_none: Literal[False] = False) -> bool: ...
+@overload
+def list_to_stack(allow_none: bool) -> bool | None: ...
+def list_to_stack(allow_none: bool = False) -> bool | None:
+    """The mode of `set_list_to_stack` (`True` unless changed; with `allow_none=True`, `None`
+    while it was never set in this context)."""
+    return _LIST_TO_STACK.explicit() if allow_none else _LIST_TO_STACK.get()
 
 
 class set_capture_non_tensor_stack(Switch[bool]):
@@ -259,10 +269,14 @@ class set_capture_non_tensor_stack(Switch[bool]):
     _var = _CAPTURE_NON_TENSOR_STACK
 
 
-def capture_non_tensor_stack(allow_none: bool = False) -> bool:
-    """The mode of `set_capture_non_tensor_stack` (`False` unless changed)."""
-    del allow_none
-    return _CAPTURE_NON_TENSOR_STACK.get()
+@overload
+def capture_non_tensor_stack(allow_none: Literal[False] = False) -> bool: ...
+@overload
+def capture_non_tensor_stack(allow_none: bool) -> bool | None: ...
+def capture_non_tensor_stack(allow_none: bool = False) -> bool | None:
+    """The mode of `set_capture_non_tensor_stack` (`False` unless changed; with
+    `allow_none=True`, `None` while it was never set in this context)."""
+    return _CAPTURE_NON_TENSOR_STACK.explicit() if allow_none else _CAPTURE_NON_TENSOR_STACK.get()
 
 
 class set_get_defaults_to_none(Switch[bool]):

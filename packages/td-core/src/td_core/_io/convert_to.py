@@ -133,12 +133,17 @@ def _struct_dtype(td: TensorDictContract, n: int) -> list[tuple[Any, ...]]:
             np_dtype = torch.empty((), dtype=value.dtype).numpy().dtype
             fields.append((key, np_dtype, tuple(value.shape[n:])))
         elif is_nt(value):
-            strings = [str(v) for v in np.asarray(value.tolist(), dtype=object).reshape(-1)]
-            width = max([len(s) for s in strings] + [1])
+            width = max([len(s) for s in _strings(value).reshape(-1)] + [1])
             fields.append((key, f"<U{width}"))
         else:
             fields.append((key, _struct_dtype(value, n), tuple(value.batch_size[n:])))
     return fields
+
+
+def _strings(leaf: Any) -> np.ndarray:
+    """The `str` of each batch element of a non-tensor leaf (a list value stays one element)."""
+    values = leaf.as_array()
+    return np.array([str(v) for v in values.reshape(-1)], dtype=object).reshape(values.shape)
 
 
 def _fill_struct(arr: np.ndarray, td: TensorDictContract) -> None:
@@ -146,7 +151,7 @@ def _fill_struct(arr: np.ndarray, td: TensorDictContract) -> None:
         if isinstance(value, Tensor):
             arr[key] = value.detach().cpu().numpy()
         elif is_nt(value):
-            arr[key] = np.asarray(value.tolist(), dtype=object).astype(str)
+            arr[key] = _strings(value)
         else:
             _fill_struct(arr[key], value)
 

@@ -199,7 +199,7 @@ def from_modules(
                 )
             # upstream stacks them into parameters that materialize batched inside its
             # patched vmap; td's vmap goes through pytree flattening and patches nothing
-            raise NotImplementedError(
+            raise RuntimeError(
                 f"from_modules: module {i} has uninitialized parameters (a lazy module such as "
                 "nn.LazyLinear), which td cannot stack; run each module once on an input to "
                 "initialize them, then call from_modules"
