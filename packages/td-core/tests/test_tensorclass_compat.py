@@ -362,3 +362,48 @@ def test_logger_is_the_td_core_logger_without_a_handler_of_its_own(tmp_path, cap
         td_core.print_directory_tree(tmp_path / "saved")
     assert [r.name for r in caplog.records] == ["td_core"] * 3
     assert caplog.records[0].getMessage() == "first call"
+
+
+@tensorclass
+class Pair:
+    obs: torch.Tensor
+    count: torch.Tensor
+
+
+def _pair() -> Pair:
+    return Pair(obs=torch.zeros(3), count=torch.ones(3), batch_size=[3])
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda tc: tc.set("other", torch.zeros(3)),
+        lambda tc: setattr(tc, "other", torch.zeros(3)),
+        lambda tc: tc.fromkeys(["other"], 0),
+        lambda tc: tc.separates("obs", "other", default=torch.zeros(3)),
+        lambda tc: tc.rename_keys({"obs": "other"}),
+        lambda tc: tc.rename_keys({"missing": "other"}, strict=False),
+        lambda tc: tc.rename_keys({"missing": "other"}),
+        lambda tc: Pair.from_tensordict(TensorDict({"other": torch.zeros(3)}, [3])),
+        lambda tc: tc.__setitem__(slice(None), TensorDict({"other": torch.zeros(3)}, [3])),
+    ],
+    ids=[
+        "set",
+        "setattr",
+        "fromkeys",
+        "separates",
+        "rename",
+        "rename_missing_not_strict",
+        "rename_missing",
+        "from_tensordict",
+        "setitem",
+    ],
+)
+def test_a_key_that_is_not_a_field_raises_one_error_of_every_upstream_class(write) -> None:
+    # upstream raises AttributeError for some of these and ValueError for others
+    tc = _pair()
+    with pytest.raises(td_core.errors.FieldError, match="other") as info:
+        write(tc)
+    assert isinstance(info.value, (AttributeError)) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, KeyError) and "other" in str(info.value)
+    assert sorted(tc.keys()) == ["count", "obs"]  # nothing was written

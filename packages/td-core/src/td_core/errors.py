@@ -27,6 +27,7 @@ __all__ = [
     "TruthValueError",
     "NotDenseError",
     "ExclusiveKeysError",
+    "FieldError",
 ]
 
 
@@ -169,4 +170,14 @@ class ExclusiveKeysError(TDError, RuntimeError):
     `to_dict()` and `numpy()` give one value per key for the whole stack, so a key that
     some members lack has none: they raise this (a `RuntimeError`, as upstream) rather
     than leave it out. Read the members (`td.tensordicts`), or `select` the common keys.
+    """
+
+
+class FieldError(TDError, AttributeError, ValueError, KeyError):
+    """A key that is not a field of the tensorclass it is written to or built from.
+
+    Upstream raises `AttributeError` for some of these writes, `ValueError` for
+    others (`fromkeys`, `separates`, results with foreign keys) and td raised
+    `KeyError` from `from_tensordict`: this error is all three, so an `except`
+    written for any of them catches it.
     """

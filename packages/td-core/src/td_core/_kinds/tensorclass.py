@@ -36,6 +36,7 @@ from td_core._kinds.tensorclass_wrapped import WrappedKindMixin, wraps_as_is
 from td_core._leaves.linked_list import linked_values
 from td_core._leaves.nontensor import NonTensorData, NonTensorStack
 from td_core._ops.names import inherit_names
+from td_core.errors import FieldError
 
 __all__ = ["build_tensorclass", "tensorclass"]
 
@@ -118,7 +119,7 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
         keys = source.keys() if type(source) is dict else set(source.keys())
         if not keys <= cls._field_set:  # e.g. flatten_keys: "nested.x"
             unknown = sorted(k for k in keys if k not in cls._field_set)
-            raise ValueError(
+            raise FieldError(
                 f"the result has keys {unknown} that are not fields of {cls.__name__} "
                 f"(fields: {list(cls._fields)}); convert with to_tensordict() first"
             )
@@ -151,7 +152,7 @@ class _TensorClassBase(TensorClassCompat, WrappedKindMixin):
         """
         unknown = [k for k in tensordict.keys() if k not in cls._fields]
         if unknown:
-            raise KeyError(
+            raise FieldError(
                 f"{cls.__name__} has no field(s) {unknown}; fields are {list(cls._fields)}"
             )
         td = (

@@ -27,7 +27,7 @@ from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td
 from td_core._kinds.dense import TensorDict  # at run time: user classes' type hints see it
 from td_core._leaves.nontensor import NonTensorData
-from td_core.errors import TDError
+from td_core.errors import FieldError, TDError
 
 __all__ = ["TensorClassCompat", "unknown_field_error"]
 
@@ -38,10 +38,10 @@ class _InPlaceTypeError(TDError, ValueError):
     """An in-place write of a tensor into a non-tensor entry (upstream raises `ValueError`)."""
 
 
-def unknown_field_error(cls: type, key: str) -> AttributeError:
+def unknown_field_error(cls: type, key: str) -> FieldError:
     """The error for a write to `key`, which is not a field of the tensorclass `cls`."""
     fields = list(getattr(cls, "_fields", ()))
-    return AttributeError(
+    return FieldError(
         f"Cannot set the attribute {key!r}: {cls.__name__} has no such field "
         f"(fields: {fields}); a tensorclass only holds its declared fields"
     )
@@ -181,6 +181,13 @@ class TensorClassCompat:
             **kwargs,
         )
 
+    def rename_keys(self, mapping: Mapping[NestedKey, NestedKey], *, strict: bool = True) -> Any:
+        """`TensorDict.rename_keys`; a destination that is not a field is refused first,
+        whether or not its source is present (as upstream)."""
+        _refuse_foreign_keys(self, dict.fromkeys(mapping.values()))
+        parent: Any = super()
+        return parent.rename_keys(mapping, strict=strict)
+
     # `get` reads a non-tensor field as its value (as upstream); these read the stored
     # entries, as upstream's tensorclass does by handing them to its TensorDict
     def values(
@@ -218,7 +225,7 @@ class TensorClassCompat:
         if is_td(value) and not is_nt(value):
             foreign = sorted(k for k in value.keys() if k not in fields)
             if foreign:
-                raise ValueError(
+                raise FieldError(
                     f"{type(self).__name__}[...] = {type(value).__name__}: the value has "
                     f"keys {foreign} that are not fields of {type(self).__name__} (fields: "
                     f"{list(type(self)._fields)}); __setitem__ is only allowed for same-class "

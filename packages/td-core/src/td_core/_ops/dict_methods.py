@@ -360,6 +360,12 @@ class MappingMixin(TensorDictContract):
         if found and self._is_locked:
             raise _locked_error("separate", found[0])
         out = self.select(*found, strict=False) if found else self._new({}, self.batch_size)
+        if default is not NO_DEFAULT:  # before any removal: a refused default changes nothing
+            for key in missing:
+                if isinstance(default, Tensor) or is_td(default):
+                    out.set(key, default)
+                else:
+                    out.set_non_tensor(key, default)
         for key in found:
             self.del_(key)
         if filter_empty:
@@ -369,12 +375,6 @@ class MappingMixin(TensorDictContract):
                     parent = self.get(path[:depth], None)
                     if is_td(parent) and not parent._keys_str():
                         self.del_(path[:depth])
-        if default is not NO_DEFAULT:
-            for key in missing:
-                if isinstance(default, Tensor) or is_td(default):
-                    out.set(key, default)
-                else:
-                    out.set_non_tensor(key, default)
         return out
 
     # ---------------------------------------------------------------- conversion to dense
