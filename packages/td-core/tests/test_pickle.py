@@ -96,9 +96,18 @@ def _aliased():
         lambda: TensorDict({"s": torch.ones(3).share_memory_(), "b": torch.zeros(3)}, [3]),
         lambda: TensorDict({"a": torch.ones(3)}, [3]),
         lambda: TensorDict({"a": torch.zeros(pickle_pack.MAX_BYTES // 4), "b": torch.ones(1)}),
-        lambda: lazy_stack([sample(), sample()]),
+        lambda: lazy_stack([lazy_stack([sample(), sample()]), lazy_stack([sample(), sample()])]),
     ],
-    ids=["aliased", "parameter", "grad", "transposed", "shared", "one-leaf", "large", "lazy"],
+    ids=[
+        "aliased",
+        "parameter",
+        "grad",
+        "transposed",
+        "shared",
+        "one-leaf",
+        "large",
+        "nested-lazy",
+    ],
 )
 def test_other_trees_pickle_leaf_by_leaf(make):
     td = make()
@@ -116,11 +125,27 @@ def test_aliasing_survives_torch_save():
     assert back["b"].untyped_storage().data_ptr() == back["a"].untyped_storage().data_ptr()
 
 
-def test_processes_exchange_leaves_through_shared_memory():
+@pytest.mark.parametrize("stack_dim", [0, 1])
+def test_a_small_lazy_stack_pickles_as_one_buffer(stack_dim):
+    members = [sample(), sample().apply(lambda t: t * 2)]
+    members[1]["ragged"] = torch.zeros(3, 5)
+    members[0]["ragged"] = torch.zeros(3, 2)
+    td = lazy_stack(members, stack_dim)
+    td.lock_()
+    back = pickle.loads(pickle.dumps(td))
+    assert back.is_consolidated() and back.stack_dim == stack_dim
+    assert back.is_locked and all(m.is_locked and m["n"].is_locked for m in back.tensordicts)
+    for got, want in zip(back.tensordicts, td.tensordicts):
+        assert (got == want).all() and got["s"] == "hi"
+
+
+@pytest.mark.parametrize("make", [sample, lambda: lazy_stack([sample(), sample()])])
+def test_processes_exchange_leaves_through_shared_memory(make):
     # multiprocessing's pickler moves each leaf to shared memory, as upstream does
-    td = sample()
+    td = make()
     back = pickle.loads(ForkingPickler.dumps(td))
-    assert td["a"].is_shared() and back["a"].is_shared()
+    for node in getattr(td, "tensordicts", [td]) + getattr(back, "tensordicts", [back]):
+        assert node["a"].is_shared() and node["n", "b"].is_shared()
     assert not back.is_consolidated()
     assert (back == td).all()
 

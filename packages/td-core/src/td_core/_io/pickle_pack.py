@@ -11,7 +11,8 @@ storage to write (200 leaves of `[1000, 8]`: a round trip in 5 ms instead of
   `MemoryMappedTensor` or a transposed leaf keeps its type and strides through
   the ordinary path);
 - no two leaves share a storage (`torch.save` keeps such aliasing; a copy would not);
-- every node is a plain `TensorDict` (non-tensor leaves are fine);
+- every node is a plain `TensorDict`, or the root is a plain lazy stack of them
+  (non-tensor leaves are fine);
 - at least `MIN_LEAVES` leaves and at most `MAX_BYTES` of data, so the
   temporary buffer stays small (a large tree is dominated by its bytes, which
   both paths write once).
@@ -27,7 +28,7 @@ there: a consolidated copy would share a temporary buffer instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -46,13 +47,15 @@ MAX_BYTES = 16 << 20
 Tensor = torch.Tensor
 
 
-def pickle_pack(td: TensorDictContract, kind: Any) -> Any | None:
+def pickle_pack(td: Any, trees: Iterable[TensorDictContract], kind: Any) -> Any | None:
     """What `pack` gives for a consolidated copy of `td`, when that is safe (module doc).
 
-    `kind`: the one class every node of the tree must be (`TensorDict`).
+    `trees`: the dense trees that hold `td`'s leaves (`td` itself, or a lazy
+    stack's members); `kind`: the one class each of their nodes must be
+    (`TensorDict`).
     """
     leaves: list[Tensor] = []
-    if not _plain_tree(td, kind, leaves) or len(leaves) < MIN_LEAVES:
+    if not all(_plain_tree(tree, kind, leaves) for tree in trees) or len(leaves) < MIN_LEAVES:
         return None
     total = 0
     storages: set[int] = set()
@@ -76,7 +79,7 @@ def pickle_pack(td: TensorDictContract, kind: Any) -> Any | None:
         total += t.numel() * t.element_size()
         if total > MAX_BYTES:
             return None
-    return pack(kind.consolidate(td))
+    return pack(td.consolidate())
 
 
 def _plain_tree(td: TensorDictContract, kind: Any, leaves: list[Tensor]) -> bool:

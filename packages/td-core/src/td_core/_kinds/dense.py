@@ -557,7 +557,7 @@ class TensorDict(TensorDictBase):
     def __getstate__(self) -> dict[str, Any]:
         packed = pack(self)
         if packed is None and type(self) is TensorDict:  # a small tree pickles faster as one
-            packed = pickle_pack(self, TensorDict)
+            packed = pickle_pack(self, (self,), TensorDict)
         if packed is not None:  # consolidated: one buffer, not one copy of it per leaf
             return {"consolidated": packed, **self._meta_state()}
         return self._leaf_state()
