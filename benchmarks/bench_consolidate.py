@@ -13,7 +13,8 @@ sides do the same work. Cases:
 - ``pickle``: ``pickle.dumps`` then ``pickle.loads`` of the consolidated one
   (one buffer plus the layout), and of the same TensorDict not consolidated (the
   case users meet: td consolidates a copy of a tree this small first and writes
-  one buffer; upstream reduces each leaf).
+  one buffer; upstream reduces each leaf), and of a lazy stack of 100 small
+  members (td: one buffer for all of them; upstream: each member's leaves).
 - ``to("meta")``: moving the consolidated TensorDict to another device, one
   buffer transfer (``meta`` stands for an accelerator on a CPU-only machine: it
   measures the bookkeeping, not a copy); ``to(float64)``: a cast of every leaf.
@@ -37,7 +38,7 @@ import tensordict
 import torch
 from torch.utils.data import DataLoader
 
-from td_core import TensorDict
+from td_core import TensorDict, lazy_stack
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
@@ -70,8 +71,8 @@ def same(ours: object, theirs: object) -> None:
         if theirs.device.type != "meta":
             assert torch.equal(ours, theirs)
         return
-    ours_keys = sorted(ours.keys(True, True))  # type: ignore[attr-defined]
-    theirs_keys = sorted(theirs.keys(True, True))  # type: ignore[attr-defined]
+    ours_keys = sorted(ours.keys(True, True), key=str)  # type: ignore[attr-defined]
+    theirs_keys = sorted(theirs.keys(True, True), key=str)  # type: ignore[attr-defined]
     assert ours_keys == theirs_keys, (ours_keys[:3], theirs_keys[:3])
     assert ours.batch_size == theirs.batch_size  # type: ignore[attr-defined]
     for key in theirs_keys:
@@ -86,7 +87,8 @@ def add(suite: Suite, name: str, ours, theirs) -> None:  # type: ignore[no-untyp
 suite = Suite("consolidate")
 
 source = nested_source()
-ours_td, theirs_td = TensorDict(source, [ROWS]), Upstream(source, [ROWS])
+# clones: each side owns its leaves, as a batch built by ops does (`source` holds the originals)
+ours_td, theirs_td = TensorDict(source, [ROWS]).clone(), Upstream(source, [ROWS]).clone()
 assert len(list(ours_td.keys(True, True))) == SUBS * LEAVES
 add(suite, "consolidate 200 leaves (nested)", ours_td.consolidate, theirs_td.consolidate)
 
@@ -115,6 +117,15 @@ add(
     "pickle dumps+loads, not consolidated 200 leaves",
     lambda: pickle.loads(pickle.dumps(ours_td)),
     lambda: pickle.loads(pickle.dumps(theirs_td)),
+)
+members = [{"obs": torch.randn(5), "act": torch.randn(3, 2), "n": {"r": torch.zeros(4)}}] * 100
+ours_lazy = lazy_stack([TensorDict(m).clone() for m in members])  # members own their leaves
+theirs_lazy = tensordict.lazy_stack([Upstream(m).clone() for m in members])
+add(
+    suite,
+    "pickle dumps+loads, lazy stack of 100 members",
+    lambda: pickle.loads(pickle.dumps(ours_lazy)),
+    lambda: pickle.loads(pickle.dumps(theirs_lazy)),
 )
 assert ours_c.to("meta").is_consolidated() and theirs_c.to("meta").is_consolidated()
 add(

@@ -153,3 +153,26 @@ def test_processes_exchange_leaves_through_shared_memory(make):
 def test_torch_save_of_a_small_tree_writes_one_storage():
     back = roundtrip(sample(), weights_only=True)
     assert back.is_consolidated() and (back == sample()).all()
+
+
+def test_tensors_shared_with_other_objects_stay_shared_through_a_pickle():
+    td = sample()
+    pair = pickle.loads(pickle.dumps((td, td.select("a"))))  # both hold td["a"]
+    assert pair[0]["a"] is pair[1]["a"] and not pair[0].is_consolidated()
+    held = td["n", "b"]  # a variable holds a leaf: it could be pickled beside td
+    assert not pickle.loads(pickle.dumps(td)).is_consolidated()
+    del held, pair
+    assert pickle.loads(pickle.dumps(td)).is_consolidated()
+    base = torch.arange(6.0)  # a leaf is a view of a tensor a variable holds
+    viewed = TensorDict({"a": base.view(2, 3), "b": torch.zeros(2)}, [2])
+    assert not pickle.loads(pickle.dumps(viewed)).is_consolidated()
+    del base
+    assert pickle.loads(pickle.dumps(viewed)).is_consolidated()
+
+
+def test_a_lazy_stack_of_members_sharing_tensors_pickles_them_once():
+    shared = {"obs": torch.randn(5), "n": {"r": torch.zeros(4)}}
+    stack = lazy_stack([TensorDict(shared) for _ in range(4)])
+    back = pickle.loads(pickle.dumps(stack))
+    assert not back.is_consolidated()
+    assert all(m["obs"] is back.tensordicts[0]["obs"] for m in back.tensordicts)

@@ -10,7 +10,9 @@ storage to write (200 leaves of `[1000, 8]`: a round trip in 5 ms instead of
   does not require grad and is not in shared memory (a `Parameter`, a
   `MemoryMappedTensor` or a transposed leaf keeps its type and strides through
   the ordinary path);
-- no two leaves share a storage (`torch.save` keeps such aliasing; a copy would not);
+- no other object holds a leaf or its storage (a view, another TensorDict pickled
+  in the same call, a variable): pickle's memo (and `torch.save`'s
+  storage table) keep such sharing, which a copy would lose;
 - every node is a plain `TensorDict`, or the root is a plain lazy stack of them
   (non-tensor leaves are fine);
 - at least `MIN_LEAVES` leaves and at most `MAX_BYTES` of data, so the
@@ -28,6 +30,7 @@ there: a consolidated copy would share a temporary buffer instead.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -57,6 +60,8 @@ def pickle_pack(td: Any, trees: Iterable[TensorDictContract], kind: Any) -> Any 
     leaves: list[Tensor] = []
     if not all(_plain_tree(tree, kind, leaves) for tree in trees) or len(leaves) < MIN_LEAVES:
         return None
+    if not _held_only_here(leaves):
+        return None
     total = 0
     storages: set[int] = set()
     for t in leaves:
@@ -69,6 +74,8 @@ def pickle_pack(td: Any, trees: Iterable[TensorDictContract], kind: Any) -> Any 
             or t.is_conj()
             or t.is_neg()
             or not t.is_contiguous()
+            or t.storage_offset() != 0
+            or t.untyped_storage().nbytes() != t.numel() * t.element_size()
             or t.is_shared()
         ):
             return None
@@ -80,6 +87,26 @@ def pickle_pack(td: Any, trees: Iterable[TensorDictContract], kind: Any) -> Any 
         if total > MAX_BYTES:
             return None
     return pack(td.consolidate())
+
+
+def _held_only_here(leaves: list[Tensor]) -> bool:
+    """Whether no Python object but its own TensorDict holds each of `leaves` (or the
+    tensor a leaf is a view of).
+
+    A tensor that another object holds (another TensorDict pickled in the same
+    call, a user's variable) is pickled once and shared again on load, by
+    pickle's memo or `torch.save`'s storage table; a consolidated copy would
+    duplicate it. Probes held the same way (a leaf by one dict, a base by its
+    view alone) give the counts to compare with.
+    """
+    holder = {"probe": torch.empty(0).view(0)}
+    leaves.append(holder["probe"])
+    try:
+        counts = [sys.getrefcount(t) for t in leaves]
+        bases = [sys.getrefcount(t._base) for t in leaves if t._base is not None]
+    finally:
+        leaves.pop()
+    return max(counts) <= counts[-1] and max(bases) <= bases[-1]
 
 
 def _plain_tree(td: TensorDictContract, kind: Any, leaves: list[Tensor]) -> bool:
