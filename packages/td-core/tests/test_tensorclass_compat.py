@@ -407,3 +407,12 @@ def test_a_key_that_is_not_a_field_raises_one_error_of_every_upstream_class(writ
     assert isinstance(info.value, (AttributeError)) and isinstance(info.value, ValueError)
     assert isinstance(info.value, KeyError) and "other" in str(info.value)
     assert sorted(tc.keys()) == ["count", "obs"]  # nothing was written
+
+
+@pytest.mark.parametrize("key", ["missing", ("obs", "x")])
+def test_a_string_index_naming_no_entry_raises_key_error_and_upstreams_value_error(key) -> None:
+    # upstream refuses every string index of a tensorclass with ValueError; td reads the
+    # entry, and a missing one must still reach an `except ValueError` written for upstream
+    with pytest.raises(KeyError, match="not found") as info:
+        _pair()[key]
+    assert isinstance(info.value, ValueError)

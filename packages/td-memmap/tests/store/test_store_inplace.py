@@ -60,3 +60,24 @@ def test_inplace_op_reaches_the_server_as_on_a_dense_tensordict(redis_server, op
     finally:
         store.clear_redis()
         store.close()
+
+
+RESTRUCTURES: dict[str, Callable[[Any], Any]] = {
+    "exclude(inplace=True)": lambda td: td.exclude("obs", inplace=True),
+    "select(inplace=True)": lambda td: td.select("nested", inplace=True),
+    "split_keys(inplace=True)": lambda td: td.split_keys(["obs"], inplace=True),
+}
+
+
+@pytest.mark.parametrize("op", list(RESTRUCTURES))
+def test_an_inplace_restructure_keeps_the_sub_tensordicts_it_keeps(redis_server, op):
+    # a sub-TensorDict read from the store is a view of the server: deleting its key before
+    # writing the view back emptied it (the nested entries were lost)
+    store = TensorDictStore.from_tensordict(_start(), port=redis_server.port)
+    try:
+        RESTRUCTURES[op](store)
+        again = TensorDictStore.from_store(port=redis_server.port, td_id=store.td_id)
+        assert_close(again.to_tensordict(), _start().exclude("obs"))
+    finally:
+        store.clear_redis()
+        store.close()

@@ -27,7 +27,7 @@ from td_core._core.keys import NestedKey, unravel_key
 from td_core._core.traverse import is_nt, is_stack, is_td
 from td_core._kinds.dense import TensorDict  # at run time: user classes' type hints see it
 from td_core._leaves.nontensor import NonTensorData
-from td_core.errors import FieldError, TDError
+from td_core.errors import FieldError, KeyNotFoundError, TDError
 
 __all__ = ["TensorClassCompat", "unknown_field_error"]
 
@@ -36,6 +36,11 @@ _CASTABLE = (torch.Tensor, np.ndarray, int, float, bool, complex, list, tuple)
 
 class _InPlaceTypeError(TDError, ValueError):
     """An in-place write of a tensor into a non-tensor entry (upstream raises `ValueError`)."""
+
+
+class _MissingIndexKeyError(KeyNotFoundError, ValueError):
+    """`obj["key"]` of a tensorclass names no entry: a `KeyError` as on every kind, and the
+    `ValueError` upstream raises for every string index of a tensorclass."""
 
 
 def unknown_field_error(cls: type, key: str) -> FieldError:
@@ -152,6 +157,15 @@ class TensorClassCompat:
             rest = path[1:]
             return bool(child.is_non_tensor(rest[0] if len(rest) == 1 else rest))
         return self._tensordict.is_non_tensor(path)
+
+    def __getitem__(self, index: Any) -> Any:
+        parent: Any = super()
+        try:
+            return parent.__getitem__(index)
+        except KeyNotFoundError as err:
+            if isinstance(err, ValueError) or not isinstance(index, (str, tuple)):
+                raise
+            raise _MissingIndexKeyError(str(err)) from None
 
     def update(
         self,

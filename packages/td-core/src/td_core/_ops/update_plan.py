@@ -117,8 +117,12 @@ def assign_result(td: TD, result: TensorDictContract) -> TD:
         raise LockedError(
             "Cannot modify locked TensorDict: it cannot be restructured in place (unlock_() it)"
         )
+    # where reads are copies (a file, a server), a sub-TensorDict of `result` may be a view of
+    # `td`'s own storage, which deleting its key would empty: such keys are written over
+    kept = set(result._keys_str()) if td._reads_are_copies else set()
     for key in list(td._keys_str()):
-        td._del_str(key)
+        if key not in kept:
+            td._del_str(key)
     for key, value in result._items_str():
         td._set_str(key, value)
     return td
