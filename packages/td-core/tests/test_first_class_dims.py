@@ -42,6 +42,15 @@ def test_a_lazy_stack_refuses_one_on_its_stack_dim_and_takes_it_elsewhere() -> N
         stack[:, d1]
 
 
+def test_a_leaf_of_a_lazy_stack_indexed_by_one_is_the_members_leaves_stacked() -> None:
+    data = torch.randn(4, 3, 2)
+    stack = lazy_stack([TensorDict({"a": data[:, i]}, [4]) for i in range(3)], 1)
+    d0 = ftdim.dims(1)
+    leaf = stack[d0]["a"]  # each member's leaf is a functorch.dim.Tensor bound to d0
+    assert tuple(leaf.shape) == (3, 2) and leaf.dims == (d0,)
+    assert torch.equal(leaf.order(d0), data)
+
+
 def test_to_module_runs_the_module_over_the_bound_dim_and_restores_it() -> None:
     module = nn.Linear(3, 4)
     before = {k: v.clone() for k, v in module.state_dict().items()}

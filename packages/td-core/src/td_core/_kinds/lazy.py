@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from td_core._core.contract import lazy, one_tensorclass, provide
+from td_core._core.first_class import is_first_class_tensor
 from td_core._core.flags import list_to_stack
 from td_core._core.traverse import is_nt, is_td
 from td_core._core.utils import NO_DEFAULT, broadcast_shape, normalize_dim
@@ -340,6 +341,8 @@ class LazyStackedTensorDict(  # type: ignore[misc]  # from_dict takes one mappin
                 ) from None
         if is_nt(first):
             return stack_non_tensors(values, self.stack_dim)
+        if is_first_class_tensor(first):  # leaves of `lazy[d0]`: functorch's stack wants a Dim
+            return torch.cat([v.unsqueeze(self.stack_dim) for v in values], self.stack_dim)
         if getattr(type(first), "_td_tensorclass", False):
             cls = one_tensorclass(values)
             if cls is not None:  # instances of one tensorclass: the class over a stack, as upstream
