@@ -10,9 +10,10 @@ storage to write (200 leaves of `[1000, 8]`: a round trip in 5 ms instead of
   does not require grad and is not in shared memory (a `Parameter`, a
   `MemoryMappedTensor` or a transposed leaf keeps its type and strides through
   the ordinary path);
-- no other object holds a leaf or its storage (a view, another TensorDict pickled
-  in the same call, a variable): pickle's memo (and `torch.save`'s
-  storage table) keep such sharing, which a copy would lose;
+- each leaf covers its own storage, and no other object holds it or the tensor
+  it views (another TensorDict pickled in the same call, a view, a variable):
+  pickle's memo (and `torch.save`'s storage table) keep such sharing, which a
+  copy would lose;
 - every node is a plain `TensorDict`, or the root is a plain lazy stack of them
   (non-tensor leaves are fine);
 - at least `MIN_LEAVES` leaves and at most `MAX_BYTES` of data, so the
