@@ -408,3 +408,36 @@ def test_a_failed_array_read_fails_the_whole_read(tmp_path, monkeypatch):
     monkeypatch.setattr(backend, "read", failing)
     with pytest.raises(OSError, match="b/e/f"):
         stored.to_tensordict()
+
+
+def _paths(nodes):
+    return [(n.path, getattr(n, "shape", None), dict(n.attrs)) for n in nodes]
+
+
+def test_the_local_listing_matches_zarrs_own_and_sees_changes_past_consolidation(tmp_path):
+    from td_memmap import _zarr_listing
+
+    path = tmp_path / "s.zarr"
+    _td().to_zarr(path)  # written with consolidated metadata
+    writer = zarr.open_group(str(path), mode="r+", use_consolidated=False)
+    writer.create_array("late", shape=(4, 2), dtype="float32")  # not consolidated
+    writer["a"].resize((5, 3))
+    del writer["b/d"]
+    group = zarr.open_group(str(path), mode="r", use_consolidated=False)
+    assert _zarr_listing._local_members(group) is not None  # the folder's own files
+    zarrs = sorted(group.members(max_depth=None), key=lambda item: item[0])
+    listed = _zarr_listing.tree(group)
+    assert _paths(listed) == _paths(node for _, node in zarrs)
+    assert {"late", "b/c"} <= {n.path for n in listed} and "b/d" not in {n.path for n in listed}
+    assert next(n for n in listed if n.path == "a").shape == (5, 3)
+    arrays = {n.path: n for n in listed}
+    assert torch.equal(torch.from_numpy(arrays["b/c"][...]), _td()["b", "c"])
+
+
+def test_other_stores_take_zarrs_listing(tmp_path):
+    from td_memmap import _zarr_listing
+
+    group = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
+    group.create_group("g").create_array("x", shape=(2,), dtype="int64")
+    assert _zarr_listing._local_members(group) is None
+    assert [n.path for n in _zarr_listing.tree(group)] == ["g", "g/x"]

@@ -22,6 +22,7 @@ from td_core import NonTensorData, NonTensorStack, is_tensor_collection
 from td_memmap import _zarr_format as fmt
 from td_memmap._errors import MemmapFormatError, UnstorableValueError
 from td_memmap._persist_backend import Snapshot, StoreBackend, whole
+from td_memmap._zarr_listing import tree
 
 __all__ = ["ZarrBackend"]
 
@@ -29,12 +30,6 @@ __all__ = ["ZarrBackend"]
 #: event loop: in flight together, their file reads and decoding overlap (measured on
 #: 2 CPUs, the Transformer's 184 arrays: 246 ms one by one, 173 ms with 8 threads).
 _READERS = 8
-
-
-def _tree(group: Any) -> list[Any]:
-    """Every group and array under `group`, at any depth, parents first: one listing (zarr
-    fetches the groups' metadata concurrently) rather than one round trip per group."""
-    return [node for _, node in sorted(group.members(max_depth=None), key=lambda item: item[0])]
 
 
 def _selection(node: Any, index: Any) -> Any:
@@ -132,9 +127,10 @@ class ZarrBackend(StoreBackend):
 
         Measured on 2 CPUs, `from_zarr(...).to_tensordict()` of the Transformer's
         weights (109 groups, 184 arrays): 437 ms before, 347 ms after (upstream
-        300 ms, which opens with the consolidated metadata that td does not trust).
+        300 ms, which opens with the consolidated metadata that td does not trust);
+        with the listing of `_zarr_listing`, 0.44x upstream's time.
         """
-        nodes = _tree(group)
+        nodes = tree(group)
         children: dict[str, list[tuple[str, Any]]] = {}  # keyed as `path` names a group
         for node in nodes:
             parent, _, name = node.path.rpartition("/")
@@ -226,7 +222,7 @@ class ZarrBackend(StoreBackend):
         # opening checks every array's kind: an entry td would refuse to read fails here,
         # in a lazy stack too (whose arrays are not yielded: see the base class).
         stacks: list[str] = []  # the paths of lazy-stack groups, "/"-terminated
-        for node in _tree(group):
+        for node in tree(group):
             if self.is_group(node):
                 if self.stack_of(node) is not None:
                     stacks.append(node.path + "/")
