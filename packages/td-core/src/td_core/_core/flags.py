@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from contextvars import ContextVar, Token, copy_context
+from contextvars import ContextVar, Token
 from typing import Any, ClassVar, Generic, Literal, TypeVar, overload
 
 import torch
@@ -80,7 +80,7 @@ class SwitchVar(Generic[_V]):
 
     def explicit(self) -> _V | None:
         """The value set in the current context, or `None` where none was (the default applies)."""
-        return self._var.get() if self._var in copy_context() else None
+        return self._var.get(None)  # the argument, not the variable's default, where unset
 
     def set(self, value: _V) -> Token[_V]:
         """Set the value for the current context; returns the token `reset` takes."""

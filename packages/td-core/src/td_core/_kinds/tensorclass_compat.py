@@ -158,12 +158,13 @@ class TensorClassCompat:
             return bool(child.is_non_tensor(rest[0] if len(rest) == 1 else rest))
         return self._tensordict.is_non_tensor(path)
 
-    def __getitem__(self, index: Any) -> Any:
+    def _get_strict(self, key: NestedKey) -> Any:
+        """`obj[key]` once `get` missed: a miss raises `_MissingIndexKeyError`."""
         parent: Any = super()
         try:
-            return parent.__getitem__(index)
+            return parent._get_strict(key)
         except KeyNotFoundError as err:
-            if isinstance(err, ValueError) or not isinstance(index, (str, tuple)):
+            if isinstance(err, ValueError):
                 raise
             raise _MissingIndexKeyError(str(err)) from None
 
